@@ -1,0 +1,5 @@
+"""``python -m agent_gate`` runs the same command as the ``agent-gate`` script."""
+
+from agent_gate.cli import main
+
+main()

@@ -1,0 +1,101 @@
+"""``agent-gate sse decode``: the strict decoder over a file or standard input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import BinaryIO
+
+import click
+
+from agent_gate.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_STREAM_BYTES,
+    ServerSentEvent,
+    SSEDecoder,
+    SSELimitExceeded,
+)
+
+
+def _emit(event: ServerSentEvent) -> None:
+    click.echo(
+        json.dumps({"event": event.event, "data": event.data, "id": event.id}, ensure_ascii=False)
+    )
+
+
+def _decode(stream: BinaryIO, decoder: SSEDecoder, chunk_size: int) -> None:
+    while chunk := stream.read(chunk_size):
+        for event in decoder.feed(chunk):
+            _emit(event)
+
+
+@click.group(name="sse")
+def sse_group() -> None:
+    """Inspect raw text/event-stream data."""
+
+
+@sse_group.command(name="decode")
+@click.argument("source", type=click.File("rb"), default="-")
+@click.option(
+    "--chunk-size",
+    type=click.IntRange(min=1),
+    default=65536,
+    show_default=True,
+    help="Bytes per read; any value must give the same events.",
+)
+@click.option(
+    "--max-line-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_LINE_BYTES,
+    show_default=True,
+)
+@click.option(
+    "--max-event-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_EVENT_BYTES,
+    show_default=True,
+)
+@click.option(
+    "--max-stream-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_STREAM_BYTES,
+    show_default=True,
+)
+def decode(
+    source: BinaryIO,
+    chunk_size: int,
+    max_line_bytes: int,
+    max_event_bytes: int,
+    max_stream_bytes: int,
+) -> None:
+    """Print one JSON object per dispatched event, then an {"end": ...} summary.
+
+    SOURCE is a file holding a raw event stream, or - for standard input.
+    """
+    decoder = SSEDecoder(
+        max_line_bytes=max_line_bytes,
+        max_event_bytes=max_event_bytes,
+        max_stream_bytes=max_stream_bytes,
+    )
+    try:
+        _decode(source, decoder, chunk_size)
+    except SSELimitExceeded as exc:
+        for event in exc.events:
+            _emit(event)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    end = decoder.end()
+    summary = {
+        "discarded_partial_event": end.discarded_partial_event,
+        "pending_bytes": end.pending_bytes,
+        "last_event_id": end.last_event_id,
+        "retry": end.retry,
+        "events": end.events,
+        "bytes": end.bytes,
+    }
+    click.echo(json.dumps({"end": summary}, ensure_ascii=False))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(sse_group)

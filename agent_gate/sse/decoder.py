@@ -1,0 +1,357 @@
+"""A sans-IO decoder for ``text/event-stream``: bytes in, events out.
+
+Theory of operation
+-------------------
+The WHATWG "event stream interpretation" is defined on decoded text, but every
+character it cares about (CR, LF, ``:``, space, NUL, the field names) is ASCII,
+and in UTF-8 no byte of a multi-byte sequence is ever an ASCII byte. So the
+decoder frames on *bytes* and decodes only what it hands out (a field value at
+dispatch), with ``errors="replace"``. That is exactly equivalent to decoding the
+stream first: an incomplete or invalid sequence before a line ending becomes
+U+FFFD either way, and a character split across two reads is never split,
+because reads are joined before a line is cut out of them.
+
+Complexity bound (the hot loop)
+-------------------------------
+Each ``feed(chunk)`` looks for line terminators only in ``chunk`` (two
+``rfind`` calls, C speed), never in bytes buffered by earlier calls. Bytes
+before the last terminator are joined once with the pending partial line, split
+into lines in C (``replace`` folds CRLF and lone CR into LF first), and each
+line costs a constant number of C-level operations plus its own length. Bytes
+after the last terminator are appended to a list of pieces and joined only when
+their line completes. Every byte is therefore scanned a bounded number of times
+whatever the chunking, one byte per call included: O(n) in the bytes fed, with
+no Python loop per character.
+
+Memory is bounded by the limits: the pending partial line by
+``max_line_bytes`` (checked on every append) and the data of the event being
+assembled by ``max_event_bytes``. A violation raises ``SSELimitExceeded``, after
+which the decoder refuses further input (h11's ERROR state).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from agent_gate.sse.errors import SSELimitExceeded, SSEStateError
+from agent_gate.sse.event import ServerSentEvent, StreamEnd
+
+_BOM = b"\xef\xbb\xbf"
+_CR = 13
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_STREAM_BYTES = 256 * 1024 * 1024
+
+
+class DecoderState(Enum):
+    """Where the decoder is in the life of one stream."""
+
+    START = "start"
+    """Nothing but a possible prefix of the BOM has arrived."""
+    STREAMING = "streaming"
+    ENDED = "ended"
+    """``end()`` was called."""
+    ERROR = "error"
+    """A limit was exceeded; the stream cannot be trusted any further."""
+
+
+class SSEDecoder:
+    """Feed it the bytes of one stream in any split; read whole events back.
+
+    Limits are per stream and separately configurable: ``max_line_bytes`` (one
+    line, terminator excluded), ``max_event_bytes`` (the data of one event: the
+    ``data`` values plus the LF joining them), ``max_stream_bytes`` (everything
+    fed, BOM included).
+    """
+
+    __slots__ = (
+        "_comments",
+        "_data",
+        "_data_bytes",
+        "_etype",
+        "_events",
+        "_id_buf",
+        "_last_id",
+        "_line_start",
+        "_max_event",
+        "_max_line",
+        "_max_stream",
+        "_pending",
+        "_pending_len",
+        "_probe",
+        "_received",
+        "_retry",
+        "_skip_lf",
+        "_state",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_stream_bytes: int = DEFAULT_MAX_STREAM_BYTES,
+    ) -> None:
+        for name, value in (
+            ("max_line_bytes", max_line_bytes),
+            ("max_event_bytes", max_event_bytes),
+            ("max_stream_bytes", max_stream_bytes),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be a positive number of bytes")
+        self._max_line = max_line_bytes
+        self._max_event = max_event_bytes
+        self._max_stream = max_stream_bytes
+        self._state = DecoderState.START
+        self._probe = b""  # bytes that may still turn out to be the BOM
+        self._received = 0  # bytes fed, the BOM included
+        self._line_start = 0  # stream offset of the first pending byte
+        self._pending: list[bytes] = []  # pieces of the unterminated line
+        self._pending_len = 0
+        self._skip_lf = False  # the last read ended in CR: a leading LF is its CRLF
+        self._data: list[bytes] = []  # data values of the event being assembled
+        self._data_bytes = 0
+        self._etype = b""
+        self._id_buf = ""  # the spec's "last event ID buffer"
+        self._last_id = ""  # the spec's "last event ID string", set at dispatch
+        self._retry: int | None = None
+        self._events = 0
+        self._comments = 0
+
+    # -- public state -------------------------------------------------------
+
+    @property
+    def state(self) -> DecoderState:
+        return self._state
+
+    @property
+    def last_event_id(self) -> str:
+        """The ID to send as ``Last-Event-ID`` on reconnect ("" if none).
+
+        Updated when a block is dispatched (even one without data), never by a
+        block the stream did not finish: resuming after an event that was never
+        received would skip it.
+        """
+        return self._last_id
+
+    @property
+    def retry(self) -> int | None:
+        """The server's reconnection time in milliseconds, if it sent one."""
+        return self._retry
+
+    @property
+    def events_dispatched(self) -> int:
+        return self._events
+
+    @property
+    def bytes_received(self) -> int:
+        return self._received
+
+    @property
+    def comments(self) -> int:
+        """Comment lines seen: heartbeats, which prove the connection, not progress."""
+        return self._comments
+
+    # -- input --------------------------------------------------------------
+
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[ServerSentEvent]:
+        """Consume the next bytes of the stream; return the events they complete."""
+        if self._state is DecoderState.ENDED or self._state is DecoderState.ERROR:
+            raise SSEStateError(f"feed() after the decoder reached state {self._state.value}")
+        data = bytes(chunk)
+        out: list[ServerSentEvent] = []
+        if not data:
+            return out
+        base = self._received
+        room = self._max_stream - base
+        overflow = len(data) > room
+        if overflow:
+            data = data[:room]
+        self._received = base + len(data)
+        try:
+            if self._state is DecoderState.START:
+                data = self._probe + data
+                base -= len(self._probe)
+                if len(data) < len(_BOM) and _BOM.startswith(data):
+                    self._probe = data
+                    data = b""
+                else:
+                    self._probe = b""
+                    self._state = DecoderState.STREAMING
+                    if data.startswith(_BOM):
+                        data = data[len(_BOM) :]
+                        base += len(_BOM)
+                        self._line_start = base
+            if self._skip_lf and data:
+                self._skip_lf = False
+                if data[0] == 10:
+                    data = data[1:]
+                    base += 1
+                    self._line_start = base
+            if data:
+                self._consume(data, base, out)
+            if overflow:
+                raise SSELimitExceeded(
+                    "max_stream_bytes", self._max_stream, self._max_stream, self._events
+                )
+        except SSELimitExceeded as exc:
+            self._state = DecoderState.ERROR
+            exc.events[:0] = out
+            raise
+        return out
+
+    def end(self) -> StreamEnd:
+        """Close the stream: an event without its final blank line is discarded.
+
+        Never dispatches anything: a JSON payload that happens to be complete
+        is still not an event until the blank line says so.
+        """
+        if self._state is DecoderState.ENDED:
+            raise SSEStateError("end() called twice")
+        pending_line = self._pending_len + len(self._probe)
+        partial_is_field = bool(pending_line) and not (
+            self._pending and self._pending[0][:1] == b":"
+        )
+        discarded = (
+            bool(self._data)
+            or bool(self._etype)
+            or self._id_buf != self._last_id
+            or partial_is_field
+        )
+        result = StreamEnd(
+            discarded_partial_event=discarded,
+            pending_bytes=(self._data_bytes + pending_line) if discarded else 0,
+            last_event_id=self._last_id,
+            retry=self._retry,
+            events=self._events,
+            bytes=self._received,
+            comments=self._comments,
+        )
+        self._state = DecoderState.ENDED
+        self._pending.clear()
+        self._data.clear()
+        return result
+
+    # -- framing ------------------------------------------------------------
+
+    def _consume(self, data: bytes, base: int, out: list[ServerSentEvent]) -> None:
+        """Cut the complete lines out of ``data`` (stream offset ``base``)."""
+        last = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if last < 0:
+            if not self._pending:
+                self._line_start = base
+            self._pending.append(data)
+            self._pending_len += len(data)
+            if self._pending_len > self._max_line:
+                raise SSELimitExceeded(
+                    "max_line_bytes", self._max_line, self._line_start, self._events
+                )
+            return
+        head = data[: last + 1]
+        if self._pending:
+            self._pending.append(head)
+            head = b"".join(self._pending)
+            self._pending.clear()
+            head_start = self._line_start
+        else:
+            head_start = base
+        self._pending_len = 0
+        self._skip_lf = data[-1] == _CR
+        text = head
+        if b"\r" in text:
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = text.split(b"\n")
+        lines.pop()  # the empty remainder after the final terminator
+        if len(head) > self._max_line + 1 and max(map(len, lines)) > self._max_line:
+            bad = next(i for i, line in enumerate(lines) if len(line) > self._max_line)
+            self._lines(lines[:bad], head, head_start, out)
+            raise SSELimitExceeded(
+                "max_line_bytes",
+                self._max_line,
+                _line_offset(head, head_start, bad),
+                self._events,
+            )
+        self._lines(lines, head, head_start, out)
+        tail = data[last + 1 :]
+        self._line_start = base + last + 1
+        if tail:
+            self._pending.append(tail)
+            self._pending_len = len(tail)
+            if self._pending_len > self._max_line:
+                raise SSELimitExceeded(
+                    "max_line_bytes", self._max_line, self._line_start, self._events
+                )
+
+    def _lines(
+        self, lines: list[bytes], head: bytes, head_start: int, out: list[ServerSentEvent]
+    ) -> None:
+        """Interpret complete lines (the spec's "process the field" and dispatch).
+
+        ``head`` and ``head_start`` are only used to locate a line when a limit
+        is exceeded; the loop itself does constant work per line beyond what
+        C-level bytes methods do.
+        """
+        data = self._data
+        data_bytes = self._data_bytes
+        max_event = self._max_event
+        etype = self._etype
+        try:
+            for i, line in enumerate(lines):
+                if not line:
+                    # Dispatch: the ID buffer becomes the last event ID even when
+                    # the block carried no data; type and data always reset.
+                    self._last_id = self._id_buf
+                    if data:
+                        payload = data[0] if len(data) == 1 else b"\n".join(data)
+                        out.append(
+                            ServerSentEvent(
+                                etype.decode("utf-8", "replace") if etype else "message",
+                                payload.decode("utf-8", "replace"),
+                                self._last_id,
+                            )
+                        )
+                        self._events += 1
+                        data.clear()
+                        data_bytes = 0
+                    etype = b""
+                    continue
+                name, colon, value = line.partition(b":")
+                if not name:
+                    self._comments += 1  # a line starting with ":" is a comment
+                    continue
+                if colon and value[:1] == b" ":
+                    value = value[1:]
+                if name == b"data":
+                    data_bytes += len(value) + (1 if data else 0)
+                    if data_bytes > max_event:
+                        raise SSELimitExceeded(
+                            "max_event_bytes",
+                            max_event,
+                            _line_offset(head, head_start, i),
+                            self._events,
+                        )
+                    data.append(value)
+                elif name == b"event":
+                    etype = value
+                elif name == b"id":
+                    if b"\x00" not in value:
+                        self._id_buf = value.decode("utf-8", "replace")
+                elif name == b"retry" and value.isdigit():  # ASCII digits only, for bytes
+                    self._retry = int(value)
+                # any other field name is ignored, as the spec requires
+        finally:
+            self._data_bytes = data_bytes
+            self._etype = etype
+
+
+def _line_offset(head: bytes, head_start: int, index: int) -> int:
+    """Stream offset of line ``index`` of ``head``: error path only, O(len(head))."""
+    if index == 0:
+        return head_start
+    for n, match in enumerate(_LINE_END.finditer(head), start=1):
+        if n == index:
+            return head_start + match.end()
+    return head_start + len(head)
