@@ -3,6 +3,45 @@ at-most-once ledger between a streaming LLM response and an agent's tools."""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from agent_gate.errors import AgentGateError
 
-__all__ = ["AgentGateError"]
+if TYPE_CHECKING:
+    from agent_gate.schema import (
+        CallInfo,
+        Effect,
+        Idempotency,
+        Reconciled,
+        Reconciliation,
+        ToolRegistry,
+        ToolSpec,
+    )
+
+# Public names resolved on first use, so that ``import agent_gate.sse`` (or the CLI's
+# help) does not pay for jsonschema, pydantic and SQLAlchemy.
+_LAZY: dict[str, str] = {
+    "CallInfo": "agent_gate.schema",
+    "Effect": "agent_gate.schema",
+    "Idempotency": "agent_gate.schema",
+    "Reconciled": "agent_gate.schema",
+    "Reconciliation": "agent_gate.schema",
+    "ToolRegistry": "agent_gate.schema",
+    "ToolSpec": "agent_gate.schema",
+}
+
+__all__ = ["AgentGateError", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agent_gate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,575 @@
+"""Tool registry and argument validation.
+
+A registry knows what each tool is (its JSON Schema, how dangerous it is, whether it
+may safely run twice) and nothing about where calls are recorded: the same registry
+can be bound to any ledger by ``Gate``. Validation errors are reported as JSON
+pointers plus the failed schema keyword and never echo an argument value, because
+those errors end up in logs, in the ledger and in the transcript sent back to the
+model.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar, overload
+
+import jsonschema
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, ValidationError
+
+from agent_gate.errors import AgentGateError
+
+__all__ = [
+    "ArgumentError",
+    "ArgumentsInvalid",
+    "ArgumentsNotObject",
+    "CallInfo",
+    "Effect",
+    "Idempotency",
+    "Reconciled",
+    "Reconciliation",
+    "Tool",
+    "ToolDefinitionError",
+    "ToolRegistry",
+    "ToolSpec",
+    "UnknownTool",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DISPATCH_MODES = frozenset({"on_call_complete", "on_response_complete"})
+"""Spelled as the accumulator's ``DispatchMode`` values; kept as strings here so the
+registry does not import the streaming layers."""
+
+
+class Effect(StrEnum):
+    """What running the tool does to the world; decides when a call may be dispatched."""
+
+    READ = "read"
+    WRITE = "write"
+    DESTRUCTIVE = "destructive"
+
+
+class Idempotency(StrEnum):
+    """Whether a call whose outcome is unknown may be run again."""
+
+    NATURAL = "natural"
+    """Running it twice has the effect of running it once (a PUT, a read)."""
+    KEY = "key"
+    """The tool forwards the gate's stable idempotency key downstream, which dedupes."""
+    NONE = "none"
+    """Never run twice: an unknown outcome stays ``in_doubt`` until reconciled."""
+
+    @property
+    def retry_safe(self) -> bool:
+        """A second run cannot double the side effect (the tool or its downstream dedupes)."""
+        return self is not Idempotency.NONE
+
+
+class Reconciliation(StrEnum):
+    """What a reconcile hook found out about a call whose outcome was unknown."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    NOT_APPLIED = "not_applied"
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """A reconcile answer that also carries what the downstream system reported."""
+
+    status: Reconciliation
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """What a reconcile hook (and a tool, through ``current_call()``) knows of a call.
+
+    ``idempotency_key`` is stable across attempts, so a ``key`` tool can hand it to a
+    downstream API and a reconcile hook can look the write up by it.
+    """
+
+    task_id: str
+    call_id: str
+    tool: str
+    arguments: Mapping[str, Any] | None
+    idempotency_key: str
+    attempt: int
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ToolDefinitionError(AgentGateError):
+    """A tool was registered with an invalid schema or options; raised at import time."""
+
+
+class UnknownTool(AgentGateError):
+    """A call named a tool the registry does not have."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no tool named {name!r} is registered")
+        self.name = name
+
+
+class ArgumentsNotObject(AgentGateError):
+    """The arguments were valid JSON but not an object; tools take named arguments only."""
+
+    def __init__(self, tool: str, json_type: str) -> None:
+        super().__init__(f"arguments of {tool!r} are a JSON {json_type}, not an object")
+        self.tool = tool
+        self.json_type = json_type
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ArgumentError:
+    """Where an argument failed and which schema keyword it failed; never its value."""
+
+    pointer: str
+    keyword: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer or '/'} ({self.keyword})"
+
+
+class ArgumentsInvalid(AgentGateError):
+    """The arguments do not satisfy the tool's schema."""
+
+    MAX_LISTED = 10
+
+    def __init__(self, tool: str, errors: Sequence[ArgumentError]) -> None:
+        self.tool = tool
+        self.errors = tuple(errors)
+        listed = "; ".join(str(e) for e in self.errors[: self.MAX_LISTED])
+        more = len(self.errors) - self.MAX_LISTED
+        suffix = f"; and {more} more" if more > 0 else ""
+        super().__init__(f"arguments of {tool!r} fail its schema at {listed}{suffix}")
+
+
+# ----------------------------------------------------------------------- pointers
+
+
+def _escape(token: str | int) -> str:
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(path: Sequence[str | int]) -> str:
+    """RFC 6901 pointer: the one location format both jsonschema and pydantic map to."""
+    return "".join("/" + _escape(p) for p in path)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
+
+
+def _schema_errors(validator: Draft202012Validator, instance: Any) -> list[ArgumentError]:
+    found: set[ArgumentError] = set()
+    for err in validator.iter_errors(instance):
+        pointer = json_pointer(list(err.absolute_path))
+        keyword = str(err.validator)
+        if keyword == "required" and isinstance(err.instance, Mapping):
+            # Point at the missing member itself: its name comes from the schema, so
+            # naming it reveals nothing the model sent.
+            for name in err.validator_value:
+                if name not in err.instance:
+                    found.add(ArgumentError(pointer + "/" + _escape(name), keyword))
+            continue
+        found.add(ArgumentError(pointer, keyword))
+    return sorted(found)
+
+
+def _pydantic_errors(exc: ValidationError) -> list[ArgumentError]:
+    return sorted(
+        {ArgumentError(json_pointer(list(e["loc"])), str(e["type"])) for e in exc.errors()}
+    )
+
+
+# -------------------------------------------------------------------------- specs
+
+
+def _coerce_enum(enum: type[StrEnum], value: object, what: str) -> Any:
+    raw = getattr(value, "value", value)
+    try:
+        return enum(raw)
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum)
+        raise ToolDefinitionError(f"{what} must be one of {allowed}, got {raw!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """Everything the gate needs to decide about a call, independent of its function.
+
+    ``schema`` is always a JSON Schema dict; when the tool was declared with a
+    pydantic model, ``model`` is that model and ``schema`` is its JSON Schema.
+    """
+
+    name: str
+    schema: Mapping[str, Any]
+    model: type[BaseModel] | None = None
+    effect: Effect = Effect.READ
+    idempotency: Idempotency = Idempotency.NONE
+    dedupe: tuple[str, ...] | None = None
+    reconcile: Callable[[CallInfo], Any] | None = None
+    timeout: float | None = None
+    dispatch: str | None = None
+    description: str | None = None
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        *,
+        schema: Mapping[str, Any] | type[BaseModel],
+        effect: Effect | str = Effect.READ,
+        idempotency: Idempotency | str = Idempotency.NONE,
+        dedupe: Sequence[str] | None = None,
+        reconcile: Callable[[CallInfo], Any] | None = None,
+        timeout: float | None = None,
+        dispatch: object | None = None,
+        description: str | None = None,
+    ) -> ToolSpec:
+        """Normalize user-facing options and reject bad ones before any call arrives."""
+        if not isinstance(name, str) or not name:
+            raise ToolDefinitionError("a tool needs a non-empty string name")
+        model: type[BaseModel] | None = None
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            model = schema
+            schema_dict: Mapping[str, Any] = schema.model_json_schema()
+        elif isinstance(schema, Mapping):
+            schema_dict = schema
+        else:
+            raise ToolDefinitionError(
+                f"tool {name!r}: schema must be a JSON Schema dict or a pydantic model"
+            )
+        try:
+            Draft202012Validator.check_schema(schema_dict)
+        except jsonschema.SchemaError as exc:
+            where = json_pointer(list(exc.absolute_path)) or "/"
+            raise ToolDefinitionError(
+                f"tool {name!r}: schema is not valid Draft 2020-12 at {where} ({exc.validator})"
+            ) from None
+        if schema_dict.get("type", "object") != "object":
+            raise ToolDefinitionError(f"tool {name!r}: schema must describe a JSON object")
+        dedupe_t: tuple[str, ...] | None = None
+        if dedupe is not None:
+            if isinstance(dedupe, str) or not dedupe:
+                raise ToolDefinitionError(f"tool {name!r}: dedupe must be a non-empty list")
+            dedupe_t = tuple(dedupe)
+            props = schema_dict.get("properties")
+            if isinstance(props, Mapping):
+                unknown = [d for d in dedupe_t if d not in props]
+                if unknown:
+                    raise ToolDefinitionError(
+                        f"tool {name!r}: dedupe names arguments the schema does not "
+                        f"declare: {', '.join(unknown)}"
+                    )
+        if timeout is not None and not timeout > 0:
+            raise ToolDefinitionError(f"tool {name!r}: timeout must be positive seconds")
+        dispatch_s: str | None = None
+        if dispatch is not None:
+            dispatch_s = str(getattr(dispatch, "value", dispatch))
+            if dispatch_s not in DISPATCH_MODES:
+                raise ToolDefinitionError(
+                    f"tool {name!r}: dispatch must be one of {', '.join(sorted(DISPATCH_MODES))}"
+                )
+        if reconcile is not None and not callable(reconcile):
+            raise ToolDefinitionError(f"tool {name!r}: reconcile must be callable")
+        return cls(
+            name=name,
+            schema=schema_dict,
+            model=model,
+            effect=_coerce_enum(Effect, effect, f"tool {name!r}: effect"),
+            idempotency=_coerce_enum(Idempotency, idempotency, f"tool {name!r}: idempotency"),
+            dedupe=dedupe_t,
+            reconcile=reconcile,
+            timeout=float(timeout) if timeout is not None else None,
+            dispatch=dispatch_s,
+            description=description,
+        )
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.iscoroutinefunction(target):
+        return True
+    # An instance whose __call__ is async (callable objects used as tools).
+    return not inspect.isroutine(target) and inspect.iscoroutinefunction(
+        type(target).__call__
+    )
+
+
+@dataclass(slots=True)
+class Tool:
+    """A spec bound to the function that runs it, with its validator compiled once."""
+
+    spec: ToolSpec
+    fn: Callable[..., Any]
+    is_async: bool = field(init=False)
+    validator: Draft202012Validator = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.is_async = _is_async(self.fn)
+        self.validator = Draft202012Validator(
+            self.spec.schema, format_checker=Draft202012Validator.FORMAT_CHECKER
+        )
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def validate(self, arguments: object) -> dict[str, Any] | BaseModel:
+        """Return what the tool receives: the argument dict, or the model instance."""
+        if not isinstance(arguments, Mapping):
+            raise ArgumentsNotObject(self.name, _json_type(arguments))
+        args = dict(arguments)
+        errors = _schema_errors(self.validator, args)
+        if errors:
+            raise ArgumentsInvalid(self.name, errors)
+        if self.spec.model is None:
+            return args
+        try:
+            return self.spec.model.model_validate(args)
+        except ValidationError as exc:
+            raise ArgumentsInvalid(self.name, _pydantic_errors(exc)) from None
+
+    def invoke(self, validated: Mapping[str, Any] | BaseModel) -> Any:
+        """Call the function; for an async tool this returns the awaitable."""
+        if isinstance(validated, BaseModel):
+            return self.fn(validated)
+        return self.fn(**validated)
+
+    def dedupe_values(self, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The arguments that make up the tool's own idempotency key, if it declared one."""
+        if self.spec.dedupe is None:
+            return None
+        return {name: arguments.get(name) for name in self.spec.dedupe}
+
+
+class ToolRegistry:
+    """The tools an agent may call, by name, independent of any ledger."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+
+    # ----------------------------------------------------------------- register
+
+    def register(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        schema: Mapping[str, Any] | type[BaseModel],
+        effect: Effect | str = Effect.READ,
+        idempotency: Idempotency | str = Idempotency.NONE,
+        dedupe: Sequence[str] | None = None,
+        reconcile: Callable[[CallInfo], Any] | None = None,
+        timeout: float | None = None,
+        dispatch: object | None = None,
+        description: str | None = None,
+    ) -> Tool:
+        """Add one tool; the non-decorator form of ``tool``."""
+        tool_name = name or getattr(fn, "__name__", None)
+        if not tool_name:
+            raise ToolDefinitionError("a tool function without a __name__ needs name=")
+        spec = ToolSpec.build(
+            tool_name,
+            schema=schema,
+            effect=effect,
+            idempotency=idempotency,
+            dedupe=dedupe,
+            reconcile=reconcile,
+            timeout=timeout,
+            dispatch=dispatch,
+            description=description if description is not None else inspect.getdoc(fn),
+        )
+        return self.add(spec, fn)
+
+    def add(self, spec: ToolSpec, fn: Callable[..., Any]) -> Tool:
+        """Bind an already-built spec to its function."""
+        if spec.name in self._tools:
+            raise ToolDefinitionError(f"tool {spec.name!r} is already registered")
+        if not callable(fn):
+            raise ToolDefinitionError(f"tool {spec.name!r}: function is not callable")
+        tool = Tool(spec, fn)
+        self._tools[spec.name] = tool
+        return tool
+
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        schema: Mapping[str, Any] | type[BaseModel] | None = None,
+        effect: Effect | str = Effect.READ,
+        idempotency: Idempotency | str = Idempotency.NONE,
+        dedupe: Sequence[str] | None = None,
+        reconcile: Callable[[CallInfo], Any] | None = None,
+        timeout: float | None = None,
+        dispatch: object | None = None,
+        description: str | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        schema: Mapping[str, Any] | type[BaseModel] | None = None,
+        effect: Effect | str = Effect.READ,
+        idempotency: Idempotency | str = Idempotency.NONE,
+        dedupe: Sequence[str] | None = None,
+        reconcile: Callable[[CallInfo], Any] | None = None,
+        timeout: float | None = None,
+        dispatch: object | None = None,
+        description: str | None = None,
+    ) -> Any:
+        """Decorator registering a function (sync or async) and returning it unchanged.
+
+        A bare ``@tools.tool`` takes its schema from a single pydantic-model parameter.
+        """
+
+        def decorate(func: F) -> F:
+            the_schema = schema if schema is not None else _model_parameter(func)
+            self.register(
+                func,
+                name=name,
+                schema=the_schema,
+                effect=effect,
+                idempotency=idempotency,
+                dedupe=dedupe,
+                reconcile=reconcile,
+                timeout=timeout,
+                dispatch=dispatch,
+                description=description,
+            )
+            return func
+
+        if fn is not None:
+            return decorate(fn)  # type: ignore[arg-type]
+        return decorate
+
+    def wrap(
+        self,
+        dispatch: Callable[[str, dict[str, Any]], Any],
+        specs: Mapping[str, ToolSpec | Mapping[str, Any]],
+    ) -> ToolRegistry:
+        """Register an existing ``dispatch(name, arguments)`` under per-tool specs.
+
+        For agents that already route calls themselves: the gate validates and records,
+        then hands the validated argument dict to ``dispatch`` unchanged.
+        """
+        is_async = _is_async(dispatch)
+        for tool_name, raw in specs.items():
+            if isinstance(raw, ToolSpec):
+                if raw.name != tool_name:
+                    raise ToolDefinitionError(
+                        f"spec for {tool_name!r} is named {raw.name!r}"
+                    )
+                spec = raw
+            else:
+                spec = ToolSpec.build(tool_name, **dict(raw))
+            if spec.model is not None:
+                raise ToolDefinitionError(
+                    f"tool {tool_name!r}: wrap() passes argument dicts; give a JSON Schema"
+                )
+            self.add(spec, _bind_dispatch(dispatch, tool_name, is_async))
+        return self
+
+    # -------------------------------------------------------------------- lookup
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __getitem__(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownTool(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def validate(self, name: str, arguments: object) -> dict[str, Any] | BaseModel:
+        """Validate a call's arguments against the named tool's schema."""
+        return self[name].validate(arguments)
+
+
+def _bind_dispatch(
+    dispatch: Callable[[str, dict[str, Any]], Any], name: str, is_async: bool
+) -> Callable[..., Any]:
+    if is_async:
+
+        async def call_async(**arguments: Any) -> Any:
+            return await dispatch(name, arguments)
+
+        call_async.__name__ = name
+        return call_async
+
+    def call(**arguments: Any) -> Any:
+        return dispatch(name, arguments)
+
+    call.__name__ = name
+    return call
+
+
+def _model_parameter(fn: Callable[..., Any]) -> type[BaseModel]:
+    """Find the pydantic model a bare ``@tools.tool`` function takes as its only argument."""
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception as exc:  # unresolved forward references
+        raise ToolDefinitionError(
+            f"tool {getattr(fn, '__name__', fn)!r}: cannot resolve annotations ({exc})"
+        ) from None
+    params = [p for p in inspect.signature(fn).parameters.values()]
+    if len(params) == 1:
+        hint = hints.get(params[0].name)
+        if isinstance(hint, type) and issubclass(hint, BaseModel):
+            return hint
+    raise ToolDefinitionError(
+        f"tool {getattr(fn, '__name__', fn)!r} needs schema= (a JSON Schema dict or a "
+        "pydantic model), or a single parameter annotated with a pydantic model"
+    )
+
+
+def parse_arguments(raw: str) -> Any:
+    """Parse argument text strictly: JSON has no NaN/Infinity, and neither do we."""
+
+    def reject(token: str) -> Any:
+        raise ValueError(f"non-JSON number {token}")
+
+    return json.loads(raw, parse_constant=reject)
