@@ -31,7 +31,16 @@ _LAZY: dict[str, str] = {
     "ToolSpec": "agent_gate.schema",
 }
 
-__all__ = ["AgentGateError", *sorted(_LAZY)]
+__all__ = [
+    "AgentGateError",
+    "CallInfo",
+    "Effect",
+    "Idempotency",
+    "Reconciled",
+    "Reconciliation",
+    "ToolRegistry",
+    "ToolSpec",
+]
 
 
 def __getattr__(name: str) -> Any:

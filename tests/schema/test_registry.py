@@ -234,7 +234,10 @@ def test_wrap_async_dispatcher() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"schema": {"type": "object", "properties": {"a": {"type": 5}}}}, "not valid Draft 2020-12"),
+        (
+            {"schema": {"type": "object", "properties": {"a": {"type": 5}}}},
+            "not valid Draft 2020-12",
+        ),
         ({"schema": {"type": "array"}}, "must describe a JSON object"),
         ({"schema": {"type": "object"}, "effect": "explode"}, "effect must be one of"),
         ({"schema": {"type": "object"}, "idempotency": "maybe"}, "idempotency must be one of"),
