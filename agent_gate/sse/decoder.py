@@ -31,6 +31,7 @@ which the decoder refuses further input (h11's ERROR state).
 
 from __future__ import annotations
 
+import functools
 import re
 from enum import Enum
 
@@ -40,6 +41,7 @@ from agent_gate.sse.event import ServerSentEvent, StreamEnd
 _BOM = b"\xef\xbb\xbf"
 _CR = 13
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_TYPE_CACHE_SIZE = 64  # distinct event types decoded once; providers use a few dozen
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -86,6 +88,8 @@ class SSEDecoder:
         "_retry",
         "_skip_lf",
         "_state",
+        "_tokenize",
+        "_types",
     )
 
     def __init__(
@@ -113,13 +117,15 @@ class SSEDecoder:
         self._pending_len = 0
         self._skip_lf = False  # the last read ended in CR: a leading LF is its CRLF
         self._data: list[bytes] = []  # data values of the event being assembled
-        self._data_bytes = 0
+        self._data_bytes = 0  # sum of len(value) + 1 over the buffered data lines
         self._etype = b""
         self._id_buf = ""  # the spec's "last event ID buffer"
         self._last_id = ""  # the spec's "last event ID string", set at dispatch
         self._retry: int | None = None
         self._events = 0
         self._comments = 0
+        self._types: dict[bytes, str] = {}
+        self._tokenize = _tokenizer(max_event_bytes).findall
 
     # -- public state -------------------------------------------------------
 
@@ -161,7 +167,7 @@ class SSEDecoder:
         """Consume the next bytes of the stream; return the events they complete."""
         if self._state is DecoderState.ENDED or self._state is DecoderState.ERROR:
             raise SSEStateError(f"feed() after the decoder reached state {self._state.value}")
-        data = bytes(chunk)
+        data = chunk if chunk.__class__ is bytes else bytes(chunk)
         out: list[ServerSentEvent] = []
         if not data:
             return out
@@ -223,7 +229,7 @@ class SSEDecoder:
         )
         result = StreamEnd(
             discarded_partial_event=discarded,
-            pending_bytes=(self._data_bytes + pending_line) if discarded else 0,
+            pending_bytes=(max(self._data_bytes - 1, 0) + pending_line) if discarded else 0,
             last_event_id=self._last_id,
             retry=self._retry,
             events=self._events,
@@ -263,18 +269,18 @@ class SSEDecoder:
         text = head
         if b"\r" in text:
             text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = text.split(b"\n")
-        lines.pop()  # the empty remainder after the final terminator
-        if len(head) > self._max_line + 1 and max(map(len, lines)) > self._max_line:
-            bad = next(i for i, line in enumerate(lines) if len(line) > self._max_line)
-            self._lines(lines[:bad], head, head_start, out)
-            raise SSELimitExceeded(
-                "max_line_bytes",
-                self._max_line,
-                _line_offset(head, head_start, bad),
-                self._events,
-            )
-        self._lines(lines, head, head_start, out)
+        if len(head) > self._max_line + 1:
+            lengths = [len(line) for line in text.split(b"\n")]
+            if max(lengths) > self._max_line:
+                bad = next(i for i, n in enumerate(lengths) if n > self._max_line)
+                self._interpret(text[: sum(lengths[:bad]) + bad], head, head_start, out)
+                raise SSELimitExceeded(
+                    "max_line_bytes",
+                    self._max_line,
+                    _line_offset(head, head_start, bad),
+                    self._events,
+                )
+        self._interpret(text, head, head_start, out)
         tail = data[last + 1 :]
         self._line_start = base + last + 1
         if tail:
@@ -285,66 +291,166 @@ class SSEDecoder:
                     "max_line_bytes", self._max_line, self._line_start, self._events
                 )
 
-    def _lines(
-        self, lines: list[bytes], head: bytes, head_start: int, out: list[ServerSentEvent]
+    def _interpret(
+        self, text: bytes, head: bytes, head_start: int, out: list[ServerSentEvent]
     ) -> None:
-        """Interpret complete lines (the spec's "process the field" and dispatch).
+        """Interpret complete LF-terminated lines: "process the field" and dispatch.
 
-        ``head`` and ``head_start`` are only used to locate a line when a limit
-        is exceeded; the loop itself does constant work per line beyond what
-        C-level bytes methods do.
+        One C-level ``findall`` cuts ``text`` into tokens (see ``_tokenizer``):
+        either a whole common event (an optional ``event:`` line, one ``data:``
+        line, the blank line) or one line of any kind. A common event met in a
+        clean state is dispatched with a handful of operations; everything else
+        takes the line-by-line path through the full rules, which is also
+        correct for a common event that follows buffered fields. ``head`` and
+        ``head_start`` only locate a line when a limit is exceeded.
         """
         data = self._data
-        data_bytes = self._data_bytes
-        max_event = self._max_event
+        data_size = self._data_bytes  # sum of len(value) + 1 over data lines
+        data_limit = self._max_event + 1
         etype = self._etype
+        id_buf = self._id_buf
+        last_id = self._last_id
+        events = self._events
+        types = self._types
+        append = out.append
+        make = tuple.__new__
+        tokens = self._tokenize(text)
         try:
-            for i, line in enumerate(lines):
-                if not line:
-                    # Dispatch: the ID buffer becomes the last event ID even when
-                    # the block carried no data; type and data always reset.
-                    self._last_id = self._id_buf
-                    if data:
-                        payload = data[0] if len(data) == 1 else b"\n".join(data)
-                        out.append(
-                            ServerSentEvent(
-                                etype.decode("utf-8", "replace") if etype else "message",
-                                payload.decode("utf-8", "replace"),
-                                self._last_id,
+            for token in tokens:
+                has_type, raw_type, value, line, newline = token
+                if not newline:
+                    # A whole event: [event line] data line, blank line.
+                    last_id = id_buf
+                    if not data and not etype:
+                        if raw_type:
+                            name = types.get(raw_type)
+                            if name is None:
+                                name = raw_type.decode("utf-8", "replace")
+                                if len(types) < _TYPE_CACHE_SIZE:
+                                    types[raw_type] = name
+                        else:
+                            name = "message"
+                        append(
+                            make(
+                                ServerSentEvent,
+                                (name, value.decode("utf-8", "replace"), last_id),
                             )
                         )
-                        self._events += 1
-                        data.clear()
-                        data_bytes = 0
-                    etype = b""
-                    continue
-                name, colon, value = line.partition(b":")
-                if not name:
-                    self._comments += 1  # a line starting with ":" is a comment
-                    continue
-                if colon and value[:1] == b" ":
-                    value = value[1:]
-                if name == b"data":
-                    data_bytes += len(value) + (1 if data else 0)
-                    if data_bytes > max_event:
+                        events += 1
+                        continue
+                    if has_type:
+                        etype = raw_type
+                    data_size += len(value) + 1
+                    if data_size > data_limit:
                         raise SSELimitExceeded(
                             "max_event_bytes",
-                            max_event,
-                            _line_offset(head, head_start, i),
-                            self._events,
+                            self._max_event,
+                            _line_offset(head, head_start, _line_number(tokens, token, 1)),
+                            events,
                         )
                     data.append(value)
-                elif name == b"event":
-                    etype = value
-                elif name == b"id":
-                    if b"\x00" not in value:
-                        self._id_buf = value.decode("utf-8", "replace")
-                elif name == b"retry" and value.isdigit():  # ASCII digits only, for bytes
-                    self._retry = int(value)
-                # any other field name is ignored, as the spec requires
+                    payload = b"\n".join(data)
+                    append(
+                        make(
+                            ServerSentEvent,
+                            (
+                                types.get(etype) or etype.decode("utf-8", "replace")
+                                if etype
+                                else "message",
+                                payload.decode("utf-8", "replace"),
+                                last_id,
+                            ),
+                        )
+                    )
+                    events += 1
+                    data.clear()
+                    data_size = 0
+                    etype = b""
+                elif not line:
+                    # A blank line dispatches: the ID buffer becomes the last
+                    # event ID even without data; type and data always reset.
+                    last_id = id_buf
+                    if data:
+                        payload = data[0] if len(data) == 1 else b"\n".join(data)
+                        append(
+                            make(
+                                ServerSentEvent,
+                                (
+                                    types.get(etype) or etype.decode("utf-8", "replace")
+                                    if etype
+                                    else "message",
+                                    payload.decode("utf-8", "replace"),
+                                    last_id,
+                                ),
+                            )
+                        )
+                        events += 1
+                        data.clear()
+                        data_size = 0
+                    etype = b""
+                else:
+                    field, _colon, value = line.partition(b":")
+                    if not field:
+                        self._comments += 1  # a line starting with ":" is a comment
+                        continue
+                    if value.startswith(b" "):
+                        value = value[1:]
+                    if field == b"data":
+                        data_size += len(value) + 1
+                        if data_size > data_limit:
+                            raise SSELimitExceeded(
+                                "max_event_bytes",
+                                self._max_event,
+                                _line_offset(head, head_start, _line_number(tokens, token, 0)),
+                                events,
+                            )
+                        data.append(value)
+                    elif field == b"event":
+                        etype = value
+                    elif field == b"id":
+                        if b"\x00" not in value:
+                            id_buf = value.decode("utf-8", "replace")
+                    elif field == b"retry" and value.isdigit():  # ASCII only, for bytes
+                        self._retry = int(value)
+                    # any other field name is ignored, as the spec requires
         finally:
-            self._data_bytes = data_bytes
+            self._data_bytes = data_size
             self._etype = etype
+            self._id_buf = id_buf
+            self._last_id = last_id
+            self._events = events
+
+
+@functools.lru_cache(maxsize=32)
+def _tokenizer(max_event_bytes: int) -> re.Pattern[bytes]:
+    """The token pattern for one event-size limit.
+
+    First alternative: ``event:`` line (optional), ``data:`` line, blank line.
+    The data group is bounded by the limit, so a fast-path event can never
+    exceed it; a longer line falls to the second alternative (one line of any
+    kind), whose path checks the limit and raises. A line starting with
+    ``data:`` has the field name "data" exactly, since a name ends at the first
+    colon; `` ?`` removes the single optional space. Each alternative fails or
+    matches within the lines it spans, and every match consumes at least one
+    byte, so the scan stays linear in ``text``.
+    """
+    return re.compile(
+        rb"(event: ?([^\n]*)\n)?data: ?([^\n]{0,%d})\n\n|([^\n]*)(\n)" % max_event_bytes
+    )
+
+
+def _line_number(tokens: list[tuple[bytes, ...]], token: tuple[bytes, ...], extra: int) -> int:
+    """Line number (in the text) of a token's data line: error path only.
+
+    The token is found by identity: ``findall`` makes a new tuple per match.
+    ``extra`` is 1 when the data line follows an ``event:`` line in the token.
+    """
+    before = 0
+    for candidate in tokens:
+        if candidate is token:
+            return before + (extra if token[0] else 0)
+        before += 1 if candidate[4] else (3 if candidate[0] else 2)
+    return before
 
 
 def _line_offset(head: bytes, head_start: int, index: int) -> int:
