@@ -139,6 +139,13 @@ TOKENS = [
     "\u2028".encode(),
     b"Data:",
     b"{}",
+    # whole common events, which the decoder takes on a faster path
+    b"event: t\ndata: {}\n\n",
+    b"data: d\n\n",
+    b"event:\ndata:\n\n",
+    b"event: u\r\ndata: e\r\n\r\n",
+    b"data:  two\n\n",
+    b"event: t\ndata: a\ndata: b\n\n",
 ]
 
 
