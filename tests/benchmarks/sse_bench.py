@@ -179,7 +179,7 @@ def run_section(quick: bool) -> dict[str, Any]:
                 candidates[name] = run
             else:
                 excluded.append(name)
-        series = paired({n: (lambda r=r: r(chunks)) for n, r in candidates.items()}, rounds)
+        series = paired({n: (lambda r=r, c=chunks: r(c)) for n, r in candidates.items()}, rounds)
         peer_names = [
             n for n in candidates if n not in ("agent-gate",) and not n.startswith("limit")
         ]
