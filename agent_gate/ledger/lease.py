@@ -1,0 +1,115 @@
+"""Who holds an ``executing`` call, and whether they are still alive.
+
+A lease is an owner id plus an expiry. Expiry alone works across machines but is
+slow to notice a crash; on the same machine we can also ask the kernel, which lets
+``recover`` turn a SIGKILLed worker's call into ``in_doubt`` at once instead of
+waiting out the lease. The owner id carries the process start time so that a
+recycled pid is never mistaken for the dead owner still running.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["Liveness", "Owner", "liveness", "now_ms", "this_owner"]
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds; leases are compared across processes, so not monotonic."""
+    return time.time_ns() // 1_000_000
+
+
+def _process_start(pid: int) -> str:
+    """The kernel's start time of ``pid`` (clock ticks since boot), '' where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return ""
+    # Field 2 (comm) may contain spaces and parentheses; fields resume after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _process_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return ""
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[0] if fields else ""
+
+
+class Liveness(StrEnum):
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"
+    """Another machine: only the lease expiry can tell."""
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """``host:pid:start:nonce``, parsed."""
+
+    host: str
+    pid: int
+    start: str
+    nonce: str
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}:{self.start}:{self.nonce}"
+
+    @classmethod
+    def parse(cls, text: str) -> Owner | None:
+        parts = text.rsplit(":", 3)
+        if len(parts) != 4 or not parts[1].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), parts[2], parts[3])
+
+    def liveness(self) -> Liveness:
+        if self.host != _HOST:
+            return Liveness.UNKNOWN
+        if self.pid == os.getpid():
+            return Liveness.ALIVE if self.nonce == _current().nonce else Liveness.DEAD
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return Liveness.DEAD
+        except PermissionError:
+            pass  # exists, belongs to someone else
+        if _process_state(self.pid) == "Z":
+            return Liveness.DEAD  # killed, waiting to be reaped: runs no more code
+        start = _process_start(self.pid)
+        if self.start and start and start != self.start:
+            return Liveness.DEAD  # the pid was recycled by a new process
+        return Liveness.ALIVE
+
+
+_HOST = socket.gethostname()[:120]
+_owner: Owner | None = None
+
+
+def _current() -> Owner:
+    global _owner
+    if _owner is None or _owner.pid != os.getpid():
+        pid = os.getpid()
+        _owner = Owner(_HOST, pid, _process_start(pid), uuid.uuid4().hex[:12])
+    return _owner
+
+
+def this_owner() -> str:
+    """This process's owner id (a forked child gets its own)."""
+    return str(_current())
+
+
+def liveness(owner: str | None) -> Liveness:
+    if owner is None:
+        return Liveness.DEAD
+    parsed = Owner.parse(owner)
+    return parsed.liveness() if parsed is not None else Liveness.UNKNOWN

@@ -1,0 +1,119 @@
+"""Bringing a database to the schema this code expects, only through Alembic.
+
+The Alembic configuration is built in code rather than read from an ``alembic.ini``
+in the current directory, so ``agent-gate db upgrade`` and the first-use upgrade
+work from any working directory. The revisions are looked up first inside the
+package (``agent_gate/_migrations``, where a wheel ships them) and then in the
+source tree's top-level ``migrations/`` next to the package.
+
+An upgrade runs inside one write transaction on a connection handed to Alembic:
+two processes that open the same fresh SQLite file at once serialize on the write
+lock, and the second finds the schema at head and does nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect
+
+import agent_gate
+from agent_gate.errors import AgentGateError
+from agent_gate.ledger.dialect import begin_read, begin_write
+
+__all__ = [
+    "LedgerSchemaError",
+    "alembic_config",
+    "current_revision",
+    "ensure_schema",
+    "head_revision",
+    "script_location",
+    "upgrade",
+]
+
+
+class LedgerSchemaError(AgentGateError):
+    """The database's schema is not the one this code was written for."""
+
+
+def script_location() -> Path:
+    """Where the Alembic environment lives, for an installed wheel or a checkout."""
+    package_dir = Path(agent_gate.__file__).resolve().parent
+    for candidate in (package_dir / "_migrations", package_dir.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise LedgerSchemaError(
+        "cannot find the ledger migrations: looked in "
+        f"{package_dir / '_migrations'} and {package_dir.parent / 'migrations'}"
+    )
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_location()))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:  # pragma: no cover - the repository always has revisions
+        raise LedgerSchemaError("the ledger migrations have no head revision")
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at; ``None`` for a database Alembic never touched."""
+    with begin_read(engine) as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | None]:
+    """Upgrade under the write lock; returns (revision before, revision after)."""
+    with begin_write(engine) as conn:
+        before = MigrationContext.configure(conn).get_current_revision()
+        command.upgrade(alembic_config(conn), revision)
+        after = MigrationContext.configure(conn).get_current_revision()
+    return before, after
+
+
+def ensure_schema(engine: Engine, *, auto_upgrade: bool | None = None) -> None:
+    """Make sure the ledger's tables are at head before the first call is recorded.
+
+    ``auto_upgrade=None`` (the default) upgrades only a *fresh* SQLite file: the
+    embedded case, where nobody else could have run ``agent-gate db upgrade``
+    first. A database at an older revision, or any fresh non-SQLite database, is an
+    error naming the command to run, because upgrading a shared ledger under
+    running workers is an operator's decision. ``True`` upgrades whatever is behind;
+    ``False`` never upgrades.
+    """
+    head = head_revision()
+    current = current_revision(engine)
+    if current == head:
+        return
+    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if current is not None and current not in known:
+        raise LedgerSchemaError(
+            f"the ledger is at revision {current!r}, which this version of agent-gate "
+            "does not know (written by a newer version?)"
+        )
+    fresh = current is None
+    if fresh:
+        with begin_read(engine) as conn:
+            tables = set(inspect(conn).get_table_names())
+        if tables & {"tasks", "tool_calls", "audit_events"}:
+            raise LedgerSchemaError(
+                "the database has ledger tables but no Alembic revision; refusing to guess"
+            )
+    sqlite_fresh = fresh and engine.dialect.name == "sqlite"
+    if auto_upgrade or (auto_upgrade is None and sqlite_fresh):
+        upgrade(engine)
+        return
+    url = engine.url.render_as_string(hide_password=True)
+    state = "empty" if fresh else f"at revision {current!r}, head is {head!r}"
+    raise LedgerSchemaError(f"the ledger is {state}: run `agent-gate db upgrade --db {url}`")
