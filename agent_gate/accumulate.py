@@ -1,0 +1,573 @@
+"""Turning a provider's stream into tool calls known to be complete.
+
+The accumulator owns the two innermost boundaries of DESIGN.md's table: *tool
+call* (the provider's argument-completion signal arrived) and *task* (the
+response's terminal state). Adapters translate each wire protocol into the
+normalized events of ``agent_gate.providers.events``; this module applies one
+set of rules to all of them:
+
+* a call's arguments are frozen only at its completion signal and parsed once,
+  strictly (``json.loads`` semantics, object required, no duplicate keys, no
+  NaN, no lone surrogates); nothing is ever repaired;
+* anything that breaks correlation (a delta after completion, a second start
+  with different content, a completion text that disagrees with the deltas,
+  concatenated JSON values, a reused index) rejects the call, never runs it;
+* a call is released exactly once: as soon as it completes when its tool's
+  dispatch mode is ``ON_CALL_COMPLETE``, otherwise when the response ends;
+* the end of the transport without a terminal event is ``truncated``, and calls
+  still open at any terminal that is not a success are ``incomplete``.
+
+It is sans-IO: no sockets, no clock, no threads. Feed it events, read calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import Any
+
+from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
+from agent_gate.errors import AgentGateError
+from agent_gate.providers.base import ProviderAdapter
+from agent_gate.providers.errors import safe_name
+from agent_gate.providers.events import (
+    Heartbeat,
+    ProviderToolCall,
+    ResponseCompleted,
+    ResponseFailed,
+    ResponseIncomplete,
+    StreamAnomaly,
+    StreamEvent,
+    StreamTruncated,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallArgumentsDone,
+    ToolCallArgumentsSnapshot,
+    ToolCallCut,
+    ToolCallStarted,
+    UnknownEvent,
+)
+from agent_gate.providers.registry import adapter_for
+from agent_gate.providers.replay import ReplayGuard
+from agent_gate.sse import SSEDecoder, SSELimitExceeded
+
+DEFAULT_MAX_CALLS = 256
+DEFAULT_MAX_CALL_ARGUMENT_BYTES = 1024 * 1024
+DEFAULT_MAX_TOTAL_ARGUMENT_BYTES = 16 * 1024 * 1024
+_MAX_UNKNOWN_TYPES = 64
+
+
+class DispatchMode(StrEnum):
+    """When a complete call is handed over, chosen per tool."""
+
+    ON_CALL_COMPLETE = "on_call_complete"
+    """As soon as the call's own completion signal arrives: lowest latency, for reads."""
+    ON_RESPONSE_COMPLETE = "on_response_complete"
+    """Only when the response ended: the safe default for writes."""
+
+
+class AccumulatorError(AgentGateError):
+    """Base of the accumulator's own errors."""
+
+
+class AccumulatorClosedError(AccumulatorError):
+    """``feed`` was called after ``close``."""
+
+
+class AccumulatorLimitExceeded(AccumulatorError):
+    """A configured bound was exceeded; the stream must be abandoned."""
+
+    def __init__(self, limit: str, limit_value: int, event_index: int) -> None:
+        self.limit = limit
+        self.limit_value = limit_value
+        self.event_index = event_index
+        super().__init__(f"limit {limit}={limit_value} exceeded at event index {event_index}")
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """A protocol violation seen in the stream; ``reason`` is an identifier, never payload."""
+
+    event_index: int
+    reason: str
+    call_id: str | None = None
+    after_release: bool = False
+    """True when the call had already been handed over: the gate must know."""
+
+
+@dataclass(frozen=True, slots=True)
+class AccumulatorStats:
+    """Counters for diagnostics; no payload, only counts and event type names."""
+
+    events: int
+    progress_events: int
+    """Events that changed something (heartbeats, unknown types and replays do not)."""
+    heartbeats: int
+    unknown_events: int
+    unknown_types: Mapping[str, int]
+    replayed_events: int
+    events_after_terminal: int
+    calls: int
+    released: int
+    anomalies: int
+    argument_bytes: int
+    text_chars: int
+
+
+class _Phase(Enum):
+    """Where one call is: receiving, decided (waiting for release), handed over."""
+
+    OPEN = "open"
+    SETTLED = "settled"
+    RELEASED = "released"
+
+
+@dataclass(slots=True)
+class _Call:
+    call_id: str
+    name: str
+    index: int
+    kind: str
+    phase: _Phase = _Phase.OPEN
+    parts: list[str] = field(default_factory=list)
+    size: int = 0
+    snapshot: str | None = None
+    outcome: ToolCall | None = None
+
+
+class _Rejected(Exception):
+    """Internal: arguments failed strict parsing, with a fixed reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _no_constants(token: str) -> Any:
+    raise _Rejected("invalid_json")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _Rejected("duplicate_key")
+        obj[key] = value
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_no_constants)
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    """Parse frozen argument text strictly, or raise ``_Rejected`` with a reason.
+
+    Whitespace around one JSON value is allowed (``json.loads`` semantics); a
+    second value after it (``{}{"a":1}``) is a concatenation, which a repair
+    parser would silently merge or truncate.
+    """
+    try:
+        value, end = _DECODER.raw_decode(text, _skip_ws(text, 0))
+    except json.JSONDecodeError:
+        raise _Rejected("invalid_json") from None
+    except RecursionError:
+        raise _Rejected("invalid_json") from None
+    if _skip_ws(text, end) != len(text):
+        raise _Rejected("concatenated_json")
+    if not isinstance(value, dict):
+        raise _Rejected("arguments_not_object")
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Rejected("invalid_unicode") from None
+    return value
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\n\r":
+        pos += 1
+    return pos
+
+
+def _always_after_response(_name: str) -> DispatchMode:
+    return DispatchMode.ON_RESPONSE_COMPLETE
+
+
+class Accumulator:
+    """Correlates one response's events into complete tool calls and a terminal state.
+
+    ``provider`` is a registered name (a fresh adapter is made) or an adapter
+    instance. ``dispatch`` maps a tool name to its ``DispatchMode`` (or is one
+    mode for every tool); the default holds every call until the response ends.
+    """
+
+    def __init__(
+        self,
+        provider: str | ProviderAdapter,
+        *,
+        dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
+        max_calls: int = DEFAULT_MAX_CALLS,
+        max_call_argument_bytes: int = DEFAULT_MAX_CALL_ARGUMENT_BYTES,
+        max_total_argument_bytes: int = DEFAULT_MAX_TOTAL_ARGUMENT_BYTES,
+    ) -> None:
+        self._adapter = adapter_for(provider) if isinstance(provider, str) else provider
+        if dispatch is None:
+            self._dispatch: Callable[[str], DispatchMode] = _always_after_response
+        elif isinstance(dispatch, DispatchMode):
+            mode = dispatch
+            self._dispatch = lambda _name: mode
+        else:
+            self._dispatch = dispatch
+        self._max_calls = max_calls
+        self._max_call_bytes = max_call_argument_bytes
+        self._max_total_bytes = max_total_argument_bytes
+        self._calls: dict[str, _Call] = {}
+        self._settle_order: list[_Call] = []
+        self._replay = ReplayGuard()
+        self._terminal: Terminal | None = None
+        self._closed = False
+        self._anomalies: list[Anomaly] = []
+        self._events = 0
+        self._progress = 0
+        self._heartbeats = 0
+        self._unknown = 0
+        self._unknown_types: Counter[str] = Counter()
+        self._replayed = 0
+        self._after_terminal = 0
+        self._released = 0
+        self._argument_bytes = 0
+        self._text_chars = 0
+        self._index = 0
+
+    # -- public API ----------------------------------------------------------
+
+    @property
+    def provider(self) -> str:
+        return self._adapter.name
+
+    @property
+    def terminal(self) -> Terminal | None:
+        """How the response ended; ``None`` until a terminal event or ``close()``."""
+        return self._terminal
+
+    @property
+    def anomalies(self) -> tuple[Anomaly, ...]:
+        return tuple(self._anomalies)
+
+    @property
+    def stats(self) -> AccumulatorStats:
+        return AccumulatorStats(
+            events=self._events,
+            progress_events=self._progress,
+            heartbeats=self._heartbeats,
+            unknown_events=self._unknown,
+            unknown_types=dict(self._unknown_types),
+            replayed_events=self._replayed,
+            events_after_terminal=self._after_terminal,
+            calls=len(self._calls),
+            released=self._released,
+            anomalies=len(self._anomalies),
+            argument_bytes=self._argument_bytes,
+            text_chars=self._text_chars,
+        )
+
+    def reconnected(self) -> None:
+        """Tell the replay guard a new connection begins (events may repeat from here)."""
+        self._replay.reconnected()
+
+    def feed(self, event: object) -> list[ToolCall]:
+        """Apply one event; return the calls it released, in completion order."""
+        if self._closed:
+            raise AccumulatorClosedError("feed() after close()")
+        self._index = self._events
+        self._events += 1
+        wire = self._adapter.decode(event, self._index)
+        key = self._adapter.replay_key(wire)
+        if self._replay.is_replay(key, wire.sse_id, wire.fingerprint, self._index):
+            self._replayed += 1
+            return []
+        if self._terminal is not None:
+            self._after_terminal += 1
+            return []
+        released: list[ToolCall] = []
+        progressed = False
+        for normalized in self._adapter.translate(wire, self._index):
+            progressed |= self._apply(normalized, released)
+        if progressed:
+            self._progress += 1
+        return released
+
+    def close(self) -> list[ToolCall]:
+        """The transport ended. Without a terminal event the response is ``truncated``."""
+        if self._closed:
+            return []
+        self._closed = True
+        released: list[ToolCall] = []
+        if self._terminal is None:
+            self._end(Terminal(TerminalKind.TRUNCATED), released)
+        return released
+
+    # -- event application ---------------------------------------------------
+
+    def _apply(self, event: StreamEvent, released: list[ToolCall]) -> bool:
+        """Apply one normalized event; return whether it was progress."""
+        match event:
+            case Heartbeat():
+                self._heartbeats += 1
+                return False
+            case UnknownEvent(type=etype):
+                self._unknown += 1
+                name = safe_name(etype)
+                if name in self._unknown_types or len(self._unknown_types) < _MAX_UNKNOWN_TYPES:
+                    self._unknown_types[name] += 1
+                return False
+            case TextDelta(text=text):
+                self._text_chars += len(text)
+            case ToolCallStarted():
+                self._started(event, released)
+            case ToolCallArgumentsDelta():
+                self._delta(event, released)
+            case ToolCallArgumentsSnapshot():
+                self._snapshot(event, released)
+            case ToolCallArgumentsDone():
+                self._done(event, released)
+            case ToolCallCut(call_id=call_id, reason=reason):
+                call = self._calls.get(call_id)
+                if call is not None and call.phase is _Phase.OPEN:
+                    self._settle(call, CallStatus.INCOMPLETE, reason, released)
+            case ProviderToolCall():
+                self._provider_call(event, released)
+            case StreamAnomaly(reason=reason, call_ids=call_ids):
+                if not call_ids:
+                    self._note(reason, None)
+                for call_id in call_ids:
+                    self._reject(call_id, reason, released)
+            case ResponseCompleted():
+                self._end(Terminal(TerminalKind.COMPLETED), released)
+            case ResponseIncomplete(reason=reason):
+                self._end(Terminal(TerminalKind.INCOMPLETE, reason), released)
+            case ResponseFailed(error=error):
+                self._end(Terminal(TerminalKind.FAILED, error), released)
+            case StreamTruncated():
+                self._end(Terminal(TerminalKind.TRUNCATED), released)
+        return True
+
+    def _started(self, event: ToolCallStarted, released: list[ToolCall]) -> None:
+        call = self._calls.get(event.call_id)
+        if call is not None:
+            if (call.name, call.kind) != (event.name, event.kind):
+                self._reject(event.call_id, "conflicting_start", released)
+            return  # the same start again: a replay, nothing changes
+        self._register(_Call(event.call_id, event.name, event.index, event.kind))
+
+    def _register(self, call: _Call) -> None:
+        if len(self._calls) >= self._max_calls:
+            raise AccumulatorLimitExceeded("max_calls", self._max_calls, self._index)
+        self._calls[call.call_id] = call
+
+    def _delta(self, event: ToolCallArgumentsDelta, released: list[ToolCall]) -> None:
+        call = self._calls.get(event.call_id)
+        if call is None:
+            self._note("delta_for_unknown_call", event.call_id)
+            return
+        if call.phase is not _Phase.OPEN:
+            if self._is_complete(call):
+                self._reject(call.call_id, "delta_after_completion", released)
+            return  # a call already cut or rejected: nothing more to decide
+        self._grow(call, len(event.delta.encode("utf-8", "surrogatepass")))
+        call.parts.append(event.delta)
+
+    def _grow(self, call: _Call, nbytes: int) -> None:
+        if call.size + nbytes > self._max_call_bytes:
+            raise AccumulatorLimitExceeded(
+                "max_call_argument_bytes", self._max_call_bytes, self._index
+            )
+        if self._argument_bytes + nbytes > self._max_total_bytes:
+            raise AccumulatorLimitExceeded(
+                "max_total_argument_bytes", self._max_total_bytes, self._index
+            )
+        call.size += nbytes
+        self._argument_bytes += nbytes
+
+    def _snapshot(self, event: ToolCallArgumentsSnapshot, released: list[ToolCall]) -> None:
+        call = self._calls.get(event.call_id)
+        if call is None:
+            self._note("snapshot_for_unknown_call", event.call_id)
+            return
+        if call.phase is _Phase.OPEN:
+            disagrees = (call.parts and "".join(call.parts) != event.arguments) or (
+                call.snapshot is not None and call.snapshot != event.arguments
+            )
+            if disagrees:
+                self._reject(call.call_id, "arguments_mismatch", released)
+            else:
+                call.snapshot = event.arguments
+            return
+        outcome = call.outcome
+        if (
+            self._is_complete(call)
+            and outcome is not None
+            and outcome.raw_arguments != event.arguments
+        ):
+            self._reject(call.call_id, "arguments_mismatch", released)
+
+    def _done(self, event: ToolCallArgumentsDone, released: list[ToolCall]) -> None:
+        call = self._calls.get(event.call_id)
+        if call is None:
+            self._note("completion_for_unknown_call", event.call_id)
+            return
+        if call.phase is not _Phase.OPEN:
+            outcome = call.outcome
+            same = (
+                outcome is not None
+                and outcome.status is CallStatus.COMPLETE
+                and (event.arguments is None or event.arguments == outcome.raw_arguments)
+            )
+            if not same and self._is_complete(call):
+                self._reject(call.call_id, "conflicting_completion", released)
+            return  # the same completion again (a replay), or a call already closed
+        accumulated = "".join(call.parts)
+        if event.arguments is None:
+            text = accumulated
+        else:
+            if call.parts and event.arguments != accumulated:
+                self._reject(call.call_id, "arguments_mismatch", released)
+                return
+            if not call.parts:
+                self._grow(call, len(event.arguments.encode("utf-8", "surrogatepass")))
+            text = event.arguments
+        if call.snapshot is not None and call.snapshot != text:
+            self._reject(call.call_id, "arguments_mismatch", released)
+            return
+        call.parts = [text]
+        if call.kind != "function":
+            self._settle(call, CallStatus.COMPLETE, None, released, raw=text)
+            return
+        try:
+            arguments = parse_arguments(text)
+        except _Rejected as rejected:
+            self._settle(call, CallStatus.REJECTED, rejected.reason, released, raw=text)
+            return
+        self._settle(call, CallStatus.COMPLETE, None, released, raw=text, arguments=arguments)
+
+    def _provider_call(self, event: ProviderToolCall, released: list[ToolCall]) -> None:
+        call = self._calls.get(event.call_id)
+        if call is not None:
+            if call.kind != event.kind:
+                self._note("conflicting_start", event.call_id)
+            return
+        call = _Call(event.call_id, event.name, event.index, event.kind)
+        self._register(call)
+        self._settle(call, CallStatus.PROVIDER_EXECUTED, event.kind, released)
+
+    # -- decisions -----------------------------------------------------------
+
+    @staticmethod
+    def _is_complete(call: _Call) -> bool:
+        return call.outcome is not None and call.outcome.status is CallStatus.COMPLETE
+
+    def _note(self, reason: str, call_id: str | None, *, after_release: bool = False) -> None:
+        self._anomalies.append(Anomaly(self._index, reason, call_id, after_release))
+
+    def _reject(self, call_id: str, reason: str, released: list[ToolCall]) -> None:
+        """Reject a call that can no longer be trusted, if it was not handed over yet."""
+        call = self._calls.get(call_id)
+        if call is None:
+            self._note(reason, call_id)
+            return
+        if call.phase is _Phase.RELEASED:
+            self._note(reason, call_id, after_release=True)
+            return
+        self._note(reason, call_id)
+        if call.phase is _Phase.SETTLED:
+            assert call.outcome is not None
+            if call.outcome.status is not CallStatus.COMPLETE:
+                return  # already not runnable; the first reason stands
+            self._settle_order.remove(call)
+            call.phase = _Phase.OPEN
+        self._settle(call, CallStatus.REJECTED, reason, released)
+
+    def _settle(
+        self,
+        call: _Call,
+        status: CallStatus,
+        reason: str | None,
+        released: list[ToolCall],
+        *,
+        raw: str | None = None,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        if raw is None and call.parts:
+            raw = "".join(call.parts)
+        call.outcome = ToolCall(
+            call_id=call.call_id,
+            name=call.name,
+            status=status,
+            arguments=arguments,
+            raw_arguments=raw,
+            reason=reason,
+            kind=call.kind,
+            index=call.index,
+            provider=self._adapter.name,
+        )
+        call.phase = _Phase.SETTLED
+        self._settle_order.append(call)
+        if status is not CallStatus.COMPLETE:
+            self._release(call, released)  # never runnable: report it at once
+        elif self._dispatch(call.name) is DispatchMode.ON_CALL_COMPLETE:
+            self._release(call, released)
+
+    def _release(self, call: _Call, released: list[ToolCall]) -> None:
+        assert call.outcome is not None and call.phase is _Phase.SETTLED
+        call.phase = _Phase.RELEASED
+        self._released += 1
+        released.append(call.outcome)
+
+    def _end(self, terminal: Terminal, released: list[ToolCall]) -> None:
+        """Record the terminal (the first one wins) and release everything still held."""
+        if self._terminal is not None:
+            if terminal != self._terminal:
+                self._note("second_terminal", None)
+            return
+        self._terminal = terminal
+        if terminal.succeeded:
+            open_reason = "no_completion_signal"
+        elif terminal.kind is TerminalKind.INCOMPLETE and terminal.reason:
+            open_reason = terminal.reason
+        else:
+            open_reason = terminal.kind.value
+        for call in list(self._settle_order):
+            if call.phase is _Phase.SETTLED:
+                self._release(call, released)
+        for call in list(self._calls.values()):
+            if call.phase is _Phase.OPEN:
+                self._settle(call, CallStatus.INCOMPLETE, open_reason, released)
+            if call.phase is _Phase.SETTLED:
+                self._release(call, released)
+
+
+def stream_calls(
+    chunks: Iterable[bytes], acc: Accumulator, decoder: SSEDecoder | None = None
+) -> Iterator[ToolCall]:
+    """Decode raw ``text/event-stream`` bytes and yield each call as ``acc`` releases it.
+
+    The caller owns the I/O (a file, a socket, a recorded transcript); this only
+    connects the two state machines: bytes -> events (SSE) -> calls. When the
+    chunks run out the transport ended, so the accumulator is closed and
+    ``acc.terminal`` is set. Events the decoder completed before a limit error
+    are still applied, then the error propagates.
+    """
+    decoder = decoder if decoder is not None else SSEDecoder()
+    for chunk in chunks:
+        try:
+            events = decoder.feed(chunk)
+        except SSELimitExceeded as exc:
+            for event in exc.events:
+                yield from acc.feed(event)
+            raise
+        for event in events:
+            yield from acc.feed(event)
+    decoder.end()
+    yield from acc.close()

@@ -1,0 +1,64 @@
+"""Typed errors of the provider layer.
+
+Messages name the event index, the provider and the field that was wrong, and
+never quote the event's data: a stream carries the model's output and the
+user's arguments, and these errors end up in logs.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent_gate.errors import AgentGateError
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,64}")
+
+
+def safe_name(value: object) -> str:
+    """An event type or field name fit for an error message, or a placeholder.
+
+    Event type names come from the wire; a hostile or broken server could put
+    payload text there, so anything that does not look like an identifier is
+    replaced rather than echoed.
+    """
+    if isinstance(value, str) and _SAFE_NAME.fullmatch(value):
+        return value
+    return "<unprintable>"
+
+
+class ProviderError(AgentGateError):
+    """Base of the errors raised while translating a provider's events."""
+
+
+class UnknownProviderError(ProviderError):
+    """No adapter is registered under the requested name."""
+
+    def __init__(self, name: str, known: tuple[str, ...]) -> None:
+        self.name = name
+        self.known = known
+        super().__init__(f"unknown provider {safe_name(name)!r}; known: {', '.join(known)}")
+
+
+class MalformedEventError(ProviderError):
+    """An event could not be parsed or does not have the shape its type requires."""
+
+    def __init__(self, provider: str, event_index: int, problem: str) -> None:
+        self.provider = provider
+        self.event_index = event_index
+        self.problem = problem
+        super().__init__(f"{provider}: malformed event at index {event_index}: {problem}")
+
+
+class ReplayConflictError(ProviderError):
+    """A replayed event (same sequence number or event id) carries different content.
+
+    A stream that resumes with different bytes under the same position is not a
+    replay but a different response; continuing would mix two answers.
+    """
+
+    def __init__(self, event_index: int, key: str) -> None:
+        self.event_index = event_index
+        self.key = key
+        super().__init__(
+            f"event at index {event_index} repeats position {key} with different content"
+        )

@@ -1,0 +1,172 @@
+"""Gemini ``streamGenerateContent?alt=sse`` (Gemini API and Vertex AI).
+
+Each SSE event is a whole ``GenerateContentResponse`` chunk. A call is a
+``functionCall`` part that arrives whole, with ``args`` already an object; the
+wire gives it no id, so one is synthesized from the response id, the candidate
+index and the call's ordinal in that candidate. The same stream therefore always
+yields the same ids, which is what lets a replayed stream be recognised.
+
+A part arriving whole is still not a finished answer: the calls of a candidate
+are complete only when that candidate ends with ``finishReason: STOP``;
+``MAX_TOKENS``, ``MALFORMED_FUNCTION_CALL``, ``SAFETY`` and every other reason
+cut them. The chunk carrying the finish reason is the response's terminal
+(there is no ``[DONE]``). Vertex's incrementally streamed arguments
+(``partialArgs`` / ``willContinue``) are not supported and are rejected.
+
+With ``candidateCount > 1`` candidates are alternatives: only the selected one
+(0 unless configured) yields calls. Keys are accepted in the wire's camelCase and
+in the snake_case an SDK's ``model_dump()`` may produce.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
+from agent_gate.providers.events import (
+    Heartbeat,
+    ResponseCompleted,
+    ResponseFailed,
+    ResponseIncomplete,
+    StreamAnomaly,
+    StreamEvent,
+    TextDelta,
+    ToolCallArgumentsDone,
+    ToolCallCut,
+    ToolCallStarted,
+    UnknownEvent,
+)
+
+
+class _CandidateState(Enum):
+    STREAMING = "streaming"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    call_id: str
+    arguments: str
+
+
+def _get(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
+    value = obj.get(camel)
+    return obj.get(snake) if value is None else value
+
+
+class GeminiAdapter(ProviderAdapter):
+    """State machine for the selected candidate of one Gemini stream."""
+
+    name = "gemini"
+
+    def __init__(self, *, candidate: int = 0) -> None:
+        self._candidate = candidate
+        self._response_id: str | None = None
+        self._ordinal = 0
+        self._pending: list[_Pending] = []
+        self._state = _CandidateState.STREAMING
+
+    def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
+        if wire.kind is WireKind.HEARTBEAT:
+            return [Heartbeat()]
+        if wire.kind is WireKind.DONE:
+            return [UnknownEvent("[DONE]")]
+        data = wire.data
+        error = data.get("error")
+        if isinstance(error, Mapping):
+            status = error.get("status")
+            code = error.get("code")
+            label = (
+                status
+                if isinstance(status, str) and status
+                else (str(code) if isinstance(code, int) else None)
+            )
+            return [ResponseFailed(label)]
+        response_id = _get(data, "responseId", "response_id")
+        if self._response_id is None and isinstance(response_id, str) and response_id:
+            self._response_id = response_id
+        candidates = data.get("candidates")
+        if candidates is None:
+            feedback = _get(data, "promptFeedback", "prompt_feedback")
+            if isinstance(feedback, Mapping):
+                block = _get(feedback, "blockReason", "block_reason")
+                if isinstance(block, str) and block:
+                    return [ResponseIncomplete(block)]
+            if "usageMetadata" in data or "usage_metadata" in data:
+                return []
+            return [UnknownEvent("chunk_without_candidates")]
+        if not isinstance(candidates, list):
+            raise self.malformed(index, "field 'candidates' is not a list")
+        out: list[StreamEvent] = []
+        for position, candidate in enumerate(candidates):
+            if not isinstance(candidate, Mapping):
+                raise self.malformed(index, "a candidate is not an object")
+            cand_index = candidate.get("index", position)
+            if not isinstance(cand_index, int) or isinstance(cand_index, bool):
+                raise self.malformed(index, "field 'index' of candidate is not an integer")
+            if cand_index == self._candidate:
+                out += self._candidate_chunk(candidate, index)
+        return out
+
+    def _candidate_chunk(self, candidate: Mapping[str, Any], index: int) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        content = candidate.get("content")
+        if content is not None:
+            if not isinstance(content, Mapping):
+                raise self.malformed(index, "field 'content' of candidate is not an object")
+            parts = content.get("parts", [])
+            if not isinstance(parts, list):
+                raise self.malformed(index, "field 'parts' of content is not a list")
+            for part in parts:
+                if not isinstance(part, Mapping):
+                    raise self.malformed(index, "a part is not an object")
+                out += self._part(part, index)
+        finish = _get(candidate, "finishReason", "finish_reason")
+        if finish is not None:
+            if not isinstance(finish, str):
+                raise self.malformed(index, "field 'finishReason' of candidate is not a string")
+            out += self._finish(finish)
+        return out
+
+    def _part(self, part: Mapping[str, Any], index: int) -> list[StreamEvent]:
+        text = part.get("text")
+        call = _get(part, "functionCall", "function_call")
+        if call is None:
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if not isinstance(call, Mapping):
+            raise self.malformed(index, "field 'functionCall' of part is not an object")
+        name = self.field_str(call, "name", index, "functionCall")
+        ordinal = self._ordinal
+        self._ordinal += 1
+        given_id = call.get("id")
+        if isinstance(given_id, str) and given_id:
+            call_id = given_id
+        else:
+            call_id = f"{self._response_id or 'gemini'}:{self._candidate}:{ordinal}"
+        out: list[StreamEvent] = [ToolCallStarted(call_id, name, ordinal)]
+        if self._state is _CandidateState.FINISHED:
+            return [*out, StreamAnomaly("call_after_finish", (call_id,))]
+        partial = _get(call, "partialArgs", "partial_args")
+        will_continue = _get(call, "willContinue", "will_continue")
+        if partial is not None or will_continue is not None:
+            return [*out, StreamAnomaly("partial_function_call_args_unsupported", (call_id,))]
+        args = call.get("args", {})
+        # Re-serialized for the ledger's hash; a non-object is rejected downstream.
+        self._pending.append(_Pending(call_id, json.dumps(args, ensure_ascii=False)))
+        return out
+
+    def _finish(self, reason: str) -> list[StreamEvent]:
+        if self._state is _CandidateState.FINISHED:
+            return []
+        self._state = _CandidateState.FINISHED
+        pending, self._pending = self._pending, []
+        if reason == "STOP":
+            return [
+                *(ToolCallArgumentsDone(p.call_id, p.arguments) for p in pending),
+                ResponseCompleted(),
+            ]
+        return [*(ToolCallCut(p.call_id, reason) for p in pending), ResponseIncomplete(reason)]

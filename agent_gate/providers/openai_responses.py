@@ -1,0 +1,244 @@
+"""OpenAI Responses API (``POST /v1/responses`` with ``stream: true``).
+
+Correlation: a call is an output *item*. It is announced by
+``response.output_item.added``; argument deltas name the item by ``item_id``
+(the item's ``id``, not its ``call_id``). The call is complete only at
+``response.output_item.done`` with item ``status: "completed"``, whose
+``arguments`` are authoritative (some models stream no deltas at all).
+``response.function_call_arguments.done`` comes earlier and is only a
+cross-check: the item can still end ``incomplete``.
+
+Items the platform runs itself (web search, file search, MCP, code
+interpreter, image generation) are reported as provider-executed. Items that
+carry a ``call_id`` but are neither function nor custom tool calls (computer,
+shell, apply-patch calls) expect the client to act in ways agent-gate does
+not model; they are rejected rather than silently dropped.
+
+Every event carries a ``sequence_number``; it is the replay key, so an event
+seen again after resuming with ``starting_after`` is recognised exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
+from agent_gate.providers.events import (
+    Heartbeat,
+    ProviderToolCall,
+    ResponseCompleted,
+    ResponseFailed,
+    ResponseIncomplete,
+    StreamAnomaly,
+    StreamEvent,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallArgumentsDone,
+    ToolCallArgumentsSnapshot,
+    ToolCallStarted,
+    UnknownEvent,
+)
+
+PROVIDER_EXECUTED_ITEMS = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "tool_search_call",
+    }
+)
+"""Item types the platform executes (or asks about) itself."""
+
+_CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
+
+# Informational event families: known, carry nothing the accumulator needs.
+_INFORMATIONAL_PREFIXES = (
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+    "response.content_part.",
+    "response.output_text.done",
+    "response.output_text.annotation",
+    "response.refusal.",
+    "response.reasoning",
+    "response.web_search_call.",
+    "response.file_search_call.",
+    "response.code_interpreter_call",
+    "response.image_generation_call.",
+    "response.mcp_",
+    "response.audio",
+)
+
+
+class _ItemState(Enum):
+    STREAMING = "streaming"
+    DONE = "done"
+
+
+@dataclass(slots=True)
+class _Item:
+    call_id: str
+    kind: str
+    state: _ItemState
+
+
+class OpenAIResponsesAdapter(ProviderAdapter):
+    """State machine for one Responses stream."""
+
+    name = "openai-responses"
+
+    def __init__(self) -> None:
+        self._items: dict[str, _Item] = {}
+
+    def replay_key(self, wire: WireEvent) -> Hashable | None:
+        seq = wire.data.get("sequence_number")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            return ("sequence_number", seq)
+        return None
+
+    def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
+        if wire.kind is WireKind.HEARTBEAT:
+            return [Heartbeat()]
+        if wire.kind is WireKind.DONE:
+            # Not part of this protocol; some proxies append it. It proves nothing.
+            return [UnknownEvent("[DONE]")]
+        etype = self.event_type(wire, index)
+        data = wire.data
+        if etype == "response.output_item.added":
+            return self._item_added(data, index)
+        if etype == "response.output_item.done":
+            return self._item_done(data, index)
+        if etype in (
+            "response.function_call_arguments.delta",
+            "response.custom_tool_call_input.delta",
+        ):
+            return self._delta(data, index, etype)
+        if etype == "response.function_call_arguments.done":
+            return self._snapshot(data, "arguments", index, etype)
+        if etype == "response.custom_tool_call_input.done":
+            return self._snapshot(data, "input", index, etype)
+        if etype == "response.output_text.delta":
+            return [TextDelta(self.field_str(data, "delta", index, etype))]
+        if etype == "response.completed":
+            return [ResponseCompleted()]
+        if etype == "response.incomplete":
+            response = self.field_map(data, "response", index, etype)
+            details = response.get("incomplete_details")
+            reason = details.get("reason") if isinstance(details, Mapping) else None
+            return [ResponseIncomplete(reason if isinstance(reason, str) and reason else "unknown")]
+        if etype == "response.failed":
+            response = self.field_map(data, "response", index, etype)
+            return [ResponseFailed(_error_code(response.get("error")))]
+        if etype == "error":
+            nested = data.get("error")
+            return [ResponseFailed(_error_code(nested if isinstance(nested, Mapping) else data))]
+        if etype.startswith(_INFORMATIONAL_PREFIXES):
+            return []
+        return [UnknownEvent(etype)]
+
+    def _item_added(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+        where = "response.output_item.added"
+        item = self.field_map(data, "item", index, where)
+        output_index = self.field_int(data, "output_index", index, where)
+        return self._announce(item, output_index, index, where)
+
+    def _announce(
+        self, item: Mapping[str, Any], output_index: int, index: int, where: str
+    ) -> list[StreamEvent]:
+        itype = self.field_str(item, "type", index, where)
+        kind = _CALL_KINDS.get(itype)
+        if kind is not None:
+            call_id = self.field_str(item, "call_id", index, where)
+            name = self.field_str(item, "name", index, where)
+            item_id = self.optional_str(item, "id", index, where) or call_id
+            out: list[StreamEvent] = [ToolCallStarted(call_id, name, output_index, kind)]
+            known = self._items.get(item_id)
+            if known is None:
+                self._items[item_id] = _Item(call_id, kind, _ItemState.STREAMING)
+            elif known.call_id != call_id:
+                out.append(StreamAnomaly("item_id_reused", (known.call_id, call_id)))
+            return out
+        if itype in PROVIDER_EXECUTED_ITEMS:
+            item_id = self.field_str(item, "id", index, where)
+            name = item.get("name")
+            return [
+                ProviderToolCall(
+                    item_id, name if isinstance(name, str) and name else itype, itype, output_index
+                )
+            ]
+        call_id = item.get("call_id")
+        if isinstance(call_id, str) and call_id:
+            # A client-side call of a kind agent-gate cannot run: never drop it silently.
+            name = item.get("name")
+            label = name if isinstance(name, str) and name else itype
+            return [
+                ToolCallStarted(call_id, label, output_index, itype),
+                StreamAnomaly("unsupported_call_type", (call_id,)),
+            ]
+        return []
+
+    def _item_done(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+        where = "response.output_item.done"
+        item = self.field_map(data, "item", index, where)
+        output_index = self.field_int(data, "output_index", index, where)
+        itype = self.field_str(item, "type", index, where)
+        kind = _CALL_KINDS.get(itype)
+        if kind is None:
+            # Provider-executed and unsupported items: announcing again is idempotent.
+            return self._announce(item, output_index, index, where)
+        out = self._announce(item, output_index, index, where)
+        call_id = self.field_str(item, "call_id", index, where)
+        item_id = self.optional_str(item, "id", index, where) or call_id
+        self._items[item_id].state = _ItemState.DONE
+        status = item.get("status")
+        if kind == "function":
+            if status != "completed":
+                # Leave the call open: the response's terminal says why it ended.
+                return out
+            out.append(
+                ToolCallArgumentsDone(call_id, self.field_str(item, "arguments", index, where))
+            )
+            return out
+        # custom_tool_call: the SDK type has no status; when present it must say completed.
+        if status is not None and status != "completed":
+            return out
+        out.append(ToolCallArgumentsDone(call_id, self.field_str(item, "input", index, where)))
+        return out
+
+    def _delta(self, data: Mapping[str, Any], index: int, where: str) -> list[StreamEvent]:
+        item_id = self.field_str(data, "item_id", index, where)
+        delta = self.field_str(data, "delta", index, where)
+        item = self._items.get(item_id)
+        if item is None:
+            return [StreamAnomaly("delta_for_unknown_call")]
+        if item.state is _ItemState.DONE:
+            return [StreamAnomaly("delta_after_completion", (item.call_id,))]
+        return [ToolCallArgumentsDelta(item.call_id, delta)] if delta else []
+
+    def _snapshot(
+        self, data: Mapping[str, Any], key: str, index: int, where: str
+    ) -> list[StreamEvent]:
+        item_id = self.field_str(data, "item_id", index, where)
+        text = self.field_str(data, key, index, where)
+        item = self._items.get(item_id)
+        if item is None:
+            return [StreamAnomaly("snapshot_for_unknown_call")]
+        return [ToolCallArgumentsSnapshot(item.call_id, text)]
+
+
+def _error_code(error: object) -> str | None:
+    """The error's code (or type): an identifier, never its human message."""
+    if not isinstance(error, Mapping):
+        return None
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
