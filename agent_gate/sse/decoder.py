@@ -19,9 +19,14 @@ before the last terminator are joined once with the pending partial line, split
 into lines in C (``replace`` folds CRLF and lone CR into LF first), and each
 line costs a constant number of C-level operations plus its own length. Bytes
 after the last terminator are appended to a list of pieces and joined only when
-their line completes. Every byte is therefore scanned a bounded number of times
-whatever the chunking, one byte per call included: O(n) in the bytes fed, with
-no Python loop per character.
+their line completes. Complete lines of an event whose blank line has not come
+yet may be held back and joined with the next read, so that the event is
+tokenized once, whole; only as many bytes as the current read brought are ever
+held, so this at most doubles the copying. Every byte is therefore scanned a
+bounded number of times whatever the chunking, one byte per call included: O(n)
+in the bytes fed, with no Python loop per character. A read made of whole
+events (a server that flushes per event, a reader that keeps up) skips the
+cutting and joining altogether.
 
 Memory is bounded by the limits: the pending partial line by
 ``max_line_bytes`` (checked on every append) and the data of the event being
@@ -40,6 +45,8 @@ from agent_gate.sse.event import ServerSentEvent, StreamEnd
 
 _BOM = b"\xef\xbb\xbf"
 _CR = 13
+_LF = 10
+_COLON = 58
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _TYPE_CACHE_SIZE = 64  # distinct event types decoded once; providers use a few dozen
 
@@ -75,6 +82,8 @@ class SSEDecoder:
         "_data_bytes",
         "_etype",
         "_events",
+        "_held",
+        "_held_start",
         "_id_buf",
         "_last_id",
         "_line_start",
@@ -115,6 +124,8 @@ class SSEDecoder:
         self._line_start = 0  # stream offset of the first pending byte
         self._pending: list[bytes] = []  # pieces of the unterminated line
         self._pending_len = 0
+        self._held = b""  # complete lines of an unfinished event, not yet interpreted
+        self._held_start = 0
         self._skip_lf = False  # the last read ended in CR: a leading LF is its CRLF
         self._data: list[bytes] = []  # data values of the event being assembled
         self._data_bytes = 0  # sum of len(value) + 1 over the buffered data lines
@@ -165,10 +176,36 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[ServerSentEvent]:
         """Consume the next bytes of the stream; return the events they complete."""
+        if (
+            chunk.__class__ is bytes
+            and self._state is DecoderState.STREAMING
+            and not self._pending
+            and not self._held
+            and not self._skip_lf
+            and chunk.endswith(b"\n\n")
+            and len(chunk) <= self._max_line
+            and b"\r" not in chunk
+            and self._received + len(chunk) <= self._max_stream
+        ):
+            # The read is whole events, as when a server flushes each event and
+            # the reader keeps up: interpret it as it is, no cutting, no joining.
+            out: list[ServerSentEvent] = []
+            base = self._received
+            self._received = self._line_start = base + len(chunk)
+            try:
+                self._interpret(chunk, chunk, base, out)  # type: ignore[arg-type]
+            except SSELimitExceeded as exc:
+                self._state = DecoderState.ERROR
+                exc.events[:0] = out
+                raise
+            return out
+        return self._feed(chunk)
+
+    def _feed(self, chunk: bytes | bytearray | memoryview) -> list[ServerSentEvent]:
         if self._state is DecoderState.ENDED or self._state is DecoderState.ERROR:
             raise SSEStateError(f"feed() after the decoder reached state {self._state.value}")
         data = chunk if chunk.__class__ is bytes else bytes(chunk)
-        out: list[ServerSentEvent] = []
+        out = []
         if not data:
             return out
         base = self._received
@@ -217,12 +254,14 @@ class SSEDecoder:
         """
         if self._state is DecoderState.ENDED:
             raise SSEStateError("end() called twice")
+        within_limits = self._release_held()
         pending_line = self._pending_len + len(self._probe)
         partial_is_field = bool(pending_line) and not (
             self._pending and self._pending[0][:1] == b":"
         )
         discarded = (
-            bool(self._data)
+            not within_limits
+            or bool(self._data)
             or bool(self._etype)
             or self._id_buf != self._last_id
             or partial_is_field
@@ -256,19 +295,24 @@ class SSEDecoder:
                     "max_line_bytes", self._max_line, self._line_start, self._events
                 )
             return
-        head = data[: last + 1]
-        if self._pending:
-            self._pending.append(head)
-            head = b"".join(self._pending)
-            self._pending.clear()
+        if self._held:
+            head_start = self._held_start
+            self._pending.insert(0, self._held)
+            self._held = b""
+        elif self._pending:
             head_start = self._line_start
         else:
             head_start = base
+        if self._pending:
+            self._pending.append(data[: last + 1])
+            head = b"".join(self._pending)
+            self._pending.clear()
+        else:
+            head = data[: last + 1]
         self._pending_len = 0
         self._skip_lf = data[-1] == _CR
-        text = head
-        if b"\r" in text:
-            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        crlf = b"\r" in head
+        text = head.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if crlf else head
         if len(head) > self._max_line + 1:
             lengths = [len(line) for line in text.split(b"\n")]
             if max(lengths) > self._max_line:
@@ -280,7 +324,27 @@ class SSEDecoder:
                     _line_offset(head, head_start, bad),
                     self._events,
                 )
-        self._interpret(text, head, head_start, out)
+        if not crlf:
+            # Hold back the lines of an event that is not finished yet, so that it
+            # is tokenized once, whole, when its blank line arrives. Held bytes are
+            # joined again with the next read, so only as many as this read brought
+            # are held: each byte is copied a bounded number of times. Lines that
+            # act at once (retry, comments) or a leading blank line are not held.
+            cut = text.rfind(b"\n\n")
+            keep = cut + 2 if cut >= 0 else 0
+            if 0 < len(text) - keep <= len(data):
+                held = text[keep:]
+                if (
+                    held[0] != _LF
+                    and held[0] != _COLON
+                    and b"\n:" not in held
+                    and b"retry" not in held
+                ):
+                    self._held = held
+                    self._held_start = head_start + keep
+                    text = head = text[:keep]
+        if text:
+            self._interpret(text, head, head_start, out)
         tail = data[last + 1 :]
         self._line_start = base + last + 1
         if tail:
@@ -290,6 +354,20 @@ class SSEDecoder:
                 raise SSELimitExceeded(
                     "max_line_bytes", self._max_line, self._line_start, self._events
                 )
+
+    def _release_held(self) -> bool:
+        """Interpret held lines at the end; False if that exceeded a limit.
+
+        Held lines hold no blank line, so nothing can be dispatched here.
+        """
+        if not self._held:
+            return True
+        held, self._held = self._held, b""
+        try:
+            self._interpret(held, held, self._held_start, [])
+        except SSELimitExceeded:
+            return False
+        return True
 
     def _interpret(
         self, text: bytes, head: bytes, head_start: int, out: list[ServerSentEvent]

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from agent_gate.sse import ServerSentEvent, SSEDecoder, SSEStateError
+from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded, SSEStateError
 
 
 def decode(stream: bytes, *chunks: int) -> tuple[list[ServerSentEvent], SSEDecoder]:
@@ -291,3 +291,29 @@ def test_accepts_bytearray_and_memoryview() -> None:
     decoder = SSEDecoder()
     events = decoder.feed(bytearray(b"data: a\n")) + decoder.feed(memoryview(b"\n"))
     assert events == [ServerSentEvent("message", "a", "")]
+
+
+def test_retry_and_comments_take_effect_before_the_event_finishes() -> None:
+    # The decoder may defer the lines of an unfinished event, but never a field
+    # that acts at once: the retry time and heartbeat comments are visible now.
+    decoder = SSEDecoder()
+    decoder.feed(b"data: a\n\nretry: 5\n: beat\ndata: b\n")
+    assert decoder.retry == 5
+    assert decoder.comments == 1
+
+
+def test_unfinished_event_over_the_data_limit_is_reported_when_it_goes_on() -> None:
+    decoder = SSEDecoder(max_event_bytes=4)
+    decoder.feed(b"data: 123456\n")
+    with pytest.raises(SSELimitExceeded) as info:
+        decoder.feed(b"\n")
+    assert (info.value.limit, info.value.offset, info.value.event_index) == (
+        "max_event_bytes",
+        0,
+        0,
+    )
+    decoder = SSEDecoder(max_event_bytes=4)
+    decoder.feed(b"data: 123456\n")
+    end = decoder.end()  # the stream ended first: the event is discarded, no error
+    assert end.discarded_partial_event is True
+    assert end.events == 0
