@@ -292,9 +292,13 @@ class Accumulator:
             self._after_terminal += 1
             return []
         released: list[ToolCall] = []
-        progressed = False
-        for normalized in self._adapter.translate(wire, self._index):
-            progressed |= self._apply(normalized, released)
+        normalized = self._adapter.translate(wire, self._index)
+        # A known event with nothing for the accumulator (response.created, a usage
+        # chunk) is still the server producing output; only heartbeats and unknown
+        # types are not progress.
+        progressed = not normalized
+        for item in normalized:
+            progressed |= self._apply(item, released)
         if progressed:
             self._progress += 1
         return released
