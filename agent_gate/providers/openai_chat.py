@@ -87,7 +87,8 @@ class OpenAIChatAdapter(ProviderAdapter):
         if not isinstance(choices, list):
             raise self.malformed(index, "field 'choices' is not a list")
         out: list[StreamEvent] = []
-        chunk_id = data.get("id") if isinstance(data.get("id"), str) else ""
+        raw_id = data.get("id")
+        chunk_id = raw_id if isinstance(raw_id, str) else ""
         for choice in choices:
             if not isinstance(choice, Mapping):
                 raise self.malformed(index, "a choice is not an object")

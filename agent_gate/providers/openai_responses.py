@@ -167,20 +167,15 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             return out
         if itype in PROVIDER_EXECUTED_ITEMS:
             item_id = self.field_str(item, "id", index, where)
-            name = item.get("name")
-            return [
-                ProviderToolCall(
-                    item_id, name if isinstance(name, str) and name else itype, itype, output_index
-                )
-            ]
-        call_id = item.get("call_id")
-        if isinstance(call_id, str) and call_id:
+            label = self.optional_str(item, "name", index, where) or itype
+            return [ProviderToolCall(item_id, label, itype, output_index)]
+        other_call_id = item.get("call_id")
+        if isinstance(other_call_id, str) and other_call_id:
             # A client-side call of a kind agent-gate cannot run: never drop it silently.
-            name = item.get("name")
-            label = name if isinstance(name, str) and name else itype
+            label = self.optional_str(item, "name", index, where) or itype
             return [
-                ToolCallStarted(call_id, label, output_index, itype),
-                StreamAnomaly("unsupported_call_type", (call_id,)),
+                ToolCallStarted(other_call_id, label, output_index, itype),
+                StreamAnomaly("unsupported_call_type", (other_call_id,)),
             ]
         return []
 

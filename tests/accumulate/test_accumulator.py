@@ -8,6 +8,7 @@ or as pydantic objects standing in for an official SDK's typed events.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from agent_gate.accumulate import (
     AccumulatorClosedError,
     AccumulatorLimitExceeded,
     DispatchMode,
+    stream_calls,
 )
 from agent_gate.calls import CallStatus, Terminal, TerminalKind
 from agent_gate.errors import AgentGateError
@@ -623,3 +625,13 @@ def test_anthropic_start_input_is_used_only_when_no_fragments_follow() -> None:
         ],
     )
     assert call.arguments == {"given": True}
+
+
+def test_a_recorded_stream_with_comments_counts_its_keep_alive_as_a_heartbeat() -> None:
+    path = Path(__file__).resolve().parents[1] / "transcripts" / "openai_chat"
+    raw = (path / "comments_and_keepalives.sse").read_bytes()
+    acc = Accumulator("openai-chat")
+    [call] = list(stream_calls([raw], acc))
+    assert call.arguments == {"city": "Lisbon", "unit": "celsius"}
+    stats = acc.stats
+    assert (stats.events, stats.heartbeats, stats.progress_events) == (7, 1, 6)
