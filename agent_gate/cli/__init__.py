@@ -12,7 +12,11 @@ import importlib
 import click
 
 # Modules that add commands to the top-level group, in help order.
-_COMMAND_MODULES: tuple[str, ...] = ("agent_gate.cli.sse", "agent_gate.cli.calls")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "agent_gate.cli.sse",
+    "agent_gate.cli.calls",
+    "agent_gate.cli.policy",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

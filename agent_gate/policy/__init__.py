@@ -1,0 +1,78 @@
+"""Authorization policies for tool calls: a YAML format and a default-deny evaluator.
+
+This package is pure: no database, no network, no clock. The gate loads a
+``Policy`` once, asks it for a ``Decision`` per call (passing the per-task usage
+its ledger counted), applies ``tool_overrides`` to the registry's classes, and
+stores ``redact(...)`` output in the audit trail. See ``policies/README.md`` for
+the file format.
+
+    policy = Policy.load("policies/example.yaml")
+    decision = policy.evaluate(
+        "send_email",
+        {"to": "ana@example.com", "subject": "hi", "body": "..."},
+        principal=Principal(id="u1", roles={"support"}),
+        task_scope=TaskScope(task_id="t1", name="support"),
+        usage={limit.key: 0 for limit in policy.limits("send_email")},
+    )
+    decision.effect        # DecisionEffect.ALLOW / APPROVE / DENY
+    decision.rule_ids      # ids that decided
+    decision.policy_hash   # bind approvals to this
+"""
+
+from __future__ import annotations
+
+from agent_gate.policy.errors import PolicyError, PolicyLoadError, Problem
+from agent_gate.policy.evaluator import (
+    BUILTIN_BAD_ARGUMENTS,
+    BUILTIN_DEFAULT_DENY,
+    BUILTIN_TASK_SCOPE,
+    BUILTIN_UNKNOWN_SCOPE,
+    BUILTIN_UNKNOWN_TOOL,
+    LimitRule,
+)
+from agent_gate.policy.policy import Policy
+from agent_gate.policy.redaction import RedactionRule, redact_arguments, redacted_value
+from agent_gate.policy.values import (
+    Decision,
+    DecisionEffect,
+    EffectiveClass,
+    Idempotency,
+    LimitCheck,
+    Principal,
+    RuleTrace,
+    TaskScope,
+    ToolEffect,
+    ToolOverrides,
+    Truth,
+    safer_effect,
+    safer_idempotency,
+)
+
+__all__ = [
+    "BUILTIN_BAD_ARGUMENTS",
+    "BUILTIN_DEFAULT_DENY",
+    "BUILTIN_TASK_SCOPE",
+    "BUILTIN_UNKNOWN_SCOPE",
+    "BUILTIN_UNKNOWN_TOOL",
+    "Decision",
+    "DecisionEffect",
+    "EffectiveClass",
+    "Idempotency",
+    "LimitCheck",
+    "LimitRule",
+    "Policy",
+    "PolicyError",
+    "PolicyLoadError",
+    "Principal",
+    "Problem",
+    "RedactionRule",
+    "RuleTrace",
+    "TaskScope",
+    "ToolEffect",
+    "ToolOverrides",
+    "Truth",
+    "redact_arguments",
+    "redacted_value",
+    "safer_effect",
+    "safer_idempotency",
+]

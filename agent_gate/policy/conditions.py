@@ -1,0 +1,188 @@
+"""Condition trees: subjects, combinators and three-valued (Kleene) logic.
+
+``all`` is false as soon as one part is false, an error if no part is false but
+one is an error, true otherwise; ``any`` mirrors it; ``not`` swaps true and false
+and keeps errors. That way an argument that breaks one operator can never flip
+a whole rule into granting: the error travels up and the evaluator fails closed.
+
+``each`` and ``some`` apply a condition to every element of a list. Both are
+false on an empty list: "every recipient is internal" proves nothing about a
+call with no recipients, and a policy that must accept empty lists says so with
+``any: [{absent: true}, ...]`` or ``length: {max: 0}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from agent_gate.policy.model import Condition
+from agent_gate.policy.operators import Check, Operator, compile_operator
+from agent_gate.policy.paths import MISSING, ArgPath, display, parse_path, resolve
+from agent_gate.policy.values import Truth
+
+__all__ = ["Compiled", "EvalContext", "Result", "compile_condition", "evaluate_all"]
+
+MAX_EACH_ITEMS: Final = 10_000
+
+_WORD: Final = {Truth.TRUE: "yes", Truth.FALSE: "no", Truth.ERROR: "cannot tell"}
+
+
+@dataclass(frozen=True, slots=True)
+class EvalContext:
+    """What conditions can look at for one call."""
+
+    arguments: dict[str, Any]
+    principal: dict[str, Any]
+    task: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    truth: Truth
+    detail: str
+
+
+class Compiled(Protocol):
+    def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result: ...
+
+
+def _leaf_detail(subject: str, phrase: str, check: Check) -> str:
+    why = f" ({check.why})" if check.why and check.truth is not Truth.TRUE else ""
+    return f"{subject} {phrase}: {_WORD[check.truth]}{why}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Subject:
+    root: str  # "arg", "principal", "task", "field" or "element"
+    path: ArgPath
+
+    def describe(self) -> str:
+        if self.root == "element":
+            return "element"
+        if self.root == "field":
+            return f"element field '{display(self.path)}'"
+        return f"{self.root} '{display(self.path)}'"
+
+    def value(self, ctx: EvalContext, element: Any) -> Any:
+        if self.root == "arg":
+            return resolve(ctx.arguments, self.path)
+        if self.root == "principal":
+            return resolve(ctx.principal, self.path)
+        if self.root == "task":
+            return resolve(ctx.task, self.path)
+        if self.root == "field":
+            return resolve(element, self.path)
+        return element
+
+
+def _subject(condition: Condition) -> _Subject:
+    for root in ("arg", "principal", "task", "field"):
+        text = getattr(condition, "field_" if root == "field" else root)
+        if text is not None:
+            return _Subject(root, parse_path(text))
+    return _Subject("element", ())
+
+
+@dataclass(frozen=True, slots=True)
+class _Leaf:
+    subject: _Subject
+    operator: Operator
+
+    def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
+        check = self.operator(self.subject.value(ctx, element))
+        return Result(
+            check.truth, _leaf_detail(self.subject.describe(), self.operator.phrase, check)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Each:
+    subject: _Subject
+    inner: Compiled
+    need_all: bool
+
+    def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
+        name = "each" if self.need_all else "some"
+        subject = self.subject.describe()
+        value = self.subject.value(ctx, element)
+        if value is MISSING:
+            return Result(Truth.FALSE, f"{subject} {name}: no (field is absent)")
+        if not isinstance(value, list):
+            return Result(Truth.ERROR, f"{subject} {name}: cannot tell (not a list)")
+        if not value:
+            return Result(Truth.FALSE, f"{subject} {name}: no (empty list)")
+        if len(value) > MAX_EACH_ITEMS:
+            return Result(
+                Truth.ERROR, f"{subject} {name}: cannot tell (more than {MAX_EACH_ITEMS} items)"
+            )
+        results = [self.inner(ctx, item) for item in value]
+        combined = _kleene_all(results) if self.need_all else _kleene_any(results)
+        index = next((i for i, r in enumerate(results) if r.truth is combined.truth), 0)
+        return Result(combined.truth, f"{subject} {name} [item {index}: {results[index].detail}]")
+
+
+def _kleene_all(results: Sequence[Result]) -> Result:
+    for truth in (Truth.FALSE, Truth.ERROR):
+        for result in results:
+            if result.truth is truth:
+                return result
+    return Result(Truth.TRUE, "; ".join(r.detail for r in results))
+
+
+def _kleene_any(results: Sequence[Result]) -> Result:
+    for truth in (Truth.TRUE, Truth.ERROR):
+        for result in results:
+            if result.truth is truth:
+                return result
+    return Result(Truth.FALSE, "; ".join(r.detail for r in results))
+
+
+@dataclass(frozen=True, slots=True)
+class _Combine:
+    parts: tuple[Compiled, ...]
+    need_all: bool
+
+    def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
+        results = [part(ctx, element) for part in self.parts]
+        if self.need_all:
+            return _kleene_all(results)
+        combined = _kleene_any(results)
+        if combined.truth is Truth.FALSE:
+            return Result(Truth.FALSE, "none of: " + combined.detail)
+        return combined
+
+
+@dataclass(frozen=True, slots=True)
+class _Not:
+    inner: Compiled
+
+    def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
+        result = self.inner(ctx, element)
+        flipped = {Truth.TRUE: Truth.FALSE, Truth.FALSE: Truth.TRUE, Truth.ERROR: Truth.ERROR}
+        return Result(flipped[result.truth], f"not ({result.detail})")
+
+
+def compile_condition(condition: Condition) -> Compiled:
+    """Turn a validated condition into a callable, compiling regexes and networks once."""
+    combinator = condition.combinator
+    if combinator == "all":
+        return _Combine(tuple(compile_condition(c) for c in condition.operand("all")), True)
+    if combinator == "any":
+        return _Combine(tuple(compile_condition(c) for c in condition.operand("any")), False)
+    if combinator == "not":
+        return _Not(compile_condition(condition.operand("not")))
+    operator = condition.operator
+    subject = _subject(condition)
+    if operator in ("each", "some"):
+        inner = compile_condition(condition.operand(operator))
+        return _Each(subject, inner, need_all=operator == "each")
+    return _Leaf(subject, compile_operator(condition))
+
+
+def evaluate_all(parts: Sequence[Compiled], ctx: EvalContext) -> Result:
+    """A rule's ``when`` list: all must hold; an empty list always holds."""
+    if not parts:
+        return Result(Truth.TRUE, "no conditions")
+    return _kleene_all([part(ctx) for part in parts])

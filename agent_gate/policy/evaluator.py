@@ -1,0 +1,368 @@
+"""Deciding one call: default deny, deny > approve > allow, then per-task limits.
+
+The order of checks, each of which can only make the answer stricter:
+
+1. the tool must be declared in the policy (else ``agent-gate:unknown-tool``),
+   and the arguments must be a JSON object (``agent-gate:bad-arguments``);
+2. the task's scope must include the tool (``agent-gate:task-scope``; an unknown
+   scope name is ``agent-gate:unknown-scope``);
+3. every rule that applies to the tool is evaluated, in no particular order
+   (order never changes the outcome, as in Cedar). A ``deny`` rule that holds
+   denies. A ``deny`` or ``approve`` rule that *cannot be evaluated* also denies:
+   we cannot tell whether its guard would have fired. Otherwise an ``approve`` rule
+   that holds asks for a human, and an ``allow`` rule that holds allows. No rule
+   holding is ``agent-gate:default-deny``;
+4. if the call is not denied, each per-task limit of the tool is checked against
+   the usage the caller passed in: going over a limit denies (or asks for approval
+   when the limit says ``effect: approve``), and a limit whose usage is missing or
+   whose argument is not a usable number denies.
+
+The decision names the ids that decided it, and every rule's outcome is kept in
+``Decision.rules`` for ``agent-gate policy explain`` and the audit trail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
+
+from agent_gate.policy.conditions import Compiled, EvalContext, compile_condition, evaluate_all
+from agent_gate.policy.model import GlobalRule, Limit, Rule
+from agent_gate.policy.paths import ArgPath, display, parse_path, resolve
+from agent_gate.policy.values import (
+    Decision,
+    DecisionEffect,
+    LimitCheck,
+    Principal,
+    RuleTrace,
+    TaskScope,
+    Truth,
+)
+
+__all__ = [
+    "BUILTIN_BAD_ARGUMENTS",
+    "BUILTIN_DEFAULT_DENY",
+    "BUILTIN_TASK_SCOPE",
+    "BUILTIN_UNKNOWN_SCOPE",
+    "BUILTIN_UNKNOWN_TOOL",
+    "CompiledRule",
+    "LimitRule",
+    "decide",
+]
+
+BUILTIN_UNKNOWN_TOOL: Final = "agent-gate:unknown-tool"
+BUILTIN_BAD_ARGUMENTS: Final = "agent-gate:bad-arguments"
+BUILTIN_TASK_SCOPE: Final = "agent-gate:task-scope"
+BUILTIN_UNKNOWN_SCOPE: Final = "agent-gate:unknown-scope"
+BUILTIN_DEFAULT_DENY: Final = "agent-gate:default-deny"
+
+Usage = Mapping[str, int | float | Decimal]
+
+
+def _name(text: str) -> str:
+    """A tool or scope name as it may appear in a reason: bounded and quoted."""
+    return repr(text if len(text) <= 80 else text[:80] + "…")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    id: str
+    effect: DecisionEffect
+    when: tuple[Compiled, ...]
+    reason: str | None
+    tools: frozenset[str] | None = None
+
+    @classmethod
+    def build(cls, rule: Rule) -> CompiledRule:
+        tools = None
+        if isinstance(rule, GlobalRule) and rule.tools is not None:
+            tools = frozenset(rule.tools)
+        return cls(
+            id=rule.id,
+            effect=rule.effect,
+            when=tuple(compile_condition(c) for c in rule.when),
+            reason=rule.reason,
+            tools=tools,
+        )
+
+    def applies_to(self, tool: str) -> bool:
+        return self.tools is None or tool in self.tools
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRule:
+    """A per-task limit of one tool, as the gate needs it to count usage.
+
+    ``key`` is the counter's name in the usage mapping: ``<tool>/calls`` for a
+    call count, ``<tool>/sum/<argument>`` for a running total. Two limits on the
+    same counter (say, approve above 500 and deny above 2000) share one key.
+    ``amount(arguments)`` is what this call adds to the counter, or ``None`` when
+    the argument is absent, not a finite number, or negative (a negative amount
+    would lower the running total; such a call is denied).
+    """
+
+    id: str
+    tool: str
+    key: str
+    argument: ArgPath | None
+    maximum: Decimal
+    effect: DecisionEffect
+    reason: str | None
+
+    @classmethod
+    def build(cls, tool: str, limit: Limit) -> LimitRule:
+        if limit.max_calls is not None:
+            return cls(
+                id=limit.id,
+                tool=tool,
+                key=f"{tool}/calls",
+                argument=None,
+                maximum=Decimal(limit.max_calls),
+                effect=limit.decision_effect,
+                reason=limit.reason,
+            )
+        assert limit.sum is not None and limit.max is not None
+        path = parse_path(limit.sum)
+        return cls(
+            id=limit.id,
+            tool=tool,
+            key=f"{tool}/sum/{display(path)}",
+            argument=path,
+            maximum=Decimal(str(limit.max)),
+            effect=limit.decision_effect,
+            reason=limit.reason,
+        )
+
+    @property
+    def kind(self) -> str:
+        return "calls" if self.argument is None else "sum"
+
+    def amount(self, arguments: Mapping[str, Any]) -> Decimal | None:
+        if self.argument is None:
+            return Decimal(1)
+        value = resolve(dict(arguments), self.argument)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        amount = Decimal(str(value))
+        return amount if amount >= 0 else None
+
+    def check(self, arguments: Mapping[str, Any], usage: Usage | None) -> LimitCheck:
+        label = (self.reason or "").rstrip(". ") or (
+            f"at most {self.maximum} calls of {_name(self.tool)} per task"
+            if self.argument is None
+            else f"total '{display(self.argument)}' of {_name(self.tool)} per task "
+            f"at most {self.maximum}"
+        )
+        amount = self.amount(arguments)
+        used = _usage_value(usage, self.key)
+        if used is None:
+            return LimitCheck(
+                id=self.id,
+                key=self.key,
+                maximum=self.maximum,
+                used=None,
+                amount=amount,
+                exceeded=True,
+                effect=DecisionEffect.DENY,
+                reason=f"{self.id}: {label}; no usage for counter '{self.key}' was supplied "
+                "(the ledger must count it), so the call is denied",
+            )
+        if amount is None:
+            return LimitCheck(
+                id=self.id,
+                key=self.key,
+                maximum=self.maximum,
+                used=used,
+                amount=None,
+                exceeded=True,
+                effect=DecisionEffect.DENY,
+                reason=f"{self.id}: {label}; argument '{display(self.argument or ())}' is "
+                "absent, not a finite number, or negative, so it cannot be counted",
+            )
+        exceeded = used + amount > self.maximum
+        if exceeded:
+            verdict = "is denied" if self.effect is DecisionEffect.DENY else "needs approval"
+            text = (
+                f"already used {used} of {self.maximum}; this call would go over, so it {verdict}"
+            )
+        else:
+            text = f"used {used} of {self.maximum}; this call stays within it"
+        return LimitCheck(
+            id=self.id,
+            key=self.key,
+            maximum=self.maximum,
+            used=used,
+            amount=amount,
+            exceeded=exceeded,
+            effect=self.effect,
+            reason=f"{self.id}: {label}; {text}",
+        )
+
+
+def _usage_value(usage: Usage | None, key: str) -> Decimal | None:
+    if usage is None or key not in usage:
+        return None
+    value = usage[key]
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return None
+    try:
+        number = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        return None
+    if not number.is_finite() or number < 0:
+        return None
+    return number
+
+
+def _deny(tool: str, rule_id: str, reason: str, policy_hash: str) -> Decision:
+    return Decision(
+        effect=DecisionEffect.DENY,
+        tool=tool,
+        rule_ids=(rule_id,),
+        reasons=(reason,),
+        policy_hash=policy_hash,
+    )
+
+
+def _scope_denial(
+    tool: str, scope: TaskScope, scopes: Mapping[str, frozenset[str]], policy_hash: str
+) -> Decision | None:
+    if scope.tools is not None and tool not in scope.tools:
+        return _deny(
+            tool,
+            BUILTIN_TASK_SCOPE,
+            f"the task is limited to {len(scope.tools)} tool(s) and {_name(tool)} is not one "
+            "of them",
+            policy_hash,
+        )
+    if scope.name is not None:
+        allowed = scopes.get(scope.name)
+        if allowed is None:
+            return _deny(
+                tool,
+                BUILTIN_UNKNOWN_SCOPE,
+                f"the task's scope {_name(scope.name)} is not declared in the policy; "
+                "every call of such a task is denied",
+                policy_hash,
+            )
+        if tool not in allowed:
+            return _deny(
+                tool,
+                BUILTIN_TASK_SCOPE,
+                f"scope {_name(scope.name)} does not include {_name(tool)}",
+                policy_hash,
+            )
+    return None
+
+
+def _rule_sentence(rule: CompiledRule, truth: Truth, detail: str) -> str:
+    if truth is Truth.ERROR:
+        return (
+            f"{rule.id} ({rule.effect.value}) could not be evaluated, so the call is denied "
+            f"(fail closed): {detail}"
+        )
+    because = f"{rule.reason} " if rule.reason else ""
+    return f"{rule.id} ({rule.effect.value}): {because}[{detail}]"
+
+
+def decide(
+    *,
+    tool: str,
+    arguments: Any,
+    rules: Sequence[CompiledRule] | None,
+    limits: Sequence[LimitRule],
+    scopes: Mapping[str, frozenset[str]],
+    principal: Principal | None,
+    task_scope: TaskScope | None,
+    usage: Usage | None,
+    policy_hash: str,
+) -> Decision:
+    """The decision for one call; ``rules`` is ``None`` when the tool is not declared."""
+    if rules is None:
+        return _deny(
+            tool,
+            BUILTIN_UNKNOWN_TOOL,
+            f"tool {_name(tool)} is not declared in the policy; unknown tools are denied",
+            policy_hash,
+        )
+    if not isinstance(arguments, Mapping):
+        return _deny(
+            tool, BUILTIN_BAD_ARGUMENTS, "the arguments are not a JSON object", policy_hash
+        )
+    if task_scope is not None:
+        denial = _scope_denial(tool, task_scope, scopes, policy_hash)
+        if denial is not None:
+            return denial
+
+    ctx = EvalContext(
+        arguments=dict(arguments),
+        principal=(principal or Principal()).as_subject(),
+        task=task_scope.as_subject() if task_scope is not None else {"attributes": {}},
+    )
+    traces: list[RuleTrace] = []
+    by_effect: dict[DecisionEffect, list[str]] = {e: [] for e in DecisionEffect}
+    sentences: dict[str, str] = {}
+    for rule in rules:
+        result = evaluate_all(rule.when, ctx)
+        traces.append(RuleTrace(rule.id, rule.effect, result.truth, result.detail))
+        sentences[rule.id] = _rule_sentence(rule, result.truth, result.detail)
+        if result.truth is Truth.TRUE:
+            by_effect[rule.effect].append(rule.id)
+        elif result.truth is Truth.ERROR and rule.effect is not DecisionEffect.ALLOW:
+            by_effect[DecisionEffect.DENY].append(rule.id)
+
+    if by_effect[DecisionEffect.DENY]:
+        effect = DecisionEffect.DENY
+        ids = by_effect[DecisionEffect.DENY]
+        reasons = [sentences[i] for i in ids]
+    elif by_effect[DecisionEffect.APPROVE]:
+        effect = DecisionEffect.APPROVE
+        ids = by_effect[DecisionEffect.APPROVE]
+        reasons = [sentences[i] for i in ids]
+    elif by_effect[DecisionEffect.ALLOW]:
+        effect = DecisionEffect.ALLOW
+        ids = by_effect[DecisionEffect.ALLOW]
+        reasons = [sentences[i] for i in ids]
+    else:
+        effect = DecisionEffect.DENY
+        ids = [BUILTIN_DEFAULT_DENY]
+        reasons = [f"no rule allows this call of {_name(tool)} (default deny)"]
+        reasons += [
+            f"{t.id} ({t.effect.value}) does not apply: {t.detail}"
+            for t in traces
+            if t.effect is not DecisionEffect.DENY
+        ]
+
+    checks: list[LimitCheck] = []
+    if effect is not DecisionEffect.DENY:
+        checks = [limit.check(arguments, usage) for limit in limits]
+        over_deny = [c for c in checks if c.exceeded and c.effect is DecisionEffect.DENY]
+        over_approve = [c for c in checks if c.exceeded and c.effect is DecisionEffect.APPROVE]
+        if over_deny:
+            effect = DecisionEffect.DENY
+            ids = [c.id for c in over_deny]
+            reasons = [c.reason for c in over_deny] + reasons
+        elif over_approve:
+            if effect is DecisionEffect.ALLOW:
+                effect = DecisionEffect.APPROVE
+                ids = [c.id for c in over_approve]
+            else:
+                ids = ids + [c.id for c in over_approve]
+            reasons = [c.reason for c in over_approve] + reasons
+        else:
+            reasons += [c.reason for c in checks]
+
+    return Decision(
+        effect=effect,
+        tool=tool,
+        rule_ids=tuple(ids),
+        reasons=tuple(reasons),
+        policy_hash=policy_hash,
+        rules=tuple(traces),
+        limits=tuple(checks),
+    )

@@ -1,0 +1,43 @@
+"""Canonical JSON and the hashes a decision carries.
+
+A decision records ``policy_hash``: SHA-256 over the canonical JSON of the
+*validated* policy (keys sorted, no insignificant whitespace, UTF-8, defaults
+written out). Reformatting the YAML, reordering mapping keys, adding comments or
+writing a default explicitly therefore keeps the hash, so approvals bound to it
+survive cosmetic edits; any change of meaning (a rule, a bound, the order of
+list items) changes it. The raw file's SHA-256 is kept next to it as
+``source_sha256`` for provenance ("which bytes were deployed").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+__all__ = ["canonical_json", "digest", "sha256_hex"]
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes; refuses NaN and infinities, which have no JSON form."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8", "surrogatepass")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any, key: bytes | None = None) -> str:
+    """``sha256:<hex>`` of a value's canonical JSON, or ``hmac-sha256:<hex>`` with a key.
+
+    Unkeyed hashes of short values (an amount, an e-mail address) can be reversed
+    by guessing; a secret key makes the stored digest useless to whoever only has
+    the audit trail, while still letting the key holder prove what was sent.
+    """
+    data = canonical_json(value)
+    if key is None:
+        return "sha256:" + sha256_hex(data)
+    return "hmac-sha256:" + hmac.new(key, data, hashlib.sha256).hexdigest()

@@ -1,0 +1,166 @@
+"""``Policy``: a loaded, compiled policy file and the calls the gate makes on it.
+
+A ``Policy`` is immutable and holds no connection, clock or cache that changes
+its answers: the same policy, call, principal, scope and usage always give the
+same ``Decision``. That is what lets the ledger bind an approval to
+``policy.hash`` and trust that the answer it approved is the answer it gets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from decimal import Decimal
+from types import MappingProxyType
+from typing import Any
+
+from agent_gate.policy.errors import PolicyLoadError, Problem
+from agent_gate.policy.evaluator import CompiledRule, LimitRule, decide
+from agent_gate.policy.hashing import canonical_json, sha256_hex
+from agent_gate.policy.loader import load_document
+from agent_gate.policy.model import PolicyDocument
+from agent_gate.policy.redaction import RedactionRule, redact_arguments
+from agent_gate.policy.values import Decision, Principal, TaskScope, ToolOverrides
+from agent_gate.policy.yamlsource import MAX_POLICY_BYTES
+
+__all__ = ["Policy"]
+
+
+class Policy:
+    """A validated policy, ready to evaluate calls.
+
+    Build one with ``Policy.load(path)`` or ``Policy.from_text(text, source=...)``;
+    both raise ``PolicyLoadError`` naming file, line and key on any problem.
+    """
+
+    def __init__(self, document: PolicyDocument, *, source: str, source_sha256: str) -> None:
+        self._document = document
+        self._source = source
+        self._source_sha256 = source_sha256
+        self._hash = "sha256:" + sha256_hex(
+            canonical_json(document.model_dump(mode="json", by_alias=True))
+        )
+        global_rules = [CompiledRule.build(rule) for rule in document.rules]
+        self._rules: dict[str, tuple[CompiledRule, ...]] = {}
+        self._limits: dict[str, tuple[LimitRule, ...]] = {}
+        self._redaction: dict[str, tuple[RedactionRule, ...]] = {}
+        common_redaction = tuple(RedactionRule.parse(r.path, r.preview) for r in document.redact)
+        for name, tool in document.tools.items():
+            own = [CompiledRule.build(rule) for rule in tool.rules]
+            self._rules[name] = tuple([r for r in global_rules if r.applies_to(name)] + own)
+            self._limits[name] = tuple(LimitRule.build(name, limit) for limit in tool.limits)
+            self._redaction[name] = common_redaction + tuple(
+                RedactionRule.parse(r.path, r.preview) for r in tool.redact
+            )
+        self._common_redaction = common_redaction
+        self._scopes: Mapping[str, frozenset[str]] = MappingProxyType(
+            {name: frozenset(scope.tools) for name, scope in document.scopes.items()}
+        )
+
+    # --- construction ------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Policy:
+        """Read and validate a policy file."""
+        source = os.fspath(path)
+        try:
+            with open(source, "rb") as handle:
+                raw = handle.read(MAX_POLICY_BYTES + 1)
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise PolicyLoadError(
+                [Problem(source, None, None, "", f"cannot read: {reason}")]
+            ) from None
+        return cls.from_text(raw, source=source)
+
+    @classmethod
+    def from_text(cls, text: str | bytes, *, source: str = "<policy>") -> Policy:
+        """Validate policy text; ``source`` is the name used in error messages."""
+        raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+        document = load_document(text, source)
+        return cls(document, source=source, source_sha256=sha256_hex(raw))
+
+    # --- identity ----------------------------------------------------------------
+
+    @property
+    def hash(self) -> str:
+        """``sha256:<hex>`` of the canonical policy (survives reformatting, not edits)."""
+        return self._hash
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def source_sha256(self) -> str:
+        """SHA-256 of the exact bytes the policy was read from."""
+        return self._source_sha256
+
+    @property
+    def document(self) -> PolicyDocument:
+        return self._document
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return tuple(self._document.tools)
+
+    @property
+    def scopes(self) -> Mapping[str, frozenset[str]]:
+        return self._scopes
+
+    def __repr__(self) -> str:
+        return f"Policy(source={self._source!r}, hash={self._hash[:19]}…)"
+
+    # --- what the gate calls -------------------------------------------------------
+
+    def evaluate(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        principal: Principal | None = None,
+        task_scope: TaskScope | None = None,
+        usage: Mapping[str, int | float | Decimal] | None = None,
+    ) -> Decision:
+        """Decide one call. Never raises for anything about the call itself.
+
+        ``usage`` maps each counter key of ``limits(tool)`` to what the task has
+        used so far; the ledger computes it in the transaction that authorizes
+        the call. A limit whose counter is missing from ``usage`` denies.
+        """
+        return decide(
+            tool=tool,
+            arguments=arguments,
+            rules=self._rules.get(tool),
+            limits=self._limits.get(tool, ()),
+            scopes=self._scopes,
+            principal=principal,
+            task_scope=task_scope,
+            usage=usage,
+            policy_hash=self._hash,
+        )
+
+    def tool_overrides(self, name: str) -> ToolOverrides:
+        """The effect / idempotency classes the policy sets for ``name`` (or none)."""
+        tool = self._document.tools.get(name)
+        if tool is None:
+            return ToolOverrides(tool=name)
+        return ToolOverrides(tool=name, effect=tool.effect, idempotency=tool.idempotency)
+
+    def limits(self, tool: str) -> tuple[LimitRule, ...]:
+        """The per-task limits of ``tool``; their ``key``s are what ``usage`` must hold."""
+        return self._limits.get(tool, ())
+
+    def redaction_rules(self, tool: str) -> tuple[RedactionRule, ...]:
+        """Policy-wide redactions plus the tool's own (policy-wide only, if undeclared)."""
+        return self._redaction.get(tool, self._common_redaction)
+
+    def redact(
+        self, tool: str, arguments: Mapping[str, Any], *, key: bytes | None = None
+    ) -> dict[str, Any]:
+        """``arguments`` with every field the policy names for ``tool`` redacted.
+
+        Pass a secret ``key`` to store keyed digests (HMAC-SHA256) that cannot be
+        reversed by guessing short values.
+        """
+        return redact_arguments(arguments, self.redaction_rules(tool), key=key)

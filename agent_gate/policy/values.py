@@ -1,0 +1,324 @@
+"""Values that cross the boundary between the policy layer and its callers.
+
+The gate hands the evaluator a call (tool name, arguments), who asks (a
+``Principal``), what the task may touch (a ``TaskScope``) and how much of each
+per-task limit is already used (a usage mapping the ledger counts). It gets back
+a ``Decision``. Everything here is a frozen dataclass or an enum, so a decision
+can be stored, compared and hashed without dragging the policy model along.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "Decision",
+    "DecisionEffect",
+    "EffectiveClass",
+    "Idempotency",
+    "LimitCheck",
+    "Principal",
+    "RuleTrace",
+    "TaskScope",
+    "ToolEffect",
+    "ToolOverrides",
+    "Truth",
+    "safer_effect",
+    "safer_idempotency",
+]
+
+
+class DecisionEffect(StrEnum):
+    """What a rule asks for, and what a decision says.
+
+    Precedence is ``deny`` > ``approve`` > ``allow`` (Cedar's "forbid beats
+    permit", with human approval in between): the strongest effect among the
+    rules that apply wins, so adding a rule can only make a policy stricter
+    unless that rule is an ``allow``.
+    """
+
+    ALLOW = "allow"
+    APPROVE = "approve"
+    DENY = "deny"
+
+    @property
+    def strength(self) -> int:
+        return _DECISION_STRENGTH[self]
+
+
+_DECISION_STRENGTH = {DecisionEffect.ALLOW: 0, DecisionEffect.APPROVE: 1, DecisionEffect.DENY: 2}
+
+
+class ToolEffect(StrEnum):
+    """What running a tool does to the world; the values match ``agent_gate.schema``.
+
+    Ordered from least to most careful handling: ``read`` < ``write`` <
+    ``destructive``. A policy may only move a tool up this order.
+    """
+
+    READ = "read"
+    WRITE = "write"
+    DESTRUCTIVE = "destructive"
+
+
+class Idempotency(StrEnum):
+    """Whether a call whose outcome is unknown may run again; values match the registry.
+
+    Ordered from least to most careful: ``natural`` (re-running is harmless) <
+    ``key`` (re-running is deduplicated downstream by the gate's key) < ``none``
+    (never re-run). ``none`` is the safe end: a policy that says ``none`` makes
+    the gate leave an interrupted call in doubt instead of retrying it.
+    """
+
+    NATURAL = "natural"
+    KEY = "key"
+    NONE = "none"
+
+
+_EFFECT_ORDER = (ToolEffect.READ, ToolEffect.WRITE, ToolEffect.DESTRUCTIVE)
+_IDEMPOTENCY_ORDER = (Idempotency.NATURAL, Idempotency.KEY, Idempotency.NONE)
+
+
+def safer_effect(a: ToolEffect | str, b: ToolEffect | str) -> ToolEffect:
+    """The more careful of two effect classes (accepts the registry's strings)."""
+    ea, eb = ToolEffect(a), ToolEffect(b)
+    return max(ea, eb, key=_EFFECT_ORDER.index)
+
+
+def safer_idempotency(a: Idempotency | str, b: Idempotency | str) -> Idempotency:
+    """The more careful of two idempotency classes (accepts the registry's strings)."""
+    ia, ib = Idempotency(a), Idempotency(b)
+    return max(ia, ib, key=_IDEMPOTENCY_ORDER.index)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveClass:
+    """A tool's classes after the policy's overrides; ``notes`` say what was ignored."""
+
+    effect: ToolEffect
+    idempotency: Idempotency
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOverrides:
+    """What a policy says about a tool's effect and idempotency class.
+
+    ``None`` means the policy says nothing. ``apply`` combines these with what the
+    code registered and only ever moves toward the safer side, so a policy that
+    claims a destructive tool is a ``read`` cannot weaken the gate; the ignored
+    claim is reported in ``notes`` for the operator.
+    """
+
+    tool: str
+    effect: ToolEffect | None = None
+    idempotency: Idempotency | None = None
+
+    def apply(
+        self, registered_effect: ToolEffect | str, registered_idempotency: Idempotency | str
+    ) -> EffectiveClass:
+        reg_e = ToolEffect(registered_effect)
+        reg_i = Idempotency(registered_idempotency)
+        notes: list[str] = []
+        eff = reg_e
+        if self.effect is not None:
+            eff = safer_effect(reg_e, self.effect)
+            if eff is not self.effect:
+                notes.append(
+                    f"policy effect {self.effect.value!r} for {self.tool!r} is less careful "
+                    f"than the registered {reg_e.value!r}; kept {reg_e.value!r}"
+                )
+        idem = reg_i
+        if self.idempotency is not None:
+            idem = safer_idempotency(reg_i, self.idempotency)
+            if idem is not self.idempotency:
+                notes.append(
+                    f"policy idempotency {self.idempotency.value!r} for {self.tool!r} is less "
+                    f"careful than the registered {reg_i.value!r}; kept {reg_i.value!r}"
+                )
+        return EffectiveClass(effect=eff, idempotency=idem, notes=tuple(notes))
+
+
+class Truth(StrEnum):
+    """Three-valued result of a condition (Kleene logic).
+
+    ``error`` means the condition could not be decided for this call (wrong type,
+    unparseable URL, ambiguous IP form, input over a cap). It never grants: an
+    ``allow`` rule that errors does not apply, and a ``deny`` or ``approve`` rule
+    that errors denies the call, because nobody can tell whether its guard would
+    have fired.
+    """
+
+    TRUE = "true"
+    FALSE = "false"
+    ERROR = "error"
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who the agent acts for, as the wrapper that calls the gate knows it.
+
+    The policy layer trusts these values: they come from the application's
+    authentication, never from the model. Conditions reach them as
+    ``principal: id``, ``principal: roles`` and ``principal: attributes.<key>``.
+    """
+
+    id: str | None = None
+    roles: frozenset[str] = frozenset()
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roles", frozenset(self.roles))
+        object.__setattr__(self, "attributes", _frozen_mapping(self.attributes))
+
+    def as_subject(self) -> dict[str, Any]:
+        subject: dict[str, Any] = {"roles": sorted(self.roles), "attributes": dict(self.attributes)}
+        if self.id is not None:
+            subject["id"] = self.id
+        return subject
+
+
+@dataclass(frozen=True, slots=True)
+class TaskScope:
+    """What the current task may touch.
+
+    ``tools`` is a set of tool names the caller limits the task to (``None``: no
+    limit from the caller); ``name`` names a scope declared in the policy's
+    ``scopes:`` section. When both are given, a tool must be in both. An unknown
+    scope name denies every call, so a typo never widens a task.
+    """
+
+    task_id: str | None = None
+    name: str | None = None
+    tools: frozenset[str] | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.tools is not None:
+            object.__setattr__(self, "tools", frozenset(self.tools))
+        object.__setattr__(self, "attributes", _frozen_mapping(self.attributes))
+
+    def as_subject(self) -> dict[str, Any]:
+        subject: dict[str, Any] = {"attributes": dict(self.attributes)}
+        if self.task_id is not None:
+            subject["id"] = self.task_id
+        if self.name is not None:
+            subject["name"] = self.name
+        if self.tools is not None:
+            subject["tools"] = sorted(self.tools)
+        return subject
+
+
+@dataclass(frozen=True, slots=True)
+class LimitCheck:
+    """One per-task limit as it stands for this call.
+
+    ``key`` names the counter the ledger keeps (``tool/calls`` or
+    ``tool/sum/<argument>``), stable across policy edits that rename the limit.
+    ``used`` is what the caller reported, ``amount`` what this call would add,
+    ``exceeded`` whether ``used + amount > maximum``. ``used`` is ``None`` when the
+    caller supplied no usage for the counter, and ``amount`` is ``None`` when the
+    call's argument is not a usable number; both deny the call.
+    """
+
+    id: str
+    key: str
+    maximum: Decimal
+    used: Decimal | None
+    amount: Decimal | None
+    exceeded: bool
+    effect: DecisionEffect
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "key": self.key,
+            "maximum": _num(self.maximum),
+            "used": _num(self.used),
+            "amount": _num(self.amount),
+            "exceeded": self.exceeded,
+            "effect": self.effect.value,
+            "reason": self.reason,
+        }
+
+
+def _num(value: Decimal | None) -> int | float | None:
+    if value is None:
+        return None
+    if value == value.to_integral_value():
+        return int(value)
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleTrace:
+    """How one rule fared for this call, for explanations and the audit trail."""
+
+    id: str
+    effect: DecisionEffect
+    truth: Truth
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "effect": self.effect.value,
+            "truth": self.truth.value,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer for one call, with everything needed to explain and audit it.
+
+    ``rule_ids`` are the ids that decided (all applying rules of the winning
+    effect, or the limits that changed it, or a built-in ``agent-gate:*`` id for
+    default deny, unknown tool, task scope and bad arguments). ``policy_hash`` is
+    the hash of the policy's canonical content, so an approval can be bound to the
+    exact policy it was given under. ``reasons`` are sentences for people; they
+    name argument fields and the policy's constraints, never argument values.
+    """
+
+    effect: DecisionEffect
+    tool: str
+    rule_ids: tuple[str, ...]
+    reasons: tuple[str, ...]
+    policy_hash: str
+    rules: tuple[RuleTrace, ...] = ()
+    limits: tuple[LimitCheck, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.effect is DecisionEffect.ALLOW
+
+    @property
+    def exceeded_limits(self) -> tuple[LimitCheck, ...]:
+        return tuple(limit for limit in self.limits if limit.exceeded)
+
+    def explain(self) -> str:
+        ids = ", ".join(self.rule_ids) or "-"
+        lines = [f"{self.effect.value} {self.tool} (decided by: {ids})"]
+        lines.extend(f"  - {reason}" for reason in self.reasons)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "effect": self.effect.value,
+            "tool": self.tool,
+            "rule_ids": list(self.rule_ids),
+            "reasons": list(self.reasons),
+            "policy_hash": self.policy_hash,
+            "rules": [rule.to_dict() for rule in self.rules],
+            "limits": [limit.to_dict() for limit in self.limits],
+        }
