@@ -58,7 +58,14 @@ _EMPTY: Mapping[str, Any] = {}
 
 
 def _is_sse_like(event: object) -> bool:
-    return all(isinstance(getattr(event, name, None), str) for name in ("event", "data", "id"))
+    """agent-gate's ``ServerSentEvent`` or another SSE library's event (``None`` allowed
+    for the type and the id, as some libraries use it for "not set")."""
+    if not isinstance(getattr(event, "data", None), str):
+        return False
+    return all(
+        hasattr(event, name) and isinstance(getattr(event, name), str | None)
+        for name in ("event", "id")
+    )
 
 
 def _dump(event: Any) -> Any:
@@ -94,7 +101,7 @@ class ProviderAdapter(ABC):
     def _decode_sse(self, event: Any, index: int) -> WireEvent:
         text: str = event.data
         sse_type: str = event.event or "message"
-        sse_id: str = event.id
+        sse_id: str = event.id or ""
         if not text.strip():
             return WireEvent(WireKind.HEARTBEAT, _EMPTY, sse_type, sse_id, text)
         if text.strip() == "[DONE]":

@@ -635,3 +635,25 @@ def test_a_recorded_stream_with_comments_counts_its_keep_alive_as_a_heartbeat() 
     assert call.arguments == {"city": "Lisbon", "unit": "celsius"}
     stats = acc.stats
     assert (stats.events, stats.heartbeats, stats.progress_events) == (7, 1, 6)
+
+
+class OtherLibraryEvent:
+    """An SSE event from another library, which uses None for an unset type or id."""
+
+    def __init__(self, data: str) -> None:
+        self.event: str | None = None
+        self.data = data
+        self.id: str | None = None
+        self.retry: int | None = None
+
+
+def test_events_from_other_sse_libraries_are_accepted() -> None:
+    acc = Accumulator("openai-chat", dispatch=DispatchMode.ON_CALL_COMPLETE)
+    fragment = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": "{}"}}
+    first = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [fragment]}}]}
+    finish = {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    acc.feed(OtherLibraryEvent(json.dumps(first)))
+    [call] = acc.feed(OtherLibraryEvent(json.dumps(finish)))
+    assert call.arguments == {}
+    assert acc.feed(OtherLibraryEvent("[DONE]")) == []
+    assert acc.terminal == Terminal(TerminalKind.COMPLETED)
