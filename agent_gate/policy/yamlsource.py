@@ -113,42 +113,47 @@ def _check_graph(root: Node, source: str) -> list[Problem]:
     """Duplicate keys, aliases, merge keys and depth, each with its line."""
     problems: list[Problem] = []
     seen: set[int] = set()
-    stack: list[tuple[Node, int, tuple[str | int, ...]]] = [(root, 0, ())]
+    # (node, depth, path, where): ``where`` is the node whose mark locates ``node`` in
+    # the text. An alias node *is* its anchor's node, so its own mark points at the
+    # anchor; the key (or the list) that refers to it points at the alias.
+    stack: list[tuple[Node, int, tuple[str | int, ...], Node]] = [(root, 0, (), root)]
 
     def at(node: Node, path: tuple[str | int, ...], message: str) -> None:
         mark = node.start_mark
         problems.append(Problem(source, mark.line + 1, mark.column + 1, format_key(path), message))
 
     while stack:
-        node, depth, path = stack.pop()
+        node, depth, path, where = stack.pop()
         if id(node) in seen:
-            at(node, path, "YAML aliases (*name) are not allowed in policies; repeat the value")
+            at(where, path, "YAML aliases (*name) are not allowed in policies; repeat the value")
             continue
         seen.add(id(node))
         if depth > MAX_DEPTH:
-            at(node, path, f"nested deeper than {MAX_DEPTH} levels")
+            at(where, path, f"nested deeper than {MAX_DEPTH} levels")
             continue
         if isinstance(node, MappingNode):
             keys: set[tuple[str, str]] = set()
-            children = []
+            children: list[tuple[Node, int, tuple[str | int, ...], Node]] = []
             for key_node, value_node in node.value:
                 if key_node.tag == _MERGE_TAG:
                     at(key_node, path, "YAML merge keys (<<) are not allowed in policies")
                     continue
-                if isinstance(key_node, ScalarNode):
-                    ident = (key_node.tag, key_node.value)
-                    if ident in keys:
-                        at(key_node, (*path, key_node.value), "duplicate key")
-                    keys.add(ident)
-                    child_path: tuple[str | int, ...] = (*path, key_node.value)
-                else:
+                if not isinstance(key_node, ScalarNode):
                     at(key_node, path, "mapping keys must be plain scalars")
                     continue
-                children.append((value_node, depth + 1, child_path))
+                child_path = (*path, key_node.value)
+                ident = (key_node.tag, key_node.value)
+                if ident in keys:
+                    at(key_node, child_path, "duplicate key")
+                keys.add(ident)
+                children.append((value_node, depth + 1, child_path, key_node))
             stack.extend(reversed(children))
         elif isinstance(node, SequenceNode):
             items = list(enumerate(node.value))
-            stack.extend((item, depth + 1, (*path, index)) for index, item in reversed(items))
+            stack.extend(
+                (item, depth + 1, (*path, index), node if id(item) in seen else item)
+                for index, item in reversed(items)
+            )
     problems.sort(key=lambda p: (p.line or 0, p.column or 0))
     return problems
 
