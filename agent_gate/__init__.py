@@ -9,6 +9,21 @@ from typing import TYPE_CHECKING, Any
 from agent_gate.errors import AgentGateError
 
 if TYPE_CHECKING:
+    from agent_gate.gate import (
+        Authorizer,
+        Decision,
+        Gate,
+        GateUsageError,
+        NotInDoubt,
+        Outcome,
+        OutcomeUnknown,
+        ReasonCode,
+        RunResult,
+        Verdict,
+        current_call,
+        render_tool_result,
+    )
+    from agent_gate.ledger import CallState, Ledger
     from agent_gate.schema import (
         CallInfo,
         Effect,
@@ -29,17 +44,45 @@ _LAZY: dict[str, str] = {
     "Reconciliation": "agent_gate.schema",
     "ToolRegistry": "agent_gate.schema",
     "ToolSpec": "agent_gate.schema",
+    "CallState": "agent_gate.ledger",
+    "Ledger": "agent_gate.ledger",
+    "Authorizer": "agent_gate.gate",
+    "Decision": "agent_gate.gate",
+    "Gate": "agent_gate.gate",
+    "Outcome": "agent_gate.gate",
+    "OutcomeUnknown": "agent_gate.gate",
+    "RunResult": "agent_gate.gate",
+    "Verdict": "agent_gate.gate",
+    "current_call": "agent_gate.gate",
+    "GateUsageError": "agent_gate.gate",
+    "NotInDoubt": "agent_gate.gate",
+    "ReasonCode": "agent_gate.gate",
+    "render_tool_result": "agent_gate.gate",
 }
 
 __all__ = [
     "AgentGateError",
+    "Authorizer",
     "CallInfo",
+    "CallState",
+    "Decision",
     "Effect",
+    "Gate",
+    "GateUsageError",
     "Idempotency",
+    "Ledger",
+    "NotInDoubt",
+    "Outcome",
+    "OutcomeUnknown",
+    "ReasonCode",
     "Reconciled",
     "Reconciliation",
+    "RunResult",
     "ToolRegistry",
     "ToolSpec",
+    "Verdict",
+    "current_call",
+    "render_tool_result",
 ]
 
 

@@ -165,7 +165,8 @@ def json_pointer(path: Sequence[str | int]) -> str:
     return "".join("/" + _escape(p) for p in path)
 
 
-def _json_type(value: object) -> str:
+def json_type_name(value: object) -> str:
+    """The JSON type a Python value stands for, for messages that must not show it."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -340,7 +341,7 @@ class Tool:
     def validate(self, arguments: object) -> dict[str, Any] | BaseModel:
         """Return what the tool receives: the argument dict, or the model instance."""
         if not isinstance(arguments, Mapping):
-            raise ArgumentsNotObject(self.name, _json_type(arguments))
+            raise ArgumentsNotObject(self.name, json_type_name(arguments))
         args = dict(arguments)
         errors = _schema_errors(self.validator, args)
         if errors:

@@ -16,6 +16,8 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "agent_gate.cli.sse",
     "agent_gate.cli.calls",
     "agent_gate.cli.policy",
+    "agent_gate.cli.replay",
+    "agent_gate.cli.db",
 )
 
 

@@ -1,0 +1,80 @@
+"""``agent-gate db``: bring a ledger database to the schema this version expects."""
+
+from __future__ import annotations
+
+import click
+
+from agent_gate.errors import AgentGateError
+
+# SQLAlchemy and Alembic are imported inside the commands: assembling the CLI for
+# `agent-gate sse ...` must not load them.
+
+DB_HELP = "Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db)."
+
+
+def _describe(exc: Exception) -> str:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if isinstance(exc, SQLAlchemyError):
+        # The driver's message names the failure (cannot open file, auth failed)
+        # without the statement and parameters SQLAlchemy appends.
+        orig = getattr(exc, "orig", None)
+        return f"cannot use the ledger database: {orig or type(exc).__name__}"
+    return str(exc)
+
+
+@click.group(name="db")
+def db_group() -> None:
+    """Create and upgrade the ledger schema (Alembic revisions only)."""
+
+
+@db_group.command(name="upgrade")
+@click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+def upgrade_command(url: str | None, revision: str) -> None:
+    """Apply every pending migration; safe to run while nothing else upgrades."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from agent_gate.ledger.dialect import create_ledger_engine, resolve_url
+    from agent_gate.ledger.migrate import upgrade
+
+    resolved = resolve_url(url)
+    try:
+        engine = create_ledger_engine(resolved)
+        try:
+            before, after = upgrade(engine, revision)
+        finally:
+            engine.dispose()
+    except (AgentGateError, SQLAlchemyError) as exc:
+        raise click.ClickException(_describe(exc)) from None
+    shown = engine.url.render_as_string(hide_password=True)
+    if before == after:
+        click.echo(f"{shown}: already at {after}")
+    else:
+        click.echo(f"{shown}: upgraded {before or '(empty)'} -> {after}")
+
+
+@db_group.command(name="current")
+@click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
+def current_command(url: str | None) -> None:
+    """Print the database's revision and the code's head revision."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from agent_gate.ledger.dialect import create_ledger_engine, resolve_url
+    from agent_gate.ledger.migrate import current_revision, head_revision
+
+    try:
+        engine = create_ledger_engine(resolve_url(url))
+        try:
+            current = current_revision(engine)
+        finally:
+            engine.dispose()
+        head = head_revision()
+    except (AgentGateError, SQLAlchemyError) as exc:
+        raise click.ClickException(_describe(exc)) from None
+    status = "up to date" if current == head else "needs `agent-gate db upgrade`"
+    click.echo(f"current: {current or '(empty)'}  head: {head}  ({status})")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(db_group)

@@ -1,0 +1,135 @@
+"""``agent-gate replay``: run a recorded event stream through the whole pipeline.
+
+Decodes the file with the strict SSE decoder, feeds the provider's events to the
+accumulator and executes each complete call through the gate, against the ledger
+at ``--db``. Running it again on the same task executes nothing: every call is
+answered from the ledger.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import click
+
+from agent_gate.errors import AgentGateError
+
+if TYPE_CHECKING:
+    from agent_gate.gate import Outcome
+    from agent_gate.schema import ToolRegistry
+
+_READ_SIZE = 65536
+
+
+def load_registry(spec: str) -> ToolRegistry:
+    """Import ``MODULE[:ATTR]`` (ATTR defaults to ``tools``), also from the cwd."""
+    from agent_gate.schema import ToolRegistry
+
+    module_name, _, attr = spec.partition(":")
+    attr = attr or "tools"
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="--tools"
+        ) from None
+    registry = getattr(module, attr, None)
+    if not isinstance(registry, ToolRegistry):
+        raise click.BadParameter(
+            f"{module_name}:{attr} is not a ToolRegistry", param_hint="--tools"
+        )
+    return registry
+
+
+def _events(source: BinaryIO) -> Iterator[Any]:
+    from agent_gate.sse import SSEDecoder
+
+    decoder = SSEDecoder()
+    while chunk := source.read(_READ_SIZE):
+        yield from decoder.feed(chunk)
+    decoder.end()
+
+
+def _human(outcomes: list[Outcome]) -> list[str]:
+    rows = [
+        (o.call_id, o.tool, o.state.value, "replayed" if o.replayed else "new", o.reason or "")
+        for o in outcomes
+    ]
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(4)]
+    return [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:4])) + "  " + r[4]
+        for r in rows
+    ]
+
+
+@click.command(name="replay")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--provider", required=True, help="Wire protocol of the recorded stream.")
+@click.option("--task", "task_id", required=True, help="Task id the calls belong to.")
+@click.option(
+    "--tools",
+    "tools_spec",
+    required=True,
+    metavar="MODULE[:ATTR]",
+    help="The ToolRegistry to execute (ATTR defaults to 'tools'; cwd is importable).",
+)
+@click.option(
+    "--db",
+    "url",
+    envvar="AGENT_GATE_DB",
+    default=None,
+    help="Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object per call, then the terminal."
+)
+def replay_command(
+    file: Path, provider: str, task_id: str, tools_spec: str, url: str | None, as_json: bool
+) -> None:
+    """Run FILE (a recorded text/event-stream) through accumulator, ledger and tools.
+
+    Prints one line per call (call id, tool, final state, replayed or new, reason)
+    and the response's terminal state. Calls already in the ledger for TASK are
+    answered from it and not executed again.
+    """
+    from agent_gate.gate import Gate
+    from agent_gate.providers import provider_names
+
+    if provider not in provider_names():
+        raise click.BadParameter(
+            f"unknown provider {provider!r}; known: {', '.join(provider_names())}",
+            param_hint="--provider",
+        )
+    registry = load_registry(tools_spec)
+    try:
+        with Gate(registry, url) as gate, file.open("rb") as source:
+            result = gate.run(_events(source), task_id=task_id, provider=provider)
+    except AgentGateError as exc:
+        raise click.ClickException(str(exc)) from None
+    outcomes = list(result.outcomes)
+    terminal = str(result.terminal) if result.terminal is not None else None
+    if as_json:
+        for o in outcomes:
+            record = {"call_id": o.call_id, "tool": o.tool, "state": o.state.value,
+                      "replayed": o.replayed, "reason": o.reason}
+            click.echo(json.dumps(record, ensure_ascii=False))
+        click.echo(json.dumps({"terminal": terminal}))
+    else:
+        for line in _human(outcomes):
+            click.echo(line.rstrip())
+        click.echo(f"terminal: {terminal}")
+    if result.error:
+        raise click.ClickException(f"the stream was abandoned: {result.error}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(replay_command)
