@@ -202,7 +202,7 @@ def _bytes(bounds: SizeBounds) -> Operator:
         else:
             try:
                 size = len(canonical_json(value))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 return _error("not a JSON value")
         return _within(size, bounds, "bytes")
 
