@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -334,3 +335,16 @@ def test_server_lifecycle_errors(letters: Transcript) -> None:
         assert srv.url.startswith("http://127.0.0.1:")
         with pytest.raises(RuntimeError):
             srv.start()
+
+
+def test_standalone_entry_point_serves_files_for_a_bounded_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent_gate.stream_server.__main__ import main
+
+    path = tmp_path / "rec.sse"
+    path.write_bytes(b"event: a\ndata: 1\n\nevent: b\ndata: 2\n\n")
+    assert main([f"mine={path}", str(path), "--seconds", "0.05", "--ids", "none"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[0] for line in lines] == ["mine", "rec"]
+    assert lines[0].split(": ")[1].endswith("/streams/mine")
