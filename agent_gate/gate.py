@@ -49,7 +49,7 @@ from agent_gate.ledger.canonical import (
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
 from agent_gate.ledger.privacy import bound, describe_error
 from agent_gate.ledger.states import CallState, Event
-from agent_gate.ledger.store import CallRecord, Ledger, NewCall, StoredResult
+from agent_gate.ledger.store import CallRecord, Ledger, NewCall, StoredResult, Transition
 from agent_gate.schema import (
     ArgumentsInvalid,
     ArgumentsNotObject,
@@ -758,12 +758,12 @@ class Gate:
                 rec, "seen_again", actor=self.owner, call_id=call.call_id,
                 detail={"duplicate_of": duplicate_of} if duplicate_of else None,
             )
-        outcome = yield from self._advance(rec, early=early, fresh=inserted,
-                                           call_id=call.call_id, duplicate_of=duplicate_of)
+        outcome = yield from self._advance(rec, early=early, call_id=call.call_id,
+                                           duplicate_of=duplicate_of)
         return outcome
 
     def _drive_record(self, rec: CallRecord) -> _Driver:
-        outcome = yield from self._advance(rec, early=None, fresh=False, call_id=rec.call_id,
+        outcome = yield from self._advance(rec, early=None, call_id=rec.call_id,
                                            duplicate_of=None)
         return outcome
 
@@ -805,11 +805,13 @@ class Gate:
         rec: CallRecord,
         *,
         early: tuple[Event, str, str] | None,
-        fresh: bool,
         call_id: str,
         duplicate_of: str | None,
     ) -> _Driver:
         """Move the row forward from whatever state it is in, one CAS at a time."""
+        # ``replayed`` is False only when this invocation made the transition that
+        # produced the state it reports: losing a race to another worker, or finding the
+        # row already there, means the outcome was read, not produced.
         acted = False
         extra: dict[str, Any] = {"call_id": call_id, "duplicate_of": duplicate_of}
         for _ in range(_MAX_DRIVER_STEPS):
@@ -818,11 +820,13 @@ class Gate:
                 event, code, reason, detail = self._decide(rec, early)
                 tr = self.ledger.transition(rec, event, actor=self.owner, code=code,
                                             reason=reason, detail=detail)
-                rec, acted = tr.record, acted or tr.won
+                rec, acted = tr.record, tr.won
                 continue
             if state is CallState.AUTHORIZED:
                 claimed = self._claim(rec, call_id, duplicate_of)
                 if isinstance(claimed, CallRecord):
+                    if claimed.version != rec.version:
+                        acted = False  # lost the claim: someone else moved it
                     rec = claimed
                     if rec.state is CallState.AUTHORIZED:
                         # Cannot run here (tool missing or invalid now): report, leave it.
@@ -847,13 +851,13 @@ class Gate:
                         else "the worker's lease expired; whether it took effect is unknown"
                     ),
                 )
-                rec, acted = tr.record, acted or tr.won
+                rec, acted = tr.record, tr.won
                 continue
             if state is CallState.IN_DOUBT:
                 settled = yield from self._settle(rec)
                 if settled is None:
                     return self._outcome(rec, replayed=not acted, **extra)
-                rec, acted = settled, True
+                rec, acted = settled.record, settled.won
                 continue
             # awaiting_approval or terminal: report what is stored.
             return self._outcome(rec, replayed=not acted, **extra)
@@ -934,8 +938,8 @@ class Gate:
             return False, R.LEASE_EXPIRED
         return True, R.IN_PROGRESS
 
-    def _settle(self, rec: CallRecord) -> Generator[_Request, Any, CallRecord | None]:
-        """Try to settle an in-doubt call; the new row if it moved, None if it stays."""
+    def _settle(self, rec: CallRecord) -> Generator[_Request, Any, Transition | None]:
+        """Try to settle an in-doubt call; the transition tried, None if it stays."""
         tool = self.tools.get(rec.tool)
         if tool is None:
             return None
@@ -974,13 +978,13 @@ class Gate:
                     reason="the reconcile hook found that the write did not happen; "
                     "running it again",
                 )
-            return tr.record
+            return tr
         if Idempotency(rec.idempotency).retry_safe and not isinstance(self._runnable(rec), str):
             tr = self.ledger.transition(
                 rec, Event.RETRY, actor=self.owner, code=R.RETRIED,
                 reason=f"idempotency {rec.idempotency!r}: safe to run again",
             )
-            return tr.record
+            return tr
         return None
 
     # ------------------------------------------------------------ running tools

@@ -10,7 +10,7 @@ the row in between, nothing is written and the caller gets the row as it now is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -320,11 +320,15 @@ class Ledger:
         changes: Mapping[str, Any] | None = None,
         guard: Sequence[ColumnElement[bool]] = (),
         detail: Mapping[str, Any] | None = None,
+        within: Callable[[Connection, CallRecord], None] | None = None,
     ) -> Transition:
         """Apply ``event`` to ``rec`` iff the row is still at ``rec.state``/``rec.version``.
 
         ``guard`` adds conditions (lease owner, lease expired) that must also still
         hold. The audit event is written in the same transaction, only if it applied.
+        ``within`` runs in that transaction too, after the update applied and with
+        the updated row: bookkeeping that must commit with the transition or not at
+        all (a quota counted, an approval consumed). If it raises, nothing commits.
         """
         target = next_state(rec.state, event)
         now = datetime.now(UTC)
@@ -368,8 +372,10 @@ class Ledger:
                     at=now,
                 )
             current = self._one(conn, T.id == rec.row_id)
-        if current is None:  # pragma: no cover - rows are never deleted
-            raise RuntimeError(f"ledger row {rec.row_id} vanished")
+            if current is None:  # pragma: no cover - rows are never deleted
+                raise RuntimeError(f"ledger row {rec.row_id} vanished")
+            if won and within is not None:
+                within(conn, current)
         return Transition(won, current)
 
     # Named transitions whose extra columns must always travel together.

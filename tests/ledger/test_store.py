@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +186,29 @@ def test_liveness_of_owners() -> None:
     mine = this_owner().rsplit(":", 1)[0]
     assert liveness(mine + ":not-my-nonce") is Liveness.DEAD  # an earlier process, same pid
     assert liveness(None) is Liveness.DEAD
+
+
+def test_within_commits_with_the_transition_or_not_at_all(db_url: str) -> None:
+    with Ledger(db_url) as a, Ledger(db_url) as b:
+        rec, _ = a.record(new_call())
+        stale = b.get("t", "c1")
+        assert stale is not None
+        calls: list[tuple[int, str]] = []
+
+        def count(conn: Any, row: Any) -> None:
+            calls.append((row.version, row.state.value))
+            conn.exec_driver_sql(
+                "INSERT INTO audit_events (at, task_id, event) VALUES ('2024-01-01', 't', 'quota')"
+            )
+
+        def refuse(conn: Any, row: Any) -> None:
+            raise RuntimeError("quota exceeded")
+
+        with pytest.raises(RuntimeError, match="quota exceeded"):
+            a.transition(rec, Event.ALLOW, within=refuse)
+        assert a.get("t", "c1").state is CallState.RECEIVED  # rolled back with it
+        assert a.transition(rec, Event.ALLOW, within=count).won
+        assert not b.transition(stale, Event.ALLOW, within=count).won  # not run for a loser
+        assert calls == [(1, "authorized")]
+        events = [e.event for e in a.audit("t")]
+        assert events.count("quota") == 1 and events.count("allow") == 1
