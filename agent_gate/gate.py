@@ -33,10 +33,11 @@ from collections.abc import (
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from agent_gate.accumulate import Accumulator, Anomaly, DispatchMode
 from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger.canonical import (
@@ -65,9 +66,6 @@ from agent_gate.schema import (
     parse_arguments,
 )
 
-if TYPE_CHECKING:
-    from agent_gate.accumulate import Anomaly, DispatchMode
-
 __all__ = [
     "AmbiguousCall",
     "Authorizer",
@@ -83,8 +81,6 @@ __all__ = [
     "current_call",
     "render_tool_result",
 ]
-
-T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
@@ -485,7 +481,12 @@ class Gate:
             raise AmbiguousCall(
                 f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id"
             )
-        verdict = Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
+        try:
+            verdict = Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
+        except ValueError:
+            raise GateUsageError(
+                f"as_ must be one of {', '.join(r.value for r in Reconciliation)}"
+            ) from None
         actor = f"operator:{by}" if by else "operator"
         rec = recs[0]
         if rec.state is CallState.EXECUTING:
@@ -528,8 +529,6 @@ class Gate:
 
     def dispatch_mode(self, tool_name: str) -> DispatchMode:
         """When a call may run: reads as soon as complete, writes after the response."""
-        from agent_gate.accumulate import DispatchMode
-
         tool = self.tools.get(tool_name)
         if tool is None:
             return DispatchMode.ON_RESPONSE_COMPLETE
@@ -554,8 +553,6 @@ class Gate:
         without success is recorded ``incomplete`` and not run. If the event source
         raises, held calls are still recorded as not run before the error propagates.
         """
-        from agent_gate.accumulate import Accumulator
-
         acc = Accumulator(provider, dispatch=self._mode_fn(dispatch))
         outcomes: list[Outcome] = []
         error: str | None = None
@@ -582,8 +579,6 @@ class Gate:
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
     ) -> RunResult:
         """``run`` for async event sources and async tools."""
-        from agent_gate.accumulate import Accumulator
-
         acc = Accumulator(provider, dispatch=self._mode_fn(dispatch))
         outcomes: list[Outcome] = []
         error: str | None = None
@@ -613,8 +608,6 @@ class Gate:
     def _mode_fn(
         self, dispatch: Callable[[str], DispatchMode] | DispatchMode | None
     ) -> Callable[[str], DispatchMode]:
-        from agent_gate.accumulate import DispatchMode
-
         if dispatch is None:
             return self.dispatch_mode
         if isinstance(dispatch, DispatchMode):
@@ -629,8 +622,6 @@ class Gate:
         terminal: Terminal | None,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None,
     ) -> _Driver | None:
-        from agent_gate.accumulate import DispatchMode
-
         if call.status is CallStatus.PROVIDER_EXECUTED:
             return None  # the provider ran it; not ours to record or run
         early: tuple[Event, str, str] | None = None
@@ -655,7 +646,7 @@ class Gate:
         gen = self._released_driver(task_id, call, terminal, dispatch)
         return [] if gen is None else [self._serve_sync(gen)]
 
-    def _after_run(self, task_id: str, acc: Any) -> None:
+    def _after_run(self, task_id: str, acc: Accumulator) -> None:
         terminal = acc.terminal
         if terminal is not None:
             self.ledger.record_terminal(task_id, terminal.kind.value, terminal.reason)

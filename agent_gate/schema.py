@@ -208,6 +208,8 @@ def _pydantic_errors(exc: ValidationError) -> list[ArgumentError]:
 def _coerce_enum(enum: type[StrEnum], value: object, what: str) -> Any:
     raw = getattr(value, "value", value)
     try:
+        if not isinstance(raw, str):
+            raise ValueError(raw)
         return enum(raw)
     except ValueError:
         allowed = ", ".join(m.value for m in enum)
@@ -472,7 +474,7 @@ class ToolRegistry:
             return func
 
         if fn is not None:
-            return decorate(fn)  # type: ignore[arg-type]
+            return decorate(fn)
         return decorate
 
     def wrap(

@@ -40,6 +40,9 @@ class LedgerSchemaError(AgentGateError):
     """The database's schema is not the one this code was written for."""
 
 
+_LEDGER_TABLES = frozenset({"tasks", "tool_calls", "audit_events"})
+
+
 def script_location() -> Path:
     """Where the Alembic environment lives, for an installed wheel or a checkout."""
     package_dir = Path(agent_gate.__file__).resolve().parent
@@ -73,10 +76,22 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+def _check_adoptable(conn: Connection, current: str | None) -> None:
+    if current is None and set(inspect(conn).get_table_names()) & _LEDGER_TABLES:
+        raise LedgerSchemaError(
+            "the database has ledger tables but no Alembic revision; refusing to guess"
+        )
+
+
 def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | None]:
-    """Upgrade under the write lock; returns (revision before, revision after)."""
+    """Upgrade under the write lock; returns (revision before, revision after).
+
+    Everything is decided again under the lock: another process may have upgraded
+    between our look and our turn, and then there is nothing left to do.
+    """
     with begin_write(engine) as conn:
         before = MigrationContext.configure(conn).get_current_revision()
+        _check_adoptable(conn, before)
         command.upgrade(alembic_config(conn), revision)
         after = MigrationContext.configure(conn).get_current_revision()
     return before, after
@@ -93,7 +108,10 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool | None = None) -> None:
     ``False`` never upgrades.
     """
     head = head_revision()
-    current = current_revision(engine)
+    with begin_read(engine) as conn:  # one snapshot for the version and the tables
+        current = MigrationContext.configure(conn).get_current_revision()
+        if current != head:
+            _check_adoptable(conn, current)
     if current == head:
         return
     known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
@@ -103,13 +121,6 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool | None = None) -> None:
             "does not know (written by a newer version?)"
         )
     fresh = current is None
-    if fresh:
-        with begin_read(engine) as conn:
-            tables = set(inspect(conn).get_table_names())
-        if tables & {"tasks", "tool_calls", "audit_events"}:
-            raise LedgerSchemaError(
-                "the database has ledger tables but no Alembic revision; refusing to guess"
-            )
     sqlite_fresh = fresh and engine.dialect.name == "sqlite"
     if auto_upgrade or (auto_upgrade is None and sqlite_fresh):
         upgrade(engine)

@@ -13,9 +13,9 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Connection, Engine, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Table, select, update
 from sqlalchemy.engine import RowMapping
 
 from agent_gate.ledger import audit
@@ -37,6 +37,9 @@ from agent_gate.ledger.states import CallState, Event, next_state
 __all__ = ["CallRecord", "Ledger", "NewCall", "StoredResult", "TaskRecord", "Transition"]
 
 T = ToolCallRow
+# The mapped classes' tables, typed as the Core ``Table`` they are.
+_CALLS = cast(Table, ToolCallRow.__table__)
+_TASKS = cast(Table, TaskRow.__table__)
 MAX_REASON_CHARS = 900
 
 
@@ -250,7 +253,7 @@ class Ledger:
     def _ensure_task(self, conn: Connection, task_id: str, provider: str | None) -> None:
         now = datetime.now(UTC)
         values = {"id": task_id, "created_at": now, "updated_at": now, "provider": provider}
-        if insert_ignore(conn, TaskRow.__table__, values):
+        if insert_ignore(conn, _TASKS, values):
             audit.append(conn, task_id=task_id, event="task_created", at=now)
 
     def ensure_task(self, task_id: str, provider: str | None = None) -> None:
@@ -270,7 +273,7 @@ class Ledger:
             self._ensure_task(conn, new.task_id, provider)
             inserted = insert_ignore(
                 conn,
-                T.__table__,
+                _CALLS,
                 {
                     "task_id": new.task_id,
                     "call_id": new.call_id,
