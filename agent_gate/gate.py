@@ -24,6 +24,7 @@ import json
 import threading
 from collections.abc import (
     AsyncIterable,
+    AsyncIterator,
     Awaitable,
     Callable,
     Generator,
@@ -556,14 +557,20 @@ class Gate:
         acc = Accumulator(provider, dispatch=self._mode_fn(dispatch))
         outcomes: list[Outcome] = []
         error: str | None = None
+        source = iter(events)
         try:
-            for event in events:
-                for call in acc.feed(event):
+            while True:
+                # Only the stream's own failures end the run quietly; an error of the
+                # gate or the ledger while handling a call propagates.
+                try:
+                    released = acc.feed(next(source))
+                except StopIteration:
+                    break
+                except AgentGateError as exc:
+                    error = str(exc)
+                    break
+                for call in released:
                     outcomes.extend(self._released(task_id, call, acc.terminal, dispatch))
-        except AgentGateError as exc:
-            if isinstance(exc, GateUsageError):
-                raise
-            error = str(exc)
         finally:
             for call in acc.close():
                 outcomes.extend(self._released(task_id, call, acc.terminal, dispatch))
@@ -589,17 +596,17 @@ class Gate:
                 if gen is not None:
                     outcomes.append(await self._serve_async(gen))
 
+        source = _aiterate(events)
         try:
-            if isinstance(events, AsyncIterable):
-                async for event in events:
-                    await handle(acc.feed(event))
-            else:
-                for event in events:
-                    await handle(acc.feed(event))
-        except AgentGateError as exc:
-            if isinstance(exc, GateUsageError):
-                raise
-            error = str(exc)
+            while True:
+                try:
+                    released = acc.feed(await anext(source))
+                except StopAsyncIteration:
+                    break
+                except AgentGateError as exc:
+                    error = str(exc)
+                    break
+                await handle(released)
         finally:
             await handle(acc.close())
             await asyncio.to_thread(self._after_run, task_id, acc)
@@ -1220,6 +1227,15 @@ def _owner_is(owner: str) -> Any:
     from agent_gate.ledger.models import ToolCallRow
 
     return ToolCallRow.lease_owner == owner
+
+
+async def _aiterate(events: AsyncIterable[object] | Iterable[object]) -> AsyncIterator[object]:
+    if isinstance(events, AsyncIterable):
+        async for event in events:
+            yield event
+    else:
+        for event in events:
+            yield event
 
 
 def _step(gen: _Driver, answer: Any) -> tuple[bool, Any]:

@@ -189,3 +189,28 @@ def test_arun_with_an_async_source_and_async_tools(db_url: str) -> None:
 
     asyncio.run(main())
     assert seen == ["weather Zürich", "mail marta@example.org"]
+
+
+def test_gate_errors_propagate_but_stream_errors_are_reported(db_url: str) -> None:
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="read")
+    async def get_weather(**kw: Any) -> str:
+        return "sunny"
+
+    good = events("openai_responses", "single_call")
+    broken = [good[0], ServerSentEvent(event="response.created", data="[", id=""), *good[1:]]
+
+    async def main() -> None:
+        with Gate(tools, db_url) as gate:
+            # A sync run inside a running loop cannot run an async tool: that is the
+            # caller's mistake, raised, not folded into the run's stream error.
+            from agent_gate import GateUsageError
+
+            with pytest.raises(GateUsageError, match="use aexecute"):
+                gate.run(good, task_id="t", provider="openai-responses")
+            reported = await gate.arun(broken, task_id="t2", provider="openai-responses")
+            assert reported.error is not None and "not valid JSON" in reported.error
+            assert str(reported.terminal) == "truncated" and reported.outcomes == ()
+
+    asyncio.run(main())
