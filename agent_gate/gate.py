@@ -117,6 +117,7 @@ class ReasonCode(StrEnum):
     ALLOWED = "allowed"
     UNKNOWN_TOOL = "unknown_tool"
     ARGUMENTS_NOT_OBJECT = "arguments_not_object"
+    ARGUMENTS_NOT_JSON = "arguments_not_json"
     SCHEMA_INVALID = "schema_invalid"
     POLICY_DENIED = "policy_denied"
     AWAITING_APPROVAL = "awaiting_approval"
@@ -709,11 +710,8 @@ class Gate:
             values = tool.dedupe_values(arguments)
             if values is not None:
                 key = f"dedupe:{call.name}:{sha256_hex(canonical_json(values))}"
-        parsed = arguments if arguments is not None else call.arguments
-        args_hash = (
-            arguments_hash(parsed) if parsed is not None
-            else raw_arguments_hash(call.raw_arguments)
-        )
+        args_hash = _hash_of(arguments if arguments is not None else call.arguments,
+                             call.raw_arguments)
         spec = tool.spec if tool is not None else None
         rec, inserted = self.ledger.record(
             NewCall(
@@ -796,6 +794,12 @@ class Gate:
             return None, (Event.REJECT, R.ARGUMENTS_NOT_OBJECT,
                           f"the arguments are a JSON {json_type_name(arguments)}, not an "
                           "object; not run")
+        try:
+            canonical_json(arguments)
+        except (TypeError, ValueError):
+            return None, (Event.REJECT, R.ARGUMENTS_NOT_JSON,
+                          "the arguments are not JSON data (NaN, Infinity, non-string keys "
+                          "or other objects); not run")
         return dict(arguments), None
 
     def _advance(
@@ -1227,6 +1231,17 @@ def _owner_is(owner: str) -> Any:
     from agent_gate.ledger.models import ToolCallRow
 
     return ToolCallRow.lease_owner == owner
+
+
+def _hash_of(parsed: Any, raw: str | None) -> str:
+    """The argument hash the conflict check compares: of the parsed value when it is
+    JSON, else of the raw text (or, for values handed in that are not JSON, their repr)."""
+    if parsed is not None:
+        try:
+            return arguments_hash(parsed)
+        except (TypeError, ValueError):
+            return raw_arguments_hash(repr(parsed))
+    return raw_arguments_hash(raw)
 
 
 async def _aiterate(events: AsyncIterable[object] | Iterable[object]) -> AsyncIterator[object]:

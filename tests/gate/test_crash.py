@@ -48,11 +48,6 @@ def kill_mid_tool(
         marker.unlink(missing_ok=True)  # later runs in this process must not hang
 
 
-@pytest.fixture
-def ledger_after_kill(db_url: str) -> str:
-    return db_url
-
-
 def test_killed_none_tool_is_in_doubt_and_nothing_reruns_it(
     tmp_path: Path, db_url: str, effects_file: Path, agent_tools: object
 ) -> None:

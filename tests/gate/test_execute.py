@@ -172,6 +172,9 @@ def test_dedupe_catches_the_same_write_under_a_new_call_id(gate: Gate, rec: Reco
         ({"call_id": "i", "name": "send", "arguments": '{"to": "ana@', "status": "incomplete",
           "reason": "max_output_tokens"}, "incomplete", "arguments_incomplete",
          "the arguments never completed (max_output_tokens); not run"),
+        ({"call_id": "n", "name": "lookup", "arguments": {"x": float("nan")}}, "rejected",
+         "arguments_not_json", "the arguments are not JSON data (NaN, Infinity, non-string "
+         "keys or other objects); not run"),
         ({"call_id": "r", "name": "send", "arguments": None, "status": "rejected",
           "reason": "arguments_mismatch"}, "rejected", "stream_rejected",
          "the stream delivered this call unusably (arguments_mismatch); not run"),
