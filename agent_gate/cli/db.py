@@ -32,7 +32,7 @@ def db_group() -> None:
 @click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def upgrade_command(url: str | None, revision: str) -> None:
-    """Apply every pending migration; safe to run while nothing else upgrades."""
+    """Apply every pending migration (a no-op at head; concurrent runs serialize)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from agent_gate.ledger.dialect import create_ledger_engine, resolve_url

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import click
 
 from agent_gate.errors import AgentGateError
+from agent_gate.providers import provider_names
 
 if TYPE_CHECKING:
     from agent_gate.gate import Outcome
@@ -73,7 +74,12 @@ def _human(outcomes: list[Outcome]) -> list[str]:
 
 @click.command(name="replay")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--provider", required=True, help="Wire protocol of the recorded stream.")
+@click.option(
+    "--provider",
+    required=True,
+    type=click.Choice(provider_names()),
+    help="Wire protocol of the recorded stream.",
+)
 @click.option("--task", "task_id", required=True, help="Task id the calls belong to.")
 @click.option(
     "--tools",
@@ -102,13 +108,7 @@ def replay_command(
     answered from it and not executed again.
     """
     from agent_gate.gate import Gate
-    from agent_gate.providers import provider_names
 
-    if provider not in provider_names():
-        raise click.BadParameter(
-            f"unknown provider {provider!r}; known: {', '.join(provider_names())}",
-            param_hint="--provider",
-        )
     registry = load_registry(tools_spec)
     try:
         with Gate(registry, url) as gate, file.open("rb") as source:

@@ -383,13 +383,25 @@ class Ledger:
 
     # Named transitions whose extra columns must always travel together.
 
-    def claim(self, rec: CallRecord, *, owner: str, lease_ms: int) -> Transition:
-        """``authorized -> executing``: a new attempt, leased to ``owner``."""
+    def claim(
+        self,
+        rec: CallRecord,
+        *,
+        owner: str,
+        lease_ms: int,
+        within: Callable[[Connection, CallRecord], None] | None = None,
+    ) -> Transition:
+        """``authorized -> executing``: a new attempt, leased to ``owner``.
+
+        ``within`` as for ``transition``: e.g. consuming an approval, so that an
+        approval is used by exactly the attempt that commits ``executing``.
+        """
         now = now_ms()
         return self.transition(
             rec,
             Event.CLAIM,
             actor=owner,
+            within=within,
             changes={
                 "attempt": rec.attempt + 1,
                 "lease_owner": owner,

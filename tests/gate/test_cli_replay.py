@@ -112,7 +112,7 @@ def test_replay_of_a_broken_stream_exits_nonzero_after_reporting(project: Path) 
     [
         (["--tools", "no_such_module"], "cannot import 'no_such_module'"),
         (["--tools", "my_tools:effect"], "my_tools:effect is not a ToolRegistry"),
-        (["--tools", "my_tools", "--provider", "carrier-pigeon"], "unknown provider"),
+        (["--tools", "my_tools", "--provider", "carrier-pigeon"], "'carrier-pigeon' is not one of"),
     ],
 )
 def test_replay_usage_errors(project: Path, args: list[str], message: str) -> None:

@@ -212,3 +212,8 @@ def test_within_commits_with_the_transition_or_not_at_all(db_url: str) -> None:
         assert calls == [(1, "authorized")]
         events = [e.event for e in a.audit("t")]
         assert events.count("quota") == 1 and events.count("allow") == 1
+        # The claim takes the same hook (approvals are consumed by the winning claim).
+        authorized = a.get("t", "c1")
+        assert authorized is not None
+        assert a.claim(authorized, owner="me", lease_ms=1000, within=count).won
+        assert calls == [(1, "authorized"), (2, "executing")]
