@@ -1123,15 +1123,14 @@ class Gate:
     def _finish(self, claimed: _Claimed, ran: _Ran) -> Outcome:
         """Commit what running the tool produced; the one place outcomes are written."""
         rec, owner = claimed.rec, self.owner
-        guard = [_owner_is(owner)]
         value: Any = None
         if ran.kind == "ok":
             value = to_jsonable(ran.value)
-            tr = self.ledger.finish(rec, Event.SUCCEED, actor=owner, guard=guard,
+            tr = self.ledger.finish(rec, Event.SUCCEED, actor=owner, lease_owner=owner,
                                     result=StoredResult.encode(value, self.max_result_bytes))
         else:
             event, code, reason, error = self._failure(claimed, ran)
-            tr = self.ledger.finish(rec, event, actor=owner, guard=guard, error=error,
+            tr = self.ledger.finish(rec, event, actor=owner, lease_owner=owner, error=error,
                                     code=code, reason=reason)
         final = tr.record
         if not tr.won:
@@ -1225,12 +1224,6 @@ class Gate:
             result_omitted=rec.result_omitted and final is CallState.SUCCEEDED and result is None,
             exception=exception,
         )
-
-
-def _owner_is(owner: str) -> Any:
-    from agent_gate.ledger.models import ToolCallRow
-
-    return ToolCallRow.lease_owner == owner
 
 
 def _hash_of(parsed: Any, raw: str | None) -> str:

@@ -444,10 +444,15 @@ class Ledger:
         error: Mapping[str, Any] | None = None,
         code: str | None = None,
         reason: str | None = None,
-        guard: Sequence[ColumnElement[bool]] = (),
+        lease_owner: str | None = None,
         detail: Mapping[str, Any] | None = None,
     ) -> Transition:
-        """Any transition that stores an outcome: SUCCEED, FAIL, LOSE, SETTLE_*."""
+        """Any transition that stores an outcome: SUCCEED, FAIL, LOSE, SETTLE_*.
+
+        With ``lease_owner``, it applies only while that owner still holds the lease:
+        the worker that ran the tool reports, nobody else in its name.
+        """
+        guard = [T.lease_owner == lease_owner] if lease_owner is not None else []
         changes: dict[str, Any] = {}
         info = dict(detail or {})
         if result is not None:
