@@ -271,15 +271,22 @@ class Outcome:
         return self.state is not CallState.SUCCEEDED
 
     def to_openai_responses(self) -> dict[str, Any]:
-        return {"type": "function_call_output", "call_id": self.call_id,
-                "output": self.tool_output()}
+        return {
+            "type": "function_call_output",
+            "call_id": self.call_id,
+            "output": self.tool_output(),
+        }
 
     def to_openai_chat(self) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": self.call_id, "content": self.tool_output()}
 
     def to_anthropic(self) -> dict[str, Any]:
-        return {"type": "tool_result", "tool_use_id": self.call_id,
-                "content": self.tool_output(), "is_error": self.is_error}
+        return {
+            "type": "tool_result",
+            "tool_use_id": self.call_id,
+            "content": self.tool_output(),
+            "is_error": self.is_error,
+        }
 
     def to_gemini(self) -> dict[str, Any]:
         key = "error" if self.is_error else "result"
@@ -287,8 +294,9 @@ class Outcome:
             payload: Any = json.loads(self.tool_output())
         except ValueError:
             payload = self.tool_output()
-        return {"functionResponse": {"id": self.call_id, "name": self.tool,
-                                     "response": {key: payload}}}
+        return {
+            "functionResponse": {"id": self.call_id, "name": self.tool, "response": {key: payload}}
+        }
 
 
 _RENDERERS: dict[str, Callable[[Outcome], dict[str, Any]]] = {
@@ -480,9 +488,7 @@ class Gate:
         if not recs:
             raise GateUsageError(f"no call {call_id!r} in the ledger")
         if len(recs) > 1:
-            raise AmbiguousCall(
-                f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id"
-            )
+            raise AmbiguousCall(f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id")
         try:
             verdict = Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
         except ValueError:
@@ -496,7 +502,10 @@ class Gate:
             if alive:
                 raise NotInDoubt(f"call {call_id!r} is running under a live lease")
             rec = self.ledger.lose_if_abandoned(
-                rec, actor=actor, expired_only=code is R.LEASE_EXPIRED, code=code,
+                rec,
+                actor=actor,
+                expired_only=code is R.LEASE_EXPIRED,
+                code=code,
                 reason="owner gone when an operator resolved it",
             ).record
         if rec.state is not CallState.IN_DOUBT:
@@ -505,16 +514,23 @@ class Gate:
         if note:
             text += f": {bound(note, 300)}"
         if verdict is Reconciliation.NOT_APPLIED:
-            tr = self.ledger.transition(rec, Event.RETRY, actor=actor, code=R.RESOLVED,
-                                        reason=text)
+            tr = self.ledger.transition(rec, Event.RETRY, actor=actor, code=R.RESOLVED, reason=text)
         elif verdict is Reconciliation.SUCCEEDED:
             tr = self.ledger.finish(
-                rec, Event.SETTLE_SUCCEEDED, actor=actor, code=R.RESOLVED, reason=text,
+                rec,
+                Event.SETTLE_SUCCEEDED,
+                actor=actor,
+                code=R.RESOLVED,
+                reason=text,
                 result=StoredResult.encode(to_jsonable(result), self.max_result_bytes),
             )
         else:
             tr = self.ledger.finish(
-                rec, Event.SETTLE_FAILED, actor=actor, code=R.RESOLVED, reason=text,
+                rec,
+                Event.SETTLE_FAILED,
+                actor=actor,
+                code=R.RESOLVED,
+                reason=text,
                 error={"type": "ResolvedFailed", "message": bound(note or text, 300)},
             )
         if not tr.won:
@@ -547,6 +563,7 @@ class Gate:
         task_id: str,
         provider: str,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
+        accumulator: Accumulator | None = None,
     ) -> RunResult:
         """Drive a response's events through accumulator and gate, calls as they complete.
 
@@ -554,8 +571,11 @@ class Gate:
         objects of ``provider``'s protocol. A write whose response then ended
         without success is recorded ``incomplete`` and not run. If the event source
         raises, held calls are still recorded as not run before the error propagates.
+        Pass ``accumulator`` (see ``accumulator_for``) when the source reconnects, so
+        that the transport can tell it a new connection began (``reconnected()``)
+        and events the server replays are recognised as such.
         """
-        acc = Accumulator(provider, dispatch=self._mode_fn(dispatch))
+        acc = accumulator or self.accumulator_for(provider, dispatch)
         outcomes: list[Outcome] = []
         error: str | None = None
         source = iter(events)
@@ -585,9 +605,10 @@ class Gate:
         task_id: str,
         provider: str,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
+        accumulator: Accumulator | None = None,
     ) -> RunResult:
         """``run`` for async event sources and async tools."""
-        acc = Accumulator(provider, dispatch=self._mode_fn(dispatch))
+        acc = accumulator or self.accumulator_for(provider, dispatch)
         outcomes: list[Outcome] = []
         error: str | None = None
 
@@ -612,6 +633,14 @@ class Gate:
             await handle(acc.close())
             await asyncio.to_thread(self._after_run, task_id, acc)
         return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
+
+    def accumulator_for(
+        self,
+        provider: str,
+        dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
+    ) -> Accumulator:
+        """The accumulator ``run`` would use, for a caller that must hold it."""
+        return Accumulator(provider, dispatch=self._mode_fn(dispatch))
 
     def _mode_fn(
         self, dispatch: Callable[[str], DispatchMode] | DispatchMode | None
@@ -664,7 +693,9 @@ class Gate:
             rec = self.ledger.get(task_id, anomaly.call_id)
             if rec is not None:
                 self.ledger.note(
-                    rec, "stream_anomaly_after_release", actor=self.owner,
+                    rec,
+                    "stream_anomaly_after_release",
+                    actor=self.owner,
                     detail={"reason": anomaly.reason, "event_index": anomaly.event_index},
                 )
 
@@ -710,8 +741,9 @@ class Gate:
             values = tool.dedupe_values(arguments)
             if values is not None:
                 key = f"dedupe:{call.name}:{sha256_hex(canonical_json(values))}"
-        args_hash = _hash_of(arguments if arguments is not None else call.arguments,
-                             call.raw_arguments)
+        args_hash = _hash_of(
+            arguments if arguments is not None else call.arguments, call.raw_arguments
+        )
         spec = tool.spec if tool is not None else None
         rec, inserted = self.ledger.record(
             NewCall(
@@ -729,19 +761,27 @@ class Gate:
         )
         duplicate_of = rec.call_id if rec.call_id != call.call_id else None
         conflict = rec.tool != call.name or (
-            call.complete and rec.state is not CallState.INCOMPLETE
-            and rec.args_hash != args_hash
+            call.complete and rec.state is not CallState.INCOMPLETE and rec.args_hash != args_hash
         )
         if conflict:
             what = "a different tool" if rec.tool != call.name else "different arguments"
             self.ledger.note(
-                rec, "conflict", actor=self.owner, call_id=call.call_id,
-                detail={"args_hash": args_hash, "stored_args_hash": rec.args_hash,
-                        "tool": call.name},
+                rec,
+                "conflict",
+                actor=self.owner,
+                call_id=call.call_id,
+                detail={
+                    "args_hash": args_hash,
+                    "stored_args_hash": rec.args_hash,
+                    "tool": call.name,
+                },
             )
             held_by = f"call {rec.call_id!r}" if duplicate_of else "this call id"
             return self._outcome(
-                rec, replayed=False, call_id=call.call_id, state=CallState.REJECTED,
+                rec,
+                replayed=False,
+                call_id=call.call_id,
+                state=CallState.REJECTED,
                 code=R.CONFLICT,
                 reason=(
                     f"conflict: {held_by} was recorded with {what} "
@@ -751,16 +791,19 @@ class Gate:
             )
         if not inserted:
             self.ledger.note(
-                rec, "seen_again", actor=self.owner, call_id=call.call_id,
+                rec,
+                "seen_again",
+                actor=self.owner,
+                call_id=call.call_id,
                 detail={"duplicate_of": duplicate_of} if duplicate_of else None,
             )
-        outcome = yield from self._advance(rec, early=early, call_id=call.call_id,
-                                           duplicate_of=duplicate_of)
+        outcome = yield from self._advance(
+            rec, early=early, call_id=call.call_id, duplicate_of=duplicate_of
+        )
         return outcome
 
     def _drive_record(self, rec: CallRecord) -> _Driver:
-        outcome = yield from self._advance(rec, early=None, call_id=rec.call_id,
-                                           duplicate_of=None)
+        outcome = yield from self._advance(rec, early=None, call_id=rec.call_id, duplicate_of=None)
         return outcome
 
     def _classify(
@@ -769,37 +812,57 @@ class Gate:
         """The call's argument object (if any), and why it can never run (if so)."""
         if call.status is CallStatus.INCOMPLETE:
             why = call.reason or "unknown"
-            return None, (Event.MARK_INCOMPLETE, R.ARGUMENTS_INCOMPLETE,
-                          f"the arguments never completed ({why}); not run")
+            return None, (
+                Event.MARK_INCOMPLETE,
+                R.ARGUMENTS_INCOMPLETE,
+                f"the arguments never completed ({why}); not run",
+            )
         if call.status is CallStatus.REJECTED:
             why = call.reason or "unknown"
             code = R.ARGUMENTS_NOT_OBJECT if why == "arguments_not_object" else R.STREAM_REJECTED
-            return None, (Event.REJECT, code,
-                          f"the stream delivered this call unusably ({why}); not run")
+            return None, (
+                Event.REJECT,
+                code,
+                f"the stream delivered this call unusably ({why}); not run",
+            )
         if tool is None:
-            return None, (Event.REJECT, R.UNKNOWN_TOOL,
-                          f"no tool named {call.name!r} is registered; not run")
+            return None, (
+                Event.REJECT,
+                R.UNKNOWN_TOOL,
+                f"no tool named {call.name!r} is registered; not run",
+            )
         arguments: Any = call.arguments
         if arguments is None:
             if call.kind != "function":
-                return None, (Event.REJECT, R.ARGUMENTS_NOT_OBJECT,
-                              f"a {call.kind} call carries free text, and {call.name!r} "
-                              "takes a JSON object; not run")
+                return None, (
+                    Event.REJECT,
+                    R.ARGUMENTS_NOT_OBJECT,
+                    f"a {call.kind} call carries free text, and {call.name!r} "
+                    "takes a JSON object; not run",
+                )
             try:
                 arguments = parse_arguments(call.raw_arguments or "")
             except ValueError:
-                return None, (Event.REJECT, R.ARGUMENTS_NOT_OBJECT,
-                              "the arguments are not valid JSON; not run")
+                return None, (
+                    Event.REJECT,
+                    R.ARGUMENTS_NOT_OBJECT,
+                    "the arguments are not valid JSON; not run",
+                )
         if not isinstance(arguments, Mapping):
-            return None, (Event.REJECT, R.ARGUMENTS_NOT_OBJECT,
-                          f"the arguments are a JSON {json_type_name(arguments)}, not an "
-                          "object; not run")
+            return None, (
+                Event.REJECT,
+                R.ARGUMENTS_NOT_OBJECT,
+                f"the arguments are a JSON {json_type_name(arguments)}, not an object; not run",
+            )
         try:
             canonical_json(arguments)
         except (TypeError, ValueError):
-            return None, (Event.REJECT, R.ARGUMENTS_NOT_JSON,
-                          "the arguments are not JSON data (NaN, Infinity, non-string keys "
-                          "or other objects); not run")
+            return None, (
+                Event.REJECT,
+                R.ARGUMENTS_NOT_JSON,
+                "the arguments are not JSON data (NaN, Infinity, non-string keys "
+                "or other objects); not run",
+            )
         return dict(arguments), None
 
     def _advance(
@@ -820,8 +883,9 @@ class Gate:
             state = rec.state
             if state is CallState.RECEIVED:
                 event, code, reason, detail = self._decide(rec, early)
-                tr = self.ledger.transition(rec, event, actor=self.owner, code=code,
-                                            reason=reason, detail=detail)
+                tr = self.ledger.transition(
+                    rec, event, actor=self.owner, code=code, reason=reason, detail=detail
+                )
                 rec, acted = tr.record, tr.won
                 continue
             if state is CallState.AUTHORIZED:
@@ -840,13 +904,18 @@ class Gate:
                 alive, code = self._lease_alive(rec)
                 if alive:
                     return self._outcome(
-                        rec, replayed=True, code=R.IN_PROGRESS,
+                        rec,
+                        replayed=True,
+                        code=R.IN_PROGRESS,
                         reason=f"running under another worker (attempt {rec.attempt}); "
                         "not started again",
                         **extra,
                     )
                 tr = self.ledger.lose_if_abandoned(
-                    rec, actor=self.owner, expired_only=code is R.LEASE_EXPIRED, code=code,
+                    rec,
+                    actor=self.owner,
+                    expired_only=code is R.LEASE_EXPIRED,
+                    code=code,
                     reason=(
                         "the worker running this call died; whether it took effect is unknown"
                         if code is R.OWNER_DEAD
@@ -873,36 +942,62 @@ class Gate:
             return early[0], early[1], early[2], None
         tool = self.tools.get(rec.tool)
         if tool is None:
-            return (Event.REJECT, R.UNKNOWN_TOOL,
-                    f"no tool named {rec.tool!r} is registered; not run", None)
+            return (
+                Event.REJECT,
+                R.UNKNOWN_TOOL,
+                f"no tool named {rec.tool!r} is registered; not run",
+                None,
+            )
         if rec.arguments is None:
-            return (Event.REJECT, R.ARGUMENTS_NOT_OBJECT,
-                    "the arguments are not a JSON object; not run", None)
+            return (
+                Event.REJECT,
+                R.ARGUMENTS_NOT_OBJECT,
+                "the arguments are not a JSON object; not run",
+                None,
+            )
         try:
             tool.validate(rec.arguments)
         except ArgumentsInvalid as exc:
             errors = [{"pointer": e.pointer, "keyword": e.keyword} for e in exc.errors[:20]]
             listed = "; ".join(str(e) for e in exc.errors[:10])
-            return (Event.REJECT, R.SCHEMA_INVALID,
-                    f"the arguments fail the schema of {rec.tool!r} at {listed}; not run",
-                    {"errors": errors})
+            return (
+                Event.REJECT,
+                R.SCHEMA_INVALID,
+                f"the arguments fail the schema of {rec.tool!r} at {listed}; not run",
+                {"errors": errors},
+            )
         if self.policy is None:
             return Event.ALLOW, R.ALLOWED, None, None
         decision = self.policy.authorize(rec.task_id, self._info(rec), tool.spec)
-        detail = {"verdict": decision.verdict.value, "rule_ids": list(decision.rule_ids),
-                  "policy_hash": decision.policy_hash}
+        detail = {
+            "verdict": decision.verdict.value,
+            "rule_ids": list(decision.rule_ids),
+            "policy_hash": decision.policy_hash,
+        }
         if decision.verdict is Verdict.ALLOW:
             return Event.ALLOW, R.ALLOWED, decision.reason, detail
         if decision.verdict is Verdict.APPROVE:
-            return (Event.REQUIRE_APPROVAL, R.AWAITING_APPROVAL,
-                    decision.reason or "waits for a human approval", detail)
-        return (Event.REJECT, R.POLICY_DENIED,
-                f"denied by policy: {decision.reason or 'no rule allows it'}; not run", detail)
+            return (
+                Event.REQUIRE_APPROVAL,
+                R.AWAITING_APPROVAL,
+                decision.reason or "waits for a human approval",
+                detail,
+            )
+        return (
+            Event.REJECT,
+            R.POLICY_DENIED,
+            f"denied by policy: {decision.reason or 'no rule allows it'}; not run",
+            detail,
+        )
 
     def _info(self, rec: CallRecord) -> CallInfo:
         return CallInfo(
-            task_id=rec.task_id, call_id=rec.call_id, tool=rec.tool, arguments=rec.arguments,
-            idempotency_key=_stable_key(rec.task_id, rec.idem_key), attempt=rec.attempt,
+            task_id=rec.task_id,
+            call_id=rec.call_id,
+            tool=rec.tool,
+            arguments=rec.arguments,
+            idempotency_key=_stable_key(rec.task_id, rec.idem_key),
+            attempt=rec.attempt,
         )
 
     def _runnable(self, rec: CallRecord) -> tuple[Tool, Mapping[str, Any] | BaseModel] | str:
@@ -930,8 +1025,9 @@ class Gate:
         if not tr.won:
             return tr.record
         claimed_rec = tr.record
-        return _Claimed(claimed_rec, tool, validated, self._info(claimed_rec), call_id,
-                        duplicate_of)
+        return _Claimed(
+            claimed_rec, tool, validated, self._info(claimed_rec), call_id, duplicate_of
+        )
 
     def _lease_alive(self, rec: CallRecord) -> tuple[bool, ReasonCode]:
         if liveness(rec.lease_owner) is Liveness.DEAD:
@@ -949,41 +1045,62 @@ class Gate:
         if hook is not None:
             answer = yield _Reconcile(hook, self._info(rec))
             if isinstance(answer, _HookFailed):
-                self.ledger.note(rec, "reconcile_failed", actor=self.owner,
-                                 detail={"error_type": type(answer.exc).__name__})
+                self.ledger.note(
+                    rec,
+                    "reconcile_failed",
+                    actor=self.owner,
+                    detail={"error_type": type(answer.exc).__name__},
+                )
                 return None
             try:
                 verdict = _normalize_verdict(answer)
             except ValueError:
-                self.ledger.note(rec, "reconcile_failed", actor=self.owner,
-                                 detail={"error_type": "InvalidReconcileAnswer"})
+                self.ledger.note(
+                    rec,
+                    "reconcile_failed",
+                    actor=self.owner,
+                    detail={"error_type": "InvalidReconcileAnswer"},
+                )
                 return None
             if verdict.status is Reconciliation.SUCCEEDED:
                 tr = self.ledger.finish(
-                    rec, Event.SETTLE_SUCCEEDED, actor="reconcile", code=R.RECONCILED,
+                    rec,
+                    Event.SETTLE_SUCCEEDED,
+                    actor="reconcile",
+                    code=R.RECONCILED,
                     reason="the reconcile hook found that the write happened",
-                    result=StoredResult.encode(to_jsonable(verdict.result),
-                                               self.max_result_bytes),
+                    result=StoredResult.encode(to_jsonable(verdict.result), self.max_result_bytes),
                 )
             elif verdict.status is Reconciliation.FAILED:
                 tr = self.ledger.finish(
-                    rec, Event.SETTLE_FAILED, actor="reconcile", code=R.RECONCILED,
+                    rec,
+                    Event.SETTLE_FAILED,
+                    actor="reconcile",
+                    code=R.RECONCILED,
                     reason="the reconcile hook found that the call failed",
-                    error={"type": "Reconciled",
-                           "message": bound(verdict.error or "failed downstream", 300)},
+                    error={
+                        "type": "Reconciled",
+                        "message": bound(verdict.error or "failed downstream", 300),
+                    },
                 )
             else:
                 if isinstance(self._runnable(rec), str):
                     return None
                 tr = self.ledger.transition(
-                    rec, Event.RETRY, actor="reconcile", code=R.RECONCILED,
+                    rec,
+                    Event.RETRY,
+                    actor="reconcile",
+                    code=R.RECONCILED,
                     reason="the reconcile hook found that the write did not happen; "
                     "running it again",
                 )
             return tr
         if Idempotency(rec.idempotency).retry_safe and not isinstance(self._runnable(rec), str):
             tr = self.ledger.transition(
-                rec, Event.RETRY, actor=self.owner, code=R.RETRIED,
+                rec,
+                Event.RETRY,
+                actor=self.owner,
+                code=R.RETRIED,
                 reason=f"idempotency {rec.idempotency!r}: safe to run again",
             )
             return tr
@@ -999,8 +1116,7 @@ class Gate:
         def beat() -> None:
             while not stop.wait(interval):
                 try:
-                    if not self.ledger.renew(claimed.rec, owner=self.owner,
-                                             lease_ms=self.lease_ms):
+                    if not self.ledger.renew(claimed.rec, owner=self.owner, lease_ms=self.lease_ms):
                         return  # judged lost meanwhile; the outcome will settle late
                 except Exception:  # a busy or unreachable database: try again next beat
                     continue
@@ -1053,9 +1169,7 @@ class Gate:
                 return await self._invoke_async(claimed)
             future = self._start_thread(claimed)
             try:
-                return await asyncio.wait_for(
-                    asyncio.shield(asyncio.wrap_future(future)), timeout
-                )
+                return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
             except TimeoutError:
                 return _Ran("timeout", pending=future)
         except asyncio.CancelledError as exc:
@@ -1096,8 +1210,9 @@ class Gate:
             except BaseException as exc:
                 future.set_result(_Ran("error", exc=exc))
 
-        threading.Thread(target=ctx.run, args=(target,), name=f"agent-gate-{claimed.tool.name}",
-                         daemon=True).start()
+        threading.Thread(
+            target=ctx.run, args=(target,), name=f"agent-gate-{claimed.tool.name}", daemon=True
+        ).start()
         return future
 
     def _reconcile_sync(self, request: _Reconcile) -> Any:
@@ -1126,12 +1241,18 @@ class Gate:
         value: Any = None
         if ran.kind == "ok":
             value = to_jsonable(ran.value)
-            tr = self.ledger.finish(rec, Event.SUCCEED, actor=owner, lease_owner=owner,
-                                    result=StoredResult.encode(value, self.max_result_bytes))
+            tr = self.ledger.finish(
+                rec,
+                Event.SUCCEED,
+                actor=owner,
+                lease_owner=owner,
+                result=StoredResult.encode(value, self.max_result_bytes),
+            )
         else:
             event, code, reason, error = self._failure(claimed, ran)
-            tr = self.ledger.finish(rec, event, actor=owner, lease_owner=owner, error=error,
-                                    code=code, reason=reason)
+            tr = self.ledger.finish(
+                rec, event, actor=owner, lease_owner=owner, error=error, code=code, reason=reason
+            )
         final = tr.record
         if not tr.won:
             final = self._late(claimed, ran) or final
@@ -1139,7 +1260,10 @@ class Gate:
             pending = ran.pending
             pending.add_done_callback(lambda f: self._late(claimed, f.result()))
         return self._outcome(
-            final, replayed=False, call_id=claimed.call_id, duplicate_of=claimed.duplicate_of,
+            final,
+            replayed=False,
+            call_id=claimed.call_id,
+            duplicate_of=claimed.duplicate_of,
             result=value if final.state is CallState.SUCCEEDED and ran.kind == "ok" else None,
             exception=ran.exc,
         )
@@ -1155,17 +1279,26 @@ class Gate:
             return Event.FAIL, R.TOOL_ERROR, f"the tool raised {kind}", error
         if ran.kind == "timeout":
             if claimed.tool.spec.effect is Effect.READ:
-                return (Event.FAIL, R.TIMEOUT,
-                        f"the read timed out after {timeout}s", None)
-            return (Event.LOSE, R.TIMEOUT,
-                    f"the tool did not return within {timeout}s; whether it took effect "
-                    "is unknown", None)
+                return (Event.FAIL, R.TIMEOUT, f"the read timed out after {timeout}s", None)
+            return (
+                Event.LOSE,
+                R.TIMEOUT,
+                f"the tool did not return within {timeout}s; whether it took effect is unknown",
+                None,
+            )
         if ran.kind == "interrupted":
-            return (Event.LOSE, R.INTERRUPTED,
-                    "the worker was interrupted while the tool ran; whether it took effect "
-                    "is unknown", error)
-        return (Event.LOSE, R.OUTCOME_UNKNOWN,
-                "the tool reported that it cannot tell whether it took effect", error)
+            return (
+                Event.LOSE,
+                R.INTERRUPTED,
+                "the worker was interrupted while the tool ran; whether it took effect is unknown",
+                error,
+            )
+        return (
+            Event.LOSE,
+            R.OUTCOME_UNKNOWN,
+            "the tool reported that it cannot tell whether it took effect",
+            error,
+        )
 
     def _late(self, claimed: _Claimed, ran: _Ran) -> CallRecord | None:
         """The tool returned after its call was judged in doubt: settle it if still so."""
@@ -1174,18 +1307,28 @@ class Gate:
             return None
         same_attempt = current.attempt == claimed.rec.attempt
         if current.state is not CallState.IN_DOUBT or not same_attempt:
-            self.ledger.note(current, "late_outcome_discarded", actor=self.owner,
-                             detail={"attempt": claimed.rec.attempt, "kind": ran.kind})
+            self.ledger.note(
+                current,
+                "late_outcome_discarded",
+                actor=self.owner,
+                detail={"attempt": claimed.rec.attempt, "kind": ran.kind},
+            )
             return None
         if ran.kind == "ok":
             tr = self.ledger.finish(
-                current, Event.SETTLE_SUCCEEDED, actor=self.owner, code=R.LATE_OUTCOME,
+                current,
+                Event.SETTLE_SUCCEEDED,
+                actor=self.owner,
+                code=R.LATE_OUTCOME,
                 reason="the tool returned after its call was judged in doubt",
                 result=StoredResult.encode(to_jsonable(ran.value), self.max_result_bytes),
             )
         elif ran.kind == "error":
             tr = self.ledger.finish(
-                current, Event.SETTLE_FAILED, actor=self.owner, code=R.LATE_OUTCOME,
+                current,
+                Event.SETTLE_FAILED,
+                actor=self.owner,
+                code=R.LATE_OUTCOME,
                 reason="the tool raised after its call was judged in doubt",
                 error=describe_error(ran.exc, current.arguments) if ran.exc else None,
             )

@@ -41,17 +41,21 @@ def summary(result: Any) -> list[tuple[str, str, str, bool, str | None]]:
 def test_completed_response_runs_every_call_once_and_replays_run_none(
     gate: Gate, effects_file: Path
 ) -> None:
-    first = gate.run(events("openai_responses", "parallel_calls"), task_id="t",
-                     provider="openai-responses")
+    first = gate.run(
+        events("openai_responses", "parallel_calls"), task_id="t", provider="openai-responses"
+    )
     assert first.terminal is not None and first.terminal.kind is TerminalKind.COMPLETED
     assert summary(first) == [
         ("call_8fJk2LwQe9", "get_weather", "succeeded", False, None),
         ("call_R4nd0mW7xt", "send_email", "succeeded", False, None),
     ]
-    assert effect_lines(effects_file) == ["t get_weather Zürich",
-                                          "t send_email marta@example.org Réunion à 14h"]
-    second = gate.run(events("openai_responses", "parallel_calls"), task_id="t",
-                      provider="openai-responses")
+    assert effect_lines(effects_file) == [
+        "t get_weather Zürich",
+        "t send_email marta@example.org Réunion à 14h",
+    ]
+    second = gate.run(
+        events("openai_responses", "parallel_calls"), task_id="t", provider="openai-responses"
+    )
     assert [o.replayed for o in second.outcomes] == [True, True]
     assert [o.result for o in second.outcomes] == [o.result for o in first.outcomes]
     assert len(effect_lines(effects_file)) == 2
@@ -59,54 +63,61 @@ def test_completed_response_runs_every_call_once_and_replays_run_none(
     assert task is not None and task.terminal == "completed"
 
 
-def test_a_write_whose_response_was_cut_is_recorded_not_run(
-    gate: Gate, effects_file: Path
-) -> None:
+def test_a_write_whose_response_was_cut_is_recorded_not_run(gate: Gate, effects_file: Path) -> None:
     # Chat Completions: the call's arguments completed, but [DONE] never came.
-    result = gate.run(events("openai_chat", "truncated_before_done"), task_id="t",
-                      provider="openai-chat")
+    result = gate.run(
+        events("openai_chat", "truncated_before_done"), task_id="t", provider="openai-chat"
+    )
     (outcome,) = result.outcomes
     assert result.terminal is not None and result.terminal.kind is TerminalKind.TRUNCATED
     assert (outcome.tool, outcome.state, outcome.code) == (
-        "send_email", CallState.INCOMPLETE, "response_not_completed")
+        "send_email",
+        CallState.INCOMPLETE,
+        "response_not_completed",
+    )
     assert "ended truncated" in (outcome.reason or "") and "not run" in outcome.reason
     assert effect_lines(effects_file) == []
     (message,) = result.tool_results("openai-chat")
     assert message["tool_call_id"] == "call_NoDone11" and '"executed": false' in message["content"]
 
 
-def test_reads_run_on_call_complete_writes_wait_for_the_end(
-    gate: Gate, effects_file: Path
-) -> None:
+def test_reads_run_on_call_complete_writes_wait_for_the_end(gate: Gate, effects_file: Path) -> None:
     # Anthropic: get_weather's block stopped, then the response hit max_tokens.
-    result = gate.run(events("anthropic", "max_tokens_after_block_stop"), task_id="t",
-                      provider="anthropic")
+    result = gate.run(
+        events("anthropic", "max_tokens_after_block_stop"), task_id="t", provider="anthropic"
+    )
     assert summary(result) == [
         ("toolu_01Confirmed000004", "get_weather", "succeeded", False, None),
         ("toolu_01Unconfirmed0004", "send_email", "incomplete", False, "arguments_incomplete"),
     ]
     assert str(result.terminal) == "incomplete:max_tokens"
     # The same stream with every tool held until a successful end: nothing runs.
-    held = gate.run(events("anthropic", "max_tokens_after_block_stop"), task_id="t2",
-                    provider="anthropic", dispatch=DispatchMode.ON_RESPONSE_COMPLETE)
+    held = gate.run(
+        events("anthropic", "max_tokens_after_block_stop"),
+        task_id="t2",
+        provider="anthropic",
+        dispatch=DispatchMode.ON_RESPONSE_COMPLETE,
+    )
     weather = next(o for o in held.outcomes if o.tool == "get_weather")
     assert (weather.state, weather.code) == (CallState.INCOMPLETE, "response_not_completed")
     assert "incomplete:max_tokens" in (weather.reason or "")
     assert effect_lines(effects_file) == ["t get_weather Lisbon"]
 
 
-def test_reconnect_replay_in_one_stream_runs_each_call_once(
-    gate: Gate, effects_file: Path
-) -> None:
-    result = gate.run(events("openai_responses", "replayed_after_reconnect"), task_id="t",
-                      provider="openai-responses")
+def test_reconnect_replay_in_one_stream_runs_each_call_once(gate: Gate, effects_file: Path) -> None:
+    result = gate.run(
+        events("openai_responses", "replayed_after_reconnect"),
+        task_id="t",
+        provider="openai-responses",
+    )
     assert [o.state.value for o in result.outcomes] == ["succeeded", "succeeded"]
     assert len(effect_lines(effects_file)) == 2
 
 
 def test_provider_executed_calls_are_not_ours(gate: Gate) -> None:
-    result = gate.run(events("openai_responses", "provider_executed"), task_id="t",
-                      provider="openai-responses")
+    result = gate.run(
+        events("openai_responses", "provider_executed"), task_id="t", provider="openai-responses"
+    )
     assert [o.tool for o in result.outcomes] == ["get_weather"]
     assert [r.call_id for r in gate.ledger.calls("t")] == ["call_X1"]
 
@@ -152,8 +163,10 @@ def test_an_event_source_that_raises_still_records_held_calls(
     with pytest.raises(ConnectionResetError):
         gate.run(source(), task_id="t", provider="openai-responses")
     states = {r.tool: (r.state.value, r.reason_code) for r in gate.ledger.calls("t")}
-    assert states == {"get_weather": ("succeeded", None),
-                      "send_email": ("incomplete", "response_not_completed")}
+    assert states == {
+        "get_weather": ("succeeded", None),
+        "send_email": ("incomplete", "response_not_completed"),
+    }
     assert effect_lines(effects_file) == ["t get_weather Zürich"]
 
 
@@ -183,8 +196,9 @@ def test_arun_with_an_async_source_and_async_tools(db_url: str) -> None:
             assert [o.state.value for o in result.outcomes] == ["succeeded", "succeeded"]
             blocks = result.tool_results("anthropic")
             assert [b["content"] for b in blocks] == ["sunny", "queued"]
-            again = await gate.arun(events("anthropic", "parallel_tool_use"), task_id="t",
-                                    provider="anthropic")
+            again = await gate.arun(
+                events("anthropic", "parallel_tool_use"), task_id="t", provider="anthropic"
+            )
             assert all(o.replayed for o in again.outcomes)
 
     asyncio.run(main())
@@ -214,3 +228,26 @@ def test_gate_errors_propagate_but_stream_errors_are_reported(db_url: str) -> No
             assert str(reported.terminal) == "truncated" and reported.outcomes == ()
 
     asyncio.run(main())
+
+
+def test_a_held_accumulator_recognises_events_replayed_after_a_reconnect(
+    gate: Gate, effects_file: Path
+) -> None:
+    """What a live transport does: on reconnect it tells the run's accumulator, and
+    the server replays from the last event ID it got; nothing runs twice."""
+    stream = events("anthropic", "replayed_with_event_ids")
+    first, replayed_from = 9, 4
+    acc = gate.accumulator_for("anthropic")
+
+    def source() -> Iterator[ServerSentEvent]:
+        yield from stream[:first]
+        acc.reconnected()  # a new connection; the server resumes a few events back
+        yield from stream[replayed_from:]
+
+    result = gate.run(source(), task_id="t-reconnect", provider="anthropic", accumulator=acc)
+    assert result.terminal is not None and result.terminal.kind is TerminalKind.COMPLETED
+    assert result.anomalies == () or list(result.anomalies) == []
+    call_ids = [o.call_id for o in result.outcomes]
+    assert len(call_ids) == len(set(call_ids)) > 0
+    assert all(o.state is CallState.SUCCEEDED for o in result.outcomes)
+    assert len(effect_lines(effects_file)) == len(call_ids)
