@@ -12,7 +12,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -72,6 +72,22 @@ def _human(outcomes: list[Outcome]) -> list[str]:
     ]
 
 
+def echo_outcomes(outcomes: Iterable[Outcome], *, as_json: bool) -> None:
+    """One line per call: aligned text, or one JSON object each (``--json``).
+
+    Shared with ``agent-gate run`` so both commands report calls the same way.
+    """
+    listed = list(outcomes)
+    if as_json:
+        for o in listed:
+            record = {"call_id": o.call_id, "tool": o.tool, "state": o.state.value,
+                      "replayed": o.replayed, "reason": o.reason}
+            click.echo(json.dumps(record, ensure_ascii=False))
+    else:
+        for line in _human(listed):
+            click.echo(line.rstrip())
+
+
 @click.command(name="replay")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -115,17 +131,11 @@ def replay_command(
             result = gate.run(_events(source), task_id=task_id, provider=provider)
     except AgentGateError as exc:
         raise click.ClickException(str(exc)) from None
-    outcomes = list(result.outcomes)
     terminal = str(result.terminal) if result.terminal is not None else None
+    echo_outcomes(result.outcomes, as_json=as_json)
     if as_json:
-        for o in outcomes:
-            record = {"call_id": o.call_id, "tool": o.tool, "state": o.state.value,
-                      "replayed": o.replayed, "reason": o.reason}
-            click.echo(json.dumps(record, ensure_ascii=False))
         click.echo(json.dumps({"terminal": terminal}))
     else:
-        for line in _human(outcomes):
-            click.echo(line.rstrip())
         click.echo(f"terminal: {terminal}")
     if result.error:
         raise click.ClickException(f"the stream was abandoned: {result.error}")
