@@ -1,27 +1,65 @@
-"""Appending to the audit trail, always inside the transaction that changed state.
+"""Appending to the audit trail, always inside the transaction that changed state,
+and linking every entry into one hash chain.
 
 A transition and its audit event commit together or not at all, so the trail can
 never miss a transition nor describe one that did not happen. Details are bounded
-JSON of ids, codes and hashes; callers never pass argument values here. The single
-``append`` function is where a hash chain over the events belongs.
+JSON of ids, codes and hashes; callers never pass argument values here (redacted
+stand-ins at most). ``append`` is the only writer of ``audit_events``.
+
+One chain under concurrent writers
+==================================
+
+Each entry's hash covers its predecessor's (``agent_gate.ledger.chain``). Linking
+needs "read the newest link, write the next one" to be atomic across processes,
+so the newest link lives in the one-row table ``audit_chain`` and every append
+locks that row (``dialect.for_update``: ``SELECT ... FOR UPDATE`` on PostgreSQL;
+on SQLite every write transaction already holds the database write lock from its
+``BEGIN IMMEDIATE``). A second writer waits for the first to commit and then reads
+the link the first one wrote, so two entries can never share a predecessor (no
+fork) and ``seq`` has no gaps: a rolled-back transaction rolls back its entries
+and its move of the head together.
+
+The head lock is the last lock a write transaction takes: a transaction opened
+with ``staged(conn)`` collects its events and ``flush`` links them right before
+commit. A transaction that holds the head never waits for any other row, so the
+head cannot take part in a deadlock, and it is held only for the few statements
+of the flush. (It does serialize the commits of all writers of one ledger: that is
+the price of one chain, and it is small next to an fsync per commit.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, Table, insert, select, update
 
-from agent_gate.ledger.models import AuditEvent
+from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
+from agent_gate.ledger.dialect import for_update
+from agent_gate.ledger.models import AuditChainHead, AuditEvent
 from agent_gate.ledger.privacy import bound
 
-__all__ = ["MAX_DETAIL_CHARS", "AuditRecord", "append", "read"]
+__all__ = [
+    "MAX_DETAIL_CHARS",
+    "AuditRecord",
+    "ChainProblem",
+    "ChainReport",
+    "append",
+    "flush",
+    "read",
+    "staged",
+    "verify",
+]
 
 MAX_DETAIL_CHARS = 2000
+_EVENTS = cast(Table, AuditEvent.__table__)
+_HEAD = cast(Table, AuditChainHead.__table__)
+_STAGE_KEY = "agent_gate_audit_stage"
+_HEAD_ID = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +74,17 @@ class AuditRecord:
     to_state: str | None
     actor: str | None
     detail: dict[str, Any] | None
+    seq: int = 0
+    hash: str = ""
+
+
+def _detail_text(detail: Mapping[str, Any] | None) -> str | None:
+    if not detail:
+        return None
+    text = json.dumps(dict(detail), sort_keys=True, separators=(",", ":"), default=str)
+    if len(text) > MAX_DETAIL_CHARS:
+        text = json.dumps({"truncated": bound(text, MAX_DETAIL_CHARS)})
+    return text
 
 
 def append(
@@ -51,49 +100,232 @@ def append(
     detail: Mapping[str, Any] | None = None,
     at: datetime | None = None,
 ) -> None:
-    text = None
-    if detail:
-        text = json.dumps(dict(detail), sort_keys=True, separators=(",", ":"), default=str)
-        if len(text) > MAX_DETAIL_CHARS:
-            text = json.dumps({"truncated": bound(text, MAX_DETAIL_CHARS)})
-    conn.execute(
-        insert(AuditEvent).values(
-            at=at or datetime.now(UTC),
-            task_id=task_id,
-            call_row_id=call_row_id,
-            call_id=call_id,
-            event=event,
-            from_state=from_state,
-            to_state=to_state,
-            actor=actor,
-            detail=text,
-        )
+    """Add one event to the trail in ``conn``'s transaction.
+
+    Inside ``staged(conn)`` the event is linked at the end of the transaction;
+    otherwise it is linked now (taking the head lock now).
+    """
+    values: dict[str, Any] = {
+        "at": as_utc(at) if at is not None else datetime.now(UTC),
+        "task_id": task_id,
+        "call_row_id": call_row_id,
+        "call_id": call_id,
+        "event": event,
+        "from_state": from_state,
+        "to_state": to_state,
+        "actor": actor,
+        "detail": _detail_text(detail),
+    }
+    stage: list[dict[str, Any]] | None = conn.info.get(_STAGE_KEY)
+    if stage is not None:
+        stage.append(values)
+    else:
+        _link(conn, [values])
+
+
+@contextmanager
+def staged(conn: Connection) -> Iterator[Connection]:
+    """Collect the events appended in the block; link them when the block succeeds.
+
+    Use it as the innermost block of a write transaction, so that the flush runs
+    before the commit. If the block raises, nothing is linked (the transaction rolls
+    back anyway).
+    """
+    if conn.info.get(_STAGE_KEY) is not None:  # nested: the outer block flushes
+        yield conn
+        return
+    conn.info[_STAGE_KEY] = []
+    try:
+        yield conn
+        flush(conn)
+    finally:
+        conn.info.pop(_STAGE_KEY, None)
+
+
+def flush(conn: Connection) -> None:
+    """Link the staged events into the chain (takes the head lock)."""
+    stage: list[dict[str, Any]] = conn.info.get(_STAGE_KEY) or []
+    if stage:
+        pending = list(stage)
+        stage.clear()
+        _link(conn, pending)
+
+
+def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
+    head = conn.execute(
+        for_update(conn, select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID))
+    ).first()
+    if head is None:
+        # Only a database upgraded without the 0002 revision's seed row: refuse
+        # rather than start a second chain.
+        raise RuntimeError("the audit chain head row is missing; run `agent-gate db upgrade`")
+    seq, prev = int(head.seq), str(head.hash)
+    for values in entries:
+        seq += 1
+        digest = entry_hash(seq=seq, prev_hash=prev, **values)
+        conn.execute(insert(_EVENTS).values(**values, seq=seq, prev_hash=prev, hash=digest))
+        prev = digest
+    conn.execute(update(_HEAD).where(_HEAD.c.id == _HEAD_ID).values(seq=seq, hash=prev))
+
+
+def _record(row: Mapping[str, Any]) -> AuditRecord:
+    return AuditRecord(
+        id=row["id"],
+        at=as_utc(row["at"]),
+        task_id=row["task_id"],
+        call_row_id=row["call_row_id"],
+        call_id=row["call_id"],
+        event=row["event"],
+        from_state=row["from_state"],
+        to_state=row["to_state"],
+        actor=row["actor"],
+        detail=json.loads(row["detail"]) if row["detail"] else None,
+        seq=row["seq"],
+        hash=row["hash"],
     )
 
 
 def read(
-    conn: Connection, *, task_id: str | None = None, call_row_id: int | None = None
+    conn: Connection,
+    *,
+    task_id: str | None = None,
+    call_row_id: int | None = None,
+    call_id: str | None = None,
 ) -> list[AuditRecord]:
-    stmt = select(AuditEvent.__table__).order_by(AuditEvent.id)
+    stmt = select(_EVENTS).order_by(_EVENTS.c.seq)
     if task_id is not None:
-        stmt = stmt.where(AuditEvent.task_id == task_id)
+        stmt = stmt.where(_EVENTS.c.task_id == task_id)
     if call_row_id is not None:
-        stmt = stmt.where(AuditEvent.call_row_id == call_row_id)
-    out: list[AuditRecord] = []
-    for row in conn.execute(stmt).mappings():
-        at = row["at"]
-        out.append(
-            AuditRecord(
-                id=row["id"],
-                at=at if at.tzinfo else at.replace(tzinfo=UTC),
-                task_id=row["task_id"],
-                call_row_id=row["call_row_id"],
-                call_id=row["call_id"],
-                event=row["event"],
-                from_state=row["from_state"],
-                to_state=row["to_state"],
-                actor=row["actor"],
-                detail=json.loads(row["detail"]) if row["detail"] else None,
+        stmt = stmt.where(_EVENTS.c.call_row_id == call_row_id)
+    if call_id is not None:
+        stmt = stmt.where(_EVENTS.c.call_id == call_id)
+    return [_record(row) for row in conn.execute(stmt).mappings()]
+
+
+# ------------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True, slots=True)
+class ChainProblem:
+    """The first place where the stored chain is not the chain that was written."""
+
+    kind: str
+    """``edited``, ``deleted``, ``reordered`` or ``anchor``."""
+    seq: int
+    """The chain position where the problem shows."""
+    row_id: int | None
+    """``audit_events.id`` of the entry named (None when the entry is gone)."""
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seq": self.seq, "row_id": self.row_id,
+                "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    entries: int
+    head_seq: int
+    head_hash: str
+    problem: ChainProblem | None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "entries": self.entries,
+            "head": {"seq": self.head_seq, "hash": self.head_hash},
+            "problem": self.problem.to_dict() if self.problem else None,
+        }
+
+
+def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainReport:
+    """Walk the whole chain in one snapshot and name the first entry that is wrong.
+
+    Entries are read in insertion order (``id``, which the head lock makes the same
+    as chain order). An entry whose stored hash is not the hash of its stored fields
+    was *edited*; a ``seq`` that does not follow its predecessor's means entries were
+    *deleted* (a jump forward) or *reordered* (anything else); an entry whose
+    ``prev_hash`` is not its predecessor's hash means its predecessor was deleted or
+    replaced. ``anchor`` (seq, hash), a head printed earlier and kept elsewhere, must
+    still be in the chain: that catches a chain rewritten from some point on.
+    """
+    head = conn.execute(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID)).first()
+    head_seq, head_hash = (int(head.seq), str(head.hash)) if head else (0, GENESIS)
+    expected_seq, prev = 1, GENESIS
+    count = 0
+    problem: ChainProblem | None = None
+    anchored = anchor is None or anchor == (0, GENESIS)
+    rows = conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings()
+    for row in rows:
+        count += 1
+        seq, row_id = int(row["seq"]), int(row["id"])
+        fields = {k: row[k] for k in ("at", "task_id", "call_row_id", "call_id", "event",
+                                      "from_state", "to_state", "actor", "detail")}
+        recomputed = entry_hash(seq=seq, prev_hash=row["prev_hash"], **fields)
+        if recomputed != row["hash"] and seq != expected_seq and entry_hash(
+            seq=expected_seq, prev_hash=row["prev_hash"], **fields
+        ) == row["hash"]:
+            problem = ChainProblem(
+                "reordered", expected_seq, row_id,
+                f"audit entry #{expected_seq} (row {row_id}, event {row['event']!r}) was "
+                f"moved to position #{seq}: the entries were reordered",
             )
+            break
+        if recomputed != row["hash"]:
+            problem = ChainProblem(
+                "edited", seq, row_id,
+                f"audit entry #{seq} (row {row_id}, event {row['event']!r}) was edited: "
+                "its fields no longer match its hash",
+            )
+            break
+        if seq != expected_seq:
+            if seq > expected_seq:
+                missing = (f"#{expected_seq}" if seq == expected_seq + 1
+                           else f"#{expected_seq}..#{seq - 1}")
+                problem = ChainProblem(
+                    "deleted", expected_seq, None,
+                    f"audit entry {missing} was deleted: the chain jumps from "
+                    f"#{expected_seq - 1} to #{seq} (row {row_id})",
+                )
+            else:
+                problem = ChainProblem(
+                    "reordered", seq, row_id,
+                    f"audit entry #{seq} (row {row_id}) is out of order: expected "
+                    f"#{expected_seq} at this place",
+                )
+            break
+        if row["prev_hash"] != prev:
+            problem = ChainProblem(
+                "deleted", seq, row_id,
+                f"audit entry #{seq} (row {row_id}) does not link to the entry before it: "
+                f"entry #{seq - 1} was replaced or deleted",
+            )
+            break
+        if anchor is not None and anchor == (seq, row["hash"]):
+            anchored = True
+        expected_seq, prev = seq + 1, row["hash"]
+    if problem is None and (expected_seq - 1, prev) != (head_seq, head_hash):
+        if head_seq >= expected_seq:
+            problem = ChainProblem(
+                "deleted", expected_seq, None,
+                f"audit entries #{expected_seq}..#{head_seq} were deleted: the chain ends at "
+                f"#{expected_seq - 1} but its head records #{head_seq}",
+            )
+        else:
+            problem = ChainProblem(
+                "edited", head_seq, None,
+                f"the chain head records #{head_seq} but the entries run to "
+                f"#{expected_seq - 1}: the head or the newest entries were altered",
+            )
+    if problem is None and not anchored:
+        assert anchor is not None
+        problem = ChainProblem(
+            "anchor", anchor[0], None,
+            f"the anchor #{anchor[0]} {anchor[1][:16]}… is not in the chain: the chain was "
+            "rewritten at or before that entry",
         )
-    return out
+    return ChainReport(count, head_seq, head_hash, problem)

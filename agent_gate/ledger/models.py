@@ -27,7 +27,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["AuditEvent", "Base", "TaskRow", "ToolCallRow", "metadata"]
+__all__ = [
+    "ApprovalRow",
+    "AuditChainHead",
+    "AuditEvent",
+    "Base",
+    "QuotaCharge",
+    "TaskRow",
+    "ToolCallRow",
+    "metadata",
+]
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -61,6 +70,11 @@ class TaskRow(Base):
     terminal: Mapped[str | None] = mapped_column(String(64))
     """How the last response of the task ended (``completed``, ``truncated``...)."""
     terminal_reason: Mapped[str | None] = mapped_column(String(500))
+    principal: Mapped[str | None] = mapped_column(Text)
+    """Canonical JSON of the ``Principal`` the task acts for, fixed when first given, so
+    that a resume without the application decides exactly as the application would."""
+    scope: Mapped[str | None] = mapped_column(Text)
+    """Canonical JSON of the task's ``TaskScope`` (name, tools, attributes), likewise."""
 
 
 class ToolCallRow(Base):
@@ -90,7 +104,16 @@ class ToolCallRow(Base):
     args_hash: Mapped[str] = mapped_column(String(64))
     arguments: Mapped[str | None] = mapped_column(Text)
     """Canonical JSON of the arguments, kept so that recovery, approval and resume can
-    run the call without the stream; NULL when they never formed a JSON object."""
+    run the call without the stream; NULL when they never formed a JSON object. Fields
+    the policy redacts appear here only as their redacted stand-ins; the whole object is
+    then in ``sealed_arguments`` (see ``agent_gate.ledger.seal``)."""
+    sealed_arguments: Mapped[str | None] = mapped_column(Text)
+    """The full arguments encrypted with the operator's seal key (AES-256-GCM, bound to
+    this row's task, call id and argument hash); NULL when nothing was redacted."""
+    policy_hash: Mapped[str | None] = mapped_column(String(80))
+    """Hash of the policy that decided the call (an approval must name the same one)."""
+    rule_ids: Mapped[str | None] = mapped_column(Text)
+    """JSON list of the rule ids that decided the call."""
 
     state: Mapped[str] = mapped_column(String(32))
     version: Mapped[int] = mapped_column(Integer)
@@ -132,3 +155,81 @@ class AuditEvent(Base):
     actor: Mapped[str | None] = mapped_column(String(200))
     detail: Mapped[str | None] = mapped_column(Text)
     """Bounded JSON of ids, codes and hashes: never argument values."""
+    seq: Mapped[int] = mapped_column(BigInteger, unique=True)
+    """Position in the one audit hash chain: 1, 2, 3... with no gaps."""
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+    """SHA-256 over this entry's fields and ``prev_hash`` (``agent_gate.ledger.chain``)."""
+
+
+class AuditChainHead(Base):
+    """The last link of the audit hash chain: one row, locked by every append.
+
+    Appending reads this row under a row lock (``FOR UPDATE`` on PostgreSQL; the
+    database write lock on SQLite), links the new events to it and moves it on, in
+    the transaction that writes them. Two writers therefore can never link to the
+    same predecessor: the chain stays one chain. It also records how long the chain
+    is, so that deleting its newest entries is noticed.
+    """
+
+    __tablename__ = "audit_chain"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class ApprovalRow(Base):
+    """A person's answer to a call that waits for approval.
+
+    An approval is bound to the call's argument hash, to the hash of the policy it was
+    given under and to an expiry; it is consumed (``consumed_at``) in the transaction
+    that moves the call to ``executing``, and only then. A denial is recorded here too.
+    """
+
+    __tablename__ = "approvals"
+    __table_args__ = (Index(None, "call_row_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    call_row_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT")
+    )
+    task_id: Mapped[str] = mapped_column(String(ID_LEN))
+    call_id: Mapped[str] = mapped_column(String(ID_LEN))
+    verdict: Mapped[str] = mapped_column(String(16))
+    """``approved`` or ``denied``."""
+    args_hash: Mapped[str] = mapped_column(String(64))
+    policy_hash: Mapped[str | None] = mapped_column(String(80))
+    decided_by: Mapped[str] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(String(1000))
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_ms: Mapped[int | None] = mapped_column(BigInteger)
+    consumed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    consumed_attempt: Mapped[int | None] = mapped_column(Integer)
+
+
+class QuotaCharge(Base):
+    """What one authorized call added to one per-task counter of the policy's limits.
+
+    Charged in the transaction that authorizes the call, never refunded: a call that
+    reached ``authorized`` counts even if it later failed or is in doubt, because
+    nobody can prove it did not spend the budget. Amounts are decimal strings, summed
+    exactly in Python.
+    """
+
+    __tablename__ = "quota_charges"
+    __table_args__ = (
+        UniqueConstraint("call_row_id", "counter"),
+        Index(None, "task_id", "counter"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(
+        String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT")
+    )
+    call_row_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT")
+    )
+    counter: Mapped[str] = mapped_column(String(300))
+    amount: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -10,21 +10,26 @@ the row in between, nothing is written and the caller gets the row as it now is
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Table, func, select, update
 from sqlalchemy.engine import RowMapping
 
-from agent_gate.ledger import audit
+from agent_gate.errors import AgentGateError
+from agent_gate.ledger import approvals, audit, quota
+from agent_gate.ledger.approvals import NotAwaitingApproval
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.dialect import (
     DEFAULT_BUSY_TIMEOUT,
     begin_read,
     begin_write,
     create_ledger_engine,
+    for_update,
     insert_ignore,
     resolve_url,
 )
@@ -34,7 +39,17 @@ from agent_gate.ledger.models import TaskRow, ToolCallRow
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.states import CallState, Event, next_state
 
-__all__ = ["CallRecord", "Ledger", "NewCall", "StoredResult", "TaskRecord", "Transition"]
+__all__ = [
+    "CallRecord",
+    "Ledger",
+    "NewCall",
+    "Ruling",
+    "StoredResult",
+    "TaskContextConflict",
+    "TaskRecord",
+    "TaskSummary",
+    "Transition",
+]
 
 T = ToolCallRow
 # The mapped classes' tables, typed as the Core ``Table`` they are.
@@ -51,6 +66,14 @@ def _utc(value: datetime | None) -> datetime | None:
 
 def _loads(text: str | None) -> Any:
     return json.loads(text) if text is not None else None
+
+
+class TaskContextConflict(AgentGateError):
+    """A task was given another principal or scope than the one it was started with.
+
+    A task's principal and scope are fixed when first given: quotas, approvals and
+    resumes of the task are all judged for them, so they cannot change half-way.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +107,11 @@ class CallRecord:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    sealed_arguments: str | None = None
+    """The full arguments, sealed (``agent_gate.ledger.seal``), when ``arguments`` holds
+    redacted stand-ins; None when nothing was redacted."""
+    policy_hash: str | None = None
+    rule_ids: tuple[str, ...] = ()
 
     @classmethod
     def from_row(cls, row: RowMapping) -> CallRecord:
@@ -113,6 +141,9 @@ class CallRecord:
             updated_at=_utc(row["updated_at"]) or datetime.now(UTC),
             started_at=_utc(row["started_at"]),
             finished_at=_utc(row["finished_at"]),
+            sealed_arguments=row["sealed_arguments"],
+            policy_hash=row["policy_hash"],
+            rule_ids=tuple(_loads(row["rule_ids"]) or ()),
         )
 
 
@@ -124,6 +155,20 @@ class TaskRecord:
     terminal_reason: str | None
     created_at: datetime
     updated_at: datetime
+    principal: dict[str, Any] | None = None
+    scope: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """A task and how many of its calls are in each state, for operators."""
+
+    task: TaskRecord
+    counts: Mapping[CallState, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +183,35 @@ class NewCall:
     idempotency: str
     args_hash: str
     arguments: Mapping[str, Any] | None
+    """As they may be stored: redacted stand-ins in place of redacted fields."""
+    sealed_arguments: str | None = None
+    principal: str | None = None
+    """Canonical JSON of the task's principal, bound to the task when first given."""
+    scope: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ruling:
+    """A decision taken inside a ledger transaction (``Ledger.authorize`` /
+    ``Ledger.claim_approved``): which arrow to take and what commits with it.
+
+    ``event`` None means "no change" (the call keeps waiting, ``reason`` says why).
+    ``charges`` are the quota amounts the call adds when it becomes authorized;
+    ``changes`` extra columns (the deciding policy hash and rule ids); ``approval_id``
+    the approval a claim consumes.
+    """
+
+    event: Event | None
+    code: str | None = None
+    reason: str | None = None
+    detail: Mapping[str, Any] | None = None
+    charges: Mapping[str, Decimal] = field(default_factory=dict)
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    approval_id: int | None = None
+
+
+class _Lost(Exception):
+    """Internal: a compare-and-set inside a multi-step transaction lost; roll back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,33 +305,106 @@ class Ledger:
             row = conn.execute(
                 select(TaskRow.__table__).where(TaskRow.id == task_id)
             ).mappings().first()
-        if row is None:
-            return None
-        return TaskRecord(
-            id=row["id"],
-            provider=row["provider"],
-            terminal=row["terminal"],
-            terminal_reason=row["terminal_reason"],
-            created_at=_utc(row["created_at"]) or datetime.now(UTC),
-            updated_at=_utc(row["updated_at"]) or datetime.now(UTC),
-        )
+        return _task_record(row) if row is not None else None
+
+    def tasks(self) -> list[TaskSummary]:
+        """Every task with the number of its calls in each state, newest first."""
+        with begin_read(self.engine) as conn:
+            rows = conn.execute(
+                select(TaskRow.__table__).order_by(TaskRow.updated_at.desc(), TaskRow.id)
+            ).mappings().all()
+            counted = conn.execute(
+                select(T.task_id, T.state, func.count()).group_by(T.task_id, T.state)
+            ).all()
+        counts: dict[str, dict[CallState, int]] = {}
+        for task_id, state, n in counted:
+            counts.setdefault(task_id, {})[CallState(state)] = int(n)
+        return [TaskSummary(_task_record(r), counts.get(r["id"], {})) for r in rows]
 
     def audit(
-        self, task_id: str | None = None, call_row_id: int | None = None
+        self,
+        task_id: str | None = None,
+        call_row_id: int | None = None,
+        call_id: str | None = None,
     ) -> list[audit.AuditRecord]:
         with begin_read(self.engine) as conn:
-            return audit.read(conn, task_id=task_id, call_row_id=call_row_id)
+            return audit.read(conn, task_id=task_id, call_row_id=call_row_id, call_id=call_id)
+
+    def verify_audit(self, anchor: tuple[int, str] | None = None) -> audit.ChainReport:
+        """Check the audit hash chain in one snapshot (see ``audit.verify``)."""
+        with begin_read(self.engine) as conn:
+            return audit.verify(conn, anchor=anchor)
+
+    def approval(self, rec: CallRecord) -> approvals.ApprovalRecord | None:
+        """The newest approval or denial given for the call."""
+        with begin_read(self.engine) as conn:
+            return approvals.latest(conn, rec.row_id)
+
+    def usage(self, task_id: str) -> dict[str, Decimal]:
+        """Every quota counter the task has charged, with its total."""
+        with begin_read(self.engine) as conn:
+            return quota.charges_of(conn, task_id)
 
     # ----------------------------------------------------------------- writes
 
-    def _ensure_task(self, conn: Connection, task_id: str, provider: str | None) -> None:
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction whose audit events are linked into the chain at its end."""
+        with begin_write(self.engine) as conn, audit.staged(conn):
+            yield conn
+
+    @staticmethod
+    def lock_task(conn: Connection, task_id: str) -> None:
+        """Serialize the writers of one task until the transaction ends.
+
+        Deciding a call reads the task's quota usage and charges it; taking this lock
+        first makes that read-decide-charge atomic per task on every backend.
+        """
+        conn.execute(for_update(conn, select(TaskRow.id).where(TaskRow.id == task_id))).first()
+
+    def _ensure_task(
+        self,
+        conn: Connection,
+        task_id: str,
+        provider: str | None,
+        principal: str | None = None,
+        scope: str | None = None,
+    ) -> None:
         now = datetime.now(UTC)
-        values = {"id": task_id, "created_at": now, "updated_at": now, "provider": provider}
+        values = {"id": task_id, "created_at": now, "updated_at": now, "provider": provider,
+                  "principal": principal, "scope": scope}
         if insert_ignore(conn, _TASKS, values):
-            audit.append(conn, task_id=task_id, event="task_created", at=now)
+            audit.append(
+                conn, task_id=task_id, event="task_created", at=now,
+                detail=_context_detail(principal, scope),
+            )
+            return
+        if principal is None and scope is None:
+            return
+        row = conn.execute(
+            for_update(conn, select(TaskRow.principal, TaskRow.scope).where(TaskRow.id == task_id))
+        ).one()
+        bind: dict[str, Any] = {}
+        for name, given, stored in (("principal", principal, row.principal),
+                                    ("scope", scope, row.scope)):
+            if given is None or given == stored:
+                continue
+            if stored is not None:
+                raise TaskContextConflict(
+                    f"task {task_id!r} was started with another {name} "
+                    f"(sha256 {sha256_hex(stored)[:12]} != {sha256_hex(given)[:12]}); "
+                    "a task keeps the principal and scope it was started with"
+                )
+            bind[name] = given
+        if bind:
+            conn.execute(update(TaskRow).where(TaskRow.id == task_id).values(**bind))
+            audit.append(
+                conn, task_id=task_id, event="task_bound", at=now,
+                detail=_context_detail(bind.get("principal"), bind.get("scope")),
+            )
 
     def ensure_task(self, task_id: str, provider: str | None = None) -> None:
-        with begin_write(self.engine) as conn:
+        with self._write() as conn:
             self._ensure_task(conn, task_id, provider)
 
     def record(
@@ -269,8 +416,8 @@ class Ledger:
         (another call id with the same dedupe key), and whether this call inserted it.
         """
         now = datetime.now(UTC)
-        with begin_write(self.engine) as conn:
-            self._ensure_task(conn, new.task_id, provider)
+        with self._write() as conn:
+            self._ensure_task(conn, new.task_id, provider, new.principal, new.scope)
             inserted = insert_ignore(
                 conn,
                 _CALLS,
@@ -285,6 +432,7 @@ class Ledger:
                     "arguments": (
                         canonical_json(dict(new.arguments)) if new.arguments is not None else None
                     ),
+                    "sealed_arguments": new.sealed_arguments,
                     "state": CallState.RECEIVED.value,
                     "version": 0,
                     "attempt": 0,
@@ -298,6 +446,11 @@ class Ledger:
             if rec is None:  # pragma: no cover - a row we could not insert must exist
                 raise RuntimeError("ledger row vanished during insert")
             if inserted:
+                info: dict[str, Any] = {"tool": new.tool, "args_hash": new.args_hash,
+                                        "idem_key": new.idem_key}
+                if new.sealed_arguments is not None:
+                    # The redacted form, never the values: what the policy lets the trail keep.
+                    info["arguments"] = dict(new.arguments or {})
                 audit.append(
                     conn,
                     task_id=new.task_id,
@@ -306,14 +459,14 @@ class Ledger:
                     event="received",
                     to_state=CallState.RECEIVED.value,
                     actor=actor,
-                    detail={"tool": new.tool, "args_hash": new.args_hash,
-                            "idem_key": new.idem_key},
+                    detail=info,
                     at=now,
                 )
         return rec, inserted
 
-    def transition(
+    def _apply(
         self,
+        conn: Connection,
         rec: CallRecord,
         event: Event,
         *,
@@ -323,15 +476,11 @@ class Ledger:
         changes: Mapping[str, Any] | None = None,
         guard: Sequence[ColumnElement[bool]] = (),
         detail: Mapping[str, Any] | None = None,
-        within: Callable[[Connection, CallRecord], None] | None = None,
-    ) -> Transition:
-        """Apply ``event`` to ``rec`` iff the row is still at ``rec.state``/``rec.version``.
+    ) -> CallRecord | None:
+        """One compare-and-set and its audit event in ``conn``'s transaction.
 
-        ``guard`` adds conditions (lease owner, lease expired) that must also still
-        hold. The audit event is written in the same transaction, only if it applied.
-        ``within`` runs in that transaction too, after the update applied and with
-        the updated row: bookkeeping that must commit with the transition or not at
-        all (a quota counted, an approval consumed). If it raises, nothing commits.
+        Returns the updated row, or None when the row was no longer at
+        ``rec.state``/``rec.version`` (nothing written).
         """
         target = next_state(rec.state, event)
         now = datetime.now(UTC)
@@ -353,33 +502,251 @@ class Ledger:
             .where(T.id == rec.row_id, T.state == rec.state.value, T.version == rec.version, *guard)
             .values(**values)
         )
-        with begin_write(self.engine) as conn:
-            won = conn.execute(stmt).rowcount == 1
-            if won:
-                info: dict[str, Any] = {"version": rec.version + 1}
-                if code:
-                    info["code"] = code
-                if values.get("attempt") is not None:
-                    info["attempt"] = values["attempt"]
-                info.update(detail or {})
-                audit.append(
-                    conn,
-                    task_id=rec.task_id,
-                    call_row_id=rec.row_id,
-                    call_id=rec.call_id,
-                    event=event.value,
-                    from_state=rec.state.value,
-                    to_state=target.value,
-                    actor=actor,
-                    detail=info,
-                    at=now,
-                )
-            current = self._one(conn, T.id == rec.row_id)
-            if current is None:  # pragma: no cover - rows are never deleted
-                raise RuntimeError(f"ledger row {rec.row_id} vanished")
-            if won and within is not None:
+        if conn.execute(stmt).rowcount != 1:
+            return None
+        info: dict[str, Any] = {"version": rec.version + 1}
+        if code:
+            info["code"] = code
+        if values.get("attempt") is not None:
+            info["attempt"] = values["attempt"]
+        info.update(detail or {})
+        audit.append(
+            conn,
+            task_id=rec.task_id,
+            call_row_id=rec.row_id,
+            call_id=rec.call_id,
+            event=event.value,
+            from_state=rec.state.value,
+            to_state=target.value,
+            actor=actor,
+            detail=info,
+            at=now,
+        )
+        current = self._one(conn, T.id == rec.row_id)
+        if current is None:  # pragma: no cover - rows are never deleted
+            raise RuntimeError(f"ledger row {rec.row_id} vanished")
+        return current
+
+    def transition(
+        self,
+        rec: CallRecord,
+        event: Event,
+        *,
+        actor: str | None = None,
+        code: str | None = None,
+        reason: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        guard: Sequence[ColumnElement[bool]] = (),
+        detail: Mapping[str, Any] | None = None,
+        within: Callable[[Connection, CallRecord], None] | None = None,
+    ) -> Transition:
+        """Apply ``event`` to ``rec`` iff the row is still at ``rec.state``/``rec.version``.
+
+        ``guard`` adds conditions (lease owner, lease expired) that must also still
+        hold. The audit event is written in the same transaction, only if it applied.
+        ``within`` runs in that transaction too, after the update applied and with
+        the updated row: bookkeeping that must commit with the transition or not at
+        all. If it raises, nothing commits.
+        """
+        with self._write() as conn:
+            current = self._apply(
+                conn, rec, event, actor=actor, code=code, reason=reason, changes=changes,
+                guard=guard, detail=detail,
+            )
+            won = current is not None
+            if current is None:
+                current = self._one(conn, T.id == rec.row_id)
+                if current is None:  # pragma: no cover - rows are never deleted
+                    raise RuntimeError(f"ledger row {rec.row_id} vanished")
+            elif within is not None:
                 within(conn, current)
         return Transition(won, current)
+
+    def authorize(
+        self,
+        rec: CallRecord,
+        decide: Callable[[Connection, CallRecord], Ruling],
+        *,
+        actor: str | None = None,
+    ) -> tuple[Transition, Ruling | None]:
+        """Decide a ``received`` call and apply the decision in one transaction.
+
+        The task is locked first, so ``decide`` may read the task's quota usage and
+        nobody can charge the task between that read and this commit. An ``allow``
+        commits the ruling's quota charges with the transition. Returns the
+        transition and the ruling (None when the row had moved on: not decided here).
+        """
+        try:
+            with self._write() as conn:
+                self.lock_task(conn, rec.task_id)
+                current = self._one(conn, T.id == rec.row_id)
+                if current is None or (current.state, current.version) != (
+                    rec.state, rec.version
+                ):
+                    raise _Lost
+                ruling = decide(conn, current)
+                if ruling.event is None:
+                    raise ValueError("an authorization ruling must name an event")
+                applied = self._apply(
+                    conn, current, ruling.event, actor=actor, code=ruling.code,
+                    reason=ruling.reason, changes=ruling.changes, detail=ruling.detail,
+                )
+                if applied is None:
+                    raise _Lost
+                if ruling.event is Event.ALLOW and ruling.charges:
+                    quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id,
+                                 amounts=ruling.charges)
+        except _Lost:
+            return Transition(False, self._reread(rec)), None
+        return Transition(True, applied), ruling
+
+    def claim_approved(
+        self,
+        rec: CallRecord,
+        *,
+        owner: str,
+        lease_ms: int,
+        decide: Callable[[Connection, CallRecord], Ruling],
+    ) -> tuple[Transition, Ruling | None]:
+        """Use an approval: ``awaiting_approval -> authorized -> executing`` at once.
+
+        In one transaction, with the task locked: ``decide`` checks the approval
+        against the arguments, the policy and the clock and re-checks the quotas with
+        the task's usage now; then its ruling is applied. ``APPROVE`` consumes the
+        approval, charges the quotas and commits ``executing`` leased to ``owner``
+        (so an approval is used by exactly the attempt that runs); ``DENY`` rejects
+        the call (a quota ran out meanwhile); ``None`` changes nothing. A process
+        that lost the race for the row gets ``won=False`` and nothing is consumed.
+        """
+        try:
+            with self._write() as conn:
+                self.lock_task(conn, rec.task_id)
+                current = self._one(conn, T.id == rec.row_id)
+                if current is None or (current.state, current.version) != (
+                    rec.state, rec.version
+                ):
+                    raise _Lost
+                ruling = decide(conn, current)
+                if ruling.event is None:
+                    return Transition(False, current), ruling
+                if ruling.event is Event.DENY:
+                    applied = self._apply(
+                        conn, current, Event.DENY, actor=owner, code=ruling.code,
+                        reason=ruling.reason, changes=ruling.changes, detail=ruling.detail,
+                    )
+                    if applied is None:
+                        raise _Lost
+                    return Transition(True, applied), ruling
+                if ruling.event is not Event.APPROVE or ruling.approval_id is None:
+                    raise ValueError("an approved claim needs APPROVE and the approval's id")
+                authorized = self._apply(
+                    conn, current, Event.APPROVE, actor=owner, code=ruling.code,
+                    reason=ruling.reason, changes=ruling.changes,
+                    detail={**(ruling.detail or {}), "approval_id": ruling.approval_id},
+                )
+                if authorized is None:
+                    raise _Lost
+                attempt = authorized.attempt + 1
+                if not approvals.consume(conn, ruling.approval_id, attempt):
+                    raise _Lost
+                if ruling.charges:
+                    quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id,
+                                 amounts=ruling.charges)
+                executing = self._apply(
+                    conn, authorized, Event.CLAIM, actor=owner,
+                    changes=self._claim_changes(authorized, owner, lease_ms),
+                    detail={"approval_id": ruling.approval_id},
+                )
+                if executing is None:  # pragma: no cover - we hold the row since APPROVE
+                    raise _Lost
+        except _Lost:
+            return Transition(False, self._reread(rec)), None
+        return Transition(True, executing), ruling
+
+    def approve(
+        self,
+        rec: CallRecord,
+        *,
+        by: str,
+        reason: str | None = None,
+        expires_ms: int | None,
+        policy_hash: str | None = None,
+    ) -> tuple[approvals.ApprovalRecord, bool]:
+        """Record a person's approval of a call that waits for one.
+
+        Bound to the call's argument hash, to ``policy_hash`` (default: the hash of
+        the policy that asked for the approval) and to ``expires_ms``. The call stays
+        ``awaiting_approval`` until a gate consumes the approval. Returns the
+        approval that stands and whether this call created it (an unused, unexpired
+        approval under the same policy is returned as it is).
+        """
+        with self._write() as conn:
+            self.lock_task(conn, rec.task_id)
+            current = self._one(conn, T.id == rec.row_id)
+            if current is None or current.state is not CallState.AWAITING_APPROVAL:
+                state = current.state.value if current else "missing"
+                raise NotAwaitingApproval(
+                    f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, "
+                    "not awaiting approval"
+                )
+            bound_hash = policy_hash or current.policy_hash
+            last = approvals.latest(conn, current.row_id)
+            if last is not None and approvals.problem(
+                last, args_hash=current.args_hash, stored_args_hash=current.args_hash,
+                policy_hash=bound_hash,
+            ) is None:
+                return last, False
+            given = approvals.insert_answer(
+                conn, call_row_id=current.row_id, task_id=current.task_id,
+                call_id=current.call_id, verdict=approvals.APPROVED,
+                args_hash=current.args_hash, policy_hash=bound_hash, by=by,
+                reason=bound(reason, MAX_REASON_CHARS) if reason else None,
+                expires_ms=expires_ms,
+            )
+            audit.append(
+                conn, task_id=current.task_id, call_row_id=current.row_id,
+                call_id=current.call_id, event="approval_granted",
+                from_state=current.state.value, to_state=current.state.value,
+                actor=f"operator:{by}",
+                detail={"approval_id": given.id, "args_hash": given.args_hash,
+                        "policy_hash": given.policy_hash, "expires_ms": expires_ms,
+                        **({"reason": bound(reason, 300)} if reason else {})},
+            )
+        return given, True
+
+    def deny(self, rec: CallRecord, *, by: str, reason: str | None = None) -> Transition:
+        """A person denies a waiting call: ``awaiting_approval -> rejected``."""
+        text = f"denied by {by}" + (f": {bound(reason, 300)}" if reason else "")
+
+        def remember(conn: Connection, current: CallRecord) -> None:
+            approvals.insert_answer(
+                conn, call_row_id=current.row_id, task_id=current.task_id,
+                call_id=current.call_id, verdict=approvals.DENIED,
+                args_hash=current.args_hash, policy_hash=current.policy_hash, by=by,
+                reason=bound(reason, MAX_REASON_CHARS) if reason else None, expires_ms=None,
+            )
+
+        if rec.state is not CallState.AWAITING_APPROVAL:
+            raise NotAwaitingApproval(
+                f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
+                "not awaiting approval"
+            )
+        tr = self.transition(
+            rec, Event.DENY, actor=f"operator:{by}", code="denied_by_operator", reason=text,
+            within=remember,
+        )
+        if not tr.won:
+            raise NotAwaitingApproval(
+                f"call {rec.call_id!r} of task {rec.task_id!r} changed to "
+                f"{tr.record.state.value} while being denied"
+            )
+        return tr
+
+    def _reread(self, rec: CallRecord) -> CallRecord:
+        current = self.get_row(rec.row_id)
+        if current is None:  # pragma: no cover - rows are never deleted
+            raise RuntimeError(f"ledger row {rec.row_id} vanished")
+        return current
 
     # Named transitions whose extra columns must always travel together.
 
@@ -396,24 +763,27 @@ class Ledger:
         ``within`` as for ``transition``: e.g. consuming an approval, so that an
         approval is used by exactly the attempt that commits ``executing``.
         """
-        now = now_ms()
         return self.transition(
             rec,
             Event.CLAIM,
             actor=owner,
             within=within,
-            changes={
-                "attempt": rec.attempt + 1,
-                "lease_owner": owner,
-                "lease_expires_ms": now + lease_ms,
-                "started_at": datetime.now(UTC),
-                "finished_at": None,
-                "result": None,
-                "result_sha256": None,
-                "result_bytes": None,
-                "error": None,
-            },
+            changes=self._claim_changes(rec, owner, lease_ms),
         )
+
+    @staticmethod
+    def _claim_changes(rec: CallRecord, owner: str, lease_ms: int) -> dict[str, Any]:
+        return {
+            "attempt": rec.attempt + 1,
+            "lease_owner": owner,
+            "lease_expires_ms": now_ms() + lease_ms,
+            "started_at": datetime.now(UTC),
+            "finished_at": None,
+            "result": None,
+            "result_sha256": None,
+            "result_bytes": None,
+            "error": None,
+        }
 
     def renew(self, rec: CallRecord, *, owner: str, lease_ms: int) -> bool:
         """Push the lease expiry out while the tool runs; not a transition.
@@ -494,7 +864,7 @@ class Ledger:
         detail: Mapping[str, Any] | None = None,
     ) -> None:
         """An audit-only event: the call was seen again, conflicted, was reported."""
-        with begin_write(self.engine) as conn:
+        with self._write() as conn:
             audit.append(
                 conn,
                 task_id=rec.task_id,
@@ -510,7 +880,7 @@ class Ledger:
     def record_terminal(self, task_id: str, terminal: str, reason: str | None = None) -> None:
         """Remember how the task's latest response ended, for operators."""
         now = datetime.now(UTC)
-        with begin_write(self.engine) as conn:
+        with self._write() as conn:
             self._ensure_task(conn, task_id, None)
             conn.execute(
                 update(TaskRow)
@@ -521,3 +891,26 @@ class Ledger:
                 conn, task_id=task_id, event="response_ended",
                 detail={"terminal": terminal, **({"reason": reason} if reason else {})}, at=now,
             )
+
+
+def _task_record(row: RowMapping) -> TaskRecord:
+    return TaskRecord(
+        id=row["id"],
+        provider=row["provider"],
+        terminal=row["terminal"],
+        terminal_reason=row["terminal_reason"],
+        created_at=_utc(row["created_at"]) or datetime.now(UTC),
+        updated_at=_utc(row["updated_at"]) or datetime.now(UTC),
+        principal=_loads(row["principal"]),
+        scope=_loads(row["scope"]),
+    )
+
+
+def _context_detail(principal: str | None, scope: str | None) -> dict[str, Any] | None:
+    """Hashes of the principal and scope a task is bound to (their JSON is on the task)."""
+    info: dict[str, Any] = {}
+    if principal is not None:
+        info["principal_sha256"] = sha256_hex(principal)
+    if scope is not None:
+        info["scope_sha256"] = sha256_hex(scope)
+    return info or None

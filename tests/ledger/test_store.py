@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall
+from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall, audit
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
 from agent_gate.ledger.store import StoredResult
 
@@ -197,9 +197,7 @@ def test_within_commits_with_the_transition_or_not_at_all(db_url: str) -> None:
 
         def count(conn: Any, row: Any) -> None:
             calls.append((row.version, row.state.value))
-            conn.exec_driver_sql(
-                "INSERT INTO audit_events (at, task_id, event) VALUES ('2024-01-01', 't', 'quota')"
-            )
+            audit.append(conn, task_id="t", event="quota")
 
         def refuse(conn: Any, row: Any) -> None:
             raise RuntimeError("quota exceeded")

@@ -1,0 +1,207 @@
+"""People's answers to calls that wait for approval, and the rules for using one.
+
+An approval is a row bound to three things: the call's argument hash, the hash of
+the policy the call was decided under (or that the approver named), and an
+expiry. It does not change the call's state: the call stays ``awaiting_approval``
+until a gate that runs *the same policy* consumes the approval, in the one
+transaction that also moves the call ``awaiting_approval -> authorized ->
+executing`` (``Ledger.claim_approved``). So an approval that expired, or that was
+given under another policy, or for other arguments, leaves the call visibly
+waiting, where a person can approve it again or deny it; and two processes that
+resume the task at once cannot both use it, because the consuming update names
+``consumed_at IS NULL`` and the call's compare-and-set names its version.
+
+A denial moves the call to ``rejected`` (``Ledger.deny``) and is recorded here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, insert, select, update
+
+from agent_gate.errors import AgentGateError
+from agent_gate.ledger.chain import as_utc
+from agent_gate.ledger.lease import now_ms
+from agent_gate.ledger.models import ApprovalRow
+
+__all__ = [
+    "APPROVED",
+    "DENIED",
+    "ApprovalRecord",
+    "NotAwaitingApproval",
+    "consume",
+    "insert_answer",
+    "latest",
+    "problem",
+]
+
+APPROVED = "approved"
+DENIED = "denied"
+_APPROVALS = cast(Table, ApprovalRow.__table__)
+
+
+class NotAwaitingApproval(AgentGateError):
+    """An approval or denial was given for a call that does not wait for one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    id: int
+    call_row_id: int
+    task_id: str
+    call_id: str
+    verdict: str
+    args_hash: str
+    policy_hash: str | None
+    decided_by: str
+    reason: str | None
+    decided_at: datetime
+    expires_ms: int | None
+    consumed_at: datetime | None
+    consumed_attempt: int | None
+
+    @property
+    def consumed(self) -> bool:
+        return self.consumed_at is not None
+
+    def expired(self, at_ms: int | None = None) -> bool:
+        return self.expires_ms is not None and self.expires_ms <= (at_ms or now_ms())
+
+    @property
+    def expires_at(self) -> datetime | None:
+        if self.expires_ms is None:
+            return None
+        return datetime.fromtimestamp(self.expires_ms / 1000, UTC)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "approval_id": self.id,
+            "task_id": self.task_id,
+            "call_id": self.call_id,
+            "verdict": self.verdict,
+            "args_hash": self.args_hash,
+            "policy_hash": self.policy_hash,
+            "by": self.decided_by,
+            "reason": self.reason,
+            "decided_at": self.decided_at.isoformat(),
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "consumed": self.consumed,
+            "consumed_attempt": self.consumed_attempt,
+        }
+
+
+def _from_row(row: Any) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=row["id"],
+        call_row_id=row["call_row_id"],
+        task_id=row["task_id"],
+        call_id=row["call_id"],
+        verdict=row["verdict"],
+        args_hash=row["args_hash"],
+        policy_hash=row["policy_hash"],
+        decided_by=row["decided_by"],
+        reason=row["reason"],
+        decided_at=as_utc(row["decided_at"]),
+        expires_ms=row["expires_ms"],
+        consumed_at=as_utc(row["consumed_at"]) if row["consumed_at"] is not None else None,
+        consumed_attempt=row["consumed_attempt"],
+    )
+
+
+def latest(conn: Connection, call_row_id: int) -> ApprovalRecord | None:
+    """The newest answer given for the call (the one that counts)."""
+    row = conn.execute(
+        select(_APPROVALS)
+        .where(_APPROVALS.c.call_row_id == call_row_id)
+        .order_by(_APPROVALS.c.id.desc())
+        .limit(1)
+    ).mappings().first()
+    return _from_row(row) if row is not None else None
+
+
+def insert_answer(
+    conn: Connection,
+    *,
+    call_row_id: int,
+    task_id: str,
+    call_id: str,
+    verdict: str,
+    args_hash: str,
+    policy_hash: str | None,
+    by: str,
+    reason: str | None,
+    expires_ms: int | None,
+) -> ApprovalRecord:
+    now = datetime.now(UTC)
+    result = conn.execute(
+        insert(_APPROVALS).values(
+            call_row_id=call_row_id,
+            task_id=task_id,
+            call_id=call_id,
+            verdict=verdict,
+            args_hash=args_hash,
+            policy_hash=policy_hash,
+            decided_by=by,
+            reason=reason,
+            decided_at=now,
+            expires_ms=expires_ms,
+        )
+    )
+    key = result.inserted_primary_key
+    assert key is not None
+    row = conn.execute(select(_APPROVALS).where(_APPROVALS.c.id == key[0])).mappings().one()
+    return _from_row(row)
+
+
+def problem(
+    approval: ApprovalRecord | None,
+    *,
+    args_hash: str,
+    stored_args_hash: str,
+    policy_hash: str | None,
+    at_ms: int | None = None,
+) -> str | None:
+    """Why ``approval`` cannot authorize the call now, or None if it can.
+
+    ``args_hash`` is recomputed from the arguments that would run now (so arguments
+    edited in the database do not run under an old approval); ``stored_args_hash``
+    is the row's; ``policy_hash`` is the hash of the policy the gate runs.
+    """
+    if approval is None:
+        return "no approval has been given"
+    if approval.verdict != APPROVED:
+        return f"the last answer was {approval.verdict} by {approval.decided_by}"
+    if approval.consumed:
+        return f"the approval was already used by attempt {approval.consumed_attempt}"
+    if approval.expired(at_ms):
+        return "the approval expired; approve it again"
+    if approval.args_hash != stored_args_hash or approval.args_hash != args_hash:
+        return "the arguments changed since the approval; approve it again"
+    if policy_hash is None:
+        return (
+            f"it was approved under policy {approval.policy_hash}; run with that policy "
+            "to use the approval"
+        )
+    if approval.policy_hash != policy_hash:
+        return (
+            f"it was approved under policy {approval.policy_hash} and the gate runs "
+            f"{policy_hash}; a changed policy needs a new approval"
+        )
+    return None
+
+
+def consume(conn: Connection, approval_id: int, attempt: int) -> bool:
+    """Mark the approval used by ``attempt``; False if someone used it first."""
+    result = conn.execute(
+        update(_APPROVALS)
+        .where(
+            _APPROVALS.c.id == approval_id,
+            _APPROVALS.c.verdict == APPROVED,
+            _APPROVALS.c.consumed_at.is_(None),
+        )
+        .values(consumed_at=datetime.now(UTC), consumed_attempt=attempt)
+    )
+    return result.rowcount == 1

@@ -1,0 +1,78 @@
+"""The audit trail's hash chain: how one entry's hash is computed.
+
+Every audit event carries ``seq`` (its position, 1, 2, 3... without gaps),
+``prev_hash`` (the hash of entry ``seq - 1``; 64 zeros for the first) and ``hash``,
+the SHA-256 of a canonical JSON object holding every stored column of the entry
+and ``prev_hash``. Editing any column of an entry changes its hash; deleting or
+reordering entries breaks a ``seq`` step or a ``prev_hash`` link. The chain's
+newest link is also kept in the one-row table ``audit_chain``, so deleting the
+newest entries is noticed too.
+
+What is hashed is exactly what is stored: ``detail`` as its stored text, which
+never holds argument values (redacted stand-ins at most), so the chain can be
+verified by anyone who can read the database, without any key. An attacker who
+can write the database can recompute a whole chain; to notice that, keep the head
+(``agent-gate audit verify`` prints it) somewhere else and pass it back with
+``--anchor``.
+
+This module is pure; ``agent_gate.ledger.audit`` writes and verifies the chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any, Final
+
+__all__ = ["CHAIN_VERSION", "GENESIS", "as_utc", "entry_hash", "timestamp_us"]
+
+GENESIS: Final = "0" * 64
+CHAIN_VERSION: Final = 1
+"""Part of every hashed object, so that a future change of the format is explicit."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """A stored timestamp as an aware UTC datetime (SQLite hands back naive UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def timestamp_us(value: datetime) -> int:
+    """Integer microseconds since the epoch: the same number on every backend."""
+    delta = as_utc(value) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def entry_hash(
+    *,
+    seq: int,
+    prev_hash: str,
+    at: datetime,
+    task_id: str,
+    call_row_id: int | None,
+    call_id: str | None,
+    event: str,
+    from_state: str | None,
+    to_state: str | None,
+    actor: str | None,
+    detail: str | None,
+) -> str:
+    """SHA-256 (hex) of one entry linked to its predecessor's hash."""
+    body: dict[str, Any] = {
+        "v": CHAIN_VERSION,
+        "seq": seq,
+        "prev": prev_hash,
+        "at_us": timestamp_us(at),
+        "task": task_id,
+        "call_row": call_row_id,
+        "call": call_id,
+        "event": event,
+        "from": from_state,
+        "to": to_state,
+        "actor": actor,
+        "detail": detail,
+    }
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

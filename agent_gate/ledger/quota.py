@@ -1,0 +1,76 @@
+"""Per-task quota counters, charged in the transaction that authorizes a call.
+
+A policy limit names a counter (``<tool>/calls`` or ``<tool>/sum/<argument>``).
+The task's usage of a counter is the sum of the charges of its calls; a call is
+charged once per counter (a unique constraint), when it enters ``authorized``:
+either on the ``allow`` decision or when its approval is consumed. Reading the
+usage, deciding and charging happen in one write transaction that first locks the
+task (``Ledger.lock_task``), so two workers can never both see the same usage and
+both slip under a limit.
+
+Charges are never refunded: a call that failed or is in doubt may have spent the
+budget, and nobody can prove it did not. A retry of the same call is not charged
+again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import cast
+
+from sqlalchemy import Connection, Table, select
+
+from agent_gate.ledger.dialect import insert_ignore
+from agent_gate.ledger.models import QuotaCharge
+
+__all__ = ["charge", "charges_of", "usage"]
+
+_CHARGES = cast(Table, QuotaCharge.__table__)
+
+
+def usage(conn: Connection, task_id: str, counters: Iterable[str]) -> dict[str, Decimal]:
+    """What the task has used of each counter (0 for a counter never charged)."""
+    wanted = sorted(set(counters))
+    totals = {key: Decimal(0) for key in wanted}
+    if not wanted:
+        return totals
+    rows = conn.execute(
+        select(_CHARGES.c.counter, _CHARGES.c.amount).where(
+            _CHARGES.c.task_id == task_id, _CHARGES.c.counter.in_(wanted)
+        )
+    )
+    for counter, amount in rows:
+        totals[counter] += Decimal(amount)
+    return totals
+
+
+def charge(
+    conn: Connection, *, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]
+) -> None:
+    """Add this call's amounts to the task's counters (once per call and counter)."""
+    now = datetime.now(UTC)
+    for counter, amount in sorted(amounts.items()):
+        insert_ignore(
+            conn,
+            _CHARGES,
+            {
+                "task_id": task_id,
+                "call_row_id": call_row_id,
+                "counter": counter,
+                "amount": str(amount),
+                "at": now,
+            },
+        )
+
+
+def charges_of(conn: Connection, task_id: str) -> dict[str, Decimal]:
+    """Every counter of a task and its total, for operators."""
+    totals: dict[str, Decimal] = {}
+    rows = conn.execute(
+        select(_CHARGES.c.counter, _CHARGES.c.amount).where(_CHARGES.c.task_id == task_id)
+    )
+    for counter, amount in rows:
+        totals[counter] = totals.get(counter, Decimal(0)) + Decimal(amount)
+    return totals
