@@ -14,6 +14,15 @@ The driver (``_drive``) is a generator that does all database work itself and
 yields only the two things that differ between sync and async callers: running
 the tool, and calling a reconcile hook. ``execute`` and ``aexecute`` serve those
 requests in their own way, so both share one implementation of the semantics.
+
+With a policy (``Gate(tools, db, policy="policies/example.yaml")``) a call's
+decision is taken *inside* the ledger transaction that commits it, with the task
+locked, so the task's quota usage read for the decision is the usage the decision
+charges (``Ledger.authorize``). A call the policy sends to a person waits in
+``awaiting_approval``; once approved (``Gate.approve`` / ``agent-gate approve``) the
+next gate that sees the call (``execute`` again, ``resume``) checks the approval
+against the arguments, the policy hash and the clock, and consumes it in the same
+transaction that commits ``executing`` (``Ledger.claim_approved``).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import os
 import threading
 from collections.abc import (
     AsyncIterable,
@@ -39,8 +49,18 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from agent_gate.accumulate import Accumulator, Anomaly, DispatchMode
+from agent_gate.authorize import (
+    PolicyAuthorizer,
+    principal_from_json,
+    principal_json,
+    scope_from_json,
+    scope_json,
+)
 from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
+from agent_gate.ledger import approvals, quota
+from agent_gate.ledger import seal as sealing
+from agent_gate.ledger.approvals import ApprovalRecord, NotAwaitingApproval
 from agent_gate.ledger.canonical import (
     arguments_hash,
     canonical_json,
@@ -49,9 +69,19 @@ from agent_gate.ledger.canonical import (
     to_jsonable,
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
+from agent_gate.ledger.models import TaskRow
 from agent_gate.ledger.privacy import bound, describe_error
-from agent_gate.ledger.states import CallState, Event
-from agent_gate.ledger.store import CallRecord, Ledger, NewCall, StoredResult, Transition
+from agent_gate.ledger.states import TERMINAL, CallState, Event
+from agent_gate.ledger.store import (
+    CallRecord,
+    Ledger,
+    NewCall,
+    Ruling,
+    StoredResult,
+    Transition,
+)
+from agent_gate.policy import Decision as PolicyDecision
+from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
 from agent_gate.schema import (
     ArgumentsInvalid,
     ArgumentsNotObject,
@@ -68,11 +98,15 @@ from agent_gate.schema import (
 )
 
 __all__ = [
+    "DEFAULT_APPROVAL_TTL",
     "AmbiguousCall",
+    "ApprovalRefused",
     "Authorizer",
+    "Blocker",
     "Decision",
     "Gate",
     "GateUsageError",
+    "NotAwaitingApproval",
     "NotInDoubt",
     "Outcome",
     "OutcomeUnknown",
@@ -84,6 +118,8 @@ __all__ = [
 ]
 
 DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_APPROVAL_TTL = 24 * 3600.0
+"""Seconds an approval stays usable unless the approver says otherwise."""
 DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 _MAX_DRIVER_STEPS = 16
 
@@ -111,6 +147,10 @@ class AmbiguousCall(AgentGateError):
     """A call id matched calls in several tasks; name the task."""
 
 
+class ApprovalRefused(AgentGateError):
+    """An approval cannot be given: the policy named for it denies the call."""
+
+
 class ReasonCode(StrEnum):
     """Machine-readable reasons, stored in ``tool_calls.reason_code``."""
 
@@ -121,6 +161,9 @@ class ReasonCode(StrEnum):
     SCHEMA_INVALID = "schema_invalid"
     POLICY_DENIED = "policy_denied"
     AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    DENIED_BY_OPERATOR = "denied_by_operator"
+    ARGUMENTS_SEALED = "arguments_sealed"
     ARGUMENTS_INCOMPLETE = "arguments_incomplete"
     STREAM_REJECTED = "stream_rejected"
     RESPONSE_NOT_COMPLETED = "response_not_completed"
@@ -164,13 +207,47 @@ class Decision:
 
 
 class Authorizer(Protocol):
-    """What ``Gate(policy=...)`` needs from a policy: one decision per call.
+    """A custom decision-maker for ``Gate(policy=...)``: one decision per call.
 
     Called once, when a ``received`` call has passed schema validation; never
-    for a call that is replayed from the ledger.
+    for a call that is replayed from the ledger. It is called outside any ledger
+    transaction (it may be slow, e.g. ask a remote service), so it cannot keep
+    per-task quotas, and a call it sends to approval can be approved but is only run
+    by a gate with a policy file (whose hash the approval is bound to). A policy
+    file (``Policy``, a path, ``PolicyAuthorizer``) has none of these limits.
     """
 
     def authorize(self, task_id: str, call: CallInfo, spec: ToolSpec) -> Decision: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """A call that stands between a task and its completion, and what it needs."""
+
+    call_id: str
+    tool: str
+    state: CallState
+    needs: str
+    """``approval``, ``resolution`` (in doubt), ``run`` (authorized or received: the
+    next resume runs or decides it), ``nothing`` (running under a live lease) or
+    ``none`` for ``incomplete`` calls, which never run (the model must ask again)."""
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "tool": self.tool, "state": self.state.value,
+                "needs": self.needs, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """Principal and scope the application passed with a call (bound to its task)."""
+
+    principal: str | None = None
+    scope: str | None = None
+
+
+_ASK_POLICY = object()
+"""``_decide``'s answer when the policy file must decide inside the ledger."""
 
 
 # ------------------------------------------------------------------- call context
@@ -411,19 +488,52 @@ class Gate:
         tools: ToolRegistry,
         db: str | Ledger | None = None,
         *,
-        policy: Authorizer | None = None,
+        policy: Authorizer | PolicyAuthorizer | Policy | str | os.PathLike[str] | None = None,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+        seal_key: sealing.SealKey | bytes | str | os.PathLike[str] | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         auto_upgrade: bool | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise GateUsageError("lease_seconds must be positive")
+        if isinstance(policy, Policy | str | os.PathLike):
+            policy = PolicyAuthorizer(policy)
         self.tools = tools
-        self._owns_ledger = not isinstance(db, Ledger)
-        self.ledger = db if isinstance(db, Ledger) else Ledger(db, auto_upgrade=auto_upgrade)
         self.policy = policy
+        self.rules: PolicyAuthorizer | None = (
+            policy if isinstance(policy, PolicyAuthorizer) else None
+        )
+        self.principal = principal
+        self.scope = scope
         self.lease_ms = int(lease_seconds * 1000)
         self.max_result_bytes = max_result_bytes
+        self._owns_ledger = not isinstance(db, Ledger)
+        self.ledger = db if isinstance(db, Ledger) else Ledger(db, auto_upgrade=auto_upgrade)
+        try:
+            self._seal_source = seal_key
+            self.seal_key = sealing.resolve(seal_key, self.ledger.url)
+            if (
+                self.rules is not None
+                and self.rules.redacts_anything
+                and self.seal_key is None
+                and sealing.default_key_path(self.ledger.url) is None
+            ):
+                raise sealing.SealKeyMissing(
+                    "the policy redacts argument fields, which the ledger stores sealed: "
+                    f"give every worker the same key (${sealing.ENV_KEY} or "
+                    f"${sealing.ENV_KEY_FILE}, or seal_key=)"
+                )
+        except BaseException:
+            self.close()
+            raise
+        self.override_notes: tuple[str, ...] = tuple(
+            note
+            for tool in tools
+            for note in (self.rules.effective(tool.spec).notes if self.rules else ())
+        )
+        """Policy overrides that were ignored because they were less careful than the code."""
 
     @property
     def owner(self) -> str:
@@ -442,13 +552,138 @@ class Gate:
 
     # ------------------------------------------------------------ public API
 
-    def execute(self, task_id: str, call: ToolCall | Mapping[str, Any]) -> Outcome:
-        """Run ``call`` for ``task_id`` unless the ledger says it ran, runs, or may not."""
-        return self._serve_sync(self._drive_call(task_id, _as_call(call), None))
+    def execute(
+        self,
+        task_id: str,
+        call: ToolCall | Mapping[str, Any],
+        *,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+    ) -> Outcome:
+        """Run ``call`` for ``task_id`` unless the ledger says it ran, runs, or may not.
 
-    async def aexecute(self, task_id: str, call: ToolCall | Mapping[str, Any]) -> Outcome:
+        ``principal`` (who the agent acts for) and ``scope`` (what the task may touch)
+        default to the gate's; they are bound to the task the first time they are
+        given, and a different one later is a ``TaskContextConflict``.
+        """
+        ctx = self._context(principal, scope)
+        return self._serve_sync(self._drive_call(task_id, _as_call(call), None, ctx))
+
+    async def aexecute(
+        self,
+        task_id: str,
+        call: ToolCall | Mapping[str, Any],
+        *,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+    ) -> Outcome:
         """``execute`` for async code: database work off the loop, tools on it."""
-        return await self._serve_async(self._drive_call(task_id, _as_call(call), None))
+        ctx = self._context(principal, scope)
+        return await self._serve_async(self._drive_call(task_id, _as_call(call), None, ctx))
+
+    def resume(self, task_id: str) -> list[Outcome]:
+        """Carry a task as far as the ledger allows, each call at most once.
+
+        Decides calls left ``received``, runs calls that are ``authorized``, runs
+        approved calls (consuming their approval), sweeps calls whose worker died
+        and settles or retries in-doubt calls as ``recover`` does. Calls that wait
+        for a person stay as they are and are reported. Finished calls are skipped.
+        Two processes resuming the same task at once run each call once between them.
+        """
+        return [
+            self._serve_sync(self._drive_record(rec))
+            for rec in self.ledger.calls(task_id)
+            if rec.state not in TERMINAL
+        ]
+
+    def blockers(self, task_id: str) -> list[Blocker]:
+        """What stands between the task and its completion, call by call."""
+        out: list[Blocker] = []
+        for rec in self.ledger.calls(task_id):
+            if rec.state in (CallState.SUCCEEDED, CallState.FAILED, CallState.REJECTED):
+                continue
+            needs, reason = self._needs(rec)
+            out.append(Blocker(rec.call_id, rec.tool, rec.state, needs, reason))
+        return out
+
+    def _needs(self, rec: CallRecord) -> tuple[str, str | None]:
+        if rec.state is CallState.AWAITING_APPROVAL:
+            last = self.ledger.approval(rec)
+            if last is None:
+                return "approval", rec.reason
+            args, why = self._arguments(rec)
+            problem = why or approvals.problem(
+                last,
+                args_hash=self._hash_for(rec, args) if args is not None else "",
+                stored_args_hash=rec.args_hash,
+                policy_hash=self.rules.hash if self.rules else None,
+            )
+            if problem is None:
+                return "run", f"approved by {last.decided_by}; the next resume runs it"
+            return "approval", problem
+        if rec.state is CallState.IN_DOUBT:
+            return "resolution", rec.reason
+        if rec.state is CallState.EXECUTING:
+            alive, _ = self._lease_alive(rec)
+            if alive:
+                return "nothing", f"running under {rec.lease_owner} (attempt {rec.attempt})"
+            return "resolution", "its worker is gone; the next resume marks it in doubt"
+        if rec.state is CallState.INCOMPLETE:
+            return "none", rec.reason
+        return "run", rec.reason or "the next resume decides or runs it"
+
+    def approve(
+        self,
+        call: str | Outcome,
+        *,
+        by: str,
+        reason: str | None = None,
+        task_id: str | None = None,
+        ttl: float | None = DEFAULT_APPROVAL_TTL,
+    ) -> tuple[ApprovalRecord, bool]:
+        """A person approves a call that waits for approval; returns it and whether new.
+
+        The approval is bound to the call's argument hash, to a policy hash and to an
+        expiry ``ttl`` seconds from now (None: no expiry). The policy hash is the one
+        of the policy that asked for the approval; a gate running another policy
+        first re-evaluates the call under its own policy and binds the approval to
+        that one (``ApprovalRefused`` if that policy denies the call). The call runs
+        when a gate with that same policy next sees it (``resume``, ``execute``).
+        """
+        if not by or not by.strip():
+            raise GateUsageError("an approval names who gives it (by=)")
+        if ttl is not None and ttl <= 0:
+            raise GateUsageError("ttl must be positive seconds, or None")
+        rec = self._find_one(call, task_id)
+        policy_hash: str | None = None
+        if self.rules is not None and rec.policy_hash != self.rules.hash:
+            if rec.state is not CallState.AWAITING_APPROVAL:
+                raise NotAwaitingApproval(
+                    f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
+                    "not awaiting approval"
+                )
+            decision = self._evaluate_now(rec)
+            if decision.effect is DecisionEffect.DENY:
+                raise ApprovalRefused(
+                    f"policy {self.rules.hash} denies call {rec.call_id!r} "
+                    f"({', '.join(decision.rule_ids)}); deny it instead"
+                )
+            policy_hash = self.rules.hash
+        expires = now_ms() + int(ttl * 1000) if ttl is not None else None
+        return self.ledger.approve(
+            rec, by=by.strip(), reason=reason, expires_ms=expires, policy_hash=policy_hash
+        )
+
+    def deny(
+        self, call: str | Outcome, *, by: str, reason: str | None = None,
+        task_id: str | None = None,
+    ) -> Outcome:
+        """A person denies a call that waits for approval: it is rejected, never run."""
+        if not by or not by.strip():
+            raise GateUsageError("a denial names who gives it (by=)")
+        rec = self._find_one(call, task_id)
+        tr = self.ledger.deny(rec, by=by.strip(), reason=reason)
+        return self._outcome(tr.record, replayed=False)
 
     def recover(self, task_id: str | None = None) -> list[Outcome]:
         """Sweep calls left ``executing`` by dead workers, and settle what is in doubt.
@@ -482,13 +717,7 @@ class Gate:
         """An operator settles an in-doubt call: it ``succeeded``, ``failed``, or was
         ``not_applied`` (which makes it runnable again when the call is next seen)."""
         call_id = call if isinstance(call, str) else call.call_id
-        if task_id is None and isinstance(call, Outcome):
-            task_id = call.task_id
-        recs = self.ledger.find(call_id, task_id)
-        if not recs:
-            raise GateUsageError(f"no call {call_id!r} in the ledger")
-        if len(recs) > 1:
-            raise AmbiguousCall(f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id")
+        rec = self._find_one(call if not isinstance(call, ToolCall) else call.call_id, task_id)
         try:
             verdict = Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
         except ValueError:
@@ -496,7 +725,6 @@ class Gate:
                 f"as_ must be one of {', '.join(r.value for r in Reconciliation)}"
             ) from None
         actor = f"operator:{by}" if by else "operator"
-        rec = recs[0]
         if rec.state is CallState.EXECUTING:
             alive, code = self._lease_alive(rec)
             if alive:
@@ -539,6 +767,18 @@ class Gate:
             )
         return self._outcome(tr.record, replayed=False)
 
+    def _find_one(self, call: str | Outcome, task_id: str | None) -> CallRecord:
+        call_id = call if isinstance(call, str) else call.call_id
+        if task_id is None and isinstance(call, Outcome):
+            task_id = call.task_id
+        recs = self.ledger.find(call_id, task_id)
+        if not recs:
+            where = f" in task {task_id!r}" if task_id is not None else ""
+            raise GateUsageError(f"no call {call_id!r}{where} in the ledger")
+        if len(recs) > 1:
+            raise AmbiguousCall(f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id")
+        return recs[0]
+
     def calls(self, task_id: str) -> list[Outcome]:
         """Every recorded call of a task, as stored (``replayed=True``)."""
         return [self._outcome(r, replayed=True) for r in self.ledger.calls(task_id)]
@@ -552,7 +792,7 @@ class Gate:
             return DispatchMode.ON_RESPONSE_COMPLETE
         if tool.spec.dispatch is not None:
             return DispatchMode(tool.spec.dispatch)
-        if tool.spec.effect is Effect.READ:
+        if self._classes(tool)[0] is Effect.READ:
             return DispatchMode.ON_CALL_COMPLETE
         return DispatchMode.ON_RESPONSE_COMPLETE
 
@@ -564,6 +804,8 @@ class Gate:
         provider: str,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
         accumulator: Accumulator | None = None,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
     ) -> RunResult:
         """Drive a response's events through accumulator and gate, calls as they complete.
 
@@ -573,8 +815,10 @@ class Gate:
         raises, held calls are still recorded as not run before the error propagates.
         Pass ``accumulator`` (see ``accumulator_for``) when the source reconnects, so
         that the transport can tell it a new connection began (``reconnected()``)
-        and events the server replays are recognised as such.
+        and events the server replays are recognised as such. ``principal`` and
+        ``scope`` as for ``execute``.
         """
+        ctx = self._context(principal, scope)
         acc = accumulator or self.accumulator_for(provider, dispatch)
         outcomes: list[Outcome] = []
         error: str | None = None
@@ -591,10 +835,10 @@ class Gate:
                     error = str(exc)
                     break
                 for call in released:
-                    outcomes.extend(self._released(task_id, call, acc.terminal, dispatch))
+                    outcomes.extend(self._released(task_id, call, acc.terminal, dispatch, ctx))
         finally:
             for call in acc.close():
-                outcomes.extend(self._released(task_id, call, acc.terminal, dispatch))
+                outcomes.extend(self._released(task_id, call, acc.terminal, dispatch, ctx))
             self._after_run(task_id, acc)
         return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
 
@@ -606,15 +850,18 @@ class Gate:
         provider: str,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
         accumulator: Accumulator | None = None,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
     ) -> RunResult:
         """``run`` for async event sources and async tools."""
+        ctx = self._context(principal, scope)
         acc = accumulator or self.accumulator_for(provider, dispatch)
         outcomes: list[Outcome] = []
         error: str | None = None
 
         async def handle(calls: list[ToolCall]) -> None:
             for call in calls:
-                gen = self._released_driver(task_id, call, acc.terminal, dispatch)
+                gen = self._released_driver(task_id, call, acc.terminal, dispatch, ctx)
                 if gen is not None:
                     outcomes.append(await self._serve_async(gen))
 
@@ -658,6 +905,7 @@ class Gate:
         call: ToolCall,
         terminal: Terminal | None,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None,
+        ctx: _Context | None = None,
     ) -> _Driver | None:
         if call.status is CallStatus.PROVIDER_EXECUTED:
             return None  # the provider ran it; not ours to record or run
@@ -671,7 +919,7 @@ class Gate:
                 f"the response ended {ended} before completing; this call waits for a "
                 "completed response and was not run",
             )
-        return self._drive_call(task_id, call, early)
+        return self._drive_call(task_id, call, early, ctx or self._context(None, None))
 
     def _released(
         self,
@@ -679,8 +927,9 @@ class Gate:
         call: ToolCall,
         terminal: Terminal | None,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None,
+        ctx: _Context | None = None,
     ) -> list[Outcome]:
-        gen = self._released_driver(task_id, call, terminal, dispatch)
+        gen = self._released_driver(task_id, call, terminal, dispatch, ctx)
         return [] if gen is None else [self._serve_sync(gen)]
 
     def _after_run(self, task_id: str, acc: Accumulator) -> None:
@@ -725,7 +974,11 @@ class Gate:
                 answer = await self._reconcile_async(value)
 
     def _drive_call(
-        self, task_id: str, call: ToolCall, early: tuple[Event, str, str] | None
+        self,
+        task_id: str,
+        call: ToolCall,
+        early: tuple[Event, str, str] | None,
+        ctx: _Context | None = None,
     ) -> _Driver:
         """Record an incoming call (or find it), then drive its row."""
         if call.status is CallStatus.PROVIDER_EXECUTED:
@@ -736,25 +989,50 @@ class Gate:
         arguments, pre = self._classify(call, tool)
         if early is None:
             early = pre
+        # Fields the policy redacts are written only as stand-ins; the whole object is
+        # sealed, and every hash of argument content is keyed (see ledger.seal).
+        key_for: sealing.SealKey | None = None
+        stored = arguments
+        if arguments is not None and self.rules is not None and self.rules.redacts(call.name):
+            key_for = self._sealing_key()
+            stored = self.rules.redact(call.name, arguments, key=key_for.digest_key)
+            if stored is None:
+                stored, key_for = arguments, None
+
+        def content_hash(value: Any) -> str:
+            text = canonical_json(value)
+            return key_for.keyed_hash(text) if key_for is not None else sha256_hex(text)
+
         key = f"call:{call.call_id}"
         if tool is not None and arguments is not None and early is None:
             values = tool.dedupe_values(arguments)
             if values is not None:
-                key = f"dedupe:{call.name}:{sha256_hex(canonical_json(values))}"
-        args_hash = _hash_of(
-            arguments if arguments is not None else call.arguments, call.raw_arguments
-        )
-        spec = tool.spec if tool is not None else None
+                key = f"dedupe:{call.name}:{content_hash(values)}"
+        if key_for is not None:
+            args_hash = content_hash(arguments)
+            sealed: str | None = key_for.seal(
+                canonical_json(arguments), bound_to=_seal_binding(task_id, call.call_id, args_hash)
+            )
+        else:
+            args_hash = _hash_of(
+                arguments if arguments is not None else call.arguments, call.raw_arguments
+            )
+            sealed = None
+        effect, idempotency = self._classes(tool) if tool is not None else (None, None)
+        ctx = ctx or self._context(None, None)
         rec, inserted = self.ledger.record(
             NewCall(
                 task_id=task_id,
                 call_id=call.call_id,
                 idem_key=key,
                 tool=call.name,
-                effect=spec.effect.value if spec else "unknown",
-                idempotency=spec.idempotency.value if spec else "unknown",
+                effect=effect.value if effect else "unknown",
+                idempotency=idempotency.value if idempotency else "unknown",
                 args_hash=args_hash,
-                arguments=arguments,
+                arguments=stored,
+                sealed_arguments=sealed,
+                principal=ctx.principal,
+                scope=ctx.scope,
             ),
             provider=call.provider,
             actor=self.owner,
@@ -882,11 +1160,32 @@ class Gate:
         for _ in range(_MAX_DRIVER_STEPS):
             state = rec.state
             if state is CallState.RECEIVED:
-                event, code, reason, detail = self._decide(rec, early)
-                tr = self.ledger.transition(
-                    rec, event, actor=self.owner, code=code, reason=reason, detail=detail
-                )
+                decided = self._decide(rec, early)
+                if decided is _ASK_POLICY:
+                    tr, _ = self.ledger.authorize(rec, self._policy_ruling, actor=self.owner)
+                elif isinstance(decided, str):
+                    # Cannot be decided here (sealed arguments without the key): report.
+                    return self._outcome(rec, replayed=not acted, code=R.ARGUMENTS_SEALED,
+                                         reason=decided, state=rec.state, **extra)
+                else:
+                    event, code, reason, detail = decided
+                    tr = self.ledger.transition(
+                        rec, event, actor=self.owner, code=code, reason=reason, detail=detail
+                    )
                 rec, acted = tr.record, tr.won
+                continue
+            if state is CallState.AWAITING_APPROVAL:
+                approved = self._claim_approved(rec, call_id, duplicate_of)
+                if isinstance(approved, _Claimed):
+                    ran = yield _Run(approved)
+                    return self._finish(approved, ran)
+                now, waiting, won = approved
+                if now.state is CallState.AWAITING_APPROVAL:
+                    return self._outcome(
+                        now, replayed=not acted, state=now.state, code=R.AWAITING_APPROVAL,
+                        reason=waiting or now.reason, **extra,
+                    )
+                rec, acted = now, won
                 continue
             if state is CallState.AUTHORIZED:
                 claimed = self._claim(rec, call_id, duplicate_of)
@@ -936,8 +1235,12 @@ class Gate:
 
     def _decide(
         self, rec: CallRecord, early: tuple[Event, str, str] | None
-    ) -> tuple[Event, str, str | None, dict[str, Any] | None]:
-        """Validation and authorization of a ``received`` call: which arrow to take."""
+    ) -> tuple[Event, str, str | None, dict[str, Any] | None] | str | object:
+        """Validation and authorization of a ``received`` call: which arrow to take.
+
+        ``_ASK_POLICY`` when a policy file decides (in the ledger transaction); a
+        string when the call cannot be decided in this process (why).
+        """
         if early is not None:
             return early[0], early[1], early[2], None
         tool = self.tools.get(rec.tool)
@@ -948,7 +1251,10 @@ class Gate:
                 f"no tool named {rec.tool!r} is registered; not run",
                 None,
             )
-        if rec.arguments is None:
+        arguments, why = self._arguments(rec)
+        if why is not None:
+            return why
+        if arguments is None:
             return (
                 Event.REJECT,
                 R.ARGUMENTS_NOT_OBJECT,
@@ -956,7 +1262,7 @@ class Gate:
                 None,
             )
         try:
-            tool.validate(rec.arguments)
+            tool.validate(arguments)
         except ArgumentsInvalid as exc:
             errors = [{"pointer": e.pointer, "keyword": e.keyword} for e in exc.errors[:20]]
             listed = "; ".join(str(e) for e in exc.errors[:10])
@@ -968,6 +1274,8 @@ class Gate:
             )
         if self.policy is None:
             return Event.ALLOW, R.ALLOWED, None, None
+        if self.rules is not None:
+            return _ASK_POLICY
         decision = self.policy.authorize(rec.task_id, self._info(rec), tool.spec)
         detail = {
             "verdict": decision.verdict.value,
@@ -991,11 +1299,12 @@ class Gate:
         )
 
     def _info(self, rec: CallRecord) -> CallInfo:
+        arguments, _ = self._arguments(rec)
         return CallInfo(
             task_id=rec.task_id,
             call_id=rec.call_id,
             tool=rec.tool,
-            arguments=rec.arguments,
+            arguments=arguments,
             idempotency_key=_stable_key(rec.task_id, rec.idem_key),
             attempt=rec.attempt,
         )
@@ -1005,8 +1314,11 @@ class Gate:
         tool = self.tools.get(rec.tool)
         if tool is None:
             return f"tool {rec.tool!r} is not registered in this process"
+        arguments, why = self._arguments(rec)
+        if why is not None:
+            return why
         try:
-            return tool, tool.validate(rec.arguments)
+            return tool, tool.validate(arguments)
         except (ArgumentsInvalid, ArgumentsNotObject) as exc:
             return f"stored arguments no longer pass the schema ({exc})"
 
@@ -1028,6 +1340,153 @@ class Gate:
         return _Claimed(
             claimed_rec, tool, validated, self._info(claimed_rec), call_id, duplicate_of
         )
+
+    # ------------------------------------------------------------ policy
+
+    def _context(self, principal: Principal | None, scope: TaskScope | None) -> _Context:
+        return _Context(principal_json(principal or self.principal),
+                        scope_json(scope or self.scope))
+
+    def _classes(self, tool: Tool) -> tuple[Effect, Idempotency]:
+        """The tool's effect and idempotency after the policy's (safer-only) overrides."""
+        if self.rules is None:
+            return tool.spec.effect, tool.spec.idempotency
+        eff = self.rules.effective(tool.spec)
+        return Effect(eff.effect.value), Idempotency(eff.idempotency.value)
+
+    def _sealing_key(self) -> sealing.SealKey:
+        if self.seal_key is None:
+            self.seal_key = sealing.resolve(self._seal_source, self.ledger.url, create=True)
+        if self.seal_key is None:  # pragma: no cover - __init__ refuses this configuration
+            raise sealing.SealKeyMissing("redacted fields must be sealed and no key is configured")
+        return self.seal_key
+
+    def _arguments(self, rec: CallRecord) -> tuple[dict[str, Any] | None, str | None]:
+        """The call's real arguments (unsealed when sealed), or why they are not at hand."""
+        if rec.sealed_arguments is None:
+            return rec.arguments, None
+        if self.seal_key is None:
+            return None, (
+                f"call {rec.call_id!r} has sealed arguments and this process has no seal key "
+                f"(${sealing.ENV_KEY} or ${sealing.ENV_KEY_FILE})"
+            )
+        try:
+            text = self.seal_key.open(
+                rec.sealed_arguments,
+                bound_to=_seal_binding(rec.task_id, rec.call_id, rec.args_hash),
+            )
+        except sealing.SealError as exc:
+            return None, f"the sealed arguments of call {rec.call_id!r} cannot be opened: {exc}"
+        value = json.loads(text)
+        if not isinstance(value, dict) or self.seal_key.keyed_hash(text) != rec.args_hash:
+            return None, f"the sealed arguments of call {rec.call_id!r} do not match its hash"
+        return value, None
+
+    def _hash_for(self, rec: CallRecord, arguments: Mapping[str, Any]) -> str:
+        """The argument hash ``arguments`` would have in ``rec``'s row."""
+        text = canonical_json(dict(arguments))
+        if rec.sealed_arguments is not None and self.seal_key is not None:
+            return self.seal_key.keyed_hash(text)
+        return sha256_hex(text)
+
+    def _task_context(
+        self, conn: Any, task_id: str
+    ) -> tuple[Principal, TaskScope]:
+        from sqlalchemy import select
+
+        row = conn.execute(
+            select(TaskRow.principal, TaskRow.scope).where(TaskRow.id == task_id)
+        ).first()
+        principal_text, scope_text = (row.principal, row.scope) if row is not None else (None, None)
+        return principal_from_json(principal_text), scope_from_json(task_id, scope_text)
+
+    def _evaluate_in(
+        self, conn: Any, rec: CallRecord, arguments: Mapping[str, Any]
+    ) -> PolicyDecision:
+        """The policy's decision for ``rec`` with the task's bound context and usage now."""
+        assert self.rules is not None
+        principal, scope = self._task_context(conn, rec.task_id)
+        usage = quota.usage(conn, rec.task_id, self.rules.counters(rec.tool))
+        return self.rules.evaluate(rec.tool, arguments, principal=principal, scope=scope,
+                                   usage=usage)
+
+    def _evaluate_now(self, rec: CallRecord) -> PolicyDecision:
+        from agent_gate.ledger.dialect import begin_read
+
+        arguments, why = self._arguments(rec)
+        if arguments is None:
+            raise GateUsageError(why or f"call {rec.call_id!r} has no argument object")
+        with begin_read(self.ledger.engine) as conn:
+            return self._evaluate_in(conn, rec, arguments)
+
+    def _policy_ruling(self, conn: Any, rec: CallRecord) -> Ruling:
+        """Decide a ``received`` call inside ``Ledger.authorize``'s transaction."""
+        assert self.rules is not None
+        arguments, _ = self._arguments(rec)
+        assert arguments is not None  # _decide checked
+        decision = self._evaluate_in(conn, rec, arguments)
+        detail, changes, reason = _decision_record(decision)
+        if decision.effect is DecisionEffect.ALLOW:
+            return Ruling(Event.ALLOW, R.ALLOWED, reason, detail,
+                          charges=self.rules.charges(rec.tool, arguments), changes=changes)
+        if decision.effect is DecisionEffect.APPROVE:
+            return Ruling(Event.REQUIRE_APPROVAL, R.AWAITING_APPROVAL,
+                          f"waits for a human approval: {reason}", detail, changes=changes)
+        return Ruling(Event.REJECT, R.POLICY_DENIED, f"denied by policy: {reason}; not run",
+                      detail, changes=changes)
+
+    def _claim_approved(
+        self, rec: CallRecord, call_id: str, duplicate_of: str | None
+    ) -> _Claimed | tuple[CallRecord, str | None, bool]:
+        """Use the call's approval and commit ``executing``, or say why it waits."""
+        if self.rules is None:
+            return rec, None, False
+        last = self.ledger.approval(rec)
+        if last is None:
+            return rec, None, False  # nobody answered yet: the policy's reason stands
+        runnable = self._runnable(rec)
+        if isinstance(runnable, str):
+            return rec, f"approved, but it cannot run here: {runnable}", False
+        tool, validated = runnable
+        if tool.is_async and _loop_running():
+            raise GateUsageError(
+                f"tool {tool.name!r} is async and an event loop is running: use aexecute"
+            )
+        arguments, _ = self._arguments(rec)
+        assert arguments is not None
+        rules = self.rules
+
+        def decide(conn: Any, current: CallRecord) -> Ruling:
+            approval = approvals.latest(conn, current.row_id)
+            problem = approvals.problem(
+                approval, args_hash=self._hash_for(current, arguments),
+                stored_args_hash=current.args_hash, policy_hash=rules.hash,
+            )
+            if problem is not None or approval is None:
+                return Ruling(None, reason=problem)
+            decision = self._evaluate_in(conn, current, arguments)
+            detail, changes, reason = _decision_record(decision)
+            if decision.effect is DecisionEffect.DENY:
+                return Ruling(Event.DENY, R.POLICY_DENIED,
+                              f"denied by policy when its approval was used: {reason}; not run",
+                              detail, changes=changes)
+            return Ruling(
+                Event.APPROVE, R.APPROVED,
+                f"approved by {approval.decided_by}"
+                + (f": {bound(approval.reason, 200)}" if approval.reason else ""),
+                {**detail, "approved_by": approval.decided_by},
+                charges=rules.charges(current.tool, arguments),
+                approval_id=approval.id,
+            )
+
+        tr, ruling = self.ledger.claim_approved(
+            rec, owner=self.owner, lease_ms=self.lease_ms, decide=decide
+        )
+        if tr.won and tr.record.state is CallState.EXECUTING:
+            return _Claimed(tr.record, tool, validated, self._info(tr.record), call_id,
+                            duplicate_of)
+        waiting = ruling.reason if ruling is not None and ruling.event is None else None
+        return tr.record, waiting, tr.won
 
     def _lease_alive(self, rec: CallRecord) -> tuple[bool, ReasonCode]:
         if liveness(rec.lease_owner) is Liveness.DEAD:
@@ -1271,14 +1730,14 @@ class Gate:
     def _failure(
         self, claimed: _Claimed, ran: _Ran
     ) -> tuple[Event, ReasonCode, str, dict[str, str] | None]:
-        args = claimed.rec.arguments
+        args = claimed.info.arguments
         error = describe_error(ran.exc, args) if ran.exc is not None else None
         timeout = claimed.tool.spec.timeout
         if ran.kind == "error":
             kind = error["type"] if error else "an error"
             return Event.FAIL, R.TOOL_ERROR, f"the tool raised {kind}", error
         if ran.kind == "timeout":
-            if claimed.tool.spec.effect is Effect.READ:
+            if self._classes(claimed.tool)[0] is Effect.READ:
                 return (Event.FAIL, R.TIMEOUT, f"the read timed out after {timeout}s", None)
             return (
                 Event.LOSE,
@@ -1330,7 +1789,7 @@ class Gate:
                 actor=self.owner,
                 code=R.LATE_OUTCOME,
                 reason="the tool raised after its call was judged in doubt",
-                error=describe_error(ran.exc, current.arguments) if ran.exc else None,
+                error=describe_error(ran.exc, claimed.info.arguments) if ran.exc else None,
             )
         else:
             return None
@@ -1425,3 +1884,30 @@ def _as_call(call: ToolCall | Mapping[str, Any]) -> ToolCall:
         kind=call.get("kind", "function"),
         provider=call.get("provider"),
     )
+
+
+def _seal_binding(task_id: str, call_id: str, args_hash: str) -> str:
+    """What a sealed argument blob is bound to: it opens only in its own row."""
+    return f"{task_id}\x00{call_id}\x00{args_hash}"
+
+
+def _decision_record(
+    decision: PolicyDecision,
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A policy decision as the ledger keeps it: audit detail, row columns, one reason.
+
+    The reasons name fields and the policy's constraints, never argument values.
+    """
+    reason = bound("; ".join(decision.reasons) or decision.effect.value, 700)
+    detail: dict[str, Any] = {
+        "verdict": decision.effect.value,
+        "rule_ids": list(decision.rule_ids),
+        "policy_hash": decision.policy_hash,
+        "reasons": [bound(r, 240) for r in decision.reasons[:3]],
+    }
+    exceeded = [c.id for c in decision.exceeded_limits]
+    if exceeded:
+        detail["exceeded_limits"] = exceeded
+    changes = {"policy_hash": decision.policy_hash,
+               "rule_ids": json.dumps(list(decision.rule_ids))}
+    return detail, changes, reason
