@@ -1,0 +1,163 @@
+"""What the operator commands share: options, output, and turning failures into messages.
+
+Output is for people first: aligned tables via rich, with colour only when standard
+output is a terminal (rich decides; ``NO_COLOR`` is honoured). Every command also
+takes ``--json`` and then prints one JSON document or JSON lines and nothing else.
+Errors are one line naming the call or task, never an argument value.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from agent_gate.errors import AgentGateError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from agent_gate.gate import Gate
+    from agent_gate.ledger import Ledger
+    from agent_gate.schema import ToolRegistry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DB_HELP = "Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db)."
+
+
+def db_option(fn: F) -> F:
+    return click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")(fn)
+
+
+def task_option(fn: F) -> F:
+    return click.option(
+        "--task", "task_id", default=None, help="The task of the call (when ids repeat)."
+    )(fn)
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    # Not a terminal (a pipe, a file, a test): no colour, and wide enough that rows
+    # are not wrapped mid-cell.
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, width=220, no_color=True, soft_wrap=False)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def when(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _describe(exc: BaseException) -> str:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if isinstance(exc, SQLAlchemyError):
+        orig = getattr(exc, "orig", None)
+        return f"cannot use the ledger database: {orig or type(exc).__name__}"
+    return str(exc)
+
+
+@contextmanager
+def failures() -> Iterator[None]:
+    """Turn agent-gate and database errors into a one-line error and exit status 1."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except (AgentGateError, SQLAlchemyError) as exc:
+        raise click.ClickException(_describe(exc)) from None
+
+
+def open_ledger(url: str | None) -> Ledger:
+    """The ledger at ``url``; a read-only look never creates a database that is not there."""
+    from agent_gate.ledger import Ledger
+    from agent_gate.ledger.dialect import resolve_url
+
+    resolved = resolve_url(url)
+    _refuse_missing_sqlite(resolved)
+    return Ledger(resolved)
+
+
+def _refuse_missing_sqlite(url: str) -> None:
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if (
+        parsed.get_backend_name() == "sqlite"
+        and parsed.database
+        and not Path(parsed.database).exists()
+    ):
+        raise click.ClickException(
+            f"no ledger at {parsed.database} (give --db or set $AGENT_GATE_DB)"
+        )
+
+
+def open_gate(
+    url: str | None, tools: ToolRegistry | None = None, policy: str | None = None
+) -> Gate:
+    from agent_gate.gate import Gate
+    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.schema import ToolRegistry
+
+    resolved = resolve_url(url)
+    _refuse_missing_sqlite(resolved)
+    return Gate(tools if tools is not None else ToolRegistry(), resolved, policy=policy)
+
+
+def cell(text: object, style: str = "") -> Any:
+    """A table cell shown as it is: ids and reasons may contain ``[``, never markup."""
+    from rich.text import Text
+
+    return Text("" if text is None else str(text), style=style)
+
+
+def state_cell(state: str | None) -> Any:
+    return cell(state or "", state_style(state or ""))
+
+
+def state_style(state: str) -> str:
+    return {
+        "succeeded": "green",
+        "failed": "red",
+        "rejected": "red",
+        "in_doubt": "bold yellow",
+        "awaiting_approval": "bold cyan",
+        "executing": "yellow",
+        "incomplete": "magenta",
+    }.get(state, "")
+
+
+def parse_duration(text: str) -> float | None:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None."""
+    text = text.strip().lower()
+    if text in ("never", "none", "0"):
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    factor = units.get(text[-1:])
+    number = text[:-1] if factor else text
+    try:
+        value = float(number) * (factor or 1)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a duration like 30m, 2h or 1d") from None
+    if value <= 0:
+        raise click.BadParameter("a duration must be positive")
+    return value

@@ -1,0 +1,82 @@
+"""``agent-gate approve`` / ``agent-gate deny``: a person answers a call that waits.
+
+An approval is bound to the call's argument hash, to a policy hash and to an
+expiry, and is used once, by the resume (or replay) that runs the call under that
+same policy. A denial rejects the call for good.
+"""
+
+from __future__ import annotations
+
+import click
+
+from agent_gate.cli._operator import (
+    db_option,
+    emit_json,
+    failures,
+    json_option,
+    open_gate,
+    parse_duration,
+    task_option,
+    when,
+)
+
+
+@click.command(name="approve")
+@click.argument("call_id")
+@click.option("--by", required=True, help="Who approves (recorded in the audit trail).")
+@click.option("--reason", default=None, help="Why (recorded, bounded).")
+@click.option("--expires-in", "expires_in", default="24h", show_default=True,
+              help="How long the approval stays usable: 30m, 2h, 1d, or never.")
+@click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
+              help="Approve under this policy (re-evaluated for the call; must not deny). "
+                   "Default: the policy that asked for the approval.")
+@task_option
+@db_option
+@json_option
+def approve_command(
+    call_id: str, by: str, reason: str | None, expires_in: str, policy_file: str | None,
+    task_id: str | None, url: str | None, as_json: bool,
+) -> None:
+    """Approve CALL_ID, which waits for approval; `agent-gate resume TASK` then runs it once."""
+    ttl = parse_duration(expires_in)
+    with failures(), open_gate(url, policy=policy_file) as gate:
+        approval, new = gate.approve(call_id, by=by, reason=reason, task_id=task_id, ttl=ttl)
+        rec = gate.ledger.get(approval.task_id, approval.call_id)
+    if as_json:
+        emit_json({**approval.to_dict(), "new": new, "tool": rec.tool if rec else None})
+        return
+    verb = "approved" if new else "already approved"
+    expires = when(approval.expires_at) + " UTC" if approval.expires_at else "never"
+    click.echo(f"{verb}: call {approval.call_id} ({rec.tool if rec else '?'}) of task "
+               f"{approval.task_id} by {approval.decided_by}")
+    click.echo(f"  bound to arguments {approval.args_hash[:16]}…, policy "
+               f"{approval.policy_hash or '-'}")
+    click.echo(f"  expires {expires}")
+    click.echo(f"next: agent-gate resume {approval.task_id} --tools MODULE[:ATTR] "
+               "--policy FILE   (runs it once, under that policy)")
+
+
+@click.command(name="deny")
+@click.argument("call_id")
+@click.option("--by", required=True, help="Who denies (recorded in the audit trail).")
+@click.option("--reason", default=None, help="Why (recorded, bounded).")
+@task_option
+@db_option
+@json_option
+def deny_command(
+    call_id: str, by: str, reason: str | None, task_id: str | None, url: str | None,
+    as_json: bool,
+) -> None:
+    """Deny CALL_ID, which waits for approval: it is rejected and never runs."""
+    with failures(), open_gate(url) as gate:
+        outcome = gate.deny(call_id, by=by, reason=reason, task_id=task_id)
+    if as_json:
+        emit_json({"task_id": outcome.task_id, **outcome.to_dict()})
+        return
+    click.echo(f"denied: call {outcome.call_id} ({outcome.tool}) of task {outcome.task_id} "
+               f"is {outcome.state.value}; it will not run")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(approve_command)
+    group.add_command(deny_command)

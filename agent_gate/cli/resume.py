@@ -1,0 +1,114 @@
+"""``agent-gate resume TASK``: show what stands between a task and completion, then
+carry it as far as the ledger allows, each call at most once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from agent_gate.cli._operator import (
+    cell,
+    console,
+    db_option,
+    emit_json,
+    failures,
+    json_option,
+    open_gate,
+    state_cell,
+)
+from agent_gate.cli.replay import load_registry
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from agent_gate.gate import Blocker, Outcome
+
+_NEEDS = {
+    "approval": "a person: agent-gate approve / deny CALL --by NAME",
+    "resolution": "a person: agent-gate resolve CALL --as succeeded|failed|not-applied",
+    "run": "nothing: resume runs it",
+    "nothing": "nothing: it is running",
+    "none": "never runs (incomplete): the model must ask again",
+}
+
+
+def _blockers(out: Console, title: str, blockers: list[Blocker]) -> None:
+    from rich.table import Table
+
+    if not blockers:
+        out.print(cell(f"{title}: nothing; every call of the task is finished"))
+        return
+    table = Table(title=title, title_justify="left", box=None, header_style="bold",
+                  pad_edge=False)
+    for name in ("call", "tool", "state", "needs", "why"):
+        table.add_column(name, overflow="fold" if name == "why" else "ellipsis")
+    for b in blockers:
+        table.add_row(cell(b.call_id), cell(b.tool), state_cell(b.state.value),
+                      cell(_NEEDS.get(b.needs, b.needs)), cell(b.reason))
+    out.print(table)
+
+
+def _outcomes(out: Console, outcomes: list[Outcome]) -> None:
+    from rich.table import Table
+
+    table = Table(title="resumed", title_justify="left", box=None, header_style="bold",
+                  pad_edge=False)
+    for name in ("call", "tool", "state", "ran now", "reason"):
+        table.add_column(name, overflow="fold" if name == "reason" else "ellipsis")
+    for o in outcomes:
+        ran_now = "yes" if not o.replayed and o.attempt and o.state.ran else "no"
+        table.add_row(cell(o.call_id), cell(o.tool), state_cell(o.state.value), cell(ran_now),
+                      cell(o.reason))
+    out.print(table)
+
+
+@click.command(name="resume")
+@click.argument("task_id")
+@click.option("--tools", "tools_spec", required=True, metavar="MODULE[:ATTR]",
+              help="The ToolRegistry that runs the calls (ATTR defaults to 'tools').")
+@click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
+              help="The policy file the task runs under (approvals are bound to its hash).")
+@click.option("--dry-run", is_flag=True, help="Only show what stands in the way.")
+@db_option
+@json_option
+def resume_command(
+    task_id: str, tools_spec: str, policy_file: str | None, dry_run: bool, url: str | None,
+    as_json: bool,
+) -> None:
+    """Show what stands between TASK and completion, then run what is approved and safe.
+
+    Awaiting-approval calls run only with a valid approval under the same --policy;
+    in-doubt calls are re-run only when their tool is retry-safe or its reconcile hook
+    says the write did not happen; everything else is reported, never run twice.
+    """
+    registry = load_registry(tools_spec)
+    out = console()
+    if policy_file is None and not as_json:
+        out.print("[yellow]note:[/] no --policy: every registered tool with valid arguments "
+                  "is allowed, and approved calls wait for a resume under their policy")
+    with failures(), open_gate(url, registry, policy_file) as gate:
+        if gate.ledger.task(task_id) is None:
+            raise click.ClickException(f"no task {task_id!r} in the ledger")
+        before = gate.blockers(task_id)
+        outcomes = [] if dry_run else gate.resume(task_id)
+        after = gate.blockers(task_id) if not dry_run else before
+    if as_json:
+        emit_json({
+            "task": task_id,
+            "policy": policy_file,
+            "before": [b.to_dict() for b in before],
+            "outcomes": [o.to_dict() for o in outcomes],
+            "after": [b.to_dict() for b in after],
+        })
+        return
+    _blockers(out, f"task {task_id}: in the way", before)
+    if dry_run:
+        return
+    if outcomes:
+        _outcomes(out, outcomes)
+    _blockers(out, "still in the way", after)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(resume_command)
