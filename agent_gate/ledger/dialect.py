@@ -1,44 +1,91 @@
 """Everything that differs between database backends, in one place.
 
 The rest of the ledger speaks portable SQLAlchemy Core. What cannot be portable
-lives here: how an engine is configured (SQLite pragmas), how a write transaction
-starts (SQLite needs ``BEGIN IMMEDIATE`` to take the write lock up front, otherwise
-two deferred transactions that both read and then write fail instead of waiting),
-and the "insert unless it exists" statement. PostgreSQL support (a later issue)
-adds its branch to these functions and nowhere else.
+lives here:
+
+* how an engine is configured: SQLite pragmas; PostgreSQL's isolation level,
+  lock and idle timeouts, and surviving a connection the server dropped;
+* how a write transaction starts: SQLite needs ``BEGIN IMMEDIATE`` to take the
+  write lock up front (otherwise two deferred transactions that both read and then
+  write fail instead of waiting); PostgreSQL locks rows as it updates them;
+* the "insert unless it exists" statement (``ON CONFLICT DO NOTHING`` on both);
+* reading a row so that nobody else can until we commit (``for_update``);
+* a named lock held to the end of a write transaction (``lock_named``): a
+  PostgreSQL advisory lock; nothing on SQLite, whose write transactions already
+  exclude each other;
+* the clock leases are measured by (``db_now_ms``): the database's, so that workers
+  on several hosts compare expiries against one clock.
+
+Why READ COMMITTED on PostgreSQL, explicitly: every transition is one
+``UPDATE ... WHERE id = ? AND state = ? AND version = ?``. Under READ COMMITTED a
+second updater blocks on the row lock and, once the first commits, re-evaluates its
+WHERE against the new row: it matches nothing and reports a lost race, which is what
+the store expects. Under REPEATABLE READ or SERIALIZABLE it would raise a
+serialization failure instead, so the ledger never inherits a stricter server
+default (``default_transaction_isolation``) that would turn lost races into errors.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    Insert,
+    Select,
+    Table,
+    create_engine,
+    event,
+    literal_column,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import AgentGateError
 
 __all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_URL",
     "ENV_VAR",
     "LedgerConfigError",
     "begin_read",
     "begin_write",
     "create_ledger_engine",
+    "db_now_ms",
+    "for_update",
     "insert_ignore",
+    "lock_named",
     "resolve_url",
 ]
 
 DEFAULT_URL = "sqlite:///agent_gate.db"
 ENV_VAR = "AGENT_GATE_DB"
 DEFAULT_BUSY_TIMEOUT = 30.0
-"""Seconds a SQLite writer waits for another writer's lock before failing; a ledger
-write holds the lock for one short statement plus an fsync."""
+"""Seconds a writer waits for another writer's lock before failing (SQLite's busy
+timeout, PostgreSQL's ``lock_timeout``); a ledger write holds its locks for a few
+short statements."""
+
+IDLE_IN_TRANSACTION_FACTOR = 4
+"""PostgreSQL ends a session that sits idle inside a transaction for this many busy
+timeouts. No ledger transaction ever waits on anything but the database (tools run
+outside transactions), so such a session belongs to a frozen or partitioned worker;
+ending it releases the row and chain locks everyone else is queued behind."""
+
+DEFAULT_APPLICATION_NAME = "agent-gate"
+"""How ledger sessions appear in ``pg_stat_activity`` unless the URL names them."""
 
 _WRITE_OPTION = "agent_gate_write"
+_PG_DRIVERS = ("postgresql", "postgresql+psycopg")
 
 
 class LedgerConfigError(AgentGateError):
@@ -59,7 +106,7 @@ def create_ledger_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     if backend == "sqlite":
         return _sqlite_engine(parsed, busy_timeout)
     if backend == "postgresql":
-        return create_engine(parsed, pool_pre_ping=True)
+        return _postgresql_engine(parsed, busy_timeout)
     raise LedgerConfigError(f"unsupported ledger backend {backend!r}: use sqlite or postgresql")
 
 
@@ -98,9 +145,49 @@ def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
     return engine
 
 
+def _postgresql_engine(url: URL, busy_timeout: float) -> Engine:
+    """psycopg 3, READ COMMITTED, bounded lock waits, dropped connections replaced.
+
+    ``pool_pre_ping`` tests a pooled connection before each transaction, so a session
+    the server ended while it sat in the pool (a restart, a failover,
+    ``pg_terminate_backend``) is replaced instead of failing the next transition. A
+    connection lost *inside* a transaction fails that transaction, which PostgreSQL
+    rolls back; the ledger never acts on a write it did not see commit.
+    """
+    if url.drivername not in _PG_DRIVERS:
+        raise LedgerConfigError(
+            f"unsupported PostgreSQL driver {url.drivername!r}: use postgresql+psycopg:// "
+            "(psycopg 3)"
+        )
+    if importlib.util.find_spec("psycopg") is None:
+        raise LedgerConfigError(
+            "a PostgreSQL ledger needs psycopg 3: pip install 'agent-gate[postgres]'"
+        )
+    url = url.set(drivername="postgresql+psycopg")
+    query = dict(url.query)
+    lock_ms = int(busy_timeout * 1000)
+    idle_ms = lock_ms * IDLE_IN_TRANSACTION_FACTOR
+    # Prepended: a setting the URL's own ``options`` gives again wins (libpq applies
+    # ``-c`` options in order).
+    ours = f"-c lock_timeout={lock_ms} -c idle_in_transaction_session_timeout={idle_ms}"
+    theirs = query.get("options")
+    query["options"] = f"{ours} {theirs}" if isinstance(theirs, str) and theirs else ours
+    query.setdefault("application_name", DEFAULT_APPLICATION_NAME)
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in query:
+        connect_args["connect_timeout"] = max(1, int(busy_timeout))
+    return create_engine(
+        url.set(query=query),
+        pool_pre_ping=True,
+        isolation_level="READ COMMITTED",
+        connect_args=connect_args,
+    )
+
+
 @contextmanager
 def begin_write(engine: Engine) -> Iterator[Connection]:
-    """A transaction that will write: holds the write lock from its first statement."""
+    """A transaction that will write: holds the write lock from its first statement
+    on SQLite; on PostgreSQL rows are locked as they are updated."""
     with engine.connect() as conn:
         conn = conn.execution_options(**{_WRITE_OPTION: True})
         with conn.begin():
@@ -109,7 +196,8 @@ def begin_write(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def begin_read(engine: Engine) -> Iterator[Connection]:
-    """A read-only transaction: one consistent snapshot, no write lock."""
+    """A read-only transaction: no write lock (each statement sees what is committed
+    when it starts on PostgreSQL; one snapshot on SQLite)."""
     with engine.connect() as conn, conn.begin():
         yield conn
 
@@ -118,14 +206,81 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     """Insert a row unless a unique constraint already holds one; True if inserted.
 
     Racing processes both try; the database decides, and the loser reads the winner's
-    row instead of failing its transaction.
+    row instead of failing its transaction. On PostgreSQL the loser waits for the
+    winner's transaction to end, so the row it then reads is committed.
     """
     stmt: Insert
     name = conn.dialect.name
     if name == "sqlite":
         stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing()
-    elif name == "postgresql":
-        stmt = postgresql.insert(table).values(**values).on_conflict_do_nothing()
-    else:  # pragma: no cover - create_ledger_engine refuses other backends
-        raise LedgerConfigError(f"unsupported ledger backend {name!r}")
-    return conn.execute(stmt).rowcount == 1
+        return conn.execute(stmt).rowcount == 1
+    if name == "postgresql":
+        # SQLAlchemy does not keep an INSERT's rowcount for psycopg (it reports -1);
+        # a RETURNING row exists exactly when the row was inserted.
+        stmt = (
+            postgresql.insert(table)
+            .values(**values)
+            .on_conflict_do_nothing()
+            .returning(literal_column("1"))
+        )
+        return conn.execute(stmt).first() is not None
+    raise LedgerConfigError(  # pragma: no cover - create_ledger_engine refuses others
+        f"unsupported ledger backend {name!r}"
+    )
+
+
+def for_update(conn: Connection, stmt: Select[Any]) -> Select[Any]:
+    """``stmt`` locking the rows it reads until the write transaction ends.
+
+    ``SELECT ... FOR UPDATE`` on PostgreSQL: a second reader of the same row waits
+    for the first transaction to end and then reads the row as that one left it.
+    Unchanged on SQLite, whose ``begin_write`` transactions already exclude each
+    other (and which has no ``FOR UPDATE``).
+    """
+    return stmt.with_for_update() if conn.dialect.name == "postgresql" else stmt
+
+
+def lock_named(conn: Connection, name: str) -> None:
+    """Hold the lock called ``name`` until the current write transaction ends.
+
+    For work that must not interleave with itself although it touches no common row
+    yet (two upgrades of an empty schema, the first writer of a new counter). On
+    PostgreSQL it is a transaction-scoped advisory lock keyed by ``name`` and the
+    current schema (so ledgers in different schemas of one database never wait for
+    each other); it waits at most ``lock_timeout``. On SQLite it does nothing: a
+    ``begin_write`` transaction already excludes every other writer. Call it only
+    inside ``begin_write``.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text(
+                "SELECT pg_advisory_xact_lock("
+                "hashtextextended(:name || coalesce(current_schema(), ''), 0))"
+            ),
+            {"name": f"agent_gate:{name}:"},
+        )
+
+
+class db_now_ms(FunctionElement[int]):
+    """The database server's clock, integer milliseconds since the epoch, in SQL.
+
+    Lease expiries are written and compared with this, never with a worker's clock:
+    workers on several hosts then agree on when a lease ran out, and a worker whose
+    clock runs ahead cannot judge a live lease expired. (SQLite runs on the workers'
+    own machine, so there it is that machine's clock.)
+    """
+
+    type = BigInteger()
+    inherit_cache = True
+    name = "db_now_ms"
+
+
+@compiles(db_now_ms, "postgresql")
+def _db_now_ms_postgresql(_element: db_now_ms, _compiler: SQLCompiler, **_kw: Any) -> str:
+    return "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
+
+
+@compiles(db_now_ms, "sqlite")
+def _db_now_ms_sqlite(_element: db_now_ms, _compiler: SQLCompiler, **_kw: Any) -> str:
+    # julianday('now') has millisecond resolution; 2440587.5 is the Unix epoch.
+    return "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
