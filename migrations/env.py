@@ -13,7 +13,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from agent_gate.ledger.dialect import begin_write, create_ledger_engine, resolve_url
+from agent_gate.ledger.dialect import begin_write, create_ledger_engine, lock_named, resolve_url
+from agent_gate.ledger.migrate import MIGRATION_LOCK
 from agent_gate.ledger.models import metadata
 
 config = context.config
@@ -26,6 +27,9 @@ def _url() -> str:
 
 
 def _configure(connection: Connection) -> None:
+    # Concurrent upgrades of one PostgreSQL database wait for each other (a no-op on
+    # SQLite, where the write transaction already excludes other writers).
+    lock_named(connection, MIGRATION_LOCK)
     context.configure(
         connection=connection,
         target_metadata=metadata,

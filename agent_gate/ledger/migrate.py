@@ -8,7 +8,11 @@ source tree's top-level ``migrations/`` next to the package.
 
 An upgrade runs inside one write transaction on a connection handed to Alembic:
 two processes that open the same fresh SQLite file at once serialize on the write
-lock, and the second finds the schema at head and does nothing.
+lock, and the second finds the schema at head and does nothing. On PostgreSQL the
+transaction first takes the advisory lock ``MIGRATION_LOCK`` (``dialect.lock_named``),
+so two ``agent-gate db upgrade`` runs (or two workers started with
+``auto_upgrade=True``) against one database serialize the same way; PostgreSQL's
+DDL is transactional, so an upgrade that fails leaves the schema as it was.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from sqlalchemy import Connection, Engine, inspect
 
 import agent_gate
 from agent_gate.errors import AgentGateError
-from agent_gate.ledger.dialect import begin_read, begin_write
+from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
 
 __all__ = [
+    "MIGRATION_LOCK",
     "LedgerSchemaError",
     "alembic_config",
     "current_revision",
@@ -41,6 +46,10 @@ class LedgerSchemaError(AgentGateError):
 
 
 _LEDGER_TABLES = frozenset({"tasks", "tool_calls", "audit_events"})
+
+MIGRATION_LOCK = "migrate"
+"""The ``lock_named`` name every schema change holds (also taken by ``migrations/env.py``
+when Alembic's own command line runs the revisions)."""
 
 
 def script_location() -> Path:
@@ -90,6 +99,7 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
     between our look and our turn, and then there is nothing left to do.
     """
     with begin_write(engine) as conn:
+        lock_named(conn, MIGRATION_LOCK)
         before = MigrationContext.configure(conn).get_current_revision()
         _check_adoptable(conn, before)
         command.upgrade(alembic_config(conn), revision)
