@@ -5,10 +5,23 @@ slow to notice a crash; on the same machine we can also ask the kernel, which le
 ``recover`` turn a SIGKILLed worker's call into ``in_doubt`` at once instead of
 waiting out the lease. The owner id carries the process start time so that a
 recycled pid is never mistaken for the dead owner still running.
+
+"The same machine" means: the same running kernel *and* the same pid namespace.
+The host part of an owner id is the host name plus a token of the kernel's boot id
+and the pid namespace, so two containers that happen to share a host name (or a
+worker before and after a reboot) never judge each other's pids; they fall back
+to the lease expiry, as workers on different hosts do.
+
+Expiries are written and compared in SQL with the database's clock
+(``dialect.db_now_ms``), so the authoritative "has this lease run out" is the same
+for every worker. ``now_ms`` (this machine's clock) is only used for a first look
+before that guarded update: a worker whose clock is ahead can at worst try a
+takeover the database then refuses; one whose clock is behind waits a little longer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -91,7 +104,30 @@ class Owner:
         return Liveness.ALIVE
 
 
-_HOST = socket.gethostname()[:120]
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _machine() -> str:
+    """``hostname~token``: the token names this boot of this kernel and this pid
+    namespace, the scope within which a pid means one process."""
+    try:
+        pidns = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        pidns = ""
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    name = socket.gethostname()[:100].replace(":", "_")
+    if not boot and not pidns:
+        return name  # no /proc: only the host name to go by
+    token = hashlib.sha256(f"{boot}/{pidns}".encode()).hexdigest()[:10]
+    return f"{name}~{token}"
+
+
+_HOST = _machine()
 _owner: Owner | None = None
 
 
