@@ -1,3 +1,6 @@
+"""Gate tests run on every backend: ``db_url`` comes from ``tests/conftest.py``
+(a fresh SQLite file, or a fresh PostgreSQL schema at head, per test)."""
+
 from __future__ import annotations
 
 import sys
@@ -7,12 +10,6 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    """A fresh SQLite ledger file per test."""
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -221,10 +220,11 @@ def test_a_tool_that_raises_is_failed_with_a_bounded_scrubbed_error(
                                    "arguments": {"account": "ACCT-998877"}})
     assert replay.replayed and replay.error == error
     assert rec.calls["explode"] == 1
-    # Neither the secret nor the argument value reached the database file in the error.
-    raw = sqlite3.connect(db_url.removeprefix("sqlite:///"))
-    (stored_error,) = raw.execute("SELECT error FROM tool_calls WHERE call_id='e'").fetchone()
-    raw.close()
+    # Neither the secret nor the argument value reached the database in the error.
+    with gate.ledger.engine.connect() as conn:
+        stored_error = conn.exec_driver_sql(
+            "SELECT error FROM tool_calls WHERE call_id='e'"
+        ).scalar_one()
     assert "sk-live" not in stored_error and "ACCT-998877" not in stored_error
 
 

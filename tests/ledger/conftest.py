@@ -1,11 +1,2 @@
-from __future__ import annotations
-
-from pathlib import Path
-
-import pytest
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    """A fresh SQLite ledger file per test: real files, real fsyncs, real locks."""
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
+"""Ledger tests run on every backend: ``db_url`` comes from ``tests/conftest.py``
+(a fresh SQLite file, or a fresh PostgreSQL schema at head, per test)."""

@@ -20,6 +20,10 @@ from agent_gate.ledger.models import metadata
 
 WORKER = Path(__file__).with_name("ledger_worker.py")
 
+# The embedded default's own behaviour (first-use upgrade, pragmas, the file itself);
+# tests/postgres/test_migrations.py covers the same ground on PostgreSQL.
+pytestmark = pytest.mark.backends("sqlite")
+
 
 def sqlite_path(url: str) -> str:
     return url.removeprefix("sqlite:///")

@@ -1,0 +1,175 @@
+"""The ledger backends every ledger and gate test runs against.
+
+``db_url`` is parametrized over the backends, so one test body proves the same
+guarantee on both:
+
+* ``sqlite``: a fresh database file per test (upgraded on first use, as the
+  embedded default is);
+* ``postgresql``: a fresh schema per test inside the database that
+  ``$AGENT_GATE_TEST_POSTGRES_URL`` names, brought to head by the same Alembic
+  upgrade ``agent-gate db upgrade`` runs (PostgreSQL is never upgraded implicitly),
+  and dropped afterwards. Skipped only when the variable is unset.
+
+Why a schema per test: the suites use fixed task ids ("t", "task"), their worker
+processes receive nothing but the URL, and several test runs may share one
+server. A schema named by a random token, selected through the URL's
+``options=-csearch_path=...``, gives every test (and every process it starts) an
+empty ledger of its own without touching the code under test, and is cheaper than a
+database per test. The schema's name is also the sessions' ``application_name``, so
+teardown (and the connection-loss tests) can find every session a test opened,
+including those of its worker processes.
+
+A test about one backend's own behaviour says so: ``@pytest.mark.backends("sqlite")``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL, make_url
+
+PG_ENV = "AGENT_GATE_TEST_POSTGRES_URL"
+BACKENDS = ("sqlite", "postgresql")
+SCHEMA_PREFIX = "agt_"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "backends(*names): run this test only on these ledger backends"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        names = marker.args if marker is not None else BACKENDS
+        unknown = set(names) - set(BACKENDS)
+        if unknown:
+            raise pytest.UsageError(f"unknown ledger backends {sorted(unknown)}")
+        metafunc.parametrize("backend", names, indirect=True)
+
+
+def pg_base_url() -> URL | None:
+    """The PostgreSQL database tests may use, or None when none is configured."""
+    raw = os.environ.get(PG_ENV)
+    return make_url(raw) if raw else None
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """``sqlite`` or ``postgresql``; the latter skipped when no server is configured."""
+    name: str = request.param
+    if name == "postgresql" and pg_base_url() is None:
+        pytest.skip(f"{PG_ENV} is not set")
+    return name
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[Engine]:
+    """An autocommit engine on the test database, for creating and dropping schemas."""
+    base = pg_base_url()
+    if base is None:
+        pytest.skip(f"{PG_ENV} is not set")
+    engine = create_engine(base, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+class PgSchema:
+    """One throwaway schema: its name, and a ledger URL whose sessions live in it."""
+
+    def __init__(self, admin: Engine) -> None:
+        base = pg_base_url()
+        assert base is not None
+        self.admin = admin
+        self.name = f"{SCHEMA_PREFIX}{uuid.uuid4().hex[:16]}"
+        query = dict(base.query)
+        theirs = query.get("options")
+        options = f"-csearch_path={self.name}"
+        query["options"] = f"{theirs} {options}" if isinstance(theirs, str) else options
+        query["application_name"] = self.name
+        self.url = base.set(query=query).render_as_string(hide_password=False)
+
+    def create(self) -> None:
+        with self.admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE SCHEMA {self.name}")
+
+    def upgrade(self) -> None:
+        """Head, through Alembic, as ``agent-gate db upgrade`` does it."""
+        from agent_gate.ledger.dialect import create_ledger_engine
+        from agent_gate.ledger.migrate import upgrade
+
+        engine = create_ledger_engine(self.url)
+        try:
+            upgrade(engine)
+        finally:
+            engine.dispose()
+
+    def backend_pids(self) -> list[int]:
+        """Every server session opened through this schema's URL, by any process."""
+        with self.admin.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = :name "
+                    "AND pid <> pg_backend_pid()"
+                ),
+                {"name": self.name},
+            )
+            return [int(r[0]) for r in rows]
+
+    def terminate_sessions(self) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": self.name},
+            )
+
+    def drop(self) -> None:
+        # Sessions left open (an unclosed Ledger, a SIGKILLed worker whose backend
+        # has not noticed yet) would make DROP wait for their locks.
+        self.terminate_sessions()
+        with self.admin.connect() as conn:
+            conn.exec_driver_sql("SET lock_timeout = '20s'")
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+
+
+@contextmanager
+def pg_schema(admin: Engine, *, upgraded: bool) -> Iterator[PgSchema]:
+    schema = PgSchema(admin)
+    schema.create()
+    try:
+        if upgraded:
+            schema.upgrade()
+        yield schema
+    finally:
+        schema.drop()
+
+
+@pytest.fixture
+def pg(backend: str, request: pytest.FixtureRequest) -> Iterator[PgSchema | None]:
+    """The test's PostgreSQL schema (at head) when ``backend`` is postgresql, else None."""
+    if backend != "postgresql":
+        yield None
+        return
+    admin: Engine = request.getfixturevalue("pg_admin")
+    with pg_schema(admin, upgraded=True) as schema:
+        yield schema
+
+
+@pytest.fixture
+def db_url(backend: str, pg: PgSchema | None, tmp_path: Path) -> str:
+    """A ledger URL of its own for this test, on each backend in turn."""
+    if pg is not None:
+        return pg.url
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
