@@ -1,0 +1,33 @@
+"""A worker process that resumes tasks once a start file appears (run as a script).
+
+Usage: resume_worker.py DB_URL POLICY GO_FILE TASK...
+Prints one JSON line per outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
+
+from support_tools import tools
+
+from agent_gate import Gate
+
+
+def main() -> None:
+    url, policy, go, *tasks = sys.argv[1:]
+    with Gate(tools, url, policy=policy) as gate:
+        deadline = time.monotonic() + 30
+        while not Path(go).exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        for task in tasks:
+            for outcome in gate.resume(task):
+                print(json.dumps({"task": task, **outcome.to_dict()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
