@@ -29,11 +29,11 @@ from agent_gate.ledger.dialect import (
     begin_read,
     begin_write,
     create_ledger_engine,
+    db_now_ms,
     for_update,
     insert_ignore,
     resolve_url,
 )
-from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.models import TaskRow, ToolCallRow
 from agent_gate.ledger.privacy import bound
@@ -776,7 +776,7 @@ class Ledger:
         return {
             "attempt": rec.attempt + 1,
             "lease_owner": owner,
-            "lease_expires_ms": now_ms() + lease_ms,
+            "lease_expires_ms": db_now_ms() + lease_ms,
             "started_at": datetime.now(UTC),
             "finished_at": None,
             "result": None,
@@ -799,7 +799,7 @@ class Ledger:
                 T.version == rec.version,
                 T.lease_owner == owner,
             )
-            .values(lease_expires_ms=now_ms() + lease_ms)
+            .values(lease_expires_ms=db_now_ms() + lease_ms)
         )
         with begin_write(self.engine) as conn:
             return conn.execute(stmt).rowcount == 1
@@ -848,7 +848,7 @@ class Ledger:
         """
         guard: list[ColumnElement[bool]] = [T.lease_owner == rec.lease_owner]
         if expired_only:
-            guard.append(T.lease_expires_ms < now_ms())
+            guard.append(T.lease_expires_ms < db_now_ms())
         return self.transition(
             rec, Event.LOSE, actor=actor, code=code, reason=reason, guard=guard,
             detail={"owner": rec.lease_owner, "attempt": rec.attempt},
