@@ -18,6 +18,11 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "agent_gate.cli.policy",
     "agent_gate.cli.replay",
     "agent_gate.cli.db",
+    "agent_gate.cli.tasks",
+    "agent_gate.cli.approve",
+    "agent_gate.cli.resume",
+    "agent_gate.cli.resolve",
+    "agent_gate.cli.audit",
 )
 
 
