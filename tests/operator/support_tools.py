@@ -93,3 +93,18 @@ def delete_file(path: str) -> dict[str, Any]:
 def fetch_url(url: str) -> dict[str, Any]:
     effect(f"fetch_url {url}")
     return {"status": 200}
+
+
+@tools.tool(
+    schema={"type": "object", "properties": {"text": {"type": "string"}},
+            "required": ["text"], "additionalProperties": False},
+    effect="write", idempotency="none",
+)
+def post_note(text: str) -> dict[str, Any]:
+    """Not in the example policy (so only runs without one); times out on 'timeout...'."""
+    from agent_gate import OutcomeUnknown
+
+    effect(f"post_note {text}")
+    if text.startswith("timeout"):
+        raise OutcomeUnknown("the note service did not answer")
+    return {"posted": text}
