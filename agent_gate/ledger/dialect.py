@@ -196,10 +196,21 @@ def begin_write(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def begin_read(engine: Engine) -> Iterator[Connection]:
-    """A read-only transaction: no write lock (each statement sees what is committed
-    when it starts on PostgreSQL; one snapshot on SQLite)."""
-    with engine.connect() as conn, conn.begin():
-        yield conn
+    """A read-only transaction that sees one consistent snapshot, and takes no lock.
+
+    SQLite gives a deferred transaction one snapshot by itself. PostgreSQL's READ
+    COMMITTED would give each statement its own, so a reader of several tables (the
+    schema check reads the revision and the table list; ``audit verify`` reads the
+    chain head and then every entry) could see a writer's commit land between two
+    statements; REPEATABLE READ READ ONLY pins one snapshot and never blocks writers.
+    """
+    with engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            conn = conn.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+        with conn.begin():
+            yield conn
 
 
 def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
