@@ -90,6 +90,7 @@ def resume_command(
     with failures(), open_gate(url, registry, policy_file) as gate:
         if gate.ledger.task(task_id) is None:
             raise click.ClickException(f"no task {task_id!r} in the ledger")
+        notes = gate.override_notes
         before = gate.blockers(task_id)
         outcomes = [] if dry_run else gate.resume(task_id)
         after = gate.blockers(task_id) if not dry_run else before
@@ -97,11 +98,14 @@ def resume_command(
         emit_json({
             "task": task_id,
             "policy": policy_file,
+            "override_notes": list(notes),
             "before": [b.to_dict() for b in before],
             "outcomes": [o.to_dict() for o in outcomes],
             "after": [b.to_dict() for b in after],
         })
         return
+    for note in notes:
+        out.print(cell(f"note: {note}", "yellow"))
     _blockers(out, f"task {task_id}: in the way", before)
     if dry_run:
         return
