@@ -12,8 +12,11 @@ event:
 Content is compared by digest only. The same position with the same content is
 a replay and is dropped. The same sequence number with different content, or a
 replay that diverges after its first event, is a different response and raises
-``ReplayConflictError``. A revisited run whose *first* event differs is taken as
-a continuation (a server resuming after the ID, events inheriting it).
+``ReplayConflictError``. A revisited run may start again at its first event (a
+server that resends the event carrying the ID) or at its second (a server that
+resumes *after* that event, as WHATWG servers and agent-gate's own do, resending
+the events that inherited the ID). A revisited run that matches neither is a
+continuation: the client had only the event with the ID, and what follows is new.
 """
 
 from __future__ import annotations
@@ -69,12 +72,17 @@ class ReplayGuard:
                 self._runs[sse_id] = [digest]
                 self._cursor = None
                 return False
-            if run[0] != digest:
-                run.append(digest)
-                self._cursor = None
-                return False
-            self._cursor = 1
-            return True
+            if run[0] == digest:
+                self._cursor = 1  # the server resent the event that set the id
+                return True
+            if len(run) > 1 and run[1] == digest:
+                # The WHATWG way (and agent-gate's own server): resume *after* the event
+                # that set the id, resending the events that inherited it.
+                self._cursor = 2
+                return True
+            run.append(digest)
+            self._cursor = None
+            return False
         run = self._runs[sse_id]
         if self._cursor is None:
             run.append(digest)

@@ -357,6 +357,34 @@ def test_sse_event_ids_recognise_a_replayed_run_of_events() -> None:
     assert acc.anomalies == ()
 
 
+def test_a_replay_resumed_after_the_event_that_set_the_id_is_recognised() -> None:
+    """A WHATWG server given Last-Event-ID 3 resends what followed event 3, including
+    the events that inherited id 3, which the client had already received."""
+    start, first, ab, ab_again, last, stop, delta, end = anthropic_tool_events()
+    cd = dict(ab_again, delta={"type": "input_json_delta", "partial_json": "cd"})
+    original = [sse(start, "1"), sse(first, "2"), sse(ab, "3"), sse(cd, "3")]
+    acc = Accumulator("anthropic")
+    feed_all(acc, original)
+    acc.reconnected()
+    feed_all(acc, original[3:])  # resumed after the event that set id 3
+    rest = [sse(last, "3"), sse(stop, "5"), sse(delta, "6"), sse(end, "7")]
+    [call] = feed_all(acc, rest)
+    assert call.arguments == {"s": "abcd"}  # not "abcdcd": the resent fragment was dropped
+    assert acc.stats.replayed_events == 1
+    assert acc.anomalies == ()
+
+
+def test_a_resumed_run_after_only_its_first_event_is_a_continuation() -> None:
+    start, first, ab, _, last, stop, delta, end = anthropic_tool_events()
+    acc = Accumulator("anthropic")
+    feed_all(acc, [sse(start, "1"), sse(first, "2"), sse(ab, "3")])
+    acc.reconnected()
+    # The client had only the event that set id 3: what follows it is new.
+    [call] = feed_all(acc, [sse(last, "3"), sse(stop, "5"), sse(delta, "6"), sse(end, "7")])
+    assert call.arguments == {"s": "ab"}
+    assert acc.stats.replayed_events == 0
+
+
 def test_a_legitimately_repeated_fragment_under_one_inherited_id_is_kept() -> None:
     start, first, ab, ab_again, last, stop, delta, end = anthropic_tool_events()
     events = [sse(start, "1"), sse(first, "1"), sse(ab, "1"), sse(ab_again, "1"), sse(last, "1")]
