@@ -1,0 +1,358 @@
+"""A live HTTP event stream through the gate: each complete call run at most once.
+
+The transport (``agent_gate.transport``) repairs the *stream*: it re-subscribes
+after a cut with ``Last-Event-ID``. The gate (``agent_gate.gate``) decides about
+the *task*: the ledger alone says whether a write runs. This module is the one
+place that wires them together, because three details must agree for the
+guarantee to hold end to end:
+
+* the transport must stop reading exactly where the provider's protocol says the
+  response ended, or a closed connection could be taken for a finished answer.
+  The terminal predicate is therefore not a list of event names kept here: it is
+  the provider adapter's own verdict (``TerminalDetector``);
+* the accumulator that ``Gate.run`` feeds must be told when a new connection
+  begins (``Accumulator.reconnected``), so that events the server replays after a
+  resume are recognised as replays instead of rejected as conflicting;
+* the typed transport error that ended a stream (a refusal, a timeout, a
+  truncation) must stay available to the caller, not only as ``RunResult.error``.
+
+``run_live`` / ``arun_live`` do exactly that and return a ``LiveResult``. They
+never re-send a request that would regenerate an answer: only a GET (or an
+endpoint the caller declares ``resumable``) is re-subscribed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from agent_gate.accumulate import Accumulator, AccumulatorStats, DispatchMode
+from agent_gate.calls import Terminal
+from agent_gate.errors import AgentGateError
+from agent_gate.gate import Gate, Outcome, RunResult
+from agent_gate.policy import Principal, TaskScope
+from agent_gate.sse import ServerSentEvent
+from agent_gate.transport import (
+    AsyncEventStream,
+    EventStream,
+    Reconnect,
+    ReconnectPolicy,
+    ResumeStrategy,
+    StreamError,
+    StreamLimits,
+    StreamStats,
+    astream_events,
+    stream_events,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "LiveProgress",
+    "LiveResult",
+    "ReconnectInfo",
+    "TerminalDetector",
+    "arun_live",
+    "run_live",
+]
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=None, write=30.0, pool=10.0)
+"""For a client ``run_live`` creates itself. The read timeout is left to the
+stream's own idle and progress limits (``StreamLimits``), which the transport turns
+into the effective read timeout of every request."""
+
+
+class TerminalDetector:
+    """The transport's ``is_terminal`` predicate, answered by the provider adapter.
+
+    The transport asks about each event *before* the gate has seen it, so the
+    gate's accumulator cannot answer. A private accumulator of the same provider
+    is fed the same events and says whether the response ended there. Gemini (no
+    terminal event type, only a ``finishReason`` inside the JSON), Chat
+    Completions (a ``finish_reason`` chunk, then ``[DONE]``) and Anthropic
+    (``message_stop``, or an ``error`` event) all end where their adapter says,
+    with no second list of event names to keep in step.
+
+    An event the private accumulator cannot parse is reported "not terminal":
+    the gate's accumulator receives the same event next and raises the same
+    error, which ends the run with that error instead of here.
+    """
+
+    __slots__ = ("_acc", "_broken")
+
+    def __init__(self, provider: str) -> None:
+        self._acc = Accumulator(provider, dispatch=DispatchMode.ON_RESPONSE_COMPLETE)
+        self._broken = False
+
+    def __call__(self, event: ServerSentEvent) -> bool:
+        if self._broken:
+            return False
+        try:
+            self._acc.feed(event)
+        except AgentGateError:
+            self._broken = True
+            return False
+        return self._acc.terminal is not None
+
+    def reconnected(self) -> None:
+        """A new connection begins: events may repeat from here (see ``ReplayGuard``)."""
+        self._acc.reconnected()
+
+
+@dataclass(frozen=True, slots=True)
+class ReconnectInfo:
+    """One re-subscription, without the request (its headers may carry credentials)."""
+
+    attempt: int
+    delay: float
+    last_event_id: str
+    cause: str
+    """Why the previous connection ended: ``eof``, an httpx error class, ``HTTP 503``..."""
+
+    @classmethod
+    def of(cls, action: Reconnect) -> ReconnectInfo:
+        return cls(action.attempt, action.delay, action.last_event_id, action.cause)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveProgress:
+    """Passed to ``on_event`` after the gate handled an event (and ran what it released)."""
+
+    event: ServerSentEvent
+    stream: StreamStats
+    calls: AccumulatorStats
+
+
+@dataclass(frozen=True, slots=True)
+class LiveResult:
+    """What a live run produced: the gate's result and what the stream went through."""
+
+    run: RunResult
+    stats: StreamStats
+    reconnects: tuple[ReconnectInfo, ...]
+    stream_error: StreamError | None
+    """The typed transport error that ended the stream early, if one did."""
+    calls: AccumulatorStats
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        return self.run.outcomes
+
+    @property
+    def terminal(self) -> Terminal | None:
+        return self.run.terminal
+
+    @property
+    def error(self) -> str | None:
+        return self.run.error
+
+    @property
+    def completed(self) -> bool:
+        """The response reached its successful terminal and the stream raised nothing."""
+        terminal = self.run.terminal
+        return terminal is not None and terminal.succeeded and self.run.error is None
+
+
+class _Wiring:
+    """State shared by the sync and async runs: accumulator, detector, callbacks."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        provider: str,
+        dispatch: Callable[[str], DispatchMode] | DispatchMode | None,
+        on_event: Callable[[LiveProgress], None] | None,
+        on_reconnect: Callable[[ReconnectInfo], None] | None,
+    ) -> None:
+        self.acc = gate.accumulator_for(provider, dispatch)
+        self.detector = TerminalDetector(provider)
+        self.reconnects: list[ReconnectInfo] = []
+        self.stream_error: StreamError | None = None
+        self._on_event = on_event
+        self._on_reconnect = on_reconnect
+
+    def reconnected(self, action: Reconnect) -> None:
+        # Called by the transport after every event of the old connection was
+        # consumed (and handled by the gate), before the new request is sent.
+        self.acc.reconnected()
+        self.detector.reconnected()
+        info = ReconnectInfo.of(action)
+        self.reconnects.append(info)
+        if self._on_reconnect is not None:
+            self._on_reconnect(info)
+
+    def handled(self, event: ServerSentEvent, stats: StreamStats) -> None:
+        if self._on_event is not None:
+            self._on_event(LiveProgress(event, stats, self.acc.stats))
+
+    def result(self, run: RunResult, stats: StreamStats) -> LiveResult:
+        return LiveResult(run, stats, tuple(self.reconnects), self.stream_error, self.acc.stats)
+
+
+def _request_kwargs(
+    headers: Mapping[str, str] | None,
+    params: Mapping[str, str] | None,
+    content: bytes | None,
+    json: Any,
+    limits: StreamLimits | None,
+    reconnect: ReconnectPolicy | None,
+    resume: ResumeStrategy | None,
+    resumable: bool,
+    last_event_id: str,
+) -> dict[str, Any]:
+    return {
+        "headers": headers,
+        "params": params,
+        "content": content,
+        "json": json,
+        "limits": limits,
+        "reconnect": reconnect,
+        "resume": resume,
+        "resumable": resumable,
+        "last_event_id": last_event_id,
+    }
+
+
+def run_live(
+    gate: Gate,
+    url: str | httpx.URL,
+    *,
+    provider: str,
+    task_id: str,
+    client: httpx.Client | None = None,
+    method: str = "GET",
+    headers: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    content: bytes | None = None,
+    json: Any = None,
+    limits: StreamLimits | None = None,
+    reconnect: ReconnectPolicy | None = None,
+    resume: ResumeStrategy | None = None,
+    resumable: bool = False,
+    last_event_id: str = "",
+    dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
+    on_event: Callable[[LiveProgress], None] | None = None,
+    on_reconnect: Callable[[ReconnectInfo], None] | None = None,
+    principal: Principal | None = None,
+    scope: TaskScope | None = None,
+) -> LiveResult:
+    """Stream ``url`` into ``gate.run`` for ``task_id``; reconnects re-subscribe only.
+
+    ``client`` is the caller's ``httpx.Client`` (auth, proxies, timeouts); without
+    one a client with ``DEFAULT_TIMEOUT`` is made and closed. The request and
+    reconnect options are those of ``agent_gate.transport.stream_events``.
+    ``on_event`` runs after each event was handled by the gate, so a display
+    reading the ledger then sees the calls that event released already settled.
+    ``principal`` and ``scope`` are passed to ``Gate.run`` (who the agent acts for,
+    what the task may touch; the gate's own by default).
+
+    Gate and ledger errors propagate; a stream that fails (refusal, wrong media
+    type, limit, timeout, truncation) ends the run quietly with every held call
+    recorded as not run, and the typed error in ``LiveResult.stream_error``.
+    """
+    wiring = _Wiring(gate, provider, dispatch, on_event, on_reconnect)
+    owned = client is None
+    http = client if client is not None else httpx.Client(timeout=DEFAULT_TIMEOUT)
+    try:
+        stream = stream_events(
+            http,
+            method,
+            url,
+            is_terminal=wiring.detector,
+            on_reconnect=wiring.reconnected,
+            **_request_kwargs(
+                headers, params, content, json, limits, reconnect, resume, resumable,
+                last_event_id,
+            ),
+        )
+        with stream:
+            run = gate.run(
+                _events(stream, wiring),
+                task_id=task_id,
+                provider=provider,
+                dispatch=dispatch,
+                accumulator=wiring.acc,
+                principal=principal,
+                scope=scope,
+            )
+            return wiring.result(run, stream.stats)
+    finally:
+        if owned:
+            http.close()
+
+
+def _events(stream: EventStream, wiring: _Wiring) -> Iterator[ServerSentEvent]:
+    try:
+        for event in stream:
+            yield event
+            wiring.handled(event, stream.stats)
+    except StreamError as exc:
+        wiring.stream_error = exc
+        raise
+
+
+async def arun_live(
+    gate: Gate,
+    url: str | httpx.URL,
+    *,
+    provider: str,
+    task_id: str,
+    client: httpx.AsyncClient | None = None,
+    method: str = "GET",
+    headers: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    content: bytes | None = None,
+    json: Any = None,
+    limits: StreamLimits | None = None,
+    reconnect: ReconnectPolicy | None = None,
+    resume: ResumeStrategy | None = None,
+    resumable: bool = False,
+    last_event_id: str = "",
+    dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
+    on_event: Callable[[LiveProgress], None] | None = None,
+    on_reconnect: Callable[[ReconnectInfo], None] | None = None,
+    principal: Principal | None = None,
+    scope: TaskScope | None = None,
+) -> LiveResult:
+    """``run_live`` for asyncio: an ``httpx.AsyncClient`` and ``Gate.arun`` (async tools)."""
+    wiring = _Wiring(gate, provider, dispatch, on_event, on_reconnect)
+    owned = client is None
+    http = client if client is not None else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+    try:
+        stream = astream_events(
+            http,
+            method,
+            url,
+            is_terminal=wiring.detector,
+            on_reconnect=wiring.reconnected,
+            **_request_kwargs(
+                headers, params, content, json, limits, reconnect, resume, resumable,
+                last_event_id,
+            ),
+        )
+        async with stream:
+            run = await gate.arun(
+                _aevents(stream, wiring),
+                task_id=task_id,
+                provider=provider,
+                dispatch=dispatch,
+                accumulator=wiring.acc,
+                principal=principal,
+                scope=scope,
+            )
+            return wiring.result(run, stream.stats)
+    finally:
+        if owned:
+            await http.aclose()
+
+
+async def _aevents(stream: AsyncEventStream, wiring: _Wiring) -> AsyncIterator[ServerSentEvent]:
+    try:
+        async for event in stream:
+            yield event
+            wiring.handled(event, stream.stats)
+    except StreamError as exc:
+        wiring.stream_error = exc
+        raise
