@@ -17,6 +17,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "agent_gate.cli.calls",
     "agent_gate.cli.policy",
     "agent_gate.cli.replay",
+    "agent_gate.cli.run",
     "agent_gate.cli.db",
     "agent_gate.cli.tasks",
     "agent_gate.cli.approve",
