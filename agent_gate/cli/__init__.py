@@ -13,6 +13,7 @@ import click
 
 # Modules that add commands to the top-level group, in help order.
 _COMMAND_MODULES: tuple[str, ...] = (
+    "agent_gate.cli.demo",
     "agent_gate.cli.sse",
     "agent_gate.cli.calls",
     "agent_gate.cli.policy",
