@@ -989,15 +989,16 @@ class Gate:
         arguments, pre = self._classify(call, tool)
         if early is None:
             early = pre
-        # Fields the policy redacts are written only as stand-ins; the whole object is
-        # sealed, and every hash of argument content is keyed (see ledger.seal).
+        # For a tool the policy redacts fields of, the row holds the redacted form, the
+        # whole object is sealed, and every hash of argument content (argument hash,
+        # dedupe key) is keyed (see ledger.seal). This depends on the tool, not on
+        # whether this call carried a redacted field, so that two calls of one tool are
+        # always hashed alike and a dedupe key still catches a repeated write.
         key_for: sealing.SealKey | None = None
         stored = arguments
         if arguments is not None and self.rules is not None and self.rules.redacts(call.name):
             key_for = self._sealing_key()
-            stored = self.rules.redact(call.name, arguments, key=key_for.digest_key)
-            if stored is None:
-                stored, key_for = arguments, None
+            stored = self.rules.redact(call.name, arguments, key=key_for.digest_key) or arguments
 
         def content_hash(value: Any) -> str:
             text = canonical_json(value)

@@ -104,3 +104,34 @@ def test_a_shared_database_without_a_key_is_refused_up_front(
     with pytest.raises(SealKeyMissing, match="give every worker the same key"):
         Gate(support_tools.tools, db_url, policy=EXAMPLE_POLICY)
     Gate(support_tools.tools, db_url).close()  # without a redacting policy it is fine
+
+
+def test_a_dedupe_key_catches_a_repeat_whether_or_not_a_redacted_field_was_sent(
+    sqlite_url: str,
+) -> None:
+    from agent_gate import ToolRegistry
+    from agent_gate.policy import Policy
+
+    tools = ToolRegistry()
+    ran: list[str] = []
+
+    @tools.tool(schema={"type": "object", "properties": {
+        "order_id": {"type": "string"}, "card_last4": {"type": "string"}}},
+        effect="write", idempotency="none", dedupe=["order_id"])
+    def charge(order_id: str, card_last4: str = "") -> str:
+        ran.append(order_id)
+        return "ok"
+
+    policy = Policy.from_text(
+        "version: 1\ntools:\n  charge:\n    redact: [card_last4]\n    rules:\n"
+        "      - id: any\n        effect: allow\n"
+    )
+    with Gate(tools, sqlite_url, policy=policy) as gate:
+        first = gate.execute("t", {"call_id": "a", "name": "charge",
+                                   "arguments": {"order_id": "O-1", "card_last4": CARD_SECRET}})
+        repeat = gate.execute("t", {"call_id": "b", "name": "charge",
+                                    "arguments": {"order_id": "O-1"}})
+    assert first.state is CallState.SUCCEEDED
+    # Same dedupe key, other arguments: a conflict, never a second run.
+    assert repeat.duplicate_of == "a" and repeat.code == "conflict"
+    assert ran == ["O-1"]
