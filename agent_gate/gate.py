@@ -1170,8 +1170,13 @@ class Gate:
                                          reason=decided, state=rec.state, **extra)
                 else:
                     event, code, reason, detail = decided
+                    changes = None
+                    if detail and "rule_ids" in detail:  # a custom Authorizer's decision
+                        changes = {"policy_hash": detail.get("policy_hash"),
+                                   "rule_ids": json.dumps(detail["rule_ids"])}
                     tr = self.ledger.transition(
-                        rec, event, actor=self.owner, code=code, reason=reason, detail=detail
+                        rec, event, actor=self.owner, code=code, reason=reason, detail=detail,
+                        changes=changes,
                     )
                 rec, acted = tr.record, tr.won
                 continue
