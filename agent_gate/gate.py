@@ -478,9 +478,15 @@ class Gate:
 
     ``db`` is a database URL (default ``$AGENT_GATE_DB``, else
     ``sqlite:///agent_gate.db``) or an open ``Ledger``. ``policy`` decides
-    allow/deny/approve per call; without one every registered tool with valid
-    arguments is allowed. ``lease_seconds`` is how long a worker's claim on a
-    running call lasts without renewal (it is renewed while the tool runs).
+    allow/deny/approve per call: a policy file (a path, a ``Policy`` or a
+    ``PolicyAuthorizer``: quotas, approvals bound to its hash, safer-only tool
+    overrides, redaction) or a custom ``Authorizer``; without one every registered
+    tool with valid arguments is allowed. ``principal`` and ``scope`` are the
+    defaults for ``execute``/``run`` (bound to each task on first use).
+    ``seal_key`` seals the fields the policy redacts (``agent_gate.ledger.seal``
+    says where a key comes from otherwise). ``lease_seconds`` is how long a
+    worker's claim on a running call lasts without renewal (it is renewed while the
+    tool runs).
     """
 
     def __init__(
