@@ -11,25 +11,44 @@ stream first: an incomplete or invalid sequence before a line ending becomes
 U+FFFD either way, and a character split across two reads is never split,
 because reads are joined before a line is cut out of them.
 
-Complexity bound (the hot loop)
--------------------------------
-Each ``feed(chunk)`` looks for line terminators only in ``chunk`` (two
-``rfind`` calls, C speed), never in bytes buffered by earlier calls. Bytes
-before the last terminator are joined once with the pending partial line, split
-into lines in C (``replace`` folds CRLF and lone CR into LF first), and each
-line costs a constant number of C-level operations plus its own length. Bytes
-after the last terminator are appended to a list of pieces and joined only when
-their line completes. Complete lines of an event whose blank line has not come
-yet may be held back and joined with the next read, so that the event is
-tokenized once, whole; only as many bytes as the current read brought are ever
-held, so this at most doubles the copying. Every byte is therefore scanned a
-bounded number of times whatever the chunking, one byte per call included: O(n)
-in the bytes fed, with no Python loop per character. A read made of whole
-events (a server that flushes per event, a reader that keeps up) skips the
-cutting and joining altogether.
+Two paths
+---------
+The short path (``feed``) takes almost every read of a real stream. It keeps
+the bytes after the last blank line as a *tail*, uninterpreted; a read is
+appended to it, the result is cut once at its last blank line (one ``rfind``),
+and everything before the cut is whole events (``_dispatch``). A run of events
+that all have the shape providers send (``event:`` line or none, one ``data: ``
+line, the blank line) is checked exactly and built by C-level calls alone
+(``split``, strided slices, ``count``, ``map``): no Python bytecode per event,
+about fifty per read. Any other text goes to the tokenizer below. CRLF streams
+take the same path, split on CRLF, when every line of the read ends in CRLF.
 
-Memory is bounded by the limits: the pending partial line by
-``max_line_bytes`` (checked on every append) and the data of the event being
+The line machinery (``_feed``, ``_consume``, ``_interpret``) takes the rest: the
+first read (a BOM may be split), lone CRs, mixed line ends, a CR at the end of
+a read (it may be half of a CRLF), comments and ``retry`` lines (which act as
+soon as their line ends, so are never held back), reads near a limit, and a
+tail that has grown longer than the read that would extend it. It hands back to
+the short path as soon as what it holds fits in one read. Its tokenizer is one
+C-level ``findall``; a big text that is one event skips it (``_one_big_event``).
+
+Complexity bound
+----------------
+The short path appends a read to the tail only while the tail is no longer
+than the read, so each read copies and scans at most twice its own size (the
+concatenation, the ``rfind``, the checks on the tail), and each byte enters the
+dispatched text exactly once, where ``split``/``count``/``decode`` cost O(its
+length). A longer tail goes to the line machinery, which looks for line
+terminators only in the new read (``rfind``, C speed), keeps an unterminated
+line as a list of pieces joined once when it completes, and holds back at most
+as many bytes of an unfinished event as the current read brought. Every byte
+is therefore copied and scanned a bounded number of times whatever the
+chunking, one byte per call included: O(n) in the bytes fed, with no Python
+loop per character, and on the short path none per event either.
+
+Memory is bounded by the limits: the tail by twice ``_max_fast``, which is at
+most half of ``min(max_line_bytes, max_event_bytes)`` (so no line or event on
+the short path can exceed a limit unseen); the pending partial line by
+``max_line_bytes`` (checked on every append); the data of the event being
 assembled by ``max_event_bytes``. A violation raises ``SSELimitExceeded``, after
 which the decoder refuses further input (h11's ERROR state).
 """
@@ -38,7 +57,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from enum import Enum
+from itertools import repeat
+from operator import itemgetter
 
 from agent_gate.sse.errors import SSELimitExceeded, SSEStateError
 from agent_gate.sse.event import ServerSentEvent, StreamEnd
@@ -49,6 +71,9 @@ _LF = 10
 _COLON = 58
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _TYPE_CACHE_SIZE = 64  # distinct event types decoded once; providers use a few dozen
+_after_data = itemgetter(slice(len(b"data: "), None))  # line -> its value, as a C call
+_new_tuple = tuple.__new__  # builds a ServerSentEvent from a 3-tuple, as a C call
+_BIG_TEXT = 64 * 1024  # from this size on, a lone event skips the tokenizer
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -82,14 +107,17 @@ class SSEDecoder:
         "_data_bytes",
         "_etype",
         "_events",
+        "_fast",
         "_held",
         "_held_start",
         "_id_buf",
         "_last_id",
         "_line_start",
         "_max_event",
+        "_max_fast",
         "_max_line",
         "_max_stream",
+        "_names",
         "_pending",
         "_pending_len",
         "_probe",
@@ -97,6 +125,8 @@ class SSEDecoder:
         "_retry",
         "_skip_lf",
         "_state",
+        "_tail",
+        "_tail_start",
         "_tokenize",
         "_types",
     )
@@ -136,7 +166,16 @@ class SSEDecoder:
         self._events = 0
         self._comments = 0
         self._types: dict[bytes, str] = {}
+        self._names = _TypeNames()
         self._tokenize = _tokenizer(max_event_bytes).findall
+        # Fast framing (see ``feed``): ``_tail`` holds the bytes after the last
+        # blank line, not yet interpreted, starting at stream offset ``_tail_start``.
+        self._fast = False
+        self._tail = b""
+        self._tail_start = 0
+        # A read of at most this many bytes, with a tail no longer than itself,
+        # keeps every line and every event's data within the limits.
+        self._max_fast = min(max_line_bytes, max_event_bytes) // 2
 
     # -- public state -------------------------------------------------------
 
@@ -175,37 +214,198 @@ class SSEDecoder:
     # -- input --------------------------------------------------------------
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[ServerSentEvent]:
-        """Consume the next bytes of the stream; return the events they complete."""
+        """Consume the next bytes of the stream; return the events they complete.
+
+        The common read takes a short path: the tail left by the last read (the
+        bytes after its last blank line) plus this read are cut once, at their
+        last blank line; whatever precedes it is whole events, interpreted at
+        once (``_dispatch``), and the rest becomes the new tail. Anything else
+        (the first read, a tail longer than the read, a read near a limit, a
+        line ending that needs the line machinery) goes through ``_feed``.
+        """
+        tail = self._tail
         if (
-            chunk.__class__ is bytes
-            and self._state is DecoderState.STREAMING
-            and not self._pending
-            and not self._held
-            and not self._skip_lf
-            and chunk.endswith(b"\n\n")
-            and len(chunk) <= self._max_line
-            and b"\r" not in chunk
-            and self._received + len(chunk) <= self._max_stream
+            self._fast
+            and chunk.__class__ is bytes
+            and len(tail) <= (size := len(chunk)) <= self._max_fast
+            and self._received + size <= self._max_stream
         ):
-            # The read is whole events, as when a server flushes each event and
-            # the reader keeps up: interpret it as it is, no cutting, no joining.
-            out: list[ServerSentEvent] = []
-            base = self._received
-            self._received = self._line_start = base + len(chunk)
-            try:
-                self._interpret(chunk, chunk, base, out)  # type: ignore[arg-type]
-            except SSELimitExceeded as exc:
-                self._state = DecoderState.ERROR
-                exc.events[:0] = out
-                raise
-            return out
+            start = self._tail_start
+            self._received += size
+            buf = tail + chunk  # no copy when the tail is empty
+            if _CR in buf:  # an int: ``bytes in bytes`` raises and clears a TypeError first
+                return self._feed_cr(buf, start, size)
+            end = buf.rfind(b"\n\n") + 2
+            tail = buf[end:] if end > 1 else buf
+            if tail and (
+                tail[0] == _LF
+                or tail[0] == _COLON
+                or tail.find(b"\n:") >= 0
+                or tail.find(b"retry") >= 0
+            ):
+                # A blank line at the very start (after lines the line machinery
+                # took), or lines that act as soon as they end (comments, retry).
+                return self._slow(buf, start, size)
+            self._tail = tail
+            if end < 2:
+                return []
+            self._tail_start = start + end
+            return self._dispatch(buf[:end], start)
         return self._feed(chunk)
+
+    def _feed_cr(self, buf: bytes, start: int, size: int) -> list[ServerSentEvent]:
+        """The short path for reads with CR, when every line ends with CRLF.
+
+        A blank line then ends at a ``\\n\\r\\n`` (``\\n\\n`` would mean mixed line
+        ends, which go to the line machinery below), so ``rfind`` finds the
+        last one in the raw bytes. A lone CR, a CR at the end that may be half
+        of a CRLF, or LF and CRLF mixed take the line machinery, which knows
+        what they mean.
+        """
+        crlf = buf.rfind(b"\n\r\n")
+        end = crlf + 3 if crlf >= 0 else 0
+        tail = buf[end:]
+        if tail:
+            folded = tail.replace(b"\r\n", b"\n")
+            if (
+                _CR in folded
+                or folded[0] == _LF
+                or folded[0] == _COLON
+                or folded.find(b"\n\n") >= 0
+                or folded.find(b"\n:") >= 0
+                or folded.find(b"retry") >= 0
+            ):
+                return self._slow(buf, start, size)
+        if not end:
+            self._tail = tail
+            return []
+        head = buf[:end]
+        lines = head.split(b"\r\n")
+        joined = b"".join(lines)
+        if _CR in joined or _LF in joined:
+            return self._slow(buf, start, size)
+        self._tail = tail
+        self._tail_start = start + end
+        return self._dispatch(head, start, lines)
+
+    def _slow(self, buf: bytes, start: int, size: int) -> list[ServerSentEvent]:
+        """Hand the tail plus this read (``buf``, at ``start``) to the line machinery."""
+        self._fast = False
+        self._tail = b""
+        out: list[ServerSentEvent] = []
+        try:
+            self._consume(buf, start, out)
+        except SSELimitExceeded as exc:
+            self._state = DecoderState.ERROR
+            exc.events[:0] = out
+            raise
+        self._resume(size)
+        return out
+
+    def _dispatch(
+        self, head: bytes, start: int, crlf_lines: list[bytes] | None = None
+    ) -> list[ServerSentEvent]:
+        """Interpret ``head``: whole events from a line start, at stream offset ``start``.
+
+        Every line of ``head`` ends with LF or, when ``crlf_lines`` (its lines,
+        split on CRLF) is given, every line ends with CRLF.
+
+        A run of events that all have one shape, ``event:`` line (or none) then
+        one ``data: `` line then the blank line, which is what providers send,
+        is checked and built by C-level calls only: one ``split``, slices with a
+        stride, one ``count`` and ``map``s, no Python bytecode per event. The
+        checks are exact: blank positions empty, every head an ``event:`` line
+        (``_TypeNames``), and as many lines starting with ``data: `` as data
+        positions (none can be elsewhere, so each data position has one).
+        Anything else takes ``_interpret``, and so does the first event when its
+        fields began in an earlier read.
+        """
+        out: list[ServerSentEvent] = []
+        if not self._data and not self._etype:
+            if crlf_lines is None:
+                lines = head.split(b"\n")
+                needle = b"\ndata: "
+            else:
+                lines = crlf_lines
+                needle = b"\r\ndata: "
+            n = len(lines) - 1  # what follows the final line end is b""
+            first = lines[0]
+            names: Iterable[str] | None = None
+            if first[:6] == b"event:":
+                count, rest = divmod(n, 3)
+                if not rest and not any(lines[2:n:3]) and head.count(needle) == count:
+                    try:
+                        names = list(map(self._names.__getitem__, lines[:n:3]))
+                    except KeyError:  # a head that is not an ``event:`` line
+                        names = None
+                    values = lines[1:n:3]
+            elif first[:6] == b"data: ":
+                count, rest = divmod(n, 2)
+                if not rest and not any(lines[1:n:2]) and head.count(needle) == count - 1:
+                    names = repeat("message")
+                    values = lines[:n:2]
+            if names is not None:
+                try:
+                    datas = list(map(bytes.decode, map(_after_data, values)))
+                except UnicodeDecodeError:
+                    datas = [value[6:].decode("utf-8", "replace") for value in values]
+                last_id = self._last_id = self._id_buf
+                out += map(_new_tuple, repeat(ServerSentEvent), zip(names, datas, repeat(last_id)))
+                self._events += count
+                return out
+        text = head if crlf_lines is None else head.replace(b"\r\n", b"\n")
+        try:
+            if self._data or self._etype:
+                # Finish the event in progress line by line; the rest starts clean.
+                cut = 1 if text[0] == _LF else text.find(b"\n\n") + 2
+                raw = cut if crlf_lines is None else cut + text.count(b"\n", 0, cut)
+                self._interpret(text[:cut], head[:raw], start, out)
+                if raw < len(head):
+                    rest_head = head[raw:]
+                    out += self._dispatch(
+                        rest_head,
+                        start + raw,
+                        None if crlf_lines is None else rest_head.split(b"\r\n"),
+                    )
+                return out
+            self._interpret(text, head, start, out)
+        except SSELimitExceeded as exc:
+            self._fast = False
+            self._state = DecoderState.ERROR
+            exc.events[:0] = out
+            raise
+        return out
+
+    def _resume(self, size: int) -> None:
+        """Go back to the short path once the line machinery holds no more than a read.
+
+        What it holds (held lines, then the partial line) becomes the tail; the
+        bound keeps the copying linear. A CR at the end of the last read must
+        first see the next byte, so it keeps the line machinery.
+        """
+        if (
+            self._state is DecoderState.STREAMING
+            and not self._skip_lf
+            and len(self._held) + self._pending_len <= size
+        ):
+            if self._held:
+                self._tail_start = self._held_start
+                self._pending.insert(0, self._held)
+                self._held = b""
+            elif self._pending:
+                self._tail_start = self._line_start
+            else:
+                self._tail_start = self._received
+            self._tail = b"".join(self._pending)
+            self._pending.clear()
+            self._pending_len = 0
+            self._fast = True
 
     def _feed(self, chunk: bytes | bytearray | memoryview) -> list[ServerSentEvent]:
         if self._state is DecoderState.ENDED or self._state is DecoderState.ERROR:
             raise SSEStateError(f"feed() after the decoder reached state {self._state.value}")
         data = chunk if chunk.__class__ is bytes else bytes(chunk)
-        out = []
+        out: list[ServerSentEvent] = []
         if not data:
             return out
         base = self._received
@@ -215,6 +415,13 @@ class SSEDecoder:
             data = data[:room]
         self._received = base + len(data)
         try:
+            if self._fast:
+                # The short path declined this read: its tail (lines of an
+                # unfinished event, no blank line) goes to the line machinery.
+                self._fast = False
+                tail, self._tail = self._tail, b""
+                if tail:
+                    self._consume(tail, self._tail_start, out)
             if self._state is DecoderState.START:
                 data = self._probe + data
                 base -= len(self._probe)
@@ -244,6 +451,7 @@ class SSEDecoder:
             self._state = DecoderState.ERROR
             exc.events[:0] = out
             raise
+        self._resume(len(data))
         return out
 
     def end(self) -> StreamEnd:
@@ -254,7 +462,7 @@ class SSEDecoder:
         """
         if self._state is DecoderState.ENDED:
             raise SSEStateError("end() called twice")
-        within_limits = self._release_held()
+        within_limits = self._release_tail() and self._release_held()
         pending_line = self._pending_len + len(self._probe)
         partial_is_field = bool(pending_line) and not (
             self._pending and self._pending[0][:1] == b":"
@@ -311,7 +519,7 @@ class SSEDecoder:
             head = data[: last + 1]
         self._pending_len = 0
         self._skip_lf = data[-1] == _CR
-        crlf = b"\r" in head
+        crlf = _CR in head
         text = head.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if crlf else head
         if len(head) > self._max_line + 1:
             lengths = [len(line) for line in text.split(b"\n")]
@@ -337,8 +545,8 @@ class SSEDecoder:
                 if (
                     held[0] != _LF
                     and held[0] != _COLON
-                    and b"\n:" not in held
-                    and b"retry" not in held
+                    and held.find(b"\n:") < 0
+                    and held.find(b"retry") < 0
                 ):
                     self._held = held
                     self._held_start = head_start + keep
@@ -355,6 +563,21 @@ class SSEDecoder:
                     "max_line_bytes", self._max_line, self._line_start, self._events
                 )
 
+    def _release_tail(self) -> bool:
+        """At the end, hand the tail to the line machinery; False if that exceeded a limit.
+
+        The tail holds no blank line, so nothing can be dispatched here.
+        """
+        self._fast = False
+        tail, self._tail = self._tail, b""
+        if not tail:
+            return True
+        try:
+            self._consume(tail, self._tail_start, [])
+        except SSELimitExceeded:
+            return False
+        return True
+
     def _release_held(self) -> bool:
         """Interpret held lines at the end; False if that exceeded a limit.
 
@@ -367,6 +590,39 @@ class SSEDecoder:
             self._interpret(held, held, self._held_start, [])
         except SSELimitExceeded:
             return False
+        return True
+
+    def _one_big_event(self, text: bytes, out: list[ServerSentEvent]) -> bool:
+        """Dispatch ``text`` if it is one event: ``event:`` line (or none), one
+        ``data: `` line, the blank line, in a clean state; else change nothing.
+
+        For a big event, the tokenizer's byte-by-byte scan and the copy of the
+        data group cost more than the event's other work together, and the
+        copy is one more buffer of the event's size: here ``find`` (memchr)
+        cuts the two lines and the value is decoded straight from the text.
+        """
+        if self._data or self._etype:
+            return False
+        if text[:6] == b"event:":
+            pos = text.find(b"\n") + 1
+            try:
+                name = self._names[text[: pos - 1]]
+            except KeyError:
+                return False
+        else:
+            pos = 0
+            name = "message"
+        end = text.find(b"\n", pos)
+        if (
+            text[pos : pos + 6] != b"data: "
+            or end != len(text) - 2
+            or end - pos - 6 > self._max_event
+        ):
+            return False
+        last_id = self._last_id = self._id_buf
+        data = str(memoryview(text)[pos + 6 : end], "utf-8", "replace")
+        out.append(ServerSentEvent(name, data, last_id))
+        self._events += 1
         return True
 
     def _interpret(
@@ -382,6 +638,8 @@ class SSEDecoder:
         correct for a common event that follows buffered fields. ``head`` and
         ``head_start`` only locate a line when a limit is exceeded.
         """
+        if len(text) >= _BIG_TEXT and self._one_big_event(text, out):
+            return
         data = self._data
         data_size = self._data_bytes  # sum of len(value) + 1 over data lines
         data_limit = self._max_event + 1
@@ -486,7 +744,7 @@ class SSEDecoder:
                     elif field == b"event":
                         etype = value
                     elif field == b"id":
-                        if b"\x00" not in value:
+                        if 0 not in value:
                             id_buf = value.decode("utf-8", "replace")
                     elif field == b"retry" and value.isdigit():  # ASCII only, for bytes
                         self._retry = int(value)
@@ -497,6 +755,28 @@ class SSEDecoder:
             self._id_buf = id_buf
             self._last_id = last_id
             self._events = events
+
+
+class _TypeNames(dict[bytes, str]):
+    """``event:`` line -> event type, for ``SSEDecoder._dispatch``; KeyError if not one.
+
+    A ``dict`` subclass so that ``map(names.__getitem__, lines)`` looks each
+    line up in C and runs Python only for a line not seen before. At most
+    ``_TYPE_CACHE_SIZE`` lines are kept, so a hostile stream cannot grow it.
+    """
+
+    __slots__ = ()
+
+    def __missing__(self, line: bytes) -> str:
+        if line[:6] != b"event:":
+            raise KeyError(line)
+        value = line[6:]
+        if value[:1] == b" ":
+            value = value[1:]
+        name = value.decode("utf-8", "replace") or "message"
+        if len(self) < _TYPE_CACHE_SIZE:
+            self[line] = name
+        return name
 
 
 @functools.lru_cache(maxsize=32)

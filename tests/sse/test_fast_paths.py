@@ -1,0 +1,358 @@
+"""The decoder's short paths must mean exactly what the line machinery means.
+
+Most reads take a short path: the bytes after the last blank line are kept as
+a tail, and runs of events of the common shape (``event:`` line or none, one
+``data: `` line, the blank line) are built in bulk. Big lone events skip the
+tokenizer. These tests drive the decoder into those paths (many reads of
+common events, in LF and CRLF) and through every way out of them (lone CR,
+mixed line ends, comments, retry, ids, limits, a CR at the end of a read), and
+compare with a literal reading of the spec and with the same stream fed whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded, StreamEnd
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def reference(stream: bytes) -> tuple[list[ServerSentEvent], str, int | None, int]:
+    """WHATWG event stream interpretation, transcribed: events, last id, retry, comments."""
+    text = stream.decode("utf-8", "replace").removeprefix("\ufeff")
+    events: list[ServerSentEvent] = []
+    data, etype, id_buf, last_id, retry, comments = "", "", "", "", None, 0
+    position = 0
+    for match in _LINE_END.finditer(text):
+        line = text[position : match.start()]
+        position = match.end()
+        if not line:
+            last_id = id_buf
+            if data:
+                events.append(ServerSentEvent(etype or "message", data[:-1], last_id))
+            data, etype = "", ""
+            continue
+        if line[0] == ":":
+            comments += 1
+            continue
+        field, colon, value = line.partition(":")
+        if colon and value[:1] == " ":
+            value = value[1:]
+        if field == "data":
+            data += value + "\n"
+        elif field == "event":
+            etype = value
+        elif field == "id" and "\0" not in value:
+            id_buf = value
+        elif field == "retry" and value and all("0" <= c <= "9" for c in value):
+            retry = int(value)
+    return events, last_id, retry, comments
+
+
+def feed_in(
+    stream: bytes, sizes: list[int], **limits: int
+) -> tuple[list[ServerSentEvent], StreamEnd]:
+    decoder = SSEDecoder(**limits)
+    events: list[ServerSentEvent] = []
+    at = 0
+    for size in itertools.cycle(sizes):
+        if at >= len(stream):
+            break
+        events += decoder.feed(stream[at : at + size])
+        at += size
+    return events, decoder.end()
+
+
+def common(n: int, eol: bytes = b"\n", typed: bool = True) -> bytes:
+    """``n`` events of the shape providers send."""
+    return b"".join(
+        (b"event: delta" + eol if typed else b"")
+        + b'data: {"seq":%d,"delta":"\\u00e9 x"}' % i
+        + eol
+        + eol
+        for i in range(n)
+    )
+
+
+# -- differential: generated streams, many small reads ------------------------------
+
+COMMON_BLOCKS = [
+    b'event: response.output_text.delta\ndata: {"delta":"hi"}\n\n',
+    b'event: t\ndata: {"a":1}\n\n',
+    b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n',
+    'event: t\ndata: {"s":"中文é"}\n\n'.encode(),
+    b"data: \n\n",
+    b"event:\ndata: x\n\n",
+    b"event: \ndata: y\n\n",
+]
+RARE_BLOCKS = [
+    b": ping\n\n",
+    b"id: 7\ndata: with id\n\n",
+    b"id: \x00\ndata: nul id\n\n",
+    b"retry: 250\n\n",
+    b"event: t\n: mid\ndata: z\n\n",
+    b"data:nospace\n\n",
+    b"data:  two spaces\n\n",
+    b"event: t\ndata: a\ndata: b\n\n",
+    b"data: a\nevent: late\n\n",
+    b"event\ndata: no colon\n\n",
+    b"event: only\n\n",
+    b"\n",
+    b"Data: case\n\n",
+    b"data: \xff\xfe bad utf-8\n\n",
+    b"event: \xe4\xb8\ndata: cut type\n\n",
+    b"id\n\n",
+    b"foo: bar\ndata: unknown field\n\n",
+    # single lines, so that blocks run into each other in any arrangement
+    b"foo\n",
+    b"data: line\n",
+    b"event: t\n",
+    b"data:\n",
+]
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> bytes:
+    blocks = draw(
+        st.lists(
+            st.one_of(
+                st.sampled_from(COMMON_BLOCKS),
+                st.sampled_from(COMMON_BLOCKS),
+                st.sampled_from(COMMON_BLOCKS),
+                st.sampled_from(RARE_BLOCKS),
+            ),
+            max_size=60,
+        )
+    )
+    style = draw(st.sampled_from(["lf", "crlf", "cr", "mixed"]))
+    out: list[bytes] = []
+    for block in blocks:
+        eol = {"lf": "lf", "crlf": "crlf", "cr": "cr"}.get(style) or draw(
+            st.sampled_from(["lf", "crlf", "cr"])
+        )
+        out.append(block.replace(b"\n", {"lf": b"\n", "crlf": b"\r\n", "cr": b"\r"}[eol]))
+    stream = b"".join(out)
+    if draw(st.booleans()):
+        stream += draw(st.sampled_from([b"data: unfinished", b"event: t\ndata: no blank\n", b"\r"]))
+    if draw(st.integers(0, 9)) == 0:
+        stream = b"\xef\xbb\xbf" + stream
+    return stream
+
+
+@settings(max_examples=400, deadline=None)
+@given(stream=streams(), sizes=st.lists(st.integers(1, 400), min_size=1, max_size=12))
+def test_short_paths_agree_with_the_spec_and_with_one_read(stream: bytes, sizes: list[int]) -> None:
+    events, end = feed_in(stream, sizes)
+    expected, last_id, retry, comments = reference(stream)
+    assert events == expected
+    assert (end.last_event_id, end.retry, end.comments) == (last_id, retry, comments)
+    assert (events, end) == feed_in(stream, [len(stream) + 1])
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("typed", [True, False])
+@pytest.mark.parametrize("size", [1, 7, 64, 333, 4096])
+def test_common_events_in_any_read_size(eol: bytes, typed: bool, size: int) -> None:
+    stream = common(300, eol, typed)
+    events, end = feed_in(stream, [size])
+    assert events == reference(stream)[0]
+    assert len(events) == 300 and not end.discarded_partial_event
+
+
+# -- what acts at once still acts at once on the short path ---------------------------
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("before", [b"", b"event: x"])
+def test_retry_acts_at_once_after_common_events(eol: bytes, before: bytes) -> None:
+    decoder = SSEDecoder()
+    decoder.feed(common(3, eol))
+    decoder.feed(common(3, eol))  # a later read: the short path
+    decoder.feed((before + eol if before else b"") + b"retry: 5" + eol + b"data: b" + eol)
+    assert decoder.retry == 5
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("before", [b"", b"event: x"])
+def test_comments_count_at_once_after_common_events(eol: bytes, before: bytes) -> None:
+    decoder = SSEDecoder()
+    decoder.feed(common(3, eol))
+    decoder.feed(common(3, eol))
+    decoder.feed((before + eol if before else b"") + b": beat" + eol + b"data: b" + eol)
+    assert decoder.comments == 1
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_a_blank_line_alone_in_a_read_dispatches(eol: bytes) -> None:
+    decoder = SSEDecoder()
+    decoder.feed(common(2, eol))
+    decoder.feed(common(2, eol))
+    assert decoder.feed(b"data: c" + eol) == []
+    assert decoder.feed(eol) == [ServerSentEvent("message", "c", "")]
+
+
+@pytest.mark.parametrize("last", [b"data: x\r\n\n", b"data: x\n\n", b"data: x\n\r\n"])
+def test_a_blank_line_of_mixed_ends_dispatches_at_once_after_crlf_events(last: bytes) -> None:
+    decoder = SSEDecoder()
+    decoder.feed(common(2, b"\r\n"))
+    decoder.feed(common(2, b"\r\n"))
+    assert decoder.feed(b"data: w\r\n\r\n" + last) == [
+        ServerSentEvent("message", "w", ""),
+        ServerSentEvent("message", "x", ""),
+    ]
+    assert not decoder.end().discarded_partial_event
+
+
+def test_a_lone_cr_blank_line_dispatches_at_once_after_crlf_events() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(common(2, b"\r\n"))
+    decoder.feed(common(2, b"\r\n"))
+    assert decoder.feed(b"data: a\r\r") == [ServerSentEvent("message", "a", "")]
+
+
+def test_a_cr_at_the_end_of_a_read_waits_for_the_next_byte() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(common(2, b"\r\n"))
+    decoder.feed(common(2, b"\r\n"))
+    assert decoder.feed(b"data: a\r\n\r") == [ServerSentEvent("message", "a", "")]
+    assert decoder.feed(b"\ndata: b\r\n\r\n") == [ServerSentEvent("message", "b", "")]
+
+
+def test_last_event_id_moves_only_at_dispatch_on_the_short_path() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b"id: 1\ndata: a\n\n")
+    decoder.feed(common(2))
+    decoder.feed(b"id: 2\ndata: b\n")
+    assert decoder.last_event_id == "1"
+    assert decoder.feed(b"\n" + common(1)) == [
+        ServerSentEvent("message", "b", "2"),
+        ServerSentEvent("delta", '{"seq":0,"delta":"\\u00e9 x"}', "2"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        # each passes some of the bulk checks and fails one
+        b"event: a\ndata: 1\nfoo\nevent: b\ndata: 2\n\n",  # a field where a blank line goes
+        b"event: a\ndata: 1\n\ndata: 2\nevent: b\n\n",  # data line where a head goes
+        b"event: a\ndata: 1\n\nevent: b\nid: 2\n\n",  # not a data line
+        b"event: a\ndata: 1\n\nevent: b\ndata:2\n\n",  # data without the space
+        b"event: a\ndata: 1\n\nevent\ndata: 2\n\n",  # a head without a colon
+        b"event: a\ndata: 1\n\nevents: b\ndata: 2\n\n",  # another field name
+        b"data: 1\n\ndata: 2\nfoo\n\n",  # a data-only run with a stray field
+        b"data: 1\n\nfoo: 2\n\n",
+        b"data: 1\n\ndata: 2\ndata: 3\n\n",
+        b"data: 1\n\n\ndata: 2\n\n",  # an extra blank line
+        b"event: a\ndata: 1\n\n: c\ndata: 2\n\n",
+    ],
+)
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_runs_that_are_almost_common_take_the_full_rules(run: bytes, eol: bytes) -> None:
+    stream = common(2, eol) + run.replace(b"\n", eol) + common(2, eol)
+    for sizes in ([len(stream)], [len(common(2, eol)), len(run) + len(common(2, eol))]):
+        events, _ = feed_in(stream, sizes)
+        assert events == reference(stream)[0]
+
+
+def test_many_event_types_are_all_named_right() -> None:
+    stream = b"".join(b"event: type-%d\ndata: %d\n\n" % (i, i) for i in range(200))
+    events, _ = feed_in(stream, [500])
+    assert [(e.event, e.data) for e in events] == [(f"type-{i}", str(i)) for i in range(200)]
+
+
+# -- limits on the short path ---------------------------------------------------------
+
+
+def test_event_limit_on_the_short_path_names_the_line() -> None:
+    decoder = SSEDecoder(max_event_bytes=40)
+    first = common(2)
+    decoder.feed(first)
+    decoder.feed(common(1))
+    big = b"data: " + b"x" * 41 + b"\n\n"
+    with pytest.raises(SSELimitExceeded) as info:
+        decoder.feed(b"data: ok\n\n" + big)
+    err = info.value
+    assert (err.limit, err.event_index) == ("max_event_bytes", 4)
+    assert err.offset == len(first) + len(common(1)) + len(b"data: ok\n\n")
+    assert [e.data for e in err.events] == ["ok"]
+
+
+def test_stream_limit_after_the_short_path_delivers_what_came_before() -> None:
+    stream = common(4)
+    decoder = SSEDecoder(max_stream_bytes=len(stream) + 9)
+    decoder.feed(stream[:50])
+    decoder.feed(stream[50:])
+    with pytest.raises(SSELimitExceeded) as info:
+        decoder.feed(b"data: b\n\ndata: c\n\n")
+    assert info.value.limit == "max_stream_bytes"
+    assert info.value.offset == len(stream) + 9
+    assert [e.data for e in info.value.events] == ["b"]
+
+
+def test_line_limit_when_a_tail_keeps_growing() -> None:
+    decoder = SSEDecoder(max_line_bytes=1000)
+    decoder.feed(common(2))
+    decoder.feed(common(2))
+    with pytest.raises(SSELimitExceeded) as info:
+        for _ in range(100):
+            decoder.feed(b"x" * 30)
+    assert info.value.limit == "max_line_bytes"
+    assert info.value.offset == 2 * len(common(2))
+
+
+# -- a big lone event -----------------------------------------------------------------
+
+BIG = 200 * 1024
+
+
+@pytest.mark.parametrize("head", [b"event: big\n", b"event:\n", b""])
+@pytest.mark.parametrize("size", [1024, BIG + 100])
+def test_big_event_in_small_reads(head: bytes, size: int) -> None:
+    payload = "é" * (BIG // 2)
+    stream = b"id: 9\n\n" + head + b"data: " + payload.encode() + b"\n\n"
+    events, end = feed_in(stream, [size])
+    name = "big" if head == b"event: big\n" else "message"
+    assert events == [ServerSentEvent(name, payload, "9")]
+    assert not end.discarded_partial_event
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"data: " + b"\xff" * BIG + b"\n\n",  # invalid UTF-8
+        b"data:" + b"y" * BIG + b"\n\n",  # no space after the colon
+        b"data:  " + b"y" * BIG + b"\n\n",  # two spaces: one is data
+        b"data: " + b"y" * BIG + b"\ndata: z\n\n",  # two data lines
+        b"event: a\nevent: b\ndata: " + b"y" * BIG + b"\n\n",  # the last type wins
+        b"data: " + b"y" * BIG + b"\n\ndata: z\n\n",  # two events
+        b"data: " + b"y" * BIG + b"\n\n\n",  # and a stray blank line
+        b": c\ndata: " + b"y" * BIG + b"\n\n",
+    ],
+)
+def test_big_texts_that_are_not_one_plain_event(stream: bytes) -> None:
+    for sizes in ([len(stream)], [1000], [BIG]):
+        events, end = feed_in(stream, sizes)
+        assert events == reference(stream)[0]
+        assert end.comments == reference(stream)[3]
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_big_event_over_the_event_limit_raises_with_its_offset(together: bool) -> None:
+    decoder = SSEDecoder(max_event_bytes=BIG - 1)
+    first = b"data: a\n\n"
+    big = b"event: big\ndata: " + b"y" * BIG + b"\n\n"
+    with pytest.raises(SSELimitExceeded) as info:
+        if together:
+            decoder.feed(first + big)
+        else:
+            decoder.feed(first)
+            decoder.feed(big)
+    assert (info.value.limit, info.value.event_index) == ("max_event_bytes", 1)
+    assert info.value.offset == len(first) + len(b"event: big\n")
