@@ -1,0 +1,105 @@
+"""Every example in ``examples/`` runs, and does what its docstring says.
+
+The examples are run as a user runs them (their ``main``, or the script in its
+own process for the crash example, which itself starts a worker that dies) and
+checked by their side effects: lines in their outbox files and states in their
+ledgers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from agent_gate.ledger import CallState, Ledger
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+def states(db: str, task_id: str) -> dict[str, CallState]:
+    with Ledger(db) as ledger:
+        return {rec.call_id: rec.state for rec in ledger.calls(task_id)}
+
+
+def test_wrapping_a_dispatcher_with_a_policy_file(db: str, tmp_path: Path) -> None:
+    example = load("wrap_dispatcher")
+    outbox = tmp_path / "outbox.jsonl"
+    report = example.main(["--db", db, "--outbox", str(outbox)])
+    assert report["first"] == [
+        ("call_wX7pQ2mLs9BdK4vN", "succeeded", False),
+        ("call_Hn3sV8qTz1RfY6cJ", "succeeded", False),
+    ]
+    assert [replayed for _, _, replayed in report["again"]] == [True, True]
+    assert report["held"] == ("call_external_1", "awaiting_approval")
+    # The dispatcher really sent one mail: the allowed one, once.
+    assert report["sent"] == [{"to": "camille@example.com", "subject": "Lunch on Friday"}]
+    assert states(db, "wrap-example")["call_external_1"] is CallState.AWAITING_APPROVAL
+
+
+def test_the_sdks_typed_events_go_to_the_gate_as_they_are(db: str) -> None:
+    example = load("sdk_events")
+    # The events are the SDKs' own objects, not text.
+    assert all(type(e).__module__.startswith("openai.types.") for e in example.openai_events())
+    assert all(
+        type(e).__module__.startswith("anthropic.types.") for e in example.anthropic_events()
+    )
+    report = example.main(["--db", db])
+    assert report["openai-responses"] == {
+        "terminal": "completed",
+        "states": {"call_sdk_openai_1": "succeeded"},
+    }
+    assert report["anthropic"] == {
+        "terminal": "incomplete:max_tokens",
+        "states": {"toolu_sdk_anthropic_2": "incomplete", "toolu_sdk_anthropic_1": "incomplete"},
+    }
+    assert report["sent"] == [{"task": "sdk-openai-responses", "to": "ops@example.com"}]
+
+
+@pytest.mark.parametrize("reconcile", [True, False], ids=["reconcile_hook", "operator"])
+def test_resuming_after_a_crash_inside_a_write(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reconcile: bool
+) -> None:
+    outbox = tmp_path / "outbox.jsonl"
+    monkeypatch.setenv("AGENT_GATE_EXAMPLE_OUTBOX", str(outbox))
+    example = load("resume_after_crash")
+    report = example.main(["--db", db, *([] if reconcile else ["--no-reconcile"])])
+    assert report["worker_status"] == 9
+    weather, email = "call_wX7pQ2mLs9BdK4vN", "call_Hn3sV8qTz1RfY6cJ"
+    assert report["before"] == {weather: "succeeded", email: "executing"}
+    assert report["resumed"] == {email: "succeeded" if reconcile else "in_doubt"}
+    assert report["again"] == {weather: ("succeeded", True), email: ("succeeded", True)}
+    assert len(report["sent"]) == 1  # sent before the crash, never again
+    assert states(db, "crash-example") == {weather: CallState.SUCCEEDED,
+                                           email: CallState.SUCCEEDED}
+
+
+def test_the_crash_example_as_a_script(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "AGENT_GATE_EXAMPLE_OUTBOX": str(tmp_path / "outbox.jsonl")}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "resume_after_crash.py"), "--db",
+         f"sqlite:///{tmp_path / 'ledger.db'}"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the reconcile hook found that the write happened" in done.stdout
+    assert done.stdout.rstrip().endswith("mails in the outbox: 1")
