@@ -71,16 +71,45 @@ def test_awaiting_approval_is_durable_shown_again_and_runs_once_after_approval(
 def test_arguments_edited_in_the_database_need_a_new_approval(
     sqlite_url: str, support_tools: ModuleType, effects_file: Path
 ) -> None:
-    with gate(support_tools, sqlite_url) as g:
+    # Without redaction the row's arguments are what runs: an edit must not run.
+    text = EXAMPLE_POLICY.read_text(encoding="utf-8")
+    text = text.replace("redact: [card_last4]", "").replace(
+        "redact:\n  - api_key\n  - password\n", "")
+    unredacted = Policy.from_text(text, source="plain")
+    assert not unredacted.redaction_rules("refund")
+    with gate(support_tools, sqlite_url, policy=unredacted) as g:
         assert g.execute("t", refund("r1", 400)).state is CallState.AWAITING_APPROVAL
         g.approve("r1", by="alice")
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
         db.execute("UPDATE tool_calls SET arguments = ? WHERE call_id = 'r1'",
                    ('{"amount":900,"order_id":"ORD-123456"}',))
-    with gate(support_tools, sqlite_url) as g:
+    with gate(support_tools, sqlite_url, policy=unredacted) as g:
         waiting = g.resume("t")
         assert [o.state for o in waiting] == [CallState.AWAITING_APPROVAL]
         assert "the arguments changed since the approval" in (waiting[0].reason or "")
+    assert effect_lines(effects_file) == []
+
+
+def test_sealed_arguments_edited_in_the_database_never_run(
+    sqlite_url: str, support_tools: ModuleType, effects_file: Path
+) -> None:
+    # refund redacts card_last4, so its arguments are sealed: the sealed blob is what
+    # runs, bound to the row's task, call id and argument hash.
+    with gate(support_tools, sqlite_url) as g:
+        assert g.execute("t", refund("r1", 400)).state is CallState.AWAITING_APPROVAL
+        assert g.execute("t", refund("r2", 500)).state is CallState.AWAITING_APPROVAL
+        g.approve("r1", by="alice")
+        g.approve("r2", by="alice")
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        # Swap the two sealed blobs: each is authentic, but not for that row.
+        blobs = dict(db.execute("SELECT call_id, sealed_arguments FROM tool_calls"))
+        for call_id, other in (("r1", "r2"), ("r2", "r1")):
+            db.execute("UPDATE tool_calls SET sealed_arguments = ? WHERE call_id = ?",
+                       (blobs[other], call_id))
+    with gate(support_tools, sqlite_url) as g:
+        waiting = g.resume("t")
+        assert [o.state for o in waiting] == [CallState.AWAITING_APPROVAL] * 2
+        assert all("cannot be opened" in (o.reason or "") for o in waiting)
     assert effect_lines(effects_file) == []
 
 
