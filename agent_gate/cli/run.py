@@ -93,6 +93,16 @@ def _summary(result: LiveResult) -> dict[str, object]:
     is_flag=True,
     help="Re-sending this (non-GET) request with Last-Event-ID continues the same answer.",
 )
+@click.option(
+    "--resume",
+    "resume_with",
+    type=click.Choice(["last-event-id", "openai-background"]),
+    default="last-event-id",
+    show_default=True,
+    help="How a cut stream is re-subscribed: Last-Event-ID (a GET or --resumable), or "
+    "OpenAI Responses background mode (GET .../responses/ID?stream=true&starting_after=N; "
+    "create the response with \"background\": true).",
+)
 @click.option("--task", "task_id", required=True, help="Task id the calls belong to.")
 @click.option(
     "--tools",
@@ -147,6 +157,7 @@ def run_command(
     body: Path | None,
     method: str | None,
     resumable: bool,
+    resume_with: str,
     task_id: str,
     tools_spec: str,
     policy_file: str | None,
@@ -170,8 +181,12 @@ def run_command(
 
     from agent_gate.gate import Gate
     from agent_gate.live import run_live
-    from agent_gate.transport import ReconnectPolicy, StreamLimits
+    from agent_gate.transport import OpenAIResponsesResume, ReconnectPolicy, StreamLimits
 
+    if resume_with == "openai-background" and provider != "openai-responses":
+        raise click.BadParameter(
+            "openai-background resumes OpenAI Responses streams only", param_hint="--resume"
+        )
     headers = parse_headers(header_values)
     registry = load_registry(tools_spec)
     content = body.read_bytes() if body is not None else None
@@ -194,6 +209,7 @@ def run_command(
                 headers=headers,
                 content=content,
                 resumable=resumable,
+                resume=OpenAIResponsesResume() if resume_with == "openai-background" else None,
                 limits=StreamLimits(idle_timeout=idle_timeout, progress_timeout=progress_timeout),
                 reconnect=ReconnectPolicy(max_reconnects=max_reconnects),
             )

@@ -24,7 +24,14 @@ import pytest
 from click.testing import CliRunner
 
 from agent_gate.cli import main
-from agent_gate.stream_server import Fault, FaultRule, HeartbeatKind, StreamServer
+from agent_gate.stream_server import (
+    Fault,
+    FaultRule,
+    HeartbeatKind,
+    IdMode,
+    StreamServer,
+    Transcript,
+)
 
 from .conftest import HERE, Case, cases
 
@@ -90,6 +97,33 @@ def test_run_with_the_example_policy_runs_only_what_it_allows(
     assert summary["terminal"] == "completed" and summary["error"] is None
     assert summary["stream"]["connections"] == 1
     assert dict(e2e_tools.executions(effects, "t")) == {"call_weather": 1, "call_mail_team": 1}
+
+
+def test_run_resumes_openai_background_mode_without_resending_the_post(
+    cli: Any, e2e_tools: ModuleType, effects: Path, tmp_path: Path
+) -> None:
+    """POST creates the response; after the cut the rest is read with a GET from the
+    last sequence number (the SSE events of this API carry no ids)."""
+    bare = Transcript(DEMO.transcript.events, id_mode=IdMode.NONE)
+    body = tmp_path / "create.json"
+    body.write_text('{"model": "gpt-4.1", "stream": true, "background": true}')
+    rules = [FaultRule(Fault(cut_inside_event=20))]
+    with StreamServer({"s": bare}, faults=rules, join_timeout=2.0) as server:
+        result = cli("--provider", "openai-responses", "--url", server.openai_url("s"),
+                     "--body", str(body), "--resume", "openai-background")
+        requests = server.requests
+    assert result.exit_code == 0, result.output
+    assert [r.method for r in requests] == ["POST", "GET"]
+    assert requests[1].path == "/openai/s/v1/responses/resp_demo_4calls"
+    assert requests[1].query == {"stream": "true", "starting_after": "19"}
+    assert "terminal: completed" in result.output
+    assert dict(e2e_tools.executions(effects, "t")) == {c: 1 for c in DEMO.complete}
+
+
+def test_openai_background_resume_is_for_openai_responses_only(cli: Any) -> None:
+    result = cli("--provider", "anthropic", "--url", "http://127.0.0.1:9/v1/messages",
+                 "--resume", "openai-background")
+    assert result.exit_code == 2 and "OpenAI Responses streams only" in result.output
 
 
 @pytest.mark.parametrize(
