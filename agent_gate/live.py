@@ -183,9 +183,9 @@ class _Wiring:
         if self._on_reconnect is not None:
             self._on_reconnect(info)
 
-    def handled(self, event: ServerSentEvent, stats: StreamStats) -> None:
-        if self._on_event is not None:
-            self._on_event(LiveProgress(event, stats, self.acc.stats))
+    def handled(self, event: ServerSentEvent, stream: EventStream | AsyncEventStream) -> None:
+        if self._on_event is not None:  # stats are built only for a caller that reads them
+            self._on_event(LiveProgress(event, stream.stats, self.acc.stats))
 
     def result(self, run: RunResult, stats: StreamStats) -> LiveResult:
         return LiveResult(run, stats, tuple(self.reconnects), self.stream_error, self.acc.stats)
@@ -287,7 +287,7 @@ def _events(stream: EventStream, wiring: _Wiring) -> Iterator[ServerSentEvent]:
     try:
         for event in stream:
             yield event
-            wiring.handled(event, stream.stats)
+            wiring.handled(event, stream)
     except StreamError as exc:
         wiring.stream_error = exc
         raise
@@ -352,7 +352,7 @@ async def _aevents(stream: AsyncEventStream, wiring: _Wiring) -> AsyncIterator[S
     try:
         async for event in stream:
             yield event
-            wiring.handled(event, stream.stats)
+            wiring.handled(event, stream)
     except StreamError as exc:
         wiring.stream_error = exc
         raise
