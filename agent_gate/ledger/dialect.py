@@ -164,20 +164,22 @@ def _postgresql_engine(url: URL, busy_timeout: float) -> Engine:
             "a PostgreSQL ledger needs psycopg 3: pip install 'agent-gate[postgres]'"
         )
     url = url.set(drivername="postgresql+psycopg")
-    query = dict(url.query)
     lock_ms = int(busy_timeout * 1000)
     idle_ms = lock_ms * IDLE_IN_TRANSACTION_FACTOR
-    # Prepended: a setting the URL's own ``options`` gives again wins (libpq applies
-    # ``-c`` options in order).
+    # Passed as connect arguments, not written into the URL, so the engine's URL (and
+    # what the CLI prints) stays the one given. Ours go first: a setting the URL's
+    # own ``options`` gives again wins (libpq applies ``-c`` options in order).
     ours = f"-c lock_timeout={lock_ms} -c idle_in_transaction_session_timeout={idle_ms}"
-    theirs = query.get("options")
-    query["options"] = f"{ours} {theirs}" if isinstance(theirs, str) and theirs else ours
-    query.setdefault("application_name", DEFAULT_APPLICATION_NAME)
-    connect_args: dict[str, Any] = {}
-    if "connect_timeout" not in query:
+    theirs = url.query.get("options")
+    connect_args: dict[str, Any] = {
+        "options": f"{ours} {theirs}" if isinstance(theirs, str) and theirs else ours
+    }
+    if "application_name" not in url.query:
+        connect_args["application_name"] = DEFAULT_APPLICATION_NAME
+    if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = max(1, int(busy_timeout))
     return create_engine(
-        url.set(query=query),
+        url,
         pool_pre_ping=True,
         isolation_level="READ COMMITTED",
         connect_args=connect_args,
