@@ -131,15 +131,19 @@ def staged(conn: Connection) -> Iterator[Connection]:
     before the commit. If the block raises, nothing is linked (the transaction rolls
     back anyway).
     """
-    if conn.info.get(_STAGE_KEY) is not None:  # nested: the outer block flushes
+    # Held from the start: after a connection is lost inside the block, asking the
+    # connection for its ``info`` again raises PendingRollbackError, which would hide
+    # the real error (the lost connection) from the caller.
+    info = conn.info
+    if info.get(_STAGE_KEY) is not None:  # nested: the outer block flushes
         yield conn
         return
-    conn.info[_STAGE_KEY] = []
+    info[_STAGE_KEY] = []
     try:
         yield conn
         flush(conn)
     finally:
-        conn.info.pop(_STAGE_KEY, None)
+        info.pop(_STAGE_KEY, None)
 
 
 def flush(conn: Connection) -> None:
