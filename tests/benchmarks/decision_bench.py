@@ -1,0 +1,453 @@
+"""Section 2: the decision path of one tool call, and the JSON and schema libraries.
+
+One call of a realistic write tool (``send_email``: recipients, a body, an
+attachment list, a schedule; about 2 KB of arguments) arrives as about 300
+``response.function_call_arguments.delta`` events. The decision path is what
+agent-gate does between those events and the ledger: accumulate the deltas,
+parse the frozen arguments strictly, validate them against the tool's Draft
+2020-12 schema with format checks, hash their canonical JSON. Per-event JSON
+decoding of the SSE data is not in it: section 1 measures that per event.
+
+Each part is compared with the compiled alternatives (orjson, msgspec,
+jsonschema-rs). Before anything is timed, every candidate must give the same
+result as agent-gate on the benchmark's call, and a corpus of edge cases shows
+where a candidate's *semantics* differ (strict parsing, format checks,
+canonical bytes): a faster library that decides differently is not a drop-in.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+from harness import paired, paired_ratio
+
+from agent_gate.accumulate import Accumulator, _Rejected, parse_arguments
+from agent_gate.calls import CallStatus
+from agent_gate.ledger.canonical import arguments_hash, canonical_json
+from agent_gate.schema import ArgumentsInvalid, ToolRegistry
+from agent_gate.sse import ServerSentEvent
+
+_EMAIL = {"type": "string", "format": "email", "maxLength": 254}
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["to", "subject", "body", "send_at", "request_id"],
+    "properties": {
+        "to": {"type": "array", "minItems": 1, "maxItems": 20, "items": _EMAIL},
+        "cc": {"type": "array", "maxItems": 20, "items": _EMAIL},
+        "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+        "body": {"type": "string", "maxLength": 20000},
+        "send_at": {"type": "string", "format": "date-time"},
+        "request_id": {"type": "string", "format": "uuid"},
+        "priority": {"enum": ["low", "normal", "high"]},
+        "reply_url": {"type": "string", "format": "uri"},
+        "client_ip": {"type": "string", "format": "ipv4"},
+        "labels": {
+            "type": "array",
+            "uniqueItems": True,
+            "items": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},
+        },
+        "attachments": {
+            "type": "array",
+            "maxItems": 10,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "url", "bytes"],
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[^/\\\\]{1,128}$"},
+                    "url": {"type": "string", "format": "uri"},
+                    "bytes": {"type": "integer", "minimum": 0, "maximum": 26214400},
+                    "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                },
+            },
+        },
+    },
+}
+
+
+def make_arguments(seed: int = 3) -> dict[str, Any]:
+    """About 2 KB of JSON: a mail with a body of mixed scripts and two attachments."""
+    rnd = random.Random(seed)
+    words = ["invoice", "Zahlung", "paiement", "请款", "überfällig", "réf.", "2025", "OK"]
+    body = " ".join(rnd.choice(words) for _ in range(150))
+    return {
+        "to": ["ana.lopez@example.com", "billing@example.org", "j.doe+ap@example.net"],
+        "cc": ["audit@example.com"],
+        "subject": "Überfällige Rechnung INV-2025-0042 / relance facture",
+        "body": body,
+        "send_at": "2025-07-01T09:30:00+02:00",
+        "request_id": "6f1c2a9e-3b7d-4c8e-9a1f-2d3e4f5a6b7c",
+        "priority": "high",
+        "reply_url": "https://billing.example.com/tickets/42?lang=de",
+        "client_ip": "192.0.2.17",
+        "labels": ["finance", "reminder", "q3"],
+        "attachments": [
+            {
+                "name": "INV-2025-0042.pdf",
+                "url": "https://files.example.com/inv/0042.pdf",
+                "bytes": 183422,
+                "sha256": hashlib.sha256(b"0042").hexdigest(),
+            },
+            {
+                "name": "statement.csv",
+                "url": "https://files.example.com/st/7.csv",
+                "bytes": 9120,
+            },
+        ],
+    }
+
+
+def call_events(arguments_text: str, deltas: int = 300) -> list[dict[str, Any]]:
+    """One Responses function call, its arguments cut into ``deltas`` pieces, already
+    parsed (as an SDK yields them, or as the adapter has them after ``json.loads``)."""
+    step = -(-len(arguments_text) // deltas)
+    pieces = [arguments_text[i : i + step] for i in range(0, len(arguments_text), step)]
+    item = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "send_email"}
+    events: list[dict[str, Any]] = [
+        {"type": "response.output_item.added", "output_index": 0, "item": item}
+    ]
+    for seq, piece in enumerate(pieces, start=1):
+        events.append(
+            {
+                "type": "response.function_call_arguments.delta",
+                "sequence_number": seq,
+                "item_id": "fc_1",
+                "output_index": 0,
+                "delta": piece,
+            }
+        )
+    done = {**item, "status": "completed", "arguments": arguments_text}
+    events += [
+        {"type": "response.output_item.done", "output_index": 0, "item": done},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
+    ]
+    return events
+
+
+# -- candidates ---------------------------------------------------------------------
+
+
+def _optional(module: str) -> Any:
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        return None
+
+
+orjson = _optional("orjson")
+msgspec_json = _optional("msgspec.json")
+jsonschema_rs = _optional("jsonschema_rs")
+
+
+def parsers() -> dict[str, Callable[[str], Any]]:
+    found: dict[str, Callable[[str], Any]] = {
+        "agent-gate strict (json + hooks)": parse_arguments,
+        "json.loads": json.loads,
+    }
+    if orjson is not None:
+        found["orjson.loads"] = orjson.loads
+    if msgspec_json is not None:
+        found["msgspec.json.decode"] = msgspec_json.decode
+    return found
+
+
+def validators(registry: ToolRegistry) -> dict[str, Callable[[dict[str, Any]], bool]]:
+    tool = registry.get("send_email")
+    assert tool is not None
+
+    def agent_gate(arguments: dict[str, Any]) -> bool:
+        try:
+            tool.validate(arguments)
+        except ArgumentsInvalid:
+            return False
+        return True
+
+    found: dict[str, Callable[[dict[str, Any]], bool]] = {
+        "agent-gate (jsonschema, all errors)": agent_gate,
+        "jsonschema is_valid": tool.validator.is_valid,
+    }
+    if jsonschema_rs is not None:
+        found["jsonschema-rs is_valid"] = jsonschema_rs.Draft202012Validator(
+            SCHEMA, validate_formats=True
+        ).is_valid
+    return found
+
+
+def hashers() -> dict[str, Callable[[Any], bytes]]:
+    found: dict[str, Callable[[Any], bytes]] = {
+        "agent-gate (json.dumps canonical)": lambda v: canonical_json(v).encode(),
+    }
+    if orjson is not None:
+        found["orjson OPT_SORT_KEYS"] = lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
+    return found
+
+
+# -- semantics: where the candidates decide differently ----------------------------------
+
+PARSE_CASES: dict[str, str] = {
+    "duplicate key is rejected": '{"a": 1, "a": 2}',
+    "NaN is rejected": '{"a": NaN}',
+    "lone surrogate is rejected": '{"a": "\\ud800"}',
+    "integer beyond 64 bits parses": '{"a": 123456789012345678901234567890}',
+    "second value after the object is rejected": '{"a": 1} {"b": 2}',
+    "array instead of object is rejected": "[1, 2]",
+}
+
+
+def _parse_verdict(parse: Callable[[str], Any], text: str) -> str:
+    try:
+        value = parse(text)
+    except (_Rejected, ValueError, TypeError):
+        return "rejects"
+    except Exception:  # a library's own error type
+        return "rejects"
+    return "accepts" if isinstance(value, dict) else "accepts (not an object)"
+
+
+def validation_cases() -> dict[str, dict[str, Any]]:
+    base = make_arguments()
+
+    def variant(path: list[str | int], value: Any) -> dict[str, Any]:
+        arguments = copy.deepcopy(base)
+        target: Any = arguments
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return arguments
+
+    extra = copy.deepcopy(base)
+    extra["bcc"] = ["x@example.com"]
+    missing = copy.deepcopy(base)
+    del missing["request_id"]
+    return {
+        "the benchmark call (valid)": base,
+        "e-mail without @": variant(["to", 0], "ana.lopez.example.com"),
+        "e-mail 'a@' (no domain)": variant(["to", 0], "a@"),
+        "e-mail with two @": variant(["to", 0], "a@b@example.com"),
+        "date-time month 13": variant(["send_at"], "2025-13-01T09:30:00Z"),
+        "date-time without offset": variant(["send_at"], "2025-07-01T09:30:00"),
+        "uuid one digit short": variant(["request_id"], "6f1c2a9e-3b7d-4c8e-9a1f-2d3e4f5a6b7"),
+        "uri without scheme": variant(["reply_url"], "billing.example.com/tickets"),
+        "ipv4 octet 256": variant(["client_ip"], "192.0.2.256"),
+        "pattern (label upper case)": variant(["labels", 0], "Finance"),
+        "uniqueItems": variant(["labels"], ["q3", "q3"]),
+        "integer maximum": variant(["attachments", 0, "bytes"], 26214401),
+        "integer as float 1.0": variant(["attachments", 0, "bytes"], 1.0),
+        "additionalProperties": extra,
+        "required": missing,
+        "enum": variant(["priority"], "urgent"),
+        "maxLength": variant(["subject"], "x" * 201),
+    }
+
+
+HASH_CASES: dict[str, Any] = {
+    "the benchmark call": make_arguments(),
+    "float 1e16": {"a": 1e16},
+    "float 0.1": {"a": 0.1},
+    "negative zero": {"a": -0.0},
+    "integer beyond 64 bits": {"a": 2**70},
+    "U+2028 and a control character": {"a": "\u2028\u0001"},
+    "non-ASCII key order": {"é": 1, "z": 2, "a": 3},
+}
+
+
+def _hash_bytes(fn: Callable[[Any], bytes], value: Any) -> bytes | str:
+    try:
+        return fn(value)
+    except Exception as exc:  # a library that cannot serialize the value
+        return f"error: {type(exc).__name__}"
+
+
+def semantics(registry: ToolRegistry) -> dict[str, Any]:
+    parse_table = {
+        name: {case: _parse_verdict(fn, text) for case, text in PARSE_CASES.items()}
+        for name, fn in parsers().items()
+    }
+    cases = validation_cases()
+    valid_table = {
+        name: {case: ("valid" if fn(arguments) else "invalid") for case, arguments in cases.items()}
+        for name, fn in validators(registry).items()
+    }
+    reference = hashers()["agent-gate (json.dumps canonical)"]
+    hash_table = {
+        name: {
+            case: ("same bytes" if _hash_bytes(fn, value) == reference(value) else "differs")
+            for case, value in HASH_CASES.items()
+        }
+        for name, fn in hashers().items()
+    }
+    return {"parse": parse_table, "validate": valid_table, "canonical_bytes": hash_table}
+
+
+# -- timing ---------------------------------------------------------------------------
+
+
+def _registry() -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.register(lambda **_: None, name="send_email", schema=SCHEMA, effect="write")
+    return registry
+
+
+def as_sse(events: list[dict[str, Any]]) -> list[ServerSentEvent]:
+    """The same events as the SSE decoder hands them over (data still JSON text)."""
+    return [
+        ServerSentEvent(e["type"], json.dumps(e, ensure_ascii=False, separators=(",", ":")), "")
+        for e in events
+    ]
+
+
+def accumulate(events: list[Any]) -> dict[str, Any]:
+    acc = Accumulator("openai-responses")
+    calls = []
+    for event in events:
+        calls += acc.feed(event)
+    calls += acc.close()
+    (call,) = calls
+    assert call.status is CallStatus.COMPLETE and call.arguments is not None
+    return call.arguments
+
+
+def _per_call(fn: Callable[[], object], calls: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(calls):
+            fn()
+
+    return run
+
+
+def _group(
+    candidates: dict[str, Callable[[], object]], reference: str, calls: int, rounds: int
+) -> list[dict[str, Any]]:
+    series = paired({n: _per_call(fn, calls) for n, fn in candidates.items()}, rounds)
+    return [
+        {
+            "candidate": name,
+            "median_us": s.median / calls * 1e6,
+            "min_us": s.low / calls * 1e6,
+            "max_us": s.high / calls * 1e6,
+            "ratio_vs_reference": paired_ratio(series, name, reference),
+        }
+        for name, s in series.items()
+    ]
+
+
+def run_section(quick: bool) -> dict[str, Any]:
+    rounds = 5 if quick else 11
+    calls = 20 if quick else 50
+    registry = _registry()
+    arguments = make_arguments()
+    text = json.dumps(arguments, ensure_ascii=False)
+    events = call_events(text)
+    tool = registry.get("send_email")
+    assert tool is not None
+
+    # Same results before timing: every candidate on the benchmark's call.
+    assert accumulate(events) == arguments
+    for name, parse in parsers().items():
+        assert parse(text) == arguments, name
+    for name, check in validators(registry).items():
+        assert check(arguments), name
+    reference_hash = arguments_hash(arguments)
+    for name, dump in hashers().items():
+        assert hashlib.sha256(dump(arguments)).hexdigest() == reference_hash, name
+
+    sse = as_sse(events)
+    assert accumulate(sse) == arguments
+    rs_valid = validators(registry).get("jsonschema-rs is_valid")
+
+    def path_as_is() -> None:
+        parsed = accumulate(sse)
+        tool.validate(parsed)
+        arguments_hash(parsed)
+
+    def path_rs() -> None:
+        parsed = accumulate(sse)
+        assert rs_valid is not None
+        rs_valid(parsed)
+        arguments_hash(parsed)
+
+    def once_as_is() -> None:
+        parsed = parse_arguments("".join(pieces))
+        tool.validate(parsed)
+        arguments_hash(parsed)
+
+    def once_rs() -> None:
+        parsed = parse_arguments("".join(pieces))
+        assert rs_valid is not None
+        rs_valid(parsed)
+        arguments_hash(parsed)
+
+    pieces = [e["delta"] for e in events if e["type"].endswith(".delta")]
+    with_rs = rs_valid is not None
+    groups: dict[str, list[dict[str, Any]]] = {
+        "whole decision path (SSE events in)": _group(
+            {"agent-gate as is": path_as_is} | ({"with jsonschema-rs": path_rs} if with_rs else {}),
+            "agent-gate as is",
+            calls,
+            rounds,
+        ),
+        "accumulate the deltas": _group(
+            {
+                "SSE events (adapter parses each)": lambda: accumulate(sse),
+                "parsed events (dicts, SDK objects)": lambda: accumulate(events),
+            },
+            "SSE events (adapter parses each)",
+            calls,
+            rounds,
+        ),
+        "once per call: join, strict parse, validate, hash": _group(
+            {"agent-gate as is": once_as_is} | ({"with jsonschema-rs": once_rs} if with_rs else {}),
+            "agent-gate as is",
+            calls,
+            rounds,
+        ),
+        "parse 2 KB of arguments": _group(
+            {name: (lambda p=p: p(text)) for name, p in parsers().items()},
+            "agent-gate strict (json + hooks)",
+            calls * 10,
+            rounds,
+        ),
+        "validate (Draft 2020-12, formats)": _group(
+            {name: (lambda v=v: v(arguments)) for name, v in validators(registry).items()},
+            "agent-gate (jsonschema, all errors)",
+            calls,
+            rounds,
+        ),
+        "canonical JSON + SHA-256": _group(
+            {
+                name: (lambda d=d: hashlib.sha256(d(arguments)).hexdigest())
+                for name, d in hashers().items()
+            },
+            "agent-gate (json.dumps canonical)",
+            calls * 10,
+            rounds,
+        ),
+    }
+    return {
+        "arguments_bytes": len(text.encode()),
+        "deltas": len(pieces),
+        "rounds": rounds,
+        "calls_per_round": calls,
+        "groups": groups,
+        "semantics": semantics(registry),
+    }
+
+
+def targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    rows = section["groups"]["whole decision path (SSE events in)"]
+    as_is = next(r for r in rows if r["candidate"] == "agent-gate as is")
+    verdicts = [
+        (
+            f"Decision path <= 50 us per call ({section['arguments_bytes']:,} B of arguments, "
+            f"{section['deltas']} deltas, ledger excluded)",
+            as_is["median_us"] <= 50,
+            f"{as_is['median_us']:.0f} us",
+        )
+    ]
+    return verdicts

@@ -1,0 +1,307 @@
+"""Section 3: the ledger and the whole gate, against the physical floor.
+
+Calls per second through ``Gate.execute`` with a no-op tool on SQLite (WAL,
+``synchronous=FULL`` as the ledger sets it, and ``NORMAL``), paired round by
+round with the floor measured in the same run and on the same file system: raw
+``sqlite3`` doing only the commits the design requires for one call (record
+the decided call, claim it before the tool runs, store its outcome: three
+compare-and-set commits). CPU per state transition is measured with the
+process clock, which does not count the time spent waiting for fsync.
+
+On PostgreSQL (``AGENT_GATE_TEST_POSTGRES_URL``, or a server that trusts local
+connections on 127.0.0.1:5432), 1, 2, 4 and 8 worker processes execute
+disjoint calls (throughput), then all of them race on the same calls, and every
+run of the tool is logged: each call must have run exactly once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from harness import paired, paired_ratio
+from sqlalchemy import event
+
+from agent_gate import Gate, ToolRegistry
+from agent_gate.ledger.store import Ledger
+
+HERE = Path(__file__).resolve().parent
+TRANSITIONS = 3  # authorized (recorded with its decision), executing, succeeded
+
+
+def _tools() -> ToolRegistry:
+    tools = ToolRegistry()
+
+    def noop(n: int) -> dict[str, Any]:
+        return {"ok": True}
+
+    tools.register(noop, schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+    return tools
+
+
+def _gate(path: Path, sync: str) -> tuple[Gate, Counter[str]]:
+    ledger = Ledger(f"sqlite:///{path}")
+    commits: Counter[str] = Counter()
+
+    @event.listens_for(ledger.engine, "commit")
+    def _count(_conn: Any) -> None:
+        commits["commits"] += 1
+
+    if sync != "FULL":
+
+        @event.listens_for(ledger.engine, "connect")
+        def _sync(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.execute(f"PRAGMA synchronous = {sync}")
+
+        ledger.engine.dispose()
+    with ledger.engine.connect() as conn:
+        level = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+    assert level == {"FULL": 2, "NORMAL": 1}[sync], (sync, level)
+    return Gate(_tools(), ledger), commits
+
+
+class Floor:
+    """Raw sqlite3: the three commits one call needs, and nothing else."""
+
+    def __init__(self, path: Path, sync: str) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute(f"PRAGMA synchronous = {sync}")
+        self.db.execute(
+            "CREATE TABLE calls (id INTEGER PRIMARY KEY, task TEXT, call TEXT, tool TEXT, "
+            "state TEXT, args_hash TEXT, result TEXT, UNIQUE (task, call))"
+        )
+
+    def call(self, task: str, call_id: str) -> None:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        cur = db.execute(
+            "INSERT INTO calls (task, call, tool, state, args_hash) VALUES (?, ?, ?, ?, ?)",
+            (task, call_id, "noop", "authorized", "0" * 64),
+        )
+        row = cur.lastrowid
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "UPDATE calls SET state = 'executing' WHERE id = ? AND state = 'authorized'", (row,)
+        )
+        db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "UPDATE calls SET state = 'succeeded', result = ? WHERE id = ? AND state = 'executing'",
+            ('{"ok":true}', row),
+        )
+        db.execute("COMMIT")
+
+
+def _sqlite(quick: bool) -> dict[str, Any]:
+    rounds = 5 if quick else 9
+    calls = 20 if quick else 60
+    ids = itertools.count()
+    out: dict[str, Any] = {"rounds": rounds, "calls_per_round": calls, "modes": {}}
+    with tempfile.TemporaryDirectory() as tmp:  # same file system as the repository here
+        for sync in ("FULL", "NORMAL"):
+            gate, commits = _gate(Path(tmp) / f"gate-{sync}.db", sync)
+            floor = Floor(Path(tmp) / f"floor-{sync}.db", sync)
+
+            def via_gate(gate: Gate = gate) -> None:
+                for _ in range(calls):
+                    n = next(ids)
+                    outcome = gate.execute(
+                        "bench", {"call_id": f"c{n}", "name": "noop", "arguments": {"n": n}}
+                    )
+                    assert outcome.result == {"ok": True}
+
+            def via_floor(floor: Floor = floor) -> None:
+                for _ in range(calls):
+                    floor.call("bench", f"c{next(ids)}")
+
+            via_gate()
+            before = commits["commits"]
+            via_gate()
+            per_call = (commits["commits"] - before) / calls
+            series = paired({"gate": via_gate, "floor": via_floor}, rounds)
+            cpu = paired({"gate": via_gate, "floor": via_floor}, rounds, clock=time.process_time)
+            gate.close()
+            floor.db.close()
+            out["modes"][sync] = {
+                "gate_calls_per_s": calls / series["gate"].median,
+                "floor_calls_per_s": calls / series["floor"].median,
+                "gate_vs_floor": paired_ratio(series, "gate", "floor"),
+                "gate_commits_per_call": per_call,
+                "floor_commits_per_call": TRANSITIONS,
+                "gate_cpu_us_per_call": cpu["gate"].median / calls * 1e6,
+                "gate_cpu_us_per_transition": cpu["gate"].median / calls / TRANSITIONS * 1e6,
+                "floor_cpu_us_per_call": cpu["floor"].median / calls * 1e6,
+            }
+    return out
+
+
+# -- PostgreSQL ----------------------------------------------------------------------
+
+
+def _postgres_url() -> str | None:
+    url = os.environ.get("AGENT_GATE_TEST_POSTGRES_URL")
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+    if url:
+        return url
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS agent_gate_bench")
+            conn.execute("CREATE DATABASE agent_gate_bench")
+    except psycopg.Error:
+        return None
+    return "postgresql+psycopg://postgres@127.0.0.1:5432/agent_gate_bench"
+
+
+def _workers(url: str, task: str, shares: list[tuple[int, int]], log: Path) -> float:
+    """Start one process per share, release them together, return the wall time."""
+    go = log.with_suffix(".go")
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "gate_worker.py"),
+                url,
+                task,
+                str(a),
+                str(n),
+                str(log),
+                str(go),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for a, n in shares
+    ]
+    while len(list(go.parent.glob(go.name + ".*.ready"))) < len(procs):
+        if any(p.poll() not in (None, 0) for p in procs):
+            raise RuntimeError("a gate worker failed to start")
+        time.sleep(0.02)
+    go.touch()
+    times = []
+    for proc in procs:
+        stdout, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, "gate worker failed"
+        times.append(json.loads(stdout.strip().splitlines()[-1])["seconds"])
+    return max(times)
+
+
+def _postgres(quick: bool) -> dict[str, Any] | None:
+    url = _postgres_url()
+    if url is None:
+        return None
+    Ledger(url, auto_upgrade=True).close()
+    calls = 80 if quick else 400
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for workers in (1, 2, 4, 8):
+            per = calls // workers
+            log = Path(tmp) / f"run-{workers}.log"
+            wall = _workers(url, f"tp-{workers}", [(k * per, per) for k in range(workers)], log)
+            race_log = Path(tmp) / f"race-{workers}.log"
+            race_calls = calls // 4
+            _workers(url, f"race-{workers}", [(0, race_calls)] * workers, race_log)
+            # Each phase has its own task, so a call number may appear once per log.
+            runs = [Counter(path.read_text().split()) for path in (log, race_log)]
+            duplicates = sum(n - 1 for ran in runs for n in ran.values() if n > 1)
+            missing = (per * workers - len(runs[0])) + (race_calls - len(runs[1]))
+            rows.append(
+                {
+                    "workers": workers,
+                    "calls": per * workers,
+                    "calls_per_s": per * workers / wall,
+                    "race_calls": race_calls,
+                    "duplicate_executions": duplicates,
+                    "calls_never_run": missing,
+                }
+            )
+    return {"url": url.split("@")[-1], "rows": rows}
+
+
+def run_section(quick: bool) -> dict[str, Any]:
+    return {"sqlite": _sqlite(quick), "postgres": _postgres(quick), "cpus": os.cpu_count()}
+
+
+def markdown(section: dict[str, Any]) -> list[str]:
+    sq = section["sqlite"]
+    lines = [
+        f"SQLite, WAL, one process; {sq['calls_per_round']} calls per round, {sq['rounds']} "
+        "rounds. The floor is raw `sqlite3` doing the three commits one call needs.",
+        "",
+        "| synchronous | gate calls/s | floor calls/s | gate / floor (paired) | commits per call "
+        "(gate) | gate CPU per call | CPU per transition |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for sync, m in sq["modes"].items():
+        lines.append(
+            f"| {sync} | {m['gate_calls_per_s']:,.0f} | {m['floor_calls_per_s']:,.0f} | "
+            f"{m['gate_vs_floor']:.2f}x | {m['gate_commits_per_call']:.1f} | "
+            f"{m['gate_cpu_us_per_call']:,.0f} us | {m['gate_cpu_us_per_transition']:,.0f} us |"
+        )
+    lines.append("")
+    pg = section["postgres"]
+    if pg is None:
+        lines += ["PostgreSQL: no server available in this run.", ""]
+        return lines
+    lines += [
+        f"PostgreSQL ({pg['url']}), worker processes on {section['cpus']} CPUs: disjoint calls "
+        "for throughput, then all workers racing on the same calls; every tool run logged.",
+        "",
+        "| workers | calls | calls/s | racing calls | duplicate executions | calls never run |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in pg["rows"]:
+        lines.append(
+            f"| {row['workers']} | {row['calls']} | {row['calls_per_s']:,.0f} | "
+            f"{row['race_calls']} | {row['duplicate_executions']} | {row['calls_never_run']} |"
+        )
+    lines.append("")
+    return lines
+
+
+def targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    full = section["sqlite"]["modes"]["FULL"]
+    verdicts = [
+        (
+            "Gate on SQLite synchronous=FULL >= 0.8x the physical floor (paired)",
+            full["gate_vs_floor"] >= 0.8,
+            f"{full['gate_vs_floor']:.2f}x ({full['gate_commits_per_call']:.1f} commits vs 3)",
+        ),
+        (
+            "CPU per state transition <= 150 us (fsync excluded)",
+            full["gate_cpu_us_per_transition"] <= 150,
+            f"{full['gate_cpu_us_per_transition']:,.0f} us",
+        ),
+    ]
+    pg = section["postgres"]
+    if pg is not None:
+        rows = pg["rows"]
+        cpus = section["cpus"] or 1
+        upto = [r for r in rows if r["workers"] <= cpus]
+        grows = all(b["calls_per_s"] > a["calls_per_s"] for a, b in itertools.pairwise(upto))
+        verdicts.append(
+            (
+                f"PostgreSQL throughput grows with workers up to {cpus} cores",
+                grows,
+                " -> ".join(f"{r['calls_per_s']:,.0f}" for r in rows) + " calls/s",
+            )
+        )
+        dups = sum(r["duplicate_executions"] for r in rows)
+        verdicts.append(
+            ("PostgreSQL: zero duplicate executions in every run", dups == 0, f"{dups}")
+        )
+    return verdicts
