@@ -8,6 +8,9 @@ ledger, to prove each effect happened once.
 ``hold_post`` writes its effect and then waits, bounded, while $AG_HOLD exists,
 after announcing itself with a ``running-PID`` file next to it: the test SIGKILLs
 whichever worker won that call, in the middle of the tool.
+
+``put`` (retry-safe) and ``checked`` (not retry-safe, but with a reconcile hook that
+looks for its effect line) are for the sweep test.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_gate import ToolRegistry, current_call
+from agent_gate import CallInfo, Reconciled, Reconciliation, ToolRegistry, current_call
 
 tools = ToolRegistry()
 
@@ -69,8 +72,8 @@ POST_LIMIT = 5
 TRANSFER_LIMIT = 1000
 
 
-def effect(tool: str) -> None:
-    call = current_call()
+def effect(tool: str, call: CallInfo | None = None) -> None:
+    call = call or current_call()
     line = f"{call.task_id} {call.call_id} {tool} attempt={call.attempt} pid={os.getpid()}\n"
     fd = os.open(os.environ["AG_EFFECTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -121,3 +124,24 @@ def transfer(amount: float, **_: Any) -> dict[str, Any]:
 def ship(**_: Any) -> dict[str, Any]:
     effect("ship")
     return {"shipped": True}
+
+
+@tools.tool(schema=OBJ, effect="write", idempotency="natural")
+def put(**_: Any) -> dict[str, Any]:
+    effect("put")
+    return {"put": True}
+
+
+def found_in_effects(call: CallInfo) -> Reconciled:
+    """Ask "downstream" (the effects file) whether this call's write happened."""
+    path = Path(os.environ["AG_EFFECTS"])
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    if any(line.startswith(f"{call.task_id} {call.call_id} ") for line in lines):
+        return Reconciled(Reconciliation.SUCCEEDED, result={"found": call.call_id})
+    return Reconciled(Reconciliation.NOT_APPLIED)
+
+
+@tools.tool(schema=OBJ, effect="write", idempotency="none", reconcile=found_in_effects)
+def checked(**_: Any) -> dict[str, Any]:
+    effect("checked")
+    return {"checked": True}

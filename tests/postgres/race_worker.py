@@ -14,6 +14,13 @@
         When WORKDIR/go-sweep appears, run the in-doubt sweep (``Gate.recover``).
     race_worker.py resume URL POLICY WORKDIR WID
         When WORKDIR/go-resume appears, resume every task of the plan.
+    race_worker.py execute URL POLICY WORKDIR WID
+        When WORKDIR/go-sweep appears, execute every call of WORKDIR/calls.json (a
+        worker that receives the same calls again while the sweep runs).
+    race_worker.py abandon URL WORKDIR
+        Record, authorize and claim every call of WORKDIR/calls.json under this
+        process's own lease (as a worker does before running a tool), then die by
+        SIGKILL without running any: a worker that crashed holding many calls.
 
 Every wait is bounded, so a broken test fails instead of hanging.
 """
@@ -21,6 +28,8 @@ Every wait is bounded, so a broken test fails instead of hanging.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 import traceback
@@ -31,10 +40,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from race_tools import tools
 
 from agent_gate import Gate, Outcome
-from agent_gate.ledger import Ledger
+from agent_gate.ledger import Event, Ledger, NewCall
+from agent_gate.ledger.canonical import arguments_hash
+from agent_gate.ledger.lease import this_owner
 from agent_gate.sse import SSEDecoder
 
 PROVIDER = "openai-responses"
+NO_POLICY = "-"
 WAIT_SECONDS = 300.0
 
 
@@ -120,19 +132,51 @@ def plan_tasks(workdir: Path) -> list[str]:
     return tasks
 
 
+def gate_for(url: str, policy: str) -> Gate:
+    return Gate(tools, url, policy=None if policy == NO_POLICY else policy)
+
+
 def sweep(url: str, policy: str, workdir: Path, wid: str) -> None:
     log = Log(workdir, wid)
-    with Gate(tools, url, policy=policy) as gate:
+    with gate_for(url, policy) as gate:
         wait_for(workdir / "go-sweep")
         log.write(-1, "sweep", "*", gate.recover())
 
 
 def resume(url: str, policy: str, workdir: Path, wid: str) -> None:
     log = Log(workdir, wid)
-    with Gate(tools, url, policy=policy) as gate:
+    with gate_for(url, policy) as gate:
         wait_for(workdir / "go-resume")
         for task in plan_tasks(workdir):
             log.write(-1, "resume", task, gate.resume(task))
+
+
+def execute(url: str, policy: str, workdir: Path, wid: str) -> None:
+    log = Log(workdir, wid)
+    calls = json.loads((workdir / "calls.json").read_text())
+    with gate_for(url, policy) as gate:
+        wait_for(workdir / "go-sweep")
+        for c in calls:
+            log.write(-1, "execute", c["task"], [gate.execute(c["task"], c["call"])])
+
+
+def abandon(url: str, workdir: Path) -> None:
+    calls = json.loads((workdir / "calls.json").read_text())
+    owner = this_owner()
+    with Ledger(url) as ledger:
+        for c in calls:
+            call, spec = c["call"], tools.get(c["call"]["name"])
+            assert spec is not None
+            rec, _ = ledger.record(NewCall(
+                task_id=c["task"], call_id=call["call_id"], idem_key=f"call:{call['call_id']}",
+                tool=call["name"], effect=spec.spec.effect.value,
+                idempotency=spec.spec.idempotency.value,
+                args_hash=arguments_hash(call["arguments"]), arguments=call["arguments"],
+            ), actor=owner)
+            rec = ledger.transition(rec, Event.ALLOW, actor=owner, code="allowed").record
+            assert ledger.claim(rec, owner=owner, lease_ms=600_000).won
+    print(owner, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main(argv: list[str]) -> None:
@@ -147,6 +191,10 @@ def main(argv: list[str]) -> None:
             sweep(url, rest[0], Path(rest[1]), rest[2])
         elif command == "resume":
             resume(url, rest[0], Path(rest[1]), rest[2])
+        elif command == "execute":
+            execute(url, rest[0], Path(rest[1]), rest[2])
+        elif command == "abandon":
+            abandon(url, Path(rest[0]))
         else:
             sys.exit(f"unknown command {command}")
     except Exception:
