@@ -156,7 +156,7 @@ def _same(run: Candidate, chunks: list[bytes], expected: list[Event]) -> bool:
 
 def run_section(quick: bool) -> dict[str, Any]:
     total = 5 * MIB if quick else 50 * MIB
-    rounds = 3 if quick else 5
+    rounds = 3 if quick else 7
     lf = responses_stream(total)
     crlf = responses_stream(total, crlf=True)
     workloads = {
