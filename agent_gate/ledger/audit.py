@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
 
 from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
 from agent_gate.ledger.dialect import for_update
 from agent_gate.ledger.models import AuditChainHead, AuditEvent
+from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
 
 __all__ = [
@@ -155,21 +156,45 @@ def flush(conn: Connection) -> None:
         _link(conn, pending)
 
 
+_ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state",
+                  "to_state", "actor", "detail", "seq", "prev_hash", "hash")
+
+
 def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
-    head = conn.execute(
-        for_update(conn, select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID))
-    ).first()
-    if head is None:
+    # Every transaction that changes a call ends here, so the three statements are
+    # compiled once and run on the driver (``agent_gate.ledger.prepared``).
+    head = prepare(
+        conn,
+        "audit_head",
+        lambda: for_update(
+            conn, select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == bindparam("id"))
+        ),
+    ).run(conn, {"id": _HEAD_ID}).rows
+    if not head:
         # Only a database upgraded without the 0002 revision's seed row: refuse
         # rather than start a second chain.
         raise RuntimeError("the audit chain head row is missing; run `agent-gate db upgrade`")
-    seq, prev = int(head.seq), str(head.hash)
+    seq, prev = int(head[0][0]), str(head[0][1])
+    add = prepare(
+        conn,
+        "audit_insert",
+        lambda: insert(_EVENTS).values(
+            {k: bindparam(k, type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
+        ),
+    )
     for values in entries:
         seq += 1
         digest = entry_hash(seq=seq, prev_hash=prev, **values)
-        conn.execute(insert(_EVENTS).values(**values, seq=seq, prev_hash=prev, hash=digest))
+        add.run(conn, {**values, "seq": seq, "prev_hash": prev, "hash": digest})
         prev = digest
-    conn.execute(update(_HEAD).where(_HEAD.c.id == _HEAD_ID).values(seq=seq, hash=prev))
+    prepare(
+        conn,
+        "audit_move_head",
+        lambda: update(_HEAD)
+        .where(_HEAD.c.id == bindparam("id"))
+        .values(seq=bindparam("seq", type_=_HEAD.c.seq.type),
+                hash=bindparam("hash", type_=_HEAD.c.hash.type)),
+    ).run(conn, {"id": _HEAD_ID, "seq": seq, "hash": prev})
 
 
 def _record(row: Mapping[str, Any]) -> AuditRecord:

@@ -40,6 +40,7 @@ from sqlalchemy import (
     Insert,
     Select,
     Table,
+    bindparam,
     create_engine,
     event,
     literal_column,
@@ -52,6 +53,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import AgentGateError
+from agent_gate.ledger.prepared import prepare
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -220,26 +222,30 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
 
     Racing processes both try; the database decides, and the loser reads the winner's
     row instead of failing its transaction. On PostgreSQL the loser waits for the
-    winner's transaction to end, so the row it then reads is committed.
+    winner's transaction to end, so the row it then reads is committed. Every call
+    of the gate inserts this way, so the statement is compiled once per table and
+    column set and run on the driver (``agent_gate.ledger.prepared``).
     """
-    stmt: Insert
     name = conn.dialect.name
-    if name == "sqlite":
-        stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing()
-        return conn.execute(stmt).rowcount == 1
-    if name == "postgresql":
-        # SQLAlchemy does not keep an INSERT's rowcount for psycopg (it reports -1);
-        # a RETURNING row exists exactly when the row was inserted.
-        stmt = (
+    if name not in ("sqlite", "postgresql"):  # pragma: no cover - the engine refuses others
+        raise LedgerConfigError(f"unsupported ledger backend {name!r}")
+    keys = tuple(sorted(values))
+
+    def build() -> Insert:
+        row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
+        if name == "sqlite":
+            return sqlite.insert(table).values(row).on_conflict_do_nothing()
+        # psycopg's INSERT rowcount is not relied on: a RETURNING row exists exactly
+        # when the row was inserted.
+        return (
             postgresql.insert(table)
-            .values(**values)
+            .values(row)
             .on_conflict_do_nothing()
             .returning(literal_column("1"))
         )
-        return conn.execute(stmt).first() is not None
-    raise LedgerConfigError(  # pragma: no cover - create_ledger_engine refuses others
-        f"unsupported ledger backend {name!r}"
-    )
+
+    done = prepare(conn, ("insert_ignore", table.name, keys), build).run(conn, values)
+    return done.rowcount == 1 if name == "sqlite" else bool(done.rows)
 
 
 def for_update(conn: Connection, stmt: Select[Any]) -> Select[Any]:

@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, func, select, update
-from sqlalchemy.engine import RowMapping
+from sqlalchemy import BigInteger, Connection, Engine, Table, bindparam, func, select, update
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.elements import ColumnElement
 
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger import approvals, audit, quota
@@ -36,11 +37,14 @@ from agent_gate.ledger.dialect import (
 )
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.models import TaskRow, ToolCallRow
+from agent_gate.ledger.prepared import prepare, result_processors
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.states import CallState, Event, next_state
 
 __all__ = [
     "CallRecord",
+    "DbNowPlus",
+    "Guard",
     "Ledger",
     "NewCall",
     "Ruling",
@@ -56,6 +60,41 @@ T = ToolCallRow
 _CALLS = cast(Table, ToolCallRow.__table__)
 _TASKS = cast(Table, TaskRow.__table__)
 MAX_REASON_CHARS = 900
+_COLUMNS = tuple(_CALLS.c)
+_COLUMN_NAMES = tuple(c.name for c in _COLUMNS)
+_PROCESSORS: dict[str, tuple[Callable[[Any], Any] | None, ...]] = {}
+
+
+def _row(dialect: Dialect, values: Sequence[Any]) -> dict[str, Any]:
+    """A ``tool_calls`` row from the driver, as Core would have returned it."""
+    processors = _PROCESSORS.get(dialect.name)
+    if processors is None:
+        processors = _PROCESSORS.setdefault(dialect.name, result_processors(dialect, _COLUMNS))
+    return {
+        name: (process(value) if process is not None and value is not None else value)
+        for name, process, value in zip(_COLUMN_NAMES, processors, values, strict=True)
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class DbNowPlus:
+    """A column value of "the database clock plus ``ms``": lease expiries are measured
+    by the database's clock (``dialect.db_now_ms``), never a worker's."""
+
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """Conditions a transition's compare-and-set must also still match.
+
+    ``lease_owner``: the call is still leased to this owner (only the worker that
+    ran the tool reports its outcome). ``lease_expired``: its lease has run out by
+    the database clock right now (a lease renewed a moment ago is never stolen).
+    """
+
+    lease_owner: str | None = None
+    lease_expired: bool = False
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -114,7 +153,7 @@ class CallRecord:
     rule_ids: tuple[str, ...] = ()
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> CallRecord:
+    def from_row(cls, row: Mapping[str, Any]) -> CallRecord:
         return cls(
             row_id=row["id"],
             task_id=row["task_id"],
@@ -264,21 +303,29 @@ class Ledger:
     # ------------------------------------------------------------------ reads
 
     @staticmethod
-    def _one(conn: Connection, *where: ColumnElement[bool]) -> CallRecord | None:
-        row = conn.execute(select(T.__table__).where(*where)).mappings().first()
-        return CallRecord.from_row(row) if row is not None else None
+    def _one(conn: Connection, **where: Any) -> CallRecord | None:
+        """The row whose columns equal ``where`` (a unique key), read on every call."""
+        keys = tuple(sorted(where))
+
+        def build() -> Any:
+            return select(*_COLUMNS).where(
+                *[_CALLS.c[k] == bindparam(k, type_=_CALLS.c[k].type) for k in keys]
+            )
+
+        rows = prepare(conn, ("call_by", keys), build).run(conn, where).rows
+        return CallRecord.from_row(_row(conn.dialect, rows[0])) if rows else None
 
     def get(self, task_id: str, call_id: str) -> CallRecord | None:
         with begin_read(self.engine) as conn:
-            return self._one(conn, T.task_id == task_id, T.call_id == call_id)
+            return self._one(conn, task_id=task_id, call_id=call_id)
 
     def get_by_key(self, task_id: str, idem_key: str) -> CallRecord | None:
         with begin_read(self.engine) as conn:
-            return self._one(conn, T.task_id == task_id, T.idem_key == idem_key)
+            return self._one(conn, task_id=task_id, idem_key=idem_key)
 
     def get_row(self, row_id: int) -> CallRecord | None:
         with begin_read(self.engine) as conn:
-            return self._one(conn, T.id == row_id)
+            return self._one(conn, id=row_id)
 
     def find(self, call_id: str, task_id: str | None = None) -> list[CallRecord]:
         """Rows with this provider call id, in any task unless one is named."""
@@ -360,7 +407,11 @@ class Ledger:
         Deciding a call reads the task's quota usage and charges it; taking this lock
         first makes that read-decide-charge atomic per task on every backend.
         """
-        conn.execute(for_update(conn, select(TaskRow.id).where(TaskRow.id == task_id))).first()
+        prepare(
+            conn,
+            "lock_task",
+            lambda: for_update(conn, select(_TASKS.c.id).where(_TASKS.c.id == bindparam("id"))),
+        ).run(conn, {"id": task_id})
 
     def _ensure_task(
         self,
@@ -381,12 +432,17 @@ class Ledger:
             return
         if principal is None and scope is None:
             return
-        row = conn.execute(
-            for_update(conn, select(TaskRow.principal, TaskRow.scope).where(TaskRow.id == task_id))
-        ).one()
+        ((stored_principal, stored_scope),) = prepare(
+            conn,
+            "task_context",
+            lambda: for_update(
+                conn,
+                select(_TASKS.c.principal, _TASKS.c.scope).where(_TASKS.c.id == bindparam("id")),
+            ),
+        ).run(conn, {"id": task_id}).rows
         bind: dict[str, Any] = {}
-        for name, given, stored in (("principal", principal, row.principal),
-                                    ("scope", scope, row.scope)):
+        for name, given, stored in (("principal", principal, stored_principal),
+                                    ("scope", scope, stored_scope)):
             if given is None or given == stored:
                 continue
             if stored is not None:
@@ -440,9 +496,9 @@ class Ledger:
                     "updated_at": now,
                 },
             )
-            rec = self._one(conn, T.task_id == new.task_id, T.call_id == new.call_id)
+            rec = self._one(conn, task_id=new.task_id, call_id=new.call_id)
             if rec is None:
-                rec = self._one(conn, T.task_id == new.task_id, T.idem_key == new.idem_key)
+                rec = self._one(conn, task_id=new.task_id, idem_key=new.idem_key)
             if rec is None:  # pragma: no cover - a row we could not insert must exist
                 raise RuntimeError("ledger row vanished during insert")
             if inserted:
@@ -474,7 +530,7 @@ class Ledger:
         code: str | None = None,
         reason: str | None = None,
         changes: Mapping[str, Any] | None = None,
-        guard: Sequence[ColumnElement[bool]] = (),
+        guard: Guard | None = None,
         detail: Mapping[str, Any] | None = None,
     ) -> CallRecord | None:
         """One compare-and-set and its audit event in ``conn``'s transaction.
@@ -497,12 +553,7 @@ class Ledger:
         if target.terminal:
             values["finished_at"] = now
         values.update(changes or {})
-        stmt = (
-            update(T)
-            .where(T.id == rec.row_id, T.state == rec.state.value, T.version == rec.version, *guard)
-            .values(**values)
-        )
-        if conn.execute(stmt).rowcount != 1:
+        if _compare_and_set(conn, rec, values, guard or _NO_GUARD) != 1:
             return None
         info: dict[str, Any] = {"version": rec.version + 1}
         if code:
@@ -522,7 +573,7 @@ class Ledger:
             detail=info,
             at=now,
         )
-        current = self._one(conn, T.id == rec.row_id)
+        current = self._one(conn, id=rec.row_id)
         if current is None:  # pragma: no cover - rows are never deleted
             raise RuntimeError(f"ledger row {rec.row_id} vanished")
         return current
@@ -536,7 +587,7 @@ class Ledger:
         code: str | None = None,
         reason: str | None = None,
         changes: Mapping[str, Any] | None = None,
-        guard: Sequence[ColumnElement[bool]] = (),
+        guard: Guard | None = None,
         detail: Mapping[str, Any] | None = None,
         within: Callable[[Connection, CallRecord], None] | None = None,
     ) -> Transition:
@@ -555,7 +606,7 @@ class Ledger:
             )
             won = current is not None
             if current is None:
-                current = self._one(conn, T.id == rec.row_id)
+                current = self._one(conn, id=rec.row_id)
                 if current is None:  # pragma: no cover - rows are never deleted
                     raise RuntimeError(f"ledger row {rec.row_id} vanished")
             elif within is not None:
@@ -579,7 +630,7 @@ class Ledger:
         try:
             with self._write() as conn:
                 self.lock_task(conn, rec.task_id)
-                current = self._one(conn, T.id == rec.row_id)
+                current = self._one(conn, id=rec.row_id)
                 if current is None or (current.state, current.version) != (
                     rec.state, rec.version
                 ):
@@ -621,7 +672,7 @@ class Ledger:
         try:
             with self._write() as conn:
                 self.lock_task(conn, rec.task_id)
-                current = self._one(conn, T.id == rec.row_id)
+                current = self._one(conn, id=rec.row_id)
                 if current is None or (current.state, current.version) != (
                     rec.state, rec.version
                 ):
@@ -682,7 +733,7 @@ class Ledger:
         """
         with self._write() as conn:
             self.lock_task(conn, rec.task_id)
-            current = self._one(conn, T.id == rec.row_id)
+            current = self._one(conn, id=rec.row_id)
             if current is None or current.state is not CallState.AWAITING_APPROVAL:
                 state = current.state.value if current else "missing"
                 raise NotAwaitingApproval(
@@ -776,7 +827,7 @@ class Ledger:
         return {
             "attempt": rec.attempt + 1,
             "lease_owner": owner,
-            "lease_expires_ms": db_now_ms() + lease_ms,
+            "lease_expires_ms": DbNowPlus(lease_ms),
             "started_at": datetime.now(UTC),
             "finished_at": None,
             "result": None,
@@ -822,7 +873,7 @@ class Ledger:
         With ``lease_owner``, it applies only while that owner still holds the lease:
         the worker that ran the tool reports, nobody else in its name.
         """
-        guard = [T.lease_owner == lease_owner] if lease_owner is not None else []
+        guard = Guard(lease_owner=lease_owner) if lease_owner is not None else None
         changes: dict[str, Any] = {}
         info = dict(detail or {})
         if result is not None:
@@ -846,9 +897,7 @@ class Ledger:
         and (when judged by time) that the lease is still expired, so a lease renewed
         a moment ago is never stolen.
         """
-        guard: list[ColumnElement[bool]] = [T.lease_owner == rec.lease_owner]
-        if expired_only:
-            guard.append(T.lease_expires_ms < db_now_ms())
+        guard = Guard(lease_owner=rec.lease_owner, lease_expired=expired_only)
         return self.transition(
             rec, Event.LOSE, actor=actor, code=code, reason=reason, guard=guard,
             detail={"owner": rec.lease_owner, "attempt": rec.attempt},
@@ -893,7 +942,7 @@ class Ledger:
             )
 
 
-def _task_record(row: RowMapping) -> TaskRecord:
+def _task_record(row: Mapping[str, Any]) -> TaskRecord:
     return TaskRecord(
         id=row["id"],
         provider=row["provider"],
@@ -914,3 +963,51 @@ def _context_detail(principal: str | None, scope: str | None) -> dict[str, Any] 
     if scope is not None:
         info["scope_sha256"] = sha256_hex(scope)
     return info or None
+
+
+_NO_GUARD = Guard()
+
+
+def _compare_and_set(
+    conn: Connection, rec: CallRecord, values: Mapping[str, Any], guard: Guard
+) -> int:
+    """``UPDATE tool_calls SET values WHERE id, state, version (and guard)``: rows matched.
+
+    Compiled once per set of columns and guard (``prepared``): this runs for every
+    transition of every call. A ``DbNowPlus`` value is computed by the database.
+    """
+    keys = tuple(sorted(values))
+    clocked = tuple(k for k in keys if isinstance(values[k], DbNowPlus))
+    owner_guard = guard.lease_owner is not None
+    shape = ("cas", keys, clocked, owner_guard, guard.lease_expired)
+
+    def build() -> Any:
+        c = _CALLS.c
+        where: list[ColumnElement[bool]] = [
+            c.id == bindparam("w_id", type_=c.id.type),
+            c.state == bindparam("w_state", type_=c.state.type),
+            c.version == bindparam("w_version", type_=c.version.type),
+        ]
+        if owner_guard:
+            where.append(c.lease_owner == bindparam("w_owner", type_=c.lease_owner.type))
+        if guard.lease_expired:
+            where.append(c.lease_expires_ms < db_now_ms())
+        sets: dict[str, Any] = {
+            k: (
+                db_now_ms() + bindparam(k, type_=BigInteger())
+                if k in clocked
+                else bindparam(k, type_=c[k].type)
+            )
+            for k in keys
+        }
+        return update(_CALLS).where(*where).values(sets)
+
+    params: dict[str, Any] = {
+        k: (v.ms if isinstance(v, DbNowPlus) else v) for k, v in values.items()
+    }
+    params["w_id"] = rec.row_id
+    params["w_state"] = rec.state.value
+    params["w_version"] = rec.version
+    if owner_guard:
+        params["w_owner"] = guard.lease_owner
+    return prepare(conn, shape, build).run(conn, params).rowcount
