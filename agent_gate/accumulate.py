@@ -31,7 +31,7 @@ from typing import Any
 
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
-from agent_gate.providers.base import ProviderAdapter
+from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind, event_content
 from agent_gate.providers.errors import safe_name
 from agent_gate.providers.events import (
     Heartbeat,
@@ -50,9 +50,9 @@ from agent_gate.providers.events import (
     ToolCallStarted,
     UnknownEvent,
 )
-from agent_gate.providers.registry import adapter_for
+from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import ReplayGuard
-from agent_gate.sse import SSEDecoder, SSELimitExceeded
+from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
 
 DEFAULT_MAX_CALLS = 256
 DEFAULT_MAX_CALL_ARGUMENT_BYTES = 1024 * 1024
@@ -213,6 +213,10 @@ class Accumulator:
         max_total_argument_bytes: int = DEFAULT_MAX_TOTAL_ARGUMENT_BYTES,
     ) -> None:
         self._adapter = adapter_for(provider) if isinstance(provider, str) else provider
+        # The short path in ``feed`` mirrors the built-in adapters' decode and replay
+        # key; a subclass may have changed either, so it always takes the long way.
+        self._fast = type(self._adapter) in ADAPTERS.values()
+        self._sequence_field = self._adapter.sequence_field
         if dispatch is None:
             self._dispatch: Callable[[str], DispatchMode] = _always_after_response
         elif isinstance(dispatch, DispatchMode):
@@ -281,18 +285,81 @@ class Accumulator:
         """Apply one event; return the calls it released, in completion order."""
         if self._closed:
             raise AccumulatorClosedError("feed() after close()")
-        self._index = self._events
-        self._events += 1
-        wire = self._adapter.decode(event, self._index)
+        index = self._events
+        self._index = index
+        self._events = index + 1
+        if not self._fast:
+            return self._feed_wire(self._adapter.decode(event, index), index)
+        # The short path: plain dicts (an SDK's dump, a parsed event) and agent-gate's
+        # own ServerSentEvent carrying a JSON object. It makes the same decisions as
+        # decode -> replay guard -> translate -> _apply, without building the
+        # intermediate objects; anything else (heartbeats, [DONE], SDK objects, other
+        # SSE libraries, broken data) takes that long way.
+        cls = type(event)
+        if cls is dict:
+            data: Mapping[str, Any] = event  # type: ignore[assignment]
+            raw: str | None = None
+            sse_type = "message"
+            sse_id = ""
+        elif cls is ServerSentEvent:
+            raw = event.data  # type: ignore[attr-defined]
+            if raw[:1] != "{":
+                return self._feed_wire(self._adapter.decode(event, index), index)
+            sse_type = event.event or "message"  # type: ignore[attr-defined]
+            sse_id = event.id or ""  # type: ignore[attr-defined]
+            data = self._adapter.load_payload(raw, index)
+        else:
+            return self._feed_wire(self._adapter.decode(event, index), index)
+        key: tuple[str, int] | None = None
+        field = self._sequence_field
+        if field is not None:
+            seq = data.get(field)
+            if type(seq) is int or (isinstance(seq, int) and not isinstance(seq, bool)):
+                key = (field, seq)
+        if key is not None or sse_id:
+            content = event_content(sse_type, raw, data)
+            if self._replay.check(key, sse_id, content, index):
+                self._replayed += 1
+                return []
+        else:
+            self._replay.unpositioned()
+        if self._terminal is not None:
+            self._after_terminal += 1
+            return []
+        hot = self._adapter.hot_delta(data, sse_type)
+        if hot is None:
+            return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
+        self._progress += 1
+        call_id, delta = hot
+        call = self._calls.get(call_id)
+        if call is None or call.phase is not _Phase.OPEN:
+            released: list[ToolCall] = []
+            self._delta(ToolCallArgumentsDelta(call_id, delta), released)
+            return released
+        nbytes = len(delta) if delta.isascii() else len(delta.encode("utf-8", "surrogatepass"))
+        size = call.size + nbytes
+        total = self._argument_bytes + nbytes
+        if size > self._max_call_bytes or total > self._max_total_bytes:
+            self._grow(call, nbytes)  # raises the limit that was hit
+        call.size = size
+        self._argument_bytes = total
+        call.parts.append(delta)
+        return []
+
+    def _feed_wire(self, wire: WireEvent, index: int) -> list[ToolCall]:
+        """The long way for one event already decoded by the adapter."""
         key = self._adapter.replay_key(wire)
-        if self._replay.is_replay(key, wire.sse_id, wire.fingerprint, self._index):
+        if self._replay.is_replay(key, wire.sse_id, wire.content, index):
             self._replayed += 1
             return []
         if self._terminal is not None:
             self._after_terminal += 1
             return []
+        return self._translate(wire, index)
+
+    def _translate(self, wire: WireEvent, index: int) -> list[ToolCall]:
         released: list[ToolCall] = []
-        normalized = self._adapter.translate(wire, self._index)
+        normalized = self._adapter.translate(wire, index)
         # A known event with nothing for the accumulator (response.created, a usage
         # chunk) is still the server producing output; only heartbeats and unknown
         # types are not progress.

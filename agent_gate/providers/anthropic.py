@@ -79,6 +79,30 @@ class AnthropicAdapter(ProviderAdapter):
         self._blocks: dict[int, _Block] = {}
         self._stop_reason: str | None = None
 
+    def hot_delta(self, data: Mapping[str, Any], sse_type: str) -> tuple[str, str] | None:
+        if data.get("type") != "content_block_delta":
+            return None
+        if sse_type != "message" and sse_type != "content_block_delta":
+            return None
+        block_index = data.get("index")
+        delta = data.get("delta")
+        if type(block_index) is not int or type(delta) is not dict:
+            return None
+        if delta.get("type") != "input_json_delta":
+            return None
+        fragment = delta.get("partial_json")
+        if type(fragment) is not str or not fragment:
+            return None
+        block = self._blocks.get(block_index)
+        if (
+            block is None
+            or block.kind is not _BlockKind.CLIENT_TOOL
+            or block.state is not _BlockState.OPEN
+        ):
+            return None
+        block.fragment_chars += len(fragment)
+        return block.block_id, fragment
+
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
         if wire.kind is WireKind.HEARTBEAT:
             return [Heartbeat()]

@@ -11,14 +11,119 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
 from agent_gate.providers.errors import MalformedEventError, safe_name
 from agent_gate.providers.events import StreamEvent
+
+PURE_PYTHON = os.environ.get("AGENT_GATE_PURE_PYTHON", "") not in ("", "0")
+"""``AGENT_GATE_PURE_PYTHON=1`` (read at import) turns every compiled fast path off, so
+the pure-Python reference paths can be exercised, measured, or relied on alone."""
+
+
+def _compiled_loads() -> Callable[[str], Any] | None:
+    if PURE_PYTHON:
+        return None
+    try:
+        import msgspec.json
+    except ImportError:
+        return None
+    return msgspec.json.Decoder().decode
+
+
+def _compiled_dumps() -> Callable[..., bytes] | None:
+    if PURE_PYTHON:
+        return None
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson.dumps  # type: ignore[no-any-return]
+
+
+def _orjson_option() -> int:
+    try:
+        import orjson
+    except ImportError:
+        return 0
+    # Everything orjson would serialize differently from json.dumps(default=str)
+    # (datetimes, dataclasses, subclasses of builtins) goes to ``default``, which
+    # refuses it, so the caller falls back to json.dumps.
+    return (
+        orjson.OPT_SORT_KEYS
+        | orjson.OPT_PASSTHROUGH_DATETIME
+        | orjson.OPT_PASSTHROUGH_DATACLASS
+        | orjson.OPT_PASSTHROUGH_SUBCLASS
+    )
+
+
+def _refuse(value: object) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+_fast_loads = _compiled_loads()
+_fast_dumps = _compiled_dumps()
+_SNAPSHOT_OPTION = _orjson_option()
+
+
+def loads_event(text: str) -> Any:
+    """``json.loads(text)``, exactly: same value, same exceptions, faster when it can be.
+
+    msgspec decodes most events in a third of the time. It was chosen over orjson
+    because orjson silently turns integers beyond 64 bits into floats, where msgspec
+    keeps them exact. Whatever msgspec refuses (NaN, lone surrogate escapes, numbers
+    out of range, nesting, broken JSON) is handed to ``json.loads``, whose answer or
+    error is the one returned: the verdict is always the standard library's.
+    """
+    if _fast_loads is not None:
+        try:
+            return _fast_loads(text)
+        except Exception:  # msgspec's errors, RecursionError: json.loads decides
+            pass
+    return json.loads(text)
+
+
+def mapping_content(data: Mapping[str, Any]) -> tuple[str | None, str]:
+    """A snapshot of a mapping event's content for replay comparison.
+
+    Equal snapshots mean ``json.dumps(sort_keys=True, ensure_ascii=False,
+    default=str)`` would give equal text. orjson's sorted text is used when it
+    cannot disagree with that: no ``null`` in it (orjson writes NaN and Infinity
+    as ``null``) and nothing orjson serializes its own way (``default`` refuses
+    those). Anything else is tagged ``None`` instead of ``""`` and carries the
+    json.dumps text, so the two forms never compare equal: such a pair is a
+    conflict (fail closed), never a replay. orjson's bytes are copied into a str
+    rather than kept: kept, its output buffers made each event cost 2.7 us instead
+    of 0.5 us (measured over a 288-delta call).
+    """
+    if _fast_dumps is not None:
+        try:
+            text = _fast_dumps(data, _refuse, _SNAPSHOT_OPTION).decode()
+        except TypeError:  # orjson.JSONEncodeError: big ints, non-str keys, others
+            pass
+        else:
+            if "null" not in text:  # (searching the str is cheaper than the bytes)
+                return ("", text)
+    return (None, json.dumps(data, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def event_content(sse_type: str, raw: str | None, data: Mapping[str, Any]) -> Hashable:
+    """What replay detection compares for one event: the SSE data text as received
+    (with its event type unless it is the default), or a mapping's snapshot.
+
+    The text is kept by reference (the decoder already allocated it), so an event is
+    never re-serialized or hashed just in case it is replayed later. The three forms
+    (a str, a pair with a non-empty type, a pair tagged ``""`` or ``None``) never
+    compare equal to each other, as an SSE event and a mapping never did.
+    """
+    if raw is None:
+        return mapping_content(data)
+    return raw if sse_type == "message" else (sse_type, raw)
 
 
 class WireKind(Enum):
@@ -43,15 +148,21 @@ class WireEvent:
     sse_id: str
     """The SSE last event ID at dispatch (``""`` for non-SSE input)."""
     raw: str | None
-    """The SSE data text, kept only to fingerprint the event for replay checks."""
+    """The SSE data text, kept so that a replayed event can be compared with it."""
+
+    def content(self) -> Hashable:
+        """What replay detection compares (see ``event_content``)."""
+        return event_content(self.sse_type, self.raw, self.data)
 
     def fingerprint(self) -> bytes:
-        """A digest of the event's content, so replays can be compared without storing them."""
-        if self.raw is not None:
-            text = f"{self.sse_type}\n{self.raw}"
+        """A digest of ``content()``: equal exactly when the contents are equal."""
+        content = self.content()
+        if isinstance(content, tuple):
+            tag, text = content
+            blob = f"{'-' if tag is None else 't' + tag}\n{text}"
         else:
-            text = json.dumps(self.data, sort_keys=True, ensure_ascii=False, default=str)
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            blob = f"s\n{content}"
+        return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -62,10 +173,11 @@ def _is_sse_like(event: object) -> bool:
     for the type and the id, as some libraries use it for "not set")."""
     if not isinstance(getattr(event, "data", None), str):
         return False
-    return all(
-        hasattr(event, name) and isinstance(getattr(event, name), str | None)
-        for name in ("event", "id")
-    )
+    if not hasattr(event, "event") or not hasattr(event, "id"):
+        return False
+    etype = event.event  # type: ignore[attr-defined]
+    eid = event.id  # type: ignore[attr-defined]
+    return (etype is None or isinstance(etype, str)) and (eid is None or isinstance(eid, str))
 
 
 def _dump(event: Any) -> Any:
@@ -85,9 +197,13 @@ class ProviderAdapter(ABC):
 
     name: ClassVar[str]
 
+    sequence_field: ClassVar[str | None] = None
+    """The payload field holding a per-event sequence number, if the protocol has one:
+    it is then the exact replay key (see ``replay_key``)."""
+
     def decode(self, event: object, index: int) -> WireEvent:
         """Parse one incoming event; raise ``MalformedEventError`` if it is not JSON."""
-        if isinstance(event, Mapping):
+        if type(event) is dict or isinstance(event, Mapping):
             return WireEvent(WireKind.PAYLOAD, event, "message", "", None)
         if hasattr(event, "model_dump") and callable(event.model_dump):
             dumped = _dump(event)
@@ -106,22 +222,43 @@ class ProviderAdapter(ABC):
             return WireEvent(WireKind.HEARTBEAT, _EMPTY, sse_type, sse_id, text)
         if text.strip() == "[DONE]":
             return WireEvent(WireKind.DONE, _EMPTY, sse_type, sse_id, text)
+        return WireEvent(WireKind.PAYLOAD, self.load_payload(text, index), sse_type, sse_id, text)
+
+    def load_payload(self, text: str, index: int) -> dict[str, Any]:
+        """The JSON object an event's data holds, decoded as ``json.loads`` would."""
         try:
-            data = json.loads(text)
+            data = loads_event(text)
         except json.JSONDecodeError as exc:
             raise self.malformed(index, f"data is not valid JSON (char {exc.pos})") from None
         except RecursionError:
             raise self.malformed(index, "data nests too deeply") from None
         if not isinstance(data, dict):
             raise self.malformed(index, "data is not a JSON object")
-        return WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, text)
+        return data
 
     @abstractmethod
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
         """The normalized events one wire event means, in order."""
 
+    def hot_delta(self, data: Mapping[str, Any], sse_type: str) -> tuple[str, str] | None:
+        """The short path for the event that dominates every stream: an argument fragment.
+
+        Returns ``(call_id, fragment)`` when ``data`` is exactly an argument delta of a
+        known call still streaming, with every field of the expected type, which is what
+        ``translate`` would turn into one ``ToolCallArgumentsDelta``, and records that
+        the adapter saw it. Anything else returns ``None`` having changed nothing, and
+        the caller takes ``translate``, which decides (and raises) as always.
+        """
+        return None
+
     def replay_key(self, wire: WireEvent) -> Hashable | None:
         """A provider-defined position of the event (a sequence number), if it has one."""
+        field = self.sequence_field
+        if field is None:
+            return None
+        seq = wire.data.get(field)
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            return (field, seq)
         return None
 
     # -- typed field access: a wrong shape is a MalformedEventError, never a KeyError

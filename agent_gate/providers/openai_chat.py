@@ -65,6 +65,48 @@ class OpenAIChatAdapter(ProviderAdapter):
         self._state = _ChoiceState.STREAMING
         self._finish_reason: str | None = None
 
+    def hot_delta(self, data: Mapping[str, Any], sse_type: str) -> tuple[str, str] | None:
+        # One chunk, one choice, one fragment continuing a known call: nothing else.
+        if "type" in data or "error" in data:
+            return None
+        choices = data.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None:
+            return None
+        choice_index = choice.get("index")
+        if type(choice_index) is not int or choice_index != self._choice:
+            return None
+        delta = choice.get("delta")
+        if type(delta) is not dict or delta.get("content") or "function_call" in delta:
+            return None
+        tool_calls = delta.get("tool_calls")
+        if type(tool_calls) is not list or len(tool_calls) != 1:
+            return None
+        fragment = tool_calls[0]
+        if type(fragment) is not dict:
+            return None
+        tool_index = fragment.get("index")
+        if type(tool_index) is not int:
+            return None
+        call = self._calls.get(tool_index)
+        if call is None:
+            return None
+        frag_id = fragment.get("id")
+        if frag_id is not None and (type(frag_id) is not str or frag_id not in ("", call.call_id)):
+            return None
+        function = fragment.get("function")
+        if type(function) is not dict:
+            return None
+        name = function.get("name")
+        if name is not None and (type(name) is not str or name not in ("", call.name)):
+            return None
+        arguments = function.get("arguments")
+        if type(arguments) is not str or not arguments:
+            return None
+        return call.call_id, arguments
+
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
         if wire.kind is WireKind.HEARTBEAT:
             return [Heartbeat()]

@@ -20,7 +20,7 @@ seen again after resuming with ``starting_after`` is recognised exactly.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -57,6 +57,8 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
 """Item types the platform executes (or asks about) itself."""
 
 _CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
+_FUNCTION_DELTA = "response.function_call_arguments.delta"
+_CUSTOM_DELTA = "response.custom_tool_call_input.delta"
 
 # Informational event families: known, carry nothing the accumulator needs.
 _INFORMATIONAL_PREFIXES = (
@@ -93,15 +95,25 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     """State machine for one Responses stream."""
 
     name = "openai-responses"
+    sequence_field = "sequence_number"
 
     def __init__(self) -> None:
         self._items: dict[str, _Item] = {}
 
-    def replay_key(self, wire: WireEvent) -> Hashable | None:
-        seq = wire.data.get("sequence_number")
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            return ("sequence_number", seq)
-        return None
+    def hot_delta(self, data: Mapping[str, Any], sse_type: str) -> tuple[str, str] | None:
+        etype = data.get("type")
+        if etype != _FUNCTION_DELTA and etype != _CUSTOM_DELTA:
+            return None
+        if sse_type != "message" and sse_type != etype:
+            return None
+        item_id = data.get("item_id")
+        delta = data.get("delta")
+        if type(item_id) is not str or type(delta) is not str or not delta:
+            return None
+        item = self._items.get(item_id)
+        if item is None or item.state is not _ItemState.STREAMING:
+            return None
+        return item.call_id, delta
 
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
         if wire.kind is WireKind.HEARTBEAT:
@@ -115,10 +127,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             return self._item_added(data, index)
         if etype == "response.output_item.done":
             return self._item_done(data, index)
-        if etype in (
-            "response.function_call_arguments.delta",
-            "response.custom_tool_call_input.delta",
-        ):
+        if etype in (_FUNCTION_DELTA, _CUSTOM_DELTA):
             return self._delta(data, index, etype)
         if etype == "response.function_call_arguments.done":
             return self._snapshot(data, "arguments", index, etype)

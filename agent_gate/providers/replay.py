@@ -9,8 +9,14 @@ event:
   are grouped into *runs* sharing one ID and identified by (ID, position in the
   run). A run that starts again is compared event by event with what was seen.
 
-Content is compared by digest only. The same position with the same content is
-a replay and is dropped. The same sequence number with different content, or a
+Content is compared exactly, and only when a position comes again: the guard
+keeps each event's SSE data text by reference (the decoder allocated it anyway,
+and it is immutable), or a mapping's sorted JSON snapshot
+(``agent_gate.providers.base.event_content``), so the common case, a position
+seen for the first time, costs a dictionary insert and nothing is hashed just
+in case. The price is memory: the text of every positioned event stays alive
+for the stream's life. The same position with the same content is a replay and
+is dropped. The same sequence number with different content, or a
 replay that diverges after its first event, is a different response and raises
 ``ReplayConflictError``. A revisited run may start again at its first event (a
 server that resends the event carrying the ID) or at its second (a server that
@@ -22,18 +28,19 @@ continuation: the client had only the event with the ID, and what follows is new
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from typing import Any
 
 from agent_gate.providers.errors import ReplayConflictError, safe_name
 
 
 class ReplayGuard:
-    """Per-stream memory of event positions and content digests."""
+    """Per-stream memory of event positions and what was seen at each."""
 
     __slots__ = ("_by_key", "_current", "_cursor", "_runs")
 
     def __init__(self) -> None:
-        self._by_key: dict[Hashable, bytes] = {}
-        self._runs: dict[str, list[bytes]] = {}
+        self._by_key: dict[Hashable, Any] = {}
+        self._runs: dict[str, list[Any]] = {}
         self._current: str | None = None
         self._cursor: int | None = None
 
@@ -46,53 +53,62 @@ class ReplayGuard:
         self,
         key: Hashable | None,
         sse_id: str,
-        fingerprint: Callable[[], bytes],
+        content: Callable[[], Hashable],
         event_index: int,
     ) -> bool:
+        """Whether the event is one already applied; ``content`` is called only when
+        the event has a position to compare at."""
+        if key is None and not sse_id:
+            self.unpositioned()
+            return False
+        return self.check(key, sse_id, content(), event_index)
+
+    def unpositioned(self) -> None:
+        """An event with neither key nor id: it ends any run being revisited."""
+        self._current = None
+        self._cursor = None
+
+    def check(self, key: Hashable | None, sse_id: str, content: Any, event_index: int) -> bool:
+        """``is_replay`` for an event that has a key or an SSE id, its content in hand."""
         if key is not None:
-            digest = fingerprint()
             seen = self._by_key.get(key)
             if seen is None:
-                self._by_key[key] = digest
+                self._by_key[key] = content
                 return False
-            if seen == digest:
+            if seen == content:
                 return True
             raise ReplayConflictError(event_index, _describe(key))
-        if not sse_id:
-            self._current = None
-            self._cursor = None
-            return False
-        return self._by_run(sse_id, fingerprint(), event_index)
+        return self._by_run(sse_id, content, event_index)
 
-    def _by_run(self, sse_id: str, digest: bytes, event_index: int) -> bool:
+    def _by_run(self, sse_id: str, content: Any, event_index: int) -> bool:
         if sse_id != self._current:
             self._current = sse_id
             run = self._runs.get(sse_id)
             if run is None:
-                self._runs[sse_id] = [digest]
+                self._runs[sse_id] = [content]
                 self._cursor = None
                 return False
-            if run[0] == digest:
+            if run[0] == content:
                 self._cursor = 1  # the server resent the event that set the id
                 return True
-            if len(run) > 1 and run[1] == digest:
+            if len(run) > 1 and run[1] == content:
                 # The WHATWG way (and agent-gate's own server): resume *after* the event
                 # that set the id, resending the events that inherited it.
                 self._cursor = 2
                 return True
-            run.append(digest)
+            run.append(content)
             self._cursor = None
             return False
         run = self._runs[sse_id]
         if self._cursor is None:
-            run.append(digest)
+            run.append(content)
             return False
         if self._cursor < len(run):
-            if run[self._cursor] != digest:
+            if run[self._cursor] != content:
                 raise ReplayConflictError(event_index, f"id {safe_name(sse_id)} +{self._cursor}")
             self._cursor += 1
             return True
-        run.append(digest)
+        run.append(content)
         self._cursor = None
         return False
 

@@ -1,0 +1,346 @@
+"""The accumulator's short path decides exactly what the long path decides.
+
+``Accumulator.feed`` takes a short path for plain dicts and agent-gate's own
+``ServerSentEvent``s with a built-in adapter (``hot_delta``, replay content without
+``WireEvent``); an adapter subclass always takes the long way (decode -> replay guard
+-> translate -> apply). Every recorded transcript, as SSE events, as dicts and mixed,
+and then randomly damaged (events dropped, repeated, swapped, fields changed), must
+give the same calls, terminal, anomalies, counters and errors both ways.
+
+The compiled JSON helpers are checked against the standard library they stand in for:
+``loads_event`` against ``json.loads`` and ``mapping_content`` against equality of
+``json.dumps(sort_keys=True)`` text, each with the compiled library and without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent_gate.accumulate import Accumulator, DispatchMode
+from agent_gate.providers import base
+from agent_gate.providers.registry import ADAPTERS
+from agent_gate.sse import ServerSentEvent, SSEDecoder
+
+TRANSCRIPTS = Path(__file__).resolve().parents[1] / "transcripts"
+PROVIDERS = {
+    "openai_responses": "openai-responses",
+    "openai_chat": "openai-chat",
+    "anthropic": "anthropic",
+    "gemini": "gemini",
+}
+CASES = sorted(
+    f"{folder}/{path.stem}" for folder in PROVIDERS for path in (TRANSCRIPTS / folder).glob("*.sse")
+)
+
+
+def sse_events(case: str) -> tuple[str, list[ServerSentEvent]]:
+    folder, stem = case.split("/")
+    decoder = SSEDecoder()
+    events = decoder.feed((TRANSCRIPTS / folder / f"{stem}.sse").read_bytes())
+    decoder.end()
+    return PROVIDERS[folder], events
+
+
+def as_dict(event: ServerSentEvent) -> object:
+    """The event as an SDK would hand it over, when it is a JSON object."""
+    try:
+        data = json.loads(event.data)
+    except ValueError:
+        return event
+    return data if isinstance(data, dict) else event
+
+
+def long_way(provider: str) -> Any:
+    """The same adapter through a subclass: the accumulator never takes its short path."""
+    return type("LongWay", (ADAPTERS[provider],), {})()
+
+
+def outcome(provider: str | Any, events: list[object], reconnect_at: int | None) -> list[object]:
+    acc = Accumulator(
+        provider,
+        dispatch=DispatchMode.ON_CALL_COMPLETE,
+        max_call_argument_bytes=400,
+        max_total_argument_bytes=900,
+    )
+    assert acc._fast is isinstance(provider, str)
+    seen: list[object] = []
+    try:
+        for at, event in enumerate(events):
+            if at == reconnect_at:
+                acc.reconnected()
+            seen.append(acc.feed(event))
+        seen.append(acc.close())
+    except Exception as exc:
+        seen.append((type(exc).__name__, str(exc)))
+    seen += [acc.terminal, acc.anomalies, acc.stats]
+    return seen
+
+
+def both_ways(provider: str, events: list[object], reconnect_at: int | None = None) -> None:
+    short = outcome(provider, events, reconnect_at)
+    assert short == outcome(long_way(provider), events, reconnect_at)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_transcript_gives_the_same_outcome_both_ways(case: str) -> None:
+    provider, events = sse_events(case)
+    dicts = [as_dict(e) for e in events]
+    mixed = [d if i % 2 else e for i, (e, d) in enumerate(zip(events, dicts, strict=True))]
+    for feed in (events, dicts, mixed):
+        both_ways(provider, list(feed))
+
+
+def _mutations(value: object) -> Iterator[object]:
+    """Values a broken or hostile server might put in a field instead."""
+    yield None
+    yield 1
+    yield True
+    yield ""
+    yield "x"
+    yield [value]
+    if isinstance(value, str):
+        yield value + "1"
+    if isinstance(value, int) and not isinstance(value, bool):
+        yield value + 1
+
+
+def _with_mutation(event: object, choice: int) -> object:
+    """``event`` with one field of its JSON (at any depth) replaced."""
+    data = event if isinstance(event, dict) else as_dict(event)  # type: ignore[arg-type]
+    if not isinstance(data, dict):
+        return event
+    paths: list[tuple[list[object], object]] = []
+
+    def walk(node: object, path: list[object]) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                paths.append(([*path, key], value))
+                walk(value, [*path, key])
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                paths.append(([*path, i], value))
+                walk(value, [*path, i])
+
+    walk(data, [])
+    options = [(path, new) for path, value in paths for new in _mutations(value)]
+    if not options:
+        return event
+    path, new = options[choice % len(options)]
+    copy = json.loads(json.dumps(data))
+    target: Any = copy
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = new
+    if isinstance(event, ServerSentEvent):
+        return ServerSentEvent(event.event, json.dumps(copy), event.id)
+    return copy
+
+
+@pytest.mark.parametrize("case", CASES)
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_damaged_streams_give_the_same_outcome_both_ways(case: str, data: st.DataObject) -> None:
+    provider, events = sse_events(case)
+    feed: list[object] = [
+        as_dict(e) if data.draw(st.booleans(), label="as dict") else e for e in events
+    ]
+    for _ in range(data.draw(st.integers(0, 6), label="edits")):
+        if not feed:
+            break
+        at = data.draw(st.integers(0, len(feed) - 1), label="at")
+        edit = data.draw(st.sampled_from(["drop", "repeat", "swap", "mutate"]), label="edit")
+        if edit == "drop":
+            del feed[at]
+        elif edit == "repeat":
+            feed.insert(data.draw(st.integers(at, len(feed)), label="to"), feed[at])
+        elif edit == "swap" and at + 1 < len(feed):
+            feed[at], feed[at + 1] = feed[at + 1], feed[at]
+        elif edit == "mutate":
+            feed[at] = _with_mutation(feed[at], data.draw(st.integers(0, 10_000), label="m"))
+    reconnect_at = data.draw(st.none() | st.integers(0, len(feed)), label="reconnect")
+    both_ways(provider, feed, reconnect_at)
+
+
+def test_a_sequence_number_replayed_with_other_content_conflicts_both_ways() -> None:
+    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
+    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+    delta = {
+        "type": "response.function_call_arguments.delta",
+        "item_id": "fc_1",
+        "delta": '{"a":',
+        "sequence_number": 1,
+    }
+    for other in ({**delta, "delta": '{"b":'}, {**delta, "delta": float("nan")}):
+        events: list[object] = [added, delta, delta, other]
+        short = outcome("openai-responses", events, None)
+        assert short == outcome(long_way("openai-responses"), events, None)
+        assert short[3] == (
+            "ReplayConflictError",
+            "event at index 3 repeats position sequence_number=1 with different content",
+        )
+
+
+# -- the compiled JSON helpers against the standard library -----------------------------
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def json_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the compiled helpers (when installed) and without them."""
+    if request.param == "pure":
+        monkeypatch.setattr(base, "_fast_loads", None)
+        monkeypatch.setattr(base, "_fast_dumps", None)
+    elif base._fast_loads is None or base._fast_dumps is None:
+        pytest.skip("msgspec/orjson not installed, or AGENT_GATE_PURE_PYTHON is set")
+    return str(request.param)
+
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text()
+    | st.sampled_from(["null", "\ud800", "\udfff\ud800", "a\u2028b", "\x00", "é中😀"])
+)
+json_values = st.recursive(
+    _json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, with the same types, float bits and key order (what ``==`` glosses over)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b)
+        )  # type: ignore[arg-type]
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)  # type: ignore[index]
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))  # type: ignore[arg-type]
+    return a == b
+
+
+def _loads_verdict(loads: Any, text: str) -> object:
+    try:
+        return ("ok", loads(text))
+    except json.JSONDecodeError as exc:
+        return ("JSONDecodeError", exc.msg, exc.pos)
+    except RecursionError:
+        return ("RecursionError",)
+
+
+def _texts() -> st.SearchStrategy[str]:
+    dumped = st.builds(
+        lambda v, ascii_only, compact: json.dumps(
+            v, ensure_ascii=ascii_only, separators=(",", ":") if compact else None
+        ),
+        json_values,
+        st.booleans(),
+        st.booleans(),
+    )
+    damaged = st.builds(
+        lambda text, at, insert: text[:at] + insert + text[at + 1 :],
+        dumped,
+        st.integers(0, 40),
+        st.sampled_from(["", "{", "}", '"', "\\", ",", ":", "1", "e", "-", " ", "\x01", "\\u"]),
+    )
+    special = st.sampled_from(
+        [
+            '{"a":1,"a":2,"b":3,"a":4}',
+            "1e400",
+            "-1e400",
+            "1e-400",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "123456789012345678901234567890.5",
+            "0.1000000000000000055511151231257827",
+            "[" * 3000 + "]" * 3000,
+            "\ufeff{}",
+            '{"a":"\\ud83d\\ude00"}',
+            "-0",
+            "1.0E+2",
+            "NaN",
+            "-Infinity",
+            '"\\/"',
+            " \t\n\r{}\r\n",
+        ]
+    )
+    return dumped | damaged | special | st.text(max_size=30)
+
+
+# The fixture only picks a path; it holds no state an input could leave behind.
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=_texts())
+def test_loads_event_is_json_loads(json_path: str, text: str) -> None:
+    ours = _loads_verdict(base.loads_event, text)
+    reference = _loads_verdict(json.loads, text)
+    assert ours[0] == reference[0]
+    if ours[0] == "ok":
+        assert _same(ours[1], reference[1])  # type: ignore[index]
+    else:
+        assert ours == reference
+
+
+def _canonical(value: object) -> str | None:
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+# The fixture only picks a path; it holds no state an input could leave behind.
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(a=st.dictionaries(st.text(max_size=5), json_values, max_size=5), data=st.data())
+def test_mapping_content_is_equal_exactly_when_the_json_text_is(
+    json_path: str, a: dict[str, Any], data: st.DataObject
+) -> None:
+    # Half the time compare with a near copy, so that equal pairs are common too.
+    b = (
+        json.loads(json.dumps(a))
+        if data.draw(st.booleans())
+        else data.draw(st.dictionaries(st.text(max_size=5), json_values, max_size=5))
+    )
+    text_a, text_b = _canonical(a), _canonical(b)
+    if text_a is None or text_b is None:
+        return
+    assert (base.mapping_content(a) == base.mapping_content(b)) == (text_a == text_b)
+
+
+def test_nan_and_null_are_different_content(json_path: str) -> None:
+    assert base.mapping_content({"a": float("nan")}) != base.mapping_content({"a": None})
+    assert base.mapping_content({"a": 2**70}) == base.mapping_content({"a": 2**70})
+    assert base.mapping_content({"a": 2**70}) != base.mapping_content({"a": float(2**70)})
+
+
+def test_agent_gate_pure_python_turns_the_compiled_paths_off() -> None:
+    code = (
+        "from agent_gate.providers import base;"
+        "print(base.PURE_PYTHON, base._fast_loads is None, base._fast_dumps is None)"
+    )
+    env = {**os.environ, "AGENT_GATE_PURE_PYTHON": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["True", "True", "True"]
