@@ -23,6 +23,7 @@ It is sans-IO: no sockets, no clock, no threads. Feed it events, read calls.
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,13 @@ from typing import Any
 
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind, event_content
+from agent_gate.providers.base import (
+    PURE_PYTHON,
+    ProviderAdapter,
+    WireEvent,
+    WireKind,
+    event_content,
+)
 from agent_gate.providers.errors import safe_name
 from agent_gate.providers.events import (
     Heartbeat,
@@ -161,13 +168,56 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_no_constants)
 
 
+def _compiled_codec() -> tuple[Callable[[str], Any], Callable[[Any], bytes]] | None:
+    if PURE_PYTHON:
+        return None
+    try:
+        import msgspec.json
+    except ImportError:
+        return None
+    return msgspec.json.Decoder().decode, msgspec.json.Encoder().encode
+
+
+_CODEC = _compiled_codec()
+
+
 def parse_arguments(text: str) -> dict[str, Any]:
     """Parse frozen argument text strictly, or raise ``_Rejected`` with a reason.
 
     Whitespace around one JSON value is allowed (``json.loads`` semantics); a
     second value after it (``{}{"a":1}``) is a concatenation, which a repair
     parser would silently merge or truncate.
+
+    The verdict is always ``parse_arguments_reference``'s; msgspec (about 3x faster
+    on 2 KB) only answers when it cannot differ. msgspec already refuses NaN,
+    Infinity, lone surrogates, trailing values and numbers out of range (big
+    integers it keeps exact), but it keeps the last of duplicate keys. So its value
+    is accepted only if it is an object and re-encoding it gives as many ``:`` as
+    the text has: outside strings every ``:`` separates one member, inside strings
+    it is a literal character, so a dropped duplicate member is always a missing
+    ``:``, unless the text wrote a colon as ``\\u003a``, which is left to the
+    reference. Texts with many brackets are too (msgspec nests a few levels deeper
+    before its RecursionError than the reference). Everything else, and every
+    rejection, is the reference's, reasons included.
     """
+    codec = _CODEC
+    if (
+        codec is not None
+        and text.count("{") + text.count("[") <= sys.getrecursionlimit() // 4
+        and "\\u003" not in text
+    ):
+        decode, encode = codec
+        try:
+            value = decode(text)
+        except Exception:  # msgspec's errors, RecursionError: the reference decides
+            value = None
+        if type(value) is dict and encode(value).count(b":") == text.count(":"):
+            return value
+    return parse_arguments_reference(text)
+
+
+def parse_arguments_reference(text: str) -> dict[str, Any]:
+    """The definition of strict parsing: ``json`` with hooks, then a Unicode check."""
     try:
         value, end = _DECODER.raw_decode(text, _skip_ws(text, 0))
     except json.JSONDecodeError:
