@@ -254,39 +254,42 @@ class SSEDecoder:
         return self._feed(chunk)
 
     def _feed_cr(self, buf: bytes, start: int, size: int) -> list[ServerSentEvent]:
-        """The short path for reads with CR, when every line ends with CRLF.
+        """The short path for reads with CR: CRLF streams, and CR at a read's end.
 
-        A blank line then ends at a ``\\n\\r\\n`` (``\\n\\n`` would mean mixed line
-        ends, which go to the line machinery below), so ``rfind`` finds the
-        last one in the raw bytes. A lone CR, a CR at the end that may be half
-        of a CRLF, or LF and CRLF mixed take the line machinery, which knows
-        what they mean.
+        In a CRLF stream a blank line ends at ``\\n\\r\\n``, so ``rfind`` finds
+        the last one in the raw bytes, and everything before it is whole lines
+        that ``bytes.splitlines`` cuts exactly as the spec does (CR, LF, CRLF,
+        nothing else), since the cut ends with LF: no CR there waits for its LF.
+        Nothing is normalized or joined again on this path.
+
+        The tail stays raw, so a CR at its very end is simply completed (or
+        not) by the next read's first byte. Only a tail that holds a lone CR,
+        a blank line (which must dispatch now), a comment or ``retry`` (which
+        act now) takes the line machinery.
         """
-        crlf = buf.rfind(b"\n\r\n")
-        end = crlf + 3 if crlf >= 0 else 0
+        end = buf.rfind(b"\n\r\n") + 3  # 2 when there is none
+        if end < 3:
+            end = 0
         tail = buf[end:]
         if tail:
-            folded = tail.replace(b"\r\n", b"\n")
+            folded = tail.replace(b"\r\n", b"\n")  # a tail is part of one event: small
+            cr = folded.find(b"\r")
             if (
-                _CR in folded
+                (cr >= 0 and (cr != len(folded) - 1 or folded[cr - 1] == _LF))
                 or folded[0] == _LF
+                or folded[0] == _CR
                 or folded[0] == _COLON
                 or folded.find(b"\n\n") >= 0
                 or folded.find(b"\n:") >= 0
                 or folded.find(b"retry") >= 0
             ):
                 return self._slow(buf, start, size)
-        if not end:
-            self._tail = tail
-            return []
-        head = buf[:end]
-        lines = head.split(b"\r\n")
-        joined = b"".join(lines)
-        if _CR in joined or _LF in joined:
-            return self._slow(buf, start, size)
         self._tail = tail
+        if not end:
+            return []
         self._tail_start = start + end
-        return self._dispatch(head, start, lines)
+        head = buf[:end]
+        return self._dispatch(head, start, head.splitlines())
 
     def _slow(self, buf: bytes, start: int, size: int) -> list[ServerSentEvent]:
         """Hand the tail plus this read (``buf``, at ``start``) to the line machinery."""
@@ -303,37 +306,39 @@ class SSEDecoder:
         return out
 
     def _dispatch(
-        self, head: bytes, start: int, crlf_lines: list[bytes] | None = None
+        self, head: bytes, start: int, cr_lines: list[bytes] | None = None
     ) -> list[ServerSentEvent]:
         """Interpret ``head``: whole events from a line start, at stream offset ``start``.
 
-        Every line of ``head`` ends with LF or, when ``crlf_lines`` (its lines,
-        split on CRLF) is given, every line ends with CRLF.
+        Every line of ``head`` ends with LF; or, when ``cr_lines`` is given,
+        ``head`` ends with LF, holds CRs too, and ``cr_lines`` is its
+        ``splitlines()``: its lines cut at CR, LF and CRLF alike.
 
         A run of events that all have one shape, ``event:`` line (or none) then
         one ``data: `` line then the blank line, which is what providers send,
         is checked and built by C-level calls only: one ``split``, slices with a
         stride, one ``count`` and ``map``s, no Python bytecode per event. The
         checks are exact: blank positions empty, every head an ``event:`` line
-        (``_TypeNames``), and as many lines starting with ``data: `` as data
-        positions (none can be elsewhere, so each data position has one).
-        Anything else takes ``_interpret``, and so does the first event when its
-        fields began in an earlier read.
+        (``_TypeNames``), and as many occurrences of ``\\ndata: `` as data lines
+        that follow a line. No line holds a CR or LF, so each occurrence starts
+        a line, and only data positions can start with ``data: ``: each one
+        does. (After a lone CR a data line is not counted, and the run falls
+        back: a miss only costs time.) Anything else takes ``_interpret``, and
+        so does the first event when its fields began in an earlier read.
         """
         out: list[ServerSentEvent] = []
         if not self._data and not self._etype:
-            if crlf_lines is None:
+            if cr_lines is None:
                 lines = head.split(b"\n")
-                needle = b"\ndata: "
+                n = len(lines) - 1  # what follows the final line end is b""
             else:
-                lines = crlf_lines
-                needle = b"\r\ndata: "
-            n = len(lines) - 1  # what follows the final line end is b""
+                lines = cr_lines
+                n = len(lines)
             first = lines[0]
             names: Iterable[str] | None = None
             if first[:6] == b"event:":
                 count, rest = divmod(n, 3)
-                if not rest and not any(lines[2:n:3]) and head.count(needle) == count:
+                if not rest and not any(lines[2:n:3]) and head.count(b"\ndata: ") == count:
                     try:
                         names = list(map(self._names.__getitem__, lines[:n:3]))
                     except KeyError:  # a head that is not an ``event:`` line
@@ -341,7 +346,7 @@ class SSEDecoder:
                     values = lines[1:n:3]
             elif first[:6] == b"data: ":
                 count, rest = divmod(n, 2)
-                if not rest and not any(lines[1:n:2]) and head.count(needle) == count - 1:
+                if not rest and not any(lines[1:n:2]) and head.count(b"\ndata: ") == count - 1:
                     names = repeat("message")
                     values = lines[:n:2]
             if names is not None:
@@ -353,22 +358,45 @@ class SSEDecoder:
                 out += map(_new_tuple, repeat(ServerSentEvent), zip(names, datas, repeat(last_id)))
                 self._events += count
                 return out
-        text = head if crlf_lines is None else head.replace(b"\r\n", b"\n")
+        if cr_lines is None:
+            text = head
+        else:
+            text = head.replace(b"\r\n", b"\n")
+            if _CR in text or len(head) - len(text) != len(cr_lines):
+                # Not every line ends with CRLF (lone CRs, or CRLF and LF mixed):
+                # the line machinery maps such lines to their offsets.
+                return self._slow_head(head, start)
         try:
             if self._data or self._etype:
                 # Finish the event in progress line by line; the rest starts clean.
                 cut = 1 if text[0] == _LF else text.find(b"\n\n") + 2
-                raw = cut if crlf_lines is None else cut + text.count(b"\n", 0, cut)
+                raw = cut if cr_lines is None else cut + text.count(b"\n", 0, cut)
                 self._interpret(text[:cut], head[:raw], start, out)
                 if raw < len(head):
                     rest_head = head[raw:]
                     out += self._dispatch(
                         rest_head,
                         start + raw,
-                        None if crlf_lines is None else rest_head.split(b"\r\n"),
+                        None if cr_lines is None else rest_head.splitlines(),
                     )
                 return out
             self._interpret(text, head, start, out)
+        except SSELimitExceeded as exc:
+            self._fast = False
+            self._state = DecoderState.ERROR
+            exc.events[:0] = out
+            raise
+        return out
+
+    def _slow_head(self, head: bytes, start: int) -> list[ServerSentEvent]:
+        """Interpret whole events with mixed line ends through the line machinery.
+
+        ``head`` ends with LF at a blank line, so nothing is left pending and the
+        short path can go on with the next read.
+        """
+        out: list[ServerSentEvent] = []
+        try:
+            self._consume(head, start, out)
         except SSELimitExceeded as exc:
             self._fast = False
             self._state = DecoderState.ERROR

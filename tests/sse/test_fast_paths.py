@@ -18,7 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded, StreamEnd
+from agent_gate.sse import (
+    DecoderState,
+    ServerSentEvent,
+    SSEDecoder,
+    SSELimitExceeded,
+    StreamEnd,
+)
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
@@ -356,3 +362,139 @@ def test_big_event_over_the_event_limit_raises_with_its_offset(together: bool) -
             decoder.feed(big)
     assert (info.value.limit, info.value.event_index) == ("max_event_bytes", 1)
     assert info.value.offset == len(first) + len(b"event: big\n")
+
+
+# -- CR on the short path: CRLF streams, a CR at a read's end, styles that switch -----
+
+
+def fed_in_reads(stream: bytes, bounds: list[int]) -> list[list[ServerSentEvent]]:
+    """The events each read returns, the stream cut at ``bounds``."""
+    decoder = SSEDecoder()
+    cuts = [0, *bounds, len(stream)]
+    return [decoder.feed(stream[a:b]) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def dispatched_by(stream: bytes, bounds: list[int]) -> list[list[ServerSentEvent]]:
+    """What the spec dispatches once each prefix has arrived, read by read.
+
+    A line end completes a line as soon as it arrives: a CR at the end of a
+    prefix ends its line already (a following LF only joins it).
+    """
+    cuts = [0, *bounds, len(stream)]
+    out: list[list[ServerSentEvent]] = []
+    before = 0
+    for a, b in itertools.pairwise(cuts):
+        if b > a:
+            events = reference(stream[:b])[0]
+            out.append(events[before:])
+            before = len(events)
+    return out
+
+
+def test_crlf_cut_between_cr_and_lf_at_every_offset() -> None:
+    """Every CR of a CRLF stream ends a read, after the decoder took its short path."""
+    warm = common(4, b"\r\n")
+    body = common(6, b"\r\n") + b"id: 3\r\ndata: a\r\ndata: b\r\n\r\n" + common(2, b"\r\n")
+    stream = warm + body
+    for at in [i + 1 for i in range(len(warm), len(stream)) if stream[i] == 13]:
+        for bounds in ([len(warm) // 2, len(warm), at], [len(warm), at, at + 1]):
+            assert fed_in_reads(stream, bounds) == dispatched_by(stream, bounds), at
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 17, 64, 200])
+def test_crlf_events_arrive_in_the_read_that_completes_them(size: int) -> None:
+    stream = common(40, b"\r\n")
+    bounds = list(range(size, len(stream), size))
+    assert fed_in_reads(stream, bounds) == dispatched_by(stream, bounds)
+
+
+STYLES = {"lf": b"\n", "crlf": b"\r\n", "cr": b"\r"}
+
+
+@pytest.mark.parametrize("first", sorted(STYLES))
+@pytest.mark.parametrize("second", sorted(STYLES))
+@pytest.mark.parametrize("size", [7, 50, 400])
+def test_line_end_style_switching_within_a_stream(first: str, second: str, size: int) -> None:
+    stream = (
+        common(5, STYLES[first])
+        + common(5, STYLES[second])
+        + b"id: 9"
+        + STYLES[second]
+        + common(3, STYLES[first])
+        + common(3, STYLES[second])
+    )
+    for offset in range(size):
+        bounds = list(range(offset or size, len(stream), size))
+        assert fed_in_reads(stream, bounds) == dispatched_by(stream, bounds), offset
+        assert feed_in(stream, [size])[0] == reference(stream)[0]
+
+
+@pytest.mark.parametrize(
+    ("ending", "discarded", "dispatched"),
+    [
+        (b"data: a\r", True, []),  # a line ended by CR, no blank line: discarded
+        (b"data: a\r\n\r", False, ["a"]),  # the blank line's CR alone dispatches
+        (b"data: a\r\r", False, ["a"]),
+        (b"event: t\r", True, []),
+        (b"\r", False, []),
+    ],
+)
+def test_a_lone_cr_at_the_end_of_a_crlf_stream(
+    ending: bytes, discarded: bool, dispatched: list[str]
+) -> None:
+    decoder = SSEDecoder()
+    decoder.feed(common(3, b"\r\n"))
+    decoder.feed(common(3, b"\r\n"))
+    events = decoder.feed(ending)
+    assert [e.data for e in events] == dispatched
+    assert decoder.end().discarded_partial_event is discarded
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        b"data: a\r\n\ndata: b\n\r\n",  # CRLF and LF in the events the short path cuts
+        b"event: t\rdata: a\r\n\r\n",  # a lone CR inside them
+        b"data: a\r\rdata: b\r\n\r\n",
+        b"event: t\r\ndata: a\r\n\r\n\r\n",  # a stray blank line
+        b"id: 5\r\ndata: a\ndata: b\r\n\r\n",
+    ],
+)
+def test_crlf_reads_with_other_line_ends_take_the_full_rules(run: bytes) -> None:
+    stream = common(3, b"\r\n") + common(3, b"\r\n") + run + common(3, b"\r\n")
+    bounds = [len(common(3, b"\r\n")), 2 * len(common(3, b"\r\n"))]
+    assert fed_in_reads(stream, bounds) == dispatched_by(stream, bounds)
+    events, end = feed_in(stream, [len(common(3, b"\r\n"))])
+    assert events == reference(stream)[0]
+    assert end.last_event_id == reference(stream)[1]
+
+
+@pytest.mark.parametrize("run_eol", [b"\r\n", b"\n", b"\r"])
+def test_event_limit_in_a_crlf_read_of_any_line_ends_names_the_line(run_eol: bytes) -> None:
+    # Reads of at most 100 bytes take the short path, and cannot exceed the limit
+    # alone: the data of an unfinished event, taken by the line machinery, can.
+    decoder = SSEDecoder(max_event_bytes=200)
+    first = b"data: " + b"x" * 150 + b"\r\n"
+    assert decoder.feed(first) == []
+    rest = b"data: ok" + run_eol + b"data: " + b"y" * 80 + b"\r\n\r\n"
+    assert len(rest) <= 100
+    with pytest.raises(SSELimitExceeded) as info:
+        decoder.feed(rest)
+    err = info.value
+    assert (err.limit, err.event_index) == ("max_event_bytes", 0)
+    assert err.offset == len(first) + len(b"data: ok") + len(run_eol)
+    assert decoder.state is DecoderState.ERROR
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=streams(), sizes=st.lists(st.integers(1, 300), min_size=1, max_size=12))
+def test_every_read_returns_exactly_the_events_it_completes(
+    stream: bytes, sizes: list[int]
+) -> None:
+    bounds: list[int] = []
+    for size in itertools.cycle(sizes):
+        at = (bounds[-1] if bounds else 0) + size
+        if at >= len(stream):
+            break
+        bounds.append(at)
+    assert fed_in_reads(stream, bounds) == dispatched_by(stream, bounds)
