@@ -58,6 +58,7 @@ from agent_gate.authorize import (
 )
 from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
+from agent_gate.heartbeat import LeaseKeeper
 from agent_gate.ledger import approvals, quota
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.approvals import ApprovalRecord, NotAwaitingApproval
@@ -514,6 +515,9 @@ class Gate:
         self.principal = principal
         self.scope = scope
         self.lease_ms = int(lease_seconds * 1000)
+        self._leases: LeaseKeeper[CallRecord] = LeaseKeeper(
+            self._renew, max(self.lease_ms / 3000, 0.05)
+        )
         self.max_result_bytes = max_result_bytes
         self._owns_ledger = not isinstance(db, Ledger)
         self.ledger = db if isinstance(db, Ledger) else Ledger(db, auto_upgrade=auto_upgrade)
@@ -1027,6 +1031,19 @@ class Gate:
             sealed = None
         effect, idempotency = self._classes(tool) if tool is not None else (None, None)
         ctx = ctx or self._context(None, None)
+        failed: list[BaseException] = []
+
+        def decide(conn: Any, new: CallRecord) -> Ruling | None:
+            # Deciding a call that was just inserted commits with the insert (one
+            # commit fewer per call). If deciding fails, the row still commits as
+            # ``received`` (as when it was two transactions) and the error is raised
+            # after that commit: nothing recorded is lost.
+            try:
+                return self._ruling(conn, new, early)
+            except Exception as exc:
+                failed.append(exc)
+                return None
+
         rec, inserted = self.ledger.record(
             NewCall(
                 task_id=task_id,
@@ -1043,7 +1060,13 @@ class Gate:
             ),
             provider=call.provider,
             actor=self.owner,
+            # A custom Authorizer may call out (a network service): it decides in a
+            # transaction of its own, never while this one holds the write lock.
+            decide=decide if self.policy is None or self.rules is not None else None,
+            lock=self.rules is not None,
         )
+        if failed:
+            raise failed[0]
         duplicate_of = rec.call_id if rec.call_id != call.call_id else None
         conflict = rec.tool != call.name or (
             call.complete and rec.state is not CallState.INCOMPLETE and rec.args_hash != args_hash
@@ -1083,7 +1106,8 @@ class Gate:
                 detail={"duplicate_of": duplicate_of} if duplicate_of else None,
             )
         outcome = yield from self._advance(
-            rec, early=early, call_id=call.call_id, duplicate_of=duplicate_of
+            rec, early=early, call_id=call.call_id, duplicate_of=duplicate_of,
+            acted=inserted and rec.state is not CallState.RECEIVED,
         )
         return outcome
 
@@ -1157,12 +1181,15 @@ class Gate:
         early: tuple[Event, str, str] | None,
         call_id: str,
         duplicate_of: str | None,
+        acted: bool = False,
     ) -> _Driver:
-        """Move the row forward from whatever state it is in, one CAS at a time."""
+        """Move the row forward from whatever state it is in, one CAS at a time.
+
+        ``acted``: this invocation already moved the row (decided it as it recorded it).
+        """
         # ``replayed`` is False only when this invocation made the transition that
         # produced the state it reports: losing a race to another worker, or finding the
         # row already there, means the outcome was read, not produced.
-        acted = False
         extra: dict[str, Any] = {"call_id": call_id, "duplicate_of": duplicate_of}
         for _ in range(_MAX_DRIVER_STEPS):
             state = rec.state
@@ -1175,14 +1202,10 @@ class Gate:
                     return self._outcome(rec, replayed=not acted, code=R.ARGUMENTS_SEALED,
                                          reason=decided, state=rec.state, **extra)
                 else:
-                    event, code, reason, detail = decided
-                    changes = None
-                    if detail and "rule_ids" in detail:  # a custom Authorizer's decision
-                        changes = {"policy_hash": detail.get("policy_hash"),
-                                   "rule_ids": json.dumps(detail["rule_ids"])}
+                    ruling = _ruling_of(decided)
                     tr = self.ledger.transition(
-                        rec, event, actor=self.owner, code=code, reason=reason, detail=detail,
-                        changes=changes,
+                        rec, ruling.event, actor=self.owner, code=ruling.code,
+                        reason=ruling.reason, detail=ruling.detail, changes=ruling.changes,
                     )
                 rec, acted = tr.record, tr.won
                 continue
@@ -1244,6 +1267,18 @@ class Gate:
             # awaiting_approval or terminal: report what is stored.
             return self._outcome(rec, replayed=not acted, **extra)
         return self._outcome(rec, replayed=not acted, **extra)  # pragma: no cover
+
+    def _ruling(
+        self, conn: Any, rec: CallRecord, early: tuple[Event, str, str] | None
+    ) -> Ruling | None:
+        """The decision for a ``received`` row inside a ledger transaction; None when
+        it cannot be decided in this process (it stays ``received``)."""
+        decided = self._decide(rec, early)
+        if decided is _ASK_POLICY:
+            return self._policy_ruling(conn, rec)
+        if isinstance(decided, str):
+            return None
+        return _ruling_of(decided)  # type: ignore[arg-type]
 
     def _decide(
         self, rec: CallRecord, early: tuple[Event, str, str] | None
@@ -1581,25 +1616,10 @@ class Gate:
 
     def _heartbeat(self, claimed: _Claimed) -> Callable[[], None]:
         """Renew the lease while the tool runs; returns the function that stops it."""
-        stop = threading.Event()
-        interval = max(self.lease_ms / 3000, 0.05)
+        return self._leases.hold(claimed.rec)
 
-        def beat() -> None:
-            while not stop.wait(interval):
-                try:
-                    if not self.ledger.renew(claimed.rec, owner=self.owner, lease_ms=self.lease_ms):
-                        return  # judged lost meanwhile; the outcome will settle late
-                except Exception:  # a busy or unreachable database: try again next beat
-                    continue
-
-        thread = threading.Thread(target=beat, name="agent-gate-lease", daemon=True)
-        thread.start()
-
-        def halt() -> None:
-            stop.set()
-            thread.join(timeout=5)
-
-        return halt
+    def _renew(self, rec: CallRecord) -> bool:
+        return self.ledger.renew(rec, owner=self.owner, lease_ms=self.lease_ms)
 
     def _run_sync(self, claimed: _Claimed) -> _Ran:
         tool, timeout = claimed.tool, claimed.tool.spec.timeout
@@ -1923,3 +1943,13 @@ def _decision_record(
     changes = {"policy_hash": decision.policy_hash,
                "rule_ids": json.dumps(list(decision.rule_ids))}
     return detail, changes, reason
+
+
+def _ruling_of(decided: tuple[Event, str, str | None, dict[str, Any] | None]) -> Ruling:
+    """A decision taken outside the database (schema, custom Authorizer) as a Ruling."""
+    event, code, reason, detail = decided
+    changes: dict[str, Any] = {}
+    if detail and "rule_ids" in detail:  # a custom Authorizer's decision
+        changes = {"policy_hash": detail.get("policy_hash"),
+                   "rule_ids": json.dumps(detail["rule_ids"])}
+    return Ruling(event, code, reason, detail, changes=changes)

@@ -53,7 +53,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import AgentGateError
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.prepared import driver_error, prepare
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -139,10 +139,18 @@ def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(_WRITE_OPTION):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE_OPTION) else "BEGIN"
+        dispatch = conn.dispatch
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            conn.exec_driver_sql(sql)  # statement listeners see it
         else:
-            conn.exec_driver_sql("BEGIN")
+            # Every ledger transaction starts here: on the driver it costs a tenth.
+            # A busy database still raises what Core would (OperationalError).
+            driver = conn.connection.driver_connection
+            try:
+                driver.execute(sql)  # type: ignore[union-attr]
+            except conn.dialect.loaded_dbapi.Error as error:
+                raise driver_error(conn, error, sql, (), None) from error
 
     return engine
 

@@ -464,16 +464,31 @@ class Ledger:
             self._ensure_task(conn, task_id, provider)
 
     def record(
-        self, new: NewCall, *, provider: str | None = None, actor: str | None = None
+        self,
+        new: NewCall,
+        *,
+        provider: str | None = None,
+        actor: str | None = None,
+        decide: Callable[[Connection, CallRecord], Ruling | None] | None = None,
+        lock: bool = False,
     ) -> tuple[CallRecord, bool]:
         """Insert the call as ``received`` unless its call id or key is already there.
 
         Returns the row that holds the call id, or else the row that holds the key
         (another call id with the same dedupe key), and whether this call inserted it.
+
+        With ``decide``, a call this inserts is also decided in the same transaction
+        (as ``authorize`` would, one commit instead of two): ``decide`` gets the new
+        row and returns the ruling to apply, or None to leave it ``received``. The
+        audit trail still shows ``received`` then the decision. ``lock`` takes the
+        task lock first (before the insert, the order every writer keeps), for a
+        ``decide`` that reads the task's quota usage.
         """
         now = datetime.now(UTC)
         with self._write() as conn:
             self._ensure_task(conn, new.task_id, provider, new.principal, new.scope)
+            if decide is not None and lock:
+                self.lock_task(conn, new.task_id)
             inserted = insert_ignore(
                 conn,
                 _CALLS,
@@ -518,6 +533,18 @@ class Ledger:
                     detail=info,
                     at=now,
                 )
+                ruling = decide(conn, rec) if decide is not None else None
+                if ruling is not None and ruling.event is not None:
+                    applied = self._apply(
+                        conn, rec, ruling.event, actor=actor, code=ruling.code,
+                        reason=ruling.reason, changes=ruling.changes, detail=ruling.detail,
+                    )
+                    if applied is None:  # pragma: no cover - the row is ours until commit
+                        raise RuntimeError(f"ledger row {rec.row_id} changed under its insert")
+                    if ruling.event is Event.ALLOW and ruling.charges:
+                        quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id,
+                                     amounts=ruling.charges)
+                    rec = applied
         return rec, inserted
 
     def _apply(

@@ -121,3 +121,21 @@ def test_a_session_lost_mid_transaction_is_invalidated_and_the_next_write_reconn
         now = ledger.get_row(rec.row_id)
         assert now is not None and now.state is CallState.RECEIVED
         assert ledger.transition(now, Event.ALLOW).won
+
+
+@pytest.mark.backends("sqlite")
+def test_a_busy_sqlite_database_raises_sqlalchemys_operational_error(
+    db_url: str, tmp_path: Any
+) -> None:
+    import sqlite3
+
+    with Ledger(db_url, busy_timeout=0.2) as ledger:
+        holder = sqlite3.connect(str(tmp_path / "ledger.db"), isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            with pytest.raises(exc.OperationalError, match="locked"):
+                ledger.record(_new())
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert ledger.record(_new())[1]  # once the lock is gone, writes go on
