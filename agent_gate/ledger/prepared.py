@@ -42,7 +42,7 @@ from sqlalchemy import Column, Connection, exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
-__all__ = ["Prepared", "Rows", "prepare", "result_processors"]
+__all__ = ["Prepared", "Rows", "driver_error", "prepare", "result_processors"]
 
 _Processor = Callable[[Any], Any]
 
@@ -89,12 +89,12 @@ class Prepared:
             rows = cursor.fetchall() if cursor.description is not None else []
             return Rows(cursor.rowcount, rows)
         except conn.dialect.loaded_dbapi.Error as error:
-            raise _wrapped(conn, error, self.sql, args, cursor) from error
+            raise driver_error(conn, error, self.sql, args, cursor) from error
         finally:
             cursor.close()
 
 
-def _wrapped(
+def driver_error(
     conn: Connection, error: Exception, sql: str, args: Any, cursor: Any
 ) -> exc.DBAPIError:
     """The error SQLAlchemy would raise for ``error``; a lost connection is invalidated."""
