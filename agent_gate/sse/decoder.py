@@ -217,11 +217,22 @@ class SSEDecoder:
         """Consume the next bytes of the stream; return the events they complete.
 
         The common read takes a short path: the tail left by the last read (the
-        bytes after its last blank line) plus this read are cut once, at their
-        last blank line; whatever precedes it is whole events, interpreted at
-        once (``_dispatch``), and the rest becomes the new tail. Anything else
-        (the first read, a tail longer than the read, a read near a limit, a
-        line ending that needs the line machinery) goes through ``_feed``.
+        bytes after its last blank line, raw) plus this read are cut once, at
+        their last blank line; whatever precedes it is whole events, interpreted
+        at once (``_dispatch``), and the rest becomes the new tail. Without a CR
+        a blank line is ``\\n\\n``; with one, the stream is taken to be CRLF and
+        a blank line is ``\\n\\r\\n`` (a line end, then an empty line that ends
+        with CRLF). The tail must then hold no complete blank line, comment or
+        ``retry`` line, since those act as soon as their line ends: its lines
+        (``splitlines`` cuts at CR, LF and CRLF, as the spec does) must all
+        start with a byte from ``;`` to ``q``, which ``min`` and ``max`` check in
+        C. That keeps out empty lines, ``:`` and ``retry``; it also sends a few
+        harmless lines (unknown fields) the long way, which only costs time.
+        A CR at the very end of the tail ends its line whatever follows, and
+        stays raw, so a following LF joins it in the next read's buffer.
+
+        Anything else (the first read, a tail longer than the read, a read near
+        a limit, a tail that fails the check) goes through the line machinery.
         """
         tail = self._tail
         if (
@@ -233,63 +244,26 @@ class SSEDecoder:
             start = self._tail_start
             self._received += size
             buf = tail + chunk  # no copy when the tail is empty
-            if _CR in buf:  # an int: ``bytes in bytes`` raises and clears a TypeError first
-                return self._feed_cr(buf, start, size)
-            end = buf.rfind(b"\n\n") + 2
-            tail = buf[end:] if end > 1 else buf
-            if tail and (
-                tail[0] == _LF
-                or tail[0] == _COLON
-                or tail.find(b"\n:") >= 0
-                or tail.find(b"retry") >= 0
-            ):
-                # A blank line at the very start (after lines the line machinery
-                # took), or lines that act as soon as they end (comments, retry).
-                return self._slow(buf, start, size)
+            cr = _CR in buf  # an int: ``bytes in bytes`` raises and clears a TypeError first
+            if cr:
+                end = buf.rfind(b"\n\r\n") + 3  # 2 when there is none
+                if end < 3:
+                    end = 0
+            else:
+                end = buf.rfind(b"\n\n") + 2  # 1 when there is none
+                if end < 2:
+                    end = 0
+            tail = buf[end:]
+            if tail:
+                lines = tail.splitlines()
+                if min(lines) < b";" or max(lines) >= b"r":
+                    return self._slow(buf, start, size)
             self._tail = tail
-            if end < 2:
+            if not end:
                 return []
             self._tail_start = start + end
-            return self._dispatch(buf[:end], start)
+            return self._dispatch(buf[:end], start, cr)
         return self._feed(chunk)
-
-    def _feed_cr(self, buf: bytes, start: int, size: int) -> list[ServerSentEvent]:
-        """The short path for reads with CR: CRLF streams, and CR at a read's end.
-
-        In a CRLF stream a blank line ends at ``\\n\\r\\n``, so ``rfind`` finds
-        the last one in the raw bytes, and everything before it is whole lines
-        that ``bytes.splitlines`` cuts exactly as the spec does (CR, LF, CRLF,
-        nothing else), since the cut ends with LF: no CR there waits for its LF.
-        Nothing is normalized or joined again on this path.
-
-        The tail stays raw, so a CR at its very end is simply completed (or
-        not) by the next read's first byte. Only a tail that holds a lone CR,
-        a blank line (which must dispatch now), a comment or ``retry`` (which
-        act now) takes the line machinery.
-        """
-        end = buf.rfind(b"\n\r\n") + 3  # 2 when there is none
-        if end < 3:
-            end = 0
-        tail = buf[end:]
-        if tail:
-            folded = tail.replace(b"\r\n", b"\n")  # a tail is part of one event: small
-            cr = folded.find(b"\r")
-            if (
-                (cr >= 0 and (cr != len(folded) - 1 or folded[cr - 1] == _LF))
-                or folded[0] == _LF
-                or folded[0] == _CR
-                or folded[0] == _COLON
-                or folded.find(b"\n\n") >= 0
-                or folded.find(b"\n:") >= 0
-                or folded.find(b"retry") >= 0
-            ):
-                return self._slow(buf, start, size)
-        self._tail = tail
-        if not end:
-            return []
-        self._tail_start = start + end
-        head = buf[:end]
-        return self._dispatch(head, start, head.splitlines())
 
     def _slow(self, buf: bytes, start: int, size: int) -> list[ServerSentEvent]:
         """Hand the tail plus this read (``buf``, at ``start``) to the line machinery."""
@@ -305,50 +279,55 @@ class SSEDecoder:
         self._resume(size)
         return out
 
-    def _dispatch(
-        self, head: bytes, start: int, cr_lines: list[bytes] | None = None
-    ) -> list[ServerSentEvent]:
+    def _dispatch(self, head: bytes, start: int, cr: bool) -> list[ServerSentEvent]:
         """Interpret ``head``: whole events from a line start, at stream offset ``start``.
 
-        Every line of ``head`` ends with LF; or, when ``cr_lines`` is given,
-        ``head`` ends with LF, holds CRs too, and ``cr_lines`` is its
-        ``splitlines()``: its lines cut at CR, LF and CRLF alike.
+        ``head`` ends with LF. Without ``cr`` every line of it ends with LF;
+        with ``cr`` it holds CRs too, and ``splitlines`` cuts its lines (at CR,
+        LF and CRLF alike: the final LF leaves no CR waiting for its LF).
 
         A run of events that all have one shape, ``event:`` line (or none) then
         one ``data: `` line then the blank line, which is what providers send,
         is checked and built by C-level calls only: one ``split``, slices with a
-        stride, one ``count`` and ``map``s, no Python bytecode per event. The
+        stride, ``min``, ``max`` and ``map``s, no Python bytecode per event. The
         checks are exact: blank positions empty, every head an ``event:`` line
-        (``_TypeNames``), and as many occurrences of ``\\ndata: `` as data lines
-        that follow a line. No line holds a CR or LF, so each occurrence starts
-        a line, and only data positions can start with ``data: ``: each one
-        does. (After a lone CR a data line is not counted, and the run falls
-        back: a miss only costs time.) Anything else takes ``_interpret``, and
-        so does the first event when its fields began in an earlier read.
+        (``_TypeNames``), and every data position a line from ``data: `` to
+        ``data:!`` (in byte order), which are exactly the lines that start with
+        ``data: ``. Anything else takes ``_interpret``, and so does the first
+        event when its fields began in an earlier read.
         """
         out: list[ServerSentEvent] = []
         if not self._data and not self._etype:
-            if cr_lines is None:
+            if cr:
+                lines = head.splitlines()
+                n = len(lines)
+            else:
                 lines = head.split(b"\n")
                 n = len(lines) - 1  # what follows the final line end is b""
-            else:
-                lines = cr_lines
-                n = len(lines)
-            first = lines[0]
             names: Iterable[str] | None = None
-            if first[:6] == b"event:":
+            if lines[0][:6] == b"event:":
                 count, rest = divmod(n, 3)
-                if not rest and not any(lines[2:n:3]) and head.count(b"\ndata: ") == count:
+                values = lines[1:n:3]
+                if (
+                    not rest
+                    and not any(lines[2:n:3])
+                    and min(values) >= b"data: "
+                    and max(values) < b"data:!"
+                ):
                     try:
                         names = list(map(self._names.__getitem__, lines[:n:3]))
                     except KeyError:  # a head that is not an ``event:`` line
                         names = None
-                    values = lines[1:n:3]
-            elif first[:6] == b"data: ":
+            else:
                 count, rest = divmod(n, 2)
-                if not rest and not any(lines[1:n:2]) and head.count(b"\ndata: ") == count - 1:
+                values = lines[:n:2]
+                if (
+                    not rest
+                    and not any(lines[1:n:2])
+                    and min(values) >= b"data: "
+                    and max(values) < b"data:!"
+                ):
                     names = repeat("message")
-                    values = lines[:n:2]
             if names is not None:
                 try:
                     datas = list(map(bytes.decode, map(_after_data, values)))
@@ -358,11 +337,11 @@ class SSEDecoder:
                 out += map(_new_tuple, repeat(ServerSentEvent), zip(names, datas, repeat(last_id)))
                 self._events += count
                 return out
-        if cr_lines is None:
+        if not cr:
             text = head
         else:
             text = head.replace(b"\r\n", b"\n")
-            if _CR in text or len(head) - len(text) != len(cr_lines):
+            if _CR in text or len(head) - len(text) != text.count(b"\n"):
                 # Not every line ends with CRLF (lone CRs, or CRLF and LF mixed):
                 # the line machinery maps such lines to their offsets.
                 return self._slow_head(head, start)
@@ -370,15 +349,11 @@ class SSEDecoder:
             if self._data or self._etype:
                 # Finish the event in progress line by line; the rest starts clean.
                 cut = 1 if text[0] == _LF else text.find(b"\n\n") + 2
-                raw = cut if cr_lines is None else cut + text.count(b"\n", 0, cut)
+                raw = cut + text.count(b"\n", 0, cut) if cr else cut
                 self._interpret(text[:cut], head[:raw], start, out)
                 if raw < len(head):
                     rest_head = head[raw:]
-                    out += self._dispatch(
-                        rest_head,
-                        start + raw,
-                        None if cr_lines is None else rest_head.splitlines(),
-                    )
+                    out += self._dispatch(rest_head, start + raw, cr)
                 return out
             self._interpret(text, head, start, out)
         except SSELimitExceeded as exc:
