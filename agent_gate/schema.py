@@ -13,6 +13,9 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
+import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -23,6 +26,11 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 
 from agent_gate.errors import AgentGateError
+
+try:
+    import jsonschema_rs
+except ImportError:  # pragma: no cover - the pure-Python path decides alone
+    jsonschema_rs = None
 
 __all__ = [
     "ArgumentError",
@@ -202,6 +210,317 @@ def _pydantic_errors(exc: ValidationError) -> list[ArgumentError]:
     )
 
 
+# --------------------------------------------------------- compiled accept path
+
+PURE_PYTHON = os.environ.get("AGENT_GATE_PURE_PYTHON", "") not in ("", "0")
+"""``AGENT_GATE_PURE_PYTHON=1`` (read at import): python-jsonschema validates alone."""
+
+_ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
+)
+_SCHEMA_KEYWORDS = frozenset(
+    {
+        "properties",
+        "additionalProperties",
+        "items",
+        "not",
+        "$defs",
+        "prefixItems",
+        "anyOf",
+        "oneOf",
+        "allOf",
+    }
+)
+_VALUE_KEYWORDS = frozenset(
+    {
+        "type",
+        "required",
+        "enum",
+        "const",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "pattern",
+        "format",
+        "$ref",
+        "$schema",
+    }
+)
+VETTED_KEYWORDS = _ANNOTATIONS | _SCHEMA_KEYWORDS | _VALUE_KEYWORDS
+"""Keywords for which a jsonschema-rs "valid" was checked to imply python-jsonschema's
+"valid" on plain JSON instances (tests/schema/test_fast_validation.py). Left out on
+purpose, among others: ``multipleOf`` (rs accepts 0.07 as a multiple of 0.01, Python
+does not), ``patternProperties``, ``$id``, ``$dynamicRef``, ``unevaluated*``."""
+
+_DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+_LOCAL_REF = re.compile(r"#/\$defs/[A-Za-z0-9_.\-]+")
+_QUANTIFIER = re.compile(r"\{[0-9]+(,[0-9]*)?\}\??")
+_ESCAPABLE = frozenset("\\.-/[](){}*+?|^$")
+_LITERAL = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-@:/,;=!<>'\"%#`"
+)
+_LITERAL_IN_CLASS = (_LITERAL - {"-"}) | frozenset(".*+?(){}$")
+_INT64 = 2**63
+NATIVE_FORMATS = frozenset({"email", "uuid", "ipv4"})
+"""Formats jsonschema-rs checks itself: for these an rs "valid" implies Python's
+(Python's email check is only "contains @", its uuid check accepts every canonical
+hyphenated UUID, rs's ipv4 refuses what ``ipaddress`` refuses: leading zeros,
+octets above 255). Every other format is checked by Python's function, called from
+rs: rs accepts a leap second in a date-time, for one, which Python does not."""
+
+
+def vetted_pattern(pattern: str) -> bool:
+    """Whether Python's ``re`` and jsonschema-rs's regex engine read ``pattern`` alike.
+
+    Only a small, common syntax: ASCII literals, escaped metacharacters, classes of
+    ASCII literals and ranges, groups, ``(?:``, alternation, ``^``, ``$``, ``.`` and
+    quantifiers. Outside it the engines differ (``\\d``/``\\w`` Unicode tables, class
+    set operations ``&&``/``--`` in Rust, inline flags, a literal ``{``). Where they
+    still differ inside it, Python is the more lenient (its ``$`` also matches
+    before a final newline), which only ever sends a call to the Python validator.
+    """
+    i, n = 0, len(pattern)
+    atom = False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n or pattern[i + 1] not in _ESCAPABLE:
+                return False
+            i += 2
+            atom = True
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            start = j
+            while j < n and pattern[j] != "]":
+                if pattern[j] == "\\":
+                    if j + 1 >= n or pattern[j + 1] not in _ESCAPABLE:
+                        return False
+                    j += 2
+                elif pattern[j] == "-":
+                    # A range between two literals, or a leading/trailing hyphen.
+                    if pattern[j - 1] == "-" or (j + 1 < n and pattern[j + 1] == "-"):
+                        return False
+                    j += 1
+                elif pattern[j] in _LITERAL_IN_CLASS:
+                    j += 1
+                else:
+                    return False
+            if j >= n or j == start:
+                return False
+            i = j + 1
+            atom = True
+        elif c == "(":
+            if pattern.startswith("(?", i):
+                if not pattern.startswith("(?:", i):
+                    return False
+                i += 3
+            else:
+                i += 1
+            atom = False
+        elif c in "*+?":
+            if not atom:
+                return False
+            i += 2 if pattern.startswith("?", i + 1) else 1
+            atom = False
+        elif c == "{":
+            match = _QUANTIFIER.match(pattern, i)
+            if match is None or not atom:
+                return False
+            i = match.end()
+            atom = False
+        elif c in "^$|":
+            i += 1
+            atom = False
+        elif c == ")" or c == "." or c in _LITERAL:
+            i += 1
+            atom = True
+        else:
+            return False
+    return True
+
+
+def _vetted_schema(schema: object, formats: set[str]) -> bool:
+    """Whether every keyword of ``schema`` (at any depth) is in ``VETTED_KEYWORDS``, with
+    ``$defs`` only at the root and ``$ref`` only to those, never in a cycle (Python
+    recurses forever on ``{"$ref": "#/$defs/d"}`` defined as itself); collects the
+    formats it names."""
+    if not isinstance(schema, dict):
+        return False
+    defs = schema.get("$defs", {})
+    if not isinstance(defs, dict):
+        return False
+    root_refs: set[str] = set()
+    if not _vetted_node({k: v for k, v in schema.items() if k != "$defs"}, formats, root_refs):
+        return False
+    graph: dict[str, set[str]] = {}
+    for name, sub in defs.items():
+        graph[name] = set()
+        if not _vetted_node(sub, formats, graph[name]):
+            return False
+    if not all(ref in graph for refs in (root_refs, *graph.values()) for ref in refs):
+        return False
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def acyclic(name: str) -> bool:
+        if state.get(name) == 2:
+            return True
+        if state.get(name) == 1:
+            return False
+        state[name] = 1
+        ok = all(acyclic(ref) for ref in graph[name])
+        state[name] = 2
+        return ok
+
+    return all(acyclic(name) for name in graph)
+
+
+def _vetted_node(schema: object, formats: set[str], refs: set[str]) -> bool:
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    for key, value in schema.items():
+        if key not in VETTED_KEYWORDS or key == "$defs":
+            return False
+        if key == "properties":
+            if not isinstance(value, dict):
+                return False
+            if not all(_vetted_node(sub, formats, refs) for sub in value.values()):
+                return False
+        elif key in ("prefixItems", "anyOf", "oneOf", "allOf"):
+            if not isinstance(value, list):
+                return False
+            if not all(_vetted_node(sub, formats, refs) for sub in value):
+                return False
+        elif key in _SCHEMA_KEYWORDS:
+            if not _vetted_node(value, formats, refs):
+                return False
+        elif key == "pattern":
+            if not isinstance(value, str) or not vetted_pattern(value):
+                return False
+        elif key == "format":
+            if not isinstance(value, str):
+                return False
+            formats.add(value)
+        elif key == "$ref":
+            if not isinstance(value, str) or not _LOCAL_REF.fullmatch(value):
+                return False
+            refs.add(value[len("#/$defs/") :])
+        elif key == "$schema":
+            if value != _DRAFT_2020_12:
+                return False
+        elif key not in _ANNOTATIONS and not plain_json(value):
+            return False
+    return True
+
+
+def plain_json(value: object) -> bool:
+    """Whether ``value`` is made only of what JSON parsing produces: dicts with str
+    keys, lists, str, bool, None, finite floats and ints within 64 bits.
+
+    jsonschema-rs reads other things its own way (a tuple is an array to it, not to
+    python-jsonschema), so anything else is validated by Python.
+    """
+    stack = [value]
+    pop = stack.pop
+    push = stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            push(item.values())
+        elif kind is list:
+            push(item)
+        elif kind is int:
+            if not -_INT64 <= item < _INT64:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        else:
+            return False
+    return True
+
+
+class _FastAccept:
+    """jsonschema-rs as an accept-only shortcut in front of python-jsonschema.
+
+    Built only for schemas inside ``VETTED_KEYWORDS`` and ``vetted_pattern``. Formats
+    outside ``NATIVE_FORMATS`` are checked by python-jsonschema's own checker
+    function, called from rs, so their verdicts are Python's by construction; rs's
+    stricter "email" only ever sends a call to Python. ``accepts`` answers True only
+    when rs says valid for a plain JSON instance and the format checkers are still
+    the ones it was built with; False means "ask Python", whose verdict and errors
+    are final.
+    """
+
+    __slots__ = ("_checkers", "_formats", "_is_valid")
+
+    def __init__(self, is_valid: Callable[[Any], bool], formats: dict[str, object]) -> None:
+        self._is_valid = is_valid
+        self._checkers = Draft202012Validator.FORMAT_CHECKER.checkers
+        self._formats = tuple(formats.items())
+
+    @classmethod
+    def build(cls, schema: Mapping[str, Any]) -> _FastAccept | None:
+        if jsonschema_rs is None or PURE_PYTHON:
+            return None
+        formats: set[str] = set()
+        if not _vetted_schema(schema, formats):
+            return None
+        checker = Draft202012Validator.FORMAT_CHECKER
+
+        def python_format(name: str) -> Callable[[str], bool]:
+            return lambda value: checker.conforms(value, name)
+
+        try:
+            validator = jsonschema_rs.Draft202012Validator(
+                schema,
+                validate_formats=True,
+                formats={
+                    name: python_format(name) for name in formats if name not in NATIVE_FORMATS
+                },
+            )
+        except Exception:  # a schema rs cannot compile: Python validates it
+            return None
+        return cls(validator.is_valid, {f: checker.checkers.get(f) for f in formats})
+
+    def accepts(self, instance: object) -> bool:
+        for name, entry in self._formats:
+            if self._checkers.get(name) is not entry:
+                return False  # a format checker was (re)registered since: ask Python
+        if not plain_json(instance):
+            return False
+        try:
+            return bool(self._is_valid(instance))
+        except Exception:  # whatever rs cannot read, Python can
+            return False
+
+
 # -------------------------------------------------------------------------- specs
 
 
@@ -316,9 +635,7 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     if inspect.iscoroutinefunction(target):
         return True
     # An instance whose __call__ is async (callable objects used as tools).
-    return not inspect.isroutine(target) and inspect.iscoroutinefunction(
-        type(target).__call__
-    )
+    return not inspect.isroutine(target) and inspect.iscoroutinefunction(type(target).__call__)
 
 
 @dataclass(slots=True)
@@ -329,12 +646,14 @@ class Tool:
     fn: Callable[..., Any]
     is_async: bool = field(init=False)
     validator: Draft202012Validator = field(init=False, repr=False)
+    _fast: _FastAccept | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.is_async = _is_async(self.fn)
         self.validator = Draft202012Validator(
             self.spec.schema, format_checker=Draft202012Validator.FORMAT_CHECKER
         )
+        self._fast = _FastAccept.build(self.spec.schema)
 
     @property
     def name(self) -> str:
@@ -345,9 +664,12 @@ class Tool:
         if not isinstance(arguments, Mapping):
             raise ArgumentsNotObject(self.name, json_type_name(arguments))
         args = dict(arguments)
-        errors = _schema_errors(self.validator, args)
-        if errors:
-            raise ArgumentsInvalid(self.name, errors)
+        # jsonschema-rs may only say yes (about 40x faster); a no, or anything it
+        # was not vetted for, is python-jsonschema's to decide and to explain.
+        if self._fast is None or not self._fast.accepts(args):
+            errors = _schema_errors(self.validator, args)
+            if errors:
+                raise ArgumentsInvalid(self.name, errors)
         if self.spec.model is None:
             return args
         try:
@@ -491,9 +813,7 @@ class ToolRegistry:
         for tool_name, raw in specs.items():
             if isinstance(raw, ToolSpec):
                 if raw.name != tool_name:
-                    raise ToolDefinitionError(
-                        f"spec for {tool_name!r} is named {raw.name!r}"
-                    )
+                    raise ToolDefinitionError(f"spec for {tool_name!r} is named {raw.name!r}")
                 spec = raw
             else:
                 spec = ToolSpec.build(tool_name, **dict(raw))
