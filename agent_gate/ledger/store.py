@@ -580,7 +580,8 @@ class Ledger:
         if target.terminal:
             values["finished_at"] = now
         values.update(changes or {})
-        if _compare_and_set(conn, rec, values, guard or _NO_GUARD) != 1:
+        matched, current = _compare_and_set(conn, rec, values, guard or _NO_GUARD)
+        if matched != 1:
             return None
         info: dict[str, Any] = {"version": rec.version + 1}
         if code:
@@ -600,7 +601,8 @@ class Ledger:
             detail=info,
             at=now,
         )
-        current = self._one(conn, id=rec.row_id)
+        if current is None:  # the dialect cannot RETURN from an UPDATE: read it back
+            current = self._one(conn, id=rec.row_id)
         if current is None:  # pragma: no cover - rows are never deleted
             raise RuntimeError(f"ledger row {rec.row_id} vanished")
         return current
@@ -997,16 +999,20 @@ _NO_GUARD = Guard()
 
 def _compare_and_set(
     conn: Connection, rec: CallRecord, values: Mapping[str, Any], guard: Guard
-) -> int:
-    """``UPDATE tool_calls SET values WHERE id, state, version (and guard)``: rows matched.
+) -> tuple[int, CallRecord | None]:
+    """``UPDATE tool_calls SET values WHERE id, state, version (and guard)``.
 
-    Compiled once per set of columns and guard (``prepared``): this runs for every
-    transition of every call. A ``DbNowPlus`` value is computed by the database.
+    Returns the number of rows matched and, where the dialect can return them from
+    the update (PostgreSQL; SQLite 3.35+), the row as updated: one statement fewer
+    per transition. Compiled once per set of columns and guard (``prepared``): this
+    runs for every transition of every call. A ``DbNowPlus`` value is computed by
+    the database.
     """
+    returning = conn.dialect.update_returning
     keys = tuple(sorted(values))
     clocked = tuple(k for k in keys if isinstance(values[k], DbNowPlus))
     owner_guard = guard.lease_owner is not None
-    shape = ("cas", keys, clocked, owner_guard, guard.lease_expired)
+    shape = ("cas", keys, clocked, owner_guard, guard.lease_expired, returning)
 
     def build() -> Any:
         c = _CALLS.c
@@ -1027,7 +1033,8 @@ def _compare_and_set(
             )
             for k in keys
         }
-        return update(_CALLS).where(*where).values(sets)
+        stmt = update(_CALLS).where(*where).values(sets)
+        return stmt.returning(*_COLUMNS) if returning else stmt
 
     params: dict[str, Any] = {
         k: (v.ms if isinstance(v, DbNowPlus) else v) for k, v in values.items()
@@ -1037,4 +1044,9 @@ def _compare_and_set(
     params["w_version"] = rec.version
     if owner_guard:
         params["w_owner"] = guard.lease_owner
-    return prepare(conn, shape, build).run(conn, params).rowcount
+    done = prepare(conn, shape, build).run(conn, params)
+    if not returning:
+        return done.rowcount, None
+    if not done.rows:
+        return 0, None
+    return len(done.rows), CallRecord.from_row(_row(conn.dialect, done.rows[0]))
