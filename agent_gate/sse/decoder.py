@@ -117,6 +117,7 @@ class SSEDecoder:
         "_max_fast",
         "_max_line",
         "_max_stream",
+        "_name_of",
         "_names",
         "_pending",
         "_pending_len",
@@ -167,6 +168,7 @@ class SSEDecoder:
         self._comments = 0
         self._types: dict[bytes, str] = {}
         self._names = _TypeNames()
+        self._name_of = self._names.__getitem__  # bound once: it is mapped over every read
         self._tokenize = _tokenizer(max_event_bytes).findall
         # Fast framing (see ``feed``): ``_tail`` holds the bytes after the last
         # blank line, not yet interpreted, starting at stream offset ``_tail_start``.
@@ -296,7 +298,6 @@ class SSEDecoder:
         ``data: ``. Anything else takes ``_interpret``, and so does the first
         event when its fields began in an earlier read.
         """
-        out: list[ServerSentEvent] = []
         if not self._data and not self._etype:
             if cr:
                 lines = head.splitlines()
@@ -304,39 +305,36 @@ class SSEDecoder:
             else:
                 lines = head.split(b"\n")
                 n = len(lines) - 1  # what follows the final line end is b""
-            names: Iterable[str] | None = None
+            names: Iterable[str]
             if lines[0][:6] == b"event:":
                 count, rest = divmod(n, 3)
+                blanks = lines[2:n:3]
                 values = lines[1:n:3]
-                if (
-                    not rest
-                    and not any(lines[2:n:3])
-                    and min(values) >= b"data: "
-                    and max(values) < b"data:!"
-                ):
-                    try:
-                        names = list(map(self._names.__getitem__, lines[:n:3]))
-                    except KeyError:  # a head that is not an ``event:`` line
-                        names = None
+                names = map(self._name_of, lines[:n:3])  # KeyError: not an ``event:`` line
             else:
                 count, rest = divmod(n, 2)
+                blanks = lines[1:n:2]
                 values = lines[:n:2]
-                if (
-                    not rest
-                    and not any(lines[1:n:2])
-                    and min(values) >= b"data: "
-                    and max(values) < b"data:!"
-                ):
-                    names = repeat("message")
-            if names is not None:
+                names = repeat("message")
+            if (
+                not rest
+                and not any(blanks)
+                and min(values) >= b"data: "
+                and max(values) < b"data:!"
+            ):
+                last_id = self._id_buf
+                datas = map(bytes.decode, map(_after_data, values))
                 try:
-                    datas = list(map(bytes.decode, map(_after_data, values)))
-                except UnicodeDecodeError:
-                    datas = [value[6:].decode("utf-8", "replace") for value in values]
-                last_id = self._last_id = self._id_buf
-                out += map(_new_tuple, repeat(ServerSentEvent), zip(names, datas, repeat(last_id)))
-                self._events += count
-                return out
+                    built = list(
+                        map(_new_tuple, repeat(ServerSentEvent), zip(names, datas, repeat(last_id)))
+                    )
+                except (KeyError, UnicodeDecodeError):
+                    pass  # nothing has changed yet: the full rules take the run
+                else:
+                    self._last_id = last_id
+                    self._events += count
+                    return built
+        out: list[ServerSentEvent] = []
         if not cr:
             text = head
         else:
