@@ -214,10 +214,24 @@ def run_section(quick: bool) -> dict[str, Any]:
 
 
 _JSON_LIBRARIES = (("orjson", "orjson", "loads"), ("msgspec", "msgspec.json", "decode"))
+OWN_DECODE = "its own per-event decode (the provider path)"
 
 
 def _json_parsers() -> dict[str, Callable[[str], Any]]:
-    found: dict[str, Callable[[str], Any]] = {"json.loads": json.loads}
+    """agent-gate's real per-event decode first, then the bare libraries for comparison.
+
+    The first is what an adapter does with each event's data
+    (``ProviderAdapter.load_payload``: msgspec with a json.loads fallback that keeps
+    json.loads's verdicts, then the object check), so the target is judged on the
+    path the accumulator actually takes, not on a bare library call.
+    """
+    from agent_gate.providers import adapter_for
+
+    adapter = adapter_for("openai-responses")
+    found: dict[str, Callable[[str], Any]] = {
+        OWN_DECODE: lambda text: adapter.load_payload(text, 0),
+        "json.loads": json.loads,
+    }
     for label, module, attr in _JSON_LIBRARIES:
         with contextlib.suppress(ImportError):
             found[label] = getattr(__import__(module, fromlist=[attr]), attr)
@@ -226,7 +240,7 @@ def _json_parsers() -> dict[str, Callable[[str], Any]]:
 
 def _decode_and_parse(chunks: list[bytes], rounds: int) -> dict[str, Any]:
     """CPU per event for what every event costs before any provider logic: the SSE
-    decoder plus one JSON decode of its data, with each JSON library."""
+    decoder plus one JSON decode of its data, agent-gate's own and each library's."""
     from agent_gate.sse import SSEDecoder
 
     def pipeline(loads: Callable[[str], Any]) -> Callable[[], int]:
@@ -313,19 +327,21 @@ def targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
         ("SSE linear: time(4 MiB)/time(1 MiB) <= 5", big["ratio"] <= 5, f"{big['ratio']:.2f}")
     )
     rows = {r["candidate"]: r["cpu_us_per_event"] for r in section["decode_and_parse"]["rows"]}
-    stdlib = rows["agent-gate + json.loads"]
-    best_name = min(rows, key=lambda n: rows[n])
+    own = rows[f"agent-gate + {OWN_DECODE}"]
     verdicts.append(
         (
-            "SSE parse + per-event JSON decode <= 5 us CPU per event (json.loads)",
-            stdlib <= 5,
-            f"{stdlib:.2f} us",
+            "SSE parse + per-event JSON decode <= 5 us CPU per event "
+            "(agent-gate's own decode, as the adapters run it)",
+            own <= 5,
+            f"{own:.2f} us",
         )
     )
-    if best_name != "agent-gate + json.loads":
+    best_name = min(rows, key=lambda n: rows[n])
+    if best_name != f"agent-gate + {OWN_DECODE}":
         verdicts.append(
             (
-                f"SSE parse + per-event JSON decode <= 5 us CPU per event ({best_name})",
+                f"SSE parse + per-event JSON decode <= 5 us CPU per event ({best_name}, "
+                "a bare library call)",
                 rows[best_name] <= 5,
                 f"{rows[best_name]:.2f} us",
             )
