@@ -19,35 +19,45 @@ appended to it, the result is cut once at its last blank line (one ``rfind``),
 and everything before the cut is whole events (``_dispatch``). A run of events
 that all have the shape providers send (``event:`` line or none, one ``data: ``
 line, the blank line) is checked exactly and built by C-level calls alone
-(``split``, strided slices, ``count``, ``map``): no Python bytecode per event,
-about fifty per read. Any other text goes to the tokenizer below. CRLF streams
-take the same path, split on CRLF, when every line of the read ends in CRLF.
+(``split``, strided slices, ``min``/``max``, ``map``): no Python bytecode per
+event, about 250 per read. Any other text goes to the tokenizer below. A read
+with a CR takes the same path: its blank line is cut at ``\\n\\r\\n`` and its
+lines by ``splitlines`` (CR, LF and CRLF, as the spec says); the tail stays
+raw, so a CR at the end of one read and an LF at the start of the next meet
+again in the next buffer. Lone CRs and mixed ends there fall back below.
 
 The line machinery (``_feed``, ``_consume``, ``_interpret``) takes the rest: the
-first read (a BOM may be split), lone CRs, mixed line ends, a CR at the end of
-a read (it may be half of a CRLF), comments and ``retry`` lines (which act as
-soon as their line ends, so are never held back), reads near a limit, and a
-tail that has grown longer than the read that would extend it. It hands back to
-the short path as soon as what it holds fits in one read. Its tokenizer is one
-C-level ``findall``; a big text that is one event skips it (``_one_big_event``).
+first read (a BOM may be split), a tail that holds a complete blank line,
+comment or ``retry`` line (which act as soon as their line ends), a read with
+mixed line ends or lone CRs in its events, reads near a limit, and a tail that
+has grown longer than both the read that would extend it and ``_TAIL_SLACK``.
+It hands back to the short path as soon as what it holds fits in that bound,
+and no CR it took waits for its LF. Its tokenizer is one C-level ``findall``; a
+big text that is one event skips it (``_one_big_event``).
 
 Complexity bound
 ----------------
 The short path appends a read to the tail only while the tail is no longer
-than the read, so each read copies and scans at most twice its own size (the
-concatenation, the ``rfind``, the checks on the tail), and each byte enters the
-dispatched text exactly once, where ``split``/``count``/``decode`` cost O(its
-length). A longer tail goes to the line machinery, which looks for line
-terminators only in the new read (``rfind``, C speed), keeps an unterminated
-line as a list of pieces joined once when it completes, and holds back at most
-as many bytes of an unfinished event as the current read brought. Every byte
-is therefore copied and scanned a bounded number of times whatever the
-chunking, one byte per call included: O(n) in the bytes fed, with no Python
-loop per character, and on the short path none per event either.
+than the read or than ``_TAIL_SLACK`` (1 KiB, a constant), so each read copies
+and scans at most twice its own size plus 1 KiB (the concatenation, the
+``rfind``, the checks on the tail), and each byte enters the dispatched text
+exactly once, where ``split``/``splitlines``/``decode`` cost O(its length) and
+``min``/``max`` O(its lines). The constant costs less than the Python work
+every read does anyway, and spares the line machinery the common read that is
+shorter than the partial event before it. A longer tail goes to the line
+machinery, which looks for line terminators only in the new read (``rfind``, C
+speed), keeps an unterminated line as a list of pieces joined once when it
+completes, and holds back at most as many bytes of an unfinished event as the
+current read brought. Every byte is therefore copied and scanned a bounded
+number of times whatever the chunking (at most about ``_TAIL_SLACK`` times, in
+reads of one byte each, which cost that much in Python anyway): O(n) in the
+bytes fed, with no Python loop per character, and on the short path none per
+event either.
 
-Memory is bounded by the limits: the tail by twice ``_max_fast``, which is at
-most half of ``min(max_line_bytes, max_event_bytes)`` (so no line or event on
-the short path can exceed a limit unseen); the pending partial line by
+Memory is bounded by the limits: the tail by twice ``_max_fast`` (the slack is
+capped by it too), which is at most half of ``min(max_line_bytes,
+max_event_bytes)`` (so no line or event on the short path can exceed a limit
+unseen); the pending partial line by
 ``max_line_bytes`` (checked on every append); the data of the event being
 assembled by ``max_event_bytes``. A violation raises ``SSELimitExceeded``, after
 which the decoder refuses further input (h11's ERROR state).
@@ -74,6 +84,7 @@ _TYPE_CACHE_SIZE = 64  # distinct event types decoded once; providers use a few 
 _after_data = itemgetter(slice(len(b"data: "), None))  # line -> its value, as a C call
 _new_tuple = tuple.__new__  # builds a ServerSentEvent from a 3-tuple, as a C call
 _BIG_TEXT = 64 * 1024  # from this size on, a lone event skips the tokenizer
+_TAIL_SLACK = 1024  # a tail this short takes the short path after any read
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -125,6 +136,7 @@ class SSEDecoder:
         "_received",
         "_retry",
         "_skip_lf",
+        "_slack",
         "_state",
         "_tail",
         "_tail_start",
@@ -178,6 +190,7 @@ class SSEDecoder:
         # A read of at most this many bytes, with a tail no longer than itself,
         # keeps every line and every event's data within the limits.
         self._max_fast = min(max_line_bytes, max_event_bytes) // 2
+        self._slack = min(_TAIL_SLACK, self._max_fast)
 
     # -- public state -------------------------------------------------------
 
@@ -233,14 +246,16 @@ class SSEDecoder:
         A CR at the very end of the tail ends its line whatever follows, and
         stays raw, so a following LF joins it in the next read's buffer.
 
-        Anything else (the first read, a tail longer than the read, a read near
-        a limit, a tail that fails the check) goes through the line machinery.
+        Anything else (the first read, a tail longer than both the read and
+        ``_TAIL_SLACK``, a read near a limit, a tail that fails the check) goes
+        through the line machinery.
         """
         tail = self._tail
         if (
             self._fast
             and chunk.__class__ is bytes
-            and len(tail) <= (size := len(chunk)) <= self._max_fast
+            and (size := len(chunk)) <= self._max_fast
+            and ((kept := len(tail)) <= size or kept <= self._slack)
             and self._received + size <= self._max_stream
         ):
             start = self._tail_start
@@ -378,7 +393,8 @@ class SSEDecoder:
         return out
 
     def _resume(self, size: int) -> None:
-        """Go back to the short path once the line machinery holds no more than a read.
+        """Go back to the short path once the line machinery holds no more than a
+        read (or ``_TAIL_SLACK``).
 
         What it holds (held lines, then the partial line) becomes the tail; the
         bound keeps the copying linear. A CR at the end of the last read must
@@ -387,7 +403,7 @@ class SSEDecoder:
         if (
             self._state is DecoderState.STREAMING
             and not self._skip_lf
-            and len(self._held) + self._pending_len <= size
+            and ((holds := len(self._held) + self._pending_len) <= size or holds <= self._slack)
         ):
             if self._held:
                 self._tail_start = self._held_start

@@ -498,3 +498,38 @@ def test_every_read_returns_exactly_the_events_it_completes(
             break
         bounds.append(at)
     assert fed_in_reads(stream, bounds) == dispatched_by(stream, bounds)
+
+
+# -- a tail longer than the read (up to the slack) stays on the short path -----------
+
+
+def outcome(stream: bytes, sizes: list[int], **limits: int) -> tuple[object, ...]:
+    """Events and end report, or the limit error and every event delivered before it."""
+    decoder = SSEDecoder(**limits)
+    events: list[ServerSentEvent] = []
+    at = 0
+    try:
+        for size in itertools.cycle(sizes):
+            if at >= len(stream):
+                return ("ok", events, decoder.end())
+            events += decoder.feed(stream[at : at + size])
+            at += size
+    except SSELimitExceeded as exc:
+        return ("error", exc.limit, exc.offset, exc.event_index, events + list(exc.events))
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("limit", [30, 48, 64, 200, 3000])
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("sizes", [[1], [3], [2, 40], [100, 1, 1, 7], [700, 5]])
+def test_short_reads_after_a_long_tail_respect_the_limits(
+    limit: int, eol: bytes, sizes: list[int]
+) -> None:
+    # The slack lets a short read extend a longer tail; it must never let a
+    # line or an event past a limit, however small the limits are.
+    stream = common(6, eol) + b"data: " + b"z" * 150 + eol + eol + common(3, eol)
+    whole = outcome(stream, [len(stream)], max_event_bytes=limit)
+    assert outcome(stream, sizes, max_event_bytes=limit) == whole
+    assert outcome(stream, sizes, max_line_bytes=limit) == outcome(
+        stream, [len(stream)], max_line_bytes=limit
+    )
