@@ -379,12 +379,12 @@ class Accumulator:
         hot = self._adapter.hot_delta(data, sse_type)
         if hot is None:
             return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
-        self._progress += 1
         call_id, delta = hot
         call = self._calls.get(call_id)
         if call is None or call.phase is not _Phase.OPEN:
             released: list[ToolCall] = []
             self._delta(ToolCallArgumentsDelta(call_id, delta), released)
+            self._progress += 1
             return released
         nbytes = len(delta) if delta.isascii() else len(delta.encode("utf-8", "surrogatepass"))
         size = call.size + nbytes
@@ -394,6 +394,7 @@ class Accumulator:
         call.size = size
         self._argument_bytes = total
         call.parts.append(delta)
+        self._progress += 1
         return []
 
     def _feed_wire(self, wire: WireEvent, index: int) -> list[ToolCall]:

@@ -66,12 +66,17 @@ def long_way(provider: str) -> Any:
     return type("LongWay", (ADAPTERS[provider],), {})()
 
 
-def outcome(provider: str | Any, events: list[object], reconnect_at: int | None) -> list[object]:
+def outcome(
+    provider: str | Any,
+    events: list[object],
+    reconnect_at: int | None,
+    limits: tuple[int, int] = (400, 900),
+) -> list[object]:
     acc = Accumulator(
         provider,
         dispatch=DispatchMode.ON_CALL_COMPLETE,
-        max_call_argument_bytes=400,
-        max_total_argument_bytes=900,
+        max_call_argument_bytes=limits[0],
+        max_total_argument_bytes=limits[1],
     )
     assert acc._fast is isinstance(provider, str)
     seen: list[object] = []
@@ -87,9 +92,14 @@ def outcome(provider: str | Any, events: list[object], reconnect_at: int | None)
     return seen
 
 
-def both_ways(provider: str, events: list[object], reconnect_at: int | None = None) -> None:
-    short = outcome(provider, events, reconnect_at)
-    assert short == outcome(long_way(provider), events, reconnect_at)
+def both_ways(
+    provider: str,
+    events: list[object],
+    reconnect_at: int | None = None,
+    limits: tuple[int, int] = (400, 900),
+) -> None:
+    short = outcome(provider, events, reconnect_at, limits)
+    assert short == outcome(long_way(provider), events, reconnect_at, limits)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -169,7 +179,9 @@ def test_damaged_streams_give_the_same_outcome_both_ways(case: str, data: st.Dat
         elif edit == "mutate":
             feed[at] = _with_mutation(feed[at], data.draw(st.integers(0, 10_000), label="m"))
     reconnect_at = data.draw(st.none() | st.integers(0, len(feed)), label="reconnect")
-    both_ways(provider, feed, reconnect_at)
+    # Small limits too, so that a fragment that hits one is compared both ways.
+    limits = data.draw(st.sampled_from([(400, 900), (30, 60), (12, 1000)]), label="limits")
+    both_ways(provider, feed, reconnect_at, limits)
 
 
 def test_a_sequence_number_replayed_with_other_content_conflicts_both_ways() -> None:
@@ -344,3 +356,26 @@ def test_agent_gate_pure_python_turns_the_compiled_paths_off() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["True", "True", "True"]
+
+
+@pytest.mark.parametrize("as_sse", [False, True])
+def test_a_limit_hit_by_a_fragment_leaves_the_same_counters_both_ways(as_sse: bool) -> None:
+    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
+    events: list[Any] = [{"type": "response.output_item.added", "output_index": 0, "item": item}]
+    for seq, piece in enumerate(['{"a":"', "x" * 300, "y" * 300, '"}'], start=1):
+        events.append(
+            {
+                "type": "response.function_call_arguments.delta",
+                "item_id": "fc_1",
+                "delta": piece,
+                "sequence_number": seq,
+            }
+        )
+    if as_sse:
+        events = [ServerSentEvent("message", json.dumps(e), "") for e in events]
+    short = outcome("openai-responses", events, None)
+    assert short[-4] == (
+        "AccumulatorLimitExceeded",
+        "limit max_call_argument_bytes=400 exceeded at event index 3",
+    )
+    assert short == outcome(long_way("openai-responses"), events, None)
