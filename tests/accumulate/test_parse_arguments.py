@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 import pytest
@@ -149,3 +150,23 @@ def test_big_integers_stay_exact(parse_path: str) -> None:
     assert parse_arguments('{"n": 123456789012345678901234567890}') == {
         "n": 123456789012345678901234567890
     }
+
+
+@pytest.mark.parametrize("limit", [0, 640, 4300])
+def test_the_integer_digit_limit_is_honoured_alike(parse_path: str, limit: int) -> None:
+    """json refuses integers longer than sys.get_int_max_str_digits() (a ValueError,
+    not a rejection); the fast path must not parse what the reference refuses."""
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(limit)
+    try:
+        for digits in (639, 641, 700, 4300, 4301):
+            text = '{"n": ' + "9" * digits + "}"
+            outcomes = []
+            for parse in (parse_arguments, parse_arguments_reference):
+                try:
+                    outcomes.append(("ok", parse(text)))
+                except ValueError as exc:
+                    outcomes.append(("error", type(exc).__name__))
+            assert outcomes[0] == outcomes[1], (limit, digits)
+    finally:
+        sys.set_int_max_str_digits(old)

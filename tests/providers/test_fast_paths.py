@@ -379,3 +379,23 @@ def test_a_limit_hit_by_a_fragment_leaves_the_same_counters_both_ways(as_sse: bo
         "limit max_call_argument_bytes=400 exceeded at event index 3",
     )
     assert short == outcome(long_way("openai-responses"), events, None)
+
+
+@pytest.mark.parametrize("limit", [0, 640, 4300])
+def test_event_decode_honours_the_integer_digit_limit_like_json(json_path: str, limit: int) -> None:
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(limit)
+    try:
+        for digits in (639, 641, 4300, 4301):
+            text = '{"n": ' + "9" * digits + "}"
+            ours = _loads_verdict_any(base.loads_event, text)
+            assert ours == _loads_verdict_any(json.loads, text), (limit, digits)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def _loads_verdict_any(loads: Any, text: str) -> object:
+    try:
+        return ("ok", loads(text))
+    except ValueError as exc:
+        return ("error", type(exc).__name__, str(exc))
