@@ -57,10 +57,10 @@ event either.
 Memory is bounded by the limits: the tail by twice ``_max_fast`` (the slack is
 capped by it too), which is at most half of ``min(max_line_bytes,
 max_event_bytes)`` (so no line or event on the short path can exceed a limit
-unseen); the pending partial line by
-``max_line_bytes`` (checked on every append); the data of the event being
-assembled by ``max_event_bytes``. A violation raises ``SSELimitExceeded``, after
-which the decoder refuses further input (h11's ERROR state).
+unseen); the pending partial line by ``max_line_bytes`` (checked on every
+append); the data of the event being assembled by ``max_event_bytes``. A
+violation raises ``SSELimitExceeded``, after which the decoder refuses further
+input (h11's ERROR state).
 """
 
 from __future__ import annotations
@@ -393,8 +393,9 @@ class SSEDecoder:
         return out
 
     def _resume(self, size: int) -> None:
-        """Go back to the short path once the line machinery holds no more than a
-        read (or ``_TAIL_SLACK``).
+        """Go back to the short path once what the line machinery holds fits the bound.
+
+        The bound is the short path's: no more than this read or ``_TAIL_SLACK``.
 
         What it holds (held lines, then the partial line) becomes the tail; the
         bound keeps the copying linear. A CR at the end of the last read must
