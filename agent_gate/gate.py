@@ -49,6 +49,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from agent_gate.accumulate import Accumulator, Anomaly, DispatchMode
+from agent_gate.accumulate import _Rejected as StrictParseError
+from agent_gate.accumulate import parse_arguments as strict_arguments
 from agent_gate.authorize import (
     PolicyAuthorizer,
     principal_from_json,
@@ -95,7 +97,6 @@ from agent_gate.schema import (
     ToolRegistry,
     ToolSpec,
     json_type_name,
-    parse_arguments,
 )
 
 __all__ = [
@@ -1149,14 +1150,21 @@ class Gate:
                     f"a {call.kind} call carries free text, and {call.name!r} "
                     "takes a JSON object; not run",
                 )
+            raw = call.raw_arguments or ""
             try:
-                arguments = parse_arguments(call.raw_arguments or "")
-            except ValueError:
-                return None, (
-                    Event.REJECT,
-                    R.ARGUMENTS_NOT_OBJECT,
-                    "the arguments are not valid JSON; not run",
-                )
+                # As strict as the accumulator: text handed in directly must not
+                # pass with duplicate keys (which member would the tool see?), NaN
+                # or lone surrogates that a stream would have been rejected for.
+                arguments = strict_arguments(raw)
+            except StrictParseError as exc:
+                if exc.reason != "arguments_not_object":
+                    why = "" if exc.reason == "invalid_json" else f" ({exc.reason})"
+                    return None, (
+                        Event.REJECT,
+                        R.ARGUMENTS_NOT_OBJECT,
+                        f"the arguments are not valid JSON{why}; not run",
+                    )
+                arguments = json.loads(raw)  # valid JSON, not an object: named below
         if not isinstance(arguments, Mapping):
             return None, (
                 Event.REJECT,

@@ -88,11 +88,13 @@ class DbNowPlus:
 class Guard:
     """Conditions a transition's compare-and-set must also still match.
 
-    ``lease_owner``: the call is still leased to this owner (only the worker that
-    ran the tool reports its outcome). ``lease_expired``: its lease has run out by
-    the database clock right now (a lease renewed a moment ago is never stolen).
+    ``owner``: the call is still leased to ``lease_owner`` (only the worker that ran
+    the tool reports its outcome; None matches a row without an owner).
+    ``lease_expired``: its lease has run out by the database clock right now (a
+    lease renewed a moment ago is never stolen).
     """
 
+    owner: bool = False
     lease_owner: str | None = None
     lease_expired: bool = False
 
@@ -902,7 +904,7 @@ class Ledger:
         With ``lease_owner``, it applies only while that owner still holds the lease:
         the worker that ran the tool reports, nobody else in its name.
         """
-        guard = Guard(lease_owner=lease_owner) if lease_owner is not None else None
+        guard = Guard(owner=True, lease_owner=lease_owner) if lease_owner is not None else None
         changes: dict[str, Any] = {}
         info = dict(detail or {})
         if result is not None:
@@ -926,7 +928,7 @@ class Ledger:
         and (when judged by time) that the lease is still expired, so a lease renewed
         a moment ago is never stolen.
         """
-        guard = Guard(lease_owner=rec.lease_owner, lease_expired=expired_only)
+        guard = Guard(owner=True, lease_owner=rec.lease_owner, lease_expired=expired_only)
         return self.transition(
             rec, Event.LOSE, actor=actor, code=code, reason=reason, guard=guard,
             detail={"owner": rec.lease_owner, "attempt": rec.attempt},
@@ -1011,8 +1013,9 @@ def _compare_and_set(
     returning = conn.dialect.update_returning
     keys = tuple(sorted(values))
     clocked = tuple(k for k in keys if isinstance(values[k], DbNowPlus))
-    owner_guard = guard.lease_owner is not None
-    shape = ("cas", keys, clocked, owner_guard, guard.lease_expired, returning)
+    owner_guard = guard.owner and guard.lease_owner is not None
+    no_owner = guard.owner and guard.lease_owner is None
+    shape = ("cas", keys, clocked, owner_guard, no_owner, guard.lease_expired, returning)
 
     def build() -> Any:
         c = _CALLS.c
@@ -1023,6 +1026,8 @@ def _compare_and_set(
         ]
         if owner_guard:
             where.append(c.lease_owner == bindparam("w_owner", type_=c.lease_owner.type))
+        if no_owner:
+            where.append(c.lease_owner.is_(None))
         if guard.lease_expired:
             where.append(c.lease_expires_ms < db_now_ms())
         sets: dict[str, Any] = {

@@ -168,6 +168,13 @@ def test_dedupe_catches_the_same_write_under_a_new_call_id(gate: Gate, rec: Reco
          "arguments_not_object", "the arguments are a JSON array, not an object; not run"),
         ({"call_id": "j", "name": "send", "arguments": '{"to": "ana@'}, "rejected",
          "arguments_not_object", "the arguments are not valid JSON; not run"),
+        # Text handed in directly is parsed as strictly as a stream's: with two
+        # members of one name, the schema and the tool could each see a different one.
+        ({"call_id": "d", "name": "send",
+          "arguments": '{"to": "ana@example.com", "to": "eve@example.net"}'}, "rejected",
+         "arguments_not_object", "the arguments are not valid JSON (duplicate_key); not run"),
+        ({"call_id": "t", "name": "send", "arguments": '["ana@example.com"]'}, "rejected",
+         "arguments_not_object", "the arguments are a JSON array, not an object; not run"),
         ({"call_id": "i", "name": "send", "arguments": '{"to": "ana@', "status": "incomplete",
           "reason": "max_output_tokens"}, "incomplete", "arguments_incomplete",
          "the arguments never completed (max_output_tokens); not run"),
