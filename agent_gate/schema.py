@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import math
 import os
 import re
@@ -887,12 +886,3 @@ def _model_parameter(fn: Callable[..., Any]) -> type[BaseModel]:
         f"tool {getattr(fn, '__name__', fn)!r} needs schema= (a JSON Schema dict or a "
         "pydantic model), or a single parameter annotated with a pydantic model"
     )
-
-
-def parse_arguments(raw: str) -> Any:
-    """Parse argument text strictly: JSON has no NaN/Infinity, and neither do we."""
-
-    def reject(token: str) -> Any:
-        raise ValueError(f"non-JSON number {token}")
-
-    return json.loads(raw, parse_constant=reject)
