@@ -67,6 +67,7 @@ __all__ = [
     "for_update",
     "insert_ignore",
     "lock_named",
+    "release_idle",
     "resolve_url",
 ]
 
@@ -197,9 +198,17 @@ def _postgresql_engine(url: URL, busy_timeout: float) -> Engine:
 
 
 @contextmanager
-def begin_write(engine: Engine) -> Iterator[Connection]:
+def begin_write(engine: Engine, *, reuse: bool = True) -> Iterator[Connection]:
     """A transaction that will write: holds the write lock from its first statement
-    on SQLite; on PostgreSQL rows are locked as they are updated."""
+    on SQLite; on PostgreSQL rows are locked as they are updated.
+
+    ``reuse=False``: on a connection of its own, not one kept for the next
+    transaction (for callers such as Alembic that keep references to it).
+    """
+    if reuse and engine.dialect.name == "sqlite":
+        with _sqlite_transaction(engine, write=True) as conn:
+            yield conn
+        return
     with engine.connect() as conn:
         conn = conn.execution_options(**{_WRITE_OPTION: True})
         with conn.begin():
@@ -207,7 +216,7 @@ def begin_write(engine: Engine) -> Iterator[Connection]:
 
 
 @contextmanager
-def begin_read(engine: Engine) -> Iterator[Connection]:
+def begin_read(engine: Engine, *, reuse: bool = True) -> Iterator[Connection]:
     """A read-only transaction that sees one consistent snapshot, and takes no lock.
 
     SQLite gives a deferred transaction one snapshot by itself. PostgreSQL's READ
@@ -215,7 +224,12 @@ def begin_read(engine: Engine) -> Iterator[Connection]:
     schema check reads the revision and the table list; ``audit verify`` reads the
     chain head and then every entry) could see a writer's commit land between two
     statements; REPEATABLE READ READ ONLY pins one snapshot and never blocks writers.
+    ``reuse`` as for ``begin_write``.
     """
+    if reuse and engine.dialect.name == "sqlite":
+        with _sqlite_transaction(engine, write=False) as conn:
+            yield conn
+        return
     with engine.connect() as conn:
         if conn.dialect.name == "postgresql":
             conn = conn.execution_options(
@@ -223,6 +237,75 @@ def begin_read(engine: Engine) -> Iterator[Connection]:
             )
         with conn.begin():
             yield conn
+
+
+_SPARE_MAX = 4
+"""SQLite connections an engine keeps checked out between transactions, per kind."""
+
+
+class _Spares:
+    """An engine's idle SQLite ``Connection`` objects, kept between transactions.
+
+    Checking a connection out of the pool, wrapping it in a ``Connection``, setting
+    its options and checking it back in costs about 60 us of CPU per transaction,
+    three times the transaction itself, and a gate call runs three of them. A local
+    file has no server that could drop an idle session (the reason PostgreSQL
+    connections go back to the pool and are pinged on checkout), so SQLite's are
+    reused: a transaction pops an idle one, or opens one, and puts it back after
+    (at most ``_SPARE_MAX`` of each kind). They belong to the pool they came from
+    and the process that opened them: after ``engine.dispose()`` (a new pool) or in
+    a forked child they are not used again.
+    """
+
+    __slots__ = ("pid", "pool", "read", "write")
+
+    def __init__(self, engine: Engine) -> None:
+        self.pool = engine.pool
+        self.pid = os.getpid()
+        self.write: list[Connection] = []
+        self.read: list[Connection] = []
+
+    def close(self) -> None:
+        while self.write or self.read:
+            (self.write or self.read).pop().close()
+
+
+# Kept on the engine itself, not in a weak mapping keyed by it: the connections
+# refer to their engine, so such a mapping would keep every engine alive; as an
+# attribute, an engine nobody closed is collected with its idle connections.
+_SPARES_ATTR = "_agent_gate_idle_connections"
+
+
+def release_idle(engine: Engine) -> None:
+    """Close the connections ``engine`` keeps between transactions (before dispose)."""
+    spares: _Spares | None = engine.__dict__.pop(_SPARES_ATTR, None)
+    if spares is not None and spares.pid == os.getpid():
+        spares.close()
+
+
+@contextmanager
+def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
+    spares: _Spares | None = engine.__dict__.get(_SPARES_ATTR)
+    if spares is None or spares.pool is not engine.pool or spares.pid != os.getpid():
+        if spares is not None and spares.pid == os.getpid():
+            spares.close()  # the engine was disposed: these belong to the old pool
+        spares = _Spares(engine)
+        engine.__dict__[_SPARES_ATTR] = spares
+    idle = spares.write if write else spares.read
+    try:
+        conn = idle.pop()
+    except IndexError:
+        conn = engine.connect()
+        if write:
+            conn = conn.execution_options(**{_WRITE_OPTION: True})
+    try:
+        with conn.begin():
+            yield conn
+    finally:
+        if conn.invalidated or conn.closed or len(idle) >= _SPARE_MAX:
+            conn.close()
+        else:
+            idle.append(conn)
 
 
 def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:

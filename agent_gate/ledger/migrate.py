@@ -81,7 +81,8 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at; ``None`` for a database Alembic never touched."""
-    with begin_read(engine) as conn:
+    # reuse=False: Alembic's context stays referenced (by its event hooks) after use.
+    with begin_read(engine, reuse=False) as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
@@ -98,7 +99,7 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
     Everything is decided again under the lock: another process may have upgraded
     between our look and our turn, and then there is nothing left to do.
     """
-    with begin_write(engine) as conn:
+    with begin_write(engine, reuse=False) as conn:
         lock_named(conn, MIGRATION_LOCK)
         before = MigrationContext.configure(conn).get_current_revision()
         _check_adoptable(conn, before)
@@ -118,7 +119,7 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool | None = None) -> None:
     ``False`` never upgrades.
     """
     head = head_revision()
-    with begin_read(engine) as conn:  # one snapshot for the version and the tables
+    with begin_read(engine, reuse=False) as conn:  # one snapshot: version and tables
         current = MigrationContext.configure(conn).get_current_revision()
         if current != head:
             _check_adoptable(conn, current)

@@ -10,6 +10,7 @@ the row in between, nothing is written and the caller gets the row as it now is
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from agent_gate.ledger.dialect import (
     db_now_ms,
     for_update,
     insert_ignore,
+    release_idle,
     resolve_url,
 )
 from agent_gate.ledger.migrate import ensure_schema
@@ -291,9 +293,14 @@ class Ledger:
     ) -> None:
         self.url = resolve_url(url) if engine is None else str(engine.url)
         self.engine = engine or create_ledger_engine(self.url, busy_timeout=busy_timeout)
+        # The SQLite connections kept between transactions (dialect.begin_write) stay
+        # checked out, which keeps their engine alive: a ledger nobody closed gives
+        # them back when it is collected.
+        self._release = weakref.finalize(self, release_idle, self.engine)
         ensure_schema(self.engine, auto_upgrade=auto_upgrade)
 
     def close(self) -> None:
+        self._release()
         self.engine.dispose()
 
     def __enter__(self) -> Ledger:
