@@ -53,7 +53,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import AgentGateError
-from agent_gate.ledger.prepared import driver_error, prepare
+from agent_gate.ledger.prepared import driver_error, observed, prepare
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -141,9 +141,8 @@ def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE_OPTION) else "BEGIN"
-        dispatch = conn.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            conn.exec_driver_sql(sql)  # statement listeners see it
+        if observed(conn):
+            conn.exec_driver_sql(sql)  # statement listeners and the echo log see it
         else:
             # Every ledger transaction starts here: on the driver it costs a tenth.
             # A busy database still raises what Core would (OperationalError).

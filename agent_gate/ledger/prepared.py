@@ -27,8 +27,9 @@ to ``Connection.execute``:
   path raises, with parameters hidden (they may hold arguments), and a connection
   the driver reports lost is invalidated, as SQLAlchemy itself would do;
 * when anything listens for ``before_cursor_execute``/``after_cursor_execute``
-  (tracing, statement logging, a test's fault injection), the compiled text runs
-  through ``Connection.exec_driver_sql`` instead, so the listeners see it.
+  (tracing, a test's fault injection) or the engine echoes statements, the
+  compiled text runs through ``Connection.exec_driver_sql`` instead, so the
+  listeners and the log see it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from sqlalchemy import Column, Connection, exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
-__all__ = ["Prepared", "Rows", "driver_error", "prepare", "result_processors"]
+__all__ = ["Prepared", "Rows", "driver_error", "observed", "prepare", "result_processors"]
 
 _Processor = Callable[[Any], Any]
 
@@ -76,10 +77,9 @@ class Prepared:
         args: Sequence[Any] | Mapping[str, Any] = (
             tuple([params[n] for n in self.names]) if self.positional else params
         )
-        dispatch = conn.dispatch
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            # Someone watches the statements (tracing, logging, a test's fault hook):
-            # go through Core's execution so they see these too.
+        if observed(conn):
+            # Someone watches the statements (tracing, echo, a test's fault hook): go
+            # through Core's execution so they see these too.
             result = conn.exec_driver_sql(self.sql, args)  # type: ignore[arg-type]
             fetched = [tuple(r) for r in result.fetchall()] if result.returns_rows else []
             return Rows(result.rowcount, fetched)
@@ -92,6 +92,15 @@ class Prepared:
             raise driver_error(conn, error, self.sql, args, cursor) from error
         finally:
             cursor.close()
+
+
+def observed(conn: Connection) -> bool:
+    """Whether anyone watches ``conn``'s statements: cursor-execute listeners, or
+    the engine's ``echo`` (statement logging)."""
+    dispatch = conn.dispatch
+    return bool(
+        dispatch.before_cursor_execute or dispatch.after_cursor_execute or conn.engine.echo
+    )
 
 
 def driver_error(

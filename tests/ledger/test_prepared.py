@@ -139,3 +139,20 @@ def test_a_busy_sqlite_database_raises_sqlalchemys_operational_error(
             holder.execute("ROLLBACK")
             holder.close()
         assert ledger.record(_new())[1]  # once the lock is gone, writes go on
+
+
+@pytest.mark.backends("sqlite")
+def test_an_echoing_engine_logs_the_hot_statements(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    with Ledger(db_url) as ledger:
+        ledger.engine.echo = True
+        with caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine"):
+            rec, _ = ledger.record(_new())
+            ledger.transition(rec, Event.ALLOW)
+        logged = " ".join(r.getMessage() for r in caplog.records)
+        assert "INSERT INTO tool_calls" in logged
+        assert "UPDATE tool_calls SET" in logged
+        assert "BEGIN IMMEDIATE" in logged
