@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 
 from agent_gate.errors import AgentGateError
+from agent_gate.plainjson import plain_json
 
 try:
     import jsonschema_rs
@@ -276,7 +276,6 @@ _LITERAL = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-@:/,;=!<>'\"%#`"
 )
 _LITERAL_IN_CLASS = (_LITERAL - {"-"}) | frozenset(".*+?(){}$")
-_INT64 = 2**63
 NATIVE_FORMATS = frozenset({"email", "uuid", "ipv4"})
 """Formats jsonschema-rs checks itself: for these an rs "valid" implies Python's
 (Python's email check is only "contains @", its uuid check accepts every canonical
@@ -428,39 +427,6 @@ def _vetted_node(schema: object, formats: set[str], refs: set[str]) -> bool:
             if value != _DRAFT_2020_12:
                 return False
         elif key not in _ANNOTATIONS and not plain_json(value):
-            return False
-    return True
-
-
-def plain_json(value: object) -> bool:
-    """Whether ``value`` is made only of what JSON parsing produces: dicts with str
-    keys, lists, str, bool, None, finite floats and ints within 64 bits.
-
-    jsonschema-rs reads other things its own way (a tuple is an array to it, not to
-    python-jsonschema), so anything else is validated by Python.
-    """
-    stack = [value]
-    pop = stack.pop
-    push = stack.extend
-    while stack:
-        item = pop()
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return False
-            push(item.values())
-        elif kind is list:
-            push(item)
-        elif kind is int:
-            if not -_INT64 <= item < _INT64:
-                return False
-        elif kind is float:
-            if not math.isfinite(item):
-                return False
-        else:
             return False
     return True
 

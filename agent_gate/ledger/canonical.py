@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
+
+from agent_gate.plainjson import plain_json
 
 __all__ = [
     "arguments_hash",
@@ -46,9 +47,6 @@ def _compiled_sorted_dumps() -> Callable[[Any], bytes] | None:
 _fast_dumps = _compiled_sorted_dumps()
 """orjson with sorted keys, or ``None`` (not installed, or AGENT_GATE_PURE_PYTHON=1)."""
 
-_INT64 = 2**63
-
-
 def _same_bytes_as_orjson(value: Any) -> bool:
     """Whether orjson's sorted output is byte for byte ``_reference``'s for ``value``.
 
@@ -60,30 +58,7 @@ def _same_bytes_as_orjson(value: Any) -> bool:
     UUIDs and enums, which orjson serializes where json.dumps raises) is left to
     the reference, which decides or raises as it always did.
     """
-    stack = [value]
-    pop = stack.pop
-    push = stack.extend
-    while stack:
-        item = pop()
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return False
-            push(item.values())
-        elif kind is list or kind is tuple:
-            push(item)
-        elif kind is int:
-            if not -_INT64 <= item < _INT64:
-                return False
-        elif kind is float:
-            if not math.isfinite(item) or (item != 0.0 and abs(item) < 1e-4):
-                return False
-        else:
-            return False
-    return True
+    return plain_json(value, tuples=True, min_float=1e-4)
 
 
 def _reference(value: Any) -> str:
