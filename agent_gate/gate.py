@@ -47,6 +47,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from pydantic import BaseModel
+from sqlalchemy.exc import SQLAlchemyError
 
 from agent_gate.accumulate import Accumulator, Anomaly, DispatchMode
 from agent_gate.accumulate import _Rejected as StrictParseError
@@ -1038,9 +1039,12 @@ class Gate:
             # Deciding a call that was just inserted commits with the insert (one
             # commit fewer per call). If deciding fails, the row still commits as
             # ``received`` (as when it was two transactions) and the error is raised
-            # after that commit: nothing recorded is lost.
+            # after that commit: nothing recorded is lost. A database error is raised
+            # at once: the transaction cannot commit anything after it.
             try:
                 return self._ruling(conn, new, early)
+            except SQLAlchemyError:
+                raise
             except Exception as exc:
                 failed.append(exc)
                 return None

@@ -531,3 +531,29 @@ def test_gate_on_a_file_path_relative_default(
     with Gate(rec.tools) as gate:
         gate.execute("t", mail())
     assert (tmp_path / "agent_gate.db").exists()
+
+
+def test_a_call_whose_decision_raises_stays_recorded_as_received(db_url: str) -> None:
+    """Deciding commits with the insert; when deciding itself fails (here a model
+    validator with a bug), the call is still recorded, as ``received``, and the
+    error reaches the caller: a resume decides it later."""
+    from pydantic import BaseModel, field_validator
+
+    class Order(BaseModel):
+        sku: str
+
+        @field_validator("sku")
+        @classmethod
+        def buggy(cls, value: str) -> str:
+            raise RuntimeError("validator bug")
+
+    tools = ToolRegistry()
+    ran: list[Order] = []
+    tools.register(ran.append, name="order", schema=Order, effect="write")
+    with Gate(tools, db_url) as gate:
+        with pytest.raises(RuntimeError, match="validator bug"):
+            gate.execute("t", {"call_id": "c1", "name": "order", "arguments": {"sku": "A-1"}})
+        stored = gate.ledger.get("t", "c1")
+        assert stored is not None and stored.state is CallState.RECEIVED
+        assert [e.event for e in gate.ledger.audit("t") if e.call_id == "c1"] == ["received"]
+    assert ran == []
