@@ -454,25 +454,18 @@ def run_section(quick: bool) -> dict[str, Any]:
             return arguments_hash(value)
         return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
-    def path_sse() -> None:
-        parsed = accumulate(sse)
-        tool.validate(parsed)
-        arguments_hash(parsed)
+    def path(feed: list[Any], validator: Any) -> Callable[[], None]:
+        """The whole decision path: accumulate ``feed``, validate, hash."""
 
-    def path_parsed() -> None:
-        parsed = accumulate(events)
-        tool.validate(parsed)
-        arguments_hash(parsed)
+        def run() -> None:
+            parsed = accumulate(feed)
+            validator.validate(parsed)
+            arguments_hash(parsed)
 
-    def path_sse_pure() -> None:
-        parsed = accumulate(sse)
-        python_tool.validate(parsed)
-        arguments_hash(parsed)
+        return run
 
-    def path_parsed_pure() -> None:
-        parsed = accumulate(events)
-        python_tool.validate(parsed)
-        arguments_hash(parsed)
+    path_sse, path_parsed = path(sse, tool), path(events, tool)
+    path_sse_pure, path_parsed_pure = path(sse, python_tool), path(events, python_tool)
 
     def once() -> None:
         parsed = parse_arguments("".join(pieces))
