@@ -22,8 +22,6 @@ It is sans-IO: no sockets, no clock, no threads. Feed it events, read calls.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +31,6 @@ from typing import Any
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.providers.base import (
-    PURE_PYTHON,
     ProviderAdapter,
     WireEvent,
     WireKind,
@@ -60,6 +57,7 @@ from agent_gate.providers.events import (
 from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import ReplayGuard
 from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
+from agent_gate.strict_json import StrictParseError, parse_arguments
 
 DEFAULT_MAX_CALLS = 256
 DEFAULT_MAX_CALL_ARGUMENT_BYTES = 1024 * 1024
@@ -143,102 +141,6 @@ class _Call:
     size: int = 0
     snapshot: str | None = None
     outcome: ToolCall | None = None
-
-
-class _Rejected(Exception):
-    """Internal: arguments failed strict parsing, with a fixed reason."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def _no_constants(token: str) -> Any:
-    raise _Rejected("invalid_json")
-
-
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _Rejected("duplicate_key")
-        obj[key] = value
-    return obj
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_no_constants)
-
-
-def _compiled_codec() -> tuple[Callable[[str], Any], Callable[[Any], bytes]] | None:
-    if PURE_PYTHON:
-        return None
-    try:
-        import msgspec.json
-    except ImportError:
-        return None
-    return msgspec.json.Decoder().decode, msgspec.json.Encoder().encode
-
-
-_CODEC = _compiled_codec()
-
-
-def parse_arguments(text: str) -> dict[str, Any]:
-    """Parse frozen argument text strictly, or raise ``_Rejected`` with a reason.
-
-    Whitespace around one JSON value is allowed (``json.loads`` semantics); a
-    second value after it (``{}{"a":1}``) is a concatenation, which a repair
-    parser would silently merge or truncate.
-
-    The verdict is always ``parse_arguments_reference``'s; msgspec (about 3x faster
-    on 2 KB) only answers when it cannot differ. msgspec already refuses NaN,
-    Infinity, lone surrogates, trailing values and numbers out of range (big
-    integers it keeps exact), but it keeps the last of duplicate keys. So its value
-    is accepted only if it is an object and re-encoding it gives as many ``:`` as
-    the text has: outside strings every ``:`` separates one member, inside strings
-    it is a literal character, so a dropped duplicate member is always a missing
-    ``:``, unless the text wrote a colon as ``\\u003a``, which is left to the
-    reference. Texts with many brackets are too (msgspec nests a few levels deeper
-    before its RecursionError than the reference). Everything else, and every
-    rejection, is the reference's, reasons included.
-    """
-    codec = _CODEC
-    if (
-        codec is not None
-        and text.count("{") + text.count("[") <= sys.getrecursionlimit() // 4
-        and "\\u003" not in text
-    ):
-        decode, encode = codec
-        try:
-            value = decode(text)
-        except Exception:  # msgspec's errors, RecursionError: the reference decides
-            value = None
-        if type(value) is dict and encode(value).count(b":") == text.count(":"):
-            return value
-    return parse_arguments_reference(text)
-
-
-def parse_arguments_reference(text: str) -> dict[str, Any]:
-    """The definition of strict parsing: ``json`` with hooks, then a Unicode check."""
-    try:
-        value, end = _DECODER.raw_decode(text, _skip_ws(text, 0))
-    except json.JSONDecodeError:
-        raise _Rejected("invalid_json") from None
-    except RecursionError:
-        raise _Rejected("invalid_json") from None
-    if _skip_ws(text, end) != len(text):
-        raise _Rejected("concatenated_json")
-    if not isinstance(value, dict):
-        raise _Rejected("arguments_not_object")
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise _Rejected("invalid_unicode") from None
-    return value
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in " \t\n\r":
-        pos += 1
-    return pos
 
 
 def _always_after_response(_name: str) -> DispatchMode:
@@ -569,7 +471,7 @@ class Accumulator:
             return
         try:
             arguments = parse_arguments(text)
-        except _Rejected as rejected:
+        except StrictParseError as rejected:
             self._settle(call, CallStatus.REJECTED, rejected.reason, released, raw=text)
             return
         self._settle(call, CallStatus.COMPLETE, None, released, raw=text, arguments=arguments)

@@ -50,8 +50,6 @@ from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent_gate.accumulate import Accumulator, Anomaly, DispatchMode
-from agent_gate.accumulate import _Rejected as StrictParseError
-from agent_gate.accumulate import parse_arguments as strict_arguments
 from agent_gate.authorize import (
     PolicyAuthorizer,
     principal_from_json,
@@ -99,6 +97,8 @@ from agent_gate.schema import (
     ToolSpec,
     json_type_name,
 )
+from agent_gate.strict_json import StrictParseError
+from agent_gate.strict_json import parse_arguments as strict_arguments
 
 __all__ = [
     "DEFAULT_APPROVAL_TTL",
@@ -237,8 +237,13 @@ class Blocker:
     reason: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"call_id": self.call_id, "tool": self.tool, "state": self.state.value,
-                "needs": self.needs, "reason": self.reason}
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "state": self.state.value,
+            "needs": self.needs,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -687,7 +692,11 @@ class Gate:
         )
 
     def deny(
-        self, call: str | Outcome, *, by: str, reason: str | None = None,
+        self,
+        call: str | Outcome,
+        *,
+        by: str,
+        reason: str | None = None,
         task_id: str | None = None,
     ) -> Outcome:
         """A person denies a call that waits for approval: it is rejected, never run."""
@@ -1111,7 +1120,10 @@ class Gate:
                 detail={"duplicate_of": duplicate_of} if duplicate_of else None,
             )
         outcome = yield from self._advance(
-            rec, early=early, call_id=call.call_id, duplicate_of=duplicate_of,
+            rec,
+            early=early,
+            call_id=call.call_id,
+            duplicate_of=duplicate_of,
             acted=inserted and rec.state is not CallState.RECEIVED,
         )
         return outcome
@@ -1211,13 +1223,24 @@ class Gate:
                     tr, _ = self.ledger.authorize(rec, self._policy_ruling, actor=self.owner)
                 elif isinstance(decided, str):
                     # Cannot be decided here (sealed arguments without the key): report.
-                    return self._outcome(rec, replayed=not acted, code=R.ARGUMENTS_SEALED,
-                                         reason=decided, state=rec.state, **extra)
+                    return self._outcome(
+                        rec,
+                        replayed=not acted,
+                        code=R.ARGUMENTS_SEALED,
+                        reason=decided,
+                        state=rec.state,
+                        **extra,
+                    )
                 else:
                     ruling = _ruling_of(decided)
                     tr = self.ledger.transition(
-                        rec, ruling.event, actor=self.owner, code=ruling.code,
-                        reason=ruling.reason, detail=ruling.detail, changes=ruling.changes,
+                        rec,
+                        ruling.event,
+                        actor=self.owner,
+                        code=ruling.code,
+                        reason=ruling.reason,
+                        detail=ruling.detail,
+                        changes=ruling.changes,
                     )
                 rec, acted = tr.record, tr.won
                 continue
@@ -1229,8 +1252,12 @@ class Gate:
                 now, waiting, won = approved
                 if now.state is CallState.AWAITING_APPROVAL:
                     return self._outcome(
-                        now, replayed=not acted, state=now.state, code=R.AWAITING_APPROVAL,
-                        reason=waiting or now.reason, **extra,
+                        now,
+                        replayed=not acted,
+                        state=now.state,
+                        code=R.AWAITING_APPROVAL,
+                        reason=waiting or now.reason,
+                        **extra,
                     )
                 rec, acted = now, won
                 continue
@@ -1403,8 +1430,9 @@ class Gate:
     # ------------------------------------------------------------ policy
 
     def _context(self, principal: Principal | None, scope: TaskScope | None) -> _Context:
-        return _Context(principal_json(principal or self.principal),
-                        scope_json(scope or self.scope))
+        return _Context(
+            principal_json(principal or self.principal), scope_json(scope or self.scope)
+        )
 
     def _classes(self, tool: Tool) -> tuple[Effect, Idempotency]:
         """The tool's effect and idempotency after the policy's (safer-only) overrides."""
@@ -1448,9 +1476,7 @@ class Gate:
             return self.seal_key.keyed_hash(text)
         return sha256_hex(text)
 
-    def _task_context(
-        self, conn: Any, task_id: str
-    ) -> tuple[Principal, TaskScope]:
+    def _task_context(self, conn: Any, task_id: str) -> tuple[Principal, TaskScope]:
         from sqlalchemy import select
 
         row = conn.execute(
@@ -1466,8 +1492,9 @@ class Gate:
         assert self.rules is not None
         principal, scope = self._task_context(conn, rec.task_id)
         usage = quota.usage(conn, rec.task_id, self.rules.counters(rec.tool))
-        return self.rules.evaluate(rec.tool, arguments, principal=principal, scope=scope,
-                                   usage=usage)
+        return self.rules.evaluate(
+            rec.tool, arguments, principal=principal, scope=scope, usage=usage
+        )
 
     def _evaluate_now(self, rec: CallRecord) -> PolicyDecision:
         from agent_gate.ledger.dialect import begin_read
@@ -1486,13 +1513,29 @@ class Gate:
         decision = self._evaluate_in(conn, rec, arguments)
         detail, changes, reason = _decision_record(decision)
         if decision.effect is DecisionEffect.ALLOW:
-            return Ruling(Event.ALLOW, R.ALLOWED, reason, detail,
-                          charges=self.rules.charges(rec.tool, arguments), changes=changes)
+            return Ruling(
+                Event.ALLOW,
+                R.ALLOWED,
+                reason,
+                detail,
+                charges=self.rules.charges(rec.tool, arguments),
+                changes=changes,
+            )
         if decision.effect is DecisionEffect.APPROVE:
-            return Ruling(Event.REQUIRE_APPROVAL, R.AWAITING_APPROVAL,
-                          f"waits for a human approval: {reason}", detail, changes=changes)
-        return Ruling(Event.REJECT, R.POLICY_DENIED, f"denied by policy: {reason}; not run",
-                      detail, changes=changes)
+            return Ruling(
+                Event.REQUIRE_APPROVAL,
+                R.AWAITING_APPROVAL,
+                f"waits for a human approval: {reason}",
+                detail,
+                changes=changes,
+            )
+        return Ruling(
+            Event.REJECT,
+            R.POLICY_DENIED,
+            f"denied by policy: {reason}; not run",
+            detail,
+            changes=changes,
+        )
 
     def _claim_approved(
         self, rec: CallRecord, call_id: str, duplicate_of: str | None
@@ -1518,19 +1561,26 @@ class Gate:
         def decide(conn: Any, current: CallRecord) -> Ruling:
             approval = approvals.latest(conn, current.row_id)
             problem = approvals.problem(
-                approval, args_hash=self._hash_for(current, arguments),
-                stored_args_hash=current.args_hash, policy_hash=rules.hash,
+                approval,
+                args_hash=self._hash_for(current, arguments),
+                stored_args_hash=current.args_hash,
+                policy_hash=rules.hash,
             )
             if problem is not None or approval is None:
                 return Ruling(None, reason=problem)
             decision = self._evaluate_in(conn, current, arguments)
             detail, changes, reason = _decision_record(decision)
             if decision.effect is DecisionEffect.DENY:
-                return Ruling(Event.DENY, R.POLICY_DENIED,
-                              f"denied by policy when its approval was used: {reason}; not run",
-                              detail, changes=changes)
+                return Ruling(
+                    Event.DENY,
+                    R.POLICY_DENIED,
+                    f"denied by policy when its approval was used: {reason}; not run",
+                    detail,
+                    changes=changes,
+                )
             return Ruling(
-                Event.APPROVE, R.APPROVED,
+                Event.APPROVE,
+                R.APPROVED,
                 f"approved by {approval.decided_by}"
                 + (f": {bound(approval.reason, 200)}" if approval.reason else ""),
                 {**detail, "approved_by": approval.decided_by},
@@ -1542,8 +1592,9 @@ class Gate:
             rec, owner=self.owner, lease_ms=self.lease_ms, decide=decide
         )
         if tr.won and tr.record.state is CallState.EXECUTING:
-            return _Claimed(tr.record, tool, validated, self._info(tr.record), call_id,
-                            duplicate_of)
+            return _Claimed(
+                tr.record, tool, validated, self._info(tr.record), call_id, duplicate_of
+            )
         waiting = ruling.reason if ruling is not None and ruling.event is None else None
         return tr.record, waiting, tr.won
 
@@ -1952,8 +2003,7 @@ def _decision_record(
     exceeded = [c.id for c in decision.exceeded_limits]
     if exceeded:
         detail["exceeded_limits"] = exceeded
-    changes = {"policy_hash": decision.policy_hash,
-               "rule_ids": json.dumps(list(decision.rule_ids))}
+    changes = {"policy_hash": decision.policy_hash, "rule_ids": json.dumps(list(decision.rule_ids))}
     return detail, changes, reason
 
 
@@ -1962,6 +2012,8 @@ def _ruling_of(decided: tuple[Event, str, str | None, dict[str, Any] | None]) ->
     event, code, reason, detail = decided
     changes: dict[str, Any] = {}
     if detail and "rule_ids" in detail:  # a custom Authorizer's decision
-        changes = {"policy_hash": detail.get("policy_hash"),
-                   "rule_ids": json.dumps(detail["rule_ids"])}
+        changes = {
+            "policy_hash": detail.get("policy_hash"),
+            "rule_ids": json.dumps(detail["rule_ids"]),
+        }
     return Ruling(event, code, reason, detail, changes=changes)

@@ -18,15 +18,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_gate import accumulate
-from agent_gate.accumulate import _Rejected, parse_arguments, parse_arguments_reference
+from agent_gate import strict_json
+from agent_gate.strict_json import StrictParseError, parse_arguments, parse_arguments_reference
 
 
 @pytest.fixture(params=["compiled", "pure"])
 def parse_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "pure":
-        monkeypatch.setattr(accumulate, "_CODEC", None)
-    elif accumulate._CODEC is None:
+        monkeypatch.setattr(strict_json, "_CODEC", None)
+    elif strict_json._CODEC is None:
         pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
     return str(request.param)
 
@@ -95,7 +95,7 @@ def _texts() -> st.SearchStrategy[str]:
 def verdict(parse: Any, text: str) -> tuple[str, Any]:
     try:
         return ("ok", parse(text))
-    except _Rejected as rejected:
+    except StrictParseError as rejected:
         return ("rejected", rejected.reason)
 
 

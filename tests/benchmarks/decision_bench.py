@@ -39,19 +39,15 @@ from typing import Any
 
 from harness import paired, paired_ratio
 
-from agent_gate import accumulate as accumulate_module
-from agent_gate.accumulate import (
-    Accumulator,
-    _Rejected,
-    parse_arguments,
-    parse_arguments_reference,
-)
+from agent_gate import strict_json as strict_json_module
+from agent_gate.accumulate import Accumulator
 from agent_gate.calls import CallStatus
 from agent_gate.ledger import canonical as canonical_module
 from agent_gate.ledger.canonical import arguments_hash, canonical_json
 from agent_gate.providers import base as providers_base
 from agent_gate.schema import ArgumentsInvalid, Tool, ToolRegistry
 from agent_gate.sse import ServerSentEvent
+from agent_gate.strict_json import StrictParseError, parse_arguments, parse_arguments_reference
 
 _EMAIL = {"type": "string", "format": "email", "maxLength": 254}
 SCHEMA: dict[str, Any] = {
@@ -228,12 +224,12 @@ def pure_python() -> Iterator[None]:
     saved = (
         providers_base._fast_loads,
         providers_base._fast_dumps,
-        accumulate_module._CODEC,
+        strict_json_module._CODEC,
         canonical_module._fast_dumps,
     )
     providers_base._fast_loads = None
     providers_base._fast_dumps = None
-    accumulate_module._CODEC = None
+    strict_json_module._CODEC = None
     canonical_module._fast_dumps = None
     try:
         yield
@@ -241,7 +237,7 @@ def pure_python() -> Iterator[None]:
         (
             providers_base._fast_loads,
             providers_base._fast_dumps,
-            accumulate_module._CODEC,
+            strict_json_module._CODEC,
             canonical_module._fast_dumps,
         ) = saved
 
@@ -261,7 +257,7 @@ PARSE_CASES: dict[str, str] = {
 def _parse_verdict(parse: Callable[[str], Any], text: str) -> str:
     try:
         value = parse(text)
-    except (_Rejected, ValueError, TypeError):
+    except (StrictParseError, ValueError, TypeError):
         return "rejects"
     except Exception:  # a library's own error type
         return "rejects"

@@ -1,0 +1,117 @@
+"""Strict parsing of a tool call's frozen argument text.
+
+A call's arguments are parsed once, when the provider's completion signal has
+frozen them, and never repaired: ``json.loads`` semantics, an object required,
+no duplicate keys (a repair-minded parser keeps the last and hides the
+ambiguity), no NaN or Infinity, no lone surrogates, no second value after the
+first. A rejection carries a fixed reason identifier, never the payload.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from agent_gate.errors import AgentGateError
+from agent_gate.providers.base import PURE_PYTHON
+
+
+class StrictParseError(AgentGateError):
+    """Argument text failed strict parsing; ``reason`` is an identifier
+    (``invalid_json``, ``duplicate_key``, ``concatenated_json``,
+    ``arguments_not_object``, ``invalid_unicode``), never the text."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _no_constants(token: str) -> Any:
+    raise StrictParseError("invalid_json")
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise StrictParseError("duplicate_key")
+        obj[key] = value
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object, parse_constant=_no_constants)
+
+
+def _compiled_codec() -> tuple[Callable[[str], Any], Callable[[Any], bytes]] | None:
+    if PURE_PYTHON:
+        return None
+    try:
+        import msgspec.json
+    except ImportError:
+        return None
+    return msgspec.json.Decoder().decode, msgspec.json.Encoder().encode
+
+
+_CODEC = _compiled_codec()
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    """Parse frozen argument text strictly, or raise ``StrictParseError`` with a reason.
+
+    Whitespace around one JSON value is allowed (``json.loads`` semantics); a
+    second value after it (``{}{"a":1}``) is a concatenation, which a repair
+    parser would silently merge or truncate.
+
+    The verdict is always ``parse_arguments_reference``'s; msgspec (about 3x faster
+    on 2 KB) only answers when it cannot differ. msgspec already refuses NaN,
+    Infinity, lone surrogates, trailing values and numbers out of range (big
+    integers it keeps exact), but it keeps the last of duplicate keys. So its value
+    is accepted only if it is an object and re-encoding it gives as many ``:`` as
+    the text has: outside strings every ``:`` separates one member, inside strings
+    it is a literal character, so a dropped duplicate member is always a missing
+    ``:``, unless the text wrote a colon as ``\\u003a``, which is left to the
+    reference. Texts with many brackets are too (msgspec nests a few levels deeper
+    before its RecursionError than the reference). Everything else, and every
+    rejection, is the reference's, reasons included.
+    """
+    codec = _CODEC
+    if (
+        codec is not None
+        and text.count("{") + text.count("[") <= sys.getrecursionlimit() // 4
+        and "\\u003" not in text
+    ):
+        decode, encode = codec
+        try:
+            value = decode(text)
+        except Exception:  # msgspec's errors, RecursionError: the reference decides
+            value = None
+        if type(value) is dict and encode(value).count(b":") == text.count(":"):
+            return value
+    return parse_arguments_reference(text)
+
+
+def parse_arguments_reference(text: str) -> dict[str, Any]:
+    """The definition of strict parsing: ``json`` with hooks, then a Unicode check."""
+    try:
+        value, end = _DECODER.raw_decode(text, _skip_ws(text, 0))
+    except json.JSONDecodeError:
+        raise StrictParseError("invalid_json") from None
+    except RecursionError:
+        raise StrictParseError("invalid_json") from None
+    if _skip_ws(text, end) != len(text):
+        raise StrictParseError("concatenated_json")
+    if not isinstance(value, dict):
+        raise StrictParseError("arguments_not_object")
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise StrictParseError("invalid_unicode") from None
+    return value
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\n\r":
+        pos += 1
+    return pos
