@@ -14,8 +14,10 @@ keeps each event's SSE data text by reference (the decoder allocated it anyway,
 and it is immutable), or a mapping's sorted JSON snapshot
 (``agent_gate.providers.base.event_content``), so the common case, a position
 seen for the first time, costs a dictionary insert and nothing is hashed just
-in case. The price is memory: the text of every positioned event stays alive
-for the stream's life. The same position with the same content is a replay and
+in case. An argument delta given as a mapping is kept as a shallow copy (its
+fields are scalars) and snapshotted only if its position comes again. The
+price is memory: the text of every positioned event stays alive for the
+stream's life. The same position with the same content is a replay and
 is dropped. The same sequence number with different content, or a
 replay that diverges after its first event, is a different response and raises
 ``ReplayConflictError``. A revisited run may start again at its first event (a
@@ -30,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from agent_gate.providers.base import mapping_content
 from agent_gate.providers.errors import ReplayConflictError, safe_name
 
 
@@ -43,6 +46,14 @@ class ReplayGuard:
         self._runs: dict[str, list[Any]] = {}
         self._current: str | None = None
         self._cursor: int | None = None
+
+    @property
+    def positions(self) -> dict[Hashable, Any]:
+        """What was seen at each provider position (sequence number), for a caller that
+        records a first sighting itself: a position absent from it was never seen, and
+        the caller stores the event's content (``event_content``, or a shallow copy of
+        a mapping whose values are scalars) under it before applying the event."""
+        return self._by_key
 
     def reconnected(self) -> None:
         """The transport opened a new connection: the next event starts a new run."""
@@ -75,6 +86,8 @@ class ReplayGuard:
             if seen is None:
                 self._by_key[key] = content
                 return False
+            if type(seen) is dict:  # a mapping kept as a copy: compare as its snapshot would
+                seen = mapping_content(seen)
             if seen == content:
                 return True
             raise ReplayConflictError(event_index, _describe(key))

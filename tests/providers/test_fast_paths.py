@@ -203,6 +203,49 @@ def test_a_sequence_number_replayed_with_other_content_conflicts_both_ways() -> 
         )
 
 
+def test_a_delta_dict_reused_after_feeding_still_replays_as_it_was_fed() -> None:
+    """The short path keeps a first-seen delta mapping as a shallow copy, not a snapshot:
+    a caller that rewrites the same dict for its next event must not rewrite history."""
+    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
+    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+    acc = Accumulator("openai-responses", dispatch=DispatchMode.ON_CALL_COMPLETE)
+    acc.feed(added)
+    reused: dict[str, Any] = {"type": "response.function_call_arguments.delta", "item_id": "fc_1"}
+    for seq, piece in enumerate(['{"a":', "1}"], start=1):
+        reused["sequence_number"] = seq
+        reused["delta"] = piece
+        acc.feed(reused)
+    acc.reconnected()
+    first = {**reused, "sequence_number": 1, "delta": '{"a":'}
+    assert acc.feed(first) == [] and acc.stats.replayed_events == 1
+    done = {"type": "response.output_item.done", "output_index": 0}
+    done["item"] = {**item, "status": "completed", "arguments": '{"a":1}'}
+    (call,) = acc.feed(done)
+    assert call.arguments == {"a": 1}
+
+
+@pytest.mark.parametrize("other", [1.0, True, "1"])
+def test_a_replayed_delta_differing_only_in_a_json_type_conflicts(other: object) -> None:
+    """Kept as a dict copy, a delta still compares as its JSON text would: 1, 1.0 and
+    true are equal in Python and different on the wire."""
+    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
+    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+    delta = {
+        "type": "response.function_call_arguments.delta",
+        "item_id": "fc_1",
+        "delta": '{"a":',
+        "sequence_number": 1,
+        "output_index": 1,
+    }
+    events: list[object] = [added, delta, {**delta, "output_index": other}]
+    short = outcome("openai-responses", events, 2)
+    assert short == outcome(long_way("openai-responses"), events, 2)
+    assert short[2] == (
+        "ReplayConflictError",
+        "event at index 2 repeats position sequence_number=1 with different content",
+    )
+
+
 # -- the compiled JSON helpers against the standard library -----------------------------
 
 
