@@ -24,9 +24,11 @@ from jsonschema import Draft202012Validator, SchemaError
 from agent_gate import schema as schema_module
 from agent_gate.schema import (
     NATIVE_FORMATS,
+    SUBSET_PATTERNS,
     ArgumentsInvalid,
     ToolRegistry,
     _FastAccept,
+    _subset_pattern,
     plain_json,
     vetted_pattern,
 )
@@ -41,8 +43,26 @@ FORMAT_SEEDS = {
     "uuid": ["6f1c2a9e-3b7d-4c8e-9a1f-2d3e4f5a6b7c", "{6f1c2a9e-3b7d-4c8e-9a1f-2d3e4f5a6b7c}"],
     "ipv4": ["192.0.2.17", "0.0.0.0", "255.255.255.255", "01.2.3.4"],
     "ipv6": ["::1", "2001:db8::1", "::ffff:1.2.3.4"],
-    "uri": ["https://billing.example.com/t/42?l=de", "http://[::1]:80/x", "mailto:a@b"],
-    "date-time": ["2025-07-01T09:30:00+02:00", "2016-12-31T23:59:60Z", "2025-07-01t09:30:00z"],
+    "uri": [
+        "https://billing.example.com/t/42?l=de",
+        "http://[::1]:80/x",
+        "mailto:a@b",
+        "https://u:p@files.example.com:8443/a%20b/;x=1?q=a/b?c#f/g",
+        "urn:isbn:0451450523",
+        "file:///etc/hosts",
+        "http://192.0.2.17/",
+        "a:",
+    ],
+    "date-time": [
+        "2025-07-01T09:30:00+02:00",
+        "2016-12-31T23:59:60Z",
+        "2025-07-01t09:30:00z",
+        "2024-02-29T00:00:00Z",
+        "2025-02-29T00:00:00Z",
+        "2025-04-31T23:59:59.123456-11:30",
+        "0999-01-01T00:00:00Z",
+        "0000-01-01T00:00:00Z",
+    ],
     "date": ["2025-07-01", "2024-02-29", "2025-02-29"],
     "time": ["09:30:00Z", "23:59:60Z"],
     "hostname": ["example.com", "a-b.c"],
@@ -175,6 +195,98 @@ def test_native_formats_never_accept_what_python_refuses(data: st.DataObject) ->
     assert fast is not None
     if fast.accepts(text):
         assert Draft202012Validator.FORMAT_CHECKER.conforms(text, fmt), (fmt, text)
+
+
+def _subset_in_use(name: str) -> str:
+    pattern = _subset_pattern(name, Draft202012Validator.FORMAT_CHECKER.checkers.get(name))
+    if pattern is None:
+        pytest.skip(f"{name}: jsonschema's checker is not the one the subset was written for")
+    return pattern
+
+
+@pytest.mark.parametrize("name", sorted(SUBSET_PATTERNS))
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_subset_pattern_match_is_always_a_python_yes(name: str, data: st.DataObject) -> None:
+    """What rs's regex engine matches, Python's checker accepts: strings drawn from the
+    pattern itself (as Python reads it) and damaged format strings, matched by rs."""
+    pattern = _subset_in_use(name)
+    text = data.draw(st.from_regex(pattern, fullmatch=True) | format_strings(name))
+    rs_matches = schema_module.jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid(
+        text
+    )
+    if rs_matches:
+        assert Draft202012Validator.FORMAT_CHECKER.conforms(text, name), (name, text)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("uri", "https://billing.example.com/tickets/42?lang=de"),
+        ("uri", "https://u:p@files.example.com:8443/a%20b/;x=1?q=a/b?c#f/g"),
+        ("uri", "urn:isbn:0451450523"),
+        ("uri", "mailto:a@b"),
+        ("date-time", "2025-07-01T09:30:00+02:00"),
+        ("date-time", "2025-12-31t23:59:59.5z"),
+    ],
+)
+def test_common_format_strings_need_no_python_call(name: str, text: str) -> None:
+    assert schema_module.jsonschema_rs.Draft202012Validator(
+        {"pattern": _subset_in_use(name)}
+    ).is_valid(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "valid"),
+    [
+        ("uri", "http://[::1]:80/x", True),  # IP literal: Python's call
+        ("uri", "http://a\n", True),  # Python's $ before a final newline
+        ("uri", "http://a b", False),
+        ("date-time", "2024-02-29T00:00:00Z", True),  # leap day: Python's calendar
+        ("date-time", "2025-02-29T00:00:00Z", False),
+        ("date-time", "0999-01-01T00:00:00Z", True),
+        ("date-time", "0000-01-01T00:00:00Z", False),
+        ("date-time", "2016-12-31T23:59:60Z", False),  # leap second
+    ],
+)
+def test_what_the_subset_misses_is_python_s_verdict(name: str, text: str, valid: bool) -> None:
+    pattern = _subset_in_use(name)
+    assert not schema_module.jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid(text)
+    schema = {"type": "object", "properties": {"a": {"type": "string", "format": name}}}
+    registry = ToolRegistry()
+    registry.register(lambda **_: None, name="t", schema=schema)
+    python_only = ToolRegistry()
+    python_only.register(lambda **_: None, name="t", schema=schema)
+    python_only["t"]._fast = None
+    assert _outcome(registry, {"a": text}) == _outcome(python_only, {"a": text})
+    assert (_outcome(registry, {"a": text})[0] == "ok") is valid
+
+
+def test_a_subset_is_only_used_for_the_checker_it_was_written_for() -> None:
+    checker = Draft202012Validator.FORMAT_CHECKER
+    for name in SUBSET_PATTERNS:
+        entry = checker.checkers.get(name)
+        if entry is not None:
+            assert _subset_pattern(name, (lambda value: True, entry[1])) is None
+    assert _subset_pattern("email", checker.checkers.get("email")) is None
+    # A stricter uri checker registered before the tool: rs must call it for every uri.
+    original = checker.checkers.get("uri")
+    checker.checks("uri")(lambda value: not isinstance(value, str) or value.startswith("https:"))
+    try:
+        registry = ToolRegistry()
+        tool = registry.register(
+            lambda **_: None,
+            name="t",
+            schema={"type": "object", "properties": {"a": {"type": "string", "format": "uri"}}},
+        )
+        assert tool._fast is not None
+        assert not tool._fast.accepts({"a": "http://example.com/"})
+        assert tool._fast.accepts({"a": "https://example.com/"})
+    finally:
+        if original is None:
+            del checker.checkers["uri"]
+        else:
+            checker.checkers["uri"] = original
 
 
 def _outcome(registry: ToolRegistry, arguments: Any) -> object:
