@@ -273,13 +273,16 @@ class Accumulator:
             seq = data.get(field)
             if type(seq) is int or (isinstance(seq, int) and not isinstance(seq, bool)):
                 key = (field, seq)
-        # A mapping at a position never seen (the common case: every Responses event
-        # carries a new sequence number) is remembered once we know what it is: a hot
-        # delta as a shallow copy (50 ns), anything else as its JSON snapshot (0.5 us
-        # and up). Replays and SSE events are checked here, as the long way does.
-        first_sight = raw is None and key is not None and key not in self._positions
-        if first_sight:
-            pass
+        # A position never seen is the common case (every Responses event carries a new
+        # sequence number): it is remembered without asking the guard. SSE text at once
+        # (by reference); a mapping once we know what it is: a hot delta as a shallow
+        # copy (50 ns), anything else as its JSON snapshot (0.5 us and up).
+        first_sight = False
+        if key is not None and key not in self._positions:
+            if raw is None:
+                first_sight = True
+            else:
+                self._positions[key] = event_content(sse_type, raw, data)
         elif key is not None or sse_id:
             content = event_content(sse_type, raw, data)
             if self._replay.check(key, sse_id, content, index):
