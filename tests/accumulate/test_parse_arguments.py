@@ -84,6 +84,14 @@ def _texts() -> st.SearchStrategy[str]:
             '{"a": 1e400}',
             '{"a": 123456789012345678901234567890}',
             '{"a\\u003a": 1, "a:": 2}',
+            '{"a": "x:\\n", "a": "y"}',
+            '{"a": "\\u003a", "a": ":"}',
+            '{"a": 18446744073709551616, "a": 1}',
+            '{"a": 18446744073709551616, "b": ":"}',
+            '{"a":' + '{"a":' * 200 + "1" + "}" * 201,
+            '{"a":' + '{"a":' * 300 + "1" + "}" * 301,
+            '{"a":[' + "{}," * 400 + "{}]}",
+            '{"a":[' + '{"b":1,"b":2},' * 100 + "{}]}",
             '{"a": "\\ud83d\\ude00"}',
             '\ufeff{"a": 1}',
             ' \n{"a": -0.0}\r\t',
@@ -150,6 +158,44 @@ def test_big_integers_stay_exact(parse_path: str) -> None:
     assert parse_arguments('{"n": 123456789012345678901234567890}') == {
         "n": 123456789012345678901234567890
     }
+
+
+def outcome(parse: Any, text: str) -> tuple[str, Any]:
+    """``verdict``, and the type of any other exception (the reference's own
+    RecursionError, from its Unicode check on a value nested that deep)."""
+    try:
+        return verdict(parse, text)
+    except RecursionError as exc:
+        return ("raised", type(exc).__name__)
+
+
+def _frames() -> int:
+    frame, count = sys._getframe(), 0
+    while frame is not None:
+        frame, count = frame.f_back, count + 1
+    return count
+
+
+@pytest.mark.parametrize("shape", ["array", "object", "mixed"])
+def test_deep_texts_get_the_reference_verdict_under_a_low_recursion_limit(
+    parse_path: str, shape: str
+) -> None:
+    """Near the recursion limit msgspec and json stop at different depths; the fast
+    path must leave those texts to the reference, whatever the limit is."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(_frames() + 120)
+    try:
+        for depth in range(0, 240, 3):
+            opener = {"array": ["["], "object": ['{"k":'], "mixed": ["[", '{"k":']}[shape]
+            opens = [opener[i % len(opener)] for i in range(depth)]
+            closes = ["]" if o == "[" else "}" for o in reversed(opens)]
+            text = '{"a":' + "".join(opens) + "1" + "".join(closes) + "}"
+            # The reference one frame down, as parse_arguments calls it: how deep it
+            # gets depends on the stack it is given.
+            reference = outcome(lambda t: parse_arguments_reference(t), text)
+            assert outcome(parse_arguments, text) == reference, (shape, depth)
+    finally:
+        sys.setrecursionlimit(old)
 
 
 @pytest.mark.parametrize("limit", [0, 640, 4300])
