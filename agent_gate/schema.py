@@ -571,13 +571,14 @@ class _FastAccept:
         return cls(validator.is_valid, {f: checker.checkers.get(f) for f in formats})
 
     def accepts(self, instance: object) -> bool:
+        checkers = self._checkers
         for name, entry in self._formats:
-            if self._checkers.get(name) is not entry:
+            if checkers.get(name) is not entry:
                 return False  # a format checker was (re)registered since: ask Python
         if not plain_json(instance):
             return False
         try:
-            return bool(self._is_valid(instance))
+            return self._is_valid(instance) is True
         except Exception:  # whatever rs cannot read, Python can
             return False
 
@@ -722,7 +723,7 @@ class Tool:
 
     def validate(self, arguments: object) -> dict[str, Any] | BaseModel:
         """Return what the tool receives: the argument dict, or the model instance."""
-        if not isinstance(arguments, Mapping):
+        if type(arguments) is not dict and not isinstance(arguments, Mapping):
             raise ArgumentsNotObject(self.name, json_type_name(arguments))
         args = dict(arguments)
         # jsonschema-rs may only say yes (about 40x faster); a no, or anything it
