@@ -262,6 +262,48 @@ def test_what_the_subset_misses_is_python_s_verdict(name: str, text: str, valid:
     assert (_outcome(registry, {"a": text})[0] == "ok") is valid
 
 
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"format": "uri", "allOf": [{"maxLength": 30}], "anyOf": [{"pattern": "^https"}]},
+        {"$ref": "#/$defs/when"},
+        {"type": "array", "items": {"format": "date-time"}, "prefixItems": [{"format": "uri"}]},
+        {"not": {"format": "uri"}},
+        {"oneOf": [{"format": "uri"}, {"format": "date-time"}]},
+        {"type": ["string", "integer"], "format": "date-time"},
+    ],
+)
+def test_subset_rewriting_keeps_every_verdict_and_error(node: dict[str, Any]) -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"when": {"format": "date-time", "allOf": [{"minLength": 20}]}},
+        "properties": {"a": node},
+    }
+    instances = [
+        "https://example.com/a",
+        "https://example.com/" + "a" * 30,
+        "http://example.com/",
+        "https://[::1]/",
+        "not a uri",
+        "2025-07-01T09:30:00Z",
+        "2025-07-01T09:30:00.123456+02:00",
+        "2024-02-29T00:00:00Z",
+        "2025-02-29T00:00:00Z",
+        7,
+        ["https://example.com/", "2025-07-01T09:30:00Z"],
+        ["x", "2025-13-01T09:30:00Z"],
+    ]
+    with_rs = ToolRegistry()
+    with_rs.register(lambda **_: None, name="t", schema=schema)
+    python_only = ToolRegistry()
+    python_only.register(lambda **_: None, name="t", schema=schema)
+    python_only["t"]._fast = None
+    for instance in instances:
+        assert _outcome(with_rs, {"a": instance}) == _outcome(python_only, {"a": instance}), (
+            instance
+        )
+
+
 def test_a_subset_is_only_used_for_the_checker_it_was_written_for() -> None:
     checker = Draft202012Validator.FORMAT_CHECKER
     for name in SUBSET_PATTERNS:
