@@ -298,6 +298,7 @@ def test_subset_rewriting_keeps_every_verdict_and_error(node: dict[str, Any]) ->
     python_only = ToolRegistry()
     python_only.register(lambda **_: None, name="t", schema=schema)
     python_only["t"]._fast = None
+    assert with_rs["t"]._fast is not None
     for instance in instances:
         assert _outcome(with_rs, {"a": instance}) == _outcome(python_only, {"a": instance}), (
             instance
