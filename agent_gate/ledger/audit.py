@@ -79,10 +79,15 @@ class AuditRecord:
     hash: str = ""
 
 
+_DETAIL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+"""``json.dumps(..., sort_keys=True, separators=(",", ":"), default=str)``, built once:
+``dumps`` with options makes a new encoder on every call."""
+
+
 def _detail_text(detail: Mapping[str, Any] | None) -> str | None:
     if not detail:
         return None
-    text = json.dumps(dict(detail), sort_keys=True, separators=(",", ":"), default=str)
+    text = _DETAIL_JSON.encode(dict(detail))
     if len(text) > MAX_DETAIL_CHARS:
         text = json.dumps({"truncated": bound(text, MAX_DETAIL_CHARS)})
     return text

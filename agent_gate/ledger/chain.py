@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -74,5 +75,38 @@ def entry_hash(
         "actor": actor,
         "detail": detail,
     }
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = _body_text(body)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+"""How ``json.dumps(..., ensure_ascii=False)`` writes a string (the C encoder if built)."""
+_TEXT_FIELDS = ("actor", "call", "detail", "event", "from", "prev", "task", "to")
+_INT_FIELDS = ("at_us", "call_row", "seq", "v")
+_SORTED = tuple(sorted(_TEXT_FIELDS + _INT_FIELDS))
+
+
+def _reference_text(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _body_text(body: dict[str, Any]) -> str:
+    """``_reference_text(body)``, written directly when every value has the expected
+    type (str or None; int, not bool, or None): four entries per gate call are
+    hashed, and ``json.dumps`` with ``sort_keys`` costs several times more. Any other
+    value goes to ``json.dumps`` itself, so the text is the same in every case."""
+    parts = []
+    for key in _SORTED:
+        value = body[key]
+        kind = type(value)
+        if value is None:
+            parts.append(f'"{key}":null')
+        elif kind is str and key in _TEXT_FIELDS:
+            parts.append(f'"{key}":{_encode_str(value)}')
+        elif kind is int and key in _INT_FIELDS:
+            parts.append(f'"{key}":{int.__repr__(value)}')
+        else:
+            return _reference_text(body)
+    if len(body) != len(_SORTED):
+        return _reference_text(body)
+    return "{" + ",".join(parts) + "}"

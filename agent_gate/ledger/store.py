@@ -34,6 +34,7 @@ from agent_gate.ledger.dialect import (
     db_now_ms,
     for_update,
     insert_ignore,
+    insert_returning,
     release_idle,
     resolve_url,
 )
@@ -64,18 +65,84 @@ _TASKS = cast(Table, TaskRow.__table__)
 MAX_REASON_CHARS = 900
 _COLUMNS = tuple(_CALLS.c)
 _COLUMN_NAMES = tuple(c.name for c in _COLUMNS)
-_PROCESSORS: dict[str, tuple[Callable[[Any], Any] | None, ...]] = {}
+_PROCESSORS: dict[str, tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
+_FIELD_ORDER = (
+    "id", "task_id", "call_id", "idem_key", "tool", "effect", "idempotency", "args_hash",
+    "arguments", "sealed_arguments", "policy_hash", "rule_ids", "state", "version",
+    "attempt", "lease_owner", "lease_expires_ms", "result", "result_sha256",
+    "result_bytes", "error", "reason_code", "reason", "created_at", "updated_at",
+    "started_at", "finished_at",
+)
+"""The ``tool_calls`` columns in the order ``_record`` unpacks a driver's row."""
+if _COLUMN_NAMES != _FIELD_ORDER:  # pragma: no cover - checked at import, like states
+    raise AssertionError("tool_calls columns changed: update store._FIELD_ORDER/_record")
 
 
-def _row(dialect: Dialect, values: Sequence[Any]) -> dict[str, Any]:
-    """A ``tool_calls`` row from the driver, as Core would have returned it."""
+def _processed(dialect: Dialect, values: Sequence[Any]) -> list[Any]:
+    """A ``tool_calls`` row from the driver, converted as Core would have returned it.
+
+    Only the columns whose type has a result processor for this dialect are touched
+    (SQLite's datetimes): a row is converted four times per gate call.
+    """
     processors = _PROCESSORS.get(dialect.name)
     if processors is None:
-        processors = _PROCESSORS.setdefault(dialect.name, result_processors(dialect, _COLUMNS))
-    return {
-        name: (process(value) if process is not None and value is not None else value)
-        for name, process, value in zip(_COLUMN_NAMES, processors, values, strict=True)
-    }
+        processors = _PROCESSORS.setdefault(
+            dialect.name,
+            tuple(
+                (i, process)
+                for i, process in enumerate(result_processors(dialect, _COLUMNS))
+                if process is not None
+            ),
+        )
+    row = list(values)
+    if len(row) != len(_COLUMNS):
+        raise ValueError(f"a tool_calls row has {len(_COLUMNS)} columns, not {len(row)}")
+    for i, process in processors:
+        value = row[i]
+        if value is not None:
+            row[i] = process(value)
+    return row
+
+
+def _record(dialect: Dialect, values: Sequence[Any]) -> CallRecord:
+    """``CallRecord.from_row`` for a row from the driver, built by position."""
+    (row_id, task_id, call_id, idem_key, tool, effect, idempotency, args_hash, arguments,
+     sealed_arguments, policy_hash, rule_ids, state, version, attempt, lease_owner,
+     lease_expires_ms, result, result_sha256, result_bytes, error, reason_code, reason,
+     created_at, updated_at, started_at, finished_at) = _processed(dialect, values)
+    return CallRecord(
+        row_id=row_id,
+        task_id=task_id,
+        call_id=call_id,
+        idem_key=idem_key,
+        tool=tool,
+        effect=effect,
+        idempotency=idempotency,
+        args_hash=args_hash,
+        arguments=_loads(arguments),
+        state=_STATES.get(state) or CallState(state),
+        version=version,
+        attempt=attempt,
+        lease_owner=lease_owner,
+        lease_expires_ms=lease_expires_ms,
+        result=_loads(result),
+        result_sha256=result_sha256,
+        result_bytes=result_bytes,
+        result_omitted=result is None and result_sha256 is not None,
+        error=_loads(error),
+        reason_code=reason_code,
+        reason=reason,
+        created_at=_utc(created_at) or datetime.now(UTC),
+        updated_at=_utc(updated_at) or datetime.now(UTC),
+        started_at=_utc(started_at),
+        finished_at=_utc(finished_at),
+        sealed_arguments=sealed_arguments,
+        policy_hash=policy_hash,
+        rule_ids=tuple(_loads(rule_ids) or ()),
+    )
+
+
+_STATES: dict[str, CallState] = {state.value: state for state in CallState}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +174,12 @@ def _utc(value: datetime | None) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+_decode = json.JSONDecoder().decode
+"""``json.loads`` for text, without its per-call type checks and keyword handling."""
+
+
 def _loads(text: str | None) -> Any:
-    return json.loads(text) if text is not None else None
+    return _decode(text) if text is not None else None
 
 
 class TaskContextConflict(AgentGateError):
@@ -297,6 +368,8 @@ class Ledger:
         # checked out, which keeps their engine alive: a ledger nobody closed gives
         # them back when it is collected.
         self._release = weakref.finalize(self, release_idle, self.engine)
+        self._known_tasks: set[tuple[str, str | None, str | None]] = set()
+        """(task, principal, scope) this ledger has committed a call under (``record``)."""
         ensure_schema(self.engine, auto_upgrade=auto_upgrade)
 
     def close(self) -> None:
@@ -322,7 +395,7 @@ class Ledger:
             )
 
         rows = prepare(conn, ("call_by", keys), build).run(conn, where).rows
-        return CallRecord.from_row(_row(conn.dialect, rows[0])) if rows else None
+        return _record(conn.dialect, rows[0]) if rows else None
 
     def get(self, task_id: str, call_id: str) -> CallRecord | None:
         with begin_read(self.engine) as conn:
@@ -494,33 +567,40 @@ class Ledger:
         ``decide`` that reads the task's quota usage.
         """
         now = datetime.now(UTC)
+        context = (new.task_id, new.principal, new.scope)
         with self._write() as conn:
-            self._ensure_task(conn, new.task_id, provider, new.principal, new.scope)
+            if context not in self._known_tasks:
+                self._ensure_task(conn, new.task_id, provider, new.principal, new.scope)
             if decide is not None and lock:
                 self.lock_task(conn, new.task_id)
-            inserted = insert_ignore(
-                conn,
-                _CALLS,
-                {
-                    "task_id": new.task_id,
-                    "call_id": new.call_id,
-                    "idem_key": new.idem_key,
-                    "tool": new.tool,
-                    "effect": new.effect,
-                    "idempotency": new.idempotency,
-                    "args_hash": new.args_hash,
-                    "arguments": (
-                        canonical_json(dict(new.arguments)) if new.arguments is not None else None
-                    ),
-                    "sealed_arguments": new.sealed_arguments,
-                    "state": CallState.RECEIVED.value,
-                    "version": 0,
-                    "attempt": 0,
-                    "created_at": now,
-                    "updated_at": now,
-                },
-            )
-            rec = self._one(conn, task_id=new.task_id, call_id=new.call_id)
+            values = {
+                "task_id": new.task_id,
+                "call_id": new.call_id,
+                "idem_key": new.idem_key,
+                "tool": new.tool,
+                "effect": new.effect,
+                "idempotency": new.idempotency,
+                "args_hash": new.args_hash,
+                "arguments": (
+                    canonical_json(dict(new.arguments)) if new.arguments is not None else None
+                ),
+                "sealed_arguments": new.sealed_arguments,
+                "state": CallState.RECEIVED.value,
+                "version": 0,
+                "attempt": 0,
+                "created_at": now,
+                "updated_at": now,
+            }
+            returned = insert_returning(conn, _CALLS, values)
+            if returned is None:  # the dialect cannot: insert, then read the row
+                inserted = insert_ignore(conn, _CALLS, values)
+                rec = self._one(conn, task_id=new.task_id, call_id=new.call_id)
+            else:
+                inserted = bool(returned)
+                rec = (
+                    _record(conn.dialect, returned[0]) if inserted
+                    else self._one(conn, task_id=new.task_id, call_id=new.call_id)
+                )
             if rec is None:
                 rec = self._one(conn, task_id=new.task_id, idem_key=new.idem_key)
             if rec is None:  # pragma: no cover - a row we could not insert must exist
@@ -554,7 +634,23 @@ class Ledger:
                         quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id,
                                      amounts=ruling.charges)
                     rec = applied
+        self._remember_task(context)
         return rec, inserted
+
+    def _remember_task(self, context: tuple[str, str | None, str | None]) -> None:
+        """Note, after its commit, that the task exists bound to this principal and scope.
+
+        ``record`` then skips ``_ensure_task`` for the task's next calls: one statement
+        fewer per call, with the same outcome, because a task row is never deleted
+        (calls refer to it, ``ON DELETE RESTRICT``) and its principal and scope never
+        change once set (``_ensure_task`` refuses another and only ever fills in one
+        that was never given). A principal or scope not given (None) matches anything.
+        """
+        known = self._known_tasks
+        if context not in known:
+            if len(known) >= _KNOWN_TASKS_MAX:
+                known.clear()
+            known.add(context)
 
     def _apply(
         self,
@@ -1004,6 +1100,8 @@ def _context_detail(principal: str | None, scope: str | None) -> dict[str, Any] 
 
 
 _NO_GUARD = Guard()
+_KNOWN_TASKS_MAX = 4096
+"""Task contexts a ``Ledger`` remembers (``_remember_task``); forgetting costs a statement."""
 
 
 def _compare_and_set(
@@ -1061,4 +1159,4 @@ def _compare_and_set(
         return done.rowcount, None
     if not done.rows:
         return 0, None
-    return len(done.rows), CallRecord.from_row(_row(conn.dialect, done.rows[0]))
+    return len(done.rows), _record(conn.dialect, done.rows[0])

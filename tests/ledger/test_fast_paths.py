@@ -1,0 +1,226 @@
+"""The ledger's shortcuts decide exactly as the long way would.
+
+Each shortcut (a transaction begun and committed on the SQLite driver, the
+"is anyone watching" answer kept for a transaction, a new call returned by its own
+``INSERT``, a task this ledger already knows not inserted again, the audit hash
+text written without ``json.dumps``) is driven here through the public entry points
+on a real database, in the situations where it must step aside or still agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import event, exc, select, text
+
+from agent_gate.ledger import Ledger, TaskRecord
+from agent_gate.ledger.chain import CHAIN_VERSION, GENESIS, _body_text, entry_hash, timestamp_us
+from agent_gate.ledger.dialect import begin_write
+from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger.states import CallState, Event
+from agent_gate.ledger.store import NewCall, TaskContextConflict
+
+
+def _new(call_id: str, *, task: str = "t1", principal: str | None = None,
+         scope: str | None = None, key: str | None = None) -> NewCall:
+    return NewCall(
+        task_id=task, call_id=call_id, idem_key=key or f"call:{call_id}", tool="noop",
+        effect="write", idempotency="none", args_hash="0" * 64, arguments={"n": 1},
+        principal=principal, scope=scope,
+    )
+
+
+def _one_call(ledger: Ledger, call_id: str) -> None:
+    rec, _ = ledger.record(_new(call_id))
+    rec = ledger.transition(rec, Event.ALLOW).record
+    rec = ledger.claim(rec, owner="w", lease_ms=5000).record
+    assert ledger.finish(rec, Event.SUCCEED, actor="w", lease_owner="w").won
+
+
+@pytest.mark.backends("sqlite")
+def test_driver_transactions_commit_once_each_and_a_commit_listener_still_sees_them(
+    db_url: str,
+) -> None:
+    with Ledger(db_url) as ledger:
+        seen: list[str] = []
+
+        @event.listens_for(ledger.engine, "connect")
+        def _trace(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.set_trace_callback(seen.append)
+
+        ledger.engine.dispose()
+        _one_call(ledger, "warm")  # connections are now kept between transactions
+        seen.clear()
+        _one_call(ledger, "c1")
+        # record, allow, claim, finish: four write transactions, nothing else.
+        assert [s for s in seen if s in ("BEGIN IMMEDIATE", "COMMIT")] == [
+            "BEGIN IMMEDIATE", "COMMIT"] * 4
+        commits: list[object] = []
+
+        def count(conn: object) -> None:
+            commits.append(conn)
+
+        event.listen(ledger.engine, "commit", count)
+        _one_call(ledger, "c2")
+        assert len(commits) == 4  # a listener makes every transaction go through Core
+        event.remove(ledger.engine, "commit", count)
+        _one_call(ledger, "c3")
+        assert len(commits) == 4
+        assert ledger.verify_audit().ok
+
+
+@pytest.mark.backends("sqlite")
+def test_core_statements_inside_a_driver_transaction_join_it(db_url: str) -> None:
+    with Ledger(db_url) as ledger:
+        _one_call(ledger, "warm")
+        insert = text("INSERT INTO tasks (id, created_at, updated_at) "
+                      "VALUES (:id, '2026-01-01', '2026-01-01')")
+        with pytest.raises(RuntimeError), begin_write(ledger.engine) as conn:
+            ledger.lock_task(conn, "t1")  # a prepared statement on the driver first
+            conn.execute(insert, {"id": "doomed"})  # then Core: joins, does not BEGIN
+            raise RuntimeError("roll it all back")
+        assert ledger.task("doomed") is None
+        with begin_write(ledger.engine) as conn:
+            conn.execute(insert, {"id": "kept"})
+            ledger.lock_task(conn, "kept")
+        assert isinstance(ledger.task("kept"), TaskRecord)
+        _one_call(ledger, "after")  # the kept connection is clean for the next one
+
+
+@pytest.mark.backends("sqlite")
+def test_a_failed_statement_rolls_back_the_driver_transaction(db_url: str) -> None:
+    with Ledger(db_url) as ledger:
+        _one_call(ledger, "warm")
+        with pytest.raises(exc.IntegrityError), begin_write(ledger.engine) as conn:
+            conn.execute(text("INSERT INTO tasks (id, created_at, updated_at) "
+                              "VALUES ('half', '2026-01-01', '2026-01-01')"))
+            conn.execute(text("INSERT INTO tasks (id) VALUES ('half')"))
+        assert ledger.task("half") is None
+        _one_call(ledger, "after")
+
+
+def test_listeners_and_echo_set_after_connections_are_kept_see_the_next_transaction(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Ledger(db_url) as ledger:
+        _one_call(ledger, "warm")
+        seen: list[str] = []
+
+        def watch(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+            seen.append(statement.split()[0].upper())
+
+        event.listen(ledger.engine, "before_cursor_execute", watch)
+        _one_call(ledger, "watched")
+        assert seen.count("UPDATE") >= 3 and "INSERT" in seen and "SELECT" in seen
+        event.remove(ledger.engine, "before_cursor_execute", watch)
+        seen.clear()
+        _one_call(ledger, "unwatched")
+        assert seen == []
+        if ledger.engine.dialect.name == "sqlite":
+            ledger.engine.echo = True
+            # A Connection takes its echo setting when it is made (Core's rule, and
+            # the kept ones predate it): new ones log every statement and the commit.
+            ledger.engine.dispose()
+            with caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine"):
+                _one_call(ledger, "echoed")
+            ledger.engine.echo = False
+            logged = " ".join(r.getMessage() for r in caplog.records)
+            assert "UPDATE tool_calls SET" in logged and "COMMIT" in logged
+
+
+def test_a_new_call_is_returned_as_it_reads_back(db_url: str) -> None:
+    with Ledger(db_url) as ledger:
+        rec, inserted = ledger.record(_new("c1"))
+        assert inserted
+        assert rec == ledger.get("t1", "c1")
+        again, inserted = ledger.record(_new("c1"))
+        assert not inserted and again == rec
+        # Another call id with the same key finds the first row.
+        other, inserted = ledger.record(_new("c2", key="call:c1"))
+        assert not inserted and other == rec
+
+
+def test_without_insert_returning_a_new_call_is_read_back(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Ledger(db_url) as ledger:
+        monkeypatch.setattr(ledger.engine.dialect, "insert_returning", False)
+        rec, inserted = ledger.record(_new("c1"))
+        assert inserted and rec == ledger.get("t1", "c1")
+        again, inserted = ledger.record(_new("c1"))
+        assert not inserted and again == rec
+
+
+def test_a_known_task_still_refuses_another_principal_and_binds_a_first_one(
+    db_url: str,
+) -> None:
+    with Ledger(db_url) as ledger:
+        ledger.record(_new("c1"))  # the task starts without a principal
+        ledger.record(_new("c2"))  # known now: no second insert
+        ledger.record(_new("c3", principal='{"p":"alice"}'))
+        events = [a.event for a in ledger.audit(task_id="t1") if a.call_row_id is None]
+        assert events == ["task_created", "task_bound"]
+        ledger.record(_new("c4", principal='{"p":"alice"}'))
+        with pytest.raises(TaskContextConflict):
+            ledger.record(_new("c5", principal='{"p":"mallory"}'))
+        with begin_write(ledger.engine) as conn:
+            stored = conn.execute(select(TaskRow.principal).where(TaskRow.id == "t1")).scalar()
+        assert stored == '{"p":"alice"}'
+        assert [c.call_id for c in ledger.calls("t1")] == ["c1", "c2", "c3", "c4"]
+        assert ledger.verify_audit().ok
+
+
+def test_a_rolled_back_first_call_does_not_make_its_task_known(db_url: str) -> None:
+    with Ledger(db_url) as ledger:
+
+        def boom(_conn: Any, _rec: Any) -> Any:
+            raise exc.OperationalError("SELECT 1", {}, Exception("lost"))
+
+        with pytest.raises(exc.OperationalError):
+            ledger.record(_new("c1", task="fresh"), decide=boom)
+        assert ledger.task("fresh") is None
+        rec, inserted = ledger.record(_new("c1", task="fresh"))
+        assert inserted and ledger.task("fresh") is not None
+        assert rec.state is CallState.RECEIVED
+
+
+def test_the_audit_hash_text_is_json_dumps_text() -> None:
+    rnd = random.Random(7)
+    alphabet = ["a", '"', "\\", "\n", "\x00", "\x1f", "é", "\u2028", "\ud800", "😀", "/"]
+
+    def text_or_none() -> str | None:
+        if rnd.random() < 0.2:
+            return None
+        return "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 6)))
+
+    def reference(body: dict[str, Any]) -> str:
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    for _ in range(3000):
+        body = {
+            "v": 1, "seq": rnd.randint(0, 10**12), "prev": text_or_none(),
+            "at_us": rnd.choice([None, rnd.randint(-10**15, 10**15)]),
+            "task": text_or_none(), "call_row": rnd.choice([None, rnd.randint(0, 10**9)]),
+            "call": text_or_none(), "event": text_or_none(), "from": text_or_none(),
+            "to": text_or_none(), "actor": text_or_none(), "detail": text_or_none(),
+        }
+        assert _body_text(body) == reference(body)
+    # Values of other types are left to json.dumps itself.
+    odd = {"v": 1, "seq": True, "prev": CallState.RECEIVED, "at_us": 1.5, "task": "t",
+           "call_row": None, "call": None, "event": Event.ALLOW, "from": None, "to": None,
+           "actor": None, "detail": None}
+    assert _body_text(odd) == reference(odd)
+    fields = {"at": datetime(2026, 1, 1, tzinfo=UTC), "task_id": "t", "call_row_id": 3,
+              "call_id": "c", "event": "claim", "from_state": "authorized",
+              "to_state": "executing", "actor": "w", "detail": '{"version":2}'}
+    body = {"v": CHAIN_VERSION, "seq": 1, "prev": GENESIS, "at_us": timestamp_us(fields["at"]),
+            "task": "t", "call_row": 3, "call": "c", "event": "claim", "from": "authorized",
+            "to": "executing", "actor": "w", "detail": '{"version":2}'}
+    expected = hashlib.sha256(reference(body).encode("utf-8", "surrogatepass")).hexdigest()
+    assert entry_hash(seq=1, prev_hash=GENESIS, **fields) == expected
