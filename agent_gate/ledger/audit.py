@@ -50,7 +50,9 @@ __all__ = [
     "ChainProblem",
     "ChainReport",
     "append",
+    "close_stage",
     "flush",
+    "open_stage",
     "read",
     "staged",
     "verify",
@@ -137,19 +139,33 @@ def staged(conn: Connection) -> Iterator[Connection]:
     before the commit. If the block raises, nothing is linked (the transaction rolls
     back anyway).
     """
+    stage = open_stage(conn)
+    try:
+        yield conn
+        if stage is not None:
+            flush(conn)
+    finally:
+        if stage is not None:
+            close_stage(stage)
+
+
+def open_stage(conn: Connection) -> dict[str, Any] | None:
+    """``staged`` without the context manager (``Ledger._write`` runs three per call):
+    start collecting ``conn``'s events. Returns what ``close_stage`` needs, or None
+    when a stage is open already (nested: the outer one flushes)."""
     # Held from the start: after a connection is lost inside the block, asking the
     # connection for its ``info`` again raises PendingRollbackError, which would hide
     # the real error (the lost connection) from the caller.
     info = conn.info
-    if info.get(_STAGE_KEY) is not None:  # nested: the outer block flushes
-        yield conn
-        return
+    if info.get(_STAGE_KEY) is not None:
+        return None
     info[_STAGE_KEY] = []
-    try:
-        yield conn
-        flush(conn)
-    finally:
-        info.pop(_STAGE_KEY, None)
+    return info
+
+
+def close_stage(stage: dict[str, Any]) -> None:
+    """Stop collecting (after ``flush``, or when the transaction failed)."""
+    stage.pop(_STAGE_KEY, None)
 
 
 def flush(conn: Connection) -> None:

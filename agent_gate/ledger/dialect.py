@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 from sqlalchemy import (
@@ -54,7 +54,6 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger.prepared import (
-    Open,
     driver_error,
     observed,
     opened,
@@ -212,18 +211,22 @@ def _postgresql_engine(url: URL, busy_timeout: float) -> Engine:
     )
 
 
-@contextmanager
-def begin_write(engine: Engine, *, reuse: bool = True) -> Iterator[Connection]:
+def begin_write(engine: Engine, *, reuse: bool = True) -> AbstractContextManager[Connection]:
     """A transaction that will write: holds the write lock from its first statement
     on SQLite; on PostgreSQL rows are locked as they are updated.
 
     ``reuse=False``: on a connection of its own, not one kept for the next
     transaction (for callers such as Alembic that keep references to it).
     """
+    # The SQLite context manager itself, not wrapped in another: three write
+    # transactions per gate call.
     if reuse and engine.dialect.name == "sqlite":
-        with _sqlite_transaction(engine, write=True) as conn:
-            yield conn
-        return
+        return _sqlite_transaction(engine, write=True)
+    return _pooled_write(engine)
+
+
+@contextmanager
+def _pooled_write(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         conn = conn.execution_options(**{_WRITE_OPTION: True})
         with conn.begin():
@@ -234,8 +237,7 @@ def begin_write(engine: Engine, *, reuse: bool = True) -> Iterator[Connection]:
                 untrack(conn, state)
 
 
-@contextmanager
-def begin_read(engine: Engine, *, reuse: bool = True) -> Iterator[Connection]:
+def begin_read(engine: Engine, *, reuse: bool = True) -> AbstractContextManager[Connection]:
     """A read-only transaction that sees one consistent snapshot, and takes no lock.
 
     SQLite gives a deferred transaction one snapshot by itself. PostgreSQL's READ
@@ -246,9 +248,12 @@ def begin_read(engine: Engine, *, reuse: bool = True) -> Iterator[Connection]:
     ``reuse`` as for ``begin_write``.
     """
     if reuse and engine.dialect.name == "sqlite":
-        with _sqlite_transaction(engine, write=False) as conn:
-            yield conn
-        return
+        return _sqlite_transaction(engine, write=False)
+    return _pooled_read(engine)
+
+
+@contextmanager
+def _pooled_read(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         if conn.dialect.name == "postgresql":
             conn = conn.execution_options(
@@ -354,10 +359,37 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
                 finally:
                     untrack(conn, state)
         else:
-            state = track(conn)
+            # Nobody listens: begin and end the transaction on the driver, as Core's
+            # conn.begin() would (its bookkeeping costs about 10 us of CPU per
+            # transaction, three per gate call). The SQL is the same (BEGIN IMMEDIATE
+            # or BEGIN, commit, rollback) and a driver error is raised as the
+            # DBAPIError Core raises. A statement run through Core inside
+            # (conn.execute) joins this transaction (_on_begin adopts it), which is
+            # then committed or rolled back through Core.
+            state = track(conn, watched=False)  # _core_needed asked what observed asks
             try:
-                with _driver_transaction(conn, state, write):
+                driver: Any = conn.connection.driver_connection
+                error_class = conn.dialect.loaded_dbapi.Error
+                sql = "BEGIN IMMEDIATE" if write else "BEGIN"
+                try:
+                    driver.execute(sql)
+                except error_class as error:
+                    raise driver_error(conn, error, sql, (), None) from error
+                state.raw = True
+                try:
                     yield conn
+                except BaseException:
+                    _driver_rollback(conn, driver, error_class)
+                    raise
+                if conn.in_transaction():
+                    conn.commit()
+                else:
+                    try:
+                        driver.commit()
+                    except error_class as error:
+                        with suppress(error_class):  # gone bad: the error below says so
+                            driver.rollback()
+                        raise driver_error(conn, error, None, None, None) from error
             finally:
                 untrack(conn, state)
     finally:
@@ -367,46 +399,16 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
             idle.append(conn)
 
 
-@contextmanager
-def _driver_transaction(conn: Connection, state: Open, write: bool) -> Iterator[None]:
-    """Begin and end a transaction on the driver, as Core's ``conn.begin()`` would.
-
-    Nobody listens (``_core_needed``), so what Core adds to a SQLite transaction is
-    bookkeeping: about 10 us of CPU per transaction, three per gate call. The SQL is
-    the same (``BEGIN IMMEDIATE``/``BEGIN``, commit, rollback), a driver error is
-    raised as the ``DBAPIError`` Core raises, and a statement run through Core inside
-    (``conn.execute``) joins this transaction (``_on_begin`` adopts it) and is then
-    committed or rolled back through Core.
-    """
-    driver: Any = conn.connection.driver_connection
-    error_class = conn.dialect.loaded_dbapi.Error
-    sql = "BEGIN IMMEDIATE" if write else "BEGIN"
-    try:
-        driver.execute(sql)
-    except error_class as error:
-        raise driver_error(conn, error, sql, (), None) from error
-    state.raw = True
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction():
-            conn.rollback()
-        else:
-            try:
-                driver.rollback()
-            except error_class as error:  # pragma: no cover - a connection gone bad
-                if not conn.invalidated:
-                    conn.invalidate(error)
-        raise
+def _driver_rollback(conn: Connection, driver: Any, error_class: type[Exception]) -> None:
+    """Roll back a transaction begun on the driver (through Core if Core joined it)."""
     if conn.in_transaction():
-        conn.commit()
+        conn.rollback()
         return
     try:
-        driver.commit()
-    except error_class as error:
-        with suppress(error_class):  # a connection gone bad: the error below says so
-            driver.rollback()
-        raise driver_error(conn, error, None, None, None) from error
+        driver.rollback()
+    except error_class as error:  # pragma: no cover - a connection gone bad
+        if not conn.invalidated:
+            conn.invalidate(error)
 
 
 def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:

@@ -139,9 +139,18 @@ def _current() -> Owner:
     return _owner
 
 
+_owner_text: tuple[Owner, str] | None = None
+
+
 def this_owner() -> str:
     """This process's owner id (a forked child gets its own)."""
-    return str(_current())
+    global _owner_text
+    owner = _current()
+    known = _owner_text
+    if known is None or known[0] is not owner:
+        # Asked several times per gate call: formatted once per owner.
+        known = _owner_text = (owner, str(owner))
+    return known[1]
 
 
 def liveness(owner: str | None) -> Liveness:

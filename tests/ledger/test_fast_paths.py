@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import random
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -224,3 +224,29 @@ def test_the_audit_hash_text_is_json_dumps_text() -> None:
             "to": "executing", "actor": "w", "detail": '{"version":2}'}
     expected = hashlib.sha256(reference(body).encode("utf-8", "surrogatepass")).hexdigest()
     assert entry_hash(seq=1, prev_hash=GENESIS, **fields) == expected
+
+
+def test_sqlite_timestamps_are_written_as_core_writes_them() -> None:
+    from sqlalchemy import DateTime
+    from sqlalchemy.dialects import sqlite
+
+    from agent_gate.ledger.prepared import bind_processor
+
+    dialect = sqlite.dialect()
+    column = DateTime(timezone=True)
+    ours = bind_processor(column, dialect)
+    core = column.dialect_impl(dialect).bind_processor(dialect)
+    assert ours is not None and core is not None and ours is not core
+    rnd = random.Random(11)
+    zones = [None, UTC, timezone(timedelta(hours=5, minutes=30)), timezone(-timedelta(hours=8))]
+    for _ in range(20000):
+        value = datetime(
+            rnd.randint(1, 9999), rnd.randint(1, 12), rnd.randint(1, 28), rnd.randint(0, 23),
+            rnd.randint(0, 59), rnd.randint(0, 59), rnd.choice([0, rnd.randint(0, 999999)]),
+            tzinfo=rnd.choice(zones),
+        )
+        assert ours(value) == core(value)
+    # Dates and anything else still go to Core's processor (and its errors).
+    assert ours(date(2026, 2, 3)) == core(date(2026, 2, 3))
+    with pytest.raises(TypeError):
+        ours("2026-01-01")
