@@ -526,7 +526,8 @@ class _FastAccept:
 
     Built only for schemas inside ``VETTED_KEYWORDS`` and ``vetted_pattern``. Formats
     outside ``NATIVE_FORMATS`` are checked by python-jsonschema's own checker
-    function, called from rs, so their verdicts are Python's by construction; rs's
+    function, called from rs, so their verdicts are Python's by construction (after
+    a ``SUBSET_PATTERNS`` match, which only ever says yes where Python does); rs's
     stricter "email" only ever sends a call to Python. ``accepts`` answers True only
     when rs says valid for a plain JSON instance and the format checkers are still
     the ones it was built with; False means "ask Python", whose verdict and errors
