@@ -61,6 +61,29 @@ def entry_hash(
     detail: str | None,
 ) -> str:
     """SHA-256 (hex) of one entry linked to its predecessor's hash."""
+    at_us = timestamp_us(at)
+    if (
+        type(seq) is int
+        and type(at_us) is int
+        and type(call_row_id) in _INT_OR_NONE
+        and type(prev_hash) is str
+        and type(task_id) is str
+        and type(event) is str
+        and type(call_id) in _STR_OR_NONE
+        and type(from_state) in _STR_OR_NONE
+        and type(to_state) in _STR_OR_NONE
+        and type(actor) in _STR_OR_NONE
+        and type(detail) in _STR_OR_NONE
+    ):
+        # _body_text's output for these types, in one format (keys in sorted order).
+        text = (
+            f'{{"actor":{_text(actor)},"at_us":{at_us},"call":{_text(call_id)},'
+            f'"call_row":{"null" if call_row_id is None else call_row_id},'
+            f'"detail":{_text(detail)},"event":{_encode_str(event)},'
+            f'"from":{_text(from_state)},"prev":{_encode_str(prev_hash)},"seq":{seq},'
+            f'"task":{_encode_str(task_id)},"to":{_text(to_state)},"v":{CHAIN_VERSION}}}'
+        )
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     body: dict[str, Any] = {
         "v": CHAIN_VERSION,
         "seq": seq,
@@ -81,6 +104,14 @@ def entry_hash(
 
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 """How ``json.dumps(..., ensure_ascii=False)`` writes a string (the C encoder if built)."""
+_STR_OR_NONE = (str, type(None))
+_INT_OR_NONE = (int, type(None))
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else _encode_str(value)
+
+
 _TEXT_FIELDS = ("actor", "call", "detail", "event", "from", "prev", "task", "to")
 _INT_FIELDS = ("at_us", "call_row", "seq", "v")
 _SORTED = tuple(sorted(_TEXT_FIELDS + _INT_FIELDS))

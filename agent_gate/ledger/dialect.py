@@ -319,8 +319,13 @@ def _core_needed(conn: Connection) -> bool:
     the transaction as they always did. Also when the engine is not one
     ``create_ledger_engine`` made for SQLite (its ``begin`` hook is missing).
     """
-    own = conn.engine.__dict__.get(_OWN_BEGIN_ATTR)
-    dispatch = conn.dispatch
+    engine = conn.engine
+    own = engine.__dict__.get(_OWN_BEGIN_ATTR)
+    # A Connection nobody listened on directly has only its engine's listeners
+    # (Core marks one that has its own with ``_has_events``, and asks the same
+    # question before each event): the engine's collections answer it for half the
+    # cost of the connection's joined ones. When unsure, ask the joined ones.
+    dispatch = conn.dispatch if getattr(conn, "_has_events", True) else engine.dispatch
     begin = dispatch.begin
     return bool(
         own is None
@@ -331,7 +336,7 @@ def _core_needed(conn: Connection) -> bool:
         or conn.dialect.dispatch.handle_error
         or dispatch.before_cursor_execute
         or dispatch.after_cursor_execute
-        or conn.engine.echo
+        or engine.echo
     )
 
 

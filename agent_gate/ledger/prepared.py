@@ -163,7 +163,15 @@ class Prepared:
         return params
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
-        args = self.args(params)
+        args: Sequence[Any] | Mapping[str, Any]
+        if self.positional:  # self.args(params), inlined: fourteen statements per call
+            args = tuple([
+                value if process is None or value is None else process(value)
+                for name, process in self.plan
+                for value in (params[name],)
+            ])
+        else:
+            args = self.args(params)
         state = _OPEN.get(id(conn))
         if state.watched if state is not None else observed(conn):
             # Someone watches the statements (tracing, echo, a test's fault hook): go

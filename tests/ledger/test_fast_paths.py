@@ -76,6 +76,28 @@ def test_driver_transactions_commit_once_each_and_a_commit_listener_still_sees_t
 
 
 @pytest.mark.backends("sqlite")
+def test_a_listener_on_a_kept_connection_itself_sees_its_next_transactions(
+    db_url: str,
+) -> None:
+    with Ledger(db_url) as ledger:
+        _one_call(ledger, "warm")
+        commits: list[object] = []
+
+        def count(conn: object) -> None:
+            commits.append(conn)
+
+        with begin_write(ledger.engine) as conn:
+            event.listen(conn, "commit", count)  # on this Connection, not the engine
+            kept = conn
+        for _ in range(3):  # the same kept connection serves the next write
+            with begin_write(ledger.engine) as conn:
+                assert conn is kept
+                ledger.lock_task(conn, "t1")
+        assert commits == [kept, kept, kept]
+        event.remove(kept, "commit", count)
+
+
+@pytest.mark.backends("sqlite")
 def test_core_statements_inside_a_driver_transaction_join_it(db_url: str) -> None:
     with Ledger(db_url) as ledger:
         _one_call(ledger, "warm")
@@ -216,6 +238,23 @@ def test_the_audit_hash_text_is_json_dumps_text() -> None:
            "call_row": None, "call": None, "event": Event.ALLOW, "from": None, "to": None,
            "actor": None, "detail": None}
     assert _body_text(odd) == reference(odd)
+    for _ in range(3000):  # entry_hash writes the same text for the types it expects
+        fields = {
+            "at": datetime(1970, 1, 1, tzinfo=UTC)
+            + timedelta(microseconds=rnd.randint(-10**15, 10**16)),
+            "task_id": text_or_none() or "", "call_row_id": rnd.choice([None, rnd.randint(0, 9)]),
+            "call_id": text_or_none(), "event": text_or_none() or "x",
+            "from_state": text_or_none(), "to_state": text_or_none(), "actor": text_or_none(),
+            "detail": text_or_none(),
+        }
+        seq, prev = rnd.randint(1, 10**9), text_or_none() or GENESIS
+        body = {"v": CHAIN_VERSION, "seq": seq, "prev": prev,
+                "at_us": timestamp_us(fields["at"]), "task": fields["task_id"],
+                "call_row": fields["call_row_id"], "call": fields["call_id"],
+                "event": fields["event"], "from": fields["from_state"],
+                "to": fields["to_state"], "actor": fields["actor"], "detail": fields["detail"]}
+        digest = hashlib.sha256(reference(body).encode("utf-8", "surrogatepass")).hexdigest()
+        assert entry_hash(seq=seq, prev_hash=prev, **fields) == digest
     fields = {"at": datetime(2026, 1, 1, tzinfo=UTC), "task_id": "t", "call_row_id": 3,
               "call_id": "c", "event": "claim", "from_state": "authorized",
               "to_state": "executing", "actor": "w", "detail": '{"version":2}'}
