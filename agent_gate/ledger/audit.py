@@ -203,10 +203,11 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
             {k: bindparam(k, type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
         ),
     )
-    for values in entries:
+    for values in entries:  # each dict is append's own: completed in place
         seq += 1
         digest = entry_hash(seq=seq, prev_hash=prev, **values)
-        add.run(conn, {**values, "seq": seq, "prev_hash": prev, "hash": digest})
+        values["seq"], values["prev_hash"], values["hash"] = seq, prev, digest
+        add.run(conn, values)
         prev = digest
     prepare(
         conn,

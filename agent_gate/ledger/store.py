@@ -42,7 +42,7 @@ from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.models import TaskRow, ToolCallRow
 from agent_gate.ledger.prepared import prepare, result_processors
 from agent_gate.ledger.privacy import bound
-from agent_gate.ledger.states import CallState, Event, next_state
+from agent_gate.ledger.states import TERMINAL, CallState, Event, next_state
 
 __all__ = [
     "CallRecord",
@@ -156,6 +156,10 @@ def _record(dialect: Dialect, values: Sequence[Any]) -> CallRecord:
 
 
 _STATES: dict[str, CallState] = {state.value: state for state in CallState}
+# The hot paths read a member's value as ``_value_`` (a plain attribute; ``.value`` is
+# a property of ``Enum``, and hashing a member calls ``Enum.__hash__`` in Python).
+_RECEIVED = CallState.RECEIVED.value
+_TERMINAL_VALUES = frozenset(state.value for state in TERMINAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,7 +610,7 @@ class Ledger:
                     canonical_json(dict(new.arguments)) if new.arguments is not None else None
                 ),
                 "sealed_arguments": new.sealed_arguments,
-                "state": CallState.RECEIVED.value,
+                "state": _RECEIVED,
                 "version": 0,
                 "attempt": 0,
                 "created_at": now,
@@ -638,7 +642,7 @@ class Ledger:
                     call_row_id=rec.row_id,
                     call_id=new.call_id,
                     event="received",
-                    to_state=CallState.RECEIVED.value,
+                    to_state=_RECEIVED,
                     actor=actor,
                     detail=info,
                     at=now,
@@ -694,7 +698,7 @@ class Ledger:
         target = next_state(rec.state, event)
         now = datetime.now(UTC)
         values: dict[str, Any] = {
-            "state": target.value,
+            "state": target._value_,
             "version": rec.version + 1,
             "updated_at": now,
             "reason_code": code,
@@ -703,7 +707,7 @@ class Ledger:
         if target is not CallState.EXECUTING:
             values["lease_owner"] = None
             values["lease_expires_ms"] = None
-        if target.terminal:
+        if target._value_ in _TERMINAL_VALUES:  # target.terminal, without hashing an Enum
             values["finished_at"] = now
         values.update(changes or {})
         matched, current = _compare_and_set(conn, rec, values, guard or _NO_GUARD)
@@ -720,9 +724,9 @@ class Ledger:
             task_id=rec.task_id,
             call_row_id=rec.row_id,
             call_id=rec.call_id,
-            event=event.value,
-            from_state=rec.state.value,
-            to_state=target.value,
+            event=event._value_,
+            from_state=rec.state._value_,
+            to_state=target._value_,
             actor=actor,
             detail=info,
             at=now,
@@ -1175,7 +1179,7 @@ def _compare_and_set(
         else dict(values)
     )
     params["w_id"] = rec.row_id
-    params["w_state"] = rec.state.value
+    params["w_state"] = rec.state._value_
     params["w_version"] = rec.version
     if owner_guard:
         params["w_owner"] = guard.lease_owner
