@@ -226,15 +226,22 @@ def begin_write(engine: Engine, *, reuse: bool = True) -> AbstractContextManager
 
 
 @contextmanager
+def _core_transaction(conn: Connection) -> Iterator[None]:
+    """A transaction begun and ended by Core, its statements tracked for ``prepared``."""
+    with conn.begin():
+        state = track(conn)
+        try:
+            yield
+        finally:
+            untrack(conn, state)
+
+
+@contextmanager
 def _pooled_write(engine: Engine) -> Iterator[Connection]:
     with engine.connect() as conn:
         conn = conn.execution_options(**{_WRITE_OPTION: True})
-        with conn.begin():
-            state = track(conn)
-            try:
-                yield conn
-            finally:
-                untrack(conn, state)
+        with _core_transaction(conn):
+            yield conn
 
 
 def begin_read(engine: Engine, *, reuse: bool = True) -> AbstractContextManager[Connection]:
@@ -259,12 +266,8 @@ def _pooled_read(engine: Engine) -> Iterator[Connection]:
             conn = conn.execution_options(
                 isolation_level="REPEATABLE READ", postgresql_readonly=True
             )
-        with conn.begin():
-            state = track(conn)
-            try:
-                yield conn
-            finally:
-                untrack(conn, state)
+        with _core_transaction(conn):
+            yield conn
 
 
 _SPARE_MAX = 4
@@ -357,12 +360,8 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
             conn = conn.execution_options(**{_WRITE_OPTION: True})
     try:
         if conn.in_transaction() or _core_needed(conn):
-            with conn.begin():
-                state = track(conn)
-                try:
-                    yield conn
-                finally:
-                    untrack(conn, state)
+            with _core_transaction(conn):
+                yield conn
         else:
             # Nobody listens: begin and end the transaction on the driver, as Core's
             # conn.begin() would (its bookkeeping costs about 10 us of CPU per
