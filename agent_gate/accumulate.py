@@ -301,8 +301,9 @@ class Accumulator:
                 self._positions[key] = mapping_content(data)  # type: ignore[index]
             return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
         if first_sight:
-            # What a delta is made of is scalars; the copy keeps a caller that reuses one dict
-            # for the next event from rewriting what a replay is compared with.
+            # Delta events are flat (strings and numbers), so a shallow copy freezes one:
+            # a caller reusing one dict for the next event cannot rewrite what a replay
+            # of this position is compared with.
             self._positions[key] = data.copy()  # type: ignore[index,attr-defined]
         call_id, delta = hot
         call = self._calls.get(call_id)
