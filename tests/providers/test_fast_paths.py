@@ -184,15 +184,23 @@ def test_damaged_streams_give_the_same_outcome_both_ways(case: str, data: st.Dat
     both_ways(provider, feed, reconnect_at, limits)
 
 
-def test_a_sequence_number_replayed_with_other_content_conflicts_both_ways() -> None:
-    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
-    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+_ITEM = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
+
+
+def _call_fc_1() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Responses function call's announcement and its first argument delta (fresh)."""
+    added = {"type": "response.output_item.added", "output_index": 0, "item": dict(_ITEM)}
     delta = {
         "type": "response.function_call_arguments.delta",
         "item_id": "fc_1",
         "delta": '{"a":',
         "sequence_number": 1,
     }
+    return added, delta
+
+
+def test_a_sequence_number_replayed_with_other_content_conflicts_both_ways() -> None:
+    added, delta = _call_fc_1()
     for other in ({**delta, "delta": '{"b":'}, {**delta, "delta": float("nan")}):
         events: list[object] = [added, delta, delta, other]
         short = outcome("openai-responses", events, None)
@@ -206,8 +214,8 @@ def test_a_sequence_number_replayed_with_other_content_conflicts_both_ways() -> 
 def test_a_delta_dict_reused_after_feeding_still_replays_as_it_was_fed() -> None:
     """The short path keeps a first-seen delta mapping as a shallow copy, not a snapshot:
     a caller that rewrites the same dict for its next event must not rewrite history."""
-    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
-    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+    added, _ = _call_fc_1()
+    item = added["item"]
     acc = Accumulator("openai-responses", dispatch=DispatchMode.ON_CALL_COMPLETE)
     acc.feed(added)
     reused: dict[str, Any] = {"type": "response.function_call_arguments.delta", "item_id": "fc_1"}
@@ -228,15 +236,8 @@ def test_a_delta_dict_reused_after_feeding_still_replays_as_it_was_fed() -> None
 def test_a_replayed_delta_differing_only_in_a_json_type_conflicts(other: object) -> None:
     """Kept as a dict copy, a delta still compares as its JSON text would: 1, 1.0 and
     true are equal in Python and different on the wire."""
-    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f"}
-    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
-    delta = {
-        "type": "response.function_call_arguments.delta",
-        "item_id": "fc_1",
-        "delta": '{"a":',
-        "sequence_number": 1,
-        "output_index": 1,
-    }
+    added, delta = _call_fc_1()
+    delta["output_index"] = 1
     events: list[object] = [added, delta, {**delta, "output_index": other}]
     short = outcome("openai-responses", events, 2)
     assert short == outcome(long_way("openai-responses"), events, 2)
