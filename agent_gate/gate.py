@@ -85,6 +85,7 @@ from agent_gate.ledger.store import (
 from agent_gate.policy import Decision as PolicyDecision
 from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
 from agent_gate.schema import (
+    COERCION_UNSTABLE,
     ArgumentsInvalid,
     ArgumentsNotObject,
     CallInfo,
@@ -1188,7 +1189,15 @@ class Gate:
                 f"the arguments are a JSON {json_type_name(arguments)}, not an object; not run",
             )
         try:
-            canonical_json(arguments)
+            # Encoded as the ledger will store it: a lone surrogate passes json.dumps
+            # but no database column takes it.
+            canonical_json(arguments).encode("utf-8")
+        except UnicodeEncodeError:
+            return None, (
+                Event.REJECT,
+                R.ARGUMENTS_NOT_JSON,
+                "the arguments hold a lone surrogate (not valid Unicode text); not run",
+            )
         except (TypeError, ValueError):
             return None, (
                 Event.REJECT,
@@ -1196,7 +1205,27 @@ class Gate:
                 "the arguments are not JSON data (NaN, Infinity, non-string keys "
                 "or other objects); not run",
             )
-        return dict(arguments), None
+        if tool.spec.model is None:
+            return dict(arguments), None
+        # A tool declared with a pydantic model receives the model's coerced value
+        # (``Path`` normalized, strings stripped, defaults filled in). The policy must
+        # judge, the ledger hash and the tool receive one value, so the call is
+        # coerced here and everything after this point sees that value.
+        try:
+            return tool.judged(arguments), None
+        except ArgumentsInvalid as exc:
+            if any(e.keyword == COERCION_UNSTABLE for e in exc.errors):
+                return None, (
+                    Event.REJECT,
+                    R.SCHEMA_INVALID,
+                    f"the model of {call.name!r} changes its own output when validated "
+                    "again, so no single value can be judged and handed over; not run",
+                )
+            return dict(arguments), None  # _decide rejects it, naming the failed fields
+        except Exception:
+            # A bug in the tool's own validators: the call is recorded as it came and
+            # ``_decide`` raises the error after the row committed (nothing is lost).
+            return dict(arguments), None
 
     def _advance(
         self,
@@ -1348,7 +1377,7 @@ class Gate:
                 None,
             )
         try:
-            tool.validate(arguments)
+            judged = tool.judged(arguments)
         except ArgumentsInvalid as exc:
             errors = [{"pointer": e.pointer, "keyword": e.keyword} for e in exc.errors[:20]]
             listed = "; ".join(str(e) for e in exc.errors[:10])
@@ -1357,6 +1386,16 @@ class Gate:
                 R.SCHEMA_INVALID,
                 f"the arguments fail the schema of {rec.tool!r} at {listed}; not run",
                 {"errors": errors},
+            )
+        if judged != arguments:
+            # Stored in a spelling the tool's model would change (recorded before its
+            # validators worked): the policy would judge one value, the tool get another.
+            return (
+                Event.REJECT,
+                R.SCHEMA_INVALID,
+                f"the stored arguments of {rec.tool!r} are not the value its model hands "
+                "the tool; not run",
+                None,
             )
         if self.policy is None:
             return Event.ALLOW, R.ALLOWED, None, None
@@ -1404,7 +1443,7 @@ class Gate:
         if why is not None:
             return why
         try:
-            return tool, tool.validate(arguments)
+            return tool, tool.handed(arguments)
         except (ArgumentsInvalid, ArgumentsNotObject) as exc:
             return f"stored arguments no longer pass the schema ({exc})"
 

@@ -18,11 +18,12 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 import jsonschema
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from agent_gate.errors import AgentGateError
 from agent_gate.plainjson import plain_json
@@ -145,6 +146,11 @@ class ArgumentError:
 
     def __str__(self) -> str:
         return f"{self.pointer or '/'} ({self.keyword})"
+
+
+COERCION_UNSTABLE: Final = "coercion_unstable"
+"""The keyword of an ``ArgumentError`` for a model whose coerced value does not
+survive a second validation unchanged (see ``Tool.handed``)."""
 
 
 class ArgumentsInvalid(AgentGateError):
@@ -739,6 +745,40 @@ class Tool:
             return self.spec.model.model_validate(args)
         except ValidationError as exc:
             raise ArgumentsInvalid(self.name, _pydantic_errors(exc)) from None
+
+    def judged(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments as the tool will receive them, in JSON form.
+
+        For a pydantic-model tool this is the coerced model dumped by alias (what
+        the schema names), so the policy judges, the ledger hashes and ``handed``
+        later rebuilds the very value the tool gets; a dict-schema tool receives its
+        arguments unchanged. Raises ``ArgumentsInvalid`` as ``validate`` does.
+        """
+        validated = self.validate(arguments)
+        if not isinstance(validated, BaseModel):
+            return validated
+        dumped = self._dump(validated)
+        self.handed(dumped)  # the judged form must rebuild the same value: checked now
+        return dumped
+
+    def handed(self, judged: object) -> dict[str, Any] | BaseModel:
+        """What the tool receives for arguments that ``judged`` produced.
+
+        Validating the judged form again must give back the judged form: a model
+        whose validators keep changing the value (not idempotent) would otherwise
+        hand the tool something nobody judged, so that is refused
+        (``ArgumentsInvalid`` with keyword ``coercion_unstable``).
+        """
+        validated = self.validate(judged)
+        if isinstance(validated, BaseModel) and self._dump(validated) != judged:
+            raise ArgumentsInvalid(self.name, [ArgumentError("", COERCION_UNSTABLE)])
+        return validated
+
+    def _dump(self, validated: BaseModel) -> dict[str, Any]:
+        try:
+            return validated.model_dump(mode="json", by_alias=True)
+        except PydanticSerializationError:
+            raise ArgumentsInvalid(self.name, [ArgumentError("", COERCION_UNSTABLE)]) from None
 
     def invoke(self, validated: Mapping[str, Any] | BaseModel) -> Any:
         """Call the function; for an async tool this returns the awaitable."""
