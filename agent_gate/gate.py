@@ -42,7 +42,7 @@ from collections.abc import (
     Mapping,
 )
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -71,7 +71,7 @@ from agent_gate.ledger.canonical import (
     to_jsonable,
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
-from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN, TaskRow
 from agent_gate.ledger.privacy import bound, describe_error
 from agent_gate.ledger.states import TERMINAL, CallState, Event
 from agent_gate.ledger.store import (
@@ -185,6 +185,7 @@ class ReasonCode(StrEnum):
     RESOLVED = "resolved"
     LATE_OUTCOME = "late_outcome"
     TOOL_UNAVAILABLE = "tool_unavailable"
+    IDENTIFIER_UNSTORABLE = "identifier_unstorable"
 
 
 R = ReasonCode
@@ -1007,10 +1008,13 @@ class Gate:
             raise GateUsageError(
                 f"call {call.call_id!r} was executed by the provider; the gate does not run it"
             )
+        _check_task_id(task_id)
+        asked_id = call.call_id  # what the agent answers the model with
+        call, unstorable = _storable_identifiers(call)
         tool = self.tools.get(call.name)
         arguments, pre = self._classify(call, tool)
         if early is None:
-            early = pre
+            early = unstorable or pre
         # For a tool the policy redacts fields of, the row holds the redacted form, the
         # whole object is sealed, and every hash of argument content (argument hash,
         # dedupe key) is keyed (see ledger.seal). This depends on the tool, not on
@@ -1103,7 +1107,7 @@ class Gate:
             return self._outcome(
                 rec,
                 replayed=False,
-                call_id=call.call_id,
+                call_id=asked_id,
                 state=CallState.REJECTED,
                 code=R.CONFLICT,
                 reason=(
@@ -1123,7 +1127,7 @@ class Gate:
         outcome = yield from self._advance(
             rec,
             early=early,
-            call_id=call.call_id,
+            call_id=asked_id,
             duplicate_of=duplicate_of,
             acted=inserted and rec.state is not CallState.RECEIVED,
         )
@@ -2018,6 +2022,58 @@ def _as_call(call: ToolCall | Mapping[str, Any]) -> ToolCall:
         kind=call.get("kind", "function"),
         provider=call.get("provider"),
     )
+
+
+def _unstorable(text: str, limit: int) -> str | None:
+    """Why ``text`` cannot be kept in a ledger column of ``limit`` characters, if so.
+
+    PostgreSQL refuses text longer than its column, NUL characters and lone
+    surrogates; SQLite takes them all. Both backends answer alike by refusing here.
+    """
+    if len(text) > limit:
+        return f"is longer than {limit} characters"
+    if "\x00" in text:
+        return "holds a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode text (a lone surrogate)"
+    return None
+
+
+def _stand_in(text: str) -> str:
+    """A storable id for an unstorable one: the same text always maps to the same
+    row (a replay finds it), and no part of the model's text is kept."""
+    return "unstorable:" + sha256_hex(text.encode("utf-8", "surrogatepass"))[:48]
+
+
+def _storable_identifiers(call: ToolCall) -> tuple[ToolCall, tuple[Event, str, str] | None]:
+    """``call`` with stand-ins for a model-chosen id or tool name the ledger cannot
+    store, and the rejection of that call (its siblings are unaffected)."""
+    id_problem = _unstorable(call.call_id, ID_LEN)
+    name_problem = _unstorable(call.name, TOOL_NAME_LEN)
+    if id_problem is None and name_problem is None:
+        return call, None
+    problems = [f"call id {id_problem}"] if id_problem else []
+    problems += [f"tool name {name_problem}"] if name_problem else []
+    call = replace(
+        call,
+        call_id=_stand_in(call.call_id) if id_problem else call.call_id,
+        name=_stand_in(call.name) if name_problem else call.name,
+    )
+    return call, (
+        Event.REJECT,
+        R.IDENTIFIER_UNSTORABLE,
+        f"the {' and the '.join(problems)}; recorded under a stand-in, not run",
+    )
+
+
+def _check_task_id(task_id: str) -> None:
+    if not isinstance(task_id, str) or not task_id:
+        raise GateUsageError("task_id must be a non-empty string")
+    problem = _unstorable(task_id, ID_LEN)
+    if problem is not None:
+        raise GateUsageError(f"task_id {problem}; choose a shorter plain-text task id")
 
 
 def _seal_binding(task_id: str, call_id: str, args_hash: str) -> str:

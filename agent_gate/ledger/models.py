@@ -50,6 +50,9 @@ ID_LEN = 255
 """Task ids and provider call ids are caller-chosen strings; 255 covers every
 provider's id format with room to spare."""
 
+TOOL_NAME_LEN = 200
+"""Characters of a tool name the ledger keeps (``tool_calls.tool``)."""
+
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
@@ -98,7 +101,7 @@ class ToolCallRow(Base):
     """``call:<call id>`` by default, ``dedupe:<tool>:<hash>`` for tools that declare
     argument names; unique within the task, so a second row for the same write cannot
     be inserted even by a racing process."""
-    tool: Mapped[str] = mapped_column(String(200))
+    tool: Mapped[str] = mapped_column(String(TOOL_NAME_LEN))
     effect: Mapped[str] = mapped_column(String(16))
     idempotency: Mapped[str] = mapped_column(String(16))
     args_hash: Mapped[str] = mapped_column(String(64))
