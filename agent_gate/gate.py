@@ -465,6 +465,33 @@ _Request = _Run | _Reconcile
 _Driver = Generator[_Request, Any, Outcome]
 
 
+class _Held:
+    """Calls released before the response ended that must wait for its end.
+
+    The gate's accumulator never releases those early, but a caller's own
+    accumulator (``run(accumulator=...)``) may have been built with a laxer dispatch
+    mode than the gate's: a write the policy defers is held here until the
+    terminal event instead of being judged "ended before completing".
+    """
+
+    def __init__(self, mode: Callable[[str], DispatchMode]) -> None:
+        self.mode = mode
+        self.calls: list[ToolCall] = []
+
+    def due(
+        self, released: Iterable[ToolCall], terminal: Terminal | None, *, final: bool = False
+    ) -> list[ToolCall]:
+        """The calls to hand to the gate now, in release order; the rest are kept."""
+        if terminal is not None or final:
+            due, self.calls = [*self.calls, *released], []
+            return due
+        due = []
+        for call in released:
+            deferred = self.mode(call.name) is DispatchMode.ON_RESPONSE_COMPLETE
+            (self.calls if deferred and call.complete else due).append(call)
+        return due
+
+
 def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
@@ -811,13 +838,21 @@ class Gate:
     def dispatch_mode(self, tool_name: str) -> DispatchMode:
         """When a call may run: reads as soon as complete, writes after the response."""
         tool = self.tools.get(tool_name)
-        if tool is None:
+        if tool is None or self._policy_defers(tool_name):
             return DispatchMode.ON_RESPONSE_COMPLETE
         if tool.spec.dispatch is not None:
             return DispatchMode(tool.spec.dispatch)
         if self._classes(tool)[0] is Effect.READ:
             return DispatchMode.ON_CALL_COMPLETE
         return DispatchMode.ON_RESPONSE_COMPLETE
+
+    def _policy_defers(self, tool_name: str) -> bool:
+        """The policy file classes the tool a write or destructive: it runs only after
+        the response completed, whatever the code or the caller asked for."""
+        if self.rules is None:
+            return False
+        tool = self.tools.get(tool_name)
+        return tool is not None and self._classes(tool)[0] is not Effect.READ
 
     def run(
         self,
@@ -846,6 +881,7 @@ class Gate:
         outcomes: list[Outcome] = []
         error: str | None = None
         source = iter(events)
+        held = _Held(self._mode_fn(dispatch))
         try:
             while True:
                 # Only the stream's own failures end the run quietly; an error of the
@@ -857,10 +893,10 @@ class Gate:
                 except AgentGateError as exc:
                     error = str(exc)
                     break
-                for call in released:
+                for call in held.due(released, acc.terminal):
                     outcomes.extend(self._released(task_id, call, acc.terminal, dispatch, ctx))
         finally:
-            for call in acc.close():
+            for call in held.due(acc.close(), acc.terminal, final=True):
                 outcomes.extend(self._released(task_id, call, acc.terminal, dispatch, ctx))
             self._after_run(task_id, acc)
         return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
@@ -881,9 +917,10 @@ class Gate:
         acc = accumulator or self.accumulator_for(provider, dispatch)
         outcomes: list[Outcome] = []
         error: str | None = None
+        held = _Held(self._mode_fn(dispatch))
 
-        async def handle(calls: list[ToolCall]) -> None:
-            for call in calls:
+        async def handle(calls: list[ToolCall], final: bool = False) -> None:
+            for call in held.due(calls, acc.terminal, final=final):
                 gen = self._released_driver(task_id, call, acc.terminal, dispatch, ctx)
                 if gen is not None:
                     outcomes.append(await self._serve_async(gen))
@@ -900,7 +937,7 @@ class Gate:
                     break
                 await handle(released)
         finally:
-            await handle(acc.close())
+            await handle(acc.close(), final=True)
             await asyncio.to_thread(self._after_run, task_id, acc)
         return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
 
@@ -917,10 +954,16 @@ class Gate:
     ) -> Callable[[str], DispatchMode]:
         if dispatch is None:
             return self.dispatch_mode
-        if isinstance(dispatch, DispatchMode):
-            mode = dispatch
-            return lambda _name: mode
-        return dispatch
+        chosen: Callable[[str], DispatchMode] = (
+            (lambda _name: dispatch) if isinstance(dispatch, DispatchMode) else dispatch
+        )
+
+        def mode(tool_name: str) -> DispatchMode:
+            if self._policy_defers(tool_name):
+                return DispatchMode.ON_RESPONSE_COMPLETE
+            return chosen(tool_name)
+
+        return mode
 
     def _released_driver(
         self,

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from agent_gate import CallState, Gate, GateUsageError, ToolRegistry
+
+StreamOf = Callable[..., list[dict[str, Any]]]
 
 
 def make_tools(ran: Counter[str]) -> ToolRegistry:
@@ -28,27 +31,6 @@ def make_tools(ran: Counter[str]) -> ToolRegistry:
     return tools
 
 
-def responses_stream(calls: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
-    """An OpenAI Responses stream with one function call per ``(call_id, name, args)``."""
-    out: list[dict[str, Any]] = [
-        {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}
-    ]
-    for index, (call_id, name, args) in enumerate(calls):
-        item = {"type": "function_call", "id": f"fc_{index}", "call_id": call_id, "name": name}
-        out += [
-            {"type": "response.output_item.added", "output_index": index,
-             "item": {**item, "arguments": "", "status": "in_progress"}},
-            {"type": "response.function_call_arguments.delta", "item_id": f"fc_{index}",
-             "output_index": index, "delta": args},
-            {"type": "response.function_call_arguments.done", "item_id": f"fc_{index}",
-             "output_index": index, "arguments": args},
-            {"type": "response.output_item.done", "output_index": index,
-             "item": {**item, "arguments": args, "status": "completed"}},
-        ]
-    out.append({"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}})
-    return out
-
-
 BAD_IDS = {
     "long call id": ("c" * 300, "look"),
     "long tool name": ("c_name", "t" * 250),
@@ -57,7 +39,9 @@ BAD_IDS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_IDS))
-def test_an_unstorable_id_rejects_only_its_call(db_url: str, case: str) -> None:
+def test_an_unstorable_id_rejects_only_its_call(
+    db_url: str, case: str, responses_stream: StreamOf
+) -> None:
     bad_id, bad_name = BAD_IDS[case]
     ran: Counter[str] = Counter()
     stream = responses_stream(
