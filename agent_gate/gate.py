@@ -186,6 +186,7 @@ class ReasonCode(StrEnum):
     LATE_OUTCOME = "late_outcome"
     TOOL_UNAVAILABLE = "tool_unavailable"
     IDENTIFIER_UNSTORABLE = "identifier_unstorable"
+    ARGUMENTS_CHANGED = "arguments_changed"
 
 
 R = ReasonCode
@@ -1291,6 +1292,10 @@ class Gate:
         # produced the state it reports: losing a race to another worker, or finding the
         # row already there, means the outcome was read, not produced.
         extra: dict[str, Any] = {"call_id": call_id, "duplicate_of": duplicate_of}
+        # ``fresh``: the version at which this invocation itself authorized the row,
+        # under this gate's policy, from arguments it holds: a claim of exactly that
+        # version need not re-check it. Any later arrow bumps the version.
+        fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
         for _ in range(_MAX_DRIVER_STEPS):
             state = rec.state
             if state is CallState.RECEIVED:
@@ -1319,6 +1324,7 @@ class Gate:
                         changes=ruling.changes,
                     )
                 rec, acted = tr.record, tr.won
+                fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
                 continue
             if state is CallState.AWAITING_APPROVAL:
                 approved = self._claim_approved(rec, call_id, duplicate_of)
@@ -1338,14 +1344,13 @@ class Gate:
                 rec, acted = now, won
                 continue
             if state is CallState.AUTHORIZED:
-                claimed = self._claim(rec, call_id, duplicate_of)
-                if isinstance(claimed, CallRecord):
-                    if claimed.version != rec.version:
-                        acted = False  # lost the claim: someone else moved it
-                    rec = claimed
-                    if rec.state is CallState.AUTHORIZED:
+                claimed = self._claim(rec, call_id, duplicate_of, recheck=rec.version != fresh)
+                if isinstance(claimed, Transition):
+                    if claimed.record.version == rec.version:
                         # Cannot run here (tool missing or invalid now): report, leave it.
                         return self._outcome(rec, replayed=not acted, **extra)
+                    # Lost the claim to someone else, or the re-check moved the call.
+                    rec, acted = claimed.record, claimed.won
                     continue
                 ran = yield _Run(claimed)
                 return self._finish(claimed, ran)
@@ -1495,22 +1500,99 @@ class Gate:
             return f"stored arguments no longer pass the schema ({exc})"
 
     def _claim(
-        self, rec: CallRecord, call_id: str, duplicate_of: str | None
-    ) -> _Claimed | CallRecord:
+        self, rec: CallRecord, call_id: str, duplicate_of: str | None, *, recheck: bool
+    ) -> _Claimed | Transition:
+        """Commit ``executing`` for an authorized call, or say why not (the row as is).
+
+        ``recheck``: the call was authorized by someone else, earlier, or under
+        another policy (a resume, a replay, a retry): the claim re-checks the stored
+        arguments against ``args_hash`` and the policy of this gate, and rejects the
+        call (or sends it to a person) instead of running it when either fails.
+        """
+        intact = self._args_intact(rec) if recheck else True
         runnable = self._runnable(rec)
         if isinstance(runnable, str):
-            return rec
-        tool, validated = runnable
-        if tool.is_async and _loop_running():
+            if intact is not False:
+                return Transition(False, rec)
+        elif runnable[0].is_async and _loop_running():
             raise GateUsageError(
-                f"tool {tool.name!r} is async and an event loop is running: use aexecute"
+                f"tool {runnable[0].name!r} is async and an event loop is running: use aexecute"
             )
-        tr = self.ledger.claim(rec, owner=self.owner, lease_ms=self.lease_ms)
-        if not tr.won:
-            return tr.record
-        claimed_rec = tr.record
-        return _Claimed(
-            claimed_rec, tool, validated, self._info(claimed_rec), call_id, duplicate_of
+        if recheck:
+            verdict = None if self.rules is not None else self._verdict_outside(rec)
+            tr, _ = self.ledger.claim_rechecked(
+                rec,
+                owner=self.owner,
+                lease_ms=self.lease_ms,
+                decide=lambda conn, current: self._recheck(conn, current, verdict),
+            )
+        else:
+            tr = self.ledger.claim(rec, owner=self.owner, lease_ms=self.lease_ms)
+        if not tr.won or tr.record.state is not CallState.EXECUTING:
+            return tr
+        assert not isinstance(runnable, str)  # an intact, runnable call was claimed
+        tool, validated = runnable
+        return _Claimed(tr.record, tool, validated, self._info(tr.record), call_id, duplicate_of)
+
+    def _args_intact(self, rec: CallRecord) -> bool | None:
+        """Do the stored arguments still hash to ``args_hash``? None: cannot tell here
+        (sealed, and this process has no key)."""
+        if rec.sealed_arguments is None:
+            return rec.arguments is not None and arguments_hash(rec.arguments) == rec.args_hash
+        if self.seal_key is None:
+            return None
+        arguments, why = self._arguments(rec)
+        return why is None and arguments is not None
+
+    def _verdict_outside(self, rec: CallRecord) -> tuple[Event, str, str | None, Any] | None:
+        """A custom Authorizer's answer for a re-checked claim (asked outside any
+        transaction, as for a new call); None for a gate without a policy."""
+        if self.policy is None:
+            return None
+        decided = self._decide(rec, None)
+        return decided if isinstance(decided, tuple) else None
+
+    def _recheck(
+        self,
+        conn: Any,
+        current: CallRecord,
+        outside: tuple[Event, str, str | None, Any] | None,
+    ) -> Ruling:
+        """The ruling of a re-checked claim, inside its transaction (task locked)."""
+        if self._args_intact(current) is False:
+            return Ruling(
+                Event.REJECT,
+                R.ARGUMENTS_CHANGED,
+                "the stored arguments no longer hash to the ones decided "
+                f"(sha256 {current.args_hash[:12]}): changed after the decision; not run",
+            )
+        if outside is not None:
+            event, code, reason, detail = outside
+            if event is Event.ALLOW:
+                return Ruling(Event.CLAIM, changes=_ruling_of(outside).changes)
+            return Ruling(event, code, f"re-checked when claimed: {reason}", detail)
+        if self.rules is None:
+            return Ruling(Event.CLAIM)
+        arguments, _ = self._arguments(current)
+        assert arguments is not None  # intact
+        decision = self._evaluate_in(conn, current, arguments, besides=current.row_id)
+        detail, changes, reason = _decision_record(decision)
+        if decision.effect is DecisionEffect.ALLOW:
+            return Ruling(Event.CLAIM, detail=detail, changes=changes)
+        if decision.effect is DecisionEffect.APPROVE:
+            return Ruling(
+                Event.REQUIRE_APPROVAL,
+                R.AWAITING_APPROVAL,
+                f"waits for a human approval (re-checked when claimed): {reason}",
+                detail,
+                changes=changes,
+            )
+        return Ruling(
+            Event.REJECT,
+            R.POLICY_DENIED,
+            f"denied by policy when claimed: {reason}; not run",
+            detail,
+            changes=changes,
         )
 
     # ------------------------------------------------------------ policy
@@ -1572,12 +1654,18 @@ class Gate:
         return principal_from_json(principal_text), scope_from_json(task_id, scope_text)
 
     def _evaluate_in(
-        self, conn: Any, rec: CallRecord, arguments: Mapping[str, Any]
+        self,
+        conn: Any,
+        rec: CallRecord,
+        arguments: Mapping[str, Any],
+        *,
+        besides: int | None = None,
     ) -> PolicyDecision:
-        """The policy's decision for ``rec`` with the task's bound context and usage now."""
+        """The policy's decision for ``rec`` with the task's bound context and usage now
+        (``besides``: without that call row's own charges)."""
         assert self.rules is not None
         principal, scope = self._task_context(conn, rec.task_id)
-        usage = quota.usage(conn, rec.task_id, self.rules.counters(rec.tool))
+        usage = quota.usage(conn, rec.task_id, self.rules.counters(rec.tool), besides=besides)
         return self.rules.evaluate(
             rec.tool, arguments, principal=principal, scope=scope, usage=usage
         )

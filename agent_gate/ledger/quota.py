@@ -30,17 +30,28 @@ __all__ = ["charge", "charges_of", "usage"]
 _CHARGES = cast(Table, QuotaCharge.__table__)
 
 
-def usage(conn: Connection, task_id: str, counters: Iterable[str]) -> dict[str, Decimal]:
-    """What the task has used of each counter (0 for a counter never charged)."""
+def usage(
+    conn: Connection,
+    task_id: str,
+    counters: Iterable[str],
+    *,
+    besides: int | None = None,
+) -> dict[str, Decimal]:
+    """What the task has used of each counter (0 for a counter never charged).
+
+    ``besides``: leave out the charges of that call row, for re-judging a call that
+    was already charged (a claim re-check must not count the call against itself).
+    """
     wanted = sorted(set(counters))
     totals = {key: Decimal(0) for key in wanted}
     if not wanted:
         return totals
-    rows = conn.execute(
-        select(_CHARGES.c.counter, _CHARGES.c.amount).where(
-            _CHARGES.c.task_id == task_id, _CHARGES.c.counter.in_(wanted)
-        )
+    query = select(_CHARGES.c.counter, _CHARGES.c.amount).where(
+        _CHARGES.c.task_id == task_id, _CHARGES.c.counter.in_(wanted)
     )
+    if besides is not None:
+        query = query.where(_CHARGES.c.call_row_id != besides)
+    rows = conn.execute(query)
     for counter, amount in rows:
         totals[counter] += Decimal(amount)
     return totals

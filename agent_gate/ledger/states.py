@@ -15,6 +15,9 @@ not a race.
     received --ALLOW------------> authorized
     received --MARK_INCOMPLETE--> incomplete           arguments or response never completed
     authorized --CLAIM----------> executing            committed before the tool runs
+    authorized --REJECT---------> rejected             re-checked at the claim: arguments
+                                                       changed, or the claiming policy denies
+    authorized --REQUIRE_APPROVAL> awaiting_approval   the claiming policy wants a person
     executing --SUCCEED---------> succeeded
     executing --FAIL------------> failed
     executing --LOSE------------> in_doubt             owner died, lease expired, outcome unknown
@@ -39,7 +42,10 @@ Rules that make the table safe under many processes:
    gone becomes ``in_doubt`` first, and only RETRY (allowed when the tool is
    retry-safe, or when a reconcile hook or an operator says the write did not
    happen) makes it runnable again, as a new attempt.
-5. Terminal states have no way out: seeing the same call again returns what is
+5. A claim that did not follow its own decision (a resume, a replay, a retry) re-checks
+   what it claims: the stored arguments must still hash to ``args_hash`` and the
+   claiming gate's policy must still allow the call, else REJECT or REQUIRE_APPROVAL.
+6. Terminal states have no way out: seeing the same call again returns what is
    stored. A late outcome (the owner finished after its lease was judged dead) is a
    SETTLE of ``in_doubt`` for the same attempt, never an overwrite of a newer one.
 """
@@ -119,6 +125,8 @@ TRANSITIONS: Mapping[tuple[CallState, Event], CallState] = MappingProxyType(
         (S.AWAITING_APPROVAL, E.APPROVE): S.AUTHORIZED,
         (S.AWAITING_APPROVAL, E.DENY): S.REJECTED,
         (S.AUTHORIZED, E.CLAIM): S.EXECUTING,
+        (S.AUTHORIZED, E.REJECT): S.REJECTED,
+        (S.AUTHORIZED, E.REQUIRE_APPROVAL): S.AWAITING_APPROVAL,
         (S.EXECUTING, E.SUCCEED): S.SUCCEEDED,
         (S.EXECUTING, E.FAIL): S.FAILED,
         (S.EXECUTING, E.LOSE): S.IN_DOUBT,

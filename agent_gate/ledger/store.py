@@ -873,6 +873,47 @@ class Ledger:
             return Transition(False, self._reread(rec)), None
         return Transition(True, executing), ruling
 
+    def claim_rechecked(
+        self,
+        rec: CallRecord,
+        *,
+        owner: str,
+        lease_ms: int,
+        decide: Callable[[Connection, CallRecord], Ruling],
+    ) -> tuple[Transition, Ruling | None]:
+        """``authorized -> executing`` for a call this gate did not just decide.
+
+        In one transaction, with the task locked: ``decide`` re-checks the row as it
+        is now (its arguments against ``args_hash``, the claiming gate's policy with
+        the task's usage now) and its ruling is applied: ``CLAIM`` commits
+        ``executing`` leased to ``owner`` (with the ruling's columns, e.g. the policy
+        that allowed it now); ``REJECT`` / ``REQUIRE_APPROVAL`` move the call there,
+        audited with the ruling's reason; ``None`` changes nothing.
+        """
+        try:
+            with self._write() as conn:
+                self.lock_task(conn, rec.task_id)
+                current = self._one(conn, id=rec.row_id)
+                if current is None or (current.state, current.version) != (
+                    rec.state, rec.version
+                ):
+                    raise _Lost
+                ruling = decide(conn, current)
+                if ruling.event is None:
+                    return Transition(False, current), ruling
+                changes = dict(ruling.changes)
+                if ruling.event is Event.CLAIM:
+                    changes.update(self._claim_changes(current, owner, lease_ms))
+                applied = self._apply(
+                    conn, current, ruling.event, actor=owner, code=ruling.code,
+                    reason=ruling.reason, changes=changes, detail=ruling.detail,
+                )
+                if applied is None:
+                    raise _Lost
+        except _Lost:
+            return Transition(False, self._reread(rec)), None
+        return Transition(True, applied), ruling
+
     def approve(
         self,
         rec: CallRecord,
