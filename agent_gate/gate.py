@@ -665,6 +665,7 @@ class Gate:
                 stored_args_hash=rec.args_hash,
                 policy_hash=self.rules.hash if self.rules else None,
             )
+            problem = problem or self._approver_refusal(rec, last.decided_by)
             if problem is None:
                 return "run", f"approved by {last.decided_by}; the next resume runs it"
             return "approval", problem
@@ -702,6 +703,15 @@ class Gate:
         if ttl is not None and ttl <= 0:
             raise GateUsageError("ttl must be positive seconds, or None")
         rec = self._find_one(call, task_id)
+        refusal = self._approver_refusal(rec, by.strip())
+        if refusal is not None:
+            self.ledger.note(
+                rec,
+                "approval_refused",
+                actor=f"operator:{by.strip()}",
+                detail={"reason": refusal, "policy_hash": self.rules.hash if self.rules else None},
+            )
+            raise ApprovalRefused(refusal)
         policy_hash: str | None = None
         if self.rules is not None and rec.policy_hash != self.rules.hash:
             if rec.state is not CallState.AWAITING_APPROVAL:
@@ -817,6 +827,21 @@ class Gate:
                 f"call {call_id!r} changed to {tr.record.state.value} while being resolved"
             )
         return self._outcome(tr.record, replayed=False)
+
+    def _approver_refusal(
+        self, rec: CallRecord, approver: str, conn: Any | None = None
+    ) -> str | None:
+        """Why this gate's policy does not let ``approver`` approve ``rec`` (None: it
+        does, or there is no policy file to say)."""
+        if self.rules is None:
+            return None
+        if conn is not None:
+            principal, _ = self._task_context(conn, rec.task_id)
+            principal_id = principal.id
+        else:
+            task = self.ledger.task(rec.task_id)
+            principal_id = principal_from_json(task.principal if task else None).id
+        return self.rules.policy.approval_refusal(rec.tool, approver, principal_id)
 
     def _find_one(self, call: str | Outcome, task_id: str | None) -> CallRecord:
         call_id = call if isinstance(call, str) else call.call_id
@@ -1742,6 +1767,12 @@ class Gate:
             )
             if problem is not None or approval is None:
                 return Ruling(None, reason=problem)
+            refusal = self._approver_refusal(current, approval.decided_by, conn)
+            if refusal is not None:
+                refused.append(refusal)
+                return Ruling(
+                    None, reason=f"approved, but {refusal}; a permitted approver must approve it"
+                )
             decision = self._evaluate_in(conn, current, arguments)
             detail, changes, reason = _decision_record(decision)
             if decision.effect is DecisionEffect.DENY:
@@ -1762,9 +1793,18 @@ class Gate:
                 approval_id=approval.id,
             )
 
+        refused: list[str] = []
         tr, ruling = self.ledger.claim_approved(
             rec, owner=self.owner, lease_ms=self.lease_ms, decide=decide
         )
+        if refused:
+            self.ledger.note(
+                tr.record,
+                "approval_refused",
+                actor=self.owner,
+                detail={"reason": refused[0], "approved_by": last.decided_by,
+                        "policy_hash": rules.hash},
+            )
         if tr.won and tr.record.state is CallState.EXECUTING:
             return _Claimed(
                 tr.record, tool, validated, self._info(tr.record), call_id, duplicate_of

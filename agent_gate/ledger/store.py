@@ -942,7 +942,9 @@ class Ledger:
                 )
             bound_hash = policy_hash or current.policy_hash
             last = approvals.latest(conn, current.row_id)
-            if last is not None and approvals.problem(
+            # The standing approval is returned as is only if it is this approver's:
+            # another person's approval (perhaps one the policy refuses) is no answer.
+            if last is not None and last.decided_by == by and approvals.problem(
                 last, args_hash=current.args_hash, stored_args_hash=current.args_hash,
                 policy_hash=bound_hash,
             ) is None:

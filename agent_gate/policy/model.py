@@ -50,10 +50,12 @@ __all__ = [
     "COMBINATORS",
     "OPERATORS",
     "SUBJECTS",
+    "Approvers",
     "Condition",
     "GlobalRule",
     "Limit",
     "NumberBounds",
+    "Operator",
     "PathUnderSpec",
     "PolicyDocument",
     "RedactField",
@@ -182,6 +184,9 @@ Scheme = Annotated[StrictStr, AfterValidator(_scheme)]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 AbsoluteRoot = Annotated[StrictStr, AfterValidator(_absolute_root)]
 Text = Annotated[StrictStr, StringConstraints(max_length=2000)]
+RoleName = Annotated[StrictStr, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+OperatorId = Annotated[StrictStr, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{1,200}$")]
+"""Who approves: the ``--by`` of ``agent-gate approve`` (the ledger keeps 200 characters)."""
 
 
 # --- operator arguments ------------------------------------------------------------
@@ -457,6 +462,22 @@ class RedactField(_Model):
         return {"path": data} if isinstance(data, str) else data
 
 
+class Operator(_Model):
+    """A person who answers approvals, and the roles approval rules name."""
+
+    roles: list[RoleName] = []
+
+
+class Approvers(_Model):
+    """Who may approve a tool's calls: any of ``ids``, or anyone whose ``operators``
+    entry holds one of ``roles``. Neither given: anyone may. The task's own principal
+    never may, unless ``self_approval`` is true."""
+
+    roles: list[RoleName] = []
+    ids: list[OperatorId] = []
+    self_approval: StrictBool = False
+
+
 class ToolPolicy(_Model):
     """Everything the policy says about one tool."""
 
@@ -466,6 +487,7 @@ class ToolPolicy(_Model):
     redact: list[RedactField] = []
     rules: list[Rule] = []
     limits: list[Limit] = []
+    approvers: Approvers | None = None
 
 
 class Scope(_Model):
@@ -484,6 +506,9 @@ class PolicyDocument(_Model):
     scopes: dict[ScopeName, Scope] = {}
     rules: list[GlobalRule] = []
     tools: dict[ToolName, ToolPolicy]
+    operators: dict[OperatorId, Operator] = {}
+    approvers: Approvers | None = None
+    """The default for tools without an ``approvers`` entry of their own."""
 
 
 Condition.model_rebuild()

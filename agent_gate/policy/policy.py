@@ -140,6 +140,32 @@ class Policy:
             policy_hash=self._hash,
         )
 
+    def approval_refusal(self, tool: str, approver: str, principal: str | None) -> str | None:
+        """Why ``approver`` may not approve a call of ``tool`` in a task acting for
+        ``principal`` (an id), or None when they may.
+
+        The tool's ``approvers`` entry, else the file's, decides; roles come from the
+        file's ``operators``, never from the approver's own word. The task's own
+        principal approving its own call is refused unless ``self_approval`` is set.
+        """
+        own = self._document.tools.get(tool)
+        rule = own.approvers if own is not None and own.approvers is not None else None
+        rule = rule or self._document.approvers
+        if principal and approver == principal and not (rule and rule.self_approval):
+            return (
+                f"{approver!r} is the principal the task acts for and may not approve "
+                "its own calls (approvers.self_approval is not set)"
+            )
+        if rule is None or not (rule.roles or rule.ids):
+            return None
+        if approver in rule.ids:
+            return None
+        operator = self._document.operators.get(approver)
+        if operator is not None and set(operator.roles) & set(rule.roles):
+            return None
+        wanted = [f"role {r!r}" for r in rule.roles] + [f"{i!r}" for i in rule.ids]
+        return f"{approver!r} may not approve {tool!r} calls (approvers: {', '.join(wanted)})"
+
     def tool_overrides(self, name: str) -> ToolOverrides:
         """The effect / idempotency classes the policy sets for ``name`` (or none)."""
         tool = self._document.tools.get(name)
