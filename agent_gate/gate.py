@@ -1113,6 +1113,11 @@ class Gate:
             args_hash = _hash_of(
                 arguments if arguments is not None else call.arguments, call.raw_arguments
             )
+            if arguments is None and self.rules is not None and self.rules.redacts_anything:
+                # Rejected before any field could be redacted (an unknown tool, not an
+                # object): its text may hold a secret that a plain SHA-256 would let
+                # anyone with the ledger confirm by guessing. Keep a keyed digest of it.
+                args_hash = self._sealing_key().keyed_hash(args_hash)
             sealed = None
         effect, idempotency = self._classes(tool) if tool is not None else (None, None)
         ctx = ctx or self._context(None, None)
