@@ -24,6 +24,7 @@ from __future__ import annotations
 from agent_gate.policy.errors import PolicyError, PolicyLoadError, Problem
 from agent_gate.policy.evaluator import (
     BUILTIN_BAD_ARGUMENTS,
+    BUILTIN_BAD_PATH,
     BUILTIN_DEFAULT_DENY,
     BUILTIN_TASK_SCOPE,
     BUILTIN_UNKNOWN_SCOPE,
@@ -50,6 +51,7 @@ from agent_gate.policy.values import (
 
 __all__ = [
     "BUILTIN_BAD_ARGUMENTS",
+    "BUILTIN_BAD_PATH",
     "BUILTIN_DEFAULT_DENY",
     "BUILTIN_TASK_SCOPE",
     "BUILTIN_UNKNOWN_SCOPE",
