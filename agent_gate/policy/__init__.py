@@ -21,6 +21,12 @@ the file format.
 
 from __future__ import annotations
 
+from agent_gate.policy.beneath import (
+    PathEscapes,
+    open_beneath,
+    open_file_beneath,
+    relative_beneath,
+)
 from agent_gate.policy.errors import PolicyError, PolicyLoadError, Problem
 from agent_gate.policy.evaluator import (
     BUILTIN_BAD_ARGUMENTS,
@@ -62,6 +68,7 @@ __all__ = [
     "Idempotency",
     "LimitCheck",
     "LimitRule",
+    "PathEscapes",
     "Policy",
     "PolicyError",
     "PolicyLoadError",
@@ -73,8 +80,11 @@ __all__ = [
     "ToolEffect",
     "ToolOverrides",
     "Truth",
+    "open_beneath",
+    "open_file_beneath",
     "redact_arguments",
     "redacted_value",
+    "relative_beneath",
     "safer_effect",
     "safer_idempotency",
 ]
