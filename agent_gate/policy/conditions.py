@@ -53,7 +53,8 @@ class EvalContext:
     """What conditions can look at for one call.
 
     ``path_subjects`` are the subjects the tool's policy treats as paths;
-    ``resolved`` caches each path value's resolution for this decision, and
+    ``resolved`` caches each path value's resolution (or why it failed) for this
+    decision, so every operator judges the same one, and
     ``bad_paths`` collects, per subject, why a path value could not be judged.
     """
 
@@ -61,24 +62,24 @@ class EvalContext:
     principal: dict[str, Any]
     task: dict[str, Any]
     path_subjects: frozenset[SubjectKey] = frozenset()
-    resolved: dict[str, str | UnjudgeablePath] = field(default_factory=dict)
+    resolved: dict[str, tuple[bool, str]] = field(default_factory=dict)
     bad_paths: dict[str, str] = field(default_factory=dict)
 
     def path_value(self, subject: str, value: Any) -> str:
         """The resolved path for ``value``; raises ``UnjudgeablePath`` and notes why."""
         if isinstance(value, str) and value in self.resolved:
-            answer = self.resolved[value]
+            ok, text = self.resolved[value]
         else:
             try:
-                answer = resolve_path(value)
+                ok, text = True, resolve_path(value)
             except UnjudgeablePath as exc:
-                answer = exc
+                ok, text = False, str(exc)
             if isinstance(value, str):
-                self.resolved[value] = answer
-        if isinstance(answer, UnjudgeablePath):
-            self.bad_paths.setdefault(subject, str(answer))
-            raise answer
-        return answer
+                self.resolved[value] = (ok, text)
+        if not ok:
+            self.bad_paths.setdefault(subject, text)
+            raise UnjudgeablePath(text)
+        return text
 
 
 @dataclass(frozen=True, slots=True)
