@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.errors import AgentGateError
 from agent_gate.policy import (
     DecisionEffect,
@@ -132,7 +133,7 @@ def test_errors_carry_no_file_name(how: str, tree: dict[str, Path]) -> None:
     assert "missing-file-name" not in str(caught.value)
 
 
-def delete_policy(root: Path) -> Policy:
+def read_policy(root: Path) -> Policy:
     doc = {"version": 1, "tools": {"read_file": {"rules": [
         {"id": "in", "effect": "allow", "when": [{"arg": "path", "path_under": str(root)}]},
     ]}}}
@@ -145,7 +146,7 @@ def test_a_symlink_swapped_in_after_the_decision_is_refused(
 ) -> None:
     root, outside = tree["root"], tree["outside"]
     path = f"{root}/sub/report.csv"
-    decision = delete_policy(root).evaluate("read_file", {"path": path})
+    decision = read_policy(root).evaluate("read_file", {"path": path})
     assert decision.effect is DecisionEffect.ALLOW
     # The race: between the decision and the tool, the file (or its folder) becomes
     # a symlink to outside the root.
@@ -161,7 +162,7 @@ def test_a_symlink_swapped_in_after_the_decision_is_refused(
     assert caught.value.component == (2 if swap == "file" else 1)
     assert SECRET not in str(caught.value)
     # Judged again now, the same call would be denied: the policy and the helper agree.
-    assert delete_policy(root).evaluate("read_file", {"path": path}).effect is DecisionEffect.DENY
+    assert read_policy(root).evaluate("read_file", {"path": path}).effect is DecisionEffect.DENY
 
 
 def test_relative_beneath_keeps_the_spelling_honest(tree: dict[str, Path]) -> None:
@@ -174,3 +175,30 @@ def test_relative_beneath_keeps_the_spelling_honest(tree: dict[str, Path]) -> No
     for bad in (f"{root}-evil/x", "/etc/passwd", "sub/report.csv"):
         with pytest.raises(PathEscapes):
             relative_beneath(root, bad)
+
+
+def test_a_gated_tool_using_the_helper_reads_nothing_swapped_in(
+    how: str, tree: dict[str, Path], tmp_path: Path
+) -> None:
+    """Through ``Gate.execute``: the policy allows the read, then (inside the tool, so
+    after the decision) the file becomes a link to outside; the tool fails closed."""
+    root, outside = tree["root"], tree["outside"]
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object", "properties": {"path": {"type": "string"}},
+                        "required": ["path"]}, effect="read", idempotency="natural")
+    def read_file(path: str) -> str:
+        if path.endswith("report.csv"):  # the race, after the policy said yes
+            Path(path).unlink()
+            Path(path).symlink_to(outside / "secret.txt")
+        with open_file_beneath(root, relative_beneath(root, path), "r") as handle:
+            return handle.read()
+
+    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", policy=read_policy(root)) as gate:
+        swapped = gate.execute("t", {"call_id": "a", "name": "read_file",
+                                     "arguments": {"path": f"{root}/sub/report.csv"}})
+        plain = gate.execute("t", {"call_id": "b", "name": "read_file",
+                                   "arguments": {"path": f"{root}/sub/deeper/notes.txt"}})
+    assert swapped.state is CallState.FAILED and isinstance(swapped.exception, PathEscapes)
+    assert SECRET not in repr(swapped.to_dict()) + repr(swapped.error)
+    assert plain.state is CallState.SUCCEEDED and plain.result == "notes"
