@@ -21,9 +21,16 @@ the file format.
 
 from __future__ import annotations
 
+from agent_gate.policy.beneath import (
+    PathEscapes,
+    open_beneath,
+    open_file_beneath,
+    relative_beneath,
+)
 from agent_gate.policy.errors import PolicyError, PolicyLoadError, Problem
 from agent_gate.policy.evaluator import (
     BUILTIN_BAD_ARGUMENTS,
+    BUILTIN_BAD_PATH,
     BUILTIN_DEFAULT_DENY,
     BUILTIN_TASK_SCOPE,
     BUILTIN_UNKNOWN_SCOPE,
@@ -50,6 +57,7 @@ from agent_gate.policy.values import (
 
 __all__ = [
     "BUILTIN_BAD_ARGUMENTS",
+    "BUILTIN_BAD_PATH",
     "BUILTIN_DEFAULT_DENY",
     "BUILTIN_TASK_SCOPE",
     "BUILTIN_UNKNOWN_SCOPE",
@@ -60,6 +68,7 @@ __all__ = [
     "Idempotency",
     "LimitCheck",
     "LimitRule",
+    "PathEscapes",
     "Policy",
     "PolicyError",
     "PolicyLoadError",
@@ -71,8 +80,11 @@ __all__ = [
     "ToolEffect",
     "ToolOverrides",
     "Truth",
+    "open_beneath",
+    "open_file_beneath",
     "redact_arguments",
     "redacted_value",
+    "relative_beneath",
     "safer_effect",
     "safer_idempotency",
 ]

@@ -9,33 +9,77 @@ a whole rule into granting: the error travels up and the evaluator fails closed.
 false on an empty list: "every recipient is internal" proves nothing about a
 call with no recipients, and a policy that must accept empty lists says so with
 ``any: [{absent: true}, ...]`` or ``length: {max: 0}``.
+
+An argument that a ``path_under`` condition tests is a *path* for the whole tool:
+every operator on that subject (``matches``, ``equals``, ``in``, ``length``...)
+sees the one resolved value ``fspath.resolve_path`` gives, resolved once per
+decision and shared, so two operators can never judge two spellings (or two
+moments) of the same argument. A subject is named by its ``SubjectKey``: the
+chain of subjects from the rule down to the leaf, so ``arg: files`` / ``each`` /
+``field: src`` is one key wherever it is written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from agent_gate.policy.fspath import UnjudgeablePath, resolve_path
 from agent_gate.policy.model import Condition
 from agent_gate.policy.operators import Check, Operator, compile_operator
 from agent_gate.policy.paths import MISSING, ArgPath, display, parse_path, resolve
 from agent_gate.policy.values import Truth
 
-__all__ = ["Compiled", "EvalContext", "Result", "compile_condition", "evaluate_all"]
+__all__ = [
+    "Compiled",
+    "EvalContext",
+    "Result",
+    "SubjectKey",
+    "compile_condition",
+    "evaluate_all",
+]
 
 MAX_EACH_ITEMS: Final = 10_000
 
 _WORD: Final = {Truth.TRUE: "yes", Truth.FALSE: "no", Truth.ERROR: "cannot tell"}
 
+SubjectKey = tuple[tuple[str, ArgPath], ...]
+"""``((root, path), ...)`` from the outermost subject to a leaf's own."""
+
 
 @dataclass(frozen=True, slots=True)
 class EvalContext:
-    """What conditions can look at for one call."""
+    """What conditions can look at for one call.
+
+    ``path_subjects`` are the subjects the tool's policy treats as paths;
+    ``resolved`` caches each path value's resolution (or why it failed) for this
+    decision, so every operator judges the same one, and
+    ``bad_paths`` collects, per subject, why a path value could not be judged.
+    """
 
     arguments: dict[str, Any]
     principal: dict[str, Any]
     task: dict[str, Any]
+    path_subjects: frozenset[SubjectKey] = frozenset()
+    resolved: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    bad_paths: dict[str, str] = field(default_factory=dict)
+
+    def path_value(self, subject: str, value: Any) -> str:
+        """The resolved path for ``value``; raises ``UnjudgeablePath`` and notes why."""
+        if isinstance(value, str) and value in self.resolved:
+            ok, text = self.resolved[value]
+        else:
+            try:
+                ok, text = True, resolve_path(value)
+            except UnjudgeablePath as exc:
+                ok, text = False, str(exc)
+            if isinstance(value, str):
+                self.resolved[value] = (ok, text)
+        if not ok:
+            self.bad_paths.setdefault(subject, text)
+            raise UnjudgeablePath(text)
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +90,10 @@ class Result:
 
 class Compiled(Protocol):
     def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result: ...
+
+    def path_subjects(self) -> frozenset[SubjectKey]:
+        """The subjects a ``path_under`` under this node tests."""
+        ...
 
 
 def _leaf_detail(subject: str, phrase: str, check: Check) -> str:
@@ -85,16 +133,33 @@ def _subject(condition: Condition) -> _Subject:
     return _Subject("element", ())
 
 
+def _key_display(key: SubjectKey) -> str:
+    """A subject chain for people: ``arg 'files' / element field 'src'``."""
+    return " / ".join(_Subject(root, path).describe() for root, path in key)
+
+
 @dataclass(frozen=True, slots=True)
 class _Leaf:
     subject: _Subject
     operator: Operator
+    key: SubjectKey
+
+    def path_subjects(self) -> frozenset[SubjectKey]:
+        return frozenset({self.key}) if self.operator.name == "path_under" else frozenset()
 
     def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
-        check = self.operator(self.subject.value(ctx, element))
-        return Result(
-            check.truth, _leaf_detail(self.subject.describe(), self.operator.phrase, check)
-        )
+        value = self.subject.value(ctx, element)
+        subject = self.subject.describe()
+        is_path = self.operator.name == "path_under" or self.key in ctx.path_subjects
+        if is_path and value is not MISSING:
+            subject = f"{subject} (resolved path)"
+            try:
+                value = ctx.path_value(_key_display(self.key), value)
+            except UnjudgeablePath as exc:
+                check = Check(Truth.ERROR, str(exc))
+                return Result(check.truth, _leaf_detail(subject, self.operator.phrase, check))
+        check = self.operator(value)
+        return Result(check.truth, _leaf_detail(subject, self.operator.phrase, check))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +167,9 @@ class _Each:
     subject: _Subject
     inner: Compiled
     need_all: bool
+
+    def path_subjects(self) -> frozenset[SubjectKey]:
+        return self.inner.path_subjects()
 
     def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
         name = "each" if self.need_all else "some"
@@ -144,6 +212,9 @@ class _Combine:
     parts: tuple[Compiled, ...]
     need_all: bool
 
+    def path_subjects(self) -> frozenset[SubjectKey]:
+        return frozenset().union(*(part.path_subjects() for part in self.parts))
+
     def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
         results = [part(ctx, element) for part in self.parts]
         if self.need_all:
@@ -158,27 +229,33 @@ class _Combine:
 class _Not:
     inner: Compiled
 
+    def path_subjects(self) -> frozenset[SubjectKey]:
+        return self.inner.path_subjects()
+
     def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
         result = self.inner(ctx, element)
         flipped = {Truth.TRUE: Truth.FALSE, Truth.FALSE: Truth.TRUE, Truth.ERROR: Truth.ERROR}
         return Result(flipped[result.truth], f"not ({result.detail})")
 
 
-def compile_condition(condition: Condition) -> Compiled:
-    """Turn a validated condition into a callable, compiling regexes and networks once."""
+def compile_condition(condition: Condition, outer: SubjectKey = ()) -> Compiled:
+    """Turn a validated condition into a callable, compiling regexes and networks once.
+
+    ``outer`` is the chain of ``each`` / ``some`` subjects the condition sits in.
+    """
     combinator = condition.combinator
-    if combinator == "all":
-        return _Combine(tuple(compile_condition(c) for c in condition.operand("all")), True)
-    if combinator == "any":
-        return _Combine(tuple(compile_condition(c) for c in condition.operand("any")), False)
+    if combinator in ("all", "any"):
+        parts = tuple(compile_condition(c, outer) for c in condition.operand(combinator))
+        return _Combine(parts, combinator == "all")
     if combinator == "not":
-        return _Not(compile_condition(condition.operand("not")))
+        return _Not(compile_condition(condition.operand("not"), outer))
     operator = condition.operator
     subject = _subject(condition)
+    key = (*outer, (subject.root, subject.path))
     if operator in ("each", "some"):
-        inner = compile_condition(condition.operand(operator))
+        inner = compile_condition(condition.operand(operator), key)
         return _Each(subject, inner, need_all=operator == "each")
-    return _Leaf(subject, compile_operator(condition))
+    return _Leaf(subject, compile_operator(condition), key)
 
 
 def evaluate_all(parts: Sequence[Compiled], ctx: EvalContext) -> Result:

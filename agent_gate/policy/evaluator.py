@@ -17,6 +17,12 @@ The order of checks, each of which can only make the answer stricter:
    when the limit says ``effect: approve``), and a limit whose usage is missing or
    whose argument is not a usable number denies.
 
+An argument a ``path_under`` condition of the tool tests is a path for every
+rule of the tool: all its operators judge its resolved form. A value of such an
+argument that cannot be resolved (not a string, relative, NUL byte, too long, a
+symlink loop) is never allowed: if no rule denied already, the call is denied
+as ``agent-gate:bad-path``.
+
 The decision names the ids that decided it, and every rule's outcome is kept in
 ``Decision.rules`` for ``agent-gate policy explain`` and the audit trail.
 """
@@ -29,7 +35,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from agent_gate.policy.conditions import Compiled, EvalContext, compile_condition, evaluate_all
+from agent_gate.policy.conditions import (
+    Compiled,
+    EvalContext,
+    SubjectKey,
+    compile_condition,
+    evaluate_all,
+)
 from agent_gate.policy.model import GlobalRule, Limit, Rule
 from agent_gate.policy.paths import ArgPath, display, parse_path, resolve
 from agent_gate.policy.values import (
@@ -44,6 +56,7 @@ from agent_gate.policy.values import (
 
 __all__ = [
     "BUILTIN_BAD_ARGUMENTS",
+    "BUILTIN_BAD_PATH",
     "BUILTIN_DEFAULT_DENY",
     "BUILTIN_TASK_SCOPE",
     "BUILTIN_UNKNOWN_SCOPE",
@@ -58,6 +71,7 @@ BUILTIN_BAD_ARGUMENTS: Final = "agent-gate:bad-arguments"
 BUILTIN_TASK_SCOPE: Final = "agent-gate:task-scope"
 BUILTIN_UNKNOWN_SCOPE: Final = "agent-gate:unknown-scope"
 BUILTIN_DEFAULT_DENY: Final = "agent-gate:default-deny"
+BUILTIN_BAD_PATH: Final = "agent-gate:bad-path"
 
 Usage = Mapping[str, int | float | Decimal]
 
@@ -74,18 +88,21 @@ class CompiledRule:
     when: tuple[Compiled, ...]
     reason: str | None
     tools: frozenset[str] | None = None
+    path_subjects: frozenset[SubjectKey] = frozenset()
 
     @classmethod
     def build(cls, rule: Rule) -> CompiledRule:
         tools = None
         if isinstance(rule, GlobalRule) and rule.tools is not None:
             tools = frozenset(rule.tools)
+        when = tuple(compile_condition(c) for c in rule.when)
         return cls(
             id=rule.id,
             effect=rule.effect,
-            when=tuple(compile_condition(c) for c in rule.when),
+            when=when,
             reason=rule.reason,
             tools=tools,
+            path_subjects=frozenset().union(*(part.path_subjects() for part in when)),
         )
 
     def applies_to(self, tool: str) -> bool:
@@ -303,6 +320,7 @@ def decide(
         arguments=dict(arguments),
         principal=(principal or Principal()).as_subject(),
         task=task_scope.as_subject() if task_scope is not None else {"attributes": {}},
+        path_subjects=frozenset().union(*(rule.path_subjects for rule in rules)),
     )
     traces: list[RuleTrace] = []
     by_effect: dict[DecisionEffect, list[str]] = {e: [] for e in DecisionEffect}
@@ -336,6 +354,14 @@ def decide(
             f"{t.id} ({t.effect.value}) does not apply: {t.detail}"
             for t in traces
             if t.effect is not DecisionEffect.DENY
+        ]
+    if ctx.bad_paths and effect is not DecisionEffect.DENY:
+        effect = DecisionEffect.DENY
+        ids = [BUILTIN_BAD_PATH]
+        reasons = [
+            f"{subject} is a path for this tool's policy (path_under) and cannot be judged "
+            f"as one ({why}), so the call is denied"
+            for subject, why in ctx.bad_paths.items()
         ]
 
     checks: list[LimitCheck] = []

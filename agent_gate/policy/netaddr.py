@@ -12,8 +12,13 @@ module is deliberately stricter than any client it guards:
   address (``1.2.3.4.5``, ``08.0.0.1``) is *ambiguous* and raises, because
   different resolvers disagree on it.
 * IPv6 literals also count as the IPv4 address they carry (IPv4-mapped
-  ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96``,
-  6to4 ``2002::/16``), since a dual-stack socket or a translator connects there.
+  ``::ffff:a.b.c.d``, IPv4-translated ``::ffff:0:a.b.c.d``, IPv4-compatible
+  ``::a.b.c.d``, NAT64 with the well-known prefix ``64:ff9b::/96`` and the
+  local-use prefix ``64:ff9b:1::/48``, 6to4 ``2002::/16``, the client of a
+  Teredo ``2001::/32`` address), since a dual-stack socket, a translator or a
+  relay connects there. Inside ``64:ff9b:1::/48`` the operator may use any RFC
+  6052 prefix length (/48, /56, /64, /96); an address two of them read as
+  different IPv4 addresses is ambiguous and raises.
 * URLs are split with ``urllib.parse`` only after rejecting what parsers disagree
   on: userinfo (``@`` in the authority), backslashes, whitespace and control
   characters, percent-escapes and non-ASCII in the host.
@@ -72,8 +77,19 @@ NAMED_NETWORKS: Final = frozenset(
 """Names usable in ``ip_in`` next to CIDRs; each tests the ``ipaddress`` property of
 the same name (``non_global`` is ``not is_global``, the broad SSRF guard)."""
 
-_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix
+_NAT64_LOCAL: Final = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215 local use
+_IPV4_TRANSLATED: Final = ipaddress.IPv6Network("::ffff:0:0:0/96")  # RFC 2765 SIIT
 _IPV4_COMPATIBLE: Final = ipaddress.IPv6Network("::/96")
+
+# RFC 6052 section 2.2: where the IPv4 bytes sit for each prefix length (bits 64-71,
+# byte 8, are the always-zero "u" octet) and where the must-be-zero suffix starts.
+_RFC6052_LAYOUT: Final = {
+    48: ((6, 7, 9, 10), 11),
+    56: ((7, 9, 10, 11), 12),
+    64: ((9, 10, 11, 12), 13),
+    96: ((12, 13, 14, 15), 16),
+}
 
 
 class AddressError(PolicyError):
@@ -128,9 +144,11 @@ def parse_ip(host: str) -> IPAddress | None:
     if ":" in host:
         literal = host.split("%", 1)[0]  # a zone id does not change the address
         try:
-            return ipaddress.IPv6Address(literal)
+            address = ipaddress.IPv6Address(literal)
         except ValueError:
             raise AddressError("invalid IPv6 address") from None
+        equivalent_addresses(address)  # refuses an ambiguous embedding here, not later
+        return address
     candidate = host[:-1] if host.endswith(".") else host
     last = candidate.rsplit(".", 1)[-1]
     if not _NUMERIC_LABEL_RE.fullmatch(last):
@@ -138,16 +156,48 @@ def parse_ip(host: str) -> IPAddress | None:
     return _parse_ipv4_like(candidate)
 
 
+def _local_nat64(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
+    """The IPv4 address a ``64:ff9b:1::/48`` address carries, whatever the prefix length.
+
+    Every layout whose ``u`` octet and suffix are zero is a possible reading; they
+    must all agree, or a translator set up with another length than the policy
+    guessed would connect somewhere else.
+    """
+    packed = address.packed
+    if packed[8] != 0:
+        raise AddressError("NAT64 address with a non-zero 'u' octet (RFC 6052)")
+    readings = {
+        ipaddress.IPv4Address(bytes(packed[i] for i in where))
+        for where, suffix in _RFC6052_LAYOUT.values()
+        if not any(packed[suffix:])
+    }
+    if len(readings) != 1:
+        raise AddressError("ambiguous NAT64 address (prefix lengths disagree on its IPv4 part)")
+    return readings.pop()
+
+
 def equivalent_addresses(address: IPAddress) -> tuple[IPAddress, ...]:
-    """``address`` plus every IPv4 address it is a wrapper for."""
+    """``address`` plus every IPv4 address it is a wrapper for.
+
+    Raises ``AddressError`` for a local-use NAT64 address that does not carry
+    exactly one IPv4 address.
+    """
     found: list[IPAddress] = [address]
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             found.append(address.ipv4_mapped)
-        if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        if (
+            address in _NAT64
+            or address in _IPV4_TRANSLATED
+            or (address in _IPV4_COMPATIBLE and int(address) > 1)
+        ):
             found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        if address in _NAT64_LOCAL:
+            found.append(_local_nat64(address))
         if address.sixtofour is not None:
             found.append(address.sixtofour)
+        if address.teredo is not None:
+            found.append(address.teredo[1])  # the client's public address: the destination
     return tuple(found)
 
 

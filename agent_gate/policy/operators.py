@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from agent_gate.policy.fspath import UnjudgeablePath, resolve_path
 from agent_gate.policy.hashing import canonical_json
 from agent_gate.policy.model import Condition, NumberBounds, PathUnderSpec, SizeBounds, UrlSpec
 from agent_gate.policy.netaddr import (
@@ -39,9 +40,6 @@ from agent_gate.policy.regex import compile_pattern
 from agent_gate.policy.values import Truth
 
 __all__ = ["Check", "Operator", "compile_operator", "json_equal"]
-
-MAX_PATH_CHARS: Final = 4096
-
 
 @dataclass(frozen=True, slots=True)
 class Check:
@@ -240,25 +238,23 @@ def _absent(expected: bool) -> Operator:
 
 
 def _path_under(spec: PathUnderSpec) -> Operator:
+    # The leaf hands this operator the value ``fspath.resolve_path`` already resolved,
+    # the same string every other operator on the argument sees; resolving it again
+    # here could judge a second, later state of the file system.
     def test(value: Any) -> Check:
-        if not isinstance(value, str):
-            return _error("not a string")
-        if "\x00" in value or len(value) > MAX_PATH_CHARS:
-            return _error("NUL byte or over-long path")
-        if not os.path.isabs(value):
-            return _error("relative path (the policy cannot know what it is relative to)")
+        if not isinstance(value, str) or not value.startswith("/"):
+            return _error("not a resolved absolute path")
         try:
-            real = os.path.realpath(value)
-            roots = [os.path.realpath(root) for root in spec.roots]
-        except (OSError, ValueError):
-            return _error("path cannot be resolved")
+            roots = [resolve_path(root) for root in spec.roots]
+        except UnjudgeablePath:
+            return _error("a root cannot be resolved")
         saw_root = False
         for root in roots:
-            if real == root:
+            if value == root:
                 saw_root = True
                 if spec.allow_root:
                     return TRUE
-            elif os.path.commonpath([root, real]) == root:
+            elif os.path.commonpath([root, value]) == root:
                 return TRUE
         if saw_root:
             return _false("is a root itself, not a path under it")
