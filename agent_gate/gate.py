@@ -1603,27 +1603,7 @@ class Gate:
             return Ruling(event, code, f"re-checked when claimed: {reason}", detail)
         if self.rules is None:
             return Ruling(Event.CLAIM)
-        arguments, _ = self._arguments(current)
-        assert arguments is not None  # intact
-        decision = self._evaluate_in(conn, current, arguments, besides=current.row_id)
-        detail, changes, reason = _decision_record(decision)
-        if decision.effect is DecisionEffect.ALLOW:
-            return Ruling(Event.CLAIM, detail=detail, changes=changes)
-        if decision.effect is DecisionEffect.APPROVE:
-            return Ruling(
-                Event.REQUIRE_APPROVAL,
-                R.AWAITING_APPROVAL,
-                f"waits for a human approval (re-checked when claimed): {reason}",
-                detail,
-                changes=changes,
-            )
-        return Ruling(
-            Event.REJECT,
-            R.POLICY_DENIED,
-            f"denied by policy when claimed: {reason}; not run",
-            detail,
-            changes=changes,
-        )
+        return self._policy_ruling(conn, current, recheck=True)
 
     # ------------------------------------------------------------ policy
 
@@ -1709,14 +1689,22 @@ class Gate:
         with begin_read(self.ledger.engine) as conn:
             return self._evaluate_in(conn, rec, arguments)
 
-    def _policy_ruling(self, conn: Any, rec: CallRecord) -> Ruling:
-        """Decide a ``received`` call inside ``Ledger.authorize``'s transaction."""
+    def _policy_ruling(self, conn: Any, rec: CallRecord, *, recheck: bool = False) -> Ruling:
+        """The policy's ruling inside the ledger transaction that applies it: for a
+        ``received`` call (``Ledger.authorize``), or, with ``recheck``, for an
+        authorized call being claimed (``Ledger.claim_rechecked``: allowed means
+        CLAIM, and the call's own charges do not count against it)."""
         assert self.rules is not None
         arguments, _ = self._arguments(rec)
-        assert arguments is not None  # _decide checked
-        decision = self._evaluate_in(conn, rec, arguments)
+        assert arguments is not None  # _decide / the claim's hash check saw them
+        decision = self._evaluate_in(
+            conn, rec, arguments, besides=rec.row_id if recheck else None
+        )
         detail, changes, reason = _decision_record(decision)
+        when = " when claimed" if recheck else ""
         if decision.effect is DecisionEffect.ALLOW:
+            if recheck:
+                return Ruling(Event.CLAIM, detail=detail, changes=changes)
             return Ruling(
                 Event.ALLOW,
                 R.ALLOWED,
@@ -1729,14 +1717,14 @@ class Gate:
             return Ruling(
                 Event.REQUIRE_APPROVAL,
                 R.AWAITING_APPROVAL,
-                f"waits for a human approval: {reason}",
+                f"waits for a human approval{when}: {reason}",
                 detail,
                 changes=changes,
             )
         return Ruling(
             Event.REJECT,
             R.POLICY_DENIED,
-            f"denied by policy: {reason}; not run",
+            f"denied by policy{when}: {reason}; not run",
             detail,
             changes=changes,
         )

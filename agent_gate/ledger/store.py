@@ -788,12 +788,7 @@ class Ledger:
         """
         try:
             with self._write() as conn:
-                self.lock_task(conn, rec.task_id)
-                current = self._one(conn, id=rec.row_id)
-                if current is None or (current.state, current.version) != (
-                    rec.state, rec.version
-                ):
-                    raise _Lost
+                current = self._locked_row(conn, rec)
                 ruling = decide(conn, current)
                 if ruling.event is None:
                     raise ValueError("an authorization ruling must name an event")
@@ -809,6 +804,15 @@ class Ledger:
         except _Lost:
             return Transition(False, self._reread(rec)), None
         return Transition(True, applied), ruling
+
+    def _locked_row(self, conn: Connection, rec: CallRecord) -> CallRecord:
+        """Lock ``rec``'s task, then read the row: ``_Lost`` unless it is still at
+        ``rec``'s state and version (someone else moved it since it was read)."""
+        self.lock_task(conn, rec.task_id)
+        current = self._one(conn, id=rec.row_id)
+        if current is None or (current.state, current.version) != (rec.state, rec.version):
+            raise _Lost
+        return current
 
     def claim_approved(
         self,
@@ -830,12 +834,7 @@ class Ledger:
         """
         try:
             with self._write() as conn:
-                self.lock_task(conn, rec.task_id)
-                current = self._one(conn, id=rec.row_id)
-                if current is None or (current.state, current.version) != (
-                    rec.state, rec.version
-                ):
-                    raise _Lost
+                current = self._locked_row(conn, rec)
                 ruling = decide(conn, current)
                 if ruling.event is None:
                     return Transition(False, current), ruling
@@ -892,12 +891,7 @@ class Ledger:
         """
         try:
             with self._write() as conn:
-                self.lock_task(conn, rec.task_id)
-                current = self._one(conn, id=rec.row_id)
-                if current is None or (current.state, current.version) != (
-                    rec.state, rec.version
-                ):
-                    raise _Lost
+                current = self._locked_row(conn, rec)
                 ruling = decide(conn, current)
                 if ruling.event is None:
                     return Transition(False, current), ruling
