@@ -72,6 +72,7 @@ from agent_gate.ledger.canonical import (
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
 from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger.outcome_store import RESULT_UNSTORABLE, OutcomeScrub, keep_result
 from agent_gate.ledger.privacy import bound, describe_error
 from agent_gate.ledger.states import TERMINAL, CallState, Event
 from agent_gate.ledger.store import (
@@ -287,8 +288,11 @@ class Outcome:
 
     ``replayed`` is True when this outcome was read from the ledger rather than
     produced now (the tool was not called by this invocation). ``result`` is the
-    tool's JSON-able return value; after a replay it is what the ledger stored
-    (``None`` with ``result_omitted`` when it was too large to keep).
+    tool's return value as JSON, as the ledger stored it: fields the policy redacts
+    (``redact_result``) as stand-ins and the call's redacted argument values cut out
+    of every string; after a replay ``None`` with ``result_omitted`` when it was too
+    large to keep; a ``{"result_unstorable": ...}`` stand-in (code
+    ``result_unstorable``) when it had no JSON form (NaN, bytes, a lone surrogate).
     """
 
     task_id: str
@@ -331,7 +335,8 @@ class Outcome:
 
     def tool_output(self) -> str:
         """Text the model reads as the tool's result; explicit when nothing ran."""
-        if self.state is CallState.SUCCEEDED and not self.result_omitted:
+        unstorable = self.code == RESULT_UNSTORABLE
+        if self.state is CallState.SUCCEEDED and not self.result_omitted and not unstorable:
             if isinstance(self.result, str):
                 return self.result
             return json.dumps(self.result, ensure_ascii=False)
@@ -340,6 +345,9 @@ class Outcome:
         body["executed"] = "unknown" if executed is None else executed
         if self.state is CallState.SUCCEEDED:
             body["note"] = "the tool succeeded; its result was too large to keep"
+            if unstorable:
+                body["note"] = "the tool succeeded; its result has no JSON form to show"
+                body["result"] = self.result
         if self.error:
             body["error"] = dict(self.error)
         if self.reason:
@@ -1794,13 +1802,16 @@ class Gate:
         rec, owner = claimed.rec, self.owner
         value: Any = None
         if ran.kind == "ok":
-            value = to_jsonable(ran.value)
+            kept = keep_result(ran.value, self.max_result_bytes, self._outcome_scrub(claimed))
+            value = kept.value
             tr = self.ledger.finish(
                 rec,
                 Event.SUCCEED,
                 actor=owner,
                 lease_owner=owner,
-                result=StoredResult.encode(value, self.max_result_bytes),
+                result=kept.stored,
+                code=kept.code,
+                reason=kept.reason,
             )
         else:
             event, code, reason, error = self._failure(claimed, ran)
@@ -1826,7 +1837,9 @@ class Gate:
         self, claimed: _Claimed, ran: _Ran
     ) -> tuple[Event, ReasonCode, str, dict[str, str] | None]:
         args = claimed.info.arguments
-        error = describe_error(ran.exc, args) if ran.exc is not None else None
+        scrub = self._outcome_scrub(claimed)
+        secrets = scrub.secrets if scrub is not None else None
+        error = describe_error(ran.exc, args, secrets) if ran.exc is not None else None
         timeout = claimed.tool.spec.timeout
         if ran.kind == "error":
             kind = error["type"] if error else "an error"
@@ -1868,27 +1881,46 @@ class Gate:
                 detail={"attempt": claimed.rec.attempt, "kind": ran.kind},
             )
             return None
+        scrub = self._outcome_scrub(claimed)
         if ran.kind == "ok":
+            kept = keep_result(ran.value, self.max_result_bytes, scrub)
             tr = self.ledger.finish(
                 current,
                 Event.SETTLE_SUCCEEDED,
                 actor=self.owner,
                 code=R.LATE_OUTCOME,
-                reason="the tool returned after its call was judged in doubt",
-                result=StoredResult.encode(to_jsonable(ran.value), self.max_result_bytes),
+                reason="the tool returned after its call was judged in doubt"
+                + ("; its result has no JSON form, only its type and size are kept"
+                   if kept.code else ""),
+                result=kept.stored,
             )
         elif ran.kind == "error":
+            secrets = scrub.secrets if scrub is not None else None
             tr = self.ledger.finish(
                 current,
                 Event.SETTLE_FAILED,
                 actor=self.owner,
                 code=R.LATE_OUTCOME,
                 reason="the tool raised after its call was judged in doubt",
-                error=describe_error(ran.exc, claimed.info.arguments) if ran.exc else None,
+                error=describe_error(ran.exc, claimed.info.arguments, secrets)
+                if ran.exc
+                else None,
             )
         else:
             return None
         return tr.record if tr.won else None
+
+    def _outcome_scrub(self, claimed: _Claimed) -> OutcomeScrub | None:
+        """What the policy redacts of this call, to be kept out of its result and error."""
+        if self.rules is None:
+            return None
+        policy, tool = self.rules.policy, claimed.rec.tool
+        return OutcomeScrub.build(
+            claimed.info.arguments,
+            policy.redaction_rules(tool),
+            policy.result_redaction_rules(tool),
+            key=self.seal_key.digest_key if self.seal_key is not None else None,
+        )
 
     def _outcome(
         self,
