@@ -63,7 +63,10 @@ class OutcomeScrub:
         for rule in argument_rules if arguments is not None else ():
             for container, slot in iter_matches(dict(arguments or {}), rule.path):
                 values.extend(string_values([container[slot]]))
-        return cls(tuple(values), SecretScrubber(values), result_rules, key)
+        secrets = SecretScrubber(values)
+        if not secrets and not result_rules:
+            return None  # the redacted fields were not sent: nothing to look for
+        return cls(tuple(values), secrets, result_rules, key)
 
     def result(self, value: Any) -> Any:
         """A JSON result as it may be stored and shown: stand-ins at the result paths,

@@ -252,3 +252,17 @@ def test_an_unstorable_result_of_a_redacting_call_has_no_plain_digest(
     assert outcome.state is CallState.SUCCEEDED and outcome.code == "result_unstorable"
     assert stand_in["sha256"].startswith("hmac-sha256:")
     assert leaks(renderings([outcome])) == []
+
+
+def test_redact_result_is_checked_and_hashed_like_redact() -> None:
+    from agent_gate.policy import Policy, PolicyLoadError
+
+    base = "version: 1\ntools:\n  mint:\n    rules: [{id: a, effect: allow}]\n"
+    empty = base + "    redact_result: []\n"
+    used = base + "    redact_result: [{path: keys.*.secret, preview: 4}]\n"
+    hashes = {Policy.from_text(t, source="p.yaml").hash for t in (base, empty)}
+    assert len(hashes) == 1  # an unused key leaves the hash (and its approvals) alone
+    assert Policy.from_text(used, source="p.yaml").hash not in hashes
+    with pytest.raises(PolicyLoadError) as caught:
+        Policy.from_text(base + "    redact_result: ['keys..secret']\n", source="p.yaml")
+    assert "p.yaml:5" in str(caught.value) and "empty segment" in str(caught.value)
