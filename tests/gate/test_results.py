@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -187,3 +188,32 @@ def test_an_async_tool_with_an_unstorable_result_succeeds_once(db_url: str) -> N
     with Gate(tools, db_url) as gate:
         asyncio.run(main(gate))
     assert ran == Counter(write=1)
+
+
+def test_a_late_unstorable_result_settles_the_doubt_instead_of_a_rerun(db_url: str) -> None:
+    """A write that outlived its timeout and then returned NaN: the late result is
+    what settles the in-doubt call, so recovery has nothing to re-run."""
+    ran: Counter[str] = Counter()
+    release = threading.Event()
+    tools = ToolRegistry()
+
+    @tools.tool(
+        name="slow_write", schema={"type": "object"}, effect="write", idempotency="natural",
+        timeout=0.01,
+    )
+    def slow_write(**kw: Any) -> float:
+        ran["slow_write"] += 1
+        release.wait()
+        return float("nan")
+
+    with Gate(tools, db_url) as gate:
+        first = gate.execute("t", {"call_id": "c", "name": "slow_write", "arguments": {}})
+        assert first.state is CallState.IN_DOUBT and first.code == "timeout"
+        [worker] = [t for t in threading.enumerate() if t.name == "agent-gate-slow_write"]
+        release.set()
+        worker.join()  # the late outcome is committed on the tool's thread
+        [settled] = gate.calls("t")
+        assert settled.state is CallState.SUCCEEDED and settled.code == "late_outcome"
+        assert settled.result["result_unstorable"]["type"] == "float"
+        assert gate.recover("t") == []
+    assert ran == Counter(slow_write=1)
