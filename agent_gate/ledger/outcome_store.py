@@ -90,7 +90,8 @@ class KeptResult:
     """A result as stored, and as the outcome reports it now."""
 
     value: Any
-    """Plain JSON, scrubbed; the stand-in when the result had no stored form."""
+    """Plain JSON, scrubbed; the stand-in when the result had no stored form; None
+    when the call redacts anything and the result is over the size the ledger keeps."""
     stored: StoredResult
     code: str | None = None
     reason: str | None = None
@@ -106,6 +107,11 @@ def keep_result(raw: Any, max_bytes: int, scrub: OutcomeScrub | None = None) -> 
     try:
         value = to_jsonable(raw)
         if scrub is not None:
+            clear = StoredResult.encode(value, max_bytes)
+            if clear.text is None:
+                # Too large to keep, so kept as a hash; too large to scrub within the
+                # call's lease too, so not shown to the model either (None: omitted).
+                return KeptResult(None, clear)
             value = scrub.result(value)
         return KeptResult(value, StoredResult.encode(value, max_bytes))
     except Exception:

@@ -93,6 +93,7 @@ def scrub(text: str, values: Iterable[str] = ()) -> str:
 REDACTED_TEXT: Final = "[redacted]"
 SECRET_GRAM: Final = 8
 """Length of the pieces of a redacted value that are searched for (see SecretScrubber)."""
+_ANCHOR: Final = SECRET_GRAM // 2
 MAX_TYPE_CHARS: Final = 120
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -136,19 +137,22 @@ class SecretScrubber:
     8 or more characters long is made of its own 8-windows, so the union covers it
     entirely: the matches extend as far as they go.
 
-    Cost: building is O(sum of value lengths) set insertions; scrubbing a text of
-    n characters is O(n x w) for w distinct window lengths (at most 5: 8 and 4..7),
-    each step one slice and one hash lookup, so it does not grow with the number or
-    length of the redacted values. Limits: a character whose case mapping changes
+    Cost: building is O(sum of value lengths) set insertions. Scrubbing a text of
+    n characters looks up n/4 windows of 4 characters (anchors) and, around each
+    anchor that is a piece of a value, at most 4 windows of 8: between n/4 and
+    5n/4 lookups, plus n per distinct short-value length (at most 4 of them). Each
+    lookup is one slice and one hash, so the cost does not grow with the number
+    or length of the redacted values. Limits: a character whose case mapping changes
     length (``ß``/``SS``, ``ﬁ``) matches only in its own case; a piece shorter than
     8 characters, or a value transformed otherwise than by case (reversed, encoded
     as base64 or hex, spaced out), is not recognised.
     """
 
-    __slots__ = ("_grams", "_short")
+    __slots__ = ("_anchors", "_grams", "_short")
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._grams: set[str] = set()
+        self._anchors: set[str] = set()
         self._short: dict[int, set[str]] = {}
         for value in values:
             folded = _fold(safe_text(value))
@@ -156,20 +160,40 @@ class SecretScrubber:
                 self._grams.update(
                     folded[i : i + SECRET_GRAM] for i in range(len(folded) - SECRET_GRAM + 1)
                 )
+                self._anchors.update(
+                    folded[i : i + _ANCHOR] for i in range(len(folded) - _ANCHOR + 1)
+                )
             elif len(folded) >= MIN_SCRUBBED_VALUE:
                 self._short.setdefault(len(folded), set()).add(folded)
 
     def __bool__(self) -> bool:
         return bool(self._grams or self._short)
 
+    def _gram_starts(self, folded: str) -> set[int]:
+        """Starts of the 8-windows of ``folded`` that are pieces of a value.
+
+        Only every 4th position is looked up first, in the set of the values'
+        4-windows: a matching 8-window at ``s`` contains the 4-window at the first
+        multiple of 4 from ``s`` on, so it is found by checking the 8-windows
+        starting up to 3 places before each anchor that hit.
+        """
+        grams, anchors, last = self._grams, self._anchors, len(folded) - SECRET_GRAM
+        starts: set[int] = set()
+        for p in range(0, len(folded) - _ANCHOR + 1, _ANCHOR):
+            if folded[p : p + _ANCHOR] in anchors:
+                for s in range(max(0, p - _ANCHOR + 1), min(p, last) + 1):
+                    if folded[s : s + SECRET_GRAM] in grams:
+                        starts.add(s)
+        return starts
+
     def _hits(self, folded: str) -> list[tuple[int, int]]:
-        spans: list[tuple[int, int]] = []
-        sizes = [(SECRET_GRAM, self._grams)] if self._grams else []
-        sizes += sorted(self._short.items())
-        for size, grams in sizes:
-            for i in range(len(folded) - size + 1):
-                if folded[i : i + size] in grams:
-                    spans.append((i, i + size))
+        spans = [(s, s + SECRET_GRAM) for s in self._gram_starts(folded)] if self._grams else []
+        for size, whole in self._short.items():
+            spans += [
+                (i, i + size)
+                for i in range(len(folded) - size + 1)
+                if folded[i : i + size] in whole
+            ]
         return spans
 
     def scrub(self, text: str) -> str:

@@ -266,3 +266,60 @@ def test_redact_result_is_checked_and_hashed_like_redact() -> None:
     with pytest.raises(PolicyLoadError) as caught:
         Policy.from_text(base + "    redact_result: ['keys..secret']\n", source="p.yaml")
     assert "p.yaml:5" in str(caught.value) and "empty segment" in str(caught.value)
+
+
+def test_a_result_too_large_to_keep_is_not_shown_unscrubbed(
+    db_url: str, policy_file: Path, seal_key_env: str
+) -> None:
+    """Past ``max_result_bytes`` the ledger keeps a hash; the model sees no copy either,
+    so scrubbing (linear in the text) stays bounded by that size."""
+    tools = ToolRegistry()
+
+    @tools.tool(schema=SCHEMA, effect="write", name="echo")
+    def echo(to: str, body: str) -> str:
+        return "padding " * 200 + body
+
+    with Gate(tools, db_url, policy=policy_file, max_result_bytes=1024) as gate:
+        outcome = gate.execute("t", call("echo"))
+        stored = database_text(db_url)
+        [replayed] = gate.calls("t")
+    assert outcome.state is CallState.SUCCEEDED and outcome.result is None
+    assert outcome.result_omitted and "too large to keep" in outcome.tool_output()
+    assert leaks(renderings([outcome, replayed])) == [] and leaks(stored) == []
+
+
+def test_the_scrubber_cuts_exactly_the_pieces_a_naive_search_finds() -> None:
+    """The anchored search against the definition: every 8-window of the text that is
+    a piece of a value (any case), and whole values of 4 to 7 characters."""
+    import random
+
+    from agent_gate.ledger.privacy import SecretScrubber
+
+    rng = random.Random(7)
+    alphabet = "abAB -xyZ"
+    for _ in range(500):
+        values = ["".join(rng.choice(alphabet) for _ in range(rng.randint(4, 20)))
+                  for _ in range(rng.randint(1, 3))]
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        value = rng.choice(values)
+        a = rng.randint(0, len(value))
+        piece = value[a : rng.randint(a, len(value))]
+        at = rng.randint(0, len(text))
+        text = text[:at] + rng.choice([piece, piece.upper()]) + text[at:]
+        covered = [False] * len(text)
+        folded = text.lower()
+        for v in (v.lower() for v in values):
+            size = 8 if len(v) >= 8 else len(v)
+            windows = {v[i : i + size] for i in range(len(v) - size + 1)}
+            for s in range(len(folded) - size + 1):
+                if folded[s : s + size] in windows:
+                    covered[s : s + size] = [True] * size
+        expected, i = "", 0
+        while i < len(text):
+            if covered[i]:
+                while i < len(text) and covered[i]:
+                    i += 1
+                expected += "[redacted]"
+            else:
+                expected, i = expected + text[i], i + 1
+        assert SecretScrubber(values).scrub(text) == expected, (values, text)
