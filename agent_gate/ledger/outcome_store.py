@@ -59,9 +59,10 @@ class OutcomeScrub:
         argument_rules, result_rules = tuple(argument_rules), tuple(result_rules)
         if not argument_rules and not result_rules:
             return None
+        clear = dict(arguments) if arguments is not None else {}
         values: list[str] = []
-        for rule in argument_rules if arguments is not None else ():
-            for container, slot in iter_matches(dict(arguments or {}), rule.path):
+        for rule in argument_rules:
+            for container, slot in iter_matches(clear, rule.path):
                 values.extend(string_values([container[slot]]))
         secrets = SecretScrubber(values)
         if not secrets and not result_rules:
