@@ -72,8 +72,13 @@ from agent_gate.ledger.canonical import (
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
 from agent_gate.ledger.models import TaskRow
-from agent_gate.ledger.outcome_store import RESULT_UNSTORABLE, OutcomeScrub, keep_result
-from agent_gate.ledger.privacy import bound, describe_error
+from agent_gate.ledger.outcome_store import (
+    RESULT_UNSTORABLE,
+    KeptResult,
+    OutcomeScrub,
+    keep_result,
+)
+from agent_gate.ledger.privacy import bound, clean_message, describe_error
 from agent_gate.ledger.states import TERMINAL, CallState, Event
 from agent_gate.ledger.store import (
     CallRecord,
@@ -1646,7 +1651,7 @@ class Gate:
                     actor="reconcile",
                     code=R.RECONCILED,
                     reason="the reconcile hook found that the write happened",
-                    result=StoredResult.encode(to_jsonable(verdict.result), self.max_result_bytes),
+                    result=self._kept(rec, verdict.result).stored,
                 )
             elif verdict.status is Reconciliation.FAILED:
                 tr = self.ledger.finish(
@@ -1657,7 +1662,7 @@ class Gate:
                     reason="the reconcile hook found that the call failed",
                     error={
                         "type": "Reconciled",
-                        "message": bound(verdict.error or "failed downstream", 300),
+                        "message": self._cleaned(rec, verdict.error or "failed downstream"),
                     },
                 )
             else:
@@ -1802,7 +1807,8 @@ class Gate:
         rec, owner = claimed.rec, self.owner
         value: Any = None
         if ran.kind == "ok":
-            kept = keep_result(ran.value, self.max_result_bytes, self._outcome_scrub(claimed))
+            scrub = self._outcome_scrub(claimed.rec.tool, claimed.info.arguments)
+            kept = keep_result(ran.value, self.max_result_bytes, scrub)
             value = kept.value
             tr = self.ledger.finish(
                 rec,
@@ -1837,7 +1843,7 @@ class Gate:
         self, claimed: _Claimed, ran: _Ran
     ) -> tuple[Event, ReasonCode, str, dict[str, str] | None]:
         args = claimed.info.arguments
-        scrub = self._outcome_scrub(claimed)
+        scrub = self._outcome_scrub(claimed.rec.tool, claimed.info.arguments)
         secrets = scrub.secrets if scrub is not None else None
         error = describe_error(ran.exc, args, secrets) if ran.exc is not None else None
         timeout = claimed.tool.spec.timeout
@@ -1881,7 +1887,7 @@ class Gate:
                 detail={"attempt": claimed.rec.attempt, "kind": ran.kind},
             )
             return None
-        scrub = self._outcome_scrub(claimed)
+        scrub = self._outcome_scrub(claimed.rec.tool, claimed.info.arguments)
         if ran.kind == "ok":
             kept = keep_result(ran.value, self.max_result_bytes, scrub)
             tr = self.ledger.finish(
@@ -1910,13 +1916,27 @@ class Gate:
             return None
         return tr.record if tr.won else None
 
-    def _outcome_scrub(self, claimed: _Claimed) -> OutcomeScrub | None:
-        """What the policy redacts of this call, to be kept out of its result and error."""
+    def _kept(self, rec: CallRecord, result: Any) -> KeptResult:
+        """A result reported for ``rec`` by someone other than its tool run (a reconcile
+        hook), kept as a tool's own result is."""
+        scrub = self._outcome_scrub(rec.tool, self._info(rec).arguments)
+        return keep_result(result, self.max_result_bytes, scrub)
+
+    def _cleaned(self, rec: CallRecord, message: object) -> str:
+        """A message reported for ``rec`` (a reconcile hook's error), as it may be stored."""
+        args = self._info(rec).arguments
+        scrub = self._outcome_scrub(rec.tool, args)
+        return clean_message(message, args, scrub.secrets if scrub else None, 300)
+
+    def _outcome_scrub(
+        self, tool: str, arguments: Mapping[str, Any] | None
+    ) -> OutcomeScrub | None:
+        """What the policy redacts of a call, to be kept out of its result and error."""
         if self.rules is None:
             return None
-        policy, tool = self.rules.policy, claimed.rec.tool
+        policy = self.rules.policy
         return OutcomeScrub.build(
-            claimed.info.arguments,
+            arguments,
             policy.redaction_rules(tool),
             policy.result_redaction_rules(tool),
             key=self.seal_key.digest_key if self.seal_key is not None else None,

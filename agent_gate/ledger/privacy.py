@@ -26,6 +26,7 @@ __all__ = [
     "REDACTED_TEXT",
     "SecretScrubber",
     "bound",
+    "clean_message",
     "describe_error",
     "safe_text",
     "scrub",
@@ -217,29 +218,38 @@ class SecretScrubber:
         return "".join(out)
 
 
-def _message_of(exc: BaseException) -> str:
-    """``str(exc)``, or a placeholder when that raises: the tool already ran."""
+def _message_of(value: object) -> str:
+    """``str(value)``, or a placeholder when that raises: the tool already ran."""
     try:
-        return str(exc)
+        return str(value)
     except Exception:
-        return f"<the exception's message could not be read ({type(exc).__name__})>"
+        return f"<the message could not be read ({type(value).__name__})>"
+
+
+def clean_message(
+    value: object,
+    arguments: Any = None,
+    secrets: SecretScrubber | None = None,
+    limit: int = MAX_ERROR_CHARS,
+) -> str:
+    """A message written by code we do not control (an exception, a reconcile hook),
+    as it may be stored: readable, valid UTF-8, scrubbed, bounded. Never raises.
+
+    ``secrets`` holds the call's redacted values (``SecretScrubber``); argument
+    values are replaced whole in any case. The text is cut to a few times its
+    final bound before scrubbing, so megabytes of message cost no more than a line.
+    """
+    message = safe_text(_message_of(value)[: limit * 4])
+    if secrets:
+        message = secrets.scrub(message)
+    return bound(scrub(message, string_values(arguments)), limit)
 
 
 def describe_error(
     exc: BaseException, arguments: Any = None, secrets: SecretScrubber | None = None
 ) -> dict[str, str]:
-    """What the ledger stores about an exception: its type and a scrubbed message.
-
-    ``secrets`` holds the call's redacted values (``SecretScrubber``); argument
-    values are replaced whole in any case. The message is cut to a few times its
-    final bound before scrubbing, so a tool that puts megabytes into an exception
-    costs no more than one that does not. Never raises on a hostile exception.
-    """
-    message = safe_text(_message_of(exc)[: MAX_ERROR_CHARS * 4])
-    if secrets:
-        message = secrets.scrub(message)
-    message = scrub(message, string_values(arguments))
+    """What the ledger stores about an exception: its type and a scrubbed message."""
     kind = safe_text(bound(type(exc).__name__, MAX_TYPE_CHARS))
     if secrets:
         kind = secrets.scrub(kind)
-    return {"type": kind, "message": bound(message)}
+    return {"type": kind, "message": clean_message(exc, arguments, secrets)}

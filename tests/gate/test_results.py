@@ -17,7 +17,17 @@ from typing import Any
 
 import pytest
 
-from agent_gate import CallState, Gate, ToolRegistry, render_tool_result
+from agent_gate import (
+    CallInfo,
+    CallState,
+    Gate,
+    OutcomeUnknown,
+    Reconciled,
+    Reconciliation,
+    ToolRegistry,
+    current_call,
+    render_tool_result,
+)
 from agent_gate.ledger.privacy import MAX_ERROR_CHARS
 
 PROVIDERS = ("openai-responses", "openai-chat", "anthropic", "gemini")
@@ -217,3 +227,41 @@ def test_a_late_unstorable_result_settles_the_doubt_instead_of_a_rerun(db_url: s
         assert settled.result["result_unstorable"]["type"] == "float"
         assert gate.recover("t") == []
     assert ran == Counter(slow_write=1)
+
+
+def test_odd_reconcile_answers_settle_their_call_and_spare_the_batch(db_url: str) -> None:
+    """A reconcile hook's result and error are stored as a tool's are: one hook that
+    answers NaN or a lone surrogate does not stop recovery of the calls after it."""
+    answers = {
+        "nan": Reconciled(Reconciliation.SUCCEEDED, result={"charged": float("nan")}),
+        "surrogate": Reconciled(Reconciliation.FAILED, error="declined \ud800 by bank"),
+        "plain": Reconciled(Reconciliation.SUCCEEDED, result={"charged": 12}),
+    }
+    ran: Counter[str] = Counter()
+    tools = ToolRegistry()
+
+    def look_up(info: CallInfo) -> Reconciled:
+        return answers[info.call_id]
+
+    @tools.tool(name="charge", schema={"type": "object"}, effect="write", reconcile=look_up)
+    def charge(**kw: Any) -> None:
+        ran[current_call().call_id] += 1
+        raise OutcomeUnknown("connection reset after the request was sent")
+
+    with Gate(tools, db_url) as gate:
+        for call_id in answers:
+            outcome = gate.execute("t", {"call_id": call_id, "name": "charge", "arguments": {}})
+            assert outcome.state is CallState.IN_DOUBT
+        settled = {o.call_id: o for o in gate.recover("t")}
+        assert {k: o.state for k, o in settled.items()} == {
+            "nan": CallState.SUCCEEDED, "surrogate": CallState.FAILED,
+            "plain": CallState.SUCCEEDED,
+        }
+        assert settled["nan"].result["result_unstorable"]["type"] == "dict"
+        assert settled["surrogate"].error == {
+            "type": "Reconciled", "message": "declined \ufffd by bank"}
+        assert settled["plain"].result == {"charged": 12}
+        for outcome in settled.values():
+            rendered(outcome)
+        assert gate.recover("t") == []
+    assert ran == Counter(nan=1, surrogate=1, plain=1)
