@@ -72,7 +72,13 @@ from agent_gate.ledger.canonical import (
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
 from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN, TaskRow
-from agent_gate.ledger.privacy import bound, describe_error
+from agent_gate.ledger.outcome_store import (
+    RESULT_UNSTORABLE,
+    KeptResult,
+    OutcomeScrub,
+    keep_result,
+)
+from agent_gate.ledger.privacy import bound, clean_message, describe_error
 from agent_gate.ledger.states import TERMINAL, CallState, Event
 from agent_gate.ledger.store import (
     CallRecord,
@@ -290,8 +296,11 @@ class Outcome:
 
     ``replayed`` is True when this outcome was read from the ledger rather than
     produced now (the tool was not called by this invocation). ``result`` is the
-    tool's JSON-able return value; after a replay it is what the ledger stored
-    (``None`` with ``result_omitted`` when it was too large to keep).
+    tool's return value as JSON, as the ledger stored it: fields the policy redacts
+    (``redact_result``) as stand-ins and the call's redacted argument values cut out
+    of every string; after a replay ``None`` with ``result_omitted`` when it was too
+    large to keep; a ``{"result_unstorable": ...}`` stand-in (code
+    ``result_unstorable``) when it had no JSON form (NaN, bytes, a lone surrogate).
     """
 
     task_id: str
@@ -334,7 +343,8 @@ class Outcome:
 
     def tool_output(self) -> str:
         """Text the model reads as the tool's result; explicit when nothing ran."""
-        if self.state is CallState.SUCCEEDED and not self.result_omitted:
+        unstorable = self.code == RESULT_UNSTORABLE
+        if self.state is CallState.SUCCEEDED and not self.result_omitted and not unstorable:
             if isinstance(self.result, str):
                 return self.result
             return json.dumps(self.result, ensure_ascii=False)
@@ -343,6 +353,9 @@ class Outcome:
         body["executed"] = "unknown" if executed is None else executed
         if self.state is CallState.SUCCEEDED:
             body["note"] = "the tool succeeded; its result was too large to keep"
+            if unstorable:
+                body["note"] = "the tool succeeded; its result has no JSON form to show"
+                body["result"] = self.result
         if self.error:
             body["error"] = dict(self.error)
         if self.reason:
@@ -1845,7 +1858,7 @@ class Gate:
                     actor="reconcile",
                     code=R.RECONCILED,
                     reason="the reconcile hook found that the write happened",
-                    result=StoredResult.encode(to_jsonable(verdict.result), self.max_result_bytes),
+                    result=self._kept(rec, verdict.result).stored,
                 )
             elif verdict.status is Reconciliation.FAILED:
                 tr = self.ledger.finish(
@@ -1856,7 +1869,7 @@ class Gate:
                     reason="the reconcile hook found that the call failed",
                     error={
                         "type": "Reconciled",
-                        "message": bound(verdict.error or "failed downstream", 300),
+                        "message": self._cleaned(rec, verdict.error or "failed downstream"),
                     },
                 )
             else:
@@ -2001,13 +2014,17 @@ class Gate:
         rec, owner = claimed.rec, self.owner
         value: Any = None
         if ran.kind == "ok":
-            value = to_jsonable(ran.value)
+            scrub = self._outcome_scrub(claimed.rec.tool, claimed.info.arguments)
+            kept = keep_result(ran.value, self.max_result_bytes, scrub)
+            value = kept.value
             tr = self.ledger.finish(
                 rec,
                 Event.SUCCEED,
                 actor=owner,
                 lease_owner=owner,
-                result=StoredResult.encode(value, self.max_result_bytes),
+                result=kept.stored,
+                code=kept.code,
+                reason=kept.reason,
             )
         else:
             event, code, reason, error = self._failure(claimed, ran)
@@ -2033,7 +2050,9 @@ class Gate:
         self, claimed: _Claimed, ran: _Ran
     ) -> tuple[Event, ReasonCode, str, dict[str, str] | None]:
         args = claimed.info.arguments
-        error = describe_error(ran.exc, args) if ran.exc is not None else None
+        scrub = self._outcome_scrub(claimed.rec.tool, claimed.info.arguments)
+        secrets = scrub.secrets if scrub is not None else None
+        error = describe_error(ran.exc, args, secrets) if ran.exc is not None else None
         timeout = claimed.tool.spec.timeout
         if ran.kind == "error":
             kind = error["type"] if error else "an error"
@@ -2075,27 +2094,60 @@ class Gate:
                 detail={"attempt": claimed.rec.attempt, "kind": ran.kind},
             )
             return None
+        scrub = self._outcome_scrub(claimed.rec.tool, claimed.info.arguments)
         if ran.kind == "ok":
+            kept = keep_result(ran.value, self.max_result_bytes, scrub)
             tr = self.ledger.finish(
                 current,
                 Event.SETTLE_SUCCEEDED,
                 actor=self.owner,
                 code=R.LATE_OUTCOME,
-                reason="the tool returned after its call was judged in doubt",
-                result=StoredResult.encode(to_jsonable(ran.value), self.max_result_bytes),
+                reason="the tool returned after its call was judged in doubt"
+                + ("; its result has no JSON form, only its type and size are kept"
+                   if kept.code else ""),
+                result=kept.stored,
             )
         elif ran.kind == "error":
+            secrets = scrub.secrets if scrub is not None else None
             tr = self.ledger.finish(
                 current,
                 Event.SETTLE_FAILED,
                 actor=self.owner,
                 code=R.LATE_OUTCOME,
                 reason="the tool raised after its call was judged in doubt",
-                error=describe_error(ran.exc, claimed.info.arguments) if ran.exc else None,
+                error=describe_error(ran.exc, claimed.info.arguments, secrets)
+                if ran.exc
+                else None,
             )
         else:
             return None
         return tr.record if tr.won else None
+
+    def _kept(self, rec: CallRecord, result: Any) -> KeptResult:
+        """A result reported for ``rec`` by someone other than its tool run (a reconcile
+        hook), kept as a tool's own result is."""
+        scrub = self._outcome_scrub(rec.tool, self._info(rec).arguments)
+        return keep_result(result, self.max_result_bytes, scrub)
+
+    def _cleaned(self, rec: CallRecord, message: object) -> str:
+        """A message reported for ``rec`` (a reconcile hook's error), as it may be stored."""
+        args = self._info(rec).arguments
+        scrub = self._outcome_scrub(rec.tool, args)
+        return clean_message(message, args, scrub.secrets if scrub else None, 300)
+
+    def _outcome_scrub(
+        self, tool: str, arguments: Mapping[str, Any] | None
+    ) -> OutcomeScrub | None:
+        """What the policy redacts of a call, to be kept out of its result and error."""
+        if self.rules is None:
+            return None
+        policy = self.rules.policy
+        return OutcomeScrub.build(
+            arguments,
+            policy.redaction_rules(tool),
+            policy.result_redaction_rules(tool),
+            key=self.seal_key.digest_key if self.seal_key is not None else None,
+        )
 
     def _outcome(
         self,

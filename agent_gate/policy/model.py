@@ -446,8 +446,18 @@ class Limit(_Model):
         return self
 
 
+def _without_empty_result_redaction(data: Any) -> Any:
+    # The policy hash is taken over the dumped document: a file that does not use
+    # ``redact_result`` keeps the hash it had before the key existed (approvals
+    # already given stay bound to it).
+    if isinstance(data, dict) and data.get("redact_result") == []:
+        del data["redact_result"]
+    return data
+
+
 class RedactField(_Model):
-    """An argument field kept in the audit trail only as a hash and a short preview.
+    """An argument field kept in the audit trail (or, under ``redact_result``, a result
+    field kept in the ledger and shown to the model) only as a hash and a short preview.
 
     ``preview`` is how many leading characters of a string may be shown (at most a
     quarter of the value is ever shown, whatever the number).
@@ -485,9 +495,15 @@ class ToolPolicy(_Model):
     effect: ToolEffect | None = None
     idempotency: Idempotency | None = None
     redact: list[RedactField] = []
+    redact_result: list[RedactField] = []
+    """Fields of the tool's result stored and shown only as stand-ins (paths as ``redact``)."""
     rules: list[Rule] = []
     limits: list[Limit] = []
     approvers: Approvers | None = None
+
+    @model_serializer(mode="wrap")
+    def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_empty_result_redaction(handler(self))
 
 
 class Scope(_Model):
@@ -503,12 +519,17 @@ class PolicyDocument(_Model):
     version: Annotated[StrictInt, AfterValidator(_format_version)]
     description: Text | None = None
     redact: list[RedactField] = []
+    redact_result: list[RedactField] = []
     scopes: dict[ScopeName, Scope] = {}
     rules: list[GlobalRule] = []
     tools: dict[ToolName, ToolPolicy]
     operators: dict[OperatorId, Operator] = {}
     approvers: Approvers | None = None
     """The default for tools without an ``approvers`` entry of their own."""
+
+    @model_serializer(mode="wrap")
+    def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _without_empty_result_redaction(handler(self))
 
 
 Condition.model_rebuild()

@@ -53,6 +53,14 @@ class Policy:
                 RedactionRule.parse(r.path, r.preview) for r in tool.redact
             )
         self._common_redaction = common_redaction
+        self._common_result_redaction = tuple(
+            RedactionRule.parse(r.path, r.preview) for r in document.redact_result
+        )
+        self._result_redaction = {
+            name: self._common_result_redaction
+            + tuple(RedactionRule.parse(r.path, r.preview) for r in tool.redact_result)
+            for name, tool in document.tools.items()
+        }
         self._scopes: Mapping[str, frozenset[str]] = MappingProxyType(
             {name: frozenset(scope.tools) for name, scope in document.scopes.items()}
         )
@@ -180,6 +188,10 @@ class Policy:
     def redaction_rules(self, tool: str) -> tuple[RedactionRule, ...]:
         """Policy-wide redactions plus the tool's own (policy-wide only, if undeclared)."""
         return self._redaction.get(tool, self._common_redaction)
+
+    def result_redaction_rules(self, tool: str) -> tuple[RedactionRule, ...]:
+        """``redact_result`` paths for ``tool``'s results: policy-wide plus the tool's own."""
+        return self._result_redaction.get(tool, self._common_result_redaction)
 
     def redact(
         self, tool: str, arguments: Mapping[str, Any], *, key: bytes | None = None

@@ -10,19 +10,31 @@ value. ``preview`` shows at most the number of leading characters the policy
 allows and never more than a quarter of the string; non-strings get no preview.
 The audit chain hashes this redacted form, so the clear value never has to be
 stored anywhere to verify the chain.
+
+``redact_result:`` names fields of a tool's *result* the same way; the gate stores
+and renders the result with the same stand-ins (``redact_result``), and passes
+every other string of it through a scrubber (``scrub_strings``) that cuts out the
+call's redacted values.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from agent_gate.policy.hashing import canonical_json, digest
 from agent_gate.policy.paths import ArgPath, iter_matches, parse_path
 
-__all__ = ["REDACTED_KEY", "RedactionRule", "redact_arguments", "redacted_value"]
+__all__ = [
+    "REDACTED_KEY",
+    "RedactionRule",
+    "redact_arguments",
+    "redact_result",
+    "redacted_value",
+    "scrub_strings",
+]
 
 REDACTED_KEY: Final = "redacted"
 _ELLIPSIS: Final = "…"
@@ -88,6 +100,61 @@ def redact_arguments(
                 continue
             container[slot] = _Redacted(redacted_value(current, rule.preview, key))
     return _plain(result)
+
+
+def redact_result(
+    result: Any, rules: Iterable[RedactionRule], *, key: bytes | None = None
+) -> tuple[Any, list[Any]]:
+    """A copy of a tool's JSON result with every field a rule names redacted, and the
+    clear values that were replaced (the rest of the result is scrubbed of them).
+
+    The stand-ins stay marked until ``scrub_strings`` turns the copy into plain
+    JSON, so that scrubbing leaves their preview and digest alone. A result that is
+    not an object or a list has no fields: it is returned as it is.
+    """
+    rules = tuple(rules)
+    if not rules or not isinstance(result, dict | list):
+        return result, []
+    copied = copy.deepcopy(result)
+    found: list[Any] = []
+    for rule in rules:
+        for container, slot in list(iter_matches(copied, rule.path)):
+            current = container[slot]
+            if isinstance(current, _Redacted):
+                continue
+            found.append(current)
+            container[slot] = _Redacted(redacted_value(current, rule.preview, key))
+    return copied, found
+
+
+def scrub_strings(value: Any, scrub: Callable[[str], str]) -> Any:
+    """Plain JSON: ``value`` with every string and key passed through ``scrub``.
+
+    Numbers are written out and scrubbed too (an account number echoed as an
+    integer); one that ``scrub`` changes becomes the scrubbed text. Stand-ins made
+    by ``redact_result`` are kept as they are.
+    """
+    if isinstance(value, _Redacted):
+        return dict(value)
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        text = str(value)
+        cleaned = scrub(text)
+        return value if cleaned == text else cleaned
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            name = scrub(k)
+            while name in out:  # two keys scrubbed alike: keep both entries
+                name += "'"
+            out[name] = scrub_strings(v, scrub)
+        return out
+    if isinstance(value, list | tuple):
+        return [scrub_strings(v, scrub) for v in value]
+    return value
 
 
 class _Redacted(dict[str, Any]):
