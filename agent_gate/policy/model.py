@@ -446,12 +446,18 @@ class Limit(_Model):
         return self
 
 
-def _without_empty_result_redaction(data: Any) -> Any:
-    # The policy hash is taken over the dumped document: a file that does not use
-    # ``redact_result`` keeps the hash it had before the key existed (approvals
+_LATER_KEYS: Final[dict[str, Any]] = {"redact_result": [], "approvers": None, "operators": {}}
+"""Keys added to format version 1 after its first release, with their unused value."""
+
+
+def _without_unused_later_keys(data: Any) -> Any:
+    # The policy hash is taken over the dumped document: a file that does not use a
+    # key added later keeps the hash it had before the key existed (approvals
     # already given stay bound to it).
-    if isinstance(data, dict) and data.get("redact_result") == []:
-        del data["redact_result"]
+    if isinstance(data, dict):
+        for key, unused in _LATER_KEYS.items():
+            if key in data and data[key] == unused:
+                del data[key]
     return data
 
 
@@ -503,7 +509,7 @@ class ToolPolicy(_Model):
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_empty_result_redaction(handler(self))
+        return _without_unused_later_keys(handler(self))
 
 
 class Scope(_Model):
@@ -529,7 +535,7 @@ class PolicyDocument(_Model):
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _without_empty_result_redaction(handler(self))
+        return _without_unused_later_keys(handler(self))
 
 
 Condition.model_rebuild()

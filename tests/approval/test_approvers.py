@@ -161,3 +161,17 @@ def test_the_cli_refuses_with_the_reason_and_a_nonzero_exit(
                                       "--policy", str(policy), "--db", db_url])
     assert result.exit_code != 0
     assert "may not approve 'refund'" in result.output
+
+
+def test_a_policy_without_approvers_keeps_its_hash() -> None:
+    """Approvals already given are bound to the policy hash: adding the
+    ``approvers``/``operators`` keys to the format must not change the hash of a file
+    that does not use them, and using them must."""
+    from agent_gate.policy import Policy
+
+    base = "version: 1\ntools:\n  refund:\n    rules: [{id: a, effect: approve}]\n"
+    spelled_out = base + "    approvers: null\noperators: {}\napprovers: null\n"
+    used = base + "    approvers: {roles: [finance]}\noperators: {alice: {roles: [finance]}}\n"
+    before = Policy.from_text(base, source="p.yaml").hash
+    assert Policy.from_text(spelled_out, source="p.yaml").hash == before
+    assert Policy.from_text(used, source="p.yaml").hash != before
