@@ -30,6 +30,7 @@ from typing import Any
 
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
 from agent_gate.providers.base import (
     ProviderAdapter,
     WireEvent,
@@ -154,6 +155,8 @@ class Accumulator:
     ``provider`` is a registered name (a fresh adapter is made) or an adapter
     instance. ``dispatch`` maps a tool name to its ``DispatchMode`` (or is one
     mode for every tool); the default holds every call until the response ends.
+    A call whose arguments nest deeper than ``max_argument_depth`` is rejected
+    (``arguments_too_deep``) and its siblings go on.
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class Accumulator:
         max_calls: int = DEFAULT_MAX_CALLS,
         max_call_argument_bytes: int = DEFAULT_MAX_CALL_ARGUMENT_BYTES,
         max_total_argument_bytes: int = DEFAULT_MAX_TOTAL_ARGUMENT_BYTES,
+        max_argument_depth: int = MAX_ARGUMENT_DEPTH,
     ) -> None:
         self._adapter = adapter_for(provider) if isinstance(provider, str) else provider
         # The short path in ``feed`` mirrors the built-in adapters' decode and replay
@@ -180,6 +184,7 @@ class Accumulator:
         self._max_calls = max_calls
         self._max_call_bytes = max_call_argument_bytes
         self._max_total_bytes = max_total_argument_bytes
+        self._max_depth = max_argument_depth
         self._calls: dict[str, _Call] = {}
         self._settle_order: list[_Call] = []
         self._replay = ReplayGuard()
@@ -494,7 +499,7 @@ class Accumulator:
             self._settle(call, CallStatus.COMPLETE, None, released, raw=text)
             return
         try:
-            arguments = parse_arguments(text)
+            arguments = parse_arguments(text, self._max_depth)
         except StrictParseError as rejected:
             self._settle(call, CallStatus.REJECTED, rejected.reason, released, raw=text)
             return

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
+from agent_gate.plainjson import cut_below, dumps
 from agent_gate.providers.errors import MalformedEventError, safe_name
 from agent_gate.providers.events import StreamEvent
 
@@ -66,6 +67,14 @@ def _refuse(value: object) -> Any:
     raise TypeError(type(value).__name__)
 
 
+MAX_EVENT_DEPTH = 256
+"""Containers deeper than this in an event too deep to parse are cut (``cut_below``).
+
+Every field an adapter reads lies within ten levels of the event's root; what lies
+deeper is a tool call's arguments (a Gemini ``args``, an Anthropic ``input``), which
+then still nest over 240 levels deep and are rejected as ``arguments_too_deep`` for
+that call alone, while the event's other calls go on."""
+
 _fast_loads = _compiled_loads()
 _fast_dumps = _compiled_dumps()
 _SNAPSHOT_OPTION = _orjson_option()
@@ -109,7 +118,7 @@ def mapping_content(data: Mapping[str, Any]) -> tuple[str | None, str]:
         else:
             if "null" not in text:  # (searching the str is cheaper than the bytes)
                 return ("", text)
-    return (None, json.dumps(data, sort_keys=True, ensure_ascii=False, default=str))
+    return (None, dumps(data, sort_keys=True, default=str))
 
 
 def event_content(sse_type: str, raw: str | None, data: Mapping[str, Any]) -> Hashable:
@@ -231,10 +240,18 @@ class ProviderAdapter(ABC):
         except json.JSONDecodeError as exc:
             raise self.malformed(index, f"data is not valid JSON (char {exc.pos})") from None
         except RecursionError:
-            raise self.malformed(index, "data nests too deeply") from None
+            data = self._load_cut(text, index)
         if not isinstance(data, dict):
             raise self.malformed(index, "data is not a JSON object")
         return data
+
+    def _load_cut(self, text: str, index: int) -> Any:
+        """An event nesting deeper than the parser can recurse, its depths cut away
+        (``MAX_EVENT_DEPTH``): a call nested too deep is rejected, not the event."""
+        try:
+            return json.loads(cut_below(text, MAX_EVENT_DEPTH))
+        except (json.JSONDecodeError, RecursionError):
+            raise self.malformed(index, "data nests too deeply") from None
 
     @abstractmethod
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:

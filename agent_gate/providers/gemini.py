@@ -20,12 +20,12 @@ in the snake_case an SDK's ``model_dump()`` may produce.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from agent_gate.plainjson import dumps
 from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
 from agent_gate.providers.events import (
     Heartbeat,
@@ -155,8 +155,9 @@ class GeminiAdapter(ProviderAdapter):
         if partial is not None or will_continue is not None:
             return [*out, StreamAnomaly("partial_function_call_args_unsupported", (call_id,))]
         args = call.get("args", {})
-        # Re-serialized for the ledger's hash; a non-object is rejected downstream.
-        self._pending.append(_Pending(call_id, json.dumps(args, ensure_ascii=False)))
+        # Re-serialized for the ledger's hash (at any depth: a call nested too deep is
+        # rejected by the strict parse, alone); a non-object is rejected downstream.
+        self._pending.append(_Pending(call_id, dumps(args)))
         return out
 
     def _finish(self, reason: str) -> list[StreamEvent]:
