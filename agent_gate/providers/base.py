@@ -75,6 +75,7 @@ deeper is a tool call's arguments (a Gemini ``args``, an Anthropic ``input``), w
 then still nest over 240 levels deep and are rejected as ``arguments_too_deep`` for
 that call alone, while the event's other calls go on."""
 
+_blake2b = hashlib.blake2b
 _fast_loads = _compiled_loads()
 _fast_dumps = _compiled_dumps()
 _SNAPSHOT_OPTION = _orjson_option()
@@ -135,6 +136,19 @@ def event_content(sse_type: str, raw: str | None, data: Mapping[str, Any]) -> Ha
     return raw if sse_type == "message" else (sse_type, raw)
 
 
+def content_digest(content: Hashable) -> bytes:
+    """A 16-byte BLAKE2b digest of ``event_content``'s value: what the replay guard
+    keeps instead of the event. Each form is tagged (a str, a pair with an SSE type,
+    a pair tagged ``""`` or ``None``) so that forms that never compared equal never
+    share a digest; an SSE type cannot hold the LF that ends the tag."""
+    if type(content) is str:
+        blob = "s\n" + content
+    else:
+        tag, text = content  # type: ignore[misc]
+        blob = f"{'-' if tag is None else 't' + tag}\n{text}"
+    return _blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 class WireKind(Enum):
     """What an incoming event turned out to be before any provider logic."""
 
@@ -165,13 +179,7 @@ class WireEvent:
 
     def fingerprint(self) -> bytes:
         """A digest of ``content()``: equal exactly when the contents are equal."""
-        content = self.content()
-        if isinstance(content, tuple):
-            tag, text = content
-            blob = f"{'-' if tag is None else 't' + tag}\n{text}"
-        else:
-            blob = f"s\n{content}"
-        return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        return content_digest(self.content())
 
 
 _EMPTY: Mapping[str, Any] = {}
