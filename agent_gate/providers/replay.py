@@ -14,10 +14,12 @@ a 16-byte BLAKE2b digest of its content (``content_digest`` of what
 ``event_content`` compares: the SSE data text as received with its event type, or
 a mapping's sorted JSON snapshot, so ``1``, ``1.0`` and ``true`` still differ),
 never the event itself, under its position: a sequence number as an ``int`` key,
-or one slot of its ID's run. That is about 110 bytes per position in CPython
-(``PER_POSITION_BYTES`` is the stated ceiling, a dict slot after a resize
-included), whatever the size of the event. At most ``max_positions`` positions are
-kept (``DEFAULT_MAX_REPLAY_POSITIONS``, about 2**20: four times the events of a
+or one slot of its ID's run (the run keyed by a 16-byte digest of the ID, since a
+server chooses how long its IDs are). That is about 110 bytes per position in
+CPython, 130 when every event has an ID of its own (``PER_POSITION_BYTES`` is the
+stated ceiling, the dicts' spare slots after a resize included), whatever the size
+of the event. At most ``max_positions`` positions are
+kept (``DEFAULT_MAX_REPLAY_POSITIONS``, 2**20: eight times the events of a
 128k-token response, and 200 MiB of 200-byte events); the next one raises
 ``ReplayLimitExceeded``, since forgetting a position would let a replayed argument
 fragment be applied twice. A guard is per response, and dropped with it.
@@ -34,6 +36,7 @@ ID, and what follows is new.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Hashable
 
 from agent_gate.providers.base import content_digest
@@ -44,13 +47,22 @@ DEFAULT_MAX_REPLAY_POSITIONS = 1 << 20
 
 PER_POSITION_BYTES = 192
 """The most memory one remembered position costs (measured with tracemalloc: about 110
-bytes, the dict's spare slots after a resize included)."""
+bytes, 130 with an SSE ID per event, the dicts' spare slots after a resize included)."""
 
 
 class ReplayGuard:
     """Per-stream memory of event positions and a digest of what was seen at each."""
 
-    __slots__ = ("_by_key", "_count", "_current", "_cursor", "_field", "_limit", "_runs")
+    __slots__ = (
+        "_by_key",
+        "_count",
+        "_current",
+        "_cursor",
+        "_field",
+        "_limit",
+        "_run_key",
+        "_runs",
+    )
 
     def __init__(
         self,
@@ -59,8 +71,9 @@ class ReplayGuard:
         sequence_field: str | None = None,
     ) -> None:
         self._by_key: dict[Hashable, bytes] = {}
-        self._runs: dict[str, list[bytes]] = {}
+        self._runs: dict[bytes, bytes | list[bytes]] = {}
         self._current: str | None = None
+        self._run_key = b""
         self._cursor: int | None = None
         self._field = sequence_field
         self._limit = max_positions
@@ -131,19 +144,19 @@ class ReplayGuard:
             raise ReplayConflictError(event_index, _describe(key))
         return self._by_run(sse_id, digest, event_index)
 
-    def _append(self, run: list[bytes], digest: bytes, event_index: int) -> None:
-        self._grow(event_index)
-        run.append(digest)
-
     def _by_run(self, sse_id: str, digest: bytes, event_index: int) -> bool:
+        runs = self._runs
         if sse_id != self._current:
             self._current = sse_id
-            run = self._runs.get(sse_id)
+            self._run_key = run_key = _id_digest(sse_id)
+            run = runs.get(run_key)
             if run is None:
                 self._grow(event_index)
-                self._runs[sse_id] = [digest]
+                runs[run_key] = digest  # a run of one event is kept without a list
                 self._cursor = None
                 return False
+            if type(run) is bytes:
+                run = runs[run_key] = [run]
             if run[0] == digest:
                 self._cursor = 1  # the server resent the event that set the id
                 return True
@@ -152,21 +165,28 @@ class ReplayGuard:
                 # that set the id, resending the events that inherited it.
                 self._cursor = 2
                 return True
-            self._append(run, digest, event_index)
+            self._grow(event_index)
+            run.append(digest)
             self._cursor = None
             return False
-        run = self._runs[sse_id]
-        if self._cursor is None:
-            self._append(run, digest, event_index)
-            return False
-        if self._cursor < len(run):
+        run = runs[self._run_key]
+        if type(run) is bytes:
+            run = runs[self._run_key] = [run]
+        if self._cursor is not None and self._cursor < len(run):
             if run[self._cursor] != digest:
                 raise ReplayConflictError(event_index, f"id {safe_name(sse_id)} +{self._cursor}")
             self._cursor += 1
             return True
-        self._append(run, digest, event_index)
+        self._grow(event_index)
+        run.append(digest)
         self._cursor = None
         return False
+
+
+def _id_digest(sse_id: str) -> bytes:
+    """An SSE id as the guard keys its run: a server picks the id's length, the guard
+    keeps 16 bytes."""
+    return hashlib.blake2b(sse_id.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _describe(key: Hashable) -> str:

@@ -43,9 +43,21 @@ def as_sse(seq: int) -> ServerSentEvent:
     return ServerSentEvent(data=json.dumps(payload), event=payload["type"], id="")
 
 
-def retained(feed: Callable[[Accumulator, int], None]) -> int:
+def anthropic_with_id(seq: int) -> ServerSentEvent:
+    """An event positioned only by its SSE id, one per event and long (a server
+    chooses its ids): the guard keeps a run per id."""
+    payload = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": f"word {seq} of a long answer "},
+    }
+    sse_id = f"{seq:08d}-" + "0123456789abcdef" * 12
+    return ServerSentEvent(data=json.dumps(payload), event=payload["type"], id=sse_id)
+
+
+def retained(feed: Callable[[Accumulator, int], None], provider: str) -> int:
     """Bytes still allocated after N events were fed and every event dropped."""
-    acc = Accumulator("openai-responses")
+    acc = Accumulator(provider)
     feed(acc, 0)  # the first event builds whatever is built once
     gc.collect()
     tracemalloc.start()
@@ -62,16 +74,17 @@ def retained(feed: Callable[[Accumulator, int], None]) -> int:
 
 
 @pytest.mark.parametrize(
-    "feed",
+    ("provider", "feed"),
     [
-        pytest.param(lambda acc, seq: acc.feed(as_sse(seq)), id="sse"),
-        pytest.param(lambda acc, seq: acc.feed(text_delta(seq)), id="mappings"),
+        pytest.param("openai-responses", lambda acc, seq: acc.feed(as_sse(seq)), id="sse"),
+        pytest.param("openai-responses", lambda acc, seq: acc.feed(text_delta(seq)), id="mappings"),
+        pytest.param("anthropic", lambda acc, seq: acc.feed(anthropic_with_id(seq)), id="sse-ids"),
     ],
 )
 def test_replay_memory_per_event_is_a_small_fixed_bound(
-    feed: Callable[[Accumulator, int], None],
+    provider: str, feed: Callable[[Accumulator, int], None]
 ) -> None:
-    grown = retained(feed)
+    grown = retained(feed, provider)
     assert grown < PER_POSITION_BYTES * N, f"{grown / N:.0f} bytes per event"
 
 
