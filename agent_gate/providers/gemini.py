@@ -49,7 +49,13 @@ from enum import Enum
 from typing import Any
 
 from agent_gate.plainjson import dumps
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind, mapping_content
+from agent_gate.providers.base import (
+    ProviderAdapter,
+    WireEvent,
+    WireKind,
+    content_digest,
+    mapping_content,
+)
 from agent_gate.providers.events import (
     Heartbeat,
     ResponseCompleted,
@@ -118,9 +124,7 @@ class GeminiAdapter(ProviderAdapter):
         if self._response_id is None and isinstance(response_id, str) and response_id:
             self._response_id = response_id
         if self._prefix is None:
-            tag, text = mapping_content(data)
-            chunk = f"{'-' if tag is None else 't'}\n{text}".encode("utf-8", "surrogatepass")
-            self._content.update(hashlib.blake2b(chunk, digest_size=16).digest())
+            self._content.update(content_digest(mapping_content(data)))
         candidates = data.get("candidates")
         if candidates is None:
             feedback = _get(data, "promptFeedback", "prompt_feedback")
