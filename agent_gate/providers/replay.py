@@ -20,7 +20,8 @@ CPython, 130 when every event has an ID of its own (``PER_POSITION_BYTES`` is th
 stated ceiling, the dicts' spare slots after a resize included), whatever the size
 of the event. At most ``max_positions`` positions are
 kept (``DEFAULT_MAX_REPLAY_POSITIONS``, 2**20: eight times the events of a
-128k-token response, and 200 MiB of 200-byte events); the next one raises
+128k-token response, and 200 MiB of 200-byte events, so at most 192 MiB, under
+the decoder's default 256 MiB per stream); the next one raises
 ``ReplayLimitExceeded``, since forgetting a position would let a replayed argument
 fragment be applied twice. A guard is per response, and dropped with it.
 
