@@ -30,12 +30,13 @@ from typing import Any
 
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
 from agent_gate.providers.base import (
     ProviderAdapter,
     WireEvent,
     WireKind,
+    content_digest,
     event_content,
-    mapping_content,
 )
 from agent_gate.providers.errors import safe_name
 from agent_gate.providers.events import (
@@ -56,7 +57,7 @@ from agent_gate.providers.events import (
     UnknownEvent,
 )
 from agent_gate.providers.registry import ADAPTERS, adapter_for
-from agent_gate.providers.replay import ReplayGuard
+from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
 from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
 from agent_gate.strict_json import StrictParseError, parse_arguments
 
@@ -154,6 +155,9 @@ class Accumulator:
     ``provider`` is a registered name (a fresh adapter is made) or an adapter
     instance. ``dispatch`` maps a tool name to its ``DispatchMode`` (or is one
     mode for every tool); the default holds every call until the response ends.
+    A call whose arguments nest deeper than ``max_argument_depth`` is rejected
+    (``arguments_too_deep``) and its siblings go on. ``max_replay_positions``
+    bounds the replay guard's memory (``agent_gate.providers.replay``).
     """
 
     def __init__(
@@ -164,6 +168,8 @@ class Accumulator:
         max_calls: int = DEFAULT_MAX_CALLS,
         max_call_argument_bytes: int = DEFAULT_MAX_CALL_ARGUMENT_BYTES,
         max_total_argument_bytes: int = DEFAULT_MAX_TOTAL_ARGUMENT_BYTES,
+        max_argument_depth: int = MAX_ARGUMENT_DEPTH,
+        max_replay_positions: int = DEFAULT_MAX_REPLAY_POSITIONS,
     ) -> None:
         self._adapter = adapter_for(provider) if isinstance(provider, str) else provider
         # The short path in ``feed`` mirrors the built-in adapters' decode and replay
@@ -180,10 +186,10 @@ class Accumulator:
         self._max_calls = max_calls
         self._max_call_bytes = max_call_argument_bytes
         self._max_total_bytes = max_total_argument_bytes
+        self._max_depth = max_argument_depth
         self._calls: dict[str, _Call] = {}
         self._settle_order: list[_Call] = []
-        self._replay = ReplayGuard()
-        self._positions = self._replay.positions
+        self._replay = ReplayGuard(max_replay_positions, sequence_field=self._sequence_field)
         self._terminal: Terminal | None = None
         self._closed = False
         self._anomalies: list[Anomaly] = []
@@ -267,44 +273,32 @@ class Accumulator:
             data = self._adapter.load_payload(raw, index)
         else:
             return self._feed_wire(self._adapter.decode(event, index), index)
-        key: tuple[str, int] | None = None
+        seq: int | None = None
         field = self._sequence_field
         if field is not None:
-            seq = data.get(field)
-            if type(seq) is int or (isinstance(seq, int) and not isinstance(seq, bool)):
-                key = (field, seq)
+            value = data.get(field)
+            if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+                seq = int(value)
         # A position never seen is the common case (every Responses event carries a new
-        # sequence number): it is remembered without asking the guard. SSE text at once
-        # (by reference); a mapping once we know what it is: a hot delta as a shallow
-        # copy (50 ns), anything else as its JSON snapshot (0.5 us and up).
-        first_sight = False
-        if key is not None and key not in self._positions:
-            if raw is None:
-                first_sight = True
-            else:
-                self._positions[key] = event_content(sse_type, raw, data)
-        elif key is not None or sse_id:
-            content = event_content(sse_type, raw, data)
-            if self._replay.check(key, sse_id, content, index):
+        # sequence number): its digest is remembered at once, never the event itself
+        # (``agent_gate.providers.replay`` states what is kept and the bound).
+        replay = self._replay
+        if seq is not None and not replay.seen_sequence(seq):
+            replay.remember_sequence(seq, content_digest(event_content(sse_type, raw, data)), index)
+        elif seq is not None or sse_id:
+            key = None if seq is None else (field, seq)
+            digest = content_digest(event_content(sse_type, raw, data))
+            if replay.check(key, sse_id, digest, index):
                 self._replayed += 1
                 return []
         else:
-            self._replay.unpositioned()
+            replay.unpositioned()
         if self._terminal is not None:
-            if first_sight:
-                self._positions[key] = mapping_content(data)  # type: ignore[index]
             self._after_terminal += 1
             return []
         hot = self._adapter.hot_delta(data, sse_type)
         if hot is None:
-            if first_sight:
-                self._positions[key] = mapping_content(data)  # type: ignore[index]
             return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
-        if first_sight:
-            # Delta events are flat (strings and numbers), so a shallow copy freezes one:
-            # a caller reusing one dict for the next event cannot rewrite what a replay
-            # of this position is compared with.
-            self._positions[key] = data.copy()  # type: ignore[index,attr-defined]
         call_id, delta = hot
         call = self._calls.get(call_id)
         if call is None or call.phase is not _Phase.OPEN:
@@ -494,7 +488,7 @@ class Accumulator:
             self._settle(call, CallStatus.COMPLETE, None, released, raw=text)
             return
         try:
-            arguments = parse_arguments(text)
+            arguments = parse_arguments(text, self._max_depth)
         except StrictParseError as rejected:
             self._settle(call, CallStatus.REJECTED, rejected.reason, released, raw=text)
             return

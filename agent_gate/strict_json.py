@@ -4,7 +4,9 @@ A call's arguments are parsed once, when the provider's completion signal has
 frozen them, and never repaired: ``json.loads`` semantics, an object required,
 no duplicate keys (a repair-minded parser keeps the last and hides the
 ambiguity), no NaN or Infinity, no lone surrogates, no second value after the
-first. A rejection carries a fixed reason identifier, never the payload.
+first, no nesting deeper than a limit (``MAX_ARGUMENT_DEPTH`` by default: a call
+nested deeper is rejected as ``arguments_too_deep``, alone, before anything recurses
+over it). A rejection carries a fixed reason identifier, never the payload.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_gate.errors import AgentGateError
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, depth_exceeds, text_depth_exceeds
 from agent_gate.providers.base import PURE_PYTHON
 
 
 class StrictParseError(AgentGateError):
     """Argument text failed strict parsing; ``reason`` is an identifier
     (``invalid_json``, ``duplicate_key``, ``concatenated_json``,
-    ``arguments_not_object``, ``invalid_unicode``), never the text."""
+    ``arguments_not_object``, ``invalid_unicode``, ``arguments_too_deep``), never
+    the text."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -82,7 +86,7 @@ def _compiled_codec() -> tuple[Callable[[str], Any], Callable[[Any], int]] | Non
 _CODEC = _compiled_codec()
 
 
-def parse_arguments(text: str) -> dict[str, Any]:
+def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> dict[str, Any]:
     """Parse frozen argument text strictly, or raise ``StrictParseError`` with a reason.
 
     Whitespace around one JSON value is allowed (``json.loads`` semantics); a
@@ -106,7 +110,8 @@ def parse_arguments(text: str) -> dict[str, Any]:
     ``:``, already counted (each object on a path but the innermost holds the next
     container in a member of its own), and only when that bound is too loose by the
     ``[`` plus the ``{``. Everything else, and every rejection, is the reference's,
-    reasons included.
+    reasons included, except a value deeper than ``max_depth``, which is the depth of
+    its text (only looked for when the text has more than ``max_depth`` brackets).
     """
     codec = _CODEC
     if codec is not None and ("\\" not in text or "\\u003" not in text):
@@ -122,12 +127,20 @@ def parse_arguments(text: str) -> dict[str, Any]:
             if (
                 brackets + colons + 1 <= depth or brackets + text.count("{") <= depth
             ) and colons_of(value) == colons:
+                if (
+                    brackets + text.count("{") > max_depth
+                    and depth_exceeds(value, max_depth)
+                ):
+                    raise StrictParseError("arguments_too_deep")
                 return value
-    return parse_arguments_reference(text)
+    return parse_arguments_reference(text, max_depth)
 
 
-def parse_arguments_reference(text: str) -> dict[str, Any]:
-    """The definition of strict parsing: ``json`` with hooks, then a Unicode check."""
+def parse_arguments_reference(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> dict[str, Any]:
+    """The definition of strict parsing: the nesting depth of the text, then ``json``
+    with hooks, then a Unicode check."""
+    if text_depth_exceeds(text, max_depth):
+        raise StrictParseError("arguments_too_deep")
     try:
         value, end = _DECODER.raw_decode(text, _skip_ws(text, 0))
     except json.JSONDecodeError:

@@ -4,13 +4,14 @@ Two calls carry "the same arguments" exactly when their canonical JSON is byte f
 byte equal: keys sorted, no insignificant whitespace, UTF-8, no NaN or Infinity.
 The ledger compares hashes of that form, so a replayed stream that re-serializes the
 same object with other spacing or key order is still recognised, while any change
-of a value is a conflict.
+of a value is a conflict. Serializing never recurses past the interpreter's limit:
+a value too deep for the recursive encoders is written by an iterative one, to the
+same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +19,10 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from agent_gate.plainjson import plain_json
+from agent_gate.plainjson import dumps, plain_json
 
 __all__ = [
+    "TOO_DEEP_RESULT",
     "arguments_hash",
     "canonical_json",
     "raw_arguments_hash",
@@ -62,9 +64,8 @@ def _same_bytes_as_orjson(value: Any) -> bool:
 
 
 def _reference(value: Any) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    """``json.dumps`` sorted and compact, at any depth (no ``RecursionError``)."""
+    return dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _canonical_bytes(value: Any) -> bytes | None:
@@ -117,8 +118,20 @@ def to_jsonable(value: Any) -> Any:
 
     Pydantic models, dataclasses, dates and the like become what their JSON form
     is; anything without a JSON form becomes its ``str`` rather than failing the
-    call after the side effect already happened.
+    call after the side effect already happened. A value nested too deep to serialize
+    (pydantic stops at 255 levels) is not stored at all: it becomes
+    ``TOO_DEEP_RESULT``, so the call still ends ``succeeded`` instead of staying
+    ``executing`` with its side effect done and nothing recorded.
     """
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return to_jsonable_python(value, fallback=str)
+    try:
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json")
+        return to_jsonable_python(value, fallback=str)
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, RecursionError) or "depth" in str(exc):
+            return TOO_DEEP_RESULT
+        raise
+
+
+TOO_DEEP_RESULT = "<result not stored: nested deeper than 254 levels>"
+"""What ``to_jsonable`` stores for a tool result too deep to serialize."""

@@ -11,6 +11,7 @@ from agent_gate.providers.errors import (
     MalformedEventError,
     ProviderError,
     ReplayConflictError,
+    ReplayLimitExceeded,
     UnknownProviderError,
 )
 from agent_gate.providers.events import (
@@ -42,6 +43,7 @@ __all__ = [
     "ProviderToolCall",
     "ReplayConflictError",
     "ReplayGuard",
+    "ReplayLimitExceeded",
     "ResponseCompleted",
     "ResponseFailed",
     "ResponseIncomplete",

@@ -17,12 +17,12 @@ yet confirmed. ``ping`` is a heartbeat, not progress. ``server_tool_use`` and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from agent_gate.plainjson import dumps
 from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
 from agent_gate.providers.events import (
     Heartbeat,
@@ -168,7 +168,8 @@ class AnthropicAdapter(ProviderAdapter):
             raise self.malformed(index, "field 'input' of tool_use block is not an object")
         entry = _Block(kind, block_id, _BlockState.OPEN)
         if start_input:
-            entry.start_input = json.dumps(start_input, ensure_ascii=False, separators=(",", ":"))
+            # At any depth: an input nested too deep is rejected by the strict parse.
+            entry.start_input = dumps(start_input, separators=(",", ":"))
         self._blocks[block_index] = entry
         out.append(ToolCallStarted(block_id, name, block_index))
         if reused is not None:

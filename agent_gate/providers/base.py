@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
+from agent_gate.plainjson import cut_below, dumps
 from agent_gate.providers.errors import MalformedEventError, safe_name
 from agent_gate.providers.events import StreamEvent
 
@@ -66,6 +67,15 @@ def _refuse(value: object) -> Any:
     raise TypeError(type(value).__name__)
 
 
+MAX_EVENT_DEPTH = 256
+"""Containers deeper than this in an event too deep to parse are cut (``cut_below``).
+
+Every field an adapter reads lies within ten levels of the event's root; what lies
+deeper is a tool call's arguments (a Gemini ``args``, an Anthropic ``input``), which
+then still nest over 240 levels deep and are rejected as ``arguments_too_deep`` for
+that call alone, while the event's other calls go on."""
+
+_blake2b = hashlib.blake2b
 _fast_loads = _compiled_loads()
 _fast_dumps = _compiled_dumps()
 _SNAPSHOT_OPTION = _orjson_option()
@@ -109,7 +119,7 @@ def mapping_content(data: Mapping[str, Any]) -> tuple[str | None, str]:
         else:
             if "null" not in text:  # (searching the str is cheaper than the bytes)
                 return ("", text)
-    return (None, json.dumps(data, sort_keys=True, ensure_ascii=False, default=str))
+    return (None, dumps(data, sort_keys=True, default=str))
 
 
 def event_content(sse_type: str, raw: str | None, data: Mapping[str, Any]) -> Hashable:
@@ -124,6 +134,19 @@ def event_content(sse_type: str, raw: str | None, data: Mapping[str, Any]) -> Ha
     if raw is None:
         return mapping_content(data)
     return raw if sse_type == "message" else (sse_type, raw)
+
+
+def content_digest(content: Hashable) -> bytes:
+    """A 16-byte BLAKE2b digest of ``event_content``'s value: what the replay guard
+    keeps instead of the event. Each form is tagged (a str, a pair with an SSE type,
+    a pair tagged ``""`` or ``None``) so that forms that never compared equal never
+    share a digest; an SSE type cannot hold the LF that ends the tag."""
+    if type(content) is str:
+        blob = "s\n" + content
+    else:
+        tag, text = content  # type: ignore[misc]
+        blob = f"{'-' if tag is None else 't' + tag}\n{text}"
+    return _blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 class WireKind(Enum):
@@ -156,13 +179,7 @@ class WireEvent:
 
     def fingerprint(self) -> bytes:
         """A digest of ``content()``: equal exactly when the contents are equal."""
-        content = self.content()
-        if isinstance(content, tuple):
-            tag, text = content
-            blob = f"{'-' if tag is None else 't' + tag}\n{text}"
-        else:
-            blob = f"s\n{content}"
-        return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        return content_digest(self.content())
 
 
 _EMPTY: Mapping[str, Any] = {}
@@ -231,10 +248,18 @@ class ProviderAdapter(ABC):
         except json.JSONDecodeError as exc:
             raise self.malformed(index, f"data is not valid JSON (char {exc.pos})") from None
         except RecursionError:
-            raise self.malformed(index, "data nests too deeply") from None
+            data = self._load_cut(text, index)
         if not isinstance(data, dict):
             raise self.malformed(index, "data is not a JSON object")
         return data
+
+    def _load_cut(self, text: str, index: int) -> Any:
+        """An event nesting deeper than the parser can recurse, its depths cut away
+        (``MAX_EVENT_DEPTH``): a call nested too deep is rejected, not the event."""
+        try:
+            return json.loads(cut_below(text, MAX_EVENT_DEPTH))
+        except (json.JSONDecodeError, RecursionError):
+            raise self.malformed(index, "data nests too deeply") from None
 
     @abstractmethod
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:

@@ -62,3 +62,17 @@ class ReplayConflictError(ProviderError):
         super().__init__(
             f"event at index {event_index} repeats position {key} with different content"
         )
+
+
+class ReplayLimitExceeded(ProviderError):
+    """The replay guard would remember more positions than its bound allows.
+
+    Forgetting one instead would let a replayed event (an argument fragment) be
+    applied twice, so the stream is abandoned, as for the accumulator's own limits.
+    """
+
+    def __init__(self, limit: str, limit_value: int, event_index: int) -> None:
+        self.limit = limit
+        self.limit_value = limit_value
+        self.event_index = event_index
+        super().__init__(f"limit {limit}={limit_value} exceeded at event index {event_index}")

@@ -2,9 +2,31 @@
 
 Each SSE event is a whole ``GenerateContentResponse`` chunk. A call is a
 ``functionCall`` part that arrives whole, with ``args`` already an object; the
-wire gives it no id, so one is synthesized from the response id, the candidate
-index and the call's ordinal in that candidate. The same stream therefore always
-yields the same ids, which is what lets a replayed stream be recognised.
+wire usually gives it no id, so one is synthesized as ``<response>:<candidate
+index>:<ordinal of the call in that candidate>``. The ledger keys calls by (task,
+call id), so the response part must differ between two turns of a task and be the
+same whenever the same response is read again (a resume after ``Last-Event-ID``,
+or a recorded response fed again), or a new turn's call would be answered from the
+ledger without running, or a replay would run twice. It is, in order:
+
+* the ``responseId`` the chunks carry (the Gemini API and Vertex AI send it on
+  every chunk: an identifier of that one response);
+* otherwise ``gemini-`` and a 96-bit BLAKE2b digest of the response's content up
+  to and including the chunk of its first call: every chunk's sorted JSON, so
+  whatever differs between two real turns is in it (Vertex's ``createTime``, the
+  ``usageMetadata`` whose ``promptTokenCount`` grows as the conversation does,
+  ``modelVersion``, the encrypted ``thoughtSignature`` that thinking models put on
+  the first ``functionCall`` part of every response), and a replay of the same
+  chunks, whose repeats the replay guard drops before they reach the adapter,
+  hashes the same;
+* a caller that knows a stable identifier of the response it requested (its own
+  request id for the turn, reused when it resumes) may pass it as
+  ``response_key``; it is mixed into that digest.
+
+The residual case: two responses without ``responseId`` that are byte for byte
+identical, chunk for chunk, cannot be told apart by their content; the second
+turn's calls then carry the first's ids and are answered from the ledger, never
+run twice. Only ``response_key`` separates those.
 
 A part arriving whole is still not a finished answer: the calls of a candidate
 are complete only when that candidate ends with ``finishReason: STOP``;
@@ -20,13 +42,20 @@ in the snake_case an SDK's ``model_dump()`` may produce.
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
+from agent_gate.plainjson import dumps
+from agent_gate.providers.base import (
+    ProviderAdapter,
+    WireEvent,
+    WireKind,
+    content_digest,
+    mapping_content,
+)
 from agent_gate.providers.events import (
     Heartbeat,
     ResponseCompleted,
@@ -63,9 +92,14 @@ class GeminiAdapter(ProviderAdapter):
 
     name = "gemini"
 
-    def __init__(self, *, candidate: int = 0) -> None:
+    def __init__(self, *, candidate: int = 0, response_key: str | None = None) -> None:
         self._candidate = candidate
         self._response_id: str | None = None
+        self._content = hashlib.blake2b(digest_size=12)
+        if response_key is not None:
+            self._content.update(b"key\x00" + response_key.encode("utf-8", "surrogatepass"))
+        self._prefix: str | None = None
+        """The response part of synthesized call ids, fixed at the first call."""
         self._ordinal = 0
         self._pending: list[_Pending] = []
         self._state = _CandidateState.STREAMING
@@ -89,6 +123,8 @@ class GeminiAdapter(ProviderAdapter):
         response_id = _get(data, "responseId", "response_id")
         if self._response_id is None and isinstance(response_id, str) and response_id:
             self._response_id = response_id
+        if self._prefix is None:
+            self._content.update(content_digest(mapping_content(data)))
         candidates = data.get("candidates")
         if candidates is None:
             feedback = _get(data, "promptFeedback", "prompt_feedback")
@@ -146,7 +182,7 @@ class GeminiAdapter(ProviderAdapter):
         if isinstance(given_id, str) and given_id:
             call_id = given_id
         else:
-            call_id = f"{self._response_id or 'gemini'}:{self._candidate}:{ordinal}"
+            call_id = f"{self._response_part()}:{self._candidate}:{ordinal}"
         out: list[StreamEvent] = [ToolCallStarted(call_id, name, ordinal)]
         if self._state is _CandidateState.FINISHED:
             return [*out, StreamAnomaly("call_after_finish", (call_id,))]
@@ -155,9 +191,16 @@ class GeminiAdapter(ProviderAdapter):
         if partial is not None or will_continue is not None:
             return [*out, StreamAnomaly("partial_function_call_args_unsupported", (call_id,))]
         args = call.get("args", {})
-        # Re-serialized for the ledger's hash; a non-object is rejected downstream.
-        self._pending.append(_Pending(call_id, json.dumps(args, ensure_ascii=False)))
+        # Re-serialized for the ledger's hash (at any depth: a call nested too deep is
+        # rejected by the strict parse, alone); a non-object is rejected downstream.
+        self._pending.append(_Pending(call_id, dumps(args)))
         return out
+
+    def _response_part(self) -> str:
+        """``responseId``, or the digest of the content so far (see the module docstring)."""
+        if self._prefix is None:
+            self._prefix = self._response_id or f"gemini-{self._content.hexdigest()}"
+        return self._prefix
 
     def _finish(self, reason: str) -> list[StreamEvent]:
         if self._state is _CandidateState.FINISHED:
