@@ -88,6 +88,7 @@ from agent_gate.ledger.store import (
     StoredResult,
     Transition,
 )
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, check_depth
 from agent_gate.policy import Decision as PolicyDecision
 from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
 from agent_gate.schema import (
@@ -193,6 +194,7 @@ class ReasonCode(StrEnum):
     TOOL_UNAVAILABLE = "tool_unavailable"
     IDENTIFIER_UNSTORABLE = "identifier_unstorable"
     ARGUMENTS_CHANGED = "arguments_changed"
+    ARGUMENTS_TOO_DEEP = "arguments_too_deep"
 
 
 R = ReasonCode
@@ -1237,7 +1239,10 @@ class Gate:
             )
         if call.status is CallStatus.REJECTED:
             why = call.reason or "unknown"
-            code = R.ARGUMENTS_NOT_OBJECT if why == "arguments_not_object" else R.STREAM_REJECTED
+            code = {
+                "arguments_not_object": R.ARGUMENTS_NOT_OBJECT,
+                ArgumentsTooDeep.reason: R.ARGUMENTS_TOO_DEEP,
+            }.get(why, R.STREAM_REJECTED)
             return None, (
                 Event.REJECT,
                 code,
@@ -1265,6 +1270,12 @@ class Gate:
                 # or lone surrogates that a stream would have been rejected for.
                 arguments = strict_arguments(raw)
             except StrictParseError as exc:
+                if exc.reason == ArgumentsTooDeep.reason:
+                    return None, (
+                        Event.REJECT,
+                        R.ARGUMENTS_TOO_DEEP,
+                        f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; not run",
+                    )
                 if exc.reason != "arguments_not_object":
                     why = "" if exc.reason == "invalid_json" else f" ({exc.reason})"
                     return None, (
@@ -1278,6 +1289,15 @@ class Gate:
                 Event.REJECT,
                 R.ARGUMENTS_NOT_OBJECT,
                 f"the arguments are a JSON {json_type_name(arguments)}, not an object; not run",
+            )
+        try:
+            # Handed in as an object, never parsed: bounded here as text is at parsing.
+            check_depth(arguments)
+        except ArgumentsTooDeep as exc:
+            return None, (
+                Event.REJECT,
+                R.ARGUMENTS_TOO_DEEP,
+                f"the arguments nest deeper than {exc.limit} levels; not run",
             )
         try:
             # Encoded as the ledger will store it: a lone surrogate passes json.dumps
