@@ -669,8 +669,9 @@ class Gate:
         """
         if not by or not by.strip():
             raise GateUsageError("an approval names who gives it (by=)")
-        if ttl is not None and ttl <= 0:
-            raise GateUsageError("ttl must be positive seconds, or None")
+        why = approvals.ttl_problem(ttl)
+        if why is not None:
+            raise GateUsageError(f"ttl: {why} (or None: no expiry)")
         rec = self._find_one(call, task_id)
         policy_hash: str | None = None
         if self.rules is not None and rec.policy_hash != self.rules.hash:
@@ -686,9 +687,9 @@ class Gate:
                     f"({', '.join(decision.rule_ids)}); deny it instead"
                 )
             policy_hash = self.rules.hash
-        expires = now_ms() + int(ttl * 1000) if ttl is not None else None
         return self.ledger.approve(
-            rec, by=by.strip(), reason=reason, expires_ms=expires, policy_hash=policy_hash
+            rec, by=by.strip(), reason=reason, policy_hash=policy_hash,
+            ttl_ms=int(ttl * 1000) if ttl is not None else None,  # from the database's clock
         )
 
     def deny(

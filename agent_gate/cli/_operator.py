@@ -146,18 +146,27 @@ def state_style(state: str) -> str:
     }.get(state, "")
 
 
-def parse_duration(text: str) -> float | None:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None."""
+def parse_duration(text: str, *, param_hint: str = "--expires-in") -> float | None:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None.
+
+    Judged by ``approvals.ttl_problem``, the rule ``Gate.approve(ttl=)`` applies too:
+    ``0``, negative, ``inf``, ``nan`` and more than 366 days are refused.
+    """
+    from agent_gate.ledger.approvals import MAX_TTL_SECONDS, ttl_problem
+
     text = text.strip().lower()
-    if text in ("never", "none", "0"):
+    if text in ("never", "none"):
         return None
+    expected = (f"a duration like 30m, 2h or 1d, greater than 0 and at most 366d "
+                f"({MAX_TTL_SECONDS} seconds), or never")
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     factor = units.get(text[-1:])
     number = text[:-1] if factor else text
     try:
         value = float(number) * (factor or 1)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a duration like 30m, 2h or 1d") from None
-    if value <= 0:
-        raise click.BadParameter("a duration must be positive")
+        raise click.BadParameter(f"{text!r} is not {expected}", param_hint=param_hint) from None
+    why = ttl_problem(value)
+    if why is not None:
+        raise click.BadParameter(f"{text!r}: {why}; give {expected}", param_hint=param_hint)
     return value

@@ -879,17 +879,24 @@ class Ledger:
         *,
         by: str,
         reason: str | None = None,
-        expires_ms: int | None,
+        expires_ms: int | None = None,
+        ttl_ms: int | None = None,
         policy_hash: str | None = None,
     ) -> tuple[approvals.ApprovalRecord, bool]:
         """Record a person's approval of a call that waits for one.
 
         Bound to the call's argument hash, to ``policy_hash`` (default: the hash of
-        the policy that asked for the approval) and to ``expires_ms``. The call stays
+        the policy that asked for the approval) and to an expiry: ``ttl_ms`` after
+        the database's clock now (as leases are measured; ``approvals.ttl_problem``
+        bounds it), or the absolute ``expires_ms``; neither: no expiry. The call stays
         ``awaiting_approval`` until a gate consumes the approval. Returns the
         approval that stands and whether this call created it (an unused, unexpired
         approval under the same policy is returned as it is).
         """
+        if ttl_ms is not None:
+            why = approvals.ttl_problem(ttl_ms / 1000)
+            if why is not None:
+                raise ValueError(f"ttl_ms: {why}")
         with self._write() as conn:
             self.lock_task(conn, rec.task_id)
             current = self._one(conn, id=rec.row_id)
@@ -911,7 +918,7 @@ class Ledger:
                 call_id=current.call_id, verdict=approvals.APPROVED,
                 args_hash=current.args_hash, policy_hash=bound_hash, by=by,
                 reason=bound(reason, MAX_REASON_CHARS) if reason else None,
-                expires_ms=expires_ms,
+                expires_ms=expires_ms, ttl_ms=ttl_ms,
             )
             audit.append(
                 conn, task_id=current.task_id, call_row_id=current.row_id,
@@ -919,7 +926,7 @@ class Ledger:
                 from_state=current.state.value, to_state=current.state.value,
                 actor=f"operator:{by}",
                 detail={"approval_id": given.id, "args_hash": given.args_hash,
-                        "policy_hash": given.policy_hash, "expires_ms": expires_ms,
+                        "policy_hash": given.policy_hash, "expires_ms": given.expires_ms,
                         **({"reason": bound(reason, 300)} if reason else {})},
             )
         return given, True
