@@ -63,6 +63,9 @@ T = ToolCallRow
 _CALLS = cast(Table, ToolCallRow.__table__)
 _TASKS = cast(Table, TaskRow.__table__)
 MAX_REASON_CHARS = 900
+STATE_NOT_IN_AUDIT = "state_not_in_audit"
+"""Reason code (and audit event) of a claim refused because the row's state is not
+the one its audit trail last recorded."""
 _COLUMNS = tuple(_CALLS.c)
 _COLUMN_NAMES = tuple(c.name for c in _COLUMNS)
 _PROCESSORS: dict[str, tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
@@ -749,6 +752,7 @@ class Ledger:
         guard: Guard | None = None,
         detail: Mapping[str, Any] | None = None,
         within: Callable[[Connection, CallRecord], None] | None = None,
+        audited_only: bool = False,
     ) -> Transition:
         """Apply ``event`` to ``rec`` iff the row is still at ``rec.state``/``rec.version``.
 
@@ -756,9 +760,14 @@ class Ledger:
         hold. The audit event is written in the same transaction, only if it applied.
         ``within`` runs in that transaction too, after the update applied and with
         the updated row: bookkeeping that must commit with the transition or not at
-        all. If it raises, nothing commits.
+        all. If it raises, nothing commits. ``audited_only``: refuse (``won=False``) a
+        row whose state its audit trail does not back (``_refuse_unaudited``).
         """
         with self._write() as conn:
+            if audited_only:
+                refused = self._refuse_unaudited(conn, rec, actor)
+                if refused is not None:
+                    return Transition(False, refused)
             current = self._apply(
                 conn, rec, event, actor=actor, code=code, reason=reason, changes=changes,
                 guard=guard, detail=detail,
@@ -836,6 +845,9 @@ class Ledger:
                     rec.state, rec.version
                 ):
                     raise _Lost
+                refused = self._refuse_unaudited(conn, current, owner)
+                if refused is not None:
+                    return Transition(False, refused), None
                 ruling = decide(conn, current)
                 if ruling.event is None:
                     return Transition(False, current), ruling
@@ -978,7 +990,10 @@ class Ledger:
         """``authorized -> executing``: a new attempt, leased to ``owner``.
 
         ``within`` as for ``transition``: e.g. consuming an approval, so that an
-        approval is used by exactly the attempt that commits ``executing``.
+        approval is used by exactly the attempt that commits ``executing``. A row
+        whose ``authorized`` its audit trail does not back (set by a raw ``UPDATE``)
+        is not claimed: ``won=False``, the row keeps its state with reason
+        ``state_not_in_audit``, and the refusal is audited (``_refuse_unaudited``).
         """
         return self.transition(
             rec,
@@ -986,7 +1001,44 @@ class Ledger:
             actor=owner,
             within=within,
             changes=self._claim_changes(rec, owner, lease_ms),
+            audited_only=True,
         )
+
+    def _refuse_unaudited(
+        self, conn: Connection, rec: CallRecord, actor: str | None
+    ) -> CallRecord | None:
+        """The row, marked refused, if it is still as ``rec`` saw it but its audit
+        trail last recorded another state; None when the trail backs it (or the row
+        moved on, and the caller's compare-and-set loses the race as usual).
+
+        Run before a transition that leads to running the tool: a state rewritten
+        outside agent-gate (a finished call put back to ``authorized``) must not run
+        the tool again. One indexed read per claim.
+        """
+        trail = audit.audited_state(conn, rec.task_id, rec.row_id)
+        if trail == rec.state._value_:
+            return None
+        current = self._one(conn, id=rec.row_id)
+        if current is None or (current.state, current.version) != (rec.state, rec.version):
+            return None
+        recorded = repr(trail) if trail is not None else "no state"
+        reason = (
+            f"not run: the row says {current.state.value!r} but its audit trail last recorded "
+            f"{recorded}; the state was changed outside agent-gate (agent-gate audit verify)"
+        )
+        conn.execute(
+            update(_CALLS)
+            .where(_CALLS.c.id == current.row_id, _CALLS.c.version == current.version,
+                   _CALLS.c.state == current.state.value)
+            .values(reason_code=STATE_NOT_IN_AUDIT, reason=reason)
+        )
+        audit.append(
+            conn, task_id=current.task_id, call_row_id=current.row_id,
+            call_id=current.call_id, event=STATE_NOT_IN_AUDIT,
+            from_state=current.state.value, to_state=current.state.value, actor=actor,
+            detail={"audited_state": trail, "version": current.version},
+        )
+        return self._one(conn, id=rec.row_id)
 
     @staticmethod
     def _claim_changes(rec: CallRecord, owner: str, lease_ms: int) -> dict[str, Any]:
