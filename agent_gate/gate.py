@@ -509,6 +509,7 @@ class Gate:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         auto_upgrade: bool | None = None,
+        create: bool = False,
     ) -> None:
         if lease_seconds <= 0:
             raise GateUsageError("lease_seconds must be positive")
@@ -527,7 +528,10 @@ class Gate:
         )
         self.max_result_bytes = max_result_bytes
         self._owns_ledger = not isinstance(db, Ledger)
-        self.ledger = db if isinstance(db, Ledger) else Ledger(db, auto_upgrade=auto_upgrade)
+        self.ledger = (
+            db if isinstance(db, Ledger)
+            else Ledger(db, auto_upgrade=auto_upgrade, create=create)  # create: a new SQLite file
+        )
         try:
             self._seal_source = seal_key
             self.seal_key = sealing.resolve(seal_key, self.ledger.url)

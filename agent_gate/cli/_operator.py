@@ -86,41 +86,24 @@ def failures() -> Iterator[None]:
 
 
 def open_ledger(url: str | None) -> Ledger:
-    """The ledger at ``url``; a read-only look never creates a database that is not there."""
+    """The ledger at ``url``; never creates one (``LedgerMissing``, which ``failures``
+    turns into a one-line error): an operator looks at and answers calls recorded
+    before, and a fresh ledger has none."""
     from agent_gate.ledger import Ledger
     from agent_gate.ledger.dialect import resolve_url
 
-    resolved = resolve_url(url)
-    _refuse_missing_sqlite(resolved)
-    return Ledger(resolved)
-
-
-def _refuse_missing_sqlite(url: str) -> None:
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if (
-        parsed.get_backend_name() == "sqlite"
-        and parsed.database
-        and not Path(parsed.database).exists()
-    ):
-        raise click.ClickException(
-            f"no ledger at {parsed.database} (give --db or set $AGENT_GATE_DB)"
-        )
+    return Ledger(resolve_url(url))
 
 
 def open_gate(
     url: str | None, tools: ToolRegistry | None = None, policy: str | None = None
 ) -> Gate:
+    """A gate on the existing ledger at ``url`` (never creates one, as ``open_ledger``)."""
     from agent_gate.gate import Gate
     from agent_gate.ledger.dialect import resolve_url
     from agent_gate.schema import ToolRegistry
 
-    resolved = resolve_url(url)
-    _refuse_missing_sqlite(resolved)
-    return Gate(tools if tools is not None else ToolRegistry(), resolved, policy=policy)
+    return Gate(tools if tools is not None else ToolRegistry(), resolve_url(url), policy=policy)
 
 
 def cell(text: object, style: str = "") -> Any:

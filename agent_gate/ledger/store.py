@@ -36,6 +36,7 @@ from agent_gate.ledger.dialect import (
     insert_ignore,
     insert_returning,
     release_idle,
+    require_ledger_file,
     resolve_url,
 )
 from agent_gate.ledger.migrate import ensure_schema
@@ -381,9 +382,21 @@ class Ledger:
         auto_upgrade: bool | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         engine: Engine | None = None,
+        create: bool = False,
     ) -> None:
+        """Open the ledger at ``url`` (default ``$AGENT_GATE_DB``, else the embedded file).
+
+        A SQLite file that is not there is created only with ``create=True``: a
+        ledger that went missing (deleted, a wrong path, another working directory)
+        is not a new one, and starting over would run every call it recorded again
+        (``LedgerMissing`` says so). PostgreSQL is never created here.
+        """
         self.url = resolve_url(url) if engine is None else str(engine.url)
-        self.engine = engine or create_ledger_engine(self.url, busy_timeout=busy_timeout)
+        if engine is None:
+            require_ledger_file(self.url, create=create)
+        self.engine = engine or create_ledger_engine(
+            self.url, busy_timeout=busy_timeout, create=create
+        )
         # The SQLite connections kept between transactions (dialect.begin_write) stay
         # checked out, which keeps their engine alive: a ledger nobody closed gives
         # them back when it is collected.
