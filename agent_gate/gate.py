@@ -554,6 +554,7 @@ class Gate:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         auto_upgrade: bool | None = None,
+        create: bool = False,
     ) -> None:
         if lease_seconds <= 0:
             raise GateUsageError("lease_seconds must be positive")
@@ -572,7 +573,10 @@ class Gate:
         )
         self.max_result_bytes = max_result_bytes
         self._owns_ledger = not isinstance(db, Ledger)
-        self.ledger = db if isinstance(db, Ledger) else Ledger(db, auto_upgrade=auto_upgrade)
+        self.ledger = (
+            db if isinstance(db, Ledger)
+            else Ledger(db, auto_upgrade=auto_upgrade, create=create)  # create: a new SQLite file
+        )
         try:
             self._seal_source = seal_key
             self.seal_key = sealing.resolve(seal_key, self.ledger.url)
@@ -715,8 +719,9 @@ class Gate:
         """
         if not by or not by.strip():
             raise GateUsageError("an approval names who gives it (by=)")
-        if ttl is not None and ttl <= 0:
-            raise GateUsageError("ttl must be positive seconds, or None")
+        why = approvals.ttl_problem(ttl)
+        if why is not None:
+            raise GateUsageError(f"ttl: {why} (or None: no expiry)")
         rec = self._find_one(call, task_id)
         refusal = self._approver_refusal(rec, by.strip())
         if refusal is not None:
@@ -741,9 +746,9 @@ class Gate:
                     f"({', '.join(decision.rule_ids)}); deny it instead"
                 )
             policy_hash = self.rules.hash
-        expires = now_ms() + int(ttl * 1000) if ttl is not None else None
         return self.ledger.approve(
-            rec, by=by.strip(), reason=reason, expires_ms=expires, policy_hash=policy_hash
+            rec, by=by.strip(), reason=reason, policy_hash=policy_hash,
+            ttl_ms=int(ttl * 1000) if ttl is not None else None,  # from the database's clock
         )
 
     def deny(
@@ -1410,8 +1415,9 @@ class Gate:
                 claimed = self._claim(rec, call_id, duplicate_of, recheck=rec.version != fresh)
                 if isinstance(claimed, Transition):
                     if claimed.record.version == rec.version:
-                        # Cannot run here (tool missing or invalid now): report, leave it.
-                        return self._outcome(rec, replayed=not acted, **extra)
+                        # Cannot run here (tool missing or invalid now, or its state is
+                        # not what its audit trail recorded): report, leave it.
+                        return self._outcome(claimed.record, replayed=not acted, **extra)
                     # Lost the claim to someone else, or the re-check moved the call.
                     rec, acted = claimed.record, claimed.won
                     continue

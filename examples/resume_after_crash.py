@@ -112,7 +112,7 @@ def recorded_events() -> list[Any]:
 
 def worker(db: str) -> None:
     """The agent process that will crash: it streams the response through the gate."""
-    with Gate(tools, db) as gate:
+    with Gate(tools, db, create=True) as gate:  # the first process starts the ledger
         gate.run(recorded_events(), task_id=TASK, provider="openai-responses")
 
 

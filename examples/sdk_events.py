@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     db = args.db or f"sqlite:///{workdir / 'ledger.db'}"
     outbox = workdir / "outbox.jsonl"
     report: dict[str, Any] = {}
-    with Gate(make_tools(outbox), db) as gate:
+    with Gate(make_tools(outbox), db, create=True) as gate:
         for provider, events in (("openai-responses", openai_events),
                                  ("anthropic", anthropic_events)):
             task = f"sdk-{provider}"

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     tools = ToolRegistry().wrap(make_dispatch(outbox), specs=SPECS)
     report: dict[str, Any] = {"db": db, "outbox": str(outbox.path)}
-    with Gate(tools, db, policy=POLICY) as gate:
+    with Gate(tools, db, policy=POLICY, create=True) as gate:
         first = gate.run(recorded_events(), task_id="wrap-example", provider="openai-responses")
         for o in first.outcomes:
             print(f"{o.call_id}  {o.tool:<12} {o.state.value:<18} ran now: {not o.replayed}")

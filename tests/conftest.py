@@ -35,6 +35,8 @@ sys.path.append(str(Path(__file__).parent))  # for ledger_backends (a unique nam
 
 from ledger_backends import PG_ENV, PgSchema, pg_base_url, pg_schema
 
+from agent_gate.ledger import Ledger
+
 BACKENDS = ("sqlite", "postgresql")
 
 
@@ -92,4 +94,8 @@ def db_url(backend: str, pg: PgSchema | None, tmp_path: Path) -> str:
     """A ledger URL of its own for this test, on each backend in turn."""
     if pg is not None:
         return pg.url
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
+    # Created here, as the PostgreSQL schema is: code under test never creates a
+    # ledger it was not told to (Ledger/Gate ``create=True``).
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger(url, create=True).close()
+    return url

@@ -86,41 +86,24 @@ def failures() -> Iterator[None]:
 
 
 def open_ledger(url: str | None) -> Ledger:
-    """The ledger at ``url``; a read-only look never creates a database that is not there."""
+    """The ledger at ``url``; never creates one (``LedgerMissing``, which ``failures``
+    turns into a one-line error): an operator looks at and answers calls recorded
+    before, and a fresh ledger has none."""
     from agent_gate.ledger import Ledger
     from agent_gate.ledger.dialect import resolve_url
 
-    resolved = resolve_url(url)
-    _refuse_missing_sqlite(resolved)
-    return Ledger(resolved)
-
-
-def _refuse_missing_sqlite(url: str) -> None:
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if (
-        parsed.get_backend_name() == "sqlite"
-        and parsed.database
-        and not Path(parsed.database).exists()
-    ):
-        raise click.ClickException(
-            f"no ledger at {parsed.database} (give --db or set $AGENT_GATE_DB)"
-        )
+    return Ledger(resolve_url(url))
 
 
 def open_gate(
     url: str | None, tools: ToolRegistry | None = None, policy: str | None = None
 ) -> Gate:
+    """A gate on the existing ledger at ``url`` (never creates one, as ``open_ledger``)."""
     from agent_gate.gate import Gate
     from agent_gate.ledger.dialect import resolve_url
     from agent_gate.schema import ToolRegistry
 
-    resolved = resolve_url(url)
-    _refuse_missing_sqlite(resolved)
-    return Gate(tools if tools is not None else ToolRegistry(), resolved, policy=policy)
+    return Gate(tools if tools is not None else ToolRegistry(), resolve_url(url), policy=policy)
 
 
 def cell(text: object, style: str = "") -> Any:
@@ -146,18 +129,27 @@ def state_style(state: str) -> str:
     }.get(state, "")
 
 
-def parse_duration(text: str) -> float | None:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None."""
+def parse_duration(text: str, *, param_hint: str = "--expires-in") -> float | None:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None.
+
+    Judged by ``approvals.ttl_problem``, the rule ``Gate.approve(ttl=)`` applies too:
+    ``0``, negative, ``inf``, ``nan`` and more than 366 days are refused.
+    """
+    from agent_gate.ledger.approvals import MAX_TTL_SECONDS, ttl_problem
+
     text = text.strip().lower()
-    if text in ("never", "none", "0"):
+    if text in ("never", "none"):
         return None
+    expected = (f"a duration like 30m, 2h or 1d, greater than 0 and at most 366d "
+                f"({MAX_TTL_SECONDS} seconds), or never")
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     factor = units.get(text[-1:])
     number = text[:-1] if factor else text
     try:
         value = float(number) * (factor or 1)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a duration like 30m, 2h or 1d") from None
-    if value <= 0:
-        raise click.BadParameter("a duration must be positive")
+        raise click.BadParameter(f"{text!r} is not {expected}", param_hint=param_hint) from None
+    why = ttl_problem(value)
+    if why is not None:
+        raise click.BadParameter(f"{text!r}: {why}; give {expected}", param_hint=param_hint)
     return value

@@ -32,7 +32,10 @@ def db_group() -> None:
 @click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def upgrade_command(url: str | None, revision: str) -> None:
-    """Apply every pending migration (a no-op at head; concurrent runs serialize)."""
+    """Apply every pending migration (a no-op at head; concurrent runs serialize).
+
+    Creates a SQLite ledger file that is not there: this is how a new one is started.
+    """
     from sqlalchemy.exc import SQLAlchemyError
 
     from agent_gate.ledger.dialect import create_ledger_engine, resolve_url
@@ -60,11 +63,13 @@ def current_command(url: str | None) -> None:
     """Print the database's revision and the code's head revision."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from agent_gate.ledger.dialect import create_ledger_engine, resolve_url
+    from agent_gate.ledger.dialect import create_ledger_engine, require_ledger_file, resolve_url
     from agent_gate.ledger.migrate import current_revision, head_revision
 
+    resolved = resolve_url(url)
     try:
-        engine = create_ledger_engine(resolve_url(url))
+        require_ledger_file(resolved, create=False)  # a look never creates a ledger
+        engine = create_ledger_engine(resolved, create=False)
         try:
             current = current_revision(engine)
         finally:

@@ -295,7 +295,7 @@ def demo_command(url: str | None, task_id: str, drip: float) -> None:
     out.print(
         f"[bold]agent-gate demo[/]  ledger: {db_shown}  task: {task_id}  policy: {shown_policy}"
     )
-    with failures(), Gate(tools, url, policy=policy) as gate:
+    with failures(), Gate(tools, url, policy=policy, create=True) as gate:
         result = _run(out, gate, task_id, drip)
         outcomes = {o.call_id: o for o in result.outcomes}
         rows = _rows(gate, task_id, outcomes)

@@ -127,7 +127,7 @@ def replay_command(
 
     registry = load_registry(tools_spec)
     try:
-        with Gate(registry, url) as gate, file.open("rb") as source:
+        with Gate(registry, url, create=True) as gate, file.open("rb") as source:
             result = gate.run(_events(source), task_id=task_id, provider=provider)
     except AgentGateError as exc:
         raise click.ClickException(str(exc)) from None

@@ -199,7 +199,7 @@ def run_command(
             headers["Content-Type"] = "application/json"
     verb = (method or ("POST" if content is not None else "GET")).upper()
     try:
-        with failures(), Gate(registry, url_db, policy=policy_file) as gate:
+        with failures(), Gate(registry, url_db, policy=policy_file, create=True) as gate:
             result = run_live(
                 gate,
                 url,

@@ -9,7 +9,14 @@ through Alembic only.
 from __future__ import annotations
 
 from agent_gate.ledger.audit import AuditRecord
-from agent_gate.ledger.dialect import DEFAULT_URL, ENV_VAR, LedgerConfigError, resolve_url
+from agent_gate.ledger.dialect import (
+    DEFAULT_URL,
+    ENV_VAR,
+    LedgerConfigError,
+    LedgerMissing,
+    LedgerReplaced,
+    resolve_url,
+)
 from agent_gate.ledger.migrate import LedgerSchemaError
 from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event, IllegalTransition
 from agent_gate.ledger.store import CallRecord, Ledger, NewCall, TaskRecord, Transition
@@ -26,6 +33,8 @@ __all__ = [
     "IllegalTransition",
     "Ledger",
     "LedgerConfigError",
+    "LedgerMissing",
+    "LedgerReplaced",
     "LedgerSchemaError",
     "NewCall",
     "TaskRecord",

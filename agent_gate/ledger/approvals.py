@@ -12,10 +12,18 @@ resume the task at once cannot both use it, because the consuming update names
 ``consumed_at IS NULL`` and the call's compare-and-set names its version.
 
 A denial moves the call to ``rejected`` (``Ledger.deny``) and is recorded here too.
+
+Expiry is measured by the database's clock (``dialect.db_now_ms``), as leases are:
+the expiry is written as "database now + ttl", and every read of an approval
+(``latest``) carries the database's now, which ``expired`` compares with. A
+worker or an approver whose clock is off can neither stretch nor revive an
+approval. A ttl is a positive, finite number of seconds up to ``MAX_TTL_SECONDS``
+(``ttl_problem`` is the one judge, for ``Gate.approve`` and ``--expires-in``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -24,23 +32,47 @@ from sqlalchemy import Connection, Table, insert, select, update
 
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger.chain import as_utc
+from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import ApprovalRow
 
 __all__ = [
     "APPROVED",
     "DENIED",
+    "MAX_TTL_SECONDS",
     "ApprovalRecord",
     "NotAwaitingApproval",
     "consume",
     "insert_answer",
     "latest",
     "problem",
+    "ttl_problem",
 ]
 
 APPROVED = "approved"
 DENIED = "denied"
 _APPROVALS = cast(Table, ApprovalRow.__table__)
+MAX_TTL_SECONDS = 366 * 86400
+"""The longest an approval may stay usable (a year and a day): a person approves a
+call for now-ish, and a longer ttl is almost always a unit mistake (ms for s)."""
+
+
+def ttl_problem(ttl: object) -> str | None:
+    """Why ``ttl`` (seconds; None for no expiry) is not a usable approval lifetime."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        return f"expected a number of seconds, got {type(ttl).__name__}"
+    if not math.isfinite(ttl):
+        return f"expected a finite number of seconds, got {ttl}"
+    if ttl <= 0:
+        return f"expected a positive number of seconds, got {ttl:g}"
+    if ttl > MAX_TTL_SECONDS:
+        return (f"expected at most {MAX_TTL_SECONDS} seconds (366 days), got {ttl:g}; "
+                "approve it again later instead")
+    if int(ttl * 1000) < 1:
+        return f"expected at least a millisecond, got {ttl:g} seconds"
+    return None
 
 
 class NotAwaitingApproval(AgentGateError):
@@ -62,13 +94,21 @@ class ApprovalRecord:
     expires_ms: int | None
     consumed_at: datetime | None
     consumed_attempt: int | None
+    read_at_ms: int | None = None
+    """The database's clock when the row was read: what ``expired`` measures by."""
 
     @property
     def consumed(self) -> bool:
         return self.consumed_at is not None
 
     def expired(self, at_ms: int | None = None) -> bool:
-        return self.expires_ms is not None and self.expires_ms <= (at_ms or now_ms())
+        """Whether the approval has run out at ``at_ms``, else at the database time
+        it was read (this machine's clock only for a record not read from a ledger)."""
+        if self.expires_ms is None:
+            return False
+        if at_ms is None:
+            at_ms = self.read_at_ms if self.read_at_ms is not None else now_ms()
+        return self.expires_ms <= at_ms
 
     @property
     def expires_at(self) -> datetime | None:
@@ -90,6 +130,7 @@ class ApprovalRecord:
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
             "consumed": self.consumed,
             "consumed_attempt": self.consumed_attempt,
+            "expired": self.expired(),
         }
 
 
@@ -108,13 +149,19 @@ def _from_row(row: Any) -> ApprovalRecord:
         expires_ms=row["expires_ms"],
         consumed_at=as_utc(row["consumed_at"]) if row["consumed_at"] is not None else None,
         consumed_attempt=row["consumed_attempt"],
+        read_at_ms=row["db_now_ms"],
     )
+
+
+def _select() -> Any:
+    """Approval rows with the database's clock read in the same statement."""
+    return select(_APPROVALS, db_now_ms().label("db_now_ms"))
 
 
 def latest(conn: Connection, call_row_id: int) -> ApprovalRecord | None:
     """The newest answer given for the call (the one that counts)."""
     row = conn.execute(
-        select(_APPROVALS)
+        _select()
         .where(_APPROVALS.c.call_row_id == call_row_id)
         .order_by(_APPROVALS.c.id.desc())
         .limit(1)
@@ -133,8 +180,14 @@ def insert_answer(
     policy_hash: str | None,
     by: str,
     reason: str | None,
-    expires_ms: int | None,
+    expires_ms: int | None = None,
+    ttl_ms: int | None = None,
 ) -> ApprovalRecord:
+    """Record an answer; it expires at ``expires_ms``, or ``ttl_ms`` after the
+    database's clock now (the way to give one: no worker's clock is involved)."""
+    if expires_ms is not None and ttl_ms is not None:
+        raise ValueError("give expires_ms or ttl_ms, not both")
+    expiry: Any = expires_ms if ttl_ms is None else db_now_ms() + int(ttl_ms)
     now = datetime.now(UTC)
     result = conn.execute(
         insert(_APPROVALS).values(
@@ -147,12 +200,12 @@ def insert_answer(
             decided_by=by,
             reason=reason,
             decided_at=now,
-            expires_ms=expires_ms,
+            expires_ms=expiry,
         )
     )
     key = result.inserted_primary_key
     assert key is not None
-    row = conn.execute(select(_APPROVALS).where(_APPROVALS.c.id == key[0])).mappings().one()
+    row = conn.execute(_select().where(_APPROVALS.c.id == key[0])).mappings().one()
     return _from_row(row)
 
 

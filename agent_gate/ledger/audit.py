@@ -25,6 +25,20 @@ commit. A transaction that holds the head never waits for any other row, so the
 head cannot take part in a deadlock, and it is held only for the few statements
 of the flush. (It does serialize the commits of all writers of one ledger: that is
 the price of one chain, and it is small next to an fsync per commit.)
+
+The chain also vouches for each call's current state
+=====================================================
+
+A row of ``tool_calls`` is not hashed, so a raw ``UPDATE`` could move a finished
+call back to ``authorized`` without touching the chain. Every state a call ever had
+was written by a *transition entry* (``received``, then one per arrow of the state
+machine: from one state to another), in the transaction that set it; so a call's
+state must be the ``to_state`` of its newest transition entry. ``verify`` compares
+the two for every call
+(``state_rewritten``), and ``Ledger.claim`` refuses to run a call whose row
+disagrees with its trail (``audited_state``), so a rewritten state is neither
+clean nor run again. Audit-only entries (seen again, approval granted...) do not
+count: they repeat a state some snapshot held, and may be older than the row.
 """
 
 from __future__ import annotations
@@ -36,11 +50,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Table,
+    bindparam,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
 from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
 from agent_gate.ledger.dialect import for_update
-from agent_gate.ledger.models import AuditChainHead, AuditEvent
+from agent_gate.ledger.models import AuditChainHead, AuditEvent, ToolCallRow
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
 
@@ -50,6 +73,7 @@ __all__ = [
     "ChainProblem",
     "ChainReport",
     "append",
+    "audited_state",
     "close_stage",
     "flush",
     "open_stage",
@@ -63,6 +87,14 @@ _EVENTS = cast(Table, AuditEvent.__table__)
 _HEAD = cast(Table, AuditChainHead.__table__)
 _STAGE_KEY = "agent_gate_audit_stage"
 _HEAD_ID = 1
+_CALLS = cast(Table, ToolCallRow.__table__)
+
+
+def _is_transition(from_state: str | None, to_state: str | None) -> bool:
+    """Whether an entry records a change of a call's state: ``received`` (from
+    nothing) or an arrow of the state machine, none of which ends where it began.
+    Audit-only entries (seen again, approval granted...) repeat one state."""
+    return to_state is not None and from_state != to_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +285,31 @@ def read(
     return [_record(row) for row in conn.execute(stmt).mappings()]
 
 
+def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | None:
+    """The state the newest transition entry of the call moved it to; None if none.
+
+    Walks the task's entries newest first (the ``task_id, id`` index) and stops at the
+    call's newest transition: right before a claim that is the last few entries.
+    """
+    rows = prepare(
+        conn,
+        "audited_state",
+        lambda: select(_EVENTS.c.to_state)
+        .where(
+            _EVENTS.c.task_id == bindparam("task_id"),
+            _EVENTS.c.call_row_id == bindparam("call_row_id"),
+            _EVENTS.c.to_state.is_not(None),
+            or_(_EVENTS.c.from_state.is_(None), _EVENTS.c.from_state != _EVENTS.c.to_state),
+        )
+        .order_by(_EVENTS.c.id.desc())
+        # Literal: an int would be a parameter prepare is never given (SQLite's
+        # compiler also adds an OFFSET parameter to a LIMIT unless one is set).
+        .limit(literal_column("1"))
+        .offset(literal_column("0")),
+    ).run(conn, {"task_id": task_id, "call_row_id": call_row_id}).rows
+    return str(rows[0][0]) if rows else None
+
+
 # ------------------------------------------------------------------- verification
 
 
@@ -261,7 +318,8 @@ class ChainProblem:
     """The first place where the stored chain is not the chain that was written."""
 
     kind: str
-    """``edited``, ``deleted``, ``reordered`` or ``anchor``."""
+    """``edited``, ``deleted``, ``reordered``, ``anchor``, or ``state_rewritten`` (a
+    call's row is not in the state its trail last recorded)."""
     seq: int
     """The chain position where the problem shows."""
     row_id: int | None
@@ -302,7 +360,9 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     *deleted* (a jump forward) or *reordered* (anything else); an entry whose
     ``prev_hash`` is not its predecessor's hash means its predecessor was deleted or
     replaced. ``anchor`` (seq, hash), a head printed earlier and kept elsewhere, must
-    still be in the chain: that catches a chain rewritten from some point on.
+    still be in the chain: that catches a chain rewritten from some point on. Then
+    every call's row must be in the state its newest transition entry recorded
+    (``state_rewritten``, naming the first such call and how many there are).
     """
     head = conn.execute(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID)).first()
     head_seq, head_hash = (int(head.seq), str(head.hash)) if head else (0, GENESIS)
@@ -310,9 +370,13 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     count = 0
     problem: ChainProblem | None = None
     anchored = anchor is None or anchor == (0, GENESIS)
+    audited: dict[int, str] = {}
     rows = conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings()
     for row in rows:
         count += 1
+        if row["call_row_id"] is not None and _is_transition(row["from_state"],
+                                                              row["to_state"]):
+            audited[int(row["call_row_id"])] = row["to_state"]
         seq, row_id = int(row["seq"]), int(row["id"])
         fields = {k: row[k] for k in ("at", "task_id", "call_row_id", "call_id", "event",
                                       "from_state", "to_state", "actor", "detail")}
@@ -379,4 +443,30 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
             f"the anchor #{anchor[0]} {anchor[1][:16]}… is not in the chain: the chain was "
             "rewritten at or before that entry",
         )
+    if problem is None:
+        problem = _state_problem(conn, audited, expected_seq - 1)
     return ChainReport(count, head_seq, head_hash, problem)
+
+
+def _state_problem(conn: Connection, audited: dict[int, str], seq: int) -> ChainProblem | None:
+    """The first call whose row state is not the state its trail last recorded."""
+    wrong: list[tuple[int, str, str, str, str | None]] = []
+    calls = conn.execute(
+        select(_CALLS.c.id, _CALLS.c.task_id, _CALLS.c.call_id, _CALLS.c.state)
+        .order_by(_CALLS.c.id)
+    )
+    for row_id, task_id, call_id, state in calls:
+        trail = audited.get(int(row_id))
+        if trail != state:
+            wrong.append((int(row_id), task_id, call_id, state, trail))
+    if not wrong:
+        return None
+    row_id, task_id, call_id, state, trail = wrong[0]
+    more = f" ({len(wrong) - 1} more calls like it)" if len(wrong) > 1 else ""
+    recorded = (f"its audit trail last recorded {trail!r}" if trail is not None
+                else "its audit trail has no transition for it")
+    return ChainProblem(
+        "state_rewritten", seq, None,
+        f"call {call_id!r} of task {task_id!r} (tool_calls row {row_id}) is {state!r} but "
+        f"{recorded}: its state was rewritten outside agent-gate{more}",
+    )

@@ -14,7 +14,23 @@ lives here:
   PostgreSQL advisory lock; nothing on SQLite, whose write transactions already
   exclude each other;
 * the clock leases are measured by (``db_now_ms``): the database's, so that workers
-  on several hosts compare expiries against one clock.
+  on several hosts compare expiries against one clock;
+* that a SQLite ledger is still the file it opened (``LedgerReplaced``) and is never
+  created by accident (``require_ledger_file``, ``LedgerMissing``).
+
+The file a SQLite ledger opened
+===============================
+
+A process keeps its SQLite connections open. If the file is deleted (or another
+file is moved to its path) those connections go on committing into the unlinked
+inode, which nobody else will ever read, while a new connection (this process's
+next one, or the next process) would open or create whatever is at the path now:
+an empty ledger, on which every replayed call runs again. So an engine remembers
+the (device, inode) of the file its first connection opened, and before every
+transaction compares it with ``os.stat`` of that path (about a microsecond, next
+to a transaction's tens); on a difference it raises ``LedgerReplaced`` and commits
+nothing. Connections after the first are opened with SQLite's ``mode=rw``, so they
+can never create a file at the path either.
 
 Why READ COMMITTED on PostgreSQL, explicitly: every transition is one
 ``UPDATE ... WHERE id = ? AND state = ? AND version = ?``. Under READ COMMITTED a
@@ -31,7 +47,9 @@ import importlib.util
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import (
     BigInteger,
@@ -67,6 +85,8 @@ __all__ = [
     "DEFAULT_URL",
     "ENV_VAR",
     "LedgerConfigError",
+    "LedgerMissing",
+    "LedgerReplaced",
     "begin_read",
     "begin_write",
     "create_ledger_engine",
@@ -76,7 +96,9 @@ __all__ = [
     "insert_returning",
     "lock_named",
     "release_idle",
+    "require_ledger_file",
     "resolve_url",
+    "sqlite_file",
 ]
 
 DEFAULT_URL = "sqlite:///agent_gate.db"
@@ -106,6 +128,57 @@ class LedgerConfigError(AgentGateError):
     """The database URL cannot hold a ledger (unsupported backend, in-memory SQLite)."""
 
 
+class LedgerMissing(LedgerConfigError):
+    """No SQLite ledger file at the path, and creating one was not asked for.
+
+    A missing ledger is not an empty one: every call it recorded would run again.
+    """
+
+
+class LedgerReplaced(AgentGateError):
+    """The SQLite file this ledger opened was deleted or replaced by another file.
+
+    Nothing more is committed through this ledger: its writes would go to a file
+    nobody reads, or to a ledger that never saw its calls.
+    """
+
+
+def sqlite_file(url: str | URL) -> Path | None:
+    """The file a SQLite ledger URL names; None for PostgreSQL, in-memory SQLite and
+    SQLite URI filenames (``file:...?uri=true``, whose file SQLite resolves)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or parsed.query.get("uri") or "mode=memory" in str(parsed):
+        return None
+    return Path(database)
+
+
+def require_ledger_file(url: str | URL, *, create: bool) -> None:
+    """Refuse a SQLite ledger URL whose file is missing (or empty), unless ``create``.
+
+    The one place that decides, for ``Ledger``/``Gate`` and the CLI's commands. An
+    empty file counts as missing: SQLite would turn it into a fresh, empty ledger.
+    """
+    path = sqlite_file(url)
+    if path is None or create:
+        return
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if size:
+        return
+    what = "no ledger" if size is None else "an empty file, not a ledger,"
+    raise LedgerMissing(
+        f"{what} at {path}: a ledger that went missing is not a new one (every call it "
+        "recorded would run again). Point --db / $AGENT_GATE_DB / the URL at the existing "
+        "ledger, or, to start a new one, pass create=True (Gate or Ledger) or run "
+        "`agent-gate db upgrade --db URL`"
+    )
+
+
 def resolve_url(url: str | URL | None) -> str:
     """The explicit URL, else ``$AGENT_GATE_DB``, else the embedded SQLite default."""
     if url is None:
@@ -113,18 +186,86 @@ def resolve_url(url: str | URL | None) -> str:
     return url.render_as_string(hide_password=False) if isinstance(url, URL) else url
 
 
-def create_ledger_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Engine:
-    """An engine configured for durable compare-and-set writes on its backend."""
+def create_ledger_engine(
+    url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, create: bool = True
+) -> Engine:
+    """An engine configured for durable compare-and-set writes on its backend.
+
+    ``create=False``: not even its first connection may create a SQLite file (a
+    caller that checked ``require_ledger_file`` first keeps that promise under a
+    race with whoever deletes the file).
+    """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed, busy_timeout)
+        return _sqlite_engine(parsed, busy_timeout, create)
     if backend == "postgresql":
         return _postgresql_engine(parsed, busy_timeout)
     raise LedgerConfigError(f"unsupported ledger backend {backend!r}: use sqlite or postgresql")
 
 
-def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
+class _OpenedFile:
+    """The SQLite file an engine's first connection opened, by (device, inode)."""
+
+    __slots__ = ("ident", "path")
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.ident: tuple[int, int] | None = None
+
+    def changed(self) -> str | None:
+        """What happened to the file since it was opened; None when it is still there."""
+        path = self.path
+        if path is None:
+            return None
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return "was deleted"
+        except OSError as error:
+            return f"cannot be looked at ({type(error).__name__})"
+        if (info.st_dev, info.st_ino) != self.ident:
+            return "was replaced by another file"
+        return None
+
+    def check(self) -> None:
+        """Raise ``LedgerReplaced`` unless the path still holds the file first opened."""
+        what = self.changed()
+        if what is not None:
+            dev, ino = self.ident or (0, 0)
+            raise LedgerReplaced(
+                f"the ledger file {self.path} {what} while this process had it open "
+                f"(device {dev}, inode {ino}); nothing more is written. Stop this worker, "
+                "put the ledger file back at that path (or restore it from a backup) and "
+                "start again; a new empty ledger there would run every call again"
+            )
+
+    def opened(self, path: str) -> None:
+        """A connection opened ``path``: remember it (the first), or check it is the same."""
+        if not path:
+            return  # a temporary database: nothing on disk to lose
+        info = os.stat(path)
+        ident = (info.st_dev, info.st_ino)
+        if self.ident is None:
+            self.path, self.ident = path, ident
+        elif (path, ident) != (self.path, self.ident):
+            self.check()
+            raise LedgerReplaced(f"a new connection opened {path}, not the ledger file "
+                                 f"{self.path} this process opened first")
+
+
+_FILE_ATTR = "_agent_gate_file"
+"""Where a SQLite ledger engine keeps its ``_OpenedFile``."""
+
+
+def check_file(engine: Engine) -> None:
+    """``LedgerReplaced`` unless ``engine``'s SQLite file is still the one it opened."""
+    opened_file: _OpenedFile | None = engine.__dict__.get(_FILE_ATTR)
+    if opened_file is not None:
+        opened_file.check()
+
+
+def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
     database = url.database or ""
     if database in ("", ":memory:") or "mode=memory" in str(url):
         raise LedgerConfigError(
@@ -133,6 +274,24 @@ def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
         )
     engine = create_engine(url, connect_args={"timeout": busy_timeout})
     busy_ms = int(busy_timeout * 1000)
+    opened_file = _OpenedFile()
+    engine.__dict__[_FILE_ATTR] = opened_file
+    plain_path = sqlite_file(url) is not None
+
+    @event.listens_for(engine, "do_connect")
+    def _on_do_connect(
+        _dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]
+    ) -> None:
+        # A plain path is opened as a URI with an explicit mode, so that only a first
+        # connection told to create may create the file (sqlite3 would create it).
+        if not plain_path or not cargs:
+            return
+        if opened_file.ident is not None:
+            opened_file.check()  # deleted or replaced: do not open what is there now
+        path = os.path.abspath(os.fspath(cargs[0]))
+        mode = "rwc" if create and opened_file.ident is None else "rw"
+        cargs[0] = f"file:{quote(path)}?mode={mode}"
+        cparams["uri"] = True
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -146,14 +305,17 @@ def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
             # FULL: the commit of ``executing`` is on disk before the tool runs.
             cursor.execute("PRAGMA synchronous = FULL")
             cursor.execute("PRAGMA foreign_keys = ON")
+            main = [row for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
         finally:
             cursor.close()
+        opened_file.opened(main[0][2] if main else "")
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         state = opened(conn)
         if state is not None and state.raw:
             return  # Core adopts the transaction _sqlite_transaction began on the driver
+        opened_file.check()
         sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE_OPTION) else "BEGIN"
         if observed(conn):
             conn.exec_driver_sql(sql)  # statement listeners and the echo log see it
@@ -372,6 +534,7 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
             # then committed or rolled back through Core.
             state = track(conn, watched=False)  # _core_needed asked what observed asks
             try:
+                check_file(engine)
                 driver: Any = conn.connection.driver_connection
                 error_class = conn.dialect.loaded_dbapi.Error
                 sql = "BEGIN IMMEDIATE" if write else "BEGIN"

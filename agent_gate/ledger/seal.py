@@ -24,6 +24,11 @@ Where the key comes from (``resolve``), first match wins:
    working out of the box and the values out of the database file; keep the key
    file out of the backups of the database.
 
+A key file (3, 4, or a path given as ``seal_key=``) must be a regular file owned by
+the user running the gate, with no permission for group or others (``chmod 600``);
+any other is refused (``SealKeyUnsafe``), as ``ssh`` refuses a private key others
+can read.
+
 A PostgreSQL ledger has no place beside it: every worker must be given the same
 key (2 or 3), or a gate whose policy redacts fields refuses to start
 (``SealKeyMissing``). A process without the key can still audit, approve and
@@ -38,6 +43,8 @@ import hashlib
 import hmac
 import os
 import secrets
+import shlex
+import stat
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -51,6 +58,7 @@ __all__ = [
     "SealError",
     "SealKey",
     "SealKeyMissing",
+    "SealKeyUnsafe",
     "default_key_path",
     "resolve",
 ]
@@ -68,6 +76,15 @@ class SealError(AgentGateError):
 
 class SealKeyMissing(AgentGateError):
     """Redacted fields must be sealed and no seal key is configured."""
+
+
+class SealKeyUnsafe(SealKeyMissing):
+    """A key file others could read or replace: refused, as ``ssh`` refuses such a key.
+
+    Readable by others, the key opens every sealed argument in the database; writable
+    by others or owned by someone else, it can be swapped for a key an attacker holds.
+    A subclass of ``SealKeyMissing``: whoever handles a missing key handles this one.
+    """
 
 
 def _parse_key(text: str, source: str) -> bytes:
@@ -106,13 +123,28 @@ class SealKey:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> SealKey:
+        """The key in ``path``, refused unless only its owner, this user, can touch it."""
+        name = os.fspath(path)
         try:
-            text = Path(path).read_text(encoding="ascii")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SealKeyMissing(f"cannot read the seal key file {os.fspath(path)!r}: "
+            # Checked on the open file, not the path: a swap between check and read
+            # cannot slip another file in. A symlink is followed (secret mounts are
+            # links); the file it reaches is what must be private.
+            fd = os.open(name, os.O_RDONLY)
+        except OSError as exc:
+            raise SealKeyMissing(f"cannot read the seal key file {name!r}: "
                                  f"{type(exc).__name__}") from None
-        return cls(_parse_key(text, f"seal key file {os.fspath(path)!r}"),
-                   source=os.fspath(path))
+        try:
+            _check_private(name, os.fstat(fd))
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                raw = handle.read(4096)
+        finally:
+            os.close(fd)
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise SealKeyMissing(f"cannot read the seal key file {name!r}: "
+                                 "UnicodeDecodeError") from None
+        return cls(_parse_key(text, f"seal key file {name!r}"), source=name)
 
     def keyed_hash(self, data: str) -> str:
         """HMAC-SHA256 (hex) of argument text: the argument hash of a sealed call."""
@@ -145,6 +177,31 @@ class SealKey:
         except (binascii.Error, InvalidTag, ValueError):
             raise SealError("the sealed value was altered or belongs to another call") from None
         return data.decode("utf-8")
+
+
+def _check_private(name: str, info: os.stat_result) -> None:
+    """Refuse a key file that is not a regular file owned by this user, mode 0600 or less.
+
+    Does nothing where POSIX ownership and modes do not exist (Windows).
+    """
+    if os.name != "posix":
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise SealKeyUnsafe(f"seal key file {name!r} is not a regular file")
+    uid = os.geteuid()
+    if info.st_uid != uid:
+        raise SealKeyUnsafe(
+            f"seal key file {name!r} is owned by uid {info.st_uid}, not by this user "
+            f"(uid {uid}): a key someone else can replace is refused; fix: "
+            f"chown {uid} {shlex.quote(name)} && chmod 600 {shlex.quote(name)}"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise SealKeyUnsafe(
+            f"seal key file {name!r} has mode {mode:04o}: readable or writable by "
+            f"group or others, who could open every sealed argument; fix: "
+            f"chmod 600 {shlex.quote(name)}"
+        )
 
 
 def default_key_path(db_url: str) -> Path | None:

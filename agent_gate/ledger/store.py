@@ -36,6 +36,7 @@ from agent_gate.ledger.dialect import (
     insert_ignore,
     insert_returning,
     release_idle,
+    require_ledger_file,
     resolve_url,
 )
 from agent_gate.ledger.migrate import ensure_schema
@@ -63,6 +64,9 @@ T = ToolCallRow
 _CALLS = cast(Table, ToolCallRow.__table__)
 _TASKS = cast(Table, TaskRow.__table__)
 MAX_REASON_CHARS = 900
+STATE_NOT_IN_AUDIT = "state_not_in_audit"
+"""Reason code (and audit event) of a claim refused because the row's state is not
+the one its audit trail last recorded."""
 _COLUMNS = tuple(_CALLS.c)
 _COLUMN_NAMES = tuple(c.name for c in _COLUMNS)
 _PROCESSORS: dict[str, tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
@@ -378,9 +382,21 @@ class Ledger:
         auto_upgrade: bool | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         engine: Engine | None = None,
+        create: bool = False,
     ) -> None:
+        """Open the ledger at ``url`` (default ``$AGENT_GATE_DB``, else the embedded file).
+
+        A SQLite file that is not there is created only with ``create=True``: a
+        ledger that went missing (deleted, a wrong path, another working directory)
+        is not a new one, and starting over would run every call it recorded again
+        (``LedgerMissing`` says so). PostgreSQL is never created here.
+        """
         self.url = resolve_url(url) if engine is None else str(engine.url)
-        self.engine = engine or create_ledger_engine(self.url, busy_timeout=busy_timeout)
+        if engine is None:
+            require_ledger_file(self.url, create=create)
+        self.engine = engine or create_ledger_engine(
+            self.url, busy_timeout=busy_timeout, create=create
+        )
         # The SQLite connections kept between transactions (dialect.begin_write) stay
         # checked out, which keeps their engine alive: a ledger nobody closed gives
         # them back when it is collected.
@@ -749,6 +765,7 @@ class Ledger:
         guard: Guard | None = None,
         detail: Mapping[str, Any] | None = None,
         within: Callable[[Connection, CallRecord], None] | None = None,
+        audited_only: bool = False,
     ) -> Transition:
         """Apply ``event`` to ``rec`` iff the row is still at ``rec.state``/``rec.version``.
 
@@ -756,9 +773,14 @@ class Ledger:
         hold. The audit event is written in the same transaction, only if it applied.
         ``within`` runs in that transaction too, after the update applied and with
         the updated row: bookkeeping that must commit with the transition or not at
-        all. If it raises, nothing commits.
+        all. If it raises, nothing commits. ``audited_only``: refuse (``won=False``) a
+        row whose state its audit trail does not back (``_refuse_unaudited``).
         """
         with self._write() as conn:
+            if audited_only:
+                refused = self._refuse_unaudited(conn, rec, actor)
+                if refused is not None:
+                    return Transition(False, refused)
             current = self._apply(
                 conn, rec, event, actor=actor, code=code, reason=reason, changes=changes,
                 guard=guard, detail=detail,
@@ -835,6 +857,9 @@ class Ledger:
         try:
             with self._write() as conn:
                 current = self._locked_row(conn, rec)
+                refused = self._refuse_unaudited(conn, current, owner)
+                if refused is not None:
+                    return Transition(False, refused), None
                 ruling = decide(conn, current)
                 if ruling.event is None:
                     return Transition(False, current), ruling
@@ -892,6 +917,9 @@ class Ledger:
         try:
             with self._write() as conn:
                 current = self._locked_row(conn, rec)
+                refused = self._refuse_unaudited(conn, current, owner)
+                if refused is not None:
+                    return Transition(False, refused), None
                 ruling = decide(conn, current)
                 if ruling.event is None:
                     return Transition(False, current), ruling
@@ -914,17 +942,24 @@ class Ledger:
         *,
         by: str,
         reason: str | None = None,
-        expires_ms: int | None,
+        expires_ms: int | None = None,
+        ttl_ms: int | None = None,
         policy_hash: str | None = None,
     ) -> tuple[approvals.ApprovalRecord, bool]:
         """Record a person's approval of a call that waits for one.
 
         Bound to the call's argument hash, to ``policy_hash`` (default: the hash of
-        the policy that asked for the approval) and to ``expires_ms``. The call stays
+        the policy that asked for the approval) and to an expiry: ``ttl_ms`` after
+        the database's clock now (as leases are measured; ``approvals.ttl_problem``
+        bounds it), or the absolute ``expires_ms``; neither: no expiry. The call stays
         ``awaiting_approval`` until a gate consumes the approval. Returns the
         approval that stands and whether this call created it (an unused, unexpired
         approval under the same policy is returned as it is).
         """
+        if ttl_ms is not None:
+            why = approvals.ttl_problem(ttl_ms / 1000)
+            if why is not None:
+                raise ValueError(f"ttl_ms: {why}")
         with self._write() as conn:
             self.lock_task(conn, rec.task_id)
             current = self._one(conn, id=rec.row_id)
@@ -948,7 +983,7 @@ class Ledger:
                 call_id=current.call_id, verdict=approvals.APPROVED,
                 args_hash=current.args_hash, policy_hash=bound_hash, by=by,
                 reason=bound(reason, MAX_REASON_CHARS) if reason else None,
-                expires_ms=expires_ms,
+                expires_ms=expires_ms, ttl_ms=ttl_ms,
             )
             audit.append(
                 conn, task_id=current.task_id, call_row_id=current.row_id,
@@ -956,7 +991,7 @@ class Ledger:
                 from_state=current.state.value, to_state=current.state.value,
                 actor=f"operator:{by}",
                 detail={"approval_id": given.id, "args_hash": given.args_hash,
-                        "policy_hash": given.policy_hash, "expires_ms": expires_ms,
+                        "policy_hash": given.policy_hash, "expires_ms": given.expires_ms,
                         **({"reason": bound(reason, 300)} if reason else {})},
             )
         return given, True
@@ -1008,7 +1043,10 @@ class Ledger:
         """``authorized -> executing``: a new attempt, leased to ``owner``.
 
         ``within`` as for ``transition``: e.g. consuming an approval, so that an
-        approval is used by exactly the attempt that commits ``executing``.
+        approval is used by exactly the attempt that commits ``executing``. A row
+        whose ``authorized`` its audit trail does not back (set by a raw ``UPDATE``)
+        is not claimed: ``won=False``, the row keeps its state with reason
+        ``state_not_in_audit``, and the refusal is audited (``_refuse_unaudited``).
         """
         return self.transition(
             rec,
@@ -1016,7 +1054,44 @@ class Ledger:
             actor=owner,
             within=within,
             changes=self._claim_changes(rec, owner, lease_ms),
+            audited_only=True,
         )
+
+    def _refuse_unaudited(
+        self, conn: Connection, rec: CallRecord, actor: str | None
+    ) -> CallRecord | None:
+        """The row, marked refused, if it is still as ``rec`` saw it but its audit
+        trail last recorded another state; None when the trail backs it (or the row
+        moved on, and the caller's compare-and-set loses the race as usual).
+
+        Run before a transition that leads to running the tool: a state rewritten
+        outside agent-gate (a finished call put back to ``authorized``) must not run
+        the tool again. One indexed read per claim.
+        """
+        trail = audit.audited_state(conn, rec.task_id, rec.row_id)
+        if trail == rec.state._value_:
+            return None
+        current = self._one(conn, id=rec.row_id)
+        if current is None or (current.state, current.version) != (rec.state, rec.version):
+            return None
+        recorded = repr(trail) if trail is not None else "no state"
+        reason = (
+            f"not run: the row says {current.state.value!r} but its audit trail last recorded "
+            f"{recorded}; the state was changed outside agent-gate (agent-gate audit verify)"
+        )
+        conn.execute(
+            update(_CALLS)
+            .where(_CALLS.c.id == current.row_id, _CALLS.c.version == current.version,
+                   _CALLS.c.state == current.state.value)
+            .values(reason_code=STATE_NOT_IN_AUDIT, reason=reason)
+        )
+        audit.append(
+            conn, task_id=current.task_id, call_row_id=current.row_id,
+            call_id=current.call_id, event=STATE_NOT_IN_AUDIT,
+            from_state=current.state.value, to_state=current.state.value, actor=actor,
+            detail={"audited_state": trail, "version": current.version},
+        )
+        return self._one(conn, id=rec.row_id)
 
     @staticmethod
     def _claim_changes(rec: CallRecord, owner: str, lease_ms: int) -> dict[str, Any]:

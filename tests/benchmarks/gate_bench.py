@@ -88,7 +88,7 @@ class _Commits:
 
 
 def _gate(path: Path, sync: str) -> tuple[Gate, _Commits]:
-    ledger = Ledger(f"sqlite:///{path}")
+    ledger = Ledger(f"sqlite:///{path}", create=True)
     commits = _Commits()
 
     @event.listens_for(ledger.engine, "connect")

@@ -33,6 +33,7 @@ from agent_gate import (
 )
 from agent_gate.demo.transcript import CALLS as DEMO_CALLS
 from agent_gate.demo.transcript import demo_transcript
+from agent_gate.ledger import Ledger
 from agent_gate.live import LiveResult, run_live
 from agent_gate.stream_server import StreamServer, Transcript, TranscriptEvent
 from agent_gate.transport import ReconnectPolicy
@@ -182,7 +183,9 @@ def effects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger(url, create=True).close()  # code under test never creates a ledger unasked
+    return url
 
 
 @pytest.fixture

@@ -528,7 +528,7 @@ def test_gate_on_a_file_path_relative_default(
 ) -> None:
     monkeypatch.delenv("AGENT_GATE_DB", raising=False)
     monkeypatch.chdir(tmp_path)
-    with Gate(rec.tools) as gate:
+    with Gate(rec.tools, create=True) as gate:
         gate.execute("t", mail())
     assert (tmp_path / "agent_gate.db").exists()
 

@@ -27,7 +27,7 @@ def main() -> None:
     command, url, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     if command == "open":
         wait_for(go)
-        ledger = Ledger(url)
+        ledger = Ledger(url, create=True)  # all of them race to start a new file
         rec, inserted = ledger.record(
             NewCall("t", sys.argv[4], f"call:{sys.argv[4]}", "tool", "read", "none", "h", {})
         )

@@ -32,7 +32,7 @@ def _driver(conn: Any) -> Any:
 def test_consecutive_transactions_reuse_one_connection_and_a_failed_one_does_not_poison_it(
     tmp_path: Path,
 ) -> None:
-    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}", create=True) as ledger:
         with begin_write(ledger.engine) as conn:
             first = _driver(conn)
         with begin_write(ledger.engine) as conn:
@@ -49,7 +49,7 @@ def test_consecutive_transactions_reuse_one_connection_and_a_failed_one_does_not
 
 
 def test_after_dispose_new_connections_are_made_so_connect_hooks_apply(tmp_path: Path) -> None:
-    with Ledger(f"sqlite:///{tmp_path / 'l.db'}") as ledger:
+    with Ledger(f"sqlite:///{tmp_path / 'l.db'}", create=True) as ledger:
         ledger.record(_new("c1"))  # a connection with synchronous=FULL is now kept
 
         @event.listens_for(ledger.engine, "connect")
@@ -63,7 +63,7 @@ def test_after_dispose_new_connections_are_made_so_connect_hooks_apply(tmp_path:
 
 def test_an_unclosed_ledger_lets_its_engine_go(tmp_path: Path) -> None:
     def use() -> weakref.ref[Any]:
-        ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+        ledger = Ledger(f"sqlite:///{tmp_path / 'l.db'}", create=True)
         ledger.record(_new("c1"))
         ledger.get("t", "c1")
         return weakref.ref(ledger.engine)

@@ -29,8 +29,14 @@ def sqlite_path(url: str) -> str:
     return url.removeprefix("sqlite:///")
 
 
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    """A path with no file yet: these tests are about what first use does to it."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
 def test_fresh_file_is_upgraded_on_first_use_with_durable_pragmas(db_url: str) -> None:
-    ledger = Ledger(db_url)
+    ledger = Ledger(db_url, create=True)
     try:
         with ledger.engine.connect() as conn:
             pragma = {
@@ -49,7 +55,7 @@ def test_fresh_file_is_upgraded_on_first_use_with_durable_pragmas(db_url: str) -
 
 
 def test_models_and_migrations_agree(db_url: str) -> None:
-    ledger = Ledger(db_url)
+    ledger = Ledger(db_url, create=True)
     try:
         with ledger.engine.connect() as conn:
             ctx = MigrationContext.configure(conn, opts={"compare_type": True})
@@ -59,7 +65,7 @@ def test_models_and_migrations_agree(db_url: str) -> None:
 
 
 def test_downgrade_and_upgrade_round_trip(db_url: str) -> None:
-    Ledger(db_url).close()
+    Ledger(db_url, create=True).close()
     engine = create_ledger_engine(db_url)
     try:
         with begin_write(engine) as conn:
@@ -75,7 +81,7 @@ def test_downgrade_and_upgrade_round_trip(db_url: str) -> None:
 
 
 def test_foreign_keys_are_enforced(db_url: str) -> None:
-    ledger = Ledger(db_url)
+    ledger = Ledger(db_url, create=True)
     try:
         from sqlalchemy.exc import IntegrityError
 
@@ -90,11 +96,11 @@ def test_foreign_keys_are_enforced(db_url: str) -> None:
 
 def test_no_auto_upgrade_names_the_command(db_url: str) -> None:
     with pytest.raises(LedgerSchemaError, match="run `agent-gate db upgrade --db sqlite:///"):
-        Ledger(db_url, auto_upgrade=False)
+        Ledger(db_url, auto_upgrade=False, create=True)
 
 
 def test_unknown_revision_is_refused(db_url: str) -> None:
-    Ledger(db_url).close()
+    Ledger(db_url, create=True).close()
     with sqlite3.connect(sqlite_path(db_url)) as raw:
         raw.execute("UPDATE alembic_version SET version_num = 'from_the_future'")
     with pytest.raises(LedgerSchemaError, match="does not know"):
@@ -124,7 +130,7 @@ def test_env_var_supplies_the_default_url(
 ) -> None:
     path = tmp_path / "from_env.db"
     monkeypatch.setenv("AGENT_GATE_DB", f"sqlite:///{path}")
-    ledger = Ledger()
+    ledger = Ledger(create=True)
     ledger.close()
     assert ledger.url == f"sqlite:///{path}"
     assert path.exists()

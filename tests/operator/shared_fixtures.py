@@ -16,6 +16,8 @@ from types import ModuleType
 
 import pytest
 
+from agent_gate.ledger import Ledger
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 EXAMPLE_POLICY = ROOT / "policies" / "example.yaml"
@@ -51,7 +53,9 @@ def support_tools() -> Iterator[ModuleType]:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     """A SQLite ledger file, for tests that read or tamper with the file itself."""
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger(url, create=True).close()
+    return url
 
 
 def effect_lines(path: Path) -> list[str]:
