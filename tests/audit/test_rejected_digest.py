@@ -49,7 +49,7 @@ def test_a_call_rejected_before_redaction_keeps_no_guessable_hash(
         raw_arguments_hash(json.dumps(arguments)),
     }
     call = {"call_id": "c1", "name": name, "arguments": arguments}
-    with Gate(tools, f"sqlite:///{db}", policy=policy) as gate:
+    with Gate(tools, f"sqlite:///{db}", policy=policy, create=True) as gate:
         out = gate.execute("t", call)
         assert out.state is CallState.REJECTED
         [rec] = gate.ledger.calls("t")
