@@ -1596,7 +1596,10 @@ class Gate:
                 decide=lambda conn, current: self._recheck(conn, current, verdict),
             )
         else:
-            tr = self.ledger.claim(rec, owner=self.owner, lease_ms=self.lease_ms)
+            # This invocation committed this very version: nothing to re-check.
+            tr = self.ledger.claim(
+                rec, owner=self.owner, lease_ms=self.lease_ms, trail_checked=False
+            )
         if not tr.won or tr.record.state is not CallState.EXECUTING:
             return tr
         assert not isinstance(runnable, str)  # an intact, runnable call was claimed

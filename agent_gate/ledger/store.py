@@ -1039,6 +1039,7 @@ class Ledger:
         owner: str,
         lease_ms: int,
         within: Callable[[Connection, CallRecord], None] | None = None,
+        trail_checked: bool = True,
     ) -> Transition:
         """``authorized -> executing``: a new attempt, leased to ``owner``.
 
@@ -1047,6 +1048,9 @@ class Ledger:
         whose ``authorized`` its audit trail does not back (set by a raw ``UPDATE``)
         is not claimed: ``won=False``, the row keeps its state with reason
         ``state_not_in_audit``, and the refusal is audited (``_refuse_unaudited``).
+        ``trail_checked=False`` skips that read for the caller that itself committed
+        this very version (and its audit entry) a moment ago: the compare-and-set on
+        the version is then the whole check, and the hot path keeps one statement.
         """
         return self.transition(
             rec,
@@ -1054,7 +1058,7 @@ class Ledger:
             actor=owner,
             within=within,
             changes=self._claim_changes(rec, owner, lease_ms),
-            audited_only=True,
+            audited_only=trail_checked,
         )
 
     def _refuse_unaudited(
