@@ -22,7 +22,6 @@ from pydantic_core import to_jsonable_python
 from agent_gate.plainjson import dumps, plain_json
 
 __all__ = [
-    "TOO_DEEP_RESULT",
     "arguments_hash",
     "canonical_json",
     "raw_arguments_hash",
@@ -117,21 +116,11 @@ def to_jsonable(value: Any) -> Any:
     """Turn a tool's return value into plain JSON data for storage and replay.
 
     Pydantic models, dataclasses, dates and the like become what their JSON form
-    is; anything without a JSON form becomes its ``str`` rather than failing the
-    call after the side effect already happened. A value nested too deep to serialize
-    (pydantic stops at 255 levels) is not stored at all: it becomes
-    ``TOO_DEEP_RESULT``, so the call still ends ``succeeded`` instead of staying
-    ``executing`` with its side effect done and nothing recorded.
+    is; anything without a JSON form becomes its ``str``. A value that still has no
+    JSON form (nested deeper than serializers go, a cycle, a ``__str__`` that raises)
+    raises: ``ledger.outcome_store.keep_result`` turns that into a stored stand-in,
+    so the call still ends ``succeeded`` (one rule for every unstorable result).
     """
-    try:
-        if isinstance(value, BaseModel):
-            return value.model_dump(mode="json")
-        return to_jsonable_python(value, fallback=str)
-    except (ValueError, RecursionError) as exc:
-        if isinstance(exc, RecursionError) or "depth" in str(exc):
-            return TOO_DEEP_RESULT
-        raise
-
-
-TOO_DEEP_RESULT = "<result not stored: nested deeper than 254 levels>"
-"""What ``to_jsonable`` stores for a tool result too deep to serialize."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value, fallback=str)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry
-from agent_gate.ledger.canonical import TOO_DEEP_RESULT, canonical_json
+from agent_gate.ledger.canonical import canonical_json
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, check_depth
 from agent_gate.sse import ServerSentEvent
 
@@ -222,9 +222,10 @@ def test_a_tool_result_too_deep_to_store_still_ends_the_call(db_url: str) -> Non
     events = responses_events(["{}"], name="deep_result")
     with Gate(tools, db_url) as gate:
         (outcome,) = gate.run(events, task_id="t", provider="openai-responses").outcomes
-        assert outcome.state is CallState.SUCCEEDED and outcome.result == TOO_DEEP_RESULT
+        assert outcome.state is CallState.SUCCEEDED and outcome.code == "result_unstorable"
+        assert outcome.result["result_unstorable"]["type"] == "list"
         (again,) = gate.run(events, task_id="t", provider="openai-responses").outcomes
-        assert again.replayed and again.result == TOO_DEEP_RESULT
+        assert again.replayed and again.result == outcome.result
     assert ran == [1]
 
 

@@ -194,7 +194,8 @@ def test_a_gated_tool_using_the_helper_reads_nothing_swapped_in(
         with open_file_beneath(root, relative_beneath(root, path), "r") as handle:
             return handle.read()
 
-    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", policy=read_policy(root)) as gate:
+    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", policy=read_policy(root),
+              create=True) as gate:
         swapped = gate.execute("t", {"call_id": "a", "name": "read_file",
                                      "arguments": {"path": f"{root}/sub/report.csv"}})
         plain = gate.execute("t", {"call_id": "b", "name": "read_file",

@@ -180,7 +180,7 @@ def test_the_gate_never_runs_a_denied_delete(root: Path, tmp_path: Path) -> None
 
     spellings = [f"{root}/x.audit.jsonl/.", f"{root}/x.audit.jsonl/", f"{root}/innocent.txt",
                  f"{root}/./sub/../protected/keys.txt", f"{root}/protected//keys.txt"]
-    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", policy=policy) as gate:
+    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", policy=policy, create=True) as gate:
         for index, path in enumerate(spellings):
             outcome = gate.execute("t", {"call_id": f"c{index}", "name": "delete_file",
                                          "arguments": {"path": path}})
