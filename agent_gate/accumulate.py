@@ -84,6 +84,27 @@ class AccumulatorClosedError(AccumulatorError):
     """``feed`` was called after ``close``."""
 
 
+UNRECOGNIZED_LIMIT = 8
+"""Events of a type the adapter does not know, with none it does know before them,
+after which the stream is judged not to be of the chosen protocol at all."""
+
+
+class UnrecognizedStream(AccumulatorError):
+    """The chosen adapter recognised none of the stream's events: the wrong
+    protocol was chosen (or the server speaks another one). Raised after
+    ``UNRECOGNIZED_LIMIT`` such events, or at ``close()`` for a shorter stream,
+    instead of ending the response quietly as ``truncated``."""
+
+    def __init__(self, provider: str, unknown: int, types: Iterable[str]) -> None:
+        self.provider = provider
+        self.unknown = unknown
+        listed = ", ".join(sorted(types)[:6]) or "none named"
+        super().__init__(
+            f"none of the {unknown} events is of the {provider} protocol (types seen: "
+            f"{listed}); is the provider the right one?"
+        )
+
+
 class AccumulatorLimitExceeded(AccumulatorError):
     """A configured bound was exceeded; the stream must be abandoned."""
 
@@ -349,7 +370,12 @@ class Accumulator:
         released: list[ToolCall] = []
         if self._terminal is None:
             self._end(Terminal(TerminalKind.TRUNCATED), released)
+            if self._progress == 0 and self._unknown > 0:
+                raise self._unrecognized()
         return released
+
+    def _unrecognized(self) -> UnrecognizedStream:
+        return UnrecognizedStream(self._adapter.name, self._unknown, self._unknown_types)
 
     # -- event application ---------------------------------------------------
 
@@ -364,6 +390,8 @@ class Accumulator:
                 name = safe_name(etype)
                 if name in self._unknown_types or len(self._unknown_types) < _MAX_UNKNOWN_TYPES:
                     self._unknown_types[name] += 1
+                if self._progress == 0 and self._unknown >= UNRECOGNIZED_LIMIT:
+                    raise self._unrecognized()
                 return False
             case TextDelta(text=text):
                 self._text_chars += len(text)

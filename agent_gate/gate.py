@@ -481,6 +481,16 @@ _Request = _Run | _Reconcile
 _Driver = Generator[_Request, Any, Outcome]
 
 
+def _closed(acc: Accumulator, error: str | None) -> tuple[list[ToolCall], str | None]:
+    """Close the accumulator at the end of a run: the calls it still releases, and
+    the run's error (the stream's own failure at close, e.g. a stream none of whose
+    events the adapter recognised, unless the run already ended with one)."""
+    try:
+        return acc.close(), error
+    except AgentGateError as exc:
+        return [], error or str(exc)
+
+
 class _Held:
     """Calls released before the response ended that must wait for its end.
 
@@ -942,7 +952,8 @@ class Gate:
                 for call in held.due(released, acc.terminal):
                     outcomes.extend(self._released(task_id, call, acc.terminal, dispatch, ctx))
         finally:
-            for call in held.due(acc.close(), acc.terminal, final=True):
+            closing, error = _closed(acc, error)
+            for call in held.due(closing, acc.terminal, final=True):
                 outcomes.extend(self._released(task_id, call, acc.terminal, dispatch, ctx))
             self._after_run(task_id, acc)
         return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
@@ -983,7 +994,8 @@ class Gate:
                     break
                 await handle(released)
         finally:
-            await handle(acc.close(), final=True)
+            closing, error = _closed(acc, error)
+            await handle(closing, final=True)
             await asyncio.to_thread(self._after_run, task_id, acc)
         return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
 

@@ -1,0 +1,92 @@
+"""A stream in which the chosen adapter recognises no event is an error.
+
+Before this, feeding (say) an Anthropic stream to the OpenAI Responses adapter
+ended quietly as ``truncated`` with no call: a wrong ``--provider`` looked like
+a model that said nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agent_gate import Gate, ToolRegistry
+from agent_gate.accumulate import UNRECOGNIZED_LIMIT, Accumulator, UnrecognizedStream
+from agent_gate.calls import TerminalKind
+from agent_gate.cli import main as cli
+from agent_gate.sse import SSEDecoder
+
+TRANSCRIPTS = Path(__file__).parents[1] / "transcripts"
+
+# Each pair was quietly "truncated" before; pairs whose first event is already
+# malformed for the adapter were errors already.
+MISMATCHED = [
+    ("openai-responses", "anthropic/single_tool_use"),
+    ("openai-chat", "openai_responses/single_call"),
+    ("openai-chat", "anthropic/single_tool_use"),
+    ("openai-chat", "gemini/single_call"),
+    ("anthropic", "openai_responses/single_call"),
+    ("gemini", "openai_responses/single_call"),
+    ("gemini", "anthropic/single_tool_use"),
+]
+
+
+def sse(name: str) -> bytes:
+    return (TRANSCRIPTS / f"{name}.sse").read_bytes()
+
+
+@pytest.mark.parametrize(("provider", "transcript"), MISMATCHED)
+def test_the_cli_says_the_protocol_is_wrong_and_fails(provider: str, transcript: str) -> None:
+    result = CliRunner().invoke(
+        cli, ["calls", "--provider", provider, str(TRANSCRIPTS / f"{transcript}.sse")]
+    )
+    assert result.exit_code == 1
+    assert f"of the {provider} protocol" in result.output
+    assert "is the provider the right one?" in result.output
+
+
+@pytest.mark.parametrize(("provider", "transcript"), MISMATCHED)
+def test_gate_run_reports_it_and_records_nothing(
+    db_url: str, provider: str, transcript: str
+) -> None:
+    decoder = SSEDecoder()
+    events = decoder.feed(sse(transcript))
+    decoder.end()
+    ran: Counter[str] = Counter()
+    tools = ToolRegistry()
+    for name in ("get_weather", "send_email"):
+        tools.register(lambda name=name, **_: ran.update([name]), name=name,
+                       schema={"type": "object"})
+    with Gate(tools, db_url) as gate:
+        result = gate.run(events, task_id="t", provider=provider)
+        assert result.error is not None and "is the provider the right one?" in result.error
+        assert result.terminal is not None and result.terminal.kind is TerminalKind.TRUNCATED
+        assert result.outcomes == () and gate.ledger.calls("t") == []
+    assert ran == Counter()
+
+
+def test_a_short_stream_of_foreign_events_is_judged_at_close() -> None:
+    acc = Accumulator("openai-responses")
+    for _ in range(UNRECOGNIZED_LIMIT - 1):
+        assert acc.feed({"type": "message_start", "message": {}}) == []
+    with pytest.raises(UnrecognizedStream) as caught:
+        acc.close()
+    assert caught.value.unknown == UNRECOGNIZED_LIMIT - 1
+
+
+def test_unknown_events_among_recognised_ones_stay_harmless() -> None:
+    """A new event type the adapter does not know yet is counted, never fatal, once
+    the stream has shown it speaks the protocol (or before, up to the limit)."""
+    acc = Accumulator("openai-responses")
+    for _ in range(UNRECOGNIZED_LIMIT - 1):
+        acc.feed({"type": "response.something_new"})
+    acc.feed({"type": "response.created", "response": {"id": "r", "status": "in_progress"}})
+    for _ in range(3 * UNRECOGNIZED_LIMIT):
+        acc.feed({"type": "response.something_new"})
+    acc.feed({"type": "response.completed", "response": {"id": "r", "status": "completed"}})
+    assert acc.close() == []
+    assert acc.terminal is not None and acc.terminal.kind is TerminalKind.COMPLETED
+    assert acc.stats.unknown_types == {"response.something_new": 4 * UNRECOGNIZED_LIMIT - 1}
