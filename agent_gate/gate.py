@@ -318,6 +318,10 @@ class Outcome:
     duplicate_of: str | None = None
     result_omitted: bool = False
     exception: BaseException | None = field(default=None, compare=False, repr=False)
+    arguments: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The call's arguments as the ledger recorded them: the value the policy judged,
+    with the fields it redacts as their stand-ins (never unsealed); None when the
+    call never had an argument object (unknown tool, text that is not an object)."""
 
     @property
     def ok(self) -> bool:
@@ -2220,6 +2224,7 @@ class Gate:
             # The in-memory result of this run is whole even when the ledger kept a hash.
             result_omitted=rec.result_omitted and final is CallState.SUCCEEDED and result is None,
             exception=exception,
+            arguments=rec.arguments,
         )
 
 
