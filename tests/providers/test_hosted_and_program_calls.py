@@ -15,7 +15,7 @@ import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.accumulate import Accumulator, stream_calls
-from agent_gate.calls import TerminalKind
+from agent_gate.calls import TerminalKind, ToolCall
 from agent_gate.providers import (
     ProviderToolCall,
     StreamAnomaly,
@@ -278,3 +278,25 @@ def test_hosted_tool_event_families_are_counted_progress_not_unknown(name: str) 
     assert str(acc.terminal) == "completed"
     assert stats.unknown_events == 0 and stats.unknown_types == {}
     assert stats.progress_events == stats.events
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [(None, HOSTED_ENV), (HOSTED_ENV, {"type": "local"}), ({"type": "local"}, HOSTED_ENV)],
+)
+def test_a_shell_call_whose_environment_changes_between_added_and_done_never_runs(
+    first: object, then: object
+) -> None:
+    acc = Accumulator("openai-responses")
+    released: list[ToolCall] = []
+    for n, event in enumerate(
+        [
+            added(shell_item(first)),
+            done(shell_item(then)),
+            {"type": "response.completed", "response": {"status": "completed"}},
+        ]
+    ):
+        released += acc.feed({**event, "sequence_number": n})
+    released += acc.close()
+    (call,) = released
+    assert call.call_id == "call_9" and not call.complete
