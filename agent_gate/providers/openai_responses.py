@@ -9,10 +9,20 @@ Correlation: a call is an output *item*. It is announced by
 cross-check: the item can still end ``incomplete``.
 
 Items the platform runs itself (web search, file search, MCP, code
-interpreter, image generation) are reported as provider-executed. Items that
-carry a ``call_id`` but are neither function nor custom tool calls (computer,
-shell, apply-patch calls) expect the client to act in ways agent-gate does
-not model; they are rejected rather than silently dropped.
+interpreter, image generation, a ``program`` of programmatic tool calling, a
+``shell_call`` whose ``environment`` is a hosted container) are reported as
+provider-executed. Items that carry a ``call_id`` but are neither function nor
+custom tool calls (computer, apply-patch calls, a ``shell_call`` for a local
+environment or naming none) expect the client to act in ways agent-gate does
+not model; they are rejected rather than silently dropped. Items that carry a
+call's *result* (``shell_call_output``, ``program_output``...) reuse that
+call's ``call_id`` but ask nothing of the client: they start no call.
+
+A function or custom tool call invoked by a program (``caller.type:
+"program"``) keeps ``status: "in_progress"`` at its ``output_item.done``: the
+program is suspended until the client sends the output back. Its arguments are
+final there, so that ``done`` completes it; for every other call, a ``done``
+whose status is not ``completed`` completes nothing.
 
 Every event carries a ``sequence_number``; it is the replay key, so an event
 seen again after resuming with ``starting_after`` is recognised exactly.
@@ -52,9 +62,18 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
         "mcp_list_tools",
         "mcp_approval_request",
         "tool_search_call",
+        "program",
     }
 )
 """Item types the platform executes (or asks about) itself."""
+
+HOSTED_SHELL_ENVIRONMENTS = frozenset({"container_reference", "container_auto"})
+"""``shell_call.environment.type`` values meaning the platform's container runs it."""
+
+# Provider-executed items recorded under their ``call_id`` rather than their item id:
+# the id their output items and the calls a program makes (``caller.caller_id``) name,
+# so that every announcement of one call, however its fields arrive, is one call.
+_KEYED_BY_CALL_ID = frozenset({"shell_call", "program"})
 
 _CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
 _FUNCTION_DELTA = "response.function_call_arguments.delta"
@@ -76,6 +95,10 @@ _INFORMATIONAL_PREFIXES = (
     "response.image_generation_call.",
     "response.mcp_",
     "response.audio",
+    # Hosted shell and apply-patch progress (commands, output, diffs): the final
+    # item says what ran; the fragments are the server working, so progress.
+    "response.shell_call",
+    "response.apply_patch_call",
 )
 
 
@@ -174,10 +197,15 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             elif known.call_id != call_id:
                 out.append(StreamAnomaly("item_id_reused", (known.call_id, call_id)))
             return out
-        if itype in PROVIDER_EXECUTED_ITEMS:
-            item_id = self.field_str(item, "id", index, where)
+        if itype in PROVIDER_EXECUTED_ITEMS or _hosted_shell(item):
+            if itype in _KEYED_BY_CALL_ID:
+                key = self.field_str(item, "call_id", index, where)
+            else:
+                key = self.field_str(item, "id", index, where)
             label = self.optional_str(item, "name", index, where) or itype
-            return [ProviderToolCall(item_id, label, itype, output_index)]
+            return [ProviderToolCall(key, label, itype, output_index)]
+        if itype.endswith("_output"):
+            return []  # a call's result (it reuses the call's call_id): no call to start
         other_call_id = item.get("call_id")
         if isinstance(other_call_id, str) and other_call_id:
             # A client-side call of a kind agent-gate cannot run: never drop it silently.
@@ -202,6 +230,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         item_id = self.optional_str(item, "id", index, where) or call_id
         self._items[item_id].state = _ItemState.DONE
         status = item.get("status")
+        if status == "in_progress" and _program_invoked(item):
+            status = "completed"  # the program waits for this call: its arguments are final
         if kind == "function":
             if status != "completed":
                 # Leave the call open: the response's terminal says why it ended.
@@ -246,3 +276,23 @@ def _error_code(error: object) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def _program_invoked(item: Mapping[str, Any]) -> bool:
+    """Whether a program (programmatic tool calling) made this call and waits for it.
+
+    Anything but a ``caller`` object saying ``program`` is no: the call then needs
+    ``status: "completed"`` like any other (fail closed, the stream goes on)."""
+    caller = item.get("caller")
+    return isinstance(caller, Mapping) and caller.get("type") == "program"
+
+
+def _hosted_shell(item: Mapping[str, Any]) -> bool:
+    """A ``shell_call`` the platform's container runs. A local environment, or one
+    not named, is the client's to run: that fails closed as an unsupported call."""
+    if item.get("type") != "shell_call":
+        return False
+    environment = item.get("environment")
+    return isinstance(environment, Mapping) and (
+        environment.get("type") in HOSTED_SHELL_ENVIRONMENTS
+    )
