@@ -209,3 +209,42 @@ def test_a_finish_reason_of_the_wrong_shape_ends_the_response_without_running(
         ((tool, state),) = [(o.tool, o.state) for o in result.outcomes]
         assert (tool, state) == ("get_weather", CallState.INCOMPLETE)
         assert runs == []
+
+
+def test_snake_case_mappings_of_a_streamed_call_are_assembled_alike(db_url: str) -> None:
+    """What an SDK's ``model_dump()`` without aliases gives: the same call, run once."""
+
+    def piece(call: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"index": 0, "content": {"parts": [{"function_call": call}]}}
+        if finish is not None:
+            candidate["finish_reason"] = finish
+        return {"response_id": "c25ha2U", "candidates": [candidate]}
+
+    events = [
+        piece({"name": "send_email", "will_continue": True}),
+        piece(
+            {
+                "partial_args": [
+                    {"json_path": "$.to[0]", "string_value": "ola@", "will_continue": True}
+                ],
+                "will_continue": True,
+            }
+        ),
+        piece(
+            {
+                "partial_args": [
+                    {"json_path": "$.to[0]", "string_value": "example.org"},
+                    {"json_path": "$.urgent", "bool_value": False},
+                    {"json_path": "$.reply_to", "null_value": "NULL_VALUE"},
+                ]
+            },
+            "STOP",
+        ),
+    ]
+    tools, runs = counting_tools(["send_email"])
+    with Gate(tools, db_url) as gate:
+        (outcome,) = gate.run(events, task_id="t", provider="gemini").outcomes
+        assert (outcome.call_id, outcome.state) == ("c25ha2U:0:0", CallState.SUCCEEDED)
+        assert runs == [
+            ("send_email", {"to": ["ola@example.org"], "urgent": False, "reply_to": None})
+        ]
