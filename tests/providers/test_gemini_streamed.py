@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
 from agent_gate.sse import ServerSentEvent
 from agent_gate.sse.decoder import SSEDecoder
 
@@ -248,3 +249,35 @@ def test_snake_case_mappings_of_a_streamed_call_are_assembled_alike(db_url: str)
         assert runs == [
             ("send_email", {"to": ["ola@example.org"], "urgent": False, "reply_to": None})
         ]
+
+
+@pytest.mark.parametrize(
+    ("segments", "state"),
+    [(MAX_ARGUMENT_DEPTH, CallState.SUCCEEDED), (MAX_ARGUMENT_DEPTH + 1, CallState.REJECTED)],
+)
+def test_a_streamed_path_may_nest_as_deep_as_any_other_arguments_and_no_deeper(
+    db_url: str, segments: int, state: CallState
+) -> None:
+    """``$.d.d...`` with n segments builds n containers, the arguments object first."""
+    path = "$" + ".d" * segments
+    call = {
+        "name": "echo",
+        "partialArgs": [
+            {"jsonPath": path, "boolValue": True},
+            {"jsonPath": "$.e", "numberValue": 1},
+        ],
+    }
+    tools, runs = counting_tools(["get_weather", "echo"])
+    with Gate(tools, db_url) as gate:
+        result = gate.run(
+            sse([parts(GOOD), parts({"functionCall": call}), STOP]), task_id="t", provider="gemini"
+        )
+        outcomes = {o.tool: o for o in result.outcomes}
+        assert outcomes["get_weather"].state is CallState.SUCCEEDED
+        assert outcomes["echo"].state is state
+        if state is CallState.REJECTED:
+            assert "arguments_too_deep" in (outcomes["echo"].reason or "")
+            assert [name for name, _ in runs] == ["get_weather"]
+        else:
+            ((_, arguments),) = [r for r in runs if r[0] == "echo"]
+            assert arguments["e"] == 1
