@@ -607,21 +607,29 @@ def test_gemini_snake_case_mappings_are_accepted() -> None:
     assert (call.call_id, call.arguments) == ("r9:0:0", {"k": "v"})
 
 
-def test_gemini_streamed_partial_arguments_are_rejected_not_guessed() -> None:
+def test_gemini_streamed_partial_arguments_are_assembled_not_guessed() -> None:
     acc = Accumulator("gemini")
     part = {
         "functionCall": {
             "name": "f",
-            "partialArgs": [{"jsonPath": "$.k", "stringValue": "v"}],
+            "partialArgs": [{"jsonPath": "$.k", "stringValue": "v", "willContinue": True}],
             "willContinue": True,
         }
     }
-    [call] = acc.feed(
-        {"responseId": "r", "candidates": [{"index": 0, "content": {"parts": [part]}}]}
-    )
-    assert (call.status, call.reason) == (
-        CallStatus.REJECTED,
-        "partial_function_call_args_unsupported",
+    rest = {"functionCall": {"partialArgs": [{"jsonPath": "$.k", "stringValue": "w"}]}}
+
+    def chunk(p: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"index": 0, "content": {"parts": [p]}}
+        if finish is not None:
+            candidate["finishReason"] = finish
+        return {"responseId": "r", "candidates": [candidate]}
+
+    assert acc.feed(chunk(part)) == []
+    [call] = acc.feed(chunk(rest, "STOP"))
+    assert (call.call_id, call.status, call.arguments) == (
+        "r:0:0",
+        CallStatus.COMPLETE,
+        {"k": "vw"},
     )
 
 
