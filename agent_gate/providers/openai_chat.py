@@ -65,7 +65,6 @@ from agent_gate.providers.events import (
 )
 
 _SUCCESS_FINISH = frozenset({"stop", "tool_calls"})
-_NO_INDEX = object()
 
 
 class _ChoiceState(Enum):
@@ -225,7 +224,7 @@ class OpenAIChatAdapter(ProviderAdapter):
             raise self.malformed(index, "field 'function' of tool_calls fragment is not an object")
         name = self.optional_str(function, "name", index, "function") or None
         arguments = self.optional_str(function, "arguments", index, "function") or ""
-        if fragment.get("index", _NO_INDEX) in (None, _NO_INDEX):
+        if fragment.get("index") is None:  # absent or null: Mistral, Gemini, old Ollama
             known = self._by_id.get(frag_id) if frag_id is not None else None
             if known is not None:
                 return self._continue(known, name, arguments)
