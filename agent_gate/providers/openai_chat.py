@@ -9,6 +9,29 @@ cut, even when the text so far happens to parse as JSON. The stream ends with
 ``data: [DONE]``; chunks with empty ``choices`` (usage, Azure prompt filter
 results) are normal.
 
+OpenAI-compatible servers bend the correlation rule, and three bends are accepted
+because each is recognisable without guessing:
+
+* a fragment without ``index`` (Mistral, Gemini's compatibility layer, old Ollama)
+  continues the call its ``id`` names; without a known ``id`` its position in the
+  chunk's ``tool_calls`` list stands in for the index;
+* a fragment that reuses an index with a *different*, never-seen ``id`` (Ollama,
+  vLLM and LiteLLM bridges send every parallel call at index 0) starts a new call,
+  but only when the call holding that index already has a complete JSON object as
+  arguments (``agent_gate.strict_json``): then no fragment can still be missing
+  from it. Otherwise both calls are rejected (``index_reused``), as is an id that
+  comes back to an index after another call took it;
+* an error chunk after the choice already finished with a cutting reason
+  (OpenRouter sends one after ``length``) ends the response ``incomplete`` with
+  that reason, the first account of the end, and is noted as the anomaly
+  ``error_after_finish_reason``; an error chunk at any other time fails the
+  response (its complete calls are then not run either).
+
+The end of the transport without ``[DONE]`` is ``truncated`` whatever came before
+(decided by the accumulator): calls still open are ``incomplete``, and calls whose
+``finish_reason`` arrived are complete but never run, because the response did
+not succeed.
+
 With ``n > 1`` the choices are alternative answers, not parallel work: only
 the selected choice (0 unless configured) yields calls.
 
@@ -20,10 +43,11 @@ feed raw SSE events (or an explicit ``[DONE]`` event) to get a terminal.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from agent_gate import strict_json
 from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
 from agent_gate.providers.events import (
     Heartbeat,
@@ -52,6 +76,18 @@ class _ChoiceState(Enum):
 class _Call:
     call_id: str
     name: str
+    index: int
+    seq: int
+    parts: list[str] = field(default_factory=list)
+    """The argument fragments seen so far (references, not copies): read only when
+    another id claims this call's index, to see whether the object is whole."""
+
+    def holds_object(self) -> bool:
+        try:
+            strict_json.parse_arguments("".join(self.parts))
+        except strict_json.StrictParseError:
+            return False
+        return True
 
 
 class OpenAIChatAdapter(ProviderAdapter):
@@ -62,6 +98,9 @@ class OpenAIChatAdapter(ProviderAdapter):
     def __init__(self, *, choice: int = 0) -> None:
         self._choice = choice
         self._calls: dict[int, _Call] = {}
+        """The call currently holding each tool-call index (or stand-in position)."""
+        self._by_id: dict[str, _Call] = {}
+        self._order: list[_Call] = []
         self._state = _ChoiceState.STREAMING
         self._finish_reason: str | None = None
 
@@ -105,6 +144,7 @@ class OpenAIChatAdapter(ProviderAdapter):
         arguments = function.get("arguments")
         if type(arguments) is not str or not arguments:
             return None
+        call.parts.append(arguments)
         return call.call_id, arguments
 
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
@@ -122,7 +162,7 @@ class OpenAIChatAdapter(ProviderAdapter):
             return [UnknownEvent(data["type"])]
         error = data.get("error")
         if isinstance(error, Mapping):
-            return [ResponseFailed(_error_code(error))]
+            return self._error(error)
         choices = data.get("choices")
         if choices is None:
             return [UnknownEvent("chunk_without_choices")]
@@ -154,10 +194,10 @@ class OpenAIChatAdapter(ProviderAdapter):
             if tool_calls is not None:
                 if not isinstance(tool_calls, list):
                     raise self.malformed(index, "field 'tool_calls' of delta is not a list")
-                for fragment in tool_calls:
+                for position, fragment in enumerate(tool_calls):
                     if not isinstance(fragment, Mapping):
                         raise self.malformed(index, "a tool_calls fragment is not an object")
-                    out += self._fragment(fragment, chunk_id, index)
+                    out += self._fragment(fragment, position, chunk_id, index)
             legacy = delta.get("function_call")
             if isinstance(legacy, Mapping) and legacy.get("name"):
                 call_id = f"{chunk_id}:{self._choice}:function_call"
@@ -173,10 +213,9 @@ class OpenAIChatAdapter(ProviderAdapter):
         return out
 
     def _fragment(
-        self, fragment: Mapping[str, Any], chunk_id: str, index: int
+        self, fragment: Mapping[str, Any], position: int, chunk_id: str, index: int
     ) -> list[StreamEvent]:
         where = "tool_calls fragment"
-        tool_index = self.field_int(fragment, "index", index, where)
         frag_id = self.optional_str(fragment, "id", index, where) or None
         function = fragment.get("function")
         if function is None:
@@ -185,22 +224,43 @@ class OpenAIChatAdapter(ProviderAdapter):
             raise self.malformed(index, "field 'function' of tool_calls fragment is not an object")
         name = self.optional_str(function, "name", index, "function") or None
         arguments = self.optional_str(function, "arguments", index, "function") or ""
-        out: list[StreamEvent] = []
+        if fragment.get("index") is None:  # absent or null: Mistral, Gemini, old Ollama
+            known = self._by_id.get(frag_id) if frag_id is not None else None
+            if known is not None:
+                return self._continue(known, name, arguments)
+            tool_index = position
+        else:
+            tool_index = self.field_int(fragment, "index", index, where)
         call = self._calls.get(tool_index)
-        if call is None or (frag_id is not None and frag_id != call.call_id):
-            call_id = frag_id or f"{chunk_id}:{self._choice}:{tool_index}"
-            previous = call
-            call = _Call(call_id, name or "")
-            self._calls[tool_index] = call
-            out.append(ToolCallStarted(call_id, call.name, tool_index))
-            if previous is not None:
-                # A proxy reused the index for another call: neither can be trusted.
-                out.append(StreamAnomaly("index_reused", (previous.call_id, call_id)))
-            elif not call.name:
-                out.append(StreamAnomaly("missing_tool_name", (call_id,)))
-        elif name is not None and name != call.name:
+        if call is not None and (frag_id is None or frag_id == call.call_id):
+            return self._continue(call, name, arguments)
+        out: list[StreamEvent] = []
+        previous = call
+        call_id = frag_id or f"{chunk_id}:{self._choice}:{tool_index}"
+        call = self._start(call_id, name or "", tool_index)
+        out.append(ToolCallStarted(call_id, call.name, tool_index))
+        if previous is not None and (call_id in self._by_id or not previous.holds_object()):
+            # The index still had an open call, or an earlier id came back to it:
+            # which fragment belongs to which call is unknowable, so neither runs.
+            out.append(StreamAnomaly("index_reused", (previous.call_id, call_id)))
+        elif not call.name:
+            out.append(StreamAnomaly("missing_tool_name", (call_id,)))
+        self._calls[tool_index] = call
+        self._by_id.setdefault(call_id, call)
+        out += self._continue(call, None, arguments)
+        return out
+
+    def _start(self, call_id: str, name: str, tool_index: int) -> _Call:
+        call = _Call(call_id, name, tool_index, len(self._order))
+        self._order.append(call)
+        return call
+
+    def _continue(self, call: _Call, name: str | None, arguments: str) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        if name is not None and name != call.name:
             out.append(StreamAnomaly("tool_name_changed", (call.call_id,)))
         if arguments:
+            call.parts.append(arguments)
             out.append(ToolCallArgumentsDelta(call.call_id, arguments))
         return out
 
@@ -215,8 +275,17 @@ class OpenAIChatAdapter(ProviderAdapter):
             return [ToolCallArgumentsDone(call_id) for call_id in self._call_ids()]
         return [ToolCallCut(call_id, reason) for call_id in self._call_ids()]
 
+    def _error(self, error: Mapping[str, Any]) -> list[StreamEvent]:
+        reason = self._finish_reason
+        if reason is not None and reason not in _SUCCESS_FINISH:
+            # The choice already said how it ended (OpenRouter reports the cut again
+            # as an error): that first account stands, the error is only noted.
+            return [StreamAnomaly("error_after_finish_reason"), ResponseIncomplete(reason)]
+        return [ResponseFailed(_error_code(error))]
+
     def _call_ids(self) -> tuple[str, ...]:
-        return tuple(self._calls[i].call_id for i in sorted(self._calls))
+        ordered = sorted(self._order, key=lambda call: (call.index, call.seq))
+        return tuple(dict.fromkeys(call.call_id for call in ordered))
 
     def _terminal(self) -> StreamEvent:
         if self._finish_reason is None:

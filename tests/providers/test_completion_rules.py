@@ -227,9 +227,9 @@ def test_chat_other_choices_are_alternatives_unless_selected() -> None:
     ]
 
 
-def test_chat_index_reused_for_another_id_is_an_anomaly() -> None:
+def test_chat_index_reused_while_its_call_is_open_is_an_anomaly() -> None:
     drive = Driver("openai-chat")
-    drive(chunk(choice({"tool_calls": [fragment(0, "{}", "call_1", "f")]})))
+    drive(chunk(choice({"tool_calls": [fragment(0, '{"a":', "call_1", "f")]})))
     out = drive(chunk(choice({"tool_calls": [fragment(0, "{}", "call_2", "g")]})))
     assert StreamAnomaly("index_reused", ("call_1", "call_2")) in out
 
