@@ -57,6 +57,7 @@ from agent_gate.authorize import (
     scope_from_json,
     scope_json,
 )
+from agent_gate.autodetect import DetectingAccumulator, accumulator
 from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.heartbeat import LeaseKeeper
@@ -485,7 +486,9 @@ _Request = _Run | _Reconcile
 _Driver = Generator[_Request, Any, Outcome]
 
 
-def _closed(acc: Accumulator, error: str | None) -> tuple[list[ToolCall], str | None]:
+def _closed(
+    acc: Accumulator | DetectingAccumulator, error: str | None
+) -> tuple[list[ToolCall], str | None]:
     """Close the accumulator at the end of a run: the calls it still releases, and
     the run's error (the stream's own failure at close, e.g. a stream none of whose
     events the adapter recognised, unless the run already ended with one)."""
@@ -921,7 +924,7 @@ class Gate:
         task_id: str,
         provider: str,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
-        accumulator: Accumulator | None = None,
+        accumulator: Accumulator | DetectingAccumulator | None = None,
         principal: Principal | None = None,
         scope: TaskScope | None = None,
     ) -> RunResult:
@@ -969,7 +972,7 @@ class Gate:
         task_id: str,
         provider: str,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
-        accumulator: Accumulator | None = None,
+        accumulator: Accumulator | DetectingAccumulator | None = None,
         principal: Principal | None = None,
         scope: TaskScope | None = None,
     ) -> RunResult:
@@ -1007,9 +1010,10 @@ class Gate:
         self,
         provider: str,
         dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
-    ) -> Accumulator:
-        """The accumulator ``run`` would use, for a caller that must hold it."""
-        return Accumulator(provider, dispatch=self._mode_fn(dispatch))
+    ) -> Accumulator | DetectingAccumulator:
+        """The accumulator ``run`` would use, for a caller that must hold it
+        (``provider="auto"``: one that tells the protocol from the first events)."""
+        return accumulator(provider, dispatch=self._mode_fn(dispatch))
 
     def _mode_fn(
         self, dispatch: Callable[[str], DispatchMode] | DispatchMode | None
@@ -1060,7 +1064,7 @@ class Gate:
         gen = self._released_driver(task_id, call, terminal, dispatch, ctx)
         return [] if gen is None else [self._serve_sync(gen)]
 
-    def _after_run(self, task_id: str, acc: Accumulator) -> None:
+    def _after_run(self, task_id: str, acc: Accumulator | DetectingAccumulator) -> None:
         terminal = acc.terminal
         if terminal is not None:
             self.ledger.record_terminal(task_id, terminal.kind.value, terminal.reason)

@@ -16,7 +16,8 @@ from typing import Any, BinaryIO
 
 import click
 
-from agent_gate.accumulate import Accumulator, DispatchMode, stream_calls
+from agent_gate.accumulate import DispatchMode, stream_calls
+from agent_gate.autodetect import AUTO, accumulator
 from agent_gate.calls import ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.providers import provider_names
@@ -49,8 +50,8 @@ def _chunks(source: BinaryIO) -> Iterator[bytes]:
 @click.option(
     "--provider",
     required=True,
-    type=click.Choice(provider_names()),
-    help="Wire protocol of the recorded stream.",
+    type=click.Choice([*provider_names(), AUTO]),
+    help="Wire protocol of the recorded stream (auto: told from its first events).",
 )
 def calls_command(source: BinaryIO, provider: str) -> None:
     """Print the tool calls a recorded stream completed, then its terminal state.
@@ -59,13 +60,16 @@ def calls_command(source: BinaryIO, provider: str) -> None:
     Each call is {"call_id", "name", "arguments", "status", "reason"}; the last
     line is {"terminal": ...}.
     """
-    acc = Accumulator(provider, dispatch=DispatchMode.ON_CALL_COMPLETE)
+    acc = accumulator(provider, dispatch=DispatchMode.ON_CALL_COMPLETE)
     try:
         for call in stream_calls(_chunks(source), acc):
             click.echo(json.dumps(call_record(call), ensure_ascii=False))
     except AgentGateError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    finally:
+        if provider == AUTO and acc.provider != AUTO:
+            click.echo(f"provider: detected {acc.provider}", err=True)
     click.echo(json.dumps({"terminal": str(acc.terminal)}))
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
+from agent_gate.autodetect import AUTO
 from agent_gate.errors import AgentGateError
 from agent_gate.providers import provider_names
 
@@ -93,8 +94,8 @@ def echo_outcomes(outcomes: Iterable[Outcome], *, as_json: bool) -> None:
 @click.option(
     "--provider",
     required=True,
-    type=click.Choice(provider_names()),
-    help="Wire protocol of the recorded stream.",
+    type=click.Choice([*provider_names(), AUTO]),
+    help="Wire protocol of the recorded stream (auto: told from its first events).",
 )
 @click.option("--task", "task_id", required=True, help="Task id the calls belong to.")
 @click.option(
@@ -128,9 +129,14 @@ def replay_command(
     registry = load_registry(tools_spec)
     try:
         with Gate(registry, url, create=True) as gate, file.open("rb") as source:
-            result = gate.run(_events(source), task_id=task_id, provider=provider)
+            acc = gate.accumulator_for(provider)
+            result = gate.run(
+                _events(source), task_id=task_id, provider=provider, accumulator=acc
+            )
     except AgentGateError as exc:
         raise click.ClickException(str(exc)) from None
+    if provider == AUTO and acc.provider != AUTO:
+        click.echo(f"provider: detected {acc.provider}", err=True)
     terminal = str(result.terminal) if result.terminal is not None else None
     echo_outcomes(result.outcomes, as_json=as_json)
     if as_json:
