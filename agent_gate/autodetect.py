@@ -33,10 +33,9 @@ from agent_gate.accumulate import (
     Anomaly,
 )
 from agent_gate.calls import Terminal, TerminalKind, ToolCall
+from agent_gate.providers import AUTO
 
 __all__ = ["AUTO", "DetectingAccumulator", "ProtocolNotDetected", "accumulator", "detect"]
-
-AUTO: Final = "auto"
 
 _ANTHROPIC_TYPES: Final = frozenset(
     {

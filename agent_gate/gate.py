@@ -435,6 +435,9 @@ class RunResult:
     error: str | None = None
     """Set when the stream itself was abandoned (a limit, a decoding error)."""
     anomalies: tuple[Anomaly, ...] = ()
+    provider: str | None = None
+    """The wire protocol the events were read as: the one named, or the one
+    ``provider="auto"`` detected (``auto`` if the stream never told)."""
 
     def tool_results(self, provider: str) -> list[dict[str, Any]]:
         """Tool-result messages for every call, so no call is left dangling."""
@@ -963,7 +966,7 @@ class Gate:
             for call in held.due(closing, acc.terminal, final=True):
                 outcomes.extend(self._released(task_id, call, acc.terminal, dispatch, ctx))
             self._after_run(task_id, acc)
-        return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
+        return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies, acc.provider)
 
     async def arun(
         self,
@@ -1004,7 +1007,7 @@ class Gate:
             closing, error = _closed(acc, error)
             await handle(closing, final=True)
             await asyncio.to_thread(self._after_run, task_id, acc)
-        return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies)
+        return RunResult(tuple(outcomes), acc.terminal, error, acc.anomalies, acc.provider)
 
     def accumulator_for(
         self,

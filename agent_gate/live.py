@@ -29,7 +29,8 @@ from typing import Any
 
 import httpx
 
-from agent_gate.accumulate import Accumulator, AccumulatorStats, DispatchMode
+from agent_gate.accumulate import AccumulatorStats, DispatchMode
+from agent_gate.autodetect import accumulator
 from agent_gate.calls import Terminal
 from agent_gate.errors import AgentGateError
 from agent_gate.gate import Gate, Outcome, RunResult
@@ -83,7 +84,7 @@ class TerminalDetector:
     __slots__ = ("_acc", "_broken")
 
     def __init__(self, provider: str) -> None:
-        self._acc = Accumulator(provider, dispatch=DispatchMode.ON_RESPONSE_COMPLETE)
+        self._acc = accumulator(provider, dispatch=DispatchMode.ON_RESPONSE_COMPLETE)
         self._broken = False
 
     def __call__(self, event: ServerSentEvent) -> bool:
@@ -147,6 +148,10 @@ class LiveResult:
     @property
     def error(self) -> str | None:
         return self.run.error
+
+    @property
+    def provider(self) -> str | None:
+        return self.run.provider
 
     @property
     def completed(self) -> bool:

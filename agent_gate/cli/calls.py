@@ -17,10 +17,10 @@ from typing import Any, BinaryIO
 import click
 
 from agent_gate.accumulate import DispatchMode, stream_calls
-from agent_gate.autodetect import AUTO, accumulator
+from agent_gate.autodetect import accumulator
 from agent_gate.calls import ToolCall
 from agent_gate.errors import AgentGateError
-from agent_gate.providers import provider_names
+from agent_gate.providers import AUTO, provider_names
 
 _READ_SIZE = 65536
 

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from agent_gate.autodetect import AUTO
 from agent_gate.errors import AgentGateError
-from agent_gate.providers import provider_names
+from agent_gate.providers import AUTO, provider_names
 
 if TYPE_CHECKING:
     from agent_gate.gate import Outcome
@@ -129,14 +128,11 @@ def replay_command(
     registry = load_registry(tools_spec)
     try:
         with Gate(registry, url, create=True) as gate, file.open("rb") as source:
-            acc = gate.accumulator_for(provider)
-            result = gate.run(
-                _events(source), task_id=task_id, provider=provider, accumulator=acc
-            )
+            result = gate.run(_events(source), task_id=task_id, provider=provider)
     except AgentGateError as exc:
         raise click.ClickException(str(exc)) from None
-    if provider == AUTO and acc.provider != AUTO:
-        click.echo(f"provider: detected {acc.provider}", err=True)
+    if provider == AUTO and result.provider not in (None, AUTO):
+        click.echo(f"provider: detected {result.provider}", err=True)
     terminal = str(result.terminal) if result.terminal is not None else None
     echo_outcomes(result.outcomes, as_json=as_json)
     if as_json:

@@ -21,7 +21,7 @@ import click
 
 from agent_gate.cli._operator import failures
 from agent_gate.cli.replay import echo_outcomes, load_registry
-from agent_gate.providers import provider_names
+from agent_gate.providers import AUTO, provider_names
 
 # httpx, SQLAlchemy and the gate are imported inside the command: assembling the
 # CLI for `agent-gate sse ...` must not load them.
@@ -66,7 +66,7 @@ def _summary(result: LiveResult) -> dict[str, object]:
 @click.option(
     "--provider",
     required=True,
-    type=click.Choice(provider_names()),
+    type=click.Choice([*provider_names(), AUTO]),
     help="Wire protocol of the stream.",
 )
 @click.option("--url", required=True, help="The streaming endpoint.")
@@ -185,7 +185,8 @@ def run_command(
 
     if resume_with == "openai-background" and provider != "openai-responses":
         raise click.BadParameter(
-            "openai-background resumes OpenAI Responses streams only", param_hint="--resume"
+            "openai-background resumes OpenAI Responses streams only: name "
+            "--provider openai-responses", param_hint="--resume"
         )
     headers = parse_headers(header_values)
     registry = load_registry(tools_spec)
@@ -217,6 +218,8 @@ def run_command(
         # Rejected before anything was sent; the URL is not quoted (it may carry a key).
         raise click.ClickException("cannot open the stream: --url is not a valid URL") from None
     terminal = str(result.terminal) if result.terminal is not None else None
+    if provider == AUTO and result.provider not in (None, AUTO):
+        click.echo(f"provider: detected {result.provider}", err=True)
     echo_outcomes(result.outcomes, as_json=as_json)
     summary = _summary(result)
     if as_json:

@@ -31,11 +31,12 @@ from agent_gate.providers.events import (
     ToolCallStarted,
     UnknownEvent,
 )
-from agent_gate.providers.registry import ADAPTERS, adapter_for, provider_names
+from agent_gate.providers.registry import ADAPTERS, AUTO, adapter_for, provider_names
 from agent_gate.providers.replay import ReplayGuard
 
 __all__ = [
     "ADAPTERS",
+    "AUTO",
     "Heartbeat",
     "MalformedEventError",
     "ProviderAdapter",

@@ -19,6 +19,11 @@ ADAPTERS: dict[str, type[ProviderAdapter]] = {
 }
 
 
+AUTO = "auto"
+"""Not a protocol: the name that asks for it to be told from the stream
+(``agent_gate.autodetect``)."""
+
+
 def provider_names() -> tuple[str, ...]:
     return tuple(ADAPTERS)
 

@@ -279,3 +279,18 @@ def test_the_commands_as_a_user_types_them(tmp_path: Path, effects: Path) -> Non
     lines = effects.read_text(encoding="utf-8").splitlines()
     # No --policy: all four complete calls ran, each once, across the cut.
     assert sorted(line.split()[1] for line in lines) == sorted(DEMO.complete)
+
+
+def test_run_with_provider_auto_detects_the_protocol_across_a_cut(
+    cli: Any, e2e_tools: ModuleType, effects: Path
+) -> None:
+    """``--provider auto`` on a live stream cut early: the protocol is told from the
+    first events (the transport's end-of-response check detects it too), the replayed
+    events after the reconnect are recognised, and every call runs once."""
+    rules = [FaultRule(Fault(cut_inside_event=3))]
+    with StreamServer({"s": DEMO.transcript}, faults=rules, join_timeout=2.0) as server:
+        result = cli("--provider", "auto", "--url", server.stream_url("s"))
+    assert result.exit_code == 0, result.output
+    assert f"provider: detected {DEMO.provider}" in result.output
+    assert "terminal: completed" in result.output
+    assert dict(e2e_tools.executions(effects, "t")) == {c: 1 for c in DEMO.complete}
