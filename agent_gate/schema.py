@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from agent_gate._speedups import PURE_PYTHON
 from agent_gate.errors import AgentGateError
 from agent_gate.plainjson import plain_json
 
@@ -218,8 +218,6 @@ def _pydantic_errors(exc: ValidationError) -> list[ArgumentError]:
 
 # --------------------------------------------------------- compiled accept path
 
-PURE_PYTHON = os.environ.get("AGENT_GATE_PURE_PYTHON", "") not in ("", "0")
-"""``AGENT_GATE_PURE_PYTHON=1`` (read at import): python-jsonschema validates alone."""
 
 _ANNOTATIONS = frozenset(
     {

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from agent_gate._speedups import PURE_PYTHON
 from agent_gate.errors import AgentGateError
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, depth_exceeds, text_depth_exceeds
-from agent_gate.providers.base import PURE_PYTHON
 
 
 class StrictParseError(AgentGateError):

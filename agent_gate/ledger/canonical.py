@@ -12,13 +12,13 @@ same bytes.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from agent_gate._speedups import PURE_PYTHON
 from agent_gate.plainjson import dumps, plain_json
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
 
 
 def _compiled_sorted_dumps() -> Callable[[Any], bytes] | None:
-    if os.environ.get("AGENT_GATE_PURE_PYTHON", "") not in ("", "0"):
+    if PURE_PYTHON:
         return None
     try:
         import orjson

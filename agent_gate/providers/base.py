@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
+from agent_gate._speedups import PURE_PYTHON
 from agent_gate.plainjson import cut_below, dumps
 from agent_gate.providers.errors import MalformedEventError, safe_name
 from agent_gate.providers.events import StreamEvent
-
-PURE_PYTHON = os.environ.get("AGENT_GATE_PURE_PYTHON", "") not in ("", "0")
-"""``AGENT_GATE_PURE_PYTHON=1`` (read at import) turns every compiled fast path off, so
-the pure-Python reference paths can be exercised, measured, or relied on alone."""
 
 
 def _compiled_loads() -> Callable[[str], Any] | None:
