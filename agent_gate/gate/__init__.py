@@ -1,0 +1,63 @@
+"""The gate: a complete tool call in, at most one execution, an outcome out.
+
+``Gate.execute`` drives one call through the ledger's state machine
+(``agent_gate.ledger.states``): record it, validate it, authorize it, commit
+``executing`` with a lease, run the tool, commit the outcome. ``Gate.run`` does
+that for every call of a streamed response as the calls complete.
+
+One job per module, arrows pointing down:
+
+* ``facade``   the ``Gate`` and its public methods only
+* ``stream``   a response's events in, drivers out (sans-IO core of ``run``/``arun``)
+* ``driver``   one call walked through its states, one compare-and-set at a time
+* ``finish``   what a tool run, a reconcile hook or an operator produced, committed
+* ``runner``   tools run on threads or the event loop; leases kept alive meanwhile
+* ``decide``   schema and policy into one ``Ruling``; custom ``Authorizer``
+* ``intake``   the call as handed in, made into the one value judged and kept
+* ``outcome``  ``Outcome``, ``RunResult``, ``Blocker``; ``render`` their provider forms
+* ``reasons``  the reason codes stored with each call; ``errors`` the gate's errors
+"""
+
+from __future__ import annotations
+
+from agent_gate.gate.decide import Authorizer, Decision, Verdict
+from agent_gate.gate.errors import (
+    AmbiguousCall,
+    ApprovalRefused,
+    GateUsageError,
+    NotAwaitingApproval,
+    NotInDoubt,
+    OutcomeUnknown,
+)
+from agent_gate.gate.facade import (
+    DEFAULT_APPROVAL_TTL,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_RESULT_BYTES,
+    Gate,
+)
+from agent_gate.gate.outcome import Blocker, Outcome, RunResult
+from agent_gate.gate.reasons import ReasonCode
+from agent_gate.gate.render import render_tool_result
+from agent_gate.gate.runner import current_call
+
+__all__ = [
+    "DEFAULT_APPROVAL_TTL",
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_MAX_RESULT_BYTES",
+    "AmbiguousCall",
+    "ApprovalRefused",
+    "Authorizer",
+    "Blocker",
+    "Decision",
+    "Gate",
+    "GateUsageError",
+    "NotAwaitingApproval",
+    "NotInDoubt",
+    "Outcome",
+    "OutcomeUnknown",
+    "ReasonCode",
+    "RunResult",
+    "Verdict",
+    "current_call",
+    "render_tool_result",
+]

@@ -1,0 +1,409 @@
+"""Decisions: schema validation and policy, turned into one ``Ruling``.
+
+Every decision the gate takes about a call is a ``Ruling`` (``ledger.store``): the
+arrow to take (``event``), the reason code and text, what the audit trail records,
+the quota it charges and the columns it sets. ``event`` None means the call cannot
+be decided here and stays where it is (the reason says why).
+
+Who decides, and where:
+
+* a call that can never run (``intake``'s early ruling), an unknown tool, arguments
+  that fail the schema: decided here, outside any transaction;
+* no policy: allowed; a custom ``Authorizer``: asked outside any transaction (it
+  may call out), its answer applied with one compare-and-set;
+* a policy file: decided *inside* the ledger transaction that commits it, with the
+  task locked, so the quota usage read is the usage the decision charges
+  (``ruling`` returns None: "the policy decides in the transaction"; the ledger
+  calls back ``policy_ruling``). Claims of a version this process did not itself
+  authorize re-check (``recheck``) and approvals are checked again when used
+  (``approval_ruling``), each in the transaction that commits the claim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_from_json
+from agent_gate.gate.errors import GateUsageError
+from agent_gate.gate.intake import Arguments, stable_key
+from agent_gate.gate.reasons import ReasonCode as R
+from agent_gate.ledger import approvals, quota
+from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.states import Event
+from agent_gate.ledger.store import CallRecord, Ledger, Ruling
+from agent_gate.policy import Decision as PolicyDecision
+from agent_gate.policy import DecisionEffect, Principal, TaskScope
+from agent_gate.schema import (
+    ArgumentsInvalid,
+    ArgumentsNotObject,
+    CallInfo,
+    Effect,
+    Idempotency,
+    Tool,
+    ToolRegistry,
+    ToolSpec,
+)
+
+__all__ = ["Authorizer", "Decider", "Decision", "Verdict"]
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    APPROVE = "approve"
+    """Needs a human approval before it may run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A custom ``Authorizer``'s decision and what it rests on (for the audit trail)."""
+
+    verdict: Verdict
+    reason: str | None = None
+    rule_ids: tuple[str, ...] = ()
+    policy_hash: str | None = None
+
+
+class Authorizer(Protocol):
+    """A custom decision-maker for ``Gate(policy=...)``: one decision per call.
+
+    Called once, when a ``received`` call has passed schema validation; never
+    for a call that is replayed from the ledger. It is called outside any ledger
+    transaction (it may be slow, e.g. ask a remote service), so it cannot keep
+    per-task quotas, and a call it sends to approval can be approved but is only run
+    by a gate with a policy file (whose hash the approval is bound to). A policy
+    file (``Policy``, a path, ``PolicyAuthorizer``) has none of these limits.
+    """
+
+    def authorize(self, task_id: str, call: CallInfo, spec: ToolSpec) -> Decision: ...
+
+
+class Decider:
+    """Validation and authorization of calls, for one gate's tools and policy."""
+
+    def __init__(
+        self,
+        tools: ToolRegistry,
+        policy: Authorizer | PolicyAuthorizer | None,
+        keys: Arguments,
+        ledger: Ledger,
+    ) -> None:
+        self.tools = tools
+        self.policy = policy
+        self.rules = policy if isinstance(policy, PolicyAuthorizer) else None
+        self.keys = keys
+        self.ledger = ledger
+
+    # ------------------------------------------------------------ the tool's view
+
+    def classes(self, tool: Tool) -> tuple[Effect, Idempotency]:
+        """The tool's effect and idempotency after the policy's (safer-only) overrides."""
+        if self.rules is None:
+            return tool.spec.effect, tool.spec.idempotency
+        eff = self.rules.effective(tool.spec)
+        return Effect(eff.effect.value), Idempotency(eff.idempotency.value)
+
+    def defers(self, tool_name: str) -> bool:
+        """The policy file classes the tool a write or destructive: it runs only after
+        the response completed, whatever the code or the caller asked for."""
+        if self.rules is None:
+            return False
+        tool = self.tools.get(tool_name)
+        return tool is not None and self.classes(tool)[0] is not Effect.READ
+
+    def info(self, rec: CallRecord) -> CallInfo:
+        """What a tool (and a custom Authorizer, a reconcile hook) is told of its call."""
+        arguments, _ = self.keys.of(rec)
+        return CallInfo(
+            task_id=rec.task_id,
+            call_id=rec.call_id,
+            tool=rec.tool,
+            arguments=arguments,
+            idempotency_key=stable_key(rec.task_id, rec.idem_key),
+            attempt=rec.attempt,
+        )
+
+    def runnable(self, rec: CallRecord) -> tuple[Tool, Mapping[str, Any] | BaseModel] | str:
+        """The tool and its validated input for a stored call, or why it cannot run here."""
+        tool = self.tools.get(rec.tool)
+        if tool is None:
+            return f"tool {rec.tool!r} is not registered in this process"
+        arguments, why = self.keys.of(rec)
+        if why is not None:
+            return why
+        try:
+            return tool, tool.handed(arguments)
+        except (ArgumentsInvalid, ArgumentsNotObject) as exc:
+            return f"stored arguments no longer pass the schema ({exc})"
+
+    # ------------------------------------------------------------ received calls
+
+    def ruling(self, rec: CallRecord, early: Ruling | None) -> Ruling | None:
+        """The ruling for a ``received`` call taken outside the ledger; None when the
+        policy file must decide inside the transaction (``policy_ruling``)."""
+        if early is not None:
+            return early
+        tool = self.tools.get(rec.tool)
+        if tool is None:
+            return Ruling(
+                Event.REJECT, R.UNKNOWN_TOOL, f"no tool named {rec.tool!r} is registered; not run"
+            )
+        arguments, why = self.keys.of(rec)
+        if why is not None:
+            return Ruling(None, R.ARGUMENTS_SEALED, why)
+        if arguments is None:
+            return Ruling(
+                Event.REJECT, R.ARGUMENTS_NOT_OBJECT, "the arguments are not a JSON object; not run"
+            )
+        try:
+            judged = tool.judged(arguments)
+        except ArgumentsInvalid as exc:
+            errors = [{"pointer": e.pointer, "keyword": e.keyword} for e in exc.errors[:20]]
+            listed = "; ".join(str(e) for e in exc.errors[:10])
+            return Ruling(
+                Event.REJECT,
+                R.SCHEMA_INVALID,
+                f"the arguments fail the schema of {rec.tool!r} at {listed}; not run",
+                {"errors": errors},
+            )
+        if judged != arguments:
+            # Stored in a spelling the tool's model would change (recorded before its
+            # validators worked): the policy would judge one value, the tool get another.
+            return Ruling(
+                Event.REJECT,
+                R.SCHEMA_INVALID,
+                f"the stored arguments of {rec.tool!r} are not the value its model hands "
+                "the tool; not run",
+            )
+        if self.policy is None:
+            return Ruling(Event.ALLOW, R.ALLOWED)
+        if self.rules is not None:
+            return None
+        return self._authorizer_ruling(rec, tool.spec)
+
+    def _authorizer_ruling(self, rec: CallRecord, spec: ToolSpec) -> Ruling:
+        assert self.policy is not None and self.rules is None
+        decision = self.policy.authorize(rec.task_id, self.info(rec), spec)
+        detail = {
+            "verdict": decision.verdict.value,
+            "rule_ids": list(decision.rule_ids),
+            "policy_hash": decision.policy_hash,
+        }
+        changes = {
+            "policy_hash": decision.policy_hash,
+            "rule_ids": json.dumps(list(decision.rule_ids)),
+        }
+        if decision.verdict is Verdict.ALLOW:
+            return Ruling(Event.ALLOW, R.ALLOWED, decision.reason, detail, changes=changes)
+        if decision.verdict is Verdict.APPROVE:
+            reason = decision.reason or "waits for a human approval"
+            return Ruling(
+                Event.REQUIRE_APPROVAL, R.AWAITING_APPROVAL, reason, detail, changes=changes
+            )
+        return Ruling(
+            Event.REJECT,
+            R.POLICY_DENIED,
+            f"denied by policy: {decision.reason or 'no rule allows it'}; not run",
+            detail,
+            changes=changes,
+        )
+
+    def ruling_in(self, txn: Any, rec: CallRecord, early: Ruling | None) -> Ruling | None:
+        """The decision for a ``received`` row inside a ledger transaction; None when
+        it cannot be decided in this process (it stays ``received``)."""
+        ruling = self.ruling(rec, early)
+        if ruling is None:
+            return self.policy_ruling(txn, rec)
+        return ruling if ruling.event is not None else None
+
+    def policy_ruling(self, txn: Any, rec: CallRecord, *, recheck: bool = False) -> Ruling:
+        """The policy's ruling inside the ledger transaction that applies it: for a
+        ``received`` call (``Ledger.authorize``), or, with ``recheck``, for an
+        authorized call being claimed (``Ledger.claim_rechecked``: allowed means
+        CLAIM, and the call's own charges do not count against it)."""
+        assert self.rules is not None
+        arguments, _ = self.keys.of(rec)
+        assert arguments is not None  # the ruling / the claim's hash check saw them
+        decision = self._evaluate_in(txn, rec, arguments, besides=rec.row_id if recheck else None)
+        detail, changes, reason = _decision_record(decision)
+        when = " when claimed" if recheck else ""
+        if decision.effect is DecisionEffect.ALLOW:
+            if recheck:
+                return Ruling(Event.CLAIM, detail=detail, changes=changes)
+            return Ruling(
+                Event.ALLOW,
+                R.ALLOWED,
+                reason,
+                detail,
+                charges=self.rules.charges(rec.tool, arguments),
+                changes=changes,
+            )
+        if decision.effect is DecisionEffect.APPROVE:
+            return Ruling(
+                Event.REQUIRE_APPROVAL,
+                R.AWAITING_APPROVAL,
+                f"waits for a human approval{when}: {reason}",
+                detail,
+                changes=changes,
+            )
+        return Ruling(
+            Event.REJECT,
+            R.POLICY_DENIED,
+            f"denied by policy{when}: {reason}; not run",
+            detail,
+            changes=changes,
+        )
+
+    # ------------------------------------------------------------ claims
+
+    def outside(self, rec: CallRecord) -> Ruling | None:
+        """A custom Authorizer's answer for a re-checked claim (asked outside any
+        transaction, as for a new call); None for a gate without one."""
+        if self.policy is None or self.rules is not None:
+            return None
+        ruling = self.ruling(rec, None)
+        return ruling if ruling is not None and ruling.event is not None else None
+
+    def recheck(self, txn: Any, current: CallRecord, outside: Ruling | None) -> Ruling:
+        """The ruling of a re-checked claim, inside its transaction (task locked)."""
+        if self.keys.intact(current) is False:
+            return Ruling(
+                Event.REJECT,
+                R.ARGUMENTS_CHANGED,
+                "the stored arguments no longer hash to the ones decided "
+                f"(sha256 {current.args_hash[:12]}): changed after the decision; not run",
+            )
+        if outside is not None:
+            if outside.event is Event.ALLOW:
+                return Ruling(Event.CLAIM, changes=outside.changes)
+            return Ruling(
+                outside.event, outside.code, f"re-checked when claimed: {outside.reason}",
+                outside.detail,
+            )
+        if self.rules is None:
+            return Ruling(Event.CLAIM)
+        return self.policy_ruling(txn, current, recheck=True)
+
+    def approval_ruling(
+        self, txn: Any, current: CallRecord, arguments: Mapping[str, Any], refused: list[str]
+    ) -> Ruling:
+        """Whether the call's latest approval may be used now, inside the transaction
+        that consumes it: bound to these arguments and this policy, unexpired, given
+        by a permitted approver, and the policy does not deny the call now.
+        ``refused`` collects an approver refusal, which the caller audits."""
+        assert self.rules is not None
+        approval = approvals.latest(txn, current.row_id)
+        problem = approvals.problem(
+            approval,
+            args_hash=self.keys.hash_for(current, arguments),
+            stored_args_hash=current.args_hash,
+            policy_hash=self.rules.hash,
+        )
+        if problem is not None or approval is None:
+            return Ruling(None, reason=problem)
+        refusal = self.approver_refusal(current, approval.decided_by, txn)
+        if refusal is not None:
+            refused.append(refusal)
+            return Ruling(
+                None, reason=f"approved, but {refusal}; a permitted approver must approve it"
+            )
+        decision = self._evaluate_in(txn, current, arguments)
+        detail, changes, reason = _decision_record(decision)
+        if decision.effect is DecisionEffect.DENY:
+            return Ruling(
+                Event.DENY,
+                R.POLICY_DENIED,
+                f"denied by policy when its approval was used: {reason}; not run",
+                detail,
+                changes=changes,
+            )
+        return Ruling(
+            Event.APPROVE,
+            R.APPROVED,
+            f"approved by {approval.decided_by}"
+            + (f": {bound(approval.reason, 200)}" if approval.reason else ""),
+            {**detail, "approved_by": approval.decided_by},
+            charges=self.rules.charges(current.tool, arguments),
+            approval_id=approval.id,
+        )
+
+    # ------------------------------------------------------------ approvers
+
+    def approver_refusal(
+        self, rec: CallRecord, approver: str, txn: Any | None = None
+    ) -> str | None:
+        """Why this gate's policy does not let ``approver`` approve ``rec`` (None: it
+        does, or there is no policy file to say)."""
+        if self.rules is None:
+            return None
+        if txn is not None:
+            principal, _ = _task_context(txn, rec.task_id)
+            principal_id = principal.id
+        else:
+            task = self.ledger.task(rec.task_id)
+            principal_id = principal_from_json(task.principal if task else None).id
+        return self.rules.policy.approval_refusal(rec.tool, approver, principal_id)
+
+    def evaluate_now(self, rec: CallRecord) -> PolicyDecision:
+        """The policy's decision for ``rec`` as the ledger stands (outside a write)."""
+        from agent_gate.ledger.dialect import begin_read
+
+        arguments, why = self.keys.of(rec)
+        if arguments is None:
+            raise GateUsageError(why or f"call {rec.call_id!r} has no argument object")
+        with begin_read(self.ledger.engine) as conn:
+            return self._evaluate_in(conn, rec, arguments)
+
+    def _evaluate_in(
+        self,
+        txn: Any,
+        rec: CallRecord,
+        arguments: Mapping[str, Any],
+        *,
+        besides: int | None = None,
+    ) -> PolicyDecision:
+        """The policy's decision for ``rec`` with the task's bound context and usage now
+        (``besides``: without that call row's own charges)."""
+        assert self.rules is not None
+        principal, scope = _task_context(txn, rec.task_id)
+        usage = quota.usage(txn, rec.task_id, self.rules.counters(rec.tool), besides=besides)
+        return self.rules.evaluate(
+            rec.tool, arguments, principal=principal, scope=scope, usage=usage
+        )
+
+
+def _task_context(txn: Any, task_id: str) -> tuple[Principal, TaskScope]:
+    """The principal and scope bound to a task, read in the caller's transaction."""
+    from sqlalchemy import select
+
+    row = txn.execute(
+        select(TaskRow.principal, TaskRow.scope).where(TaskRow.id == task_id)
+    ).first()
+    principal_text, scope_text = (row.principal, row.scope) if row is not None else (None, None)
+    return principal_from_json(principal_text), scope_from_json(task_id, scope_text)
+
+
+def _decision_record(decision: PolicyDecision) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A policy decision as the ledger keeps it: audit detail, row columns, one reason.
+
+    The reasons name fields and the policy's constraints, never argument values.
+    """
+    reason = bound("; ".join(decision.reasons) or decision.effect.value, 700)
+    detail: dict[str, Any] = {
+        "verdict": decision.effect.value,
+        "rule_ids": list(decision.rule_ids),
+        "policy_hash": decision.policy_hash,
+        "reasons": [bound(r, 240) for r in decision.reasons[:3]],
+    }
+    exceeded = [c.id for c in decision.exceeded_limits]
+    if exceeded:
+        detail["exceeded_limits"] = exceeded
+    changes = {"policy_hash": decision.policy_hash, "rule_ids": json.dumps(list(decision.rule_ids))}
+    return detail, changes, reason

@@ -1,0 +1,485 @@
+"""The driver: one call walked through the ledger's states, one compare-and-set at a time.
+
+Theory of operation. ``drive_call`` records an incoming call (or finds it: a replay,
+a duplicate by dedupe key, a conflicting reuse of its id) and hands its row to
+``advance``; ``drive_record`` hands a stored row (``resume``, ``recover``). The same
+call can arrive in any state: again after it finished (the stored outcome is
+returned), while another worker runs it (``in progress``), after its worker died
+(``in_doubt``: re-run only if the tool is retry-safe or its reconcile hook says the
+write did not happen), or half-way through a crash (``received``/``authorized``:
+carried on from there). So ``advance`` is a loop over the row's *current* state:
+each pass takes the one arrow that state allows (the table is
+``ledger.states``), re-reads the row the compare-and-set left, and goes on until
+the row reaches a state this invocation must report (finished, waiting, running
+elsewhere). Each pass commits or loses one CAS, so the loop ends within
+``_MAX_STEPS`` passes: every arrow moves forward except RETRY, which only an
+in-doubt row takes, once per settle.
+
+The driver is a generator that does all database work itself and yields only
+what differs between sync and async callers (``runner.RunTool``,
+``runner.Reconcile``); ``Runner.serve_sync``/``serve_async`` answer them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from agent_gate.authorize import PolicyAuthorizer
+from agent_gate.calls import CallStatus, ToolCall
+from agent_gate.gate.decide import Decider
+from agent_gate.gate.errors import GateUsageError
+from agent_gate.gate.finish import Finisher
+from agent_gate.gate.intake import Arguments, CallContext, admit, check_task_id
+from agent_gate.gate.outcome import Outcome, outcome_of
+from agent_gate.gate.reasons import ReasonCode
+from agent_gate.gate.reasons import ReasonCode as R
+from agent_gate.gate.runner import (
+    Claimed,
+    Driver,
+    HookFailed,
+    Reconcile,
+    Request,
+    RunTool,
+    refuse_async_in_loop,
+)
+from agent_gate.ledger import approvals
+from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
+from agent_gate.ledger.states import CallState, Event
+from agent_gate.ledger.store import CallRecord, Ledger, Ruling, Transition
+from agent_gate.schema import Idempotency, Reconciled, Reconciliation, ToolRegistry
+
+__all__ = ["CallDriver", "lease_alive"]
+
+_MAX_STEPS = 16
+
+_RECONCILED = {
+    Reconciliation.SUCCEEDED: "the reconcile hook found that the write happened",
+    Reconciliation.FAILED: "the reconcile hook found that the call failed",
+    Reconciliation.NOT_APPLIED: (
+        "the reconcile hook found that the write did not happen; running it again"
+    ),
+}
+
+
+def lease_alive(rec: CallRecord) -> tuple[bool, ReasonCode]:
+    """Is the worker that claimed ``rec`` still running it? If not, why not."""
+    if liveness(rec.lease_owner) is Liveness.DEAD:
+        return False, R.OWNER_DEAD
+    if rec.lease_expires_ms is None or rec.lease_expires_ms < now_ms():
+        return False, R.LEASE_EXPIRED
+    return True, R.IN_PROGRESS
+
+
+def _normalize_verdict(value: Any) -> Reconciled:
+    if isinstance(value, Reconciled):
+        return value
+    raw = getattr(value, "value", value)
+    return Reconciled(Reconciliation(raw))
+
+
+class CallDriver:
+    """Drives calls for one gate: its tools, ledger, decisions and lease length."""
+
+    def __init__(
+        self,
+        tools: ToolRegistry,
+        ledger: Ledger,
+        decider: Decider,
+        keys: Arguments,
+        finisher: Finisher,
+        lease_ms: int,
+    ) -> None:
+        self.tools = tools
+        self.ledger = ledger
+        self.decider = decider
+        self.keys = keys
+        self.finisher = finisher
+        self.lease_ms = lease_ms
+
+    @property
+    def rules(self) -> PolicyAuthorizer | None:
+        return self.decider.rules
+
+    # ------------------------------------------------------------ entry points
+
+    def drive_call(
+        self, task_id: str, call: ToolCall, early: Ruling | None, context: CallContext
+    ) -> Driver:
+        """Record an incoming call (or find it), then drive its row."""
+        if call.status is CallStatus.PROVIDER_EXECUTED:
+            raise GateUsageError(
+                f"call {call.call_id!r} was executed by the provider; the gate does not run it"
+            )
+        check_task_id(task_id)
+        tool = self.tools.get(call.name)
+        admitted = admit(
+            task_id, call, tool=tool, rules=self.rules, keys=self.keys,
+            classes=self.decider.classes, context=context, early=early,
+        )
+        call, early, new = admitted.call, admitted.early, admitted.row
+        failed: list[BaseException] = []
+
+        def decide(txn: Any, rec: CallRecord) -> Ruling | None:
+            # Deciding a call that was just inserted commits with the insert (one
+            # commit fewer per call). If deciding fails, the row still commits as
+            # ``received`` (as when it was two transactions) and the error is raised
+            # after that commit: nothing recorded is lost. A database error is raised
+            # at once: the transaction cannot commit anything after it.
+            try:
+                return self.decider.ruling_in(txn, rec, early)
+            except SQLAlchemyError:
+                raise
+            except Exception as exc:
+                failed.append(exc)
+                return None
+
+        policy = self.decider.policy
+        rec, inserted = self.ledger.record(
+            new,
+            provider=call.provider,
+            actor=this_owner(),
+            # A custom Authorizer may call out (a network service): it decides in a
+            # transaction of its own, never while this one holds the write lock.
+            decide=decide if policy is None or self.rules is not None else None,
+            lock=self.rules is not None,
+        )
+        if failed:
+            raise failed[0]
+        duplicate_of = rec.call_id if rec.call_id != call.call_id else None
+        conflict = rec.tool != call.name or (
+            call.complete
+            and rec.state is not CallState.INCOMPLETE
+            and rec.args_hash != new.args_hash
+        )
+        if conflict:
+            return self._conflict(rec, call, new.args_hash, admitted.asked_id, duplicate_of)
+        if not inserted:
+            self.ledger.note(
+                rec,
+                "seen_again",
+                actor=this_owner(),
+                call_id=call.call_id,
+                detail={"duplicate_of": duplicate_of} if duplicate_of else None,
+            )
+        return (
+            yield from self.advance(
+                rec,
+                early=early,
+                call_id=admitted.asked_id,
+                duplicate_of=duplicate_of,
+                acted=inserted and rec.state is not CallState.RECEIVED,
+            )
+        )
+
+    def drive_record(self, rec: CallRecord) -> Driver:
+        return (yield from self.advance(rec, early=None, call_id=rec.call_id, duplicate_of=None))
+
+    def _conflict(
+        self,
+        rec: CallRecord,
+        call: ToolCall,
+        args_hash: str,
+        asked_id: str,
+        duplicate_of: str | None,
+    ) -> Outcome:
+        """The call's id (or dedupe key) is held by a call with another tool or other
+        arguments: audited and reported, never run."""
+        what = "a different tool" if rec.tool != call.name else "different arguments"
+        self.ledger.note(
+            rec,
+            "conflict",
+            actor=this_owner(),
+            call_id=call.call_id,
+            detail={"args_hash": args_hash, "stored_args_hash": rec.args_hash, "tool": call.name},
+        )
+        held_by = f"call {rec.call_id!r}" if duplicate_of else "this call id"
+        return outcome_of(
+            rec,
+            replayed=False,
+            call_id=asked_id,
+            state=CallState.REJECTED,
+            code=R.CONFLICT,
+            reason=(
+                f"conflict: {held_by} was recorded with {what} "
+                f"(sha256 {rec.args_hash[:12]} != {args_hash[:12]}); not run"
+            ),
+            duplicate_of=duplicate_of,
+        )
+
+    # ------------------------------------------------------------ the walk
+
+    def advance(
+        self,
+        rec: CallRecord,
+        *,
+        early: Ruling | None,
+        call_id: str,
+        duplicate_of: str | None,
+        acted: bool = False,
+    ) -> Driver:
+        """Move the row forward from whatever state it is in, one CAS at a time.
+
+        ``acted``: this invocation already moved the row (decided it as it recorded it).
+        """
+        # ``replayed`` is False only when this invocation made the transition that
+        # produced the state it reports: losing a race to another worker, or finding the
+        # row already there, means the outcome was read, not produced.
+        extra: dict[str, Any] = {"call_id": call_id, "duplicate_of": duplicate_of}
+        # ``fresh``: the version at which this invocation itself authorized the row,
+        # under this gate's policy, from arguments it holds: a claim of exactly that
+        # version need not re-check it. Any later arrow bumps the version.
+        fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
+        for _ in range(_MAX_STEPS):
+            state = rec.state
+            if state is CallState.RECEIVED:
+                ruling = self.decider.ruling(rec, early)
+                if ruling is None:
+                    tr, _ = self.ledger.authorize(
+                        rec, self.decider.policy_ruling, actor=this_owner()
+                    )
+                elif ruling.event is None:
+                    # Cannot be decided here (sealed arguments without the key): report.
+                    return outcome_of(
+                        rec, replayed=not acted, code=ruling.code, reason=ruling.reason,
+                        state=rec.state, **extra,
+                    )
+                else:
+                    tr = self.ledger.transition(
+                        rec,
+                        ruling.event,
+                        actor=this_owner(),
+                        code=ruling.code,
+                        reason=ruling.reason,
+                        detail=ruling.detail,
+                        changes=ruling.changes,
+                    )
+                rec, acted = tr.record, tr.won
+                fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
+                continue
+            if state is CallState.AWAITING_APPROVAL:
+                approved = self._claim_approved(rec, call_id, duplicate_of)
+                if isinstance(approved, Claimed):
+                    ran = yield RunTool(approved)
+                    return self.finisher.finish(approved, ran)
+                now, waiting, won = approved
+                if now.state is CallState.AWAITING_APPROVAL:
+                    return outcome_of(
+                        now,
+                        replayed=not acted,
+                        state=now.state,
+                        code=R.AWAITING_APPROVAL,
+                        reason=waiting or now.reason,
+                        **extra,
+                    )
+                rec, acted = now, won
+                continue
+            if state is CallState.AUTHORIZED:
+                claimed = self._claim(rec, call_id, duplicate_of, recheck=rec.version != fresh)
+                if isinstance(claimed, Transition):
+                    if claimed.record.version == rec.version:
+                        # Cannot run here (tool missing or invalid now, or its state is
+                        # not what its audit trail recorded): report, leave it.
+                        return outcome_of(claimed.record, replayed=not acted, **extra)
+                    # Lost the claim to someone else, or the re-check moved the call.
+                    rec, acted = claimed.record, claimed.won
+                    continue
+                ran = yield RunTool(claimed)
+                return self.finisher.finish(claimed, ran)
+            if state is CallState.EXECUTING:
+                alive, code = lease_alive(rec)
+                if alive:
+                    return outcome_of(
+                        rec,
+                        replayed=True,
+                        code=R.IN_PROGRESS,
+                        reason=f"running under another worker (attempt {rec.attempt}); "
+                        "not started again",
+                        **extra,
+                    )
+                tr = self.ledger.lose_if_abandoned(
+                    rec,
+                    actor=this_owner(),
+                    expired_only=code is R.LEASE_EXPIRED,
+                    code=code,
+                    reason=(
+                        "the worker running this call died; whether it took effect is unknown"
+                        if code is R.OWNER_DEAD
+                        else "the worker's lease expired; whether it took effect is unknown"
+                    ),
+                )
+                rec, acted = tr.record, tr.won
+                continue
+            if state is CallState.IN_DOUBT:
+                settled = yield from self._settle(rec)
+                if settled is None:
+                    return outcome_of(rec, replayed=not acted, **extra)
+                rec, acted = settled.record, settled.won
+                continue
+            # Terminal: report what is stored.
+            return outcome_of(rec, replayed=not acted, **extra)
+        return outcome_of(rec, replayed=not acted, **extra)  # pragma: no cover
+
+    # ------------------------------------------------------------ claims
+
+    def _claim(
+        self, rec: CallRecord, call_id: str, duplicate_of: str | None, *, recheck: bool
+    ) -> Claimed | Transition:
+        """Commit ``executing`` for an authorized call, or say why not (the row as is).
+
+        ``recheck``: the call was authorized by someone else, earlier, or under
+        another policy (a resume, a replay, a retry): the claim re-checks the stored
+        arguments against ``args_hash`` and the policy of this gate, and rejects the
+        call (or sends it to a person) instead of running it when either fails.
+        """
+        intact = self.keys.intact(rec) if recheck else True
+        runnable = self.decider.runnable(rec)
+        if isinstance(runnable, str):
+            if intact is not False:
+                return Transition(False, rec)
+        else:
+            refuse_async_in_loop(runnable[0])
+        if recheck:
+            outside = self.decider.outside(rec)
+            tr, _ = self.ledger.claim_rechecked(
+                rec,
+                owner=this_owner(),
+                lease_ms=self.lease_ms,
+                decide=lambda txn, current: self.decider.recheck(txn, current, outside),
+            )
+        else:
+            # This invocation committed this very version: nothing to re-check.
+            tr = self.ledger.claim(
+                rec, owner=this_owner(), lease_ms=self.lease_ms, trail_checked=False
+            )
+        if not tr.won or tr.record.state is not CallState.EXECUTING:
+            return tr
+        assert not isinstance(runnable, str)  # an intact, runnable call was claimed
+        tool, validated = runnable
+        return Claimed(
+            tr.record, tool, validated, self.decider.info(tr.record), call_id, duplicate_of
+        )
+
+    def _claim_approved(
+        self, rec: CallRecord, call_id: str, duplicate_of: str | None
+    ) -> Claimed | tuple[CallRecord, str | None, bool]:
+        """Use the call's approval and commit ``executing``, or say why it waits."""
+        rules = self.rules
+        if rules is None:
+            return rec, None, False
+        last = self.ledger.approval(rec)
+        if last is None:
+            return rec, None, False  # nobody answered yet: the policy's reason stands
+        runnable = self.decider.runnable(rec)
+        if isinstance(runnable, str):
+            return rec, f"approved, but it cannot run here: {runnable}", False
+        tool, validated = runnable
+        refuse_async_in_loop(tool)
+        arguments, _ = self.keys.of(rec)
+        assert arguments is not None
+        refused: list[str] = []
+        tr, ruling = self.ledger.claim_approved(
+            rec,
+            owner=this_owner(),
+            lease_ms=self.lease_ms,
+            decide=lambda txn, current: self.decider.approval_ruling(
+                txn, current, arguments, refused
+            ),
+        )
+        if refused:
+            self.ledger.note(
+                tr.record,
+                "approval_refused",
+                actor=this_owner(),
+                detail={"reason": refused[0], "approved_by": last.decided_by,
+                        "policy_hash": rules.hash},
+            )
+        if tr.won and tr.record.state is CallState.EXECUTING:
+            return Claimed(
+                tr.record, tool, validated, self.decider.info(tr.record), call_id, duplicate_of
+            )
+        waiting = ruling.reason if ruling is not None and ruling.event is None else None
+        return tr.record, waiting, tr.won
+
+    # ------------------------------------------------------------ in doubt
+
+    def _settle(self, rec: CallRecord) -> Generator[Request, Any, Transition | None]:
+        """Try to settle an in-doubt call; the transition tried, None if it stays."""
+        tool = self.tools.get(rec.tool)
+        if tool is None:
+            return None
+        hook = tool.spec.reconcile
+        if hook is None:
+            if Idempotency(rec.idempotency).retry_safe and self._runnable_here(rec):
+                return self.ledger.transition(
+                    rec,
+                    Event.RETRY,
+                    actor=this_owner(),
+                    code=R.RETRIED,
+                    reason=f"idempotency {rec.idempotency!r}: safe to run again",
+                )
+            return None
+        answer = yield Reconcile(hook, self.decider.info(rec))
+        verdict = None
+        if not isinstance(answer, HookFailed):
+            with contextlib.suppress(ValueError):  # not a Reconciliation: audited below
+                verdict = _normalize_verdict(answer)
+        if verdict is None:
+            error_type = (
+                type(answer.exc).__name__ if isinstance(answer, HookFailed)
+                else "InvalidReconcileAnswer"
+            )
+            self.ledger.note(
+                rec, "reconcile_failed", actor=this_owner(), detail={"error_type": error_type}
+            )
+            return None
+        status = verdict.status
+        if status is Reconciliation.NOT_APPLIED and not self._runnable_here(rec):
+            return None
+        result = error = None
+        if status is Reconciliation.SUCCEEDED:
+            result = self.finisher.kept_for(rec, verdict.result)
+        elif status is Reconciliation.FAILED:
+            message = self.finisher.cleaned(rec, verdict.error or "failed downstream")
+            error = {"type": "Reconciled", "message": message}
+        return self.finisher.settle(
+            rec, status, actor="reconcile", code=R.RECONCILED, reason=_RECONCILED[status],
+            result=result, error=error,
+        )
+
+    def _runnable_here(self, rec: CallRecord) -> bool:
+        return not isinstance(self.decider.runnable(rec), str)
+
+    # ------------------------------------------------------------ blockers
+
+    def needs(self, rec: CallRecord) -> tuple[str, str | None]:
+        """What a call that is not finished needs next, and why (see ``Blocker``)."""
+        if rec.state is CallState.AWAITING_APPROVAL:
+            last = self.ledger.approval(rec)
+            if last is None:
+                return "approval", rec.reason
+            args, why = self.keys.of(rec)
+            problem = why or approvals.problem(
+                last,
+                args_hash=self.keys.hash_for(rec, args) if args is not None else "",
+                stored_args_hash=rec.args_hash,
+                policy_hash=self.rules.hash if self.rules else None,
+            )
+            problem = problem or self.decider.approver_refusal(rec, last.decided_by)
+            if problem is None:
+                return "run", f"approved by {last.decided_by}; the next resume runs it"
+            return "approval", problem
+        if rec.state is CallState.IN_DOUBT:
+            return "resolution", rec.reason
+        if rec.state is CallState.EXECUTING:
+            alive, _ = lease_alive(rec)
+            if alive:
+                return "nothing", f"running under {rec.lease_owner} (attempt {rec.attempt})"
+            return "resolution", "its worker is gone; the next resume marks it in doubt"
+        if rec.state is CallState.INCOMPLETE:
+            return "none", rec.reason
+        return "run", rec.reason or "the next resume decides or runs it"
+

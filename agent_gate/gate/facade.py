@@ -1,0 +1,531 @@
+"""The ``Gate``: a complete tool call in, at most one execution, an outcome out.
+
+This module holds the public methods only; each job lives in its own module:
+``intake`` (the value judged and kept), ``decide`` (schema and policy into one
+``Ruling``), ``driver`` (the per-state walk), ``finish`` (what is committed after
+a run), ``runner`` (threads, asyncio, leases), ``stream`` (a response's events),
+``outcome`` and ``render`` (what is reported, and in each provider's format).
+
+With a policy (``Gate(tools, db, policy="policies/example.yaml")``) a call's
+decision is taken *inside* the ledger transaction that commits it, with the task
+locked, so the task's quota usage read for the decision is the usage the decision
+charges (``Ledger.authorize``). A call the policy sends to a person waits in
+``awaiting_approval``; once approved (``Gate.approve`` / ``agent-gate approve``) the
+next gate that sees the call (``execute`` again, ``resume``) checks the approval
+against the arguments, the policy hash and the clock, and consumes it in the same
+transaction that commits ``executing`` (``Ledger.claim_approved``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from agent_gate.accumulate import Accumulator, DispatchMode
+from agent_gate.authorize import PolicyAuthorizer
+from agent_gate.autodetect import DetectingAccumulator, accumulator
+from agent_gate.calls import ToolCall
+from agent_gate.errors import AgentGateError
+from agent_gate.gate.decide import Authorizer, Decider
+from agent_gate.gate.driver import CallDriver, lease_alive
+from agent_gate.gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, NotInDoubt
+from agent_gate.gate.finish import Finisher
+from agent_gate.gate.intake import Arguments, CallContext, as_call
+from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of
+from agent_gate.gate.reasons import ReasonCode as R
+from agent_gate.gate.runner import Driver, Runner
+from agent_gate.gate.stream import StreamRun
+from agent_gate.ledger import approvals
+from agent_gate.ledger import seal as sealing
+from agent_gate.ledger.approvals import ApprovalRecord, NotAwaitingApproval
+from agent_gate.ledger.canonical import to_jsonable
+from agent_gate.ledger.lease import this_owner
+from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.states import TERMINAL, CallState
+from agent_gate.ledger.store import CallRecord, Ledger, StoredResult
+from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
+from agent_gate.schema import Effect, Reconciliation, ToolRegistry
+
+__all__ = [
+    "DEFAULT_APPROVAL_TTL",
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_MAX_RESULT_BYTES",
+    "Gate",
+]
+
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_APPROVAL_TTL = 24 * 3600.0
+"""Seconds an approval stays usable unless the approver says otherwise."""
+DEFAULT_MAX_RESULT_BYTES = 256 * 1024
+
+Dispatch = Callable[[str], DispatchMode] | DispatchMode | None
+AnyAccumulator = Accumulator | DetectingAccumulator
+
+
+class Gate:
+    """Binds a ``ToolRegistry`` to a ledger and runs each complete call at most once.
+
+    ``db`` is a database URL (default ``$AGENT_GATE_DB``, else
+    ``sqlite:///agent_gate.db``) or an open ``Ledger``. ``policy`` decides
+    allow/deny/approve per call: a policy file (a path, a ``Policy`` or a
+    ``PolicyAuthorizer``: quotas, approvals bound to its hash, safer-only tool
+    overrides, redaction) or a custom ``Authorizer``; without one every registered
+    tool with valid arguments is allowed. ``principal`` and ``scope`` are the
+    defaults for ``execute``/``run`` (bound to each task on first use).
+    ``seal_key`` seals the fields the policy redacts (``agent_gate.ledger.seal``
+    says where a key comes from otherwise). ``lease_seconds`` is how long a
+    worker's claim on a running call lasts without renewal (it is renewed while the
+    tool runs).
+    """
+
+    def __init__(
+        self,
+        tools: ToolRegistry,
+        db: str | Ledger | None = None,
+        *,
+        policy: Authorizer | PolicyAuthorizer | Policy | str | os.PathLike[str] | None = None,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+        seal_key: sealing.SealKey | bytes | str | os.PathLike[str] | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        auto_upgrade: bool | None = None,
+        create: bool = False,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise GateUsageError("lease_seconds must be positive")
+        if isinstance(policy, Policy | str | os.PathLike):
+            policy = PolicyAuthorizer(policy)
+        self.tools = tools
+        self.policy = policy
+        self.rules: PolicyAuthorizer | None = (
+            policy if isinstance(policy, PolicyAuthorizer) else None
+        )
+        self.principal = principal
+        self.scope = scope
+        self.lease_ms = int(lease_seconds * 1000)
+        self.max_result_bytes = max_result_bytes
+        self._owns_ledger = not isinstance(db, Ledger)
+        self.ledger = (
+            db if isinstance(db, Ledger)
+            else Ledger(db, auto_upgrade=auto_upgrade, create=create)  # create: a new SQLite file
+        )
+        try:
+            self._keys = Arguments(seal_key, self.ledger.url, self.rules)
+        except BaseException:
+            self.close()
+            raise
+        self._decider = Decider(tools, policy, self._keys, self.ledger)
+        finisher = Finisher(self.ledger, self._decider, self._keys, self.rules, max_result_bytes)
+        self._finisher = finisher
+        self._driver = CallDriver(
+            tools, self.ledger, self._decider, self._keys, finisher, self.lease_ms
+        )
+        self._runner = Runner(self.ledger, self.lease_ms, finisher.finish)
+        self.override_notes: tuple[str, ...] = tuple(
+            note
+            for tool in tools
+            for note in (self.rules.effective(tool.spec).notes if self.rules else ())
+        )
+        """Policy overrides that were ignored because they were less careful than the code."""
+
+    @property
+    def owner(self) -> str:
+        """This process's lease-owner id (re-derived after a fork)."""
+        return this_owner()
+
+    @property
+    def seal_key(self) -> sealing.SealKey | None:
+        """The key that seals redacted argument fields (None until one is needed)."""
+        return self._keys.key
+
+    def close(self) -> None:
+        if self._owns_ledger:
+            self.ledger.close()
+
+    def __enter__(self) -> Gate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ one call
+
+    def execute(
+        self,
+        task_id: str,
+        call: ToolCall | Mapping[str, Any],
+        *,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+    ) -> Outcome:
+        """Run ``call`` for ``task_id`` unless the ledger says it ran, runs, or may not.
+
+        ``principal`` (who the agent acts for) and ``scope`` (what the task may touch)
+        default to the gate's; they are bound to the task the first time they are
+        given, and a different one later is a ``TaskContextConflict``.
+        """
+        return self._runner.serve_sync(self._call_driver(task_id, call, principal, scope))
+
+    async def aexecute(
+        self,
+        task_id: str,
+        call: ToolCall | Mapping[str, Any],
+        *,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+    ) -> Outcome:
+        """``execute`` for async code: database work off the loop, tools on it."""
+        return await self._runner.serve_async(self._call_driver(task_id, call, principal, scope))
+
+    def _call_driver(
+        self,
+        task_id: str,
+        call: ToolCall | Mapping[str, Any],
+        principal: Principal | None,
+        scope: TaskScope | None,
+    ) -> Driver:
+        return self._driver.drive_call(
+            task_id, as_call(call), None, self._context(principal, scope)
+        )
+
+    # ------------------------------------------------------------ whole tasks
+
+    def resume(self, task_id: str) -> list[Outcome]:
+        """Carry a task as far as the ledger allows, each call at most once.
+
+        Decides calls left ``received``, runs calls that are ``authorized``, runs
+        approved calls (consuming their approval), sweeps calls whose worker died
+        and settles or retries in-doubt calls as ``recover`` does. Calls that wait
+        for a person stay as they are and are reported. Finished calls are skipped.
+        Two processes resuming the same task at once run each call once between them.
+        """
+        return [self._runner.serve_sync(d) for d in self._resumed(task_id)]
+
+    async def aresume(self, task_id: str) -> list[Outcome]:
+        """``resume`` for async code: database work off the loop, tools on it."""
+        drivers = await asyncio.to_thread(self._resumed, task_id)
+        return [await self._runner.serve_async(d) for d in drivers]
+
+    def _resumed(self, task_id: str) -> list[Driver]:
+        recs = self.ledger.calls(task_id)
+        return [self._driver.drive_record(rec) for rec in recs if rec.state not in TERMINAL]
+
+    def recover(self, task_id: str | None = None) -> list[Outcome]:
+        """Sweep calls left ``executing`` by dead workers, and settle what is in doubt.
+
+        A call whose owner is gone becomes ``in_doubt``. An in-doubt call is then
+        settled by its tool's reconcile hook, or re-run if its tool is retry-safe
+        (``natural`` or ``key``), or left ``in_doubt`` for an operator. Calls still
+        running under a live lease are reported ``executing`` and left alone.
+        """
+        return [self._runner.serve_sync(d) for d in self._recovered(task_id)]
+
+    async def arecover(self, task_id: str | None = None) -> list[Outcome]:
+        """``recover`` for async code: database work off the loop, tools on it."""
+        drivers = await asyncio.to_thread(self._recovered, task_id)
+        return [await self._runner.serve_async(d) for d in drivers]
+
+    def _recovered(self, task_id: str | None) -> list[Driver]:
+        recs = self.ledger.calls(task_id, [CallState.EXECUTING, CallState.IN_DOUBT])
+        return [self._driver.drive_record(rec) for rec in recs]
+
+    def blockers(self, task_id: str) -> list[Blocker]:
+        """What stands between the task and its completion, call by call."""
+        out: list[Blocker] = []
+        for rec in self.ledger.calls(task_id):
+            if rec.state in (CallState.SUCCEEDED, CallState.FAILED, CallState.REJECTED):
+                continue
+            needs, reason = self._driver.needs(rec)
+            out.append(Blocker(rec.call_id, rec.tool, rec.state, needs, reason))
+        return out
+
+    def calls(self, task_id: str) -> list[Outcome]:
+        """Every recorded call of a task, as stored (``replayed=True``)."""
+        return [outcome_of(r, replayed=True) for r in self.ledger.calls(task_id)]
+
+    # ------------------------------------------------------------ operators
+
+    def approve(
+        self,
+        call: str | Outcome,
+        *,
+        by: str,
+        reason: str | None = None,
+        task_id: str | None = None,
+        ttl: float | None = DEFAULT_APPROVAL_TTL,
+    ) -> tuple[ApprovalRecord, bool]:
+        """A person approves a call that waits for approval; returns it and whether new.
+
+        The approval is bound to the call's argument hash, to a policy hash and to an
+        expiry ``ttl`` seconds from now (None: no expiry). The policy hash is the one
+        of the policy that asked for the approval; a gate running another policy
+        first re-evaluates the call under its own policy and binds the approval to
+        that one (``ApprovalRefused`` if that policy denies the call). The call runs
+        when a gate with that same policy next sees it (``resume``, ``execute``).
+        """
+        if not by or not by.strip():
+            raise GateUsageError("an approval names who gives it (by=)")
+        why = approvals.ttl_problem(ttl)
+        if why is not None:
+            raise GateUsageError(f"ttl: {why} (or None: no expiry)")
+        rec = self._find_one(call, task_id)
+        refusal = self._decider.approver_refusal(rec, by.strip())
+        if refusal is not None:
+            self.ledger.note(
+                rec,
+                "approval_refused",
+                actor=f"operator:{by.strip()}",
+                detail={"reason": refusal, "policy_hash": self.rules.hash if self.rules else None},
+            )
+            raise ApprovalRefused(refusal)
+        policy_hash: str | None = None
+        if self.rules is not None and rec.policy_hash != self.rules.hash:
+            if rec.state is not CallState.AWAITING_APPROVAL:
+                raise NotAwaitingApproval(
+                    f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
+                    "not awaiting approval"
+                )
+            decision = self._decider.evaluate_now(rec)
+            if decision.effect is DecisionEffect.DENY:
+                raise ApprovalRefused(
+                    f"policy {self.rules.hash} denies call {rec.call_id!r} "
+                    f"({', '.join(decision.rule_ids)}); deny it instead"
+                )
+            policy_hash = self.rules.hash
+        return self.ledger.approve(
+            rec, by=by.strip(), reason=reason, policy_hash=policy_hash,
+            ttl_ms=int(ttl * 1000) if ttl is not None else None,  # from the database's clock
+        )
+
+    def deny(
+        self,
+        call: str | Outcome,
+        *,
+        by: str,
+        reason: str | None = None,
+        task_id: str | None = None,
+    ) -> Outcome:
+        """A person denies a call that waits for approval: it is rejected, never run."""
+        if not by or not by.strip():
+            raise GateUsageError("a denial names who gives it (by=)")
+        rec = self._find_one(call, task_id)
+        tr = self.ledger.deny(rec, by=by.strip(), reason=reason)
+        return outcome_of(tr.record, replayed=False)
+
+    def resolve(
+        self,
+        call: str | Outcome | ToolCall,
+        *,
+        as_: Reconciliation | str,
+        task_id: str | None = None,
+        result: Any = None,
+        note: str | None = None,
+        by: str | None = None,
+    ) -> Outcome:
+        """An operator settles an in-doubt call: it ``succeeded``, ``failed``, or was
+        ``not_applied`` (which makes it runnable again when the call is next seen)."""
+        call_id = call if isinstance(call, str) else call.call_id
+        rec = self._find_one(call_id, task_id if task_id is not None else _task_of(call))
+        try:
+            verdict = Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
+        except ValueError:
+            raise GateUsageError(
+                f"as_ must be one of {', '.join(r.value for r in Reconciliation)}"
+            ) from None
+        actor = f"operator:{by}" if by else "operator"
+        if rec.state is CallState.EXECUTING:
+            alive, code = lease_alive(rec)
+            if alive:
+                raise NotInDoubt(f"call {call_id!r} is running under a live lease")
+            rec = self.ledger.lose_if_abandoned(
+                rec,
+                actor=actor,
+                expired_only=code is R.LEASE_EXPIRED,
+                code=code,
+                reason="owner gone when an operator resolved it",
+            ).record
+        if rec.state is not CallState.IN_DOUBT:
+            raise NotInDoubt(f"call {call_id!r} is {rec.state.value}, not in_doubt")
+        text = f"resolved by {by or 'an operator'} as {verdict.value}"
+        if note:
+            text += f": {bound(note, 300)}"
+        tr = self._finisher.settle(
+            rec,
+            verdict,
+            actor=actor,
+            code=R.RESOLVED,
+            reason=text,
+            result=(
+                StoredResult.encode(to_jsonable(result), self.max_result_bytes)
+                if verdict is Reconciliation.SUCCEEDED else None
+            ),
+            error=(
+                {"type": "ResolvedFailed", "message": bound(note or text, 300)}
+                if verdict is Reconciliation.FAILED else None
+            ),
+        )
+        if not tr.won:
+            raise NotInDoubt(
+                f"call {call_id!r} changed to {tr.record.state.value} while being resolved"
+            )
+        return outcome_of(tr.record, replayed=False)
+
+    def _find_one(self, call: str | Outcome, task_id: str | None) -> CallRecord:
+        call_id = call if isinstance(call, str) else call.call_id
+        if task_id is None and isinstance(call, Outcome):
+            task_id = call.task_id
+        recs = self.ledger.find(call_id, task_id)
+        if not recs:
+            where = f" in task {task_id!r}" if task_id is not None else ""
+            raise GateUsageError(f"no call {call_id!r}{where} in the ledger")
+        if len(recs) > 1:
+            raise AmbiguousCall(f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id")
+        return recs[0]
+
+    # ------------------------------------------------------------ streams
+
+    def dispatch_mode(self, tool_name: str) -> DispatchMode:
+        """When a call may run: reads as soon as complete, writes after the response."""
+        tool = self.tools.get(tool_name)
+        if tool is None or self._decider.defers(tool_name):
+            return DispatchMode.ON_RESPONSE_COMPLETE
+        if tool.spec.dispatch is not None:
+            return DispatchMode(tool.spec.dispatch)
+        if self._decider.classes(tool)[0] is Effect.READ:
+            return DispatchMode.ON_CALL_COMPLETE
+        return DispatchMode.ON_RESPONSE_COMPLETE
+
+    def accumulator_for(self, provider: str, dispatch: Dispatch = None) -> AnyAccumulator:
+        """The accumulator ``run`` would use, for a caller that must hold it
+        (``provider="auto"``: one that tells the protocol from the first events)."""
+        return accumulator(provider, dispatch=self._mode_fn(dispatch))
+
+    def run(
+        self,
+        events: Iterable[object],
+        *,
+        task_id: str,
+        provider: str,
+        dispatch: Dispatch = None,
+        accumulator: AnyAccumulator | None = None,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+    ) -> RunResult:
+        """Drive a response's events through accumulator and gate, calls as they complete.
+
+        ``events`` are SSE events (``ServerSentEvent``), mappings or SDK event
+        objects of ``provider``'s protocol. A write whose response then ended
+        without success is recorded ``incomplete`` and not run. If the event source
+        raises, held calls are still recorded as not run before the error propagates.
+        Pass ``accumulator`` (see ``accumulator_for``) when the source reconnects, so
+        that the transport can tell it a new connection began (``reconnected()``)
+        and events the server replays are recognised as such. ``principal`` and
+        ``scope`` as for ``execute``.
+        """
+        stream = self._stream(task_id, provider, dispatch, accumulator, principal, scope)
+        serve = self._runner.serve_sync
+        try:
+            for event in _events(events, stream):
+                stream.outcomes.extend(serve(d) for d in stream.feed(event))
+        finally:
+            stream.outcomes.extend(serve(d) for d in stream.close())
+            stream.after()
+        return stream.result()
+
+    async def arun(
+        self,
+        events: AsyncIterable[object] | Iterable[object],
+        *,
+        task_id: str,
+        provider: str,
+        dispatch: Dispatch = None,
+        accumulator: AnyAccumulator | None = None,
+        principal: Principal | None = None,
+        scope: TaskScope | None = None,
+    ) -> RunResult:
+        """``run`` for async event sources and async tools."""
+        stream = self._stream(task_id, provider, dispatch, accumulator, principal, scope)
+        serve = self._runner.serve_async
+        try:
+            async for event in _aevents(events, stream):
+                stream.outcomes.extend([await serve(d) for d in stream.feed(event)])
+        finally:
+            stream.outcomes.extend([await serve(d) for d in stream.close()])
+            await asyncio.to_thread(stream.after)
+        return stream.result()
+
+    def _stream(
+        self,
+        task_id: str,
+        provider: str,
+        dispatch: Dispatch,
+        acc: AnyAccumulator | None,
+        principal: Principal | None,
+        scope: TaskScope | None,
+    ) -> StreamRun:
+        return StreamRun(
+            self._driver,
+            acc or self.accumulator_for(provider, dispatch),
+            self._mode_fn(dispatch),
+            task_id=task_id,
+            context=self._context(principal, scope),
+        )
+
+    def _mode_fn(self, dispatch: Dispatch) -> Callable[[str], DispatchMode]:
+        if dispatch is None:
+            return self.dispatch_mode
+        chosen: Callable[[str], DispatchMode] = (
+            (lambda _name: dispatch) if isinstance(dispatch, DispatchMode) else dispatch
+        )
+
+        def mode(tool_name: str) -> DispatchMode:
+            if self._decider.defers(tool_name):
+                return DispatchMode.ON_RESPONSE_COMPLETE
+            return chosen(tool_name)
+
+        return mode
+
+    def _context(self, principal: Principal | None, scope: TaskScope | None) -> CallContext:
+        return CallContext.of(principal or self.principal, scope or self.scope)
+
+
+def _task_of(call: str | Outcome | ToolCall) -> str | None:
+    return call.task_id if isinstance(call, Outcome) else None
+
+
+def _events(events: Iterable[object], stream: StreamRun) -> Iterator[object]:
+    """The source's events until it ends or fails on its own terms (the stream's
+    failure ends the run quietly; an error of the gate or the ledger propagates)."""
+    source = iter(events)
+    while not stream.stopped:
+        try:
+            event = next(source)
+        except StopIteration:
+            return
+        except AgentGateError as exc:
+            stream.fail(exc)
+            return
+        yield event
+
+
+async def _aevents(
+    events: AsyncIterable[object] | Iterable[object], stream: StreamRun
+) -> AsyncIterator[object]:
+    """``_events`` for an async source (a sync iterable is read as one)."""
+    if not isinstance(events, AsyncIterable):
+        for event in _events(events, stream):
+            yield event
+        return
+    source = aiter(events)
+    while not stream.stopped:
+        try:
+            event = await anext(source)
+        except StopAsyncIteration:
+            return
+        except AgentGateError as exc:
+            stream.fail(exc)
+            return
+        yield event

@@ -1,0 +1,215 @@
+"""Finishing: the one place what a tool run (or a reconcile hook, or an operator)
+produced is committed, and what of it may be kept.
+
+A run's end (``RunEnd``) picks the arrow: a return SUCCEEDs, a raise FAILs, a read
+that timed out FAILs (it wrote nothing), while a write that timed out, was
+interrupted or reported ``OutcomeUnknown`` is LOST to ``in_doubt``: whether it
+took effect is unknown, so nothing runs it again blindly. A sync tool still
+running after its timeout settles its call late, if the call is still in doubt
+from that very attempt (``late``). Results and errors are kept through the
+policy's redaction (``OutcomeScrub``) and within ``max_result_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent_gate.authorize import PolicyAuthorizer
+from agent_gate.gate.decide import Decider
+from agent_gate.gate.intake import Arguments
+from agent_gate.gate.outcome import Outcome, outcome_of
+from agent_gate.gate.reasons import ReasonCode
+from agent_gate.gate.reasons import ReasonCode as R
+from agent_gate.gate.runner import Claimed, Ran, RunEnd
+from agent_gate.ledger.lease import this_owner
+from agent_gate.ledger.outcome_store import KeptResult, OutcomeScrub, keep_result
+from agent_gate.ledger.privacy import clean_message, describe_error
+from agent_gate.ledger.states import CallState, Event
+from agent_gate.ledger.store import CallRecord, Ledger, StoredResult, Transition
+from agent_gate.schema import Effect, Reconciliation
+
+__all__ = ["SETTLED", "Finisher"]
+
+SETTLED: Mapping[Reconciliation, Event] = {
+    Reconciliation.SUCCEEDED: Event.SETTLE_SUCCEEDED,
+    Reconciliation.FAILED: Event.SETTLE_FAILED,
+    Reconciliation.NOT_APPLIED: Event.RETRY,
+}
+"""The arrow out of ``in_doubt`` for what a reconcile hook or an operator found."""
+
+
+class Finisher:
+    """Commits outcomes for one gate's ledger and policy."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        decider: Decider,
+        keys: Arguments,
+        rules: PolicyAuthorizer | None,
+        max_result_bytes: int,
+    ) -> None:
+        self.ledger = ledger
+        self.decider = decider
+        self.keys = keys
+        self.rules = rules
+        self.max_result_bytes = max_result_bytes
+
+    def finish(self, claimed: Claimed, ran: Ran) -> Outcome:
+        """Commit what running the tool produced."""
+        rec, owner = claimed.rec, this_owner()
+        value: Any = None
+        if ran.end is RunEnd.OK:
+            kept = self._keep(claimed.rec.tool, claimed.info.arguments, ran.value)
+            value = kept.value
+            tr = self.ledger.finish(
+                rec, Event.SUCCEED, actor=owner, lease_owner=owner, result=kept.stored,
+                code=kept.code, reason=kept.reason,
+            )
+        else:
+            event, code, reason, error = self._failure(claimed, ran)
+            tr = self.ledger.finish(
+                rec, event, actor=owner, lease_owner=owner, error=error, code=code, reason=reason
+            )
+        final = tr.record
+        if not tr.won:
+            final = self.late(claimed, ran) or final
+        elif ran.pending is not None:
+            pending = ran.pending
+            pending.add_done_callback(lambda f: self.late(claimed, f.result()))
+        return outcome_of(
+            final,
+            replayed=False,
+            call_id=claimed.call_id,
+            duplicate_of=claimed.duplicate_of,
+            result=value if final.state is CallState.SUCCEEDED and ran.end is RunEnd.OK else None,
+            exception=ran.exc,
+        )
+
+    def _failure(
+        self, claimed: Claimed, ran: Ran
+    ) -> tuple[Event, ReasonCode, str, dict[str, str] | None]:
+        error = self._error(claimed.rec.tool, claimed.info.arguments, ran.exc)
+        timeout = claimed.tool.spec.timeout
+        if ran.end is RunEnd.ERROR:
+            kind = error["type"] if error else "an error"
+            return Event.FAIL, R.TOOL_ERROR, f"the tool raised {kind}", error
+        if ran.end is RunEnd.TIMEOUT:
+            if self.decider.classes(claimed.tool)[0] is Effect.READ:
+                return Event.FAIL, R.TIMEOUT, f"the read timed out after {timeout}s", None
+            return (
+                Event.LOSE,
+                R.TIMEOUT,
+                f"the tool did not return within {timeout}s; whether it took effect is unknown",
+                None,
+            )
+        if ran.end is RunEnd.INTERRUPTED:
+            return (
+                Event.LOSE,
+                R.INTERRUPTED,
+                "the worker was interrupted while the tool ran; whether it took effect is unknown",
+                error,
+            )
+        return (
+            Event.LOSE,
+            R.OUTCOME_UNKNOWN,
+            "the tool reported that it cannot tell whether it took effect",
+            error,
+        )
+
+    def late(self, claimed: Claimed, ran: Ran) -> CallRecord | None:
+        """The tool returned after its call was judged in doubt: settle it if still so."""
+        current = self.ledger.get_row(claimed.rec.row_id)
+        if current is None:
+            return None
+        same_attempt = current.attempt == claimed.rec.attempt
+        if current.state is not CallState.IN_DOUBT or not same_attempt:
+            self.ledger.note(
+                current,
+                "late_outcome_discarded",
+                actor=this_owner(),
+                detail={"attempt": claimed.rec.attempt, "kind": ran.end.value},
+            )
+            return None
+        if ran.end is RunEnd.OK:
+            kept = self._keep(claimed.rec.tool, claimed.info.arguments, ran.value)
+            reason = "the tool returned after its call was judged in doubt" + (
+                "; its result has no JSON form, only its type and size are kept"
+                if kept.code else ""
+            )
+            tr = self.ledger.finish(
+                current, Event.SETTLE_SUCCEEDED, actor=this_owner(), code=R.LATE_OUTCOME,
+                reason=reason, result=kept.stored,
+            )
+        elif ran.end is RunEnd.ERROR:
+            tr = self.ledger.finish(
+                current,
+                Event.SETTLE_FAILED,
+                actor=this_owner(),
+                code=R.LATE_OUTCOME,
+                reason="the tool raised after its call was judged in doubt",
+                error=self._error(claimed.rec.tool, claimed.info.arguments, ran.exc),
+            )
+        else:
+            return None
+        return tr.record if tr.won else None
+
+    def settle(
+        self,
+        rec: CallRecord,
+        status: Reconciliation,
+        *,
+        actor: str,
+        code: ReasonCode,
+        reason: str,
+        result: StoredResult | None = None,
+        error: Mapping[str, str] | None = None,
+    ) -> Transition:
+        """Settle an in-doubt call as a reconcile hook or an operator found it: the
+        write happened (``result`` kept), failed (``error`` kept), or did not happen
+        (runnable again)."""
+        event = SETTLED[status]
+        if event is Event.RETRY:
+            return self.ledger.transition(rec, event, actor=actor, code=code, reason=reason)
+        return self.ledger.finish(
+            rec, event, actor=actor, code=code, reason=reason, result=result,
+            error=dict(error) if error is not None else None,
+        )
+
+    def kept_for(self, rec: CallRecord, result: Any) -> StoredResult:
+        """A result reported for ``rec`` by someone other than its tool run (a reconcile
+        hook), kept as a tool's own result is."""
+        return self._keep(rec.tool, self.decider.info(rec).arguments, result).stored
+
+    # ------------------------------------------------------------ what is kept
+
+    def _keep(self, tool: str, arguments: Mapping[str, Any] | None, value: Any) -> KeptResult:
+        return keep_result(value, self.max_result_bytes, self._scrub(tool, arguments))
+
+    def _error(
+        self, tool: str, arguments: Mapping[str, Any] | None, exc: BaseException | None
+    ) -> dict[str, str] | None:
+        if exc is None:
+            return None
+        scrub = self._scrub(tool, arguments)
+        return describe_error(exc, arguments, scrub.secrets if scrub is not None else None)
+
+    def cleaned(self, rec: CallRecord, message: object) -> str:
+        """A message reported for ``rec`` (a reconcile hook's error), as it may be stored."""
+        args = self.decider.info(rec).arguments
+        scrub = self._scrub(rec.tool, args)
+        return clean_message(message, args, scrub.secrets if scrub else None, 300)
+
+    def _scrub(self, tool: str, arguments: Mapping[str, Any] | None) -> OutcomeScrub | None:
+        """What the policy redacts of a call, to be kept out of its result and error."""
+        if self.rules is None:
+            return None
+        policy = self.rules.policy
+        key = self.keys.key
+        return OutcomeScrub.build(
+            arguments,
+            policy.redaction_rules(tool),
+            policy.result_redaction_rules(tool),
+            key=key.digest_key if key is not None else None,
+        )

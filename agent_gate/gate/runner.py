@@ -1,0 +1,282 @@
+"""The runner: serves a driver's requests (run a tool, ask a reconcile hook) on
+threads or on an event loop, and keeps the claimed call's lease alive meanwhile.
+
+The driver (``driver``) is a generator that does all database work itself and
+yields only the two things that differ between sync and async callers. This
+module is the one place that differs: ``serve_sync`` runs sync tools on the
+caller's thread (or a daemon thread when the tool has a timeout) and async tools
+under ``asyncio.run``; ``serve_async`` keeps database work off the loop
+(``asyncio.to_thread``) and awaits async tools on it. A tool run ends in one of
+``RunEnd``; what that means for the call is decided by ``finish``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+from agent_gate.gate.errors import GateUsageError, OutcomeUnknown
+from agent_gate.gate.outcome import Outcome
+from agent_gate.heartbeat import LeaseKeeper
+from agent_gate.ledger.lease import this_owner
+from agent_gate.ledger.store import CallRecord, Ledger
+from agent_gate.schema import CallInfo, Tool
+
+__all__ = ["Claimed", "Driver", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]
+
+
+class RunEnd(StrEnum):
+    """What one run of a tool ended in, as the runner saw it."""
+
+    OK = "ok"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+    """The tool raised ``OutcomeUnknown``: it cannot tell whether its write happened."""
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    """KeyboardInterrupt, SystemExit or cancellation while the tool ran."""
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A call this process has committed to ``executing`` and must now run."""
+
+    rec: CallRecord
+    tool: Tool
+    validated: Mapping[str, Any] | BaseModel
+    info: CallInfo
+    call_id: str
+    duplicate_of: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    end: RunEnd
+    value: Any = None
+    exc: BaseException | None = None
+    pending: Future[Ran] | None = None
+    """A sync tool still running on its thread after a timeout or interruption: its
+    eventual outcome settles the call late, once the in-doubt state is committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunTool:
+    """Driver request: run the claimed call's tool; answered with a ``Ran``."""
+
+    claimed: Claimed
+
+
+@dataclass(frozen=True, slots=True)
+class Reconcile:
+    """Driver request: ask a reconcile hook; answered with its answer or ``HookFailed``."""
+
+    hook: Callable[[CallInfo], Any]
+    info: CallInfo
+
+
+@dataclass(frozen=True, slots=True)
+class HookFailed:
+    exc: BaseException
+
+
+Request = RunTool | Reconcile
+Driver = Generator[Request, Any, Outcome]
+
+_current: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar(
+    "agent_gate_current_call", default=None
+)
+
+
+def current_call() -> CallInfo:
+    """The call the running tool serves; ``idempotency_key`` is for downstream APIs."""
+    info = _current.get()
+    if info is None:
+        raise GateUsageError("current_call() is only available inside a tool run by the gate")
+    return info
+
+
+def loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def refuse_async_in_loop(tool: Tool) -> None:
+    """A sync entry point cannot await an async tool while a loop runs on this thread."""
+    if tool.is_async and loop_running():
+        raise GateUsageError(
+            f"tool {tool.name!r} is async and an event loop is running: use aexecute"
+        )
+
+
+class Runner:
+    """Serves drivers; ``finish`` commits what a tool run produced (see ``finish``)."""
+
+    def __init__(
+        self, ledger: Ledger, lease_ms: int, finish: Callable[[Claimed, Ran], Outcome]
+    ) -> None:
+        self.ledger = ledger
+        self.lease_ms = lease_ms
+        self.finish = finish
+        self._leases: LeaseKeeper[CallRecord] = LeaseKeeper(
+            self._renew, max(lease_ms / 3000, 0.05)
+        )
+
+    def _renew(self, rec: CallRecord) -> bool:
+        return self.ledger.renew(rec, owner=this_owner(), lease_ms=self.lease_ms)
+
+    # ------------------------------------------------------------ serving drivers
+
+    def serve_sync(self, gen: Driver) -> Outcome:
+        answer: Any = None
+        try:
+            while True:
+                request = gen.send(answer)
+                if isinstance(request, RunTool):
+                    answer = self._run_sync(request.claimed)
+                else:
+                    answer = _reconcile_sync(request)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def serve_async(self, gen: Driver) -> Outcome:
+        answer: Any = None
+        while True:
+            done, value = await asyncio.to_thread(_step, gen, answer)
+            if done:
+                return value  # type: ignore[no-any-return]
+            if isinstance(value, RunTool):
+                answer = await self._run_async(value.claimed)
+            else:
+                answer = await _reconcile_async(value)
+
+    # ------------------------------------------------------------ running tools
+
+    def _run_sync(self, claimed: Claimed) -> Ran:
+        tool, timeout = claimed.tool, claimed.tool.spec.timeout
+        halt = self._leases.hold(claimed.rec)
+        future: Future[Ran] | None = None
+        try:
+            if tool.is_async:
+                return asyncio.run(_invoke_async(claimed))
+            if timeout is None:
+                token = _current.set(claimed.info)
+                try:
+                    return _invoke(claimed)
+                finally:
+                    _current.reset(token)
+            future = _start_thread(claimed)
+            try:
+                return future.result(timeout=timeout)
+            except TimeoutError:
+                return Ran(RunEnd.TIMEOUT, pending=future)
+        except BaseException as exc:
+            # KeyboardInterrupt / SystemExit while the tool ran: record the doubt,
+            # then let the interruption continue.
+            self.finish(claimed, Ran(RunEnd.INTERRUPTED, exc=exc, pending=future))
+            raise
+        finally:
+            halt()
+
+    async def _run_async(self, claimed: Claimed) -> Ran:
+        tool, timeout = claimed.tool, claimed.tool.spec.timeout
+        halt = self._leases.hold(claimed.rec)
+        future: Future[Ran] | None = None
+        try:
+            if tool.is_async:
+                return await _invoke_async(claimed)
+            future = _start_thread(claimed)
+            try:
+                return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
+            except TimeoutError:
+                return Ran(RunEnd.TIMEOUT, pending=future)
+        except asyncio.CancelledError as exc:
+            interrupted = Ran(RunEnd.INTERRUPTED, exc=exc, pending=future)
+            await asyncio.to_thread(self.finish, claimed, interrupted)
+            raise
+        finally:
+            halt()
+
+
+def _invoke(claimed: Claimed) -> Ran:
+    """Run a sync tool here; what it raised is its outcome, never the caller's error."""
+    try:
+        return Ran(RunEnd.OK, claimed.tool.invoke(claimed.validated))
+    except OutcomeUnknown as exc:
+        return Ran(RunEnd.UNKNOWN, exc=exc)
+    except Exception as exc:
+        return Ran(RunEnd.ERROR, exc=exc)
+
+
+async def _invoke_async(claimed: Claimed) -> Ran:
+    token = _current.set(claimed.info)
+    try:
+        awaitable: Awaitable[Any] = claimed.tool.invoke(claimed.validated)
+        value = await asyncio.wait_for(awaitable, claimed.tool.spec.timeout)
+        return Ran(RunEnd.OK, value)
+    except TimeoutError:
+        return Ran(RunEnd.TIMEOUT)
+    except OutcomeUnknown as exc:
+        return Ran(RunEnd.UNKNOWN, exc=exc)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return Ran(RunEnd.ERROR, exc=exc)
+    finally:
+        _current.reset(token)
+
+
+def _start_thread(claimed: Claimed) -> Future[Ran]:
+    """Run a sync tool on its own daemon thread, so a timeout can stop waiting."""
+    future: Future[Ran] = Future()
+    ctx = contextvars.copy_context()
+
+    def target() -> None:
+        _current.set(claimed.info)
+        try:
+            future.set_result(_invoke(claimed))
+        except BaseException as exc:
+            future.set_result(Ran(RunEnd.ERROR, exc=exc))
+
+    threading.Thread(
+        target=ctx.run, args=(target,), name=f"agent-gate-{claimed.tool.name}", daemon=True
+    ).start()
+    return future
+
+
+def _reconcile_sync(request: Reconcile) -> Any:
+    try:
+        answer = request.hook(request.info)
+        if asyncio.iscoroutine(answer):
+            answer = asyncio.run(answer)
+        return answer
+    except Exception as exc:
+        return HookFailed(exc)
+
+
+async def _reconcile_async(request: Reconcile) -> Any:
+    try:
+        answer = request.hook(request.info)
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        return answer
+    except Exception as exc:
+        return HookFailed(exc)
+
+
+def _step(gen: Driver, answer: Any) -> tuple[bool, Any]:
+    """Advance the driver once; StopIteration cannot cross a thread into a future."""
+    try:
+        return False, gen.send(answer)
+    except StopIteration as stop:
+        return True, stop.value
