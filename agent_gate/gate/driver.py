@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -81,24 +82,16 @@ def _normalize_verdict(value: Any) -> Reconciled:
     return Reconciled(Reconciliation(raw))
 
 
+@dataclass(frozen=True, slots=True)
 class CallDriver:
     """Drives calls for one gate: its tools, ledger, decisions and lease length."""
 
-    def __init__(
-        self,
-        tools: ToolRegistry,
-        ledger: Ledger,
-        decider: Decider,
-        keys: Arguments,
-        finisher: Finisher,
-        lease_ms: int,
-    ) -> None:
-        self.tools = tools
-        self.ledger = ledger
-        self.decider = decider
-        self.keys = keys
-        self.finisher = finisher
-        self.lease_ms = lease_ms
+    tools: ToolRegistry
+    ledger: Ledger
+    decider: Decider
+    keys: Arguments
+    finisher: Finisher
+    lease_ms: int
 
     @property
     def rules(self) -> PolicyAuthorizer | None:

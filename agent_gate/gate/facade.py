@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from agent_gate.accumulate import Accumulator, DispatchMode
 from agent_gate.authorize import PolicyAuthorizer
@@ -52,7 +52,9 @@ __all__ = [
     "DEFAULT_APPROVAL_TTL",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_RESULT_BYTES",
+    "CallOptions",
     "Gate",
+    "RunOptions",
 ]
 
 DEFAULT_LEASE_SECONDS = 30.0
@@ -62,6 +64,39 @@ DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 
 Dispatch = Callable[[str], DispatchMode] | DispatchMode | None
 AnyAccumulator = Accumulator | DetectingAccumulator
+CallLike = ToolCall | Mapping[str, Any]
+
+
+class CallOptions(TypedDict, total=False):
+    """Who calls are made for, in ``execute``, ``run`` and their async twins.
+
+    ``principal`` (who the agent acts for) and ``scope`` (what the task may touch)
+    default to the gate's; they are bound to the task the first time they are given,
+    and a different one later is a ``TaskContextConflict``.
+    """
+
+    principal: Principal | None
+    scope: TaskScope | None
+
+
+class RunOptions(CallOptions, total=False):
+    """``CallOptions`` plus how ``run``/``arun`` read the stream.
+
+    ``dispatch``: when a call may run (a ``DispatchMode`` or a function of the tool
+    name; the policy's write class always wins). ``accumulator``: one the caller
+    holds (see ``Gate.accumulator_for``), so that a reconnecting transport can tell
+    it a new connection began and replayed events are recognised as such.
+    """
+
+    dispatch: Dispatch
+    accumulator: AnyAccumulator | None
+
+
+def _checked(options: Mapping[str, Any], allowed: type, method: str) -> None:
+    """Keyword options are a TypedDict: refuse a misspelled one as Python would."""
+    unknown = sorted(set(options) - allowed.__optional_keys__)  # type: ignore[attr-defined]
+    if unknown:
+        raise TypeError(f"Gate.{method}() got an unexpected keyword argument {unknown[0]!r}")
 
 
 class Gate:
@@ -118,7 +153,7 @@ class Gate:
             self.close()
             raise
         self._decider = Decider(tools, policy, self._keys, self.ledger)
-        finisher = Finisher(self.ledger, self._decider, self._keys, self.rules, max_result_bytes)
+        finisher = Finisher(self.ledger, self._decider, self._keys, max_result_bytes)
         self._finisher = finisher
         self._driver = CallDriver(
             tools, self.ledger, self._decider, self._keys, finisher, self.lease_ms
@@ -153,43 +188,21 @@ class Gate:
 
     # ------------------------------------------------------------ one call
 
-    def execute(
-        self,
-        task_id: str,
-        call: ToolCall | Mapping[str, Any],
-        *,
-        principal: Principal | None = None,
-        scope: TaskScope | None = None,
-    ) -> Outcome:
-        """Run ``call`` for ``task_id`` unless the ledger says it ran, runs, or may not.
-
-        ``principal`` (who the agent acts for) and ``scope`` (what the task may touch)
-        default to the gate's; they are bound to the task the first time they are
-        given, and a different one later is a ``TaskContextConflict``.
-        """
-        return self._runner.serve_sync(self._call_driver(task_id, call, principal, scope))
+    def execute(self, task_id: str, call: CallLike, **options: Unpack[CallOptions]) -> Outcome:
+        """Run ``call`` for ``task_id`` unless the ledger says it ran, runs, or may not
+        (``options``: ``principal`` and ``scope``, see ``CallOptions``)."""
+        _checked(options, CallOptions, "execute")
+        return self._runner.serve_sync(self._call_driver(task_id, call, options))
 
     async def aexecute(
-        self,
-        task_id: str,
-        call: ToolCall | Mapping[str, Any],
-        *,
-        principal: Principal | None = None,
-        scope: TaskScope | None = None,
+        self, task_id: str, call: CallLike, **options: Unpack[CallOptions]
     ) -> Outcome:
         """``execute`` for async code: database work off the loop, tools on it."""
-        return await self._runner.serve_async(self._call_driver(task_id, call, principal, scope))
+        _checked(options, CallOptions, "aexecute")
+        return await self._runner.serve_async(self._call_driver(task_id, call, options))
 
-    def _call_driver(
-        self,
-        task_id: str,
-        call: ToolCall | Mapping[str, Any],
-        principal: Principal | None,
-        scope: TaskScope | None,
-    ) -> Driver:
-        return self._driver.drive_call(
-            task_id, as_call(call), None, self._context(principal, scope)
-        )
+    def _call_driver(self, task_id: str, call: CallLike, options: CallOptions) -> Driver:
+        return self._driver.drive_call(task_id, as_call(call), None, self._context(options))
 
     # ------------------------------------------------------------ whole tasks
 
@@ -404,15 +417,8 @@ class Gate:
         return accumulator(provider, dispatch=self._mode_fn(dispatch))
 
     def run(
-        self,
-        events: Iterable[object],
-        *,
-        task_id: str,
-        provider: str,
-        dispatch: Dispatch = None,
-        accumulator: AnyAccumulator | None = None,
-        principal: Principal | None = None,
-        scope: TaskScope | None = None,
+        self, events: Iterable[object], *, task_id: str, provider: str,
+        **options: Unpack[RunOptions],
     ) -> RunResult:
         """Drive a response's events through accumulator and gate, calls as they complete.
 
@@ -420,12 +426,11 @@ class Gate:
         objects of ``provider``'s protocol. A write whose response then ended
         without success is recorded ``incomplete`` and not run. If the event source
         raises, held calls are still recorded as not run before the error propagates.
-        Pass ``accumulator`` (see ``accumulator_for``) when the source reconnects, so
-        that the transport can tell it a new connection began (``reconnected()``)
-        and events the server replays are recognised as such. ``principal`` and
-        ``scope`` as for ``execute``.
+        ``options`` (``RunOptions``): ``dispatch``, ``accumulator`` (pass one, see
+        ``accumulator_for``, when the source reconnects), ``principal``, ``scope``.
         """
-        stream = self._stream(task_id, provider, dispatch, accumulator, principal, scope)
+        _checked(options, RunOptions, "run")
+        stream = self._stream(task_id, provider, options)
         serve = self._runner.serve_sync
         try:
             for event in _events(events, stream):
@@ -436,18 +441,12 @@ class Gate:
         return stream.result()
 
     async def arun(
-        self,
-        events: AsyncIterable[object] | Iterable[object],
-        *,
-        task_id: str,
-        provider: str,
-        dispatch: Dispatch = None,
-        accumulator: AnyAccumulator | None = None,
-        principal: Principal | None = None,
-        scope: TaskScope | None = None,
+        self, events: AsyncIterable[object] | Iterable[object], *, task_id: str, provider: str,
+        **options: Unpack[RunOptions],
     ) -> RunResult:
         """``run`` for async event sources and async tools."""
-        stream = self._stream(task_id, provider, dispatch, accumulator, principal, scope)
+        _checked(options, RunOptions, "arun")
+        stream = self._stream(task_id, provider, options)
         serve = self._runner.serve_async
         try:
             async for event in _aevents(events, stream):
@@ -457,21 +456,14 @@ class Gate:
             await asyncio.to_thread(stream.after)
         return stream.result()
 
-    def _stream(
-        self,
-        task_id: str,
-        provider: str,
-        dispatch: Dispatch,
-        acc: AnyAccumulator | None,
-        principal: Principal | None,
-        scope: TaskScope | None,
-    ) -> StreamRun:
+    def _stream(self, task_id: str, provider: str, options: RunOptions) -> StreamRun:
+        dispatch = options.get("dispatch")
         return StreamRun(
             self._driver,
-            acc or self.accumulator_for(provider, dispatch),
+            options.get("accumulator") or self.accumulator_for(provider, dispatch),
             self._mode_fn(dispatch),
             task_id=task_id,
-            context=self._context(principal, scope),
+            context=self._context(options),
         )
 
     def _mode_fn(self, dispatch: Dispatch) -> Callable[[str], DispatchMode]:
@@ -488,7 +480,8 @@ class Gate:
 
         return mode
 
-    def _context(self, principal: Principal | None, scope: TaskScope | None) -> CallContext:
+    def _context(self, options: CallOptions) -> CallContext:
+        principal, scope = options.get("principal"), options.get("scope")
         return CallContext.of(principal or self.principal, scope or self.scope)
 
 

@@ -13,6 +13,7 @@ policy's redaction (``OutcomeScrub``) and within ``max_result_bytes``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agent_gate.authorize import PolicyAuthorizer
@@ -39,22 +40,18 @@ SETTLED: Mapping[Reconciliation, Event] = {
 """The arrow out of ``in_doubt`` for what a reconcile hook or an operator found."""
 
 
+@dataclass(frozen=True, slots=True)
 class Finisher:
     """Commits outcomes for one gate's ledger and policy."""
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        decider: Decider,
-        keys: Arguments,
-        rules: PolicyAuthorizer | None,
-        max_result_bytes: int,
-    ) -> None:
-        self.ledger = ledger
-        self.decider = decider
-        self.keys = keys
-        self.rules = rules
-        self.max_result_bytes = max_result_bytes
+    ledger: Ledger
+    decider: Decider
+    keys: Arguments
+    max_result_bytes: int
+
+    @property
+    def rules(self) -> PolicyAuthorizer | None:
+        return self.decider.rules
 
     def finish(self, claimed: Claimed, ran: Ran) -> Outcome:
         """Commit what running the tool produced."""

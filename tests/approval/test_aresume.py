@@ -47,3 +47,17 @@ def test_every_sync_entry_point_has_an_async_twin(name: str) -> None:
     assert twin is not None and inspect.iscoroutinefunction(twin), f"Gate.a{name} is missing"
     sync_params = list(inspect.signature(getattr(Gate, name)).parameters)
     assert list(inspect.signature(twin).parameters) == sync_params
+
+
+@pytest.mark.parametrize("name", ["execute", "aexecute", "run", "arun"])
+def test_a_misspelled_option_is_refused_as_python_would(name: str, sqlite_url: str) -> None:
+    from agent_gate import ToolRegistry
+
+    with Gate(ToolRegistry(), sqlite_url, create=True) as g:
+        method = getattr(g, name)
+        args = ("t", {"call_id": "c", "name": "x", "arguments": {}}) if "execute" in name else ([],)
+        kwargs = {} if "execute" in name else {"task_id": "t", "provider": "openai-chat"}
+        with pytest.raises(TypeError, match="unexpected keyword argument 'principle'"):
+            result = method(*args, principle="alice", **kwargs)
+            if inspect.iscoroutine(result):
+                asyncio.run(result)
