@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -54,11 +53,9 @@ from agent_gate.schema import (
 __all__ = ["Authorizer", "Decider", "Decision", "Verdict"]
 
 
-class Verdict(StrEnum):
-    ALLOW = "allow"
-    DENY = "deny"
-    APPROVE = "approve"
-    """Needs a human approval before it may run."""
+Verdict = DecisionEffect
+"""A custom ``Authorizer``'s verdict: the policy's own ``allow``/``approve``/``deny``
+(one enum for what a decision says, whoever decides)."""
 
 
 @dataclass(frozen=True, slots=True)
