@@ -1,5 +1,12 @@
 """agent-gate: strict SSE framing, complete tool calls, policy checks and an
-at-most-once ledger between a streaming LLM response and an agent's tools."""
+at-most-once ledger between a streaming LLM response and an agent's tools.
+
+The names below are the curated public API (pinned by ``tests/test_public_api.py``):
+what an application needs to gate its tools, read a stream, write a policy and
+catch what the gate refuses. Everything else is reachable from its subpackage
+(``agent_gate.sse``, ``agent_gate.providers``, ``agent_gate.policy``,
+``agent_gate.ledger``, ``agent_gate.transport``), whose ``__all__`` is its own API.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +16,68 @@ from typing import TYPE_CHECKING, Any
 from agent_gate.errors import AgentGateError
 
 if TYPE_CHECKING:
+    from agent_gate.accumulate import (
+        AccumulatorError,
+        DispatchMode,
+    )
+    from agent_gate.authorize import (
+        PolicyAuthorizer,
+    )
+    from agent_gate.autodetect import (
+        accumulator,
+    )
+    from agent_gate.calls import (
+        Terminal,
+        ToolCall,
+    )
     from agent_gate.gate import (
+        AmbiguousCall,
+        ApprovalRefused,
         Authorizer,
+        Blocker,
+        CallOptions,
         Decision,
         Gate,
         GateUsageError,
+        NotAwaitingApproval,
         NotInDoubt,
         Outcome,
         OutcomeUnknown,
         ReasonCode,
+        RunOptions,
         RunResult,
         Verdict,
         current_call,
         render_tool_result,
     )
-    from agent_gate.ledger import CallState, Ledger
+    from agent_gate.ledger import (
+        CallState,
+        Ledger,
+    )
+    from agent_gate.ledger.dialect import (
+        LedgerConfigError,
+    )
+    from agent_gate.ledger.seal import (
+        SealKeyMissing,
+    )
+    from agent_gate.ledger.store import (
+        TaskContextConflict,
+    )
+    from agent_gate.live import (
+        arun_live,
+        run_live,
+    )
+    from agent_gate.policy import (
+        Policy,
+        PolicyError,
+        Principal,
+        TaskScope,
+    )
+    from agent_gate.providers.errors import (
+        ProviderError,
+    )
     from agent_gate.schema import (
+        ArgumentsInvalid,
         CallInfo,
         Effect,
         Idempotency,
@@ -33,56 +86,123 @@ if TYPE_CHECKING:
         ToolRegistry,
         ToolSpec,
     )
+    from agent_gate.sse import (
+        ServerSentEvent,
+        SSEDecoder,
+        SSEError,
+    )
+    from agent_gate.transport.errors import (
+        StreamError,
+    )
 
 # Public names resolved on first use, so that ``import agent_gate.sse`` (or the CLI's
 # help) does not pay for jsonschema, pydantic and SQLAlchemy.
 _LAZY: dict[str, str] = {
+    # the gate
+    "Gate": "agent_gate.gate",
+    "CallOptions": "agent_gate.gate",
+    "RunOptions": "agent_gate.gate",
+    "Outcome": "agent_gate.gate",
+    "RunResult": "agent_gate.gate",
+    "Blocker": "agent_gate.gate",
+    "render_tool_result": "agent_gate.gate",
+    "current_call": "agent_gate.gate",
+    "Authorizer": "agent_gate.gate",
+    "Decision": "agent_gate.gate",
+    "Verdict": "agent_gate.gate",
+    "ReasonCode": "agent_gate.gate",
+    "GateUsageError": "agent_gate.gate",
+    "OutcomeUnknown": "agent_gate.gate",
+    "NotInDoubt": "agent_gate.gate",
+    "AmbiguousCall": "agent_gate.gate",
+    "ApprovalRefused": "agent_gate.gate",
+    "NotAwaitingApproval": "agent_gate.gate",
+    # tools
+    "ToolRegistry": "agent_gate.schema",
+    "ToolSpec": "agent_gate.schema",
     "CallInfo": "agent_gate.schema",
     "Effect": "agent_gate.schema",
     "Idempotency": "agent_gate.schema",
     "Reconciled": "agent_gate.schema",
     "Reconciliation": "agent_gate.schema",
-    "ToolRegistry": "agent_gate.schema",
-    "ToolSpec": "agent_gate.schema",
-    "CallState": "agent_gate.ledger",
+    "ArgumentsInvalid": "agent_gate.schema",
+    # policy
+    "Policy": "agent_gate.policy",
+    "Principal": "agent_gate.policy",
+    "TaskScope": "agent_gate.policy",
+    "PolicyError": "agent_gate.policy",
+    "PolicyAuthorizer": "agent_gate.authorize",
+    # the ledger
     "Ledger": "agent_gate.ledger",
-    "Authorizer": "agent_gate.gate",
-    "Decision": "agent_gate.gate",
-    "Gate": "agent_gate.gate",
-    "Outcome": "agent_gate.gate",
-    "OutcomeUnknown": "agent_gate.gate",
-    "RunResult": "agent_gate.gate",
-    "Verdict": "agent_gate.gate",
-    "current_call": "agent_gate.gate",
-    "GateUsageError": "agent_gate.gate",
-    "NotInDoubt": "agent_gate.gate",
-    "ReasonCode": "agent_gate.gate",
-    "render_tool_result": "agent_gate.gate",
+    "CallState": "agent_gate.ledger",
+    "TaskContextConflict": "agent_gate.ledger.store",
+    "LedgerConfigError": "agent_gate.ledger.dialect",
+    "SealKeyMissing": "agent_gate.ledger.seal",
+    # streams
+    "ToolCall": "agent_gate.calls",
+    "Terminal": "agent_gate.calls",
+    "accumulator": "agent_gate.autodetect",
+    "DispatchMode": "agent_gate.accumulate",
+    "AccumulatorError": "agent_gate.accumulate",
+    "ServerSentEvent": "agent_gate.sse",
+    "SSEDecoder": "agent_gate.sse",
+    "SSEError": "agent_gate.sse",
+    "ProviderError": "agent_gate.providers.errors",
+    "StreamError": "agent_gate.transport.errors",
+    "run_live": "agent_gate.live",
+    "arun_live": "agent_gate.live",
 }
 
 __all__ = [
+    "AccumulatorError",
     "AgentGateError",
+    "AmbiguousCall",
+    "ApprovalRefused",
+    "ArgumentsInvalid",
     "Authorizer",
+    "Blocker",
     "CallInfo",
+    "CallOptions",
     "CallState",
     "Decision",
+    "DispatchMode",
     "Effect",
     "Gate",
     "GateUsageError",
     "Idempotency",
     "Ledger",
+    "LedgerConfigError",
+    "NotAwaitingApproval",
     "NotInDoubt",
     "Outcome",
     "OutcomeUnknown",
+    "Policy",
+    "PolicyAuthorizer",
+    "PolicyError",
+    "Principal",
+    "ProviderError",
     "ReasonCode",
     "Reconciled",
     "Reconciliation",
+    "RunOptions",
     "RunResult",
+    "SSEDecoder",
+    "SSEError",
+    "SealKeyMissing",
+    "ServerSentEvent",
+    "StreamError",
+    "TaskContextConflict",
+    "TaskScope",
+    "Terminal",
+    "ToolCall",
     "ToolRegistry",
     "ToolSpec",
     "Verdict",
+    "accumulator",
+    "arun_live",
     "current_call",
     "render_tool_result",
+    "run_live",
 ]
 
 

@@ -33,7 +33,9 @@ from agent_gate.gate.facade import (
     DEFAULT_APPROVAL_TTL,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_RESULT_BYTES,
+    CallOptions,
     Gate,
+    RunOptions,
 )
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult
 from agent_gate.gate.reasons import ReasonCode
@@ -48,6 +50,7 @@ __all__ = [
     "ApprovalRefused",
     "Authorizer",
     "Blocker",
+    "CallOptions",
     "Decision",
     "Gate",
     "GateUsageError",
@@ -56,6 +59,7 @@ __all__ = [
     "Outcome",
     "OutcomeUnknown",
     "ReasonCode",
+    "RunOptions",
     "RunResult",
     "Verdict",
     "current_call",

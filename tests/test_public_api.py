@@ -1,0 +1,59 @@
+"""The curated top level (issue 15): what ``from agent_gate import ...`` offers is a
+decision, not an accident; changing it means changing this list on purpose."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import agent_gate
+
+PUBLIC = {
+    # the gate
+    "Gate", "CallOptions", "RunOptions", "Outcome", "RunResult", "Blocker",
+    "render_tool_result", "current_call", "Authorizer", "Decision", "Verdict", "ReasonCode",
+    # tools
+    "ToolRegistry", "ToolSpec", "CallInfo", "Effect", "Idempotency", "Reconciled",
+    "Reconciliation",
+    # policy and the ledger
+    "Policy", "PolicyAuthorizer", "Principal", "TaskScope", "Ledger", "CallState",
+    # streams
+    "ToolCall", "Terminal", "accumulator", "DispatchMode", "ServerSentEvent", "SSEDecoder",
+    "run_live", "arun_live",
+    # what the gate refuses, by family
+    "AgentGateError", "GateUsageError", "OutcomeUnknown", "NotInDoubt", "AmbiguousCall",
+    "ApprovalRefused", "NotAwaitingApproval", "TaskContextConflict", "ArgumentsInvalid",
+    "PolicyError", "LedgerConfigError", "SealKeyMissing", "AccumulatorError", "SSEError",
+    "ProviderError", "StreamError",
+}
+
+
+def test_the_top_level_is_exactly_the_curated_list() -> None:
+    assert set(agent_gate.__all__) == PUBLIC
+    assert sorted(agent_gate.__all__) == agent_gate.__all__  # one place, kept sorted
+
+
+def test_every_public_name_resolves_and_is_documented() -> None:
+    for name in agent_gate.__all__:
+        value = getattr(agent_gate, name)
+        assert getattr(value, "__doc__", None), f"agent_gate.{name} has no docstring"
+    assert set(dir(agent_gate)) >= PUBLIC
+
+
+def test_every_error_is_an_agent_gate_error() -> None:
+    errors = [getattr(agent_gate, n) for n in PUBLIC if n.endswith(("Error", "Refused"))]
+    errors += [agent_gate.OutcomeUnknown, agent_gate.NotInDoubt, agent_gate.AmbiguousCall,
+               agent_gate.NotAwaitingApproval, agent_gate.TaskContextConflict,
+               agent_gate.ArgumentsInvalid, agent_gate.SealKeyMissing]
+    assert all(issubclass(e, agent_gate.AgentGateError) for e in errors)
+
+
+def test_importing_the_package_or_its_decoder_stays_light() -> None:
+    # The CLI's help and a bare SSE decoder must not pay for the ledger's stack.
+    code = (
+        "import sys, agent_gate, agent_gate.sse; "
+        "heavy = [m for m in ('sqlalchemy', 'pydantic', 'jsonschema') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
