@@ -61,7 +61,7 @@ from agent_gate.autodetect import DetectingAccumulator, accumulator
 from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.heartbeat import LeaseKeeper
-from agent_gate.ledger import approvals, quota
+from agent_gate.ledger import approvals
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.approvals import ApprovalRecord, NotAwaitingApproval
 from agent_gate.ledger.canonical import (
@@ -72,7 +72,7 @@ from agent_gate.ledger.canonical import (
     to_jsonable,
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
-from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN, TaskRow
+from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN
 from agent_gate.ledger.outcome_store import (
     RESULT_UNSTORABLE,
     KeptResult,
@@ -89,6 +89,7 @@ from agent_gate.ledger.store import (
     StoredResult,
     Transition,
 )
+from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, check_depth
 from agent_gate.policy import Decision as PolicyDecision
 from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
@@ -869,14 +870,14 @@ class Gate:
         return self._outcome(tr.record, replayed=False)
 
     def _approver_refusal(
-        self, rec: CallRecord, approver: str, conn: Any | None = None
+        self, rec: CallRecord, approver: str, txn: LedgerTxn | None = None
     ) -> str | None:
         """Why this gate's policy does not let ``approver`` approve ``rec`` (None: it
         does, or there is no policy file to say)."""
         if self.rules is None:
             return None
-        if conn is not None:
-            principal, _ = self._task_context(conn, rec.task_id)
+        if txn is not None:
+            principal, _ = self._task_context(txn, rec.task_id)
             principal_id = principal.id
         else:
             task = self.ledger.task(rec.task_id)
@@ -1719,18 +1720,13 @@ class Gate:
             return self.seal_key.keyed_hash(text)
         return sha256_hex(text)
 
-    def _task_context(self, conn: Any, task_id: str) -> tuple[Principal, TaskScope]:
-        from sqlalchemy import select
-
-        row = conn.execute(
-            select(TaskRow.principal, TaskRow.scope).where(TaskRow.id == task_id)
-        ).first()
-        principal_text, scope_text = (row.principal, row.scope) if row is not None else (None, None)
+    def _task_context(self, txn: LedgerTxn, task_id: str) -> tuple[Principal, TaskScope]:
+        principal_text, scope_text = txn.task_context(task_id)
         return principal_from_json(principal_text), scope_from_json(task_id, scope_text)
 
     def _evaluate_in(
         self,
-        conn: Any,
+        txn: LedgerTxn,
         rec: CallRecord,
         arguments: Mapping[str, Any],
         *,
@@ -1739,20 +1735,18 @@ class Gate:
         """The policy's decision for ``rec`` with the task's bound context and usage now
         (``besides``: without that call row's own charges)."""
         assert self.rules is not None
-        principal, scope = self._task_context(conn, rec.task_id)
-        usage = quota.usage(conn, rec.task_id, self.rules.counters(rec.tool), besides=besides)
+        principal, scope = self._task_context(txn, rec.task_id)
+        usage = txn.usage(rec.task_id, self.rules.counters(rec.tool), besides=besides)
         return self.rules.evaluate(
             rec.tool, arguments, principal=principal, scope=scope, usage=usage
         )
 
     def _evaluate_now(self, rec: CallRecord) -> PolicyDecision:
-        from agent_gate.ledger.dialect import begin_read
-
         arguments, why = self._arguments(rec)
         if arguments is None:
             raise GateUsageError(why or f"call {rec.call_id!r} has no argument object")
-        with begin_read(self.ledger.engine) as conn:
-            return self._evaluate_in(conn, rec, arguments)
+        with self.ledger.reading() as txn:
+            return self._evaluate_in(txn, rec, arguments)
 
     def _policy_ruling(self, conn: Any, rec: CallRecord, *, recheck: bool = False) -> Ruling:
         """The policy's ruling inside the ledger transaction that applies it: for a
@@ -1815,8 +1809,8 @@ class Gate:
         assert arguments is not None
         rules = self.rules
 
-        def decide(conn: Any, current: CallRecord) -> Ruling:
-            approval = approvals.latest(conn, current.row_id)
+        def decide(txn: LedgerTxn, current: CallRecord) -> Ruling:
+            approval = txn.latest_approval(current.row_id)
             problem = approvals.problem(
                 approval,
                 args_hash=self._hash_for(current, arguments),
@@ -1825,13 +1819,13 @@ class Gate:
             )
             if problem is not None or approval is None:
                 return Ruling(None, reason=problem)
-            refusal = self._approver_refusal(current, approval.decided_by, conn)
+            refusal = self._approver_refusal(current, approval.decided_by, txn)
             if refusal is not None:
                 refused.append(refusal)
                 return Ruling(
                     None, reason=f"approved, but {refusal}; a permitted approver must approve it"
                 )
-            decision = self._evaluate_in(conn, current, arguments)
+            decision = self._evaluate_in(txn, current, arguments)
             detail, changes, reason = _decision_record(decision)
             if decision.effect is DecisionEffect.DENY:
                 return Ruling(

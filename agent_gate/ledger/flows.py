@@ -356,7 +356,7 @@ def _decided(
                 refused = refuse_unaudited(conn, current, audited_for)
                 if refused is not None:
                     return Transition(False, refused), None
-            ruling = decide(conn, current)
+            ruling = decide(LedgerTxn(conn), current)
             if ruling.event is None:
                 if needs_event:
                     raise ValueError("an authorization ruling must name an event")

@@ -158,7 +158,7 @@ def record(
                 conn, task_id=new.task_id, call_row_id=rec.row_id, call_id=new.call_id,
                 event="received", to_state=_RECEIVED, actor=actor, detail=info, at=now,
             )
-            ruling = decide(conn, rec) if decide is not None else None
+            ruling = decide(LedgerTxn(conn), rec) if decide is not None else None
             if ruling is not None and ruling.event is not None:
                 try:
                     rec = apply_ruling(conn, rec, ruling, actor=actor)
