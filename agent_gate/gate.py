@@ -80,6 +80,7 @@ from agent_gate.ledger.outcome_store import (
     keep_result,
 )
 from agent_gate.ledger.privacy import bound, clean_message, describe_error
+from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.states import TERMINAL, CallState, Event
 from agent_gate.ledger.store import (
     CallRecord,
@@ -162,41 +163,6 @@ class AmbiguousCall(AgentGateError):
 
 class ApprovalRefused(AgentGateError):
     """An approval cannot be given: the policy named for it denies the call."""
-
-
-class ReasonCode(StrEnum):
-    """Machine-readable reasons, stored in ``tool_calls.reason_code``."""
-
-    ALLOWED = "allowed"
-    UNKNOWN_TOOL = "unknown_tool"
-    ARGUMENTS_NOT_OBJECT = "arguments_not_object"
-    ARGUMENTS_NOT_JSON = "arguments_not_json"
-    SCHEMA_INVALID = "schema_invalid"
-    POLICY_DENIED = "policy_denied"
-    AWAITING_APPROVAL = "awaiting_approval"
-    APPROVED = "approved"
-    DENIED_BY_OPERATOR = "denied_by_operator"
-    ARGUMENTS_SEALED = "arguments_sealed"
-    ARGUMENTS_INCOMPLETE = "arguments_incomplete"
-    STREAM_REJECTED = "stream_rejected"
-    RESPONSE_NOT_COMPLETED = "response_not_completed"
-    CONFLICT = "conflict"
-    IN_PROGRESS = "in_progress"
-    OWNER_DEAD = "owner_dead"
-    LEASE_EXPIRED = "lease_expired"
-    OUTCOME_UNKNOWN = "outcome_unknown"
-    TIMEOUT = "timeout"
-    INTERRUPTED = "interrupted"
-    TOOL_ERROR = "tool_error"
-    RECONCILED = "reconciled"
-    RECONCILE_ERROR = "reconcile_error"
-    RETRIED = "retried"
-    RESOLVED = "resolved"
-    LATE_OUTCOME = "late_outcome"
-    TOOL_UNAVAILABLE = "tool_unavailable"
-    IDENTIFIER_UNSTORABLE = "identifier_unstorable"
-    ARGUMENTS_CHANGED = "arguments_changed"
-    ARGUMENTS_TOO_DEEP = "arguments_too_deep"
 
 
 R = ReasonCode

@@ -31,6 +31,7 @@ from agent_gate.ledger.dialect import (
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
+from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
     CALLS,
@@ -541,7 +542,7 @@ def deny(engine: Engine, rec: CallRecord, *, by: str, reason: str | None) -> Tra
             "not awaiting approval"
         )
     tr = transition(
-        engine, rec, Event.DENY, actor=f"operator:{by}", code="denied_by_operator",
+        engine, rec, Event.DENY, actor=f"operator:{by}", code=ReasonCode.DENIED_BY_OPERATOR,
         reason=text, within=remember,
     )
     if not tr.won:
