@@ -44,7 +44,7 @@ from agent_gate.ledger.records import (
     Transition,
     driver_call_record,
 )
-from agent_gate.ledger.states import TERMINAL, CallState, Event, next_state
+from agent_gate.ledger.states import CallState, Event, arrow
 from agent_gate.ledger.txn import LedgerTxn
 
 __all__ = [
@@ -78,10 +78,14 @@ Decide = Callable[[LedgerTxn, CallRecord], Ruling]
 Within = Callable[[Connection, CallRecord], None]
 """Bookkeeping that must commit with a transition or not at all."""
 
-# The hot paths read a member's value as ``_value_`` (a plain attribute; ``.value`` is
-# a property of ``Enum``, and hashing a member calls ``Enum.__hash__`` in Python).
-_TERMINAL_VALUES = frozenset(state.value for state in TERMINAL)
+Lease = tuple[str, int]
+"""(owner, milliseconds by the database clock) of an arrow that takes a lease."""
 _NO_GUARD = Guard()
+_NEW_ATTEMPT: Mapping[str, Any] = {
+    "finished_at": None, "result": None, "result_sha256": None, "result_bytes": None,
+    "error": None,
+}
+"""What ``Effects.new_attempt`` clears: the last attempt's end and outcome."""
 
 
 class Lost(Exception):
@@ -200,13 +204,16 @@ def apply(
     changes: Mapping[str, Any] | None = None,
     guard: Guard | None = None,
     detail: Mapping[str, Any] | None = None,
+    lease: Lease | None = None,
 ) -> CallRecord | None:
     """One compare-and-set and its audit event in ``conn``'s transaction.
 
-    Returns the updated row, or None when the row was no longer at
-    ``rec.state``/``rec.version`` (nothing written).
+    The columns the arrow sets are the table's (``states.ARROWS``): ``lease`` is the
+    (owner, milliseconds) of an arrow that takes one (CLAIM). ``changes`` adds the
+    caller's own (an outcome, the deciding policy). Returns the updated row, or None
+    when the row was no longer at ``rec.state``/``rec.version`` (nothing written).
     """
-    target = next_state(rec.state, event)
+    target, effects = arrow(rec.state, event)
     now = datetime.now(UTC)
     values: dict[str, Any] = {
         "state": target._value_,
@@ -215,10 +222,16 @@ def apply(
         "reason_code": code,
         "reason": bound(reason, MAX_REASON_CHARS) if reason is not None else None,
     }
-    if target is not CallState.EXECUTING:
+    if effects.new_attempt:
+        values.update(_NEW_ATTEMPT, attempt=rec.attempt + 1, started_at=now)
+    if effects.takes_lease:
+        if lease is None:
+            raise ValueError(f"{event.value!r} takes a lease: name its owner and length")
+        values["lease_owner"], values["lease_expires_ms"] = lease[0], DbNowPlus(lease[1])
+    else:
         values["lease_owner"] = None
         values["lease_expires_ms"] = None
-    if target._value_ in _TERMINAL_VALUES:  # target.terminal, without hashing an Enum
+    if effects.finishes:
         values["finished_at"] = now
     values.update(changes or {})
     matched, current = compare_and_set(conn, rec, values, guard or _NO_GUARD)
@@ -260,32 +273,26 @@ def apply_ruling(
     ruling: Ruling,
     *,
     actor: str | None,
-    changes: Mapping[str, Any] | None = None,
+    lease: Lease | None = None,
+    detail: Mapping[str, Any] | None = None,
 ) -> CallRecord:
-    """Apply a decision's arrow; an ``allow`` commits its quota charges with it."""
+    """Apply a decision's arrow and what the table says commits with it: the approval
+    it consumes (APPROVE), the quota charges (ALLOW, APPROVE)."""
     assert ruling.event is not None
     applied = _applied(
         conn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
-        changes=ruling.changes if changes is None else changes, detail=ruling.detail,
+        changes=ruling.changes, detail=ruling.detail if detail is None else detail,
+        lease=lease,
     )
-    if ruling.event is Event.ALLOW and ruling.charges:
+    effects = arrow(rec.state, ruling.event).effects
+    if effects.consumes_approval and (
+        ruling.approval_id is None
+        or not approvals.consume(conn, ruling.approval_id, applied.attempt + 1)
+    ):
+        raise Lost
+    if effects.charges and ruling.charges:
         quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id, amounts=ruling.charges)
     return applied
-
-
-def claim_changes(rec: CallRecord, owner: str, lease_ms: int) -> dict[str, Any]:
-    """The columns of ``authorized -> executing``: a new attempt, leased to ``owner``."""
-    return {
-        "attempt": rec.attempt + 1,
-        "lease_owner": owner,
-        "lease_expires_ms": DbNowPlus(lease_ms),
-        "started_at": datetime.now(UTC),
-        "finished_at": None,
-        "result": None,
-        "result_sha256": None,
-        "result_bytes": None,
-        "error": None,
-    }
 
 
 def refuse_unaudited(conn: Connection, rec: CallRecord, actor: str | None) -> CallRecord | None:
@@ -384,6 +391,7 @@ def transition(
     detail: Mapping[str, Any] | None = None,
     within: Within | None = None,
     audited_only: bool = False,
+    lease: Lease | None = None,
 ) -> Transition:
     """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it."""
     with write(engine) as conn:
@@ -393,7 +401,7 @@ def transition(
                 return Transition(False, refused)
         current = apply(
             conn, rec, event, actor=actor, code=code, reason=reason, changes=changes,
-            guard=guard, detail=detail,
+            guard=guard, detail=detail, lease=lease,
         )
         if current is None:
             return Transition(False, _row(conn, rec.row_id))
@@ -423,20 +431,12 @@ def claim_approved(
             return apply_ruling(conn, current, ruling, actor=owner)
         if ruling.event is not Event.APPROVE or ruling.approval_id is None:
             raise ValueError("an approved claim needs APPROVE and the approval's id")
-        authorized = _applied(
-            conn, current, Event.APPROVE, actor=owner, code=ruling.code,
-            reason=ruling.reason, changes=ruling.changes,
-            detail={**(ruling.detail or {}), "approval_id": ruling.approval_id},
+        approval = {"approval_id": ruling.approval_id}
+        authorized = apply_ruling(
+            conn, current, ruling, actor=owner, detail={**(ruling.detail or {}), **approval}
         )
-        if not approvals.consume(conn, ruling.approval_id, authorized.attempt + 1):
-            raise Lost
-        if ruling.charges:
-            quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id,
-                         amounts=ruling.charges)
         return _applied(
-            conn, authorized, Event.CLAIM, actor=owner,
-            changes=claim_changes(authorized, owner, lease_ms),
-            detail={"approval_id": ruling.approval_id},
+            conn, authorized, Event.CLAIM, actor=owner, lease=(owner, lease_ms), detail=approval
         )
 
     return _decided(engine, rec, decide, then, audited_for=owner)
@@ -448,10 +448,7 @@ def claim_rechecked(
     """``Ledger.claim_rechecked``: ``authorized -> executing`` after a re-check."""
 
     def then(conn: Connection, current: CallRecord, ruling: Ruling) -> CallRecord:
-        changes = dict(ruling.changes)
-        if ruling.event is Event.CLAIM:
-            changes.update(claim_changes(current, owner, lease_ms))
-        return apply_ruling(conn, current, ruling, actor=owner, changes=changes)
+        return apply_ruling(conn, current, ruling, actor=owner, lease=(owner, lease_ms))
 
     return _decided(engine, rec, decide, then, audited_for=owner)
 
@@ -467,8 +464,8 @@ def claim(
 ) -> Transition:
     """``Ledger.claim``: ``authorized -> executing``, a new attempt leased to ``owner``."""
     return transition(
-        engine, rec, Event.CLAIM, actor=owner, within=within,
-        changes=claim_changes(rec, owner, lease_ms), audited_only=trail_checked,
+        engine, rec, Event.CLAIM, actor=owner, within=within, lease=(owner, lease_ms),
+        audited_only=trail_checked,
     )
 
 
