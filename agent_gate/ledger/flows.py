@@ -183,7 +183,7 @@ def compare_and_set(
         return done.rowcount, None
     if not done.rows:
         return 0, None
-    return len(done.rows), driver_call_record(conn.dialect, done.rows[0])
+    return len(done.rows), driver_call_record(conn.dialect, done.rows[0], done.processed)
 
 
 def _row(conn: Connection, row_id: int) -> CallRecord:

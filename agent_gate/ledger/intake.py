@@ -139,9 +139,10 @@ def record(
             inserted = insert_ignore(conn, CALLS, values)
             rec = call_by(conn, task_id=new.task_id, call_id=new.call_id)
         else:
-            inserted = bool(returned)
+            inserted = bool(returned.rows)
             rec = (
-                driver_call_record(conn.dialect, returned[0]) if inserted
+                driver_call_record(conn.dialect, returned.rows[0], returned.processed)
+                if inserted
                 else call_by(conn, task_id=new.task_id, call_id=new.call_id)
             )
         if rec is None:

@@ -39,8 +39,8 @@ def call_by(conn: Connection, **where: Any) -> CallRecord | None:
             *[CALLS.c[k] == bindparam(k, type_=CALLS.c[k].type) for k in keys]
         )
 
-    rows = prepare(conn, ("call_by", keys), build).run(conn, where).rows
-    return driver_call_record(conn.dialect, rows[0]) if rows else None
+    done = prepare(conn, ("call_by", keys), build).run(conn, where)
+    return driver_call_record(conn.dialect, done.rows[0], done.processed) if done.rows else None
 
 
 def find(conn: Connection, call_id: str, task_id: str | None = None) -> list[CallRecord]:

@@ -203,10 +203,15 @@ def call_record(values: Sequence[Any]) -> CallRecord:
     )
 
 
-def driver_call_record(dialect: Dialect, values: Sequence[Any]) -> CallRecord:
-    """``call_record`` for a row straight from the driver (``prepared``): the columns
-    whose type has a result processor for this dialect (SQLite's datetimes) are
-    converted first, as Core would have."""
+def driver_call_record(
+    dialect: Dialect, values: Sequence[Any], processed: bool = False
+) -> CallRecord:
+    """``call_record`` for a row a prepared statement returned (``prepared.Rows``):
+    unless Core already ``processed`` it, the columns whose type has a result
+    processor for this dialect (SQLite's datetimes) are converted first, as Core
+    would have."""
+    if processed:
+        return call_record(values)
     processors = _PROCESSORS.get(dialect.name)
     if processors is None:
         processors = _PROCESSORS.setdefault(

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, update
 
-from agent_gate.ledger import approvals, audit, flows, intake, quota, reads
+from agent_gate.ledger import approvals, audit, backend, flows, intake, quota, reads
 from agent_gate.ledger.dialect import (
     DEFAULT_BUSY_TIMEOUT,
     begin_read,
@@ -82,6 +82,7 @@ class Ledger:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         engine: Engine | None = None,
         create: bool = False,
+        storage: str | None = None,
     ) -> None:
         """Open the ledger at ``url`` (default ``$AGENT_GATE_DB``, else the embedded file).
 
@@ -89,13 +90,21 @@ class Ledger:
         ledger that went missing (deleted, a wrong path, another working directory)
         is not a new one, and starting over would run every call it recorded again
         (``LedgerMissing`` says so). PostgreSQL is never created here.
+
+        ``storage``: ``"core"`` (plain SQLAlchemy Core, the reference) or ``"fast"``
+        (statements on the driver, kept SQLite connections); default
+        ``$AGENT_GATE_LEDGER_BACKEND``, else fast unless ``AGENT_GATE_PURE_PYTHON``
+        (``agent_gate.ledger.backend``).
         """
         self.url = resolve_url(url) if engine is None else str(engine.url)
         if engine is None:
             require_ledger_file(self.url, create=create)
-        self.engine = engine or create_ledger_engine(
-            self.url, busy_timeout=busy_timeout, create=create
-        )
+            engine = create_ledger_engine(
+                self.url, busy_timeout=busy_timeout, create=create, storage=storage
+            )
+        elif storage is not None:
+            backend.choose(engine.dialect, storage)
+        self.engine = engine
         # The SQLite connections kept between transactions (dialect.begin_write) stay
         # checked out, which keeps their engine alive: a ledger nobody closed gives
         # them back when it is collected.
