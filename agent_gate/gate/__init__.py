@@ -38,9 +38,9 @@ from agent_gate.gate.facade import (
     RunOptions,
 )
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult
-from agent_gate.gate.reasons import ReasonCode
 from agent_gate.gate.render import render_tool_result
 from agent_gate.gate.runner import current_call
+from agent_gate.ledger.reasons import ReasonCode
 
 __all__ = [
     "DEFAULT_APPROVAL_TTL",

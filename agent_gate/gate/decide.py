@@ -31,12 +31,12 @@ from pydantic import BaseModel
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_from_json
 from agent_gate.gate.errors import GateUsageError
 from agent_gate.gate.intake import Arguments, stable_key
-from agent_gate.gate.reasons import ReasonCode as R
-from agent_gate.ledger import approvals, quota
-from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger import approvals
 from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import Event
 from agent_gate.ledger.store import CallRecord, Ledger, Ruling
+from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import Decision as PolicyDecision
 from agent_gate.policy import DecisionEffect, Principal, TaskScope
 from agent_gate.schema import (
@@ -212,7 +212,7 @@ class Decider:
             changes=changes,
         )
 
-    def ruling_in(self, txn: Any, rec: CallRecord, early: Ruling | None) -> Ruling | None:
+    def ruling_in(self, txn: LedgerTxn, rec: CallRecord, early: Ruling | None) -> Ruling | None:
         """The decision for a ``received`` row inside a ledger transaction; None when
         it cannot be decided in this process (it stays ``received``)."""
         ruling = self.ruling(rec, early)
@@ -220,7 +220,7 @@ class Decider:
             return self.policy_ruling(txn, rec)
         return ruling if ruling.event is not None else None
 
-    def policy_ruling(self, txn: Any, rec: CallRecord, *, recheck: bool = False) -> Ruling:
+    def policy_ruling(self, txn: LedgerTxn, rec: CallRecord, *, recheck: bool = False) -> Ruling:
         """The policy's ruling inside the ledger transaction that applies it: for a
         ``received`` call (``Ledger.authorize``), or, with ``recheck``, for an
         authorized call being claimed (``Ledger.claim_rechecked``: allowed means
@@ -268,7 +268,7 @@ class Decider:
         ruling = self.ruling(rec, None)
         return ruling if ruling is not None and ruling.event is not None else None
 
-    def recheck(self, txn: Any, current: CallRecord, outside: Ruling | None) -> Ruling:
+    def recheck(self, txn: LedgerTxn, current: CallRecord, outside: Ruling | None) -> Ruling:
         """The ruling of a re-checked claim, inside its transaction (task locked)."""
         if self.keys.intact(current) is False:
             return Ruling(
@@ -289,14 +289,14 @@ class Decider:
         return self.policy_ruling(txn, current, recheck=True)
 
     def approval_ruling(
-        self, txn: Any, current: CallRecord, arguments: Mapping[str, Any], refused: list[str]
+        self, txn: LedgerTxn, current: CallRecord, arguments: Mapping[str, Any], refused: list[str]
     ) -> Ruling:
         """Whether the call's latest approval may be used now, inside the transaction
         that consumes it: bound to these arguments and this policy, unexpired, given
         by a permitted approver, and the policy does not deny the call now.
         ``refused`` collects an approver refusal, which the caller audits."""
         assert self.rules is not None
-        approval = approvals.latest(txn, current.row_id)
+        approval = txn.latest_approval(current.row_id)
         problem = approvals.problem(
             approval,
             args_hash=self.keys.hash_for(current, arguments),
@@ -334,7 +334,7 @@ class Decider:
     # ------------------------------------------------------------ approvers
 
     def approver_refusal(
-        self, rec: CallRecord, approver: str, txn: Any | None = None
+        self, rec: CallRecord, approver: str, txn: LedgerTxn | None = None
     ) -> str | None:
         """Why this gate's policy does not let ``approver`` approve ``rec`` (None: it
         does, or there is no policy file to say)."""
@@ -350,17 +350,15 @@ class Decider:
 
     def evaluate_now(self, rec: CallRecord) -> PolicyDecision:
         """The policy's decision for ``rec`` as the ledger stands (outside a write)."""
-        from agent_gate.ledger.dialect import begin_read
-
         arguments, why = self.keys.of(rec)
         if arguments is None:
             raise GateUsageError(why or f"call {rec.call_id!r} has no argument object")
-        with begin_read(self.ledger.engine) as conn:
-            return self._evaluate_in(conn, rec, arguments)
+        with self.ledger.reading() as txn:
+            return self._evaluate_in(txn, rec, arguments)
 
     def _evaluate_in(
         self,
-        txn: Any,
+        txn: LedgerTxn,
         rec: CallRecord,
         arguments: Mapping[str, Any],
         *,
@@ -370,20 +368,15 @@ class Decider:
         (``besides``: without that call row's own charges)."""
         assert self.rules is not None
         principal, scope = _task_context(txn, rec.task_id)
-        usage = quota.usage(txn, rec.task_id, self.rules.counters(rec.tool), besides=besides)
+        usage = txn.usage(rec.task_id, self.rules.counters(rec.tool), besides=besides)
         return self.rules.evaluate(
             rec.tool, arguments, principal=principal, scope=scope, usage=usage
         )
 
 
-def _task_context(txn: Any, task_id: str) -> tuple[Principal, TaskScope]:
+def _task_context(txn: LedgerTxn, task_id: str) -> tuple[Principal, TaskScope]:
     """The principal and scope bound to a task, read in the caller's transaction."""
-    from sqlalchemy import select
-
-    row = txn.execute(
-        select(TaskRow.principal, TaskRow.scope).where(TaskRow.id == task_id)
-    ).first()
-    principal_text, scope_text = (row.principal, row.scope) if row is not None else (None, None)
+    principal_text, scope_text = txn.task_context(task_id)
     return principal_from_json(principal_text), scope_from_json(task_id, scope_text)
 
 

@@ -36,8 +36,6 @@ from agent_gate.gate.errors import GateUsageError
 from agent_gate.gate.finish import Finisher
 from agent_gate.gate.intake import Arguments, CallContext, admit, check_task_id
 from agent_gate.gate.outcome import Outcome, outcome_of
-from agent_gate.gate.reasons import ReasonCode
-from agent_gate.gate.reasons import ReasonCode as R
 from agent_gate.gate.runner import (
     Claimed,
     Driver,
@@ -49,11 +47,13 @@ from agent_gate.gate.runner import (
 )
 from agent_gate.ledger import approvals
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
-from agent_gate.ledger.states import CallState, Event
+from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.states import LEASE_ENDS, CallState, Event, LeaseEnd
 from agent_gate.ledger.store import CallRecord, Ledger, Ruling, Transition
+from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.schema import Idempotency, Reconciled, Reconciliation, ToolRegistry
 
-__all__ = ["CallDriver", "lease_alive"]
+__all__ = ["CallDriver", "lease_end"]
 
 _MAX_STEPS = 16
 
@@ -66,13 +66,13 @@ _RECONCILED = {
 }
 
 
-def lease_alive(rec: CallRecord) -> tuple[bool, ReasonCode]:
-    """Is the worker that claimed ``rec`` still running it? If not, why not."""
+def lease_end(rec: CallRecord) -> LeaseEnd | None:
+    """Why the worker that claimed ``rec`` no longer runs it; None: it still does."""
     if liveness(rec.lease_owner) is Liveness.DEAD:
-        return False, R.OWNER_DEAD
+        return LeaseEnd.OWNER_DEAD
     if rec.lease_expires_ms is None or rec.lease_expires_ms < now_ms():
-        return False, R.LEASE_EXPIRED
-    return True, R.IN_PROGRESS
+        return LeaseEnd.LEASE_EXPIRED
+    return None
 
 
 def _normalize_verdict(value: Any) -> Reconciled:
@@ -116,7 +116,7 @@ class CallDriver:
         call, early, new = admitted.call, admitted.early, admitted.row
         failed: list[BaseException] = []
 
-        def decide(txn: Any, rec: CallRecord) -> Ruling | None:
+        def decide(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
             # Deciding a call that was just inserted commits with the insert (one
             # commit fewer per call). If deciding fails, the row still commits as
             # ``received`` (as when it was two transactions) and the error is raised
@@ -283,8 +283,8 @@ class CallDriver:
                 ran = yield RunTool(claimed)
                 return self.finisher.finish(claimed, ran)
             if state is CallState.EXECUTING:
-                alive, code = lease_alive(rec)
-                if alive:
+                ended = lease_end(rec)
+                if ended is None:
                     return outcome_of(
                         rec,
                         replayed=True,
@@ -296,11 +296,11 @@ class CallDriver:
                 tr = self.ledger.lose_if_abandoned(
                     rec,
                     actor=this_owner(),
-                    expired_only=code is R.LEASE_EXPIRED,
-                    code=code,
+                    expired_only=ended is LeaseEnd.LEASE_EXPIRED,
+                    code=LEASE_ENDS[ended].code,
                     reason=(
                         "the worker running this call died; whether it took effect is unknown"
-                        if code is R.OWNER_DEAD
+                        if ended is LeaseEnd.OWNER_DEAD
                         else "the worker's lease expired; whether it took effect is unknown"
                     ),
                 )
@@ -468,8 +468,7 @@ class CallDriver:
         if rec.state is CallState.IN_DOUBT:
             return "resolution", rec.reason
         if rec.state is CallState.EXECUTING:
-            alive, _ = lease_alive(rec)
-            if alive:
+            if lease_end(rec) is None:
                 return "nothing", f"running under {rec.lease_owner} (attempt {rec.attempt})"
             return "resolution", "its worker is gone; the next resume marks it in doubt"
         if rec.state is CallState.INCOMPLETE:

@@ -29,12 +29,11 @@ from agent_gate.autodetect import DetectingAccumulator, accumulator
 from agent_gate.calls import ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.gate.decide import Authorizer, Decider
-from agent_gate.gate.driver import CallDriver, lease_alive
+from agent_gate.gate.driver import CallDriver, lease_end
 from agent_gate.gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, NotInDoubt
 from agent_gate.gate.finish import Finisher
 from agent_gate.gate.intake import Arguments, CallContext, as_call
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of
-from agent_gate.gate.reasons import ReasonCode as R
 from agent_gate.gate.runner import Driver, Runner
 from agent_gate.gate.stream import StreamRun
 from agent_gate.ledger import approvals
@@ -43,7 +42,8 @@ from agent_gate.ledger.approvals import ApprovalRecord, NotAwaitingApproval
 from agent_gate.ledger.canonical import to_jsonable
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.privacy import bound
-from agent_gate.ledger.states import TERMINAL, CallState
+from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
 from agent_gate.ledger.store import CallRecord, Ledger, StoredResult
 from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
 from agent_gate.schema import Effect, Reconciliation, ToolRegistry
@@ -350,14 +350,14 @@ class Gate:
             ) from None
         actor = f"operator:{by}" if by else "operator"
         if rec.state is CallState.EXECUTING:
-            alive, code = lease_alive(rec)
-            if alive:
+            ended = lease_end(rec)
+            if ended is None:
                 raise NotInDoubt(f"call {call_id!r} is running under a live lease")
             rec = self.ledger.lose_if_abandoned(
                 rec,
                 actor=actor,
-                expired_only=code is R.LEASE_EXPIRED,
-                code=code,
+                expired_only=ended is LeaseEnd.LEASE_EXPIRED,
+                code=LEASE_ENDS[ended].code,
                 reason="owner gone when an operator resolved it",
             ).record
         if rec.state is not CallState.IN_DOUBT:

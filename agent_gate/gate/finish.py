@@ -20,24 +20,36 @@ from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.gate.decide import Decider
 from agent_gate.gate.intake import Arguments
 from agent_gate.gate.outcome import Outcome, outcome_of
-from agent_gate.gate.reasons import ReasonCode
-from agent_gate.gate.reasons import ReasonCode as R
-from agent_gate.gate.runner import Claimed, Ran, RunEnd
+from agent_gate.gate.runner import Claimed, Ran
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.outcome_store import KeptResult, OutcomeScrub, keep_result
 from agent_gate.ledger.privacy import clean_message, describe_error
-from agent_gate.ledger.states import CallState, Event
+from agent_gate.ledger.reasons import ReasonCode
+from agent_gate.ledger.states import (
+    LATE_RUN_ENDS,
+    RECONCILED,
+    CallState,
+    Event,
+    RunEnd,
+    run_end,
+)
 from agent_gate.ledger.store import CallRecord, Ledger, StoredResult, Transition
 from agent_gate.schema import Effect, Reconciliation
 
-__all__ = ["SETTLED", "Finisher"]
+__all__ = ["Finisher"]
 
-SETTLED: Mapping[Reconciliation, Event] = {
-    Reconciliation.SUCCEEDED: Event.SETTLE_SUCCEEDED,
-    Reconciliation.FAILED: Event.SETTLE_FAILED,
-    Reconciliation.NOT_APPLIED: Event.RETRY,
+_FAILURE_TEXT = {
+    (RunEnd.TIMEOUT, True): "the read timed out after {timeout}s",
+    (RunEnd.TIMEOUT, False): (
+        "the tool did not return within {timeout}s; whether it took effect is unknown"
+    ),
+    (RunEnd.INTERRUPTED, True): (
+        "the worker was interrupted while the tool ran; whether it took effect is unknown"
+    ),
+    (RunEnd.UNKNOWN, True): "the tool reported that it cannot tell whether it took effect",
 }
-"""The arrow out of ``in_doubt`` for what a reconcile hook or an operator found."""
+"""What the audit trail says of a run that did not return (the arrow and code are
+``ledger.states.RUN_ENDS``'s); keyed (end, read), a write's text falling back to a read's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,34 +98,19 @@ class Finisher:
 
     def _failure(
         self, claimed: Claimed, ran: Ran
-    ) -> tuple[Event, ReasonCode, str, dict[str, str] | None]:
-        error = self._error(claimed.rec.tool, claimed.info.arguments, ran.exc)
-        timeout = claimed.tool.spec.timeout
-        if ran.end is RunEnd.ERROR:
-            kind = error["type"] if error else "an error"
-            return Event.FAIL, R.TOOL_ERROR, f"the tool raised {kind}", error
-        if ran.end is RunEnd.TIMEOUT:
-            if self.decider.classes(claimed.tool)[0] is Effect.READ:
-                return Event.FAIL, R.TIMEOUT, f"the read timed out after {timeout}s", None
-            return (
-                Event.LOSE,
-                R.TIMEOUT,
-                f"the tool did not return within {timeout}s; whether it took effect is unknown",
-                None,
-            )
-        if ran.end is RunEnd.INTERRUPTED:
-            return (
-                Event.LOSE,
-                R.INTERRUPTED,
-                "the worker was interrupted while the tool ran; whether it took effect is unknown",
-                error,
-            )
-        return (
-            Event.LOSE,
-            R.OUTCOME_UNKNOWN,
-            "the tool reported that it cannot tell whether it took effect",
-            error,
+    ) -> tuple[Event, ReasonCode | None, str, dict[str, str] | None]:
+        read = self.decider.classes(claimed.tool)[0] is Effect.READ
+        observed = run_end(ran.end, read=read)
+        # A timed-out run's exception is the gate's own, not the tool's: not stored.
+        error = None if ran.end is RunEnd.TIMEOUT else self._error(
+            claimed.rec.tool, claimed.info.arguments, ran.exc
         )
+        if ran.end is RunEnd.ERROR:
+            text = f"the tool raised {error['type'] if error else 'an error'}"
+        else:
+            template = _FAILURE_TEXT.get((ran.end, read)) or _FAILURE_TEXT[(ran.end, True)]
+            text = template.format(timeout=claimed.tool.spec.timeout)
+        return observed.event, observed.code, text, error
 
     def late(self, claimed: Claimed, ran: Ran) -> CallRecord | None:
         """The tool returned after its call was judged in doubt: settle it if still so."""
@@ -129,27 +126,24 @@ class Finisher:
                 detail={"attempt": claimed.rec.attempt, "kind": ran.end.value},
             )
             return None
+        observed = LATE_RUN_ENDS.get(ran.end)
+        if observed is None:
+            return None  # no answer: it stays in doubt
+        result = error = None
         if ran.end is RunEnd.OK:
             kept = self._keep(claimed.rec.tool, claimed.info.arguments, ran.value)
+            result = kept.stored
             reason = "the tool returned after its call was judged in doubt" + (
                 "; its result has no JSON form, only its type and size are kept"
                 if kept.code else ""
             )
-            tr = self.ledger.finish(
-                current, Event.SETTLE_SUCCEEDED, actor=this_owner(), code=R.LATE_OUTCOME,
-                reason=reason, result=kept.stored,
-            )
-        elif ran.end is RunEnd.ERROR:
-            tr = self.ledger.finish(
-                current,
-                Event.SETTLE_FAILED,
-                actor=this_owner(),
-                code=R.LATE_OUTCOME,
-                reason="the tool raised after its call was judged in doubt",
-                error=self._error(claimed.rec.tool, claimed.info.arguments, ran.exc),
-            )
         else:
-            return None
+            error = self._error(claimed.rec.tool, claimed.info.arguments, ran.exc)
+            reason = "the tool raised after its call was judged in doubt"
+        tr = self.ledger.finish(
+            current, observed.event, actor=this_owner(), code=observed.code, reason=reason,
+            result=result, error=error,
+        )
         return tr.record if tr.won else None
 
     def settle(
@@ -166,7 +160,7 @@ class Finisher:
         """Settle an in-doubt call as a reconcile hook or an operator found it: the
         write happened (``result`` kept), failed (``error`` kept), or did not happen
         (runnable again)."""
-        event = SETTLED[status]
+        event = RECONCILED[status.value].event
         if event is Event.RETRY:
             return self.ledger.transition(rec, event, actor=actor, code=code, reason=reason)
         return self.ledger.finish(

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from agent_gate.authorize import PolicyAuthorizer, principal_json, scope_json
 from agent_gate.calls import CallStatus, ToolCall
 from agent_gate.gate.errors import GateUsageError
-from agent_gate.gate.reasons import ReasonCode as R
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.canonical import (
     arguments_hash,
@@ -32,6 +31,7 @@ from agent_gate.ledger.canonical import (
     sha256_hex,
 )
 from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN
+from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import Event
 from agent_gate.ledger.store import NewCall, Ruling
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, check_depth

@@ -18,7 +18,6 @@ import threading
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
@@ -27,22 +26,11 @@ from agent_gate.gate.errors import GateUsageError, OutcomeUnknown
 from agent_gate.gate.outcome import Outcome
 from agent_gate.heartbeat import LeaseKeeper
 from agent_gate.ledger.lease import this_owner
+from agent_gate.ledger.states import RunEnd
 from agent_gate.ledger.store import CallRecord, Ledger
 from agent_gate.schema import CallInfo, Tool
 
 __all__ = ["Claimed", "Driver", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]
-
-
-class RunEnd(StrEnum):
-    """What one run of a tool ended in, as the runner saw it."""
-
-    OK = "ok"
-    ERROR = "error"
-    UNKNOWN = "unknown"
-    """The tool raised ``OutcomeUnknown``: it cannot tell whether its write happened."""
-    TIMEOUT = "timeout"
-    INTERRUPTED = "interrupted"
-    """KeyboardInterrupt, SystemExit or cancellation while the tool ran."""
 
 
 @dataclass(slots=True)

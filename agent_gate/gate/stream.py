@@ -25,9 +25,9 @@ from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.gate.intake import CallContext
 from agent_gate.gate.outcome import Outcome, RunResult
-from agent_gate.gate.reasons import ReasonCode as R
 from agent_gate.gate.runner import Driver
 from agent_gate.ledger.lease import this_owner
+from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import Event
 from agent_gate.ledger.store import Ruling
 

@@ -245,10 +245,11 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
         conn,
         "audit_move_head",
         lambda: update(_HEAD)
-        .where(_HEAD.c.id == bindparam("id"))
+        # Not "id": Core reserves a column's name for the SET clause of an UPDATE.
+        .where(_HEAD.c.id == bindparam("head_id"))
         .values(seq=bindparam("seq", type_=_HEAD.c.seq.type),
                 hash=bindparam("hash", type_=_HEAD.c.hash.type)),
-    ).run(conn, {"id": _HEAD_ID, "seq": seq, "hash": prev})
+    ).run(conn, {"head_id": _HEAD_ID, "seq": seq, "hash": prev})
 
 
 def _record(row: Mapping[str, Any]) -> AuditRecord:

@@ -72,7 +72,10 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import AgentGateError
+from agent_gate.ledger._sa_private import begin_listeners, transaction_watched
+from agent_gate.ledger.backend import choose, is_fast, resolve
 from agent_gate.ledger.prepared import (
+    Rows,
     driver_error,
     observed,
     opened,
@@ -188,21 +191,32 @@ def resolve_url(url: str | URL | None) -> str:
 
 
 def create_ledger_engine(
-    url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, create: bool = True
+    url: str,
+    *,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    create: bool = True,
+    storage: str | None = None,
 ) -> Engine:
     """An engine configured for durable compare-and-set writes on its backend.
 
     ``create=False``: not even its first connection may create a SQLite file (a
     caller that checked ``require_ledger_file`` first keeps that promise under a
-    race with whoever deletes the file).
+    race with whoever deletes the file). ``storage``: ``"core"`` or ``"fast"``, the
+    path statements take (``agent_gate.ledger.backend``; default: its ``default()``).
     """
+    storage = resolve(storage)
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed, busy_timeout, create)
-    if backend == "postgresql":
-        return _postgresql_engine(parsed, busy_timeout)
-    raise LedgerConfigError(f"unsupported ledger backend {backend!r}: use sqlite or postgresql")
+        engine = _sqlite_engine(parsed, busy_timeout, create)
+    elif backend == "postgresql":
+        engine = _postgresql_engine(parsed, busy_timeout)
+    else:
+        raise LedgerConfigError(
+            f"unsupported ledger backend {backend!r}: use sqlite or postgresql"
+        )
+    choose(engine.dialect, storage)
+    return engine
 
 
 class _OpenedFile:
@@ -318,7 +332,7 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
             return  # Core adopts the transaction _sqlite_transaction began on the driver
         opened_file.check()
         sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE_OPTION) else "BEGIN"
-        if observed(conn):
+        if not is_fast(conn.dialect) or observed(conn):
             conn.exec_driver_sql(sql)  # statement listeners and the echo log see it
         else:
             # Every ledger transaction starts here: on the driver it costs a tenth.
@@ -383,14 +397,19 @@ def begin_write(engine: Engine, *, reuse: bool = True) -> AbstractContextManager
     """
     # The SQLite context manager itself, not wrapped in another: three write
     # transactions per gate call.
-    if reuse and engine.dialect.name == "sqlite":
+    if reuse and engine.dialect.name == "sqlite" and is_fast(engine.dialect):
         return _sqlite_transaction(engine, write=True)
     return _pooled_write(engine)
 
 
 @contextmanager
 def _core_transaction(conn: Connection) -> Iterator[None]:
-    """A transaction begun and ended by Core, its statements tracked for ``prepared``."""
+    """A transaction begun and ended by Core, its statements tracked for ``prepared``
+    (on the fast backend; the Core backend's statements need no tracking)."""
+    if not is_fast(conn.dialect):
+        with conn.begin():
+            yield
+        return
     with conn.begin():
         state = track(conn)
         try:
@@ -417,7 +436,7 @@ def begin_read(engine: Engine, *, reuse: bool = True) -> AbstractContextManager[
     statements; REPEATABLE READ READ ONLY pins one snapshot and never blocks writers.
     ``reuse`` as for ``begin_write``.
     """
-    if reuse and engine.dialect.name == "sqlite":
+    if reuse and engine.dialect.name == "sqlite" and is_fast(engine.dialect):
         return _sqlite_transaction(engine, write=False)
     return _pooled_read(engine)
 
@@ -485,25 +504,9 @@ def _core_needed(conn: Connection) -> bool:
     the transaction as they always did. Also when the engine is not one
     ``create_ledger_engine`` made for SQLite (its ``begin`` hook is missing).
     """
-    engine = conn.engine
-    own = engine.__dict__.get(_OWN_BEGIN_ATTR)
-    # A Connection nobody listened on directly has only its engine's listeners
-    # (Core marks one that has its own with ``_has_events``, and asks the same
-    # question before each event): the engine's collections answer it for half the
-    # cost of the connection's joined ones. When unsure, ask the joined ones.
-    dispatch = conn.dispatch if getattr(conn, "_has_events", True) else engine.dispatch
-    begin = dispatch.begin
-    return bool(
-        own is None
-        or len(begin) != 1
-        or own not in begin
-        or dispatch.commit
-        or dispatch.rollback
-        or conn.dialect.dispatch.handle_error
-        or dispatch.before_cursor_execute
-        or dispatch.after_cursor_execute
-        or engine.echo
-    )
+    own = conn.engine.__dict__.get(_OWN_BEGIN_ATTR)
+    begin = begin_listeners(conn)
+    return own is None or len(begin) != 1 or own not in begin or transaction_watched(conn)
 
 
 @contextmanager
@@ -610,12 +613,10 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     return done.rowcount == 1 if name == "sqlite" else bool(done.rows)
 
 
-def insert_returning(
-    conn: Connection, table: Table, values: dict[str, Any]
-) -> list[tuple[Any, ...]] | None:
+def insert_returning(conn: Connection, table: Table, values: dict[str, Any]) -> Rows | None:
     """``insert_ignore`` that also returns the row it inserted: every column of
-    ``table`` in table order, as the driver returns them; ``[]`` when a unique
-    constraint already held a row (nothing inserted).
+    ``table`` in table order (``Rows.processed`` says whether as the driver or as Core
+    returns them); no rows when a unique constraint already held a row.
 
     None when the dialect cannot return rows from an ``INSERT`` (SQLite before 3.35):
     the caller then uses ``insert_ignore`` and reads the row back. With it, recording
@@ -634,7 +635,7 @@ def insert_returning(
         make = sqlite.insert if name == "sqlite" else postgresql.insert
         return make(table).values(row).on_conflict_do_nothing().returning(*table.c)
 
-    return prepare(conn, ("insert_returning", table.name, keys), build).run(conn, values).rows
+    return prepare(conn, ("insert_returning", table.name, keys), build).run(conn, values)
 
 
 def for_update(conn: Connection, stmt: Select[Any]) -> Select[Any]:

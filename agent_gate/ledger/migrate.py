@@ -25,7 +25,6 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
-import agent_gate
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
 
@@ -54,7 +53,9 @@ when Alembic's own command line runs the revisions)."""
 
 def script_location() -> Path:
     """Where the Alembic environment lives, for an installed wheel or a checkout."""
-    package_dir = Path(agent_gate.__file__).resolve().parent
+    # This file is agent_gate/ledger/migrate.py: the package is two levels up (found
+    # by path, not by importing the package root, which would point an arrow upward).
+    package_dir = Path(__file__).resolve().parent.parent
     for candidate in (package_dir / "_migrations", package_dir.parent / "migrations"):
         if (candidate / "env.py").is_file():
             return candidate

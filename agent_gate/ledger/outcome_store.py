@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from agent_gate.ledger.canonical import to_jsonable
 from agent_gate.ledger.privacy import SecretScrubber, bound, safe_text, string_values
-from agent_gate.ledger.store import StoredResult
+from agent_gate.ledger.records import StoredResult
 from agent_gate.policy.paths import iter_matches
 from agent_gate.policy.redaction import RedactionRule, redact_result, scrub_strings
 

@@ -52,7 +52,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.types import TypeEngine
 
+from agent_gate.ledger._sa_private import SQLITE_DATETIME_FORMAT, cursor_watched, storage_format
+from agent_gate.ledger.backend import is_fast
+
 __all__ = [
+    "CoreStatement",
     "Open",
     "Prepared",
     "Rows",
@@ -75,6 +79,22 @@ class Rows(NamedTuple):
 
     rowcount: int
     rows: list[tuple[Any, ...]]
+    processed: bool = False
+    """The values are Core's (result processors applied: ``backend.CORE``), not the
+    driver's (``backend.FAST``; ``result_processors`` converts them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CoreStatement:
+    """``backend.CORE``'s ``Prepared``: the statement built once, run by
+    ``Connection.execute`` with Core's own processing. The reference path."""
+
+    statement: ClauseElement
+
+    def run(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
+        result = conn.execute(self.statement, dict(params))  # type: ignore[call-overload]
+        fetched = [tuple(r) for r in result] if result.returns_rows else []
+        return Rows(result.rowcount, fetched, True)
 
 
 class Open:
@@ -201,10 +221,7 @@ class Prepared:
 def observed(conn: Connection) -> bool:
     """Whether anyone watches ``conn``'s statements: cursor-execute listeners, or
     the engine's ``echo`` (statement logging)."""
-    dispatch = conn.dispatch
-    return bool(
-        dispatch.before_cursor_execute or dispatch.after_cursor_execute or conn.engine.echo
-    )
+    return cursor_watched(conn)
 
 
 def driver_error(
@@ -235,15 +252,29 @@ _CACHE: dict[tuple[str, Hashable], Prepared] = {}
 _CACHE_LOCK = Lock()
 _DIALECT_CACHE = "_agent_gate_prepared"
 """Where a dialect keeps its own view of ``_CACHE`` (found without building a key)."""
+_CORE_CACHE = "_agent_gate_core_statements"
+"""Where a ``backend.CORE`` dialect keeps its built statements."""
 
 
-def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement]) -> Prepared:
-    """The statement ``build()`` makes, compiled for ``conn``'s dialect (cached by ``key``).
+def prepare(
+    conn: Connection, key: Hashable, build: Callable[[], ClauseElement]
+) -> Prepared | CoreStatement:
+    """The statement ``build()`` makes, ready to run on ``conn``'s engine's backend
+    (``backend``): compiled for the dialect (``FAST``), or built once (``CORE``);
+    cached by ``key`` either way.
 
     ``key`` must name everything that shapes the SQL (which columns are set, which
     guards apply): two statements with one key would share one compiled text.
     """
     dialect = conn.dialect
+    if not is_fast(dialect):
+        core: dict[Hashable, CoreStatement] | None = dialect.__dict__.get(_CORE_CACHE)
+        if core is None:
+            core = dialect.__dict__.setdefault(_CORE_CACHE, {})
+        statement = core.get(key)
+        if statement is None:
+            statement = core.setdefault(key, CoreStatement(build()))
+        return statement
     mine: dict[Hashable, Prepared] | None = dialect.__dict__.get(_DIALECT_CACHE)
     if mine is None:
         mine = dialect.__dict__.setdefault(_DIALECT_CACHE, {})
@@ -276,10 +307,6 @@ def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement])
     return prepared
 
 
-_SQLITE_DATETIME_FORMAT = (
-    "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d.%(microsecond)06d"
-)
-"""SQLAlchemy's default storage format of a SQLite ``DATETIME``."""
 _DATETIME_SAMPLES = (
     datetime(1, 1, 1),
     datetime(999, 9, 9, 9, 9, 9, 9),
@@ -303,7 +330,7 @@ def bind_processor(type_: TypeEngine[Any], dialect: Dialect) -> _Processor | Non
     if (
         process is None
         or not isinstance(impl, sqlite.DATETIME)
-        or getattr(impl, "_storage_format", None) != _SQLITE_DATETIME_FORMAT
+        or storage_format(impl) != SQLITE_DATETIME_FORMAT
     ):
         return process
     core: _Processor = process

@@ -48,23 +48,60 @@ Rules that make the table safe under many processes:
 6. Terminal states have no way out: seeing the same call again returns what is
    stored. A late outcome (the owner finished after its lease was judged dead) is a
    SETTLE of ``in_doubt`` for the same attempt, never an overwrite of a newer one.
+
+What each arrow does to the row's other columns is in ``ARROWS`` (``Effects``), and
+the store applies exactly that: every arrow sets ``state``, bumps ``version`` and
+writes the reason; every arrow but CLAIM clears the lease; CLAIM starts a new
+attempt (``attempt + 1``, the lease taken, ``started_at`` now, the previous
+attempt's ``finished_at``/result/error cleared); an arrow into a terminal state
+sets ``finished_at``; ALLOW and APPROVE commit the call's quota charges; APPROVE
+consumes the approval it names; the outcome arrows store a result or an error.
+
+Which arrow follows from what was *observed* is decided here too, never at a call
+site:
+
+* a tool run's end (``RunEnd``) and the tool's effect -> ``RUN_ENDS``: a read that
+  times out FAILs (reading twice is harmless), a write that times out, is
+  interrupted or cannot tell is LOST (``in_doubt``): whether it took effect is
+  unknown. ``LATE_RUN_ENDS``: the same end reported after the call was judged in
+  doubt settles it, or (no answer) leaves it in doubt.
+* a lease's end (``LeaseEnd``: the owner process is dead, or its lease expired)
+  -> ``LEASE_ENDS``: always LOSE, with the reason that says which.
+* a reconcile answer (``agent_gate.schema.Reconciliation``) -> ``RECONCILED``:
+  the write happened (SETTLE_SUCCEEDED), failed (SETTLE_FAILED) or did not happen
+  (RETRY, a new attempt).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import NamedTuple
 
 from agent_gate.errors import AgentGateError
+from agent_gate.ledger.reasons import ReasonCode
 
 __all__ = [
+    "ARROWS",
+    "LATE_RUN_ENDS",
+    "LEASE_ENDS",
+    "RECONCILED",
+    "RUN_ENDS",
     "TERMINAL",
     "TRANSITIONS",
+    "Arrow",
     "CallState",
+    "Effects",
     "Event",
     "IllegalTransition",
+    "LeaseEnd",
+    "Observed",
+    "RunEnd",
+    "arrow",
     "next_state",
+    "run_end",
 ]
 
 
@@ -116,32 +153,157 @@ class Event(StrEnum):
 S = CallState
 E = Event
 
-TRANSITIONS: Mapping[tuple[CallState, Event], CallState] = MappingProxyType(
-    {
-        (S.RECEIVED, E.REJECT): S.REJECTED,
-        (S.RECEIVED, E.ALLOW): S.AUTHORIZED,
-        (S.RECEIVED, E.REQUIRE_APPROVAL): S.AWAITING_APPROVAL,
-        (S.RECEIVED, E.MARK_INCOMPLETE): S.INCOMPLETE,
-        (S.AWAITING_APPROVAL, E.APPROVE): S.AUTHORIZED,
-        (S.AWAITING_APPROVAL, E.DENY): S.REJECTED,
-        (S.AUTHORIZED, E.CLAIM): S.EXECUTING,
-        (S.AUTHORIZED, E.REJECT): S.REJECTED,
-        (S.AUTHORIZED, E.REQUIRE_APPROVAL): S.AWAITING_APPROVAL,
-        (S.EXECUTING, E.SUCCEED): S.SUCCEEDED,
-        (S.EXECUTING, E.FAIL): S.FAILED,
-        (S.EXECUTING, E.LOSE): S.IN_DOUBT,
-        (S.IN_DOUBT, E.RETRY): S.AUTHORIZED,
-        (S.IN_DOUBT, E.SETTLE_SUCCEEDED): S.SUCCEEDED,
-        (S.IN_DOUBT, E.SETTLE_FAILED): S.FAILED,
-    }
-)
-
 TERMINAL: frozenset[CallState] = frozenset(
     {S.SUCCEEDED, S.FAILED, S.REJECTED, S.INCOMPLETE}
 )
 """States no event leaves. ``in_doubt`` is *not* terminal: it waits to be settled."""
 
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What an arrow does to a row's columns besides ``state``, ``version`` and the
+    reason (which every arrow writes)."""
+
+    takes_lease: bool = False
+    """Sets ``lease_owner``/``lease_expires_ms`` (else both are cleared)."""
+    new_attempt: bool = False
+    """``attempt + 1``, ``started_at`` now; the last attempt's ``finished_at``,
+    ``result*`` and ``error`` cleared."""
+    finishes: bool = False
+    """Sets ``finished_at`` (the arrow ends in a terminal state)."""
+    charges: bool = False
+    """Commits the call's quota charges with the arrow."""
+    consumes_approval: bool = False
+    """Uses up the approval the ruling names (``approvals.consume``)."""
+    outcome: bool = False
+    """Stores what the tool (or whoever settled it) reported: ``result*`` or ``error``."""
+
+
+class Arrow(NamedTuple):
+    """One legal transition: where it leads and what it does to the row."""
+
+    target: CallState
+    effects: Effects
+
+
+_MOVE = Effects()
+_END = Effects(finishes=True)
+_RUN = Effects(takes_lease=True, new_attempt=True)
+_OUTCOME = Effects(finishes=True, outcome=True)
+
+ARROWS: Mapping[tuple[CallState, Event], Arrow] = MappingProxyType(
+    {
+        (S.RECEIVED, E.REJECT): Arrow(S.REJECTED, _END),
+        (S.RECEIVED, E.ALLOW): Arrow(S.AUTHORIZED, Effects(charges=True)),
+        (S.RECEIVED, E.REQUIRE_APPROVAL): Arrow(S.AWAITING_APPROVAL, _MOVE),
+        (S.RECEIVED, E.MARK_INCOMPLETE): Arrow(S.INCOMPLETE, _END),
+        (S.AWAITING_APPROVAL, E.APPROVE): Arrow(
+            S.AUTHORIZED, Effects(charges=True, consumes_approval=True)
+        ),
+        (S.AWAITING_APPROVAL, E.DENY): Arrow(S.REJECTED, _END),
+        (S.AUTHORIZED, E.CLAIM): Arrow(S.EXECUTING, _RUN),
+        (S.AUTHORIZED, E.REJECT): Arrow(S.REJECTED, _END),
+        (S.AUTHORIZED, E.REQUIRE_APPROVAL): Arrow(S.AWAITING_APPROVAL, _MOVE),
+        (S.EXECUTING, E.SUCCEED): Arrow(S.SUCCEEDED, _OUTCOME),
+        (S.EXECUTING, E.FAIL): Arrow(S.FAILED, _OUTCOME),
+        (S.EXECUTING, E.LOSE): Arrow(S.IN_DOUBT, Effects(outcome=True)),
+        (S.IN_DOUBT, E.RETRY): Arrow(S.AUTHORIZED, _MOVE),
+        (S.IN_DOUBT, E.SETTLE_SUCCEEDED): Arrow(S.SUCCEEDED, _OUTCOME),
+        (S.IN_DOUBT, E.SETTLE_FAILED): Arrow(S.FAILED, _OUTCOME),
+    }
+)
+"""Every legal arrow with its column effects; ``TRANSITIONS`` is its state view."""
+
+TRANSITIONS: Mapping[tuple[CallState, Event], CallState] = MappingProxyType(
+    {key: arrow.target for key, arrow in ARROWS.items()}
+)
+"""The legal arrows: (state, event) -> the state it leads to."""
+
 del S, E
+
+
+# ------------------------------------------------------------ what was observed
+
+
+class Observed(NamedTuple):
+    """The arrow an observation calls for, and the reason code it is recorded with."""
+
+    event: Event
+    code: ReasonCode | None
+
+
+class RunEnd(StrEnum):
+    """How one run of a tool ended, as the worker that ran it saw it."""
+
+    OK = "ok"
+    """It returned a value."""
+    ERROR = "error"
+    """It raised: it ran, and failed."""
+    UNKNOWN = "unknown"
+    """It says it cannot tell whether it took effect."""
+    TIMEOUT = "timeout"
+    """It did not return within its timeout."""
+    INTERRUPTED = "interrupted"
+    """The worker was interrupted (cancelled, a signal) while it ran."""
+
+
+RUN_ENDS: Mapping[tuple[RunEnd, bool], Observed] = MappingProxyType(
+    {
+        # (how the run ended, the tool only reads) -> arrow from ``executing``
+        (RunEnd.OK, True): Observed(Event.SUCCEED, None),
+        (RunEnd.OK, False): Observed(Event.SUCCEED, None),
+        (RunEnd.ERROR, True): Observed(Event.FAIL, ReasonCode.TOOL_ERROR),
+        (RunEnd.ERROR, False): Observed(Event.FAIL, ReasonCode.TOOL_ERROR),
+        # A read that timed out did nothing worth doubting; a write may have landed.
+        (RunEnd.TIMEOUT, True): Observed(Event.FAIL, ReasonCode.TIMEOUT),
+        (RunEnd.TIMEOUT, False): Observed(Event.LOSE, ReasonCode.TIMEOUT),
+        (RunEnd.INTERRUPTED, True): Observed(Event.LOSE, ReasonCode.INTERRUPTED),
+        (RunEnd.INTERRUPTED, False): Observed(Event.LOSE, ReasonCode.INTERRUPTED),
+        (RunEnd.UNKNOWN, True): Observed(Event.LOSE, ReasonCode.OUTCOME_UNKNOWN),
+        (RunEnd.UNKNOWN, False): Observed(Event.LOSE, ReasonCode.OUTCOME_UNKNOWN),
+    }
+)
+"""A run's end -> the arrow out of ``executing``. ``OK``'s code is the kept result's
+own (None, or why only the result's type and size were kept)."""
+
+LATE_RUN_ENDS: Mapping[RunEnd, Observed] = MappingProxyType(
+    {
+        RunEnd.OK: Observed(Event.SETTLE_SUCCEEDED, ReasonCode.LATE_OUTCOME),
+        RunEnd.ERROR: Observed(Event.SETTLE_FAILED, ReasonCode.LATE_OUTCOME),
+    }
+)
+"""A run's end reported after its call was judged in doubt (same attempt) -> the
+arrow out of ``in_doubt``; an end not here leaves the call in doubt."""
+
+
+class LeaseEnd(StrEnum):
+    """Why a running call's lease is over although its owner never reported."""
+
+    OWNER_DEAD = "owner_dead"
+    """The owner process is gone (same host, its pid no longer runs)."""
+    LEASE_EXPIRED = "lease_expired"
+    """The owner stopped renewing: the expiry passed by the database clock."""
+
+
+LEASE_ENDS: Mapping[LeaseEnd, Observed] = MappingProxyType(
+    {
+        LeaseEnd.OWNER_DEAD: Observed(Event.LOSE, ReasonCode.OWNER_DEAD),
+        LeaseEnd.LEASE_EXPIRED: Observed(Event.LOSE, ReasonCode.LEASE_EXPIRED),
+    }
+)
+"""A lease's end -> the arrow out of ``executing``: never a re-run, always in doubt."""
+
+RECONCILED: Mapping[str, Observed] = MappingProxyType(
+    {
+        "succeeded": Observed(Event.SETTLE_SUCCEEDED, ReasonCode.RECONCILED),
+        "failed": Observed(Event.SETTLE_FAILED, ReasonCode.RECONCILED),
+        "not_applied": Observed(Event.RETRY, ReasonCode.RECONCILED),
+    }
+)
+"""A reconcile hook's answer (``agent_gate.schema.Reconciliation``, a ``StrEnum``, so
+its members are these keys) -> the arrow out of ``in_doubt``. Keyed by value so
+that the ledger does not import the tool layer. An operator's answer
+(``Gate.resolve``) takes the same arrow with ``ReasonCode.RESOLVED``."""
 
 
 class IllegalTransition(AgentGateError):
@@ -161,6 +323,21 @@ def next_state(state: CallState, event: Event) -> CallState:
         raise IllegalTransition(state, event) from None
 
 
+def arrow(state: CallState, event: Event) -> Arrow:
+    """The arrow ``event`` takes from ``state`` (target and column effects), or
+    ``IllegalTransition``."""
+    try:
+        return ARROWS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(state, event) from None
+
+
+def run_end(end: RunEnd, *, read: bool) -> Observed:
+    """The arrow out of ``executing`` for a run that ended so (``read``: the tool's
+    effect, after the policy's overrides, is a read)."""
+    return RUN_ENDS[(end, read)]
+
+
 def _check_table() -> None:
     # Terminal states must have no outgoing arrows; every state must be reachable.
     # Checked at import so that an edit to the table cannot ship inconsistent.
@@ -169,6 +346,22 @@ def _check_table() -> None:
         raise AssertionError("a terminal state has an outgoing transition")
     if {CallState.RECEIVED} | set(TRANSITIONS.values()) != set(CallState):
         raise AssertionError("a state cannot be reached")
+    # The column effects agree with the states: only ``executing`` holds a lease, an
+    # arrow finishes exactly when it ends in a terminal state.
+    for (_, event), (target, effects) in ARROWS.items():
+        if effects.takes_lease != (target is CallState.EXECUTING):
+            raise AssertionError(f"{event.value}: a lease is held in executing only")
+        if effects.finishes != (target in TERMINAL):
+            raise AssertionError(f"{event.value}: finished_at is set on terminal arrows only")
+    # Every observation names an arrow the table has from the state it is made in.
+    for observed, source in (
+        *((o, CallState.EXECUTING) for o in RUN_ENDS.values()),
+        *((o, CallState.EXECUTING) for o in LEASE_ENDS.values()),
+        *((o, CallState.IN_DOUBT) for o in LATE_RUN_ENDS.values()),
+        *((o, CallState.IN_DOUBT) for o in RECONCILED.values()),
+    ):
+        if (source, observed.event) not in ARROWS:
+            raise AssertionError(f"no arrow from {source.value} on {observed.event.value}")
 
 
 _check_table()

@@ -1,2 +1,33 @@
 """Ledger tests run on every backend: ``db_url`` comes from ``tests/conftest.py``
-(a fresh SQLite file, or a fresh PostgreSQL schema at head, per test)."""
+(a fresh SQLite file, or a fresh PostgreSQL schema at head, per test).
+
+They also run over both storage paths (``agent_gate.ledger.backend``): the plain
+SQLAlchemy Core reference and the fast driver-level one, chosen through
+``$AGENT_GATE_LEDGER_BACKEND`` so that worker processes a test starts use it too.
+The modules that test the fast path's own machinery run on it alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_gate.ledger.backend import BACKENDS, ENV_BACKEND, FAST
+
+FAST_ONLY = frozenset({"test_fast_paths.py", "test_prepared.py", "test_idle_connections.py"})
+"""Modules about the fast path itself (kept connections, the driver cursor)."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "ledger_storage" in metafunc.fixturenames:
+        only_fast = metafunc.definition.path.name in FAST_ONLY
+        metafunc.parametrize(
+            "ledger_storage", [FAST] if only_fast else list(BACKENDS), indirect=True
+        )
+
+
+@pytest.fixture(autouse=True)
+def ledger_storage(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The storage path every ledger this test opens takes."""
+    storage: str = request.param
+    monkeypatch.setenv(ENV_BACKEND, storage)
+    return storage

@@ -1,4 +1,8 @@
-"""Machine-readable reasons a call is where it is (``tool_calls.reason_code``)."""
+"""Why a call is where it is: the machine-readable codes ``tool_calls.reason_code`` stores.
+
+The ledger owns them because it stores them; the gate, the transition tables in
+``states`` and operators' tools all read the same names.
+"""
 
 from __future__ import annotations
 

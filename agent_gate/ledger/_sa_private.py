@@ -1,0 +1,124 @@
+"""Every use of a SQLAlchemy attribute that is not public API, in one module.
+
+The ledger's fast path (``prepared``, the kept SQLite connections in ``dialect``)
+skips Core's per-statement and per-transaction bookkeeping, which is only safe
+while nobody could notice: no event listener on the connection, no echo. Asking
+that cheaply needs SQLAlchemy internals, and so does one shortcut in writing
+SQLite datetimes. They are all here, each behind a function, and ``problems()``
+checks on a throwaway in-memory engine that each one still exists and means what
+it meant: ``tests/ledger/test_sa_private.py`` fails with the list when a
+SQLAlchemy upgrade breaks one (the reference Core path, ``backend.CORE``, uses
+none of them).
+
+Relied on (SQLAlchemy 2.0 and 2.1):
+
+* ``Connection._has_events``: False when no listener was added to the connection
+  itself, only to its engine (Core asks the same before each event).
+* ``conn.dispatch`` / ``engine.dispatch`` / ``dialect.dispatch``: the listener
+  collections (``begin``, ``commit``, ``rollback``, ``before_cursor_execute``,
+  ``after_cursor_execute``, ``handle_error``), whose truth and membership say who
+  listens.
+* ``sqlite.DATETIME._storage_format``: the ``%``-format SQLite datetimes are
+  written with (``prepared.bind_processor`` writes the same text faster).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.dialects import sqlite
+
+__all__ = [
+    "begin_listeners",
+    "cursor_watched",
+    "problems",
+    "storage_format",
+    "transaction_watched",
+]
+
+
+def _dispatch(conn: Connection) -> Any:
+    # A Connection nobody listened on directly has only its engine's listeners
+    # (Core marks one that has its own with ``_has_events``): the engine's
+    # collections answer for half the cost of the connection's joined ones. When
+    # unsure, ask the joined ones.
+    return conn.dispatch if getattr(conn, "_has_events", True) else conn.engine.dispatch
+
+
+def cursor_watched(conn: Connection) -> bool:
+    """Whether anyone listens for ``conn``'s cursor executions, or the engine echoes."""
+    dispatch = conn.dispatch
+    return bool(
+        dispatch.before_cursor_execute or dispatch.after_cursor_execute or conn.engine.echo
+    )
+
+
+def begin_listeners(conn: Connection) -> Any:
+    """The collection of ``conn``'s ``begin`` listeners (``len``, ``in``)."""
+    return _dispatch(conn).begin
+
+
+def transaction_watched(conn: Connection) -> bool:
+    """Whether anyone listens for ``conn``'s commit, rollback, statements or errors,
+    or the engine echoes (``begin`` listeners are asked by ``begin_listeners``)."""
+    dispatch = _dispatch(conn)
+    return bool(
+        dispatch.commit
+        or dispatch.rollback
+        or conn.dialect.dispatch.handle_error
+        or dispatch.before_cursor_execute
+        or dispatch.after_cursor_execute
+        or conn.engine.echo
+    )
+
+
+def storage_format(impl: Any) -> str | None:
+    """The ``%``-format a SQLite ``DATETIME`` implementation writes with, if known."""
+    value = getattr(impl, "_storage_format", None)
+    return value if isinstance(value, str) else None
+
+
+SQLITE_DATETIME_FORMAT = (
+    "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d.%(microsecond)06d"
+)
+"""SQLAlchemy's default storage format of a SQLite ``DATETIME``."""
+
+
+def problems() -> list[str]:
+    """What of the above this SQLAlchemy no longer has or means; empty when all holds."""
+    found: list[str] = []
+    engine: Engine = create_engine("sqlite://")
+    try:
+        with engine.connect() as conn:
+            if not hasattr(conn, "_has_events"):
+                found.append("Connection._has_events is gone")
+            elif conn._has_events:
+                found.append("Connection._has_events is true with no listener on it")
+            for name in ("begin", "commit", "rollback", "before_cursor_execute",
+                         "after_cursor_execute"):
+                if bool(getattr(conn.dispatch, name, True)):
+                    found.append(f"conn.dispatch.{name} is missing or not empty")
+            if bool(getattr(conn.dialect.dispatch, "handle_error", True)):
+                found.append("dialect.dispatch.handle_error is missing or not empty")
+
+            def on_begin(_conn: Connection) -> None:
+                return None
+
+            event.listen(engine, "begin", on_begin)
+            try:
+                listeners = begin_listeners(conn)
+                if len(listeners) != 1 or on_begin not in listeners:
+                    found.append("an engine's begin listener is not in the connection's")
+            finally:
+                event.remove(engine, "begin", on_begin)
+            event.listen(conn, "commit", on_begin)
+            if not getattr(conn, "_has_events", False) or not transaction_watched(conn):
+                found.append("a listener on the connection is not seen (_has_events)")
+            event.remove(conn, "commit", on_begin)
+        impl = sqlite.DATETIME().dialect_impl(engine.dialect)
+        if storage_format(impl) != SQLITE_DATETIME_FORMAT:
+            found.append("sqlite.DATETIME._storage_format is gone or not the default")
+    finally:
+        engine.dispose()
+    return found

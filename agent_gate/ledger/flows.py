@@ -1,0 +1,608 @@
+"""The ledger's write flows: each one short transaction of compare-and-set updates.
+
+Every change of a call's state goes through ``apply``, which builds its update with
+the one compare-and-set builder (``compare_and_set``: ``UPDATE tool_calls SET ...
+WHERE id=? AND state=? AND version=?`` plus the guard) and appends the audit event
+in the same transaction. The flows differ only in what else commits with the
+arrow: a decision taken with the task locked (``authorize``, ``claim_rechecked``,
+``claim_approved``, all through ``_decided``), an approval consumed, quota charged,
+an answer remembered. ``store.Ledger`` is the facade over these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Connection, Engine, bindparam, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from agent_gate.ledger import approvals, audit, quota
+from agent_gate.ledger.approvals import NotAwaitingApproval
+from agent_gate.ledger.canonical import canonical_json
+from agent_gate.ledger.dialect import (
+    begin_read,
+    begin_write,
+    db_now_ms,
+    for_update,
+)
+from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.reads import call_by
+from agent_gate.ledger.reasons import ReasonCode
+from agent_gate.ledger.records import (
+    CALL_COLUMNS,
+    CALLS,
+    TASKS,
+    CallRecord,
+    DbNowPlus,
+    Guard,
+    Ruling,
+    StoredResult,
+    Transition,
+    driver_call_record,
+)
+from agent_gate.ledger.states import CallState, Event, arrow
+from agent_gate.ledger.txn import LedgerTxn
+
+__all__ = [
+    "MAX_REASON_CHARS",
+    "STATE_NOT_IN_AUDIT",
+    "Decide",
+    "Lost",
+    "apply",
+    "apply_ruling",
+    "approve",
+    "authorize",
+    "claim",
+    "claim_approved",
+    "claim_rechecked",
+    "compare_and_set",
+    "deny",
+    "finish",
+    "lock_task",
+    "lose_if_abandoned",
+    "renew",
+    "transition",
+    "write",
+]
+
+MAX_REASON_CHARS = 900
+STATE_NOT_IN_AUDIT = "state_not_in_audit"
+"""Reason code (and audit event) of a claim refused because the row's state is not
+the one its audit trail last recorded."""
+Decide = Callable[[LedgerTxn, CallRecord], Ruling]
+"""A decision taken inside the transaction that applies it (the task locked)."""
+Within = Callable[[Connection, CallRecord], None]
+"""Bookkeeping that must commit with a transition or not at all."""
+
+Lease = tuple[str, int]
+"""(owner, milliseconds by the database clock) of an arrow that takes a lease."""
+_NO_GUARD = Guard()
+_NEW_ATTEMPT: Mapping[str, Any] = {
+    "finished_at": None, "result": None, "result_sha256": None, "result_bytes": None,
+    "error": None,
+}
+"""What ``Effects.new_attempt`` clears: the last attempt's end and outcome."""
+
+
+class Lost(Exception):
+    """Internal: a compare-and-set inside a multi-step transaction lost; roll back."""
+
+
+# ------------------------------------------------------------ the building blocks
+
+
+@contextmanager
+def write(engine: Engine) -> Iterator[Connection]:
+    """A write transaction whose audit events are linked into the chain at its end."""
+    # audit.staged(conn), inlined: one context manager fewer per transaction.
+    with begin_write(engine) as conn:
+        stage = audit.open_stage(conn)
+        try:
+            yield conn
+            if stage is not None:
+                audit.flush(conn)
+        finally:
+            if stage is not None:
+                audit.close_stage(stage)
+
+
+def lock_task(conn: Connection, task_id: str) -> None:
+    """Serialize the writers of one task until the transaction ends.
+
+    Deciding a call reads the task's quota usage and charges it; taking this lock
+    first makes that read-decide-charge atomic per task on every backend.
+    """
+    prepare(
+        conn,
+        "lock_task",
+        lambda: for_update(conn, select(TASKS.c.id).where(TASKS.c.id == bindparam("id"))),
+    ).run(conn, {"id": task_id})
+
+
+def compare_and_set(
+    conn: Connection, rec: CallRecord, values: Mapping[str, Any], guard: Guard
+) -> tuple[int, CallRecord | None]:
+    """``UPDATE tool_calls SET values WHERE id, state, version (and guard)``.
+
+    The one compare-and-set builder: every arrow and every column-only change of a
+    row the caller saw at ``rec.state``/``rec.version`` goes through it. Returns the
+    number of rows matched and, where the dialect can return them from the update
+    (PostgreSQL; SQLite 3.35+), the row as updated: one statement fewer per
+    transition. Compiled once per set of columns and guard (``prepared``). A
+    ``DbNowPlus`` value is computed by the database.
+    """
+    returning = conn.dialect.update_returning
+    # The columns in the caller's order: a call site always sets them in one order,
+    # so this names one compiled statement per site without sorting on every call.
+    keys = tuple(values)
+    clocked = tuple([k for k, v in values.items() if isinstance(v, DbNowPlus)])
+    owner_guard = guard.owner and guard.lease_owner is not None
+    no_owner = guard.owner and guard.lease_owner is None
+    shape = ("cas", keys, clocked, owner_guard, no_owner, guard.lease_expired, returning)
+
+    def build() -> Any:
+        c = CALLS.c
+        where: list[ColumnElement[bool]] = [
+            c.id == bindparam("w_id", type_=c.id.type),
+            c.state == bindparam("w_state", type_=c.state.type),
+            c.version == bindparam("w_version", type_=c.version.type),
+        ]
+        if owner_guard:
+            where.append(c.lease_owner == bindparam("w_owner", type_=c.lease_owner.type))
+        if no_owner:
+            where.append(c.lease_owner.is_(None))
+        if guard.lease_expired:
+            where.append(c.lease_expires_ms < db_now_ms())
+        sets: dict[str, Any] = {
+            k: (
+                db_now_ms() + bindparam(k, type_=BigInteger())
+                if k in clocked
+                else bindparam(k, type_=c[k].type)
+            )
+            for k in keys
+        }
+        stmt = update(CALLS).where(*where).values(sets)
+        return stmt.returning(*CALL_COLUMNS) if returning else stmt
+
+    params: dict[str, Any] = (
+        {k: (v.ms if isinstance(v, DbNowPlus) else v) for k, v in values.items()}
+        if clocked
+        else dict(values)
+    )
+    params["w_id"] = rec.row_id
+    params["w_state"] = rec.state._value_
+    params["w_version"] = rec.version
+    if owner_guard:
+        params["w_owner"] = guard.lease_owner
+    done = prepare(conn, shape, build).run(conn, params)
+    if not returning:
+        return done.rowcount, None
+    if not done.rows:
+        return 0, None
+    return len(done.rows), driver_call_record(conn.dialect, done.rows[0], done.processed)
+
+
+def _row(conn: Connection, row_id: int) -> CallRecord:
+    current = call_by(conn, id=row_id)
+    if current is None:  # pragma: no cover - rows are never deleted
+        raise RuntimeError(f"ledger row {row_id} vanished")
+    return current
+
+
+def apply(
+    conn: Connection,
+    rec: CallRecord,
+    event: Event,
+    *,
+    actor: str | None = None,
+    code: str | None = None,
+    reason: str | None = None,
+    changes: Mapping[str, Any] | None = None,
+    guard: Guard | None = None,
+    detail: Mapping[str, Any] | None = None,
+    lease: Lease | None = None,
+) -> CallRecord | None:
+    """One compare-and-set and its audit event in ``conn``'s transaction.
+
+    The columns the arrow sets are the table's (``states.ARROWS``): ``lease`` is the
+    (owner, milliseconds) of an arrow that takes one (CLAIM). ``changes`` adds the
+    caller's own (an outcome, the deciding policy). Returns the updated row, or None
+    when the row was no longer at ``rec.state``/``rec.version`` (nothing written).
+    """
+    target, effects = arrow(rec.state, event)
+    now = datetime.now(UTC)
+    values: dict[str, Any] = {
+        "state": target._value_,
+        "version": rec.version + 1,
+        "updated_at": now,
+        "reason_code": code,
+        "reason": bound(reason, MAX_REASON_CHARS) if reason is not None else None,
+    }
+    if effects.new_attempt:
+        values.update(_NEW_ATTEMPT, attempt=rec.attempt + 1, started_at=now)
+    if effects.takes_lease:
+        if lease is None:
+            raise ValueError(f"{event.value!r} takes a lease: name its owner and length")
+        values["lease_owner"], values["lease_expires_ms"] = lease[0], DbNowPlus(lease[1])
+    else:
+        values["lease_owner"] = None
+        values["lease_expires_ms"] = None
+    if effects.finishes:
+        values["finished_at"] = now
+    values.update(changes or {})
+    matched, current = compare_and_set(conn, rec, values, guard or _NO_GUARD)
+    if matched != 1:
+        return None
+    info: dict[str, Any] = {"version": rec.version + 1}
+    if code:
+        info["code"] = code
+    if values.get("attempt") is not None:
+        info["attempt"] = values["attempt"]
+    info.update(detail or {})
+    audit.append(
+        conn,
+        task_id=rec.task_id,
+        call_row_id=rec.row_id,
+        call_id=rec.call_id,
+        event=event._value_,
+        from_state=rec.state._value_,
+        to_state=target._value_,
+        actor=actor,
+        detail=info,
+        at=now,
+    )
+    # The dialect cannot RETURN from an UPDATE: read it back.
+    return current if current is not None else _row(conn, rec.row_id)
+
+
+def _applied(conn: Connection, rec: CallRecord, event: Event, **kw: Any) -> CallRecord:
+    """``apply`` inside a multi-step flow: a lost compare-and-set rolls it all back."""
+    current = apply(conn, rec, event, **kw)
+    if current is None:
+        raise Lost
+    return current
+
+
+def apply_ruling(
+    conn: Connection,
+    rec: CallRecord,
+    ruling: Ruling,
+    *,
+    actor: str | None,
+    lease: Lease | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> CallRecord:
+    """Apply a decision's arrow and what the table says commits with it: the approval
+    it consumes (APPROVE), the quota charges (ALLOW, APPROVE)."""
+    assert ruling.event is not None
+    applied = _applied(
+        conn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
+        changes=ruling.changes, detail=ruling.detail if detail is None else detail,
+        lease=lease,
+    )
+    effects = arrow(rec.state, ruling.event).effects
+    if effects.consumes_approval and (
+        ruling.approval_id is None
+        or not approvals.consume(conn, ruling.approval_id, applied.attempt + 1)
+    ):
+        raise Lost
+    if effects.charges and ruling.charges:
+        quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id, amounts=ruling.charges)
+    return applied
+
+
+def refuse_unaudited(conn: Connection, rec: CallRecord, actor: str | None) -> CallRecord | None:
+    """The row, marked refused, if it is still as ``rec`` saw it but its audit
+    trail last recorded another state; None when the trail backs it (or the row
+    moved on, and the caller's compare-and-set loses the race as usual).
+
+    Run before a transition that leads to running the tool: a state rewritten
+    outside agent-gate (a finished call put back to ``authorized``) must not run
+    the tool again. One indexed read per claim.
+    """
+    trail = audit.audited_state(conn, rec.task_id, rec.row_id)
+    if trail == rec.state._value_:
+        return None
+    current = call_by(conn, id=rec.row_id)
+    if current is None or (current.state, current.version) != (rec.state, rec.version):
+        return None
+    recorded = repr(trail) if trail is not None else "no state"
+    reason = (
+        f"not run: the row says {current.state.value!r} but its audit trail last recorded "
+        f"{recorded}; the state was changed outside agent-gate (agent-gate audit verify)"
+    )
+    compare_and_set(conn, current, {"reason_code": STATE_NOT_IN_AUDIT, "reason": reason},
+                    _NO_GUARD)
+    audit.append(
+        conn, task_id=current.task_id, call_row_id=current.row_id,
+        call_id=current.call_id, event=STATE_NOT_IN_AUDIT,
+        from_state=current.state.value, to_state=current.state.value, actor=actor,
+        detail={"audited_state": trail, "version": current.version},
+    )
+    return call_by(conn, id=rec.row_id)
+
+
+def _reread(engine: Engine, rec: CallRecord) -> CallRecord:
+    with begin_read(engine) as conn:
+        return _row(conn, rec.row_id)
+
+
+def _locked_row(conn: Connection, rec: CallRecord) -> CallRecord:
+    """Lock ``rec``'s task, then read the row: ``Lost`` unless it is still at
+    ``rec``'s state and version (someone else moved it since it was read)."""
+    lock_task(conn, rec.task_id)
+    current = call_by(conn, id=rec.row_id)
+    if current is None or (current.state, current.version) != (rec.state, rec.version):
+        raise Lost
+    return current
+
+
+def _decided(
+    engine: Engine,
+    rec: CallRecord,
+    decide: Decide,
+    then: Callable[[Connection, CallRecord, Ruling], CallRecord],
+    *,
+    audited_for: str | None = None,
+    needs_event: bool = False,
+) -> tuple[Transition, Ruling | None]:
+    """The shape of every flow that decides inside its own transaction.
+
+    Lock the task and re-read the row (a row that moved on: ``won=False``, nothing
+    decided); with ``audited_for``, refuse a row its audit trail does not back; ask
+    ``decide``; a ruling without an event changes nothing (or, ``needs_event``, is a
+    bug); else ``then`` applies it. A compare-and-set lost anywhere rolls it all back.
+    """
+    try:
+        with write(engine) as conn:
+            current = _locked_row(conn, rec)
+            if audited_for is not None:
+                refused = refuse_unaudited(conn, current, audited_for)
+                if refused is not None:
+                    return Transition(False, refused), None
+            ruling = decide(LedgerTxn(conn), current)
+            if ruling.event is None:
+                if needs_event:
+                    raise ValueError("an authorization ruling must name an event")
+                return Transition(False, current), ruling
+            applied = then(conn, current, ruling)
+    except Lost:
+        return Transition(False, _reread(engine, rec)), None
+    return Transition(True, applied), ruling
+
+
+# ------------------------------------------------------------------- the flows
+
+
+def transition(
+    engine: Engine,
+    rec: CallRecord,
+    event: Event,
+    *,
+    actor: str | None = None,
+    code: str | None = None,
+    reason: str | None = None,
+    changes: Mapping[str, Any] | None = None,
+    guard: Guard | None = None,
+    detail: Mapping[str, Any] | None = None,
+    within: Within | None = None,
+    audited_only: bool = False,
+    lease: Lease | None = None,
+) -> Transition:
+    """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it."""
+    with write(engine) as conn:
+        if audited_only:
+            refused = refuse_unaudited(conn, rec, actor)
+            if refused is not None:
+                return Transition(False, refused)
+        current = apply(
+            conn, rec, event, actor=actor, code=code, reason=reason, changes=changes,
+            guard=guard, detail=detail, lease=lease,
+        )
+        if current is None:
+            return Transition(False, _row(conn, rec.row_id))
+        if within is not None:
+            within(conn, current)
+    return Transition(True, current)
+
+
+def authorize(
+    engine: Engine, rec: CallRecord, decide: Decide, *, actor: str | None = None
+) -> tuple[Transition, Ruling | None]:
+    """``Ledger.authorize``: decide a ``received`` call and apply it, task locked."""
+    return _decided(
+        engine, rec, decide,
+        lambda conn, current, ruling: apply_ruling(conn, current, ruling, actor=actor),
+        needs_event=True,
+    )
+
+
+def claim_approved(
+    engine: Engine, rec: CallRecord, *, owner: str, lease_ms: int, decide: Decide
+) -> tuple[Transition, Ruling | None]:
+    """``Ledger.claim_approved``: ``awaiting_approval -> authorized -> executing``."""
+
+    def then(conn: Connection, current: CallRecord, ruling: Ruling) -> CallRecord:
+        if ruling.event is Event.DENY:
+            return apply_ruling(conn, current, ruling, actor=owner)
+        if ruling.event is not Event.APPROVE or ruling.approval_id is None:
+            raise ValueError("an approved claim needs APPROVE and the approval's id")
+        approval = {"approval_id": ruling.approval_id}
+        authorized = apply_ruling(
+            conn, current, ruling, actor=owner, detail={**(ruling.detail or {}), **approval}
+        )
+        return _applied(
+            conn, authorized, Event.CLAIM, actor=owner, lease=(owner, lease_ms), detail=approval
+        )
+
+    return _decided(engine, rec, decide, then, audited_for=owner)
+
+
+def claim_rechecked(
+    engine: Engine, rec: CallRecord, *, owner: str, lease_ms: int, decide: Decide
+) -> tuple[Transition, Ruling | None]:
+    """``Ledger.claim_rechecked``: ``authorized -> executing`` after a re-check."""
+
+    def then(conn: Connection, current: CallRecord, ruling: Ruling) -> CallRecord:
+        return apply_ruling(conn, current, ruling, actor=owner, lease=(owner, lease_ms))
+
+    return _decided(engine, rec, decide, then, audited_for=owner)
+
+
+def claim(
+    engine: Engine,
+    rec: CallRecord,
+    *,
+    owner: str,
+    lease_ms: int,
+    within: Within | None = None,
+    trail_checked: bool = True,
+) -> Transition:
+    """``Ledger.claim``: ``authorized -> executing``, a new attempt leased to ``owner``."""
+    return transition(
+        engine, rec, Event.CLAIM, actor=owner, within=within, lease=(owner, lease_ms),
+        audited_only=trail_checked,
+    )
+
+
+def approve(
+    engine: Engine,
+    rec: CallRecord,
+    *,
+    by: str,
+    reason: str | None,
+    expires_ms: int | None,
+    ttl_ms: int | None,
+    policy_hash: str | None,
+) -> tuple[approvals.ApprovalRecord, bool]:
+    """``Ledger.approve``: record a person's approval of a call that waits for one."""
+    if ttl_ms is not None:
+        why = approvals.ttl_problem(ttl_ms / 1000)
+        if why is not None:
+            raise ValueError(f"ttl_ms: {why}")
+    with write(engine) as conn:
+        lock_task(conn, rec.task_id)
+        current = call_by(conn, id=rec.row_id)
+        if current is None or current.state is not CallState.AWAITING_APPROVAL:
+            state = current.state.value if current else "missing"
+            raise NotAwaitingApproval(
+                f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, "
+                "not awaiting approval"
+            )
+        bound_hash = policy_hash or current.policy_hash
+        last = approvals.latest(conn, current.row_id)
+        # The standing approval is returned as is only if it is this approver's:
+        # another person's approval (perhaps one the policy refuses) is no answer.
+        if last is not None and last.decided_by == by and approvals.problem(
+            last, args_hash=current.args_hash, stored_args_hash=current.args_hash,
+            policy_hash=bound_hash,
+        ) is None:
+            return last, False
+        given = approvals.insert_answer(
+            conn, call_row_id=current.row_id, task_id=current.task_id,
+            call_id=current.call_id, verdict=approvals.APPROVED,
+            args_hash=current.args_hash, policy_hash=bound_hash, by=by,
+            reason=bound(reason, MAX_REASON_CHARS) if reason else None,
+            expires_ms=expires_ms, ttl_ms=ttl_ms,
+        )
+        audit.append(
+            conn, task_id=current.task_id, call_row_id=current.row_id,
+            call_id=current.call_id, event="approval_granted",
+            from_state=current.state.value, to_state=current.state.value,
+            actor=f"operator:{by}",
+            detail={"approval_id": given.id, "args_hash": given.args_hash,
+                    "policy_hash": given.policy_hash, "expires_ms": given.expires_ms,
+                    **({"reason": bound(reason, 300)} if reason else {})},
+        )
+    return given, True
+
+
+def deny(engine: Engine, rec: CallRecord, *, by: str, reason: str | None) -> Transition:
+    """``Ledger.deny``: ``awaiting_approval -> rejected``, the answer remembered."""
+    text = f"denied by {by}" + (f": {bound(reason, 300)}" if reason else "")
+
+    def remember(conn: Connection, current: CallRecord) -> None:
+        approvals.insert_answer(
+            conn, call_row_id=current.row_id, task_id=current.task_id,
+            call_id=current.call_id, verdict=approvals.DENIED,
+            args_hash=current.args_hash, policy_hash=current.policy_hash, by=by,
+            reason=bound(reason, MAX_REASON_CHARS) if reason else None, expires_ms=None,
+        )
+
+    if rec.state is not CallState.AWAITING_APPROVAL:
+        raise NotAwaitingApproval(
+            f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
+            "not awaiting approval"
+        )
+    tr = transition(
+        engine, rec, Event.DENY, actor=f"operator:{by}", code=ReasonCode.DENIED_BY_OPERATOR,
+        reason=text, within=remember,
+    )
+    if not tr.won:
+        raise NotAwaitingApproval(
+            f"call {rec.call_id!r} of task {rec.task_id!r} changed to "
+            f"{tr.record.state.value} while being denied"
+        )
+    return tr
+
+
+def renew(engine: Engine, rec: CallRecord, *, owner: str, lease_ms: int) -> bool:
+    """``Ledger.renew``: push the lease expiry out while the tool runs (no new version).
+
+    Matches on the claimed version, so a renewal can never revive a call that was
+    judged lost in the meantime (a version is only ever ``executing`` once).
+    """
+    if rec.state is not CallState.EXECUTING:
+        return False
+    with begin_write(engine) as conn:
+        matched, _ = compare_and_set(
+            conn, rec, {"lease_expires_ms": DbNowPlus(lease_ms)},
+            Guard(owner=True, lease_owner=owner),
+        )
+    return matched == 1
+
+
+def finish(
+    engine: Engine,
+    rec: CallRecord,
+    event: Event,
+    *,
+    actor: str | None,
+    result: StoredResult | None,
+    error: Mapping[str, Any] | None,
+    code: str | None,
+    reason: str | None,
+    lease_owner: str | None,
+    detail: Mapping[str, Any] | None,
+) -> Transition:
+    """``Ledger.finish``: an arrow that stores an outcome (SUCCEED, FAIL, LOSE, SETTLE_*)."""
+    guard = Guard(owner=True, lease_owner=lease_owner) if lease_owner is not None else None
+    changes: dict[str, Any] = {}
+    info = dict(detail or {})
+    if result is not None:
+        changes.update(result=result.text, result_sha256=result.sha256,
+                       result_bytes=result.size)
+        info["result_sha256"] = result.sha256
+    if error is not None:
+        changes["error"] = canonical_json(dict(error))
+        info["error_type"] = error.get("type")
+    return transition(
+        engine, rec, event, actor=actor, code=code, reason=reason, changes=changes,
+        guard=guard, detail=info,
+    )
+
+
+def lose_if_abandoned(
+    engine: Engine, rec: CallRecord, *, actor: str, expired_only: bool, code: str, reason: str
+) -> Transition:
+    """``Ledger.lose_if_abandoned``: ``executing -> in_doubt`` for a call whose owner
+    is gone, re-checked inside the update (same owner, lease still expired)."""
+    guard = Guard(owner=True, lease_owner=rec.lease_owner, lease_expired=expired_only)
+    return transition(
+        engine, rec, Event.LOSE, actor=actor, code=code, reason=reason, guard=guard,
+        detail={"owner": rec.lease_owner, "attempt": rec.attempt},
+    )

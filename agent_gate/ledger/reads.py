@@ -1,0 +1,84 @@
+"""The ledger's read queries, each over a connection the caller holds.
+
+``Ledger``'s read methods open a read snapshot (``dialect.begin_read``) and call
+these; the write flows call ``call_by`` inside their own transaction. Every
+``tool_calls`` row becomes a record through ``records.call_record`` (or its driver
+twin), never by hand here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, func, select
+
+from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.records import (
+    CALL_COLUMNS,
+    CALLS,
+    TASKS,
+    CallRecord,
+    TaskRecord,
+    TaskSummary,
+    call_record,
+    driver_call_record,
+    task_record,
+)
+from agent_gate.ledger.states import CallState
+
+__all__ = ["call_by", "calls", "find", "task", "tasks"]
+
+
+def call_by(conn: Connection, **where: Any) -> CallRecord | None:
+    """The row whose columns equal ``where`` (a unique key), read on every call."""
+    keys = tuple(sorted(where))
+
+    def build() -> Any:
+        return select(*CALL_COLUMNS).where(
+            *[CALLS.c[k] == bindparam(k, type_=CALLS.c[k].type) for k in keys]
+        )
+
+    done = prepare(conn, ("call_by", keys), build).run(conn, where)
+    return driver_call_record(conn.dialect, done.rows[0], done.processed) if done.rows else None
+
+
+def find(conn: Connection, call_id: str, task_id: str | None = None) -> list[CallRecord]:
+    """Rows with this provider call id, in any task unless one is named."""
+    stmt = select(*CALL_COLUMNS).where(CALLS.c.call_id == call_id)
+    if task_id is not None:
+        stmt = stmt.where(CALLS.c.task_id == task_id)
+    return [call_record(r) for r in conn.execute(stmt.order_by(CALLS.c.id))]
+
+
+def calls(
+    conn: Connection, task_id: str | None = None, states: Iterable[CallState] | None = None
+) -> list[CallRecord]:
+    """A task's calls (or every call), optionally only those in ``states``, oldest first."""
+    stmt = select(*CALL_COLUMNS).order_by(CALLS.c.id)
+    if task_id is not None:
+        stmt = stmt.where(CALLS.c.task_id == task_id)
+    if states is not None:
+        stmt = stmt.where(CALLS.c.state.in_([s.value for s in states]))
+    return [call_record(r) for r in conn.execute(stmt)]
+
+
+def task(conn: Connection, task_id: str) -> TaskRecord | None:
+    row = conn.execute(select(TASKS).where(TASKS.c.id == task_id)).mappings().first()
+    return task_record(row) if row is not None else None
+
+
+def tasks(conn: Connection) -> list[TaskSummary]:
+    """Every task with the number of its calls in each state, newest first."""
+    rows = conn.execute(
+        select(TASKS).order_by(TASKS.c.updated_at.desc(), TASKS.c.id)
+    ).mappings().all()
+    counted = conn.execute(
+        select(CALLS.c.task_id, CALLS.c.state, func.count()).group_by(
+            CALLS.c.task_id, CALLS.c.state
+        )
+    ).all()
+    counts: dict[str, dict[CallState, int]] = {}
+    for task_id, state, n in counted:
+        counts.setdefault(task_id, {})[CallState(state)] = int(n)
+    return [TaskSummary(task_record(r), counts.get(r["id"], {})) for r in rows]

@@ -1,0 +1,334 @@
+"""What the ledger reads and writes: every row and value type, and the one row converter.
+
+A ``tool_calls`` row becomes a ``CallRecord`` in exactly one place (``call_record``),
+whether it came through SQLAlchemy Core (already converted by the columns' result
+processors) or straight from the driver (``driver_call_record``: the same
+processors applied here first). The converter runs about four times per gate call,
+so it unpacks by position rather than by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, cast
+
+from sqlalchemy import Table
+from sqlalchemy.engine import Dialect
+
+from agent_gate.errors import AgentGateError
+from agent_gate.ledger.canonical import canonical_json, sha256_hex
+from agent_gate.ledger.models import TaskRow, ToolCallRow
+from agent_gate.ledger.prepared import result_processors
+from agent_gate.ledger.states import CallState, Event
+
+__all__ = [
+    "CALLS",
+    "CALL_COLUMNS",
+    "TASKS",
+    "CallRecord",
+    "DbNowPlus",
+    "Guard",
+    "NewCall",
+    "Ruling",
+    "StoredResult",
+    "TaskContextConflict",
+    "TaskRecord",
+    "TaskSummary",
+    "Transition",
+    "call_record",
+    "driver_call_record",
+    "task_record",
+]
+
+# The mapped classes' tables, typed as the Core ``Table`` they are.
+CALLS = cast(Table, ToolCallRow.__table__)
+TASKS = cast(Table, TaskRow.__table__)
+CALL_COLUMNS = tuple(CALLS.c)
+"""Every ``tool_calls`` column, in the order ``call_record`` unpacks a row."""
+_FIELD_ORDER = (
+    "id", "task_id", "call_id", "idem_key", "tool", "effect", "idempotency", "args_hash",
+    "arguments", "sealed_arguments", "policy_hash", "rule_ids", "state", "version",
+    "attempt", "lease_owner", "lease_expires_ms", "result", "result_sha256",
+    "result_bytes", "error", "reason_code", "reason", "created_at", "updated_at",
+    "started_at", "finished_at",
+)
+if tuple(c.name for c in CALL_COLUMNS) != _FIELD_ORDER:  # pragma: no cover - import check
+    raise AssertionError("tool_calls columns changed: update records._FIELD_ORDER/call_record")
+_TASK_ORDER = ("id", "provider", "terminal", "terminal_reason", "created_at", "updated_at",
+               "principal", "scope")
+
+_STATES: dict[str, CallState] = {state.value: state for state in CallState}
+_decode = json.JSONDecoder().decode
+"""``json.loads`` for text, without its per-call type checks and keyword handling."""
+_PROCESSORS: dict[str, tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _loads(text: str | None) -> Any:
+    return _decode(text) if text is not None else None
+
+
+class TaskContextConflict(AgentGateError):
+    """A task was given another principal or scope than the one it was started with.
+
+    A task's principal and scope are fixed when first given: quotas, approvals and
+    resumes of the task are all judged for them, so they cannot change half-way.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class DbNowPlus:
+    """A column value of "the database clock plus ``ms``": lease expiries are measured
+    by the database's clock (``dialect.db_now_ms``), never a worker's."""
+
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """Conditions a transition's compare-and-set must also still match.
+
+    ``owner``: the call is still leased to ``lease_owner`` (only the worker that ran
+    the tool reports its outcome; None matches a row without an owner).
+    ``lease_expired``: its lease has run out by the database clock right now (a
+    lease renewed a moment ago is never stolen).
+    """
+
+    owner: bool = False
+    lease_owner: str | None = None
+    lease_expired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """A snapshot of one ``tool_calls`` row; ``state`` and ``version`` are what a
+    transition must name to apply."""
+
+    row_id: int
+    task_id: str
+    call_id: str
+    idem_key: str
+    tool: str
+    effect: str
+    idempotency: str
+    args_hash: str
+    arguments: dict[str, Any] | None
+    state: CallState
+    version: int
+    attempt: int
+    lease_owner: str | None
+    lease_expires_ms: int | None
+    result: Any
+    result_sha256: str | None
+    result_bytes: int | None
+    result_omitted: bool
+    """The tool's result was too large to keep: only its hash and size were stored."""
+    error: dict[str, Any] | None
+    reason_code: str | None
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    sealed_arguments: str | None = None
+    """The full arguments, sealed (``agent_gate.ledger.seal``), when ``arguments`` holds
+    redacted stand-ins; None when nothing was redacted."""
+    policy_hash: str | None = None
+    rule_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CallRecord:
+        """A row read through Core, by column name (kept for callers outside the ledger)."""
+        return call_record([row[name] for name in _FIELD_ORDER])
+
+
+def call_record(values: Sequence[Any]) -> CallRecord:
+    """The one ``tool_calls`` row converter: column values in ``CALL_COLUMNS`` order, as
+    Core returns them (JSON still text, SQLite datetimes perhaps naive)."""
+    (row_id, task_id, call_id, idem_key, tool, effect, idempotency, args_hash, arguments,
+     sealed_arguments, policy_hash, rule_ids, state, version, attempt, lease_owner,
+     lease_expires_ms, result, result_sha256, result_bytes, error, reason_code, reason,
+     created_at, updated_at, started_at, finished_at) = values
+    # _loads and _utc inlined: four records per gate call.
+    return CallRecord(
+        row_id=row_id,
+        task_id=task_id,
+        call_id=call_id,
+        idem_key=idem_key,
+        tool=tool,
+        effect=effect,
+        idempotency=idempotency,
+        args_hash=args_hash,
+        arguments=None if arguments is None else _decode(arguments),
+        state=_STATES.get(state) or CallState(state),
+        version=version,
+        attempt=attempt,
+        lease_owner=lease_owner,
+        lease_expires_ms=lease_expires_ms,
+        result=None if result is None else _decode(result),
+        result_sha256=result_sha256,
+        result_bytes=result_bytes,
+        result_omitted=result is None and result_sha256 is not None,
+        error=None if error is None else _decode(error),
+        reason_code=reason_code,
+        reason=reason,
+        created_at=(
+            datetime.now(UTC) if created_at is None
+            else created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC)
+        ),
+        updated_at=(
+            datetime.now(UTC) if updated_at is None
+            else updated_at if updated_at.tzinfo else updated_at.replace(tzinfo=UTC)
+        ),
+        started_at=(
+            None if started_at is None
+            else started_at if started_at.tzinfo else started_at.replace(tzinfo=UTC)
+        ),
+        finished_at=(
+            None if finished_at is None
+            else finished_at if finished_at.tzinfo else finished_at.replace(tzinfo=UTC)
+        ),
+        sealed_arguments=sealed_arguments,
+        policy_hash=policy_hash,
+        rule_ids=() if rule_ids is None else tuple(_decode(rule_ids) or ()),
+    )
+
+
+def driver_call_record(
+    dialect: Dialect, values: Sequence[Any], processed: bool = False
+) -> CallRecord:
+    """``call_record`` for a row a prepared statement returned (``prepared.Rows``):
+    unless Core already ``processed`` it, the columns whose type has a result
+    processor for this dialect (SQLite's datetimes) are converted first, as Core
+    would have."""
+    if processed:
+        return call_record(values)
+    processors = _PROCESSORS.get(dialect.name)
+    if processors is None:
+        processors = _PROCESSORS.setdefault(
+            dialect.name,
+            tuple(
+                (i, process)
+                for i, process in enumerate(result_processors(dialect, CALL_COLUMNS))
+                if process is not None
+            ),
+        )
+    row = list(values)
+    if len(row) != len(CALL_COLUMNS):
+        raise ValueError(f"a tool_calls row has {len(CALL_COLUMNS)} columns, not {len(row)}")
+    for i, process in processors:
+        value = row[i]
+        if value is not None:
+            row[i] = process(value)
+    return call_record(row)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    id: str
+    provider: str | None
+    terminal: str | None
+    terminal_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    principal: dict[str, Any] | None = None
+    scope: dict[str, Any] | None = None
+
+
+def task_record(row: Mapping[str, Any]) -> TaskRecord:
+    """The one ``tasks`` row converter (a row read through Core, by column name)."""
+    (task_id, provider, terminal, terminal_reason, created_at, updated_at, principal,
+     scope) = (row[name] for name in _TASK_ORDER)
+    return TaskRecord(
+        id=task_id,
+        provider=provider,
+        terminal=terminal,
+        terminal_reason=terminal_reason,
+        created_at=_utc(created_at) or datetime.now(UTC),
+        updated_at=_utc(updated_at) or datetime.now(UTC),
+        principal=_loads(principal),
+        scope=_loads(scope),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """A task and how many of its calls are in each state, for operators."""
+
+    task: TaskRecord
+    counts: Mapping[CallState, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True, slots=True)
+class NewCall:
+    """What the gate knows of a call the first time it is seen."""
+
+    task_id: str
+    call_id: str
+    idem_key: str
+    tool: str
+    effect: str
+    idempotency: str
+    args_hash: str
+    arguments: Mapping[str, Any] | None
+    """As they may be stored: redacted stand-ins in place of redacted fields."""
+    sealed_arguments: str | None = None
+    principal: str | None = None
+    """Canonical JSON of the task's principal, bound to the task when first given."""
+    scope: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ruling:
+    """A decision taken inside a ledger transaction (``Ledger.authorize`` /
+    ``Ledger.claim_approved``): which arrow to take and what commits with it.
+
+    ``event`` None means "no change" (the call keeps waiting, ``reason`` says why).
+    ``charges`` are the quota amounts the call adds when it becomes authorized;
+    ``changes`` extra columns (the deciding policy hash and rule ids); ``approval_id``
+    the approval a claim consumes.
+    """
+
+    event: Event | None
+    code: str | None = None
+    reason: str | None = None
+    detail: Mapping[str, Any] | None = None
+    charges: Mapping[str, Decimal] = field(default_factory=dict)
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    approval_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The outcome of a compare-and-set: whether it applied, and the row as it is now."""
+
+    won: bool
+    record: CallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """A tool result as the ledger keeps it: JSON text, or only its hash when too big."""
+
+    text: str | None
+    sha256: str
+    size: int
+
+    @classmethod
+    def encode(cls, value: Any, max_bytes: int) -> StoredResult:
+        text = canonical_json(value)
+        size = len(text.encode("utf-8"))
+        return cls(text if size <= max_bytes else None, sha256_hex(text), size)

@@ -1,0 +1,55 @@
+"""One site picks the storage path; both paths run the same statements alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_gate import _speedups
+from agent_gate.errors import AgentGateError
+from agent_gate.ledger import Event, Ledger, NewCall, backend
+from agent_gate.ledger.dialect import begin_write
+from agent_gate.ledger.prepared import CoreStatement, Prepared, prepare
+from agent_gate.ledger.reads import call_by
+
+
+def test_the_default_honours_pure_python_and_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(backend.ENV_BACKEND, raising=False)
+    monkeypatch.setattr(_speedups, "PURE_PYTHON", True)
+    assert backend.default() == backend.CORE
+    monkeypatch.setattr(_speedups, "PURE_PYTHON", False)
+    assert backend.default() == backend.FAST
+    monkeypatch.setenv(backend.ENV_BACKEND, "core")
+    assert backend.default() == backend.CORE
+    monkeypatch.setenv(backend.ENV_BACKEND, "turbo")
+    with pytest.raises(AgentGateError, match="unknown ledger backend 'turbo'"):
+        backend.default()
+
+
+@pytest.mark.parametrize("storage", backend.BACKENDS)
+def test_the_constructor_picks_the_path_statements_take(tmp_path: Path, storage: str) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Ledger(url, create=True, storage=storage) as ledger:
+        assert backend.chosen(ledger.engine.dialect) == storage
+        rec, _ = ledger.record(NewCall(
+            task_id="t", call_id="c", idem_key="call:c", tool="x", effect="write",
+            idempotency="none", args_hash="h", arguments={"a": 1},
+        ))
+        with begin_write(ledger.engine) as conn:
+            statement = prepare(conn, "probe", _probe)
+            assert isinstance(statement, CoreStatement if storage == "core" else Prepared)
+            same = call_by(conn, id=rec.row_id)
+        assert same == rec
+        assert ledger.transition(rec, Event.ALLOW).won
+    with pytest.raises(AgentGateError, match="unknown ledger backend"):
+        Ledger(url, storage="turbo")
+
+
+def _probe() -> Any:
+    from sqlalchemy import literal_column, select
+
+    return select(literal_column("1"))
