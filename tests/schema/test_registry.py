@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field, field_validator
 
 from agent_gate import ToolRegistry
-from agent_gate.schema import (
+from agent_gate.tools import (
     ArgumentError,
     ArgumentsInvalid,
     ArgumentsNotObject,
