@@ -25,7 +25,7 @@ from agent_gate.tools.errors import (
     json_pointer,
 )
 
-__all__ = ["dump_model", "load_model", "model_of", "model_parameter"]
+__all__ = ["coercion_unstable", "dump_model", "load_model", "model_of", "model_parameter"]
 
 
 def model_of(schema: object) -> type[BaseModel] | None:
@@ -49,7 +49,12 @@ def dump_model(tool: str, validated: BaseModel) -> dict[str, Any]:
     try:
         return validated.model_dump(mode="json", by_alias=True)
     except PydanticSerializationError:
-        raise ArgumentsInvalid(tool, [ArgumentError("", COERCION_UNSTABLE)]) from None
+        raise coercion_unstable(tool) from None
+
+
+def coercion_unstable(tool: str) -> ArgumentsInvalid:
+    """The refusal of a model whose coerced value is not the one it was judged as."""
+    return ArgumentsInvalid(tool, [ArgumentError("", COERCION_UNSTABLE)])
 
 
 def model_parameter(fn: Callable[..., Any]) -> type[BaseModel]:

@@ -20,14 +20,12 @@ from pydantic import BaseModel
 
 from agent_gate.errors import json_type_name
 from agent_gate.tools.errors import (
-    COERCION_UNSTABLE,
-    ArgumentError,
     ArgumentsInvalid,
     ArgumentsNotObject,
     ToolDefinitionError,
     UnknownTool,
 )
-from agent_gate.tools.models import dump_model, load_model, model_parameter
+from agent_gate.tools.models import coercion_unstable, dump_model, load_model, model_parameter
 from agent_gate.tools.spec import ToolOptions, ToolSpec
 from agent_gate.tools.validate import ArgumentValidator, compile_validator
 
@@ -100,7 +98,7 @@ class Tool:
         """
         validated = self.validate(judged)
         if isinstance(validated, BaseModel) and dump_model(self.name, validated) != judged:
-            raise ArgumentsInvalid(self.name, [ArgumentError("", COERCION_UNSTABLE)])
+            raise coercion_unstable(self.name)
         return validated
 
     def invoke(self, validated: Mapping[str, Any] | BaseModel) -> Any:
