@@ -153,10 +153,6 @@ class LimitRule:
             reason=limit.reason,
         )
 
-    @property
-    def kind(self) -> str:
-        return "calls" if self.argument is None else "sum"
-
     def amount(self, arguments: Mapping[str, Any]) -> Decimal | None:
         if self.argument is None:
             return Decimal(1)

@@ -53,13 +53,6 @@ class DecisionEffect(StrEnum):
     APPROVE = "approve"
     DENY = "deny"
 
-    @property
-    def strength(self) -> int:
-        return _DECISION_STRENGTH[self]
-
-
-_DECISION_STRENGTH = {DecisionEffect.ALLOW: 0, DecisionEffect.APPROVE: 1, DecisionEffect.DENY: 2}
-
 
 ToolEffect = Effect
 """The old name of ``agent_gate.tools.Effect`` in the policy layer: the same class."""
