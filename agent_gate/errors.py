@@ -4,18 +4,20 @@ Callers catch ``AgentGateError`` to handle anything the gate refuses, without
 catching unrelated bugs. Messages carry counts, offsets, indexes and ids, never
 payload text: errors end up in logs, and logs are not where arguments go.
 
-The two helpers here are the one place that decides how a message may name
-something that came from outside: ``safe_name`` for a name read off the wire (an
-event type, a field), ``json_type_name`` for a value that must be described
-without being shown (the arguments of a call, a redacted field). Every layer that
-writes such a message uses them, so what may leak is decided once.
+The helpers here are the one place that decides how a message may name something
+that came from outside: ``safe_name`` for a name read off the wire (an event type,
+a field), ``error_code`` for an exception raised by code we do not control (its
+type, never its text, which may quote the input), ``json_type_name`` for a value
+that must be described without being shown (the arguments of a call, a redacted
+field). Every layer that writes such a message uses them, so what may leak is
+decided once.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["AgentGateError", "json_type_name", "safe_name"]
+__all__ = ["AgentGateError", "error_code", "json_type_name", "safe_name"]
 
 
 class AgentGateError(Exception):
@@ -35,6 +37,11 @@ def safe_name(value: object) -> str:
     if isinstance(value, str) and _SAFE_NAME.fullmatch(value):
         return value
     return "<unprintable>"
+
+
+def error_code(exc: BaseException) -> str:
+    """An exception as a machine code for a message: its type's name, never its text."""
+    return safe_name(type(exc).__name__)
 
 
 def json_type_name(value: object) -> str:

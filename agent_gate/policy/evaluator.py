@@ -153,6 +153,11 @@ class LimitRule:
             reason=limit.reason,
         )
 
+    @property
+    def kind(self) -> str:
+        """``calls`` (counts calls) or ``sum`` (adds up an argument)."""
+        return "calls" if self.argument is None else "sum"
+
     def amount(self, arguments: Mapping[str, Any]) -> Decimal | None:
         if self.argument is None:
             return Decimal(1)

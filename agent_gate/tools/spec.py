@@ -71,11 +71,14 @@ class Idempotency(StrEnum):
 
 
 class Reconciliation(StrEnum):
-    """What a reconcile hook found out about a call whose outcome was unknown."""
+    """What a reconcile hook (or an operator) found out about a call left in doubt."""
 
     SUCCEEDED = "succeeded"
+    """The write happened: the call settles as succeeded, with the reported result."""
     FAILED = "failed"
+    """The call failed downstream: it settles as failed, with the reported error."""
     NOT_APPLIED = "not_applied"
+    """The write did not happen: the call may be authorized to run again."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,3 +313,11 @@ def test_json_type_name_never_shows_the_value(value: object, json_type: str) -> 
     from agent_gate.errors import json_type_name
 
     assert json_type_name(value) == json_type
+
+
+def test_error_code_names_the_type_never_the_text() -> None:
+    from agent_gate.errors import error_code
+
+    assert error_code(ValueError("ana@example.com")) == "ValueError"
+    odd = type("x y@example.com", (Exception,), {})
+    assert error_code(odd("text")) == "<unprintable>"
