@@ -35,7 +35,7 @@ from agent_gate.policy import (
     Principal,
     TaskScope,
 )
-from agent_gate.schema import ToolSpec
+from agent_gate.tools import ToolSpec
 
 __all__ = [
     "PolicyAuthorizer",
@@ -102,7 +102,7 @@ class PolicyAuthorizer:
     def effective(self, spec: ToolSpec) -> EffectiveClass:
         """The registered classes, made more careful where the policy says so."""
         overrides = self.policy.tool_overrides(spec.name)
-        return overrides.apply(spec.effect.value, spec.idempotency.value)
+        return overrides.apply(spec.effect, spec.idempotency)
 
     def redacts(self, tool: str) -> bool:
         return bool(self.policy.redaction_rules(tool))

@@ -42,6 +42,7 @@ from agent_gate.policy.redaction import RedactionRule, redact_arguments, redacte
 from agent_gate.policy.values import (
     Decision,
     DecisionEffect,
+    Effect,
     EffectiveClass,
     Idempotency,
     LimitCheck,
@@ -64,6 +65,7 @@ __all__ = [
     "BUILTIN_UNKNOWN_TOOL",
     "Decision",
     "DecisionEffect",
+    "Effect",
     "EffectiveClass",
     "Idempotency",
     "LimitCheck",

@@ -186,25 +186,24 @@ class _Each:
                 Truth.ERROR, f"{subject} {name}: cannot tell (more than {MAX_EACH_ITEMS} items)"
             )
         results = [self.inner(ctx, item) for item in value]
-        combined = _kleene_all(results) if self.need_all else _kleene_any(results)
+        combined = _kleene(results, self.need_all)
         index = next((i for i, r in enumerate(results) if r.truth is combined.truth), 0)
         return Result(combined.truth, f"{subject} {name} [item {index}: {results[index].detail}]")
 
 
-def _kleene_all(results: Sequence[Result]) -> Result:
-    for truth in (Truth.FALSE, Truth.ERROR):
+def _kleene(results: Sequence[Result], need_all: bool) -> Result:
+    """Kleene AND (``need_all``) or OR over evaluated parts.
+
+    The first result that decides (a false for AND, a true for OR) wins, then the
+    first error (nobody can tell), and only when every part agrees do they all
+    stand as the detail.
+    """
+    decisive, otherwise = (Truth.FALSE, Truth.TRUE) if need_all else (Truth.TRUE, Truth.FALSE)
+    for truth in (decisive, Truth.ERROR):
         for result in results:
             if result.truth is truth:
                 return result
-    return Result(Truth.TRUE, "; ".join(r.detail for r in results))
-
-
-def _kleene_any(results: Sequence[Result]) -> Result:
-    for truth in (Truth.TRUE, Truth.ERROR):
-        for result in results:
-            if result.truth is truth:
-                return result
-    return Result(Truth.FALSE, "; ".join(r.detail for r in results))
+    return Result(otherwise, "; ".join(r.detail for r in results))
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,10 +216,8 @@ class _Combine:
 
     def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
         results = [part(ctx, element) for part in self.parts]
-        if self.need_all:
-            return _kleene_all(results)
-        combined = _kleene_any(results)
-        if combined.truth is Truth.FALSE:
+        combined = _kleene(results, self.need_all)
+        if not self.need_all and combined.truth is Truth.FALSE:
             return Result(Truth.FALSE, "none of: " + combined.detail)
         return combined
 
@@ -262,4 +259,4 @@ def evaluate_all(parts: Sequence[Compiled], ctx: EvalContext) -> Result:
     """A rule's ``when`` list: all must hold; an empty list always holds."""
     if not parts:
         return Result(Truth.TRUE, "no conditions")
-    return _kleene_all([part(ctx) for part in parts])
+    return _kleene([part(ctx) for part in parts], need_all=True)

@@ -155,6 +155,7 @@ class LimitRule:
 
     @property
     def kind(self) -> str:
+        """``calls`` (counts calls) or ``sum`` (adds up an argument)."""
         return "calls" if self.argument is None else "sum"
 
     def amount(self, arguments: Mapping[str, Any]) -> Decimal | None:
@@ -178,29 +179,17 @@ class LimitRule:
         amount = self.amount(arguments)
         used = _usage_value(usage, self.key)
         if used is None:
-            return LimitCheck(
-                id=self.id,
-                key=self.key,
-                maximum=self.maximum,
-                used=None,
-                amount=amount,
-                exceeded=True,
-                effect=DecisionEffect.DENY,
-                reason=f"{self.id}: {label}; no usage for counter '{self.key}' was supplied "
-                "(the ledger must count it), so the call is denied",
+            why = (
+                f"no usage for counter '{self.key}' was supplied "
+                "(the ledger must count it), so the call is denied"
             )
+            return self._result(label, used, amount, True, DecisionEffect.DENY, why)
         if amount is None:
-            return LimitCheck(
-                id=self.id,
-                key=self.key,
-                maximum=self.maximum,
-                used=used,
-                amount=None,
-                exceeded=True,
-                effect=DecisionEffect.DENY,
-                reason=f"{self.id}: {label}; argument '{display(self.argument or ())}' is "
-                "absent, not a finite number, or negative, so it cannot be counted",
+            why = (
+                f"argument '{display(self.argument or ())}' is "
+                "absent, not a finite number, or negative, so it cannot be counted"
             )
+            return self._result(label, used, amount, True, DecisionEffect.DENY, why)
         exceeded = used + amount > self.maximum
         if exceeded:
             verdict = "is denied" if self.effect is DecisionEffect.DENY else "needs approval"
@@ -209,6 +198,18 @@ class LimitRule:
             )
         else:
             text = f"used {used} of {self.maximum}; this call stays within it"
+        return self._result(label, used, amount, exceeded, self.effect, text)
+
+    def _result(
+        self,
+        label: str,
+        used: Decimal | None,
+        amount: Decimal | None,
+        exceeded: bool,
+        effect: DecisionEffect,
+        why: str,
+    ) -> LimitCheck:
+        """This limit's check for one call; the reason names the limit, then why."""
         return LimitCheck(
             id=self.id,
             key=self.key,
@@ -216,8 +217,8 @@ class LimitRule:
             used=used,
             amount=amount,
             exceeded=exceeded,
-            effect=self.effect,
-            reason=f"{self.id}: {label}; {text}",
+            effect=effect,
+            reason=f"{self.id}: {label}; {why}",
         )
 
 

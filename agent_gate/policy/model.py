@@ -44,7 +44,8 @@ from agent_gate.policy.regex import (
     MAX_INPUT_LIMIT,
     compile_pattern,
 )
-from agent_gate.policy.values import DecisionEffect, Idempotency, ToolEffect
+from agent_gate.policy.values import DecisionEffect
+from agent_gate.tools.spec import Effect, Idempotency
 
 __all__ = [
     "COMBINATORS",
@@ -498,7 +499,7 @@ class ToolPolicy(_Model):
     """Everything the policy says about one tool."""
 
     description: Text | None = None
-    effect: ToolEffect | None = None
+    effect: Effect | None = None
     idempotency: Idempotency | None = None
     redact: list[RedactField] = []
     redact_result: list[RedactField] = []

@@ -28,7 +28,9 @@ from agent_gate.policy.model import Condition, NumberBounds, PathUnderSpec, Size
 from agent_gate.policy.netaddr import (
     NAMED_NETWORKS,
     AddressError,
+    IPAddress,
     IPNetwork,
+    ParsedUrl,
     domain_matches,
     email_domain,
     ip_matches,
@@ -270,6 +272,25 @@ def _networks(entries: Sequence[str]) -> tuple[tuple[IPNetwork, ...], frozenset[
     return networks, names
 
 
+def _parsed(parse: Callable[[str], Any], judge: Callable[[Any], Check]) -> Callable[[Any], Check]:
+    """A test of a string that ``parse`` reads as an address, then ``judge`` decides.
+
+    Not a string, or a string ``parse`` refuses, is an error (the condition cannot
+    be decided), never a false: an unreadable address must not slip past a deny.
+    """
+
+    def test(value: Any) -> Check:
+        if not isinstance(value, str):
+            return _error("not a string")
+        try:
+            parsed = parse(value)
+        except AddressError as exc:
+            return _error(str(exc))
+        return judge(parsed)
+
+    return test
+
+
 def _url(spec: UrlSpec) -> Operator:
     networks, names = _networks(spec.ip_in or ())
     parts = []
@@ -285,13 +306,7 @@ def _url(spec: UrlSpec) -> Operator:
         parts.append("host address in [" + ", ".join(spec.ip_in) + "]")
     hosts = tuple(spec.hosts or ())
 
-    def test(value: Any) -> Check:
-        if not isinstance(value, str):
-            return _error("not a string")
-        try:
-            url = parse_url(value)
-        except AddressError as exc:
-            return _error(str(exc))
+    def judge(url: ParsedUrl) -> Check:
         if spec.schemes is not None and url.scheme not in spec.schemes:
             return _false("scheme not listed")
         if spec.hosts is not None:
@@ -314,73 +329,66 @@ def _url(spec: UrlSpec) -> Operator:
                 return _false("address not in the listed ranges")
         return TRUE
 
-    return Operator("url", "is a URL with " + ", ".join(parts), test)
+    return Operator("url", "is a URL with " + ", ".join(parts), _parsed(parse_url, judge))
 
 
 def _ip_in(entries: list[str]) -> Operator:
     networks, names = _networks(entries)
 
-    def test(value: Any) -> Check:
-        if not isinstance(value, str):
-            return _error("not a string")
-        try:
-            _host, address = normalize_host(value)
-        except AddressError as exc:
-            return _error(str(exc))
+    def judge(host: tuple[str, IPAddress | None]) -> Check:
+        _name, address = host
         if address is None:
             return _false("a host name, not an address")
         if ip_matches(address, networks, names):
             return TRUE
         return _false("address not in the listed ranges")
 
-    return Operator("ip_in", "is an IP address in [" + ", ".join(entries) + "]", test)
+    return Operator(
+        "ip_in",
+        "is an IP address in [" + ", ".join(entries) + "]",
+        _parsed(normalize_host, judge),
+    )
 
 
 def _email_domain(patterns: list[str]) -> Operator:
     listed = tuple(patterns)
 
-    def test(value: Any) -> Check:
-        if not isinstance(value, str):
-            return _error("not a string")
-        try:
-            domain = email_domain(value)
-        except AddressError as exc:
-            return _error(str(exc))
+    def judge(domain: str) -> Check:
         if domain_matches(domain, listed) is None:
             return _false("domain not listed")
         return TRUE
 
-    return Operator("email_domain", "is an e-mail address at [" + ", ".join(patterns) + "]", test)
+    return Operator(
+        "email_domain",
+        "is an e-mail address at [" + ", ".join(patterns) + "]",
+        _parsed(email_domain, judge),
+    )
+
+
+_BY_OPERAND: Final[dict[str, Callable[[Any], Operator]]] = {
+    "equals": _equals,
+    "in": _in,
+    "contains": lambda operand: _contains("contains", [operand], need_all=True),
+    "contains_any": lambda operand: _contains("contains_any", operand, need_all=False),
+    "contains_all": lambda operand: _contains("contains_all", operand, need_all=True),
+    "number": _number,
+    "length": _length,
+    "bytes": _bytes,
+    "absent": _absent,
+    "path_under": _path_under,
+    "url": _url,
+    "ip_in": _ip_in,
+    "email_domain": _email_domain,
+}
+"""Each leaf operator built from its operand (``matches`` reads the whole condition)."""
 
 
 def compile_operator(condition: Condition) -> Operator:
     """The leaf operator of a validated condition (not ``each`` / ``some``)."""
     name = condition.operator
-    operand = condition.operand(name) if name else None
-    if name == "equals":
-        return _equals(operand)
-    if name == "in":
-        return _in(operand)
-    if name == "contains":
-        return _contains("contains", [operand], need_all=True)
-    if name in ("contains_any", "contains_all"):
-        return _contains(name, operand, need_all=name == "contains_all")
-    if name == "number":
-        return _number(operand)
-    if name == "length":
-        return _length(operand)
-    if name == "bytes":
-        return _bytes(operand)
     if name == "matches":
         return _matches(condition)
-    if name == "absent":
-        return _absent(operand)
-    if name == "path_under":
-        return _path_under(operand)
-    if name == "url":
-        return _url(operand)
-    if name == "ip_in":
-        return _ip_in(operand)
-    if name == "email_domain":
-        return _email_domain(operand)
-    raise ValueError(f"no leaf operator {name!r}")  # each/some are compiled by conditions
+    build = _BY_OPERAND.get(name) if name else None
+    if build is None:
+        raise ValueError(f"no leaf operator {name!r}")  # each/some are compiled by conditions
+    return build(condition.operand(name))

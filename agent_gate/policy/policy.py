@@ -14,6 +14,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
+from agent_gate.errors import error_code
 from agent_gate.policy.errors import PolicyLoadError, Problem
 from agent_gate.policy.evaluator import CompiledRule, LimitRule, decide
 from agent_gate.policy.hashing import canonical_json, sha256_hex
@@ -75,7 +76,7 @@ class Policy:
             with open(source, "rb") as handle:
                 raw = handle.read(MAX_POLICY_BYTES + 1)
         except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
+            reason = exc.strerror or error_code(exc)
             raise PolicyLoadError(
                 [Problem(source, None, None, "", f"cannot read: {reason}")]
             ) from None

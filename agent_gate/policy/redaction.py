@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from agent_gate.errors import json_type_name
 from agent_gate.policy.hashing import canonical_json, digest
 from agent_gate.policy.paths import ArgPath, iter_matches, parse_path
 
@@ -52,26 +53,10 @@ class RedactionRule:
         return cls(parse_path(path, wildcard=True), preview)
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def redacted_value(value: Any, preview: int = 0, key: bytes | None = None) -> dict[str, Any]:
     """The stand-in stored instead of ``value``; ``size`` counts characters of a string,
     bytes of canonical JSON otherwise."""
-    kind = _type_name(value)
+    kind = json_type_name(value)
     if isinstance(value, str):
         size = len(value)
         shown = min(preview, size // 4)

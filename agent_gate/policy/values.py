@@ -5,6 +5,10 @@ The gate hands the evaluator a call (tool name, arguments), who asks (a
 per-task limit is already used (a usage mapping the ledger counts). It gets back
 a ``Decision``. Everything here is a frozen dataclass or an enum, so a decision
 can be stored, compared and hashed without dragging the policy model along.
+
+A tool's effect and idempotency classes are the tools layer's own enums
+(``agent_gate.tools.spec``, below this one): a policy only ever makes them more
+careful (``ToolOverrides``), it never defines classes of its own.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
+
+from agent_gate.tools.spec import Effect, Idempotency
 
 __all__ = [
     "Decision",
     "DecisionEffect",
+    "Effect",
     "EffectiveClass",
     "Idempotency",
     "LimitCheck",
@@ -46,61 +53,31 @@ class DecisionEffect(StrEnum):
     APPROVE = "approve"
     DENY = "deny"
 
-    @property
-    def strength(self) -> int:
-        return _DECISION_STRENGTH[self]
 
+ToolEffect = Effect
+"""The old name of ``agent_gate.tools.Effect`` in the policy layer: the same class."""
 
-_DECISION_STRENGTH = {DecisionEffect.ALLOW: 0, DecisionEffect.APPROVE: 1, DecisionEffect.DENY: 2}
+C = TypeVar("C", Effect, Idempotency)
 
-
-class ToolEffect(StrEnum):
-    """What running a tool does to the world; the values match ``agent_gate.schema``.
-
-    Ordered from least to most careful handling: ``read`` < ``write`` <
-    ``destructive``. A policy may only move a tool up this order.
-    """
-
-    READ = "read"
-    WRITE = "write"
-    DESTRUCTIVE = "destructive"
-
-
-class Idempotency(StrEnum):
-    """Whether a call whose outcome is unknown may run again; values match the registry.
-
-    Ordered from least to most careful: ``natural`` (re-running is harmless) <
-    ``key`` (re-running is deduplicated downstream by the gate's key) < ``none``
-    (never re-run). ``none`` is the safe end: a policy that says ``none`` makes
-    the gate leave an interrupted call in doubt instead of retrying it.
-    """
-
-    NATURAL = "natural"
-    KEY = "key"
-    NONE = "none"
-
-
-_EFFECT_ORDER = (ToolEffect.READ, ToolEffect.WRITE, ToolEffect.DESTRUCTIVE)
+_EFFECT_ORDER = (Effect.READ, Effect.WRITE, Effect.DESTRUCTIVE)
 _IDEMPOTENCY_ORDER = (Idempotency.NATURAL, Idempotency.KEY, Idempotency.NONE)
 
 
-def safer_effect(a: ToolEffect | str, b: ToolEffect | str) -> ToolEffect:
+def safer_effect(a: Effect | str, b: Effect | str) -> Effect:
     """The more careful of two effect classes (accepts the registry's strings)."""
-    ea, eb = ToolEffect(a), ToolEffect(b)
-    return max(ea, eb, key=_EFFECT_ORDER.index)
+    return max(Effect(a), Effect(b), key=_EFFECT_ORDER.index)
 
 
 def safer_idempotency(a: Idempotency | str, b: Idempotency | str) -> Idempotency:
     """The more careful of two idempotency classes (accepts the registry's strings)."""
-    ia, ib = Idempotency(a), Idempotency(b)
-    return max(ia, ib, key=_IDEMPOTENCY_ORDER.index)
+    return max(Idempotency(a), Idempotency(b), key=_IDEMPOTENCY_ORDER.index)
 
 
 @dataclass(frozen=True, slots=True)
 class EffectiveClass:
     """A tool's classes after the policy's overrides; ``notes`` say what was ignored."""
 
-    effect: ToolEffect
+    effect: Effect
     idempotency: Idempotency
     notes: tuple[str, ...] = ()
 
@@ -116,32 +93,36 @@ class ToolOverrides:
     """
 
     tool: str
-    effect: ToolEffect | None = None
+    effect: Effect | None = None
     idempotency: Idempotency | None = None
 
     def apply(
-        self, registered_effect: ToolEffect | str, registered_idempotency: Idempotency | str
+        self, registered_effect: Effect | str, registered_idempotency: Idempotency | str
     ) -> EffectiveClass:
-        reg_e = ToolEffect(registered_effect)
-        reg_i = Idempotency(registered_idempotency)
         notes: list[str] = []
-        eff = reg_e
-        if self.effect is not None:
-            eff = safer_effect(reg_e, self.effect)
-            if eff is not self.effect:
-                notes.append(
-                    f"policy effect {self.effect.value!r} for {self.tool!r} is less careful "
-                    f"than the registered {reg_e.value!r}; kept {reg_e.value!r}"
-                )
-        idem = reg_i
-        if self.idempotency is not None:
-            idem = safer_idempotency(reg_i, self.idempotency)
-            if idem is not self.idempotency:
-                notes.append(
-                    f"policy idempotency {self.idempotency.value!r} for {self.tool!r} is less "
-                    f"careful than the registered {reg_i.value!r}; kept {reg_i.value!r}"
-                )
+        eff = self._safer("effect", Effect(registered_effect), self.effect, _EFFECT_ORDER, notes)
+        idem = self._safer(
+            "idempotency",
+            Idempotency(registered_idempotency),
+            self.idempotency,
+            _IDEMPOTENCY_ORDER,
+            notes,
+        )
         return EffectiveClass(effect=eff, idempotency=idem, notes=tuple(notes))
+
+    def _safer(
+        self, what: str, registered: C, claimed: C | None, order: tuple[C, ...], notes: list[str]
+    ) -> C:
+        """The safer of the two; a claim less careful than the registration is noted."""
+        if claimed is None:
+            return registered
+        kept = max(registered, claimed, key=order.index)
+        if kept is not claimed:
+            notes.append(
+                f"policy {what} {claimed.value!r} for {self.tool!r} is less careful "
+                f"than the registered {registered.value!r}; kept {registered.value!r}"
+            )
+        return kept
 
 
 class Truth(StrEnum):

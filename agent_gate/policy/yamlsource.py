@@ -24,6 +24,7 @@ from typing import Any, Final
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from agent_gate.errors import error_code
 from agent_gate.policy.errors import PolicyLoadError, Problem
 
 __all__ = ["MAX_DEPTH", "MAX_POLICY_BYTES", "YamlDocument", "format_key", "parse_yaml"]
@@ -189,7 +190,7 @@ def parse_yaml(raw: bytes | str, source: str) -> YamlDocument:
             source, f"invalid YAML: {message}", mark.line + 1, mark.column + 1
         ) from None
     except yaml.YAMLError as exc:
-        raise _file_problem(source, f"invalid YAML: {type(exc).__name__}") from None
+        raise _file_problem(source, f"invalid YAML: {error_code(exc)}") from None
     except RecursionError:
         raise _file_problem(source, "YAML nested too deeply") from None
     finally:

@@ -7,23 +7,7 @@ user's arguments, and these errors end up in logs.
 
 from __future__ import annotations
 
-import re
-
-from agent_gate.errors import AgentGateError
-
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,64}")
-
-
-def safe_name(value: object) -> str:
-    """An event type or field name fit for an error message, or a placeholder.
-
-    Event type names come from the wire; a hostile or broken server could put
-    payload text there, so anything that does not look like an identifier is
-    replaced rather than echoed.
-    """
-    if isinstance(value, str) and _SAFE_NAME.fullmatch(value):
-        return value
-    return "<unprintable>"
+from agent_gate.errors import AgentGateError, safe_name  # safe_name: re-exported
 
 
 class ProviderError(AgentGateError):

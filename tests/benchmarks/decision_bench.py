@@ -49,6 +49,7 @@ from agent_gate.providers import base as providers_base
 from agent_gate.schema import ArgumentsInvalid, Tool, ToolRegistry
 from agent_gate.sse import ServerSentEvent
 from agent_gate.strict_json import StrictParseError, parse_arguments, parse_arguments_reference
+from agent_gate.tools.validate import ReferenceValidator
 
 _EMAIL = {"type": "string", "format": "email", "maxLength": 254}
 SCHEMA: dict[str, Any] = {
@@ -179,7 +180,7 @@ def parsers() -> dict[str, Callable[[str], Any]]:
 def _python_only(tool: Tool) -> Tool:
     """The same tool with python-jsonschema alone (no jsonschema-rs shortcut)."""
     twin = Tool(tool.spec, tool.fn)
-    twin._fast = None
+    twin.validator = ReferenceValidator(tool.spec.schema)
     return twin
 
 
@@ -200,7 +201,7 @@ def validators(registry: ToolRegistry) -> dict[str, Callable[[dict[str, Any]], b
     found: dict[str, Callable[[dict[str, Any]], bool]] = {
         "agent-gate (rs may accept, jsonschema decides)": verdict(tool),
         "agent-gate, python-jsonschema only (all errors)": verdict(_python_only(tool)),
-        "jsonschema is_valid": tool.validator.is_valid,
+        "jsonschema is_valid": ReferenceValidator(tool.spec.schema).python.is_valid,
     }
     if jsonschema_rs is not None:
         found["jsonschema-rs is_valid"] = jsonschema_rs.Draft202012Validator(

@@ -134,3 +134,14 @@ def test_safer_effect(a: str, b: str, safer: str) -> None:
 def test_safer_idempotency(a: str, b: str, safer: str) -> None:
     assert safer_idempotency(a, b) is Idempotency(safer)
     assert safer_idempotency(b, a) is Idempotency(safer)
+
+
+def test_policy_classes_are_the_tools_own() -> None:
+    from agent_gate import tools
+
+    assert ToolEffect is tools.Effect
+    assert Idempotency is tools.Idempotency
+    spec = tools.ToolSpec.build("t", schema={"type": "object"}, effect="write")
+    applied = POLICY.tool_overrides("t").apply(spec.effect, spec.idempotency)
+    assert applied.effect is tools.Effect.WRITE
+    assert applied.idempotency is tools.Idempotency.NONE

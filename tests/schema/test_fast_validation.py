@@ -21,20 +21,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, SchemaError
 
-from agent_gate import schema as schema_module
-from agent_gate.schema import (
+from agent_gate._speedups import PURE_PYTHON
+from agent_gate.plainjson import plain_json
+from agent_gate.tools import ArgumentsInvalid, Tool, ToolRegistry, _fastpath
+from agent_gate.tools._fastpath import (
     NATIVE_FORMATS,
     SUBSET_PATTERNS,
-    ArgumentsInvalid,
-    ToolRegistry,
-    _FastAccept,
-    _subset_pattern,
-    plain_json,
+    FastValidator,
+    subset_pattern,
     vetted_pattern,
 )
+from agent_gate.tools.validate import ReferenceValidator
 
 pytestmark = pytest.mark.skipif(
-    schema_module.jsonschema_rs is None or schema_module.PURE_PYTHON,
+    _fastpath.jsonschema_rs is None or PURE_PYTHON,
     reason="jsonschema-rs not installed, or AGENT_GATE_PURE_PYTHON is set",
 )
 
@@ -168,6 +168,22 @@ def valid_schema(schema: Any) -> bool:
     return True
 
 
+def _fast_for(schema: Any) -> FastValidator | None:
+    """The shortcut for ``schema``, or None where jsonschema-rs may not answer."""
+    return FastValidator.build(ReferenceValidator(schema))
+
+
+def _fast_of(tool: Tool) -> FastValidator:
+    """The tool's validator, which must be the shortcut."""
+    assert isinstance(tool.validator, FastValidator)
+    return tool.validator
+
+
+def _reference_only(tool: Tool) -> None:
+    """Make ``tool`` validate with python-jsonschema alone, as PURE_PYTHON would."""
+    tool.validator = ReferenceValidator(tool.spec.schema)
+
+
 def python_valid(schema: Any, instance: Any) -> bool:
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
     return bool(validator.is_valid(instance))
@@ -178,7 +194,7 @@ def python_valid(schema: Any, instance: Any) -> bool:
 def test_an_rs_yes_is_always_a_python_yes(schema: Any, instances: list[Any]) -> None:
     if not valid_schema(schema):
         return
-    fast = _FastAccept.build(schema) if isinstance(schema, dict) else None
+    fast = _fast_for(schema) if isinstance(schema, dict) else None
     if fast is None:
         return
     for instance in instances:
@@ -191,14 +207,14 @@ def test_an_rs_yes_is_always_a_python_yes(schema: Any, instances: list[Any]) -> 
 def test_native_formats_never_accept_what_python_refuses(data: st.DataObject) -> None:
     fmt = data.draw(st.sampled_from(sorted(NATIVE_FORMATS)))
     text = data.draw(format_strings(fmt))
-    fast = _FastAccept.build({"format": fmt})
+    fast = _fast_for({"format": fmt})
     assert fast is not None
     if fast.accepts(text):
         assert Draft202012Validator.FORMAT_CHECKER.conforms(text, fmt), (fmt, text)
 
 
 def _subset_in_use(name: str) -> str:
-    pattern = _subset_pattern(name, Draft202012Validator.FORMAT_CHECKER.checkers.get(name))
+    pattern = subset_pattern(name, Draft202012Validator.FORMAT_CHECKER.checkers.get(name))
     if pattern is None:
         pytest.skip(f"{name}: jsonschema's checker is not the one the subset was written for")
     return pattern
@@ -212,7 +228,7 @@ def test_a_subset_pattern_match_is_always_a_python_yes(name: str, data: st.DataO
     pattern itself (as Python reads it) and damaged format strings, matched by rs."""
     pattern = _subset_in_use(name)
     text = data.draw(st.from_regex(pattern, fullmatch=True) | format_strings(name))
-    rs_matches = schema_module.jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid(
+    rs_matches = _fastpath.jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid(
         text
     )
     if rs_matches:
@@ -231,7 +247,7 @@ def test_a_subset_pattern_match_is_always_a_python_yes(name: str, data: st.DataO
     ],
 )
 def test_common_format_strings_need_no_python_call(name: str, text: str) -> None:
-    assert schema_module.jsonschema_rs.Draft202012Validator(
+    assert _fastpath.jsonschema_rs.Draft202012Validator(
         {"pattern": _subset_in_use(name)}
     ).is_valid(text)
 
@@ -251,13 +267,13 @@ def test_common_format_strings_need_no_python_call(name: str, text: str) -> None
 )
 def test_what_the_subset_misses_is_python_s_verdict(name: str, text: str, valid: bool) -> None:
     pattern = _subset_in_use(name)
-    assert not schema_module.jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid(text)
+    assert not _fastpath.jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid(text)
     schema = {"type": "object", "properties": {"a": {"type": "string", "format": name}}}
     registry = ToolRegistry()
     registry.register(lambda **_: None, name="t", schema=schema)
     python_only = ToolRegistry()
     python_only.register(lambda **_: None, name="t", schema=schema)
-    python_only["t"]._fast = None
+    _reference_only(python_only["t"])
     assert _outcome(registry, {"a": text}) == _outcome(python_only, {"a": text})
     assert (_outcome(registry, {"a": text})[0] == "ok") is valid
 
@@ -297,8 +313,8 @@ def test_subset_rewriting_keeps_every_verdict_and_error(node: dict[str, Any]) ->
     with_rs.register(lambda **_: None, name="t", schema=schema)
     python_only = ToolRegistry()
     python_only.register(lambda **_: None, name="t", schema=schema)
-    python_only["t"]._fast = None
-    assert with_rs["t"]._fast is not None
+    _reference_only(python_only["t"])
+    _fast_of(with_rs["t"])
     for instance in instances:
         assert _outcome(with_rs, {"a": instance}) == _outcome(python_only, {"a": instance}), (
             instance
@@ -310,8 +326,8 @@ def test_a_subset_is_only_used_for_the_checker_it_was_written_for() -> None:
     for name in SUBSET_PATTERNS:
         entry = checker.checkers.get(name)
         if entry is not None:
-            assert _subset_pattern(name, (lambda value: True, entry[1])) is None
-    assert _subset_pattern("email", checker.checkers.get("email")) is None
+            assert subset_pattern(name, (lambda value: True, entry[1])) is None
+    assert subset_pattern("email", checker.checkers.get("email")) is None
     # A stricter uri checker registered before the tool: rs must call it for every uri.
     original = checker.checkers.get("uri")
     checker.checks("uri")(lambda value: not isinstance(value, str) or value.startswith("https:"))
@@ -322,9 +338,9 @@ def test_a_subset_is_only_used_for_the_checker_it_was_written_for() -> None:
             name="t",
             schema={"type": "object", "properties": {"a": {"type": "string", "format": "uri"}}},
         )
-        assert tool._fast is not None
-        assert not tool._fast.accepts({"a": "http://example.com/"})
-        assert tool._fast.accepts({"a": "https://example.com/"})
+        _fast_of(tool)
+        assert not _fast_of(tool).accepts({"a": "http://example.com/"})
+        assert _fast_of(tool).accepts({"a": "https://example.com/"})
     finally:
         if original is None:
             del checker.checkers["uri"]
@@ -357,7 +373,7 @@ def test_tool_validate_gives_the_same_verdict_and_errors_with_and_without_rs(
     with_rs.register(lambda **_: None, name="t", schema=schema)
     python_only = ToolRegistry()
     python_only.register(lambda **_: None, name="t", schema=schema)
-    python_only["t"]._fast = None
+    _reference_only(python_only["t"])
     assert _outcome(with_rs, arguments) == _outcome(python_only, arguments)
 
 
@@ -375,15 +391,15 @@ def test_the_benchmark_shape_takes_the_shortcut_and_keeps_python_errors() -> Non
     }
     registry = ToolRegistry()
     tool = registry.register(lambda **_: None, name="t", schema=schema)
-    assert tool._fast is not None
+    _fast_of(tool)
     good = {"to": ["a@example.com"], "at": "2025-07-01T09:30:00Z", "tag": "q3"}
-    assert tool._fast.accepts(good)
+    assert _fast_of(tool).accepts(good)
     assert registry.validate("t", good) == good
     # rs refuses 'a@' (stricter); Python's verdict stands: valid.
     assert registry.validate("t", {**good, "to": ["a@"]}) == {**good, "to": ["a@"]}
     # A leap second: rs would accept it natively, so date-time is Python's, called from rs.
     leap = {**good, "at": "2016-12-31T23:59:60Z"}
-    assert not tool._fast.accepts(leap)
+    assert not _fast_of(tool).accepts(leap)
     with pytest.raises(ArgumentsInvalid) as info:
         registry.validate("t", leap)
     assert [str(e) for e in info.value.errors] == ["/at (format)"]
@@ -396,19 +412,19 @@ def test_instances_python_reads_differently_are_left_to_python() -> None:
         name="t",
         schema={"type": "object", "properties": {"a": {"type": "array"}}},
     )
-    assert tool._fast is not None
+    _fast_of(tool)
     # rs reads a tuple as an array; python-jsonschema does not.
     assert not plain_json({"a": (1, 2)})
-    assert not tool._fast.accepts({"a": (1, 2)})
+    assert not _fast_of(tool).accepts({"a": (1, 2)})
     with pytest.raises(ArgumentsInvalid):
         registry.validate("t", {"a": (1, 2)})
     for value in (2**64, float("nan"), float("inf"), {1: 2}):
         assert not plain_json(value)
-        assert not tool._fast.accepts({"a": [value]})
+        assert not _fast_of(tool).accepts({"a": [value]})
     # A lone surrogate is plain JSON to the walk; rs either reads it or raises (then
     # Python decides): its yes must still be Python's yes.
     loose = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 1}}}
-    strict = _FastAccept.build(loose)
+    strict = _fast_for(loose)
     assert strict is not None
     for instance in ({"a": "\ud800"}, {"a": "\ud800x"}):
         if strict.accepts(instance):
@@ -427,7 +443,7 @@ def test_schemas_outside_the_vetted_subset_are_python_only() -> None:
         {"type": "object", "properties": {"a": {"$defs": {"d": {}}, "$ref": "#/$defs/d"}}},
         {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
     ):
-        assert _FastAccept.build(schema) is None, schema
+        assert _fast_for(schema) is None, schema
 
 
 @pytest.mark.parametrize(
@@ -457,10 +473,10 @@ def test_a_format_checker_registered_later_is_honoured() -> None:
         schema={"type": "object", "properties": {"a": {"type": "string", "format": "x-upper"}}},
     )
     checker = Draft202012Validator.FORMAT_CHECKER
-    assert tool._fast is not None and tool._fast.accepts({"a": "low"})
+    assert _fast_of(tool).accepts({"a": "low"})
     checker.checks("x-upper")(lambda value: not isinstance(value, str) or value.isupper())
     try:
-        assert not tool._fast.accepts({"a": "low"})
+        assert not _fast_of(tool).accepts({"a": "low"})
         with pytest.raises(ArgumentsInvalid):
             registry.validate("t", {"a": "low"})
     finally:
@@ -472,10 +488,10 @@ def test_agent_gate_pure_python_turns_the_shortcut_off() -> None:
         "from agent_gate.schema import ToolRegistry;"
         "r = ToolRegistry();"
         "t = r.register(lambda **_: None, name='t', schema={'type': 'object'});"
-        "print(t._fast is None)"
+        "print(type(t.validator).__name__)"
     )
     env = {**os.environ, "AGENT_GATE_PURE_PYTHON": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == "True"
+    assert out.stdout.strip() == "ReferenceValidator"

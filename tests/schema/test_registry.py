@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field, field_validator
 
 from agent_gate import ToolRegistry
-from agent_gate.schema import (
+from agent_gate.tools import (
     ArgumentError,
     ArgumentsInvalid,
     ArgumentsNotObject,
@@ -275,3 +275,49 @@ def test_dispatch_accepts_enum_like_values() -> None:
     tools = ToolRegistry()
     tools.register(lambda **kw: None, name="t", schema={"type": "object"}, dispatch=Mode())
     assert tools["t"].spec.dispatch == "on_call_complete"
+
+
+def test_unknown_options_are_refused_by_every_declaration_form() -> None:
+    tools = ToolRegistry()
+    with pytest.raises(TypeError, match="efect"):
+        tools.register(lambda **kw: None, name="t", schema={"type": "object"}, efect="write")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="efect"):
+        tools.tool(name="u", schema={"type": "object"}, efect="write")(lambda **kw: None)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="efect"):
+        tools.wrap(lambda name, args: None, {"v": {"schema": {"type": "object"}, "efect": "x"}})
+    assert len(tools) == 0
+
+
+def test_the_old_path_is_the_new_one() -> None:
+    import agent_gate.schema as old
+    import agent_gate.tools as new
+    from agent_gate.errors import json_type_name
+
+    for name in new.__all__:
+        assert getattr(old, name) is getattr(new, name), name
+    assert old.json_type_name is json_type_name
+    assert set(old.__all__) == {*new.__all__, "json_type_name"}
+
+
+@pytest.mark.parametrize(
+    ("value", "json_type"),
+    [
+        ({"a": 1}, "object"),
+        ((1, 2), "array"),
+        (1.5, "number"),
+        (b"x", "bytes"),
+        (frozenset(), "frozenset"),
+    ],
+)
+def test_json_type_name_never_shows_the_value(value: object, json_type: str) -> None:
+    from agent_gate.errors import json_type_name
+
+    assert json_type_name(value) == json_type
+
+
+def test_error_code_names_the_type_never_the_text() -> None:
+    from agent_gate.errors import error_code
+
+    assert error_code(ValueError("ana@example.com")) == "ValueError"
+    odd = type("x y@example.com", (Exception,), {})
+    assert error_code(odd("text")) == "<unprintable>"
