@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from shared_fixtures import EXAMPLE_POLICY, effect_lines
+from waiting import start_together
 
 from agent_gate import CallState, Gate
 from agent_gate.gate import ApprovalRefused, NotAwaitingApproval
@@ -237,8 +238,7 @@ def test_two_concurrent_resumes_use_an_approval_once(
         )
         for _ in range(2)
     ]
-    time.sleep(1.0)  # both processes are up and waiting
-    go.touch()
+    start_together(go, procs)  # both processes are up and waiting
     outcomes = []
     for p in procs:
         out, err = p.communicate(timeout=120)
