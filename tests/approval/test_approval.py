@@ -170,7 +170,7 @@ def test_an_expired_approval_is_refused(
     with gate(support_tools, db_url) as g:
         g.execute("t", refund("r1", 400))
         g.approve("r1", by="alice", ttl=0.2)
-        time.sleep(0.4)
+        time.sleep(0.4)  # the clock must pass the expiry: the passing time is what is tested
         waiting = g.resume("t")
         assert [o.state for o in waiting] == [CallState.AWAITING_APPROVAL]
         assert "expired" in (waiting[0].reason or "")
