@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from shared_fixtures import EXAMPLE_POLICY, effect_lines
+from waiting import start_together
 
 from agent_gate import CallState, Gate
 from agent_gate.gate import ApprovalRefused, NotAwaitingApproval
@@ -169,7 +170,7 @@ def test_an_expired_approval_is_refused(
     with gate(support_tools, db_url) as g:
         g.execute("t", refund("r1", 400))
         g.approve("r1", by="alice", ttl=0.2)
-        time.sleep(0.4)
+        time.sleep(0.4)  # the clock must pass the expiry: the passing time is what is tested
         waiting = g.resume("t")
         assert [o.state for o in waiting] == [CallState.AWAITING_APPROVAL]
         assert "expired" in (waiting[0].reason or "")
@@ -237,8 +238,7 @@ def test_two_concurrent_resumes_use_an_approval_once(
         )
         for _ in range(2)
     ]
-    time.sleep(1.0)  # both processes are up and waiting
-    go.touch()
+    start_together(go, procs)  # both processes are up and waiting
     outcomes = []
     for p in procs:
         out, err = p.communicate(timeout=120)

@@ -6,9 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
+
+from waiting import start_together
 
 HERE = Path(__file__).parent
 TRANSCRIPTS = HERE.parent / "transcripts"
@@ -33,8 +34,7 @@ def test_racing_workers_run_each_side_effect_exactly_once(
         )
         for _ in range(4)
     ]
-    time.sleep(0.5)
-    go.touch()
+    start_together(go, procs)
     outcomes = []
     for p in procs:
         out, err = p.communicate(timeout=300)

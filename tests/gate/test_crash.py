@@ -7,10 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from agent_gate import CallState, Gate
 
@@ -33,12 +33,13 @@ def kill_mid_tool(
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     running = Path(str(marker) + ".running")
-    deadline = time.monotonic() + 60
+
+    def started() -> bool:
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        return running.exists()
+
     try:
-        while not running.exists():
-            assert proc.poll() is None, proc.communicate()[1].decode()
-            assert time.monotonic() < deadline, "the tool never started"
-            time.sleep(0.01)
+        wait_until(started, what="the tool to start")
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:

@@ -7,20 +7,11 @@ assertion.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
+
+from waiting import wait_until
 
 from agent_gate.heartbeat import LeaseKeeper
-
-
-def wait_for(check: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.005)
-    return check()
 
 
 def keeper_threads(name: str) -> int:
@@ -33,12 +24,12 @@ def test_every_held_lease_is_renewed_on_one_thread_until_released() -> None:
         lambda c: renewed.update([c]) or True, 0.01, name="test-lease-one"
     )
     releases = {c: keeper.hold(c) for c in ("a", "b", "c")}
-    assert wait_for(lambda: all(renewed[c] >= 3 for c in "abc"))
+    wait_until(lambda: all(renewed[c] >= 3 for c in "abc"))
     assert keeper_threads("test-lease-one") == 1
     releases["b"]()
-    assert wait_for(lambda: keeper.held == 2)
+    wait_until(lambda: keeper.held == 2)
     after = renewed["b"]
-    assert wait_for(lambda: renewed["a"] >= after + 5)
+    wait_until(lambda: renewed["a"] >= after + 5)
     assert renewed["b"] <= after + 1  # at most one renewal was already in flight
     releases["a"](), releases["c"]()
     assert keeper.held == 0
@@ -56,8 +47,8 @@ def test_a_lease_reported_lost_is_dropped_and_a_failing_renewal_is_retried() -> 
     keeper: LeaseKeeper[str] = LeaseKeeper(renew, 0.01, name="test-lease")
     release_flaky = keeper.hold("flaky")
     keeper.hold("lost")
-    assert wait_for(lambda: calls["flaky"] >= 5)
-    assert wait_for(lambda: keeper.held == 1)  # "lost" was dropped after its answer
+    wait_until(lambda: calls["flaky"] >= 5)
+    wait_until(lambda: keeper.held == 1)  # "lost" was dropped after its answer
     assert calls["lost"] == 1
     release_flaky()
 
@@ -68,7 +59,7 @@ def test_the_thread_exits_when_idle_and_the_next_hold_starts_it_again() -> None:
         lambda c: renewed.update([c]) or True, 0.01, idle=0.05, name="test-lease-idle"
     )
     keeper.hold("a")()
-    assert wait_for(lambda: keeper_threads("test-lease-idle") == 0)
+    wait_until(lambda: keeper_threads("test-lease-idle") == 0)
     release = keeper.hold("b")
-    assert wait_for(lambda: renewed["b"] >= 2)
+    wait_until(lambda: renewed["b"] >= 2)
     release()

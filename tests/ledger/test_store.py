@@ -86,7 +86,6 @@ def test_claim_renew_finish(ledger: Ledger) -> None:
     assert c.state is CallState.EXECUTING and c.attempt == 1 and c.lease_owner == owner
     assert c.lease_expires_ms is not None and c.started_at is not None
     before = c.lease_expires_ms
-    time.sleep(0.01)
     assert ledger.renew(c, owner=owner, lease_ms=60_000)
     renewed = ledger.get_row(c.row_id)
     assert renewed is not None and renewed.version == c.version  # not a transition

@@ -228,7 +228,7 @@ def test_racing_workers_and_killed_workers_run_every_effect_at_most_once(
                 hold.unlink()
             if r == RANDOM_KILL_ROUND:
                 victim = rng.choice(sorted(n for n in workers if n.startswith("c")))
-                time.sleep(rng.uniform(0.0, 1.5))
+                time.sleep(rng.uniform(0.0, 1.5))  # a kill at a random moment is the test
                 os.kill(pid_of[victim], signal.SIGKILL)
                 workers[victim].wait(timeout=60)
                 killed[victim] = pid_of[victim]

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # for waiting
 
 from support_tools import tools
+from waiting import await_start
 
 from agent_gate import Gate
 
@@ -21,9 +22,7 @@ from agent_gate import Gate
 def main() -> None:
     url, policy, go, task, prefix, count, amount = sys.argv[1:]
     with Gate(tools, url, policy=policy) as gate:
-        deadline = time.monotonic() + 30
-        while not Path(go).exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        await_start(go)
         for i in range(int(count)):
             outcome = gate.execute(task, {
                 "call_id": f"{prefix}-{i}", "name": "refund",

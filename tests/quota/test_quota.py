@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 from shared_fixtures import EXAMPLE_POLICY, effect_lines
+from waiting import start_together
 
 from agent_gate import CallState, Gate, OutcomeUnknown, ToolRegistry
 from agent_gate.policy import Policy, Principal
@@ -114,8 +114,7 @@ def test_quota_is_never_exceeded_by_racing_processes(
         )
         for w in range(workers)
     ]
-    time.sleep(1.0)
-    go.touch()
+    start_together(go, procs)
     outcomes = []
     for p in procs:
         out, err = p.communicate(timeout=180)
