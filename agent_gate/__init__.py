@@ -76,7 +76,12 @@ if TYPE_CHECKING:
     from agent_gate.providers.errors import (
         ProviderError,
     )
-    from agent_gate.schema import (
+    from agent_gate.sse import (
+        ServerSentEvent,
+        SSEDecoder,
+        SSEError,
+    )
+    from agent_gate.tools import (
         ArgumentsInvalid,
         CallInfo,
         Effect,
@@ -85,11 +90,6 @@ if TYPE_CHECKING:
         Reconciliation,
         ToolRegistry,
         ToolSpec,
-    )
-    from agent_gate.sse import (
-        ServerSentEvent,
-        SSEDecoder,
-        SSEError,
     )
     from agent_gate.transport.errors import (
         StreamError,
@@ -118,14 +118,14 @@ _LAZY: dict[str, str] = {
     "ApprovalRefused": "agent_gate.gate",
     "NotAwaitingApproval": "agent_gate.gate",
     # tools
-    "ToolRegistry": "agent_gate.schema",
-    "ToolSpec": "agent_gate.schema",
-    "CallInfo": "agent_gate.schema",
-    "Effect": "agent_gate.schema",
-    "Idempotency": "agent_gate.schema",
-    "Reconciled": "agent_gate.schema",
-    "Reconciliation": "agent_gate.schema",
-    "ArgumentsInvalid": "agent_gate.schema",
+    "ToolRegistry": "agent_gate.tools",
+    "ToolSpec": "agent_gate.tools",
+    "CallInfo": "agent_gate.tools",
+    "Effect": "agent_gate.tools",
+    "Idempotency": "agent_gate.tools",
+    "Reconciled": "agent_gate.tools",
+    "Reconciliation": "agent_gate.tools",
+    "ArgumentsInvalid": "agent_gate.tools",
     # policy
     "Policy": "agent_gate.policy",
     "Principal": "agent_gate.policy",

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from agent_gate.gate import Gate
     from agent_gate.ledger import Ledger
-    from agent_gate.schema import ToolRegistry
+    from agent_gate.tools import ToolRegistry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,7 +101,7 @@ def open_gate(
     """A gate on the existing ledger at ``url`` (never creates one, as ``open_ledger``)."""
     from agent_gate.gate import Gate
     from agent_gate.ledger.dialect import resolve_url
-    from agent_gate.schema import ToolRegistry
+    from agent_gate.tools import ToolRegistry
 
     return Gate(tools if tools is not None else ToolRegistry(), resolve_url(url), policy=policy)
 

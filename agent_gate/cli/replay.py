@@ -23,14 +23,14 @@ from agent_gate.providers import AUTO, provider_names
 
 if TYPE_CHECKING:
     from agent_gate.gate import Outcome
-    from agent_gate.schema import ToolRegistry
+    from agent_gate.tools import ToolRegistry
 
 _READ_SIZE = 65536
 
 
 def load_registry(spec: str) -> ToolRegistry:
     """Import ``MODULE[:ATTR]`` (ATTR defaults to ``tools``), also from the cwd."""
-    from agent_gate.schema import ToolRegistry
+    from agent_gate.tools import ToolRegistry
 
     module_name, _, attr = spec.partition(":")
     attr = attr or "tools"

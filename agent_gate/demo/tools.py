@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_gate.gate import current_call
-from agent_gate.schema import ToolRegistry
+from agent_gate.tools import ToolRegistry
 
 __all__ = ["OUTBOX_ENV", "outbox_counts", "outbox_path", "tools"]
 

@@ -39,7 +39,7 @@ from agent_gate.ledger.store import CallRecord, Ledger, Ruling
 from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import Decision as PolicyDecision
 from agent_gate.policy import DecisionEffect, Principal, TaskScope
-from agent_gate.schema import (
+from agent_gate.tools import (
     ArgumentsInvalid,
     ArgumentsNotObject,
     CallInfo,
@@ -105,7 +105,7 @@ class Decider:
         if self.rules is None:
             return tool.spec.effect, tool.spec.idempotency
         eff = self.rules.effective(tool.spec)
-        return Effect(eff.effect.value), Idempotency(eff.idempotency.value)
+        return eff.effect, eff.idempotency
 
     def defers(self, tool_name: str) -> bool:
         """The policy file classes the tool a write or destructive: it runs only after

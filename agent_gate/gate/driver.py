@@ -51,7 +51,7 @@ from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import LEASE_ENDS, CallState, Event, LeaseEnd
 from agent_gate.ledger.store import CallRecord, Ledger, Ruling, Transition
 from agent_gate.ledger.txn import LedgerTxn
-from agent_gate.schema import Idempotency, Reconciled, Reconciliation, ToolRegistry
+from agent_gate.tools import Idempotency, Reconciled, Reconciliation, ToolRegistry
 
 __all__ = ["CallDriver", "lease_end"]
 

@@ -46,7 +46,7 @@ from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
 from agent_gate.ledger.store import CallRecord, Ledger, StoredResult
 from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
-from agent_gate.schema import Effect, Reconciliation, ToolRegistry
+from agent_gate.tools import Effect, Reconciliation, ToolRegistry
 
 __all__ = [
     "DEFAULT_APPROVAL_TTL",

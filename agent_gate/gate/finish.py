@@ -34,7 +34,7 @@ from agent_gate.ledger.states import (
     run_end,
 )
 from agent_gate.ledger.store import CallRecord, Ledger, StoredResult, Transition
-from agent_gate.schema import Effect, Reconciliation
+from agent_gate.tools import Effect, Reconciliation
 
 __all__ = ["Finisher"]
 

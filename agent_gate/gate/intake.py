@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_gate.authorize import PolicyAuthorizer, principal_json, scope_json
 from agent_gate.calls import CallStatus, ToolCall
+from agent_gate.errors import json_type_name
 from agent_gate.gate.errors import GateUsageError
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.canonical import (
@@ -35,16 +36,15 @@ from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import Event
 from agent_gate.ledger.store import NewCall, Ruling
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, check_depth
-from agent_gate.schema import (
+from agent_gate.strict_json import StrictParseError
+from agent_gate.strict_json import parse_arguments as strict_arguments
+from agent_gate.tools import (
     COERCION_UNSTABLE,
     ArgumentsInvalid,
     Effect,
     Idempotency,
     Tool,
-    json_type_name,
 )
-from agent_gate.strict_json import StrictParseError
-from agent_gate.strict_json import parse_arguments as strict_arguments
 
 if TYPE_CHECKING:
     from agent_gate.ledger.store import CallRecord

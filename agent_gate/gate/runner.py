@@ -28,7 +28,7 @@ from agent_gate.heartbeat import LeaseKeeper
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.states import RunEnd
 from agent_gate.ledger.store import CallRecord, Ledger
-from agent_gate.schema import CallInfo, Tool
+from agent_gate.tools import CallInfo, Tool
 
 __all__ = ["Claimed", "Driver", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]
 

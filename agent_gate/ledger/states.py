@@ -67,7 +67,7 @@ site:
   doubt settles it, or (no answer) leaves it in doubt.
 * a lease's end (``LeaseEnd``: the owner process is dead, or its lease expired)
   -> ``LEASE_ENDS``: always LOSE, with the reason that says which.
-* a reconcile answer (``agent_gate.schema.Reconciliation``) -> ``RECONCILED``:
+* a reconcile answer (``agent_gate.tools.Reconciliation``) -> ``RECONCILED``:
   the write happened (SETTLE_SUCCEEDED), failed (SETTLE_FAILED) or did not happen
   (RETRY, a new attempt).
 """
@@ -300,7 +300,7 @@ RECONCILED: Mapping[str, Observed] = MappingProxyType(
         "not_applied": Observed(Event.RETRY, ReasonCode.RECONCILED),
     }
 )
-"""A reconcile hook's answer (``agent_gate.schema.Reconciliation``, a ``StrEnum``, so
+"""A reconcile hook's answer (``agent_gate.tools.Reconciliation``, a ``StrEnum``, so
 its members are these keys) -> the arrow out of ``in_doubt``. Keyed by value so
 that the ledger does not import the tool layer. An operator's answer
 (``Gate.resolve``) takes the same arrow with ``ReasonCode.RESOLVED``."""
