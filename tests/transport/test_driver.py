@@ -24,18 +24,10 @@ from agent_gate.transport import (
     StreamState,
     StreamTruncatedError,
     TruncationReason,
+    driver,
     terminal_on,
 )
-from agent_gate.transport.driver import (
-    CLOSE,
-    READ,
-    Exchange,
-    IORequest,
-    Send,
-    Sleep,
-    Step,
-    stream_loop,
-)
+from agent_gate.transport.driver import Exchange, Send, Step
 from agent_gate.transport.session import Reconnect, StreamSession
 
 SSE = {"content-type": "text/event-stream"}
@@ -60,7 +52,7 @@ class Script:
     sent: list[httpx.Request] = field(default_factory=list)
     _body: Iterator[bytes | Exception] = field(default_factory=lambda: iter(()))
 
-    def perform(self, request: IORequest) -> object:
+    def perform(self, request: driver.IORequest) -> object:
         if isinstance(request, Send):
             self.sent.append(request.request)
             conn = self.connections.pop(0)
@@ -68,7 +60,7 @@ class Script:
                 raise conn.send_error
             self._body = iter(conn.chunks)
             return httpx.Response(conn.status, headers=conn.headers, request=request.request)
-        if request is READ:
+        if request is driver.READ:
             chunk = next(self._body, None)
             if isinstance(chunk, Exception):
                 raise chunk
@@ -87,7 +79,7 @@ def run(
         "GET", URL, terminal_on(event_types={"done"})
     )
     with httpx.Client(timeout=5.0) as client:
-        loop = stream_loop(
+        loop = driver.stream_loop(
             session,
             client,
             clock=lambda: 0.0,
@@ -113,7 +105,7 @@ def kinds(steps: list[Step]) -> list[str]:
             out.append(f"event {step.id}")
         elif isinstance(step, Send):
             out.append("send")
-        elif isinstance(step, Sleep):
+        elif isinstance(step, driver.Sleep):
             out.append(f"sleep {step.delay}")
         else:
             out.append(step.value)
@@ -180,7 +172,7 @@ def test_the_exchange_keeps_the_error_that_ended_the_loop() -> None:
     session = options.session("GET", URL, terminal_on(event_types={"done"}))
     with httpx.Client(timeout=5.0) as client:
         exchange = Exchange(
-            stream_loop(
+            driver.stream_loop(
                 session, client, clock=lambda: 0.0, raise_on_truncation=True, on_reconnect=None
             )
         )
@@ -200,7 +192,7 @@ def test_truncation_is_raised_or_reported_as_the_caller_chose() -> None:
     steps, session, exchange = run(cut_without_ids(), raise_on_truncation=False)
     assert session.state is StreamState.TRUNCATED and exchange.error is None
     assert session.truncation is TruncationReason.NO_EVENT_ID
-    assert kinds(steps)[-1] == CLOSE.value
+    assert kinds(steps)[-1] == driver.CLOSE.value
 
 
 def test_options_take_the_old_keywords_over_the_object() -> None:
