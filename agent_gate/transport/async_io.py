@@ -33,7 +33,6 @@ class AsyncEventStream(StreamBase[httpx.AsyncClient]):
 
     default_sleep = staticmethod(asyncio.sleep)
     _gen: AsyncGenerator[ServerSentEvent, None] | None = None
-    _response: httpx.Response | None = None
     _chunks: AsyncIterator[bytes] | None = None
 
     def __aiter__(self) -> AsyncIterator[ServerSentEvent]:

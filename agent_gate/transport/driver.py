@@ -227,6 +227,8 @@ class StreamBase(Generic[ClientT]):
     """
 
     default_sleep: ClassVar[Callable[[float], Any]]
+    _response: httpx.Response | None = None
+    """The open response of the current connection: the executor's to close."""
 
     def __init__(
         self,

@@ -39,7 +39,6 @@ class EventStream(StreamBase[httpx.Client]):
 
     default_sleep = staticmethod(time.sleep)
     _gen: Generator[ServerSentEvent, None, None] | None = None
-    _response: httpx.Response | None = None
     _chunks: Iterator[bytes] | None = None
 
     def __iter__(self) -> Iterator[ServerSentEvent]:
