@@ -16,16 +16,18 @@ guarantee to hold end to end:
 * the typed transport error that ended a stream (a refusal, a timeout, a
   truncation) must stay available to the caller, not only as ``RunResult.error``.
 
-``run_live`` / ``arun_live`` do exactly that and return a ``LiveResult``. They
-never re-send a request that would regenerate an answer: only a GET (or an
-endpoint the caller declares ``resumable``) is re-subscribed.
+``run_live`` / ``arun_live`` do exactly that and return a ``LiveResult``; both
+take one ``LiveOptions`` and share all but the call into ``Gate.run`` or
+``Gate.arun`` (``_Live``). They never re-send a request that would regenerate an
+answer: only a GET (or an endpoint the caller declares ``resumable``) is
+re-subscribed.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -40,17 +42,14 @@ from agent_gate.transport import (
     AsyncEventStream,
     EventStream,
     Reconnect,
-    ReconnectPolicy,
-    ResumeStrategy,
     StreamError,
-    StreamLimits,
+    StreamOptions,
     StreamStats,
-    astream_events,
-    stream_events,
 )
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "LiveOptions",
     "LiveProgress",
     "LiveResult",
     "ReconnectInfo",
@@ -160,23 +159,65 @@ class LiveResult:
         return terminal is not None and terminal.succeeded and self.run.error is None
 
 
-class _Wiring:
-    """State shared by the sync and async runs: accumulator, detector, callbacks."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveOptions(StreamOptions):
+    """``StreamOptions`` plus what a live run adds: the request method and the gate's run.
+
+    ``run_live`` and ``arun_live`` take one of these (or its fields as keywords,
+    as they always did). The transport's own ``on_reconnect`` and
+    ``raise_on_truncation`` are the live wiring's; ``on_reconnect`` here gets a
+    ``ReconnectInfo`` after the wiring noted the reconnect.
+    """
+
+    method: str = "GET"
+    dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None
+    on_event: Callable[[LiveProgress], None] | None = None
+    """Runs after each event was handled by the gate, so a display reading the
+    ledger then sees the calls that event released already settled."""
+    on_reconnect: Callable[[ReconnectInfo], None] | None = None
+    principal: Principal | None = None
+    """Passed to the gate's run: who the agent acts for (the gate's own by default)."""
+    scope: TaskScope | None = None
+    """Passed to the gate's run: what the task may touch (the gate's own by default)."""
+
+
+_Stream = TypeVar("_Stream", EventStream, AsyncEventStream)
+
+
+class _Live:
+    """One live run's wiring, the same for the sync and the async run.
+
+    Holds the gate's accumulator and the terminal detector, notes reconnects,
+    reports progress, and builds the stream and the result; the two entry points
+    only open the client and call ``Gate.run`` or ``Gate.arun``.
+    """
 
     def __init__(
-        self,
-        gate: Gate,
-        provider: str,
-        dispatch: Callable[[str], DispatchMode] | DispatchMode | None,
-        on_event: Callable[[LiveProgress], None] | None,
-        on_reconnect: Callable[[ReconnectInfo], None] | None,
+        self, gate: Gate, url: str | httpx.URL, provider: str, task_id: str, options: LiveOptions
     ) -> None:
-        self.acc = gate.accumulator_for(provider, dispatch)
+        self.url = url
+        self.options = options
+        self.acc = gate.accumulator_for(provider, options.dispatch)
         self.detector = TerminalDetector(provider)
         self.reconnects: list[ReconnectInfo] = []
-        self.stream_error: StreamError | None = None
-        self._on_event = on_event
-        self._on_reconnect = on_reconnect
+        self.run_args: dict[str, Any] = {
+            "task_id": task_id,
+            "provider": provider,
+            "dispatch": options.dispatch,
+            "accumulator": self.acc,
+            "principal": options.principal,
+            "scope": options.scope,
+        }
+
+    def open(self, kind: type[_Stream], client: Any) -> _Stream:
+        return kind.open(
+            client,
+            self.options.method,
+            self.url,
+            is_terminal=self.detector,
+            options=self.options,
+            on_reconnect=self.reconnected,
+        )
 
     def reconnected(self, action: Reconnect) -> None:
         # Called by the transport after every event of the old connection was
@@ -185,39 +226,26 @@ class _Wiring:
         self.detector.reconnected()
         info = ReconnectInfo.of(action)
         self.reconnects.append(info)
-        if self._on_reconnect is not None:
-            self._on_reconnect(info)
+        if self.options.on_reconnect is not None:
+            self.options.on_reconnect(info)
 
     def handled(self, event: ServerSentEvent, stream: EventStream | AsyncEventStream) -> None:
-        if self._on_event is not None:  # stats are built only for a caller that reads them
-            self._on_event(LiveProgress(event, stream.stats, self.acc.stats))
+        on_event = self.options.on_event
+        if on_event is not None:  # stats are built only for a caller that reads them
+            on_event(LiveProgress(event, stream.stats, self.acc.stats))
 
-    def result(self, run: RunResult, stats: StreamStats) -> LiveResult:
-        return LiveResult(run, stats, tuple(self.reconnects), self.stream_error, self.acc.stats)
+    def events(self, stream: EventStream) -> Iterator[ServerSentEvent]:
+        for event in stream:
+            yield event
+            self.handled(event, stream)
 
+    async def aevents(self, stream: AsyncEventStream) -> AsyncIterator[ServerSentEvent]:
+        async for event in stream:
+            yield event
+            self.handled(event, stream)
 
-def _request_kwargs(
-    headers: Mapping[str, str] | None,
-    params: Mapping[str, str] | None,
-    content: bytes | None,
-    json: Any,
-    limits: StreamLimits | None,
-    reconnect: ReconnectPolicy | None,
-    resume: ResumeStrategy | None,
-    resumable: bool,
-    last_event_id: str,
-) -> dict[str, Any]:
-    return {
-        "headers": headers,
-        "params": params,
-        "content": content,
-        "json": json,
-        "limits": limits,
-        "reconnect": reconnect,
-        "resume": resume,
-        "resumable": resumable,
-        "last_event_id": last_event_id,
-    }
+    def result(self, run: RunResult, stream: EventStream | AsyncEventStream) -> LiveResult:
+        return LiveResult(run, stream.stats, tuple(self.reconnects), stream.error, self.acc.stats)
 
 
 def run_live(
@@ -227,75 +255,29 @@ def run_live(
     provider: str,
     task_id: str,
     client: httpx.Client | None = None,
-    method: str = "GET",
-    headers: Mapping[str, str] | None = None,
-    params: Mapping[str, str] | None = None,
-    content: bytes | None = None,
-    json: Any = None,
-    limits: StreamLimits | None = None,
-    reconnect: ReconnectPolicy | None = None,
-    resume: ResumeStrategy | None = None,
-    resumable: bool = False,
-    last_event_id: str = "",
-    dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
-    on_event: Callable[[LiveProgress], None] | None = None,
-    on_reconnect: Callable[[ReconnectInfo], None] | None = None,
-    principal: Principal | None = None,
-    scope: TaskScope | None = None,
+    options: StreamOptions | None = None,
+    **fields: Any,
 ) -> LiveResult:
     """Stream ``url`` into ``gate.run`` for ``task_id``; reconnects re-subscribe only.
 
     ``client`` is the caller's ``httpx.Client`` (auth, proxies, timeouts); without
-    one a client with ``DEFAULT_TIMEOUT`` is made and closed. The request and
-    reconnect options are those of ``agent_gate.transport.stream_events``.
-    ``on_event`` runs after each event was handled by the gate, so a display
-    reading the ledger then sees the calls that event released already settled.
-    ``principal`` and ``scope`` are passed to ``Gate.run`` (who the agent acts for,
-    what the task may touch; the gate's own by default).
+    one a client with ``DEFAULT_TIMEOUT`` is made and closed. ``options`` is a
+    ``LiveOptions`` (a plain ``StreamOptions`` is widened to one); its fields are
+    accepted as keywords too (``method=``, ``headers=``, ``reconnect=``,
+    ``on_event=``, ``principal=``...), set over ``options``.
 
     Gate and ledger errors propagate; a stream that fails (refusal, wrong media
     type, limit, timeout, truncation) ends the run quietly with every held call
     recorded as not run, and the typed error in ``LiveResult.stream_error``.
     """
-    wiring = _Wiring(gate, provider, dispatch, on_event, on_reconnect)
-    owned = client is None
+    live = _Live(gate, url, provider, task_id, LiveOptions.of(options, fields))
     http = client if client is not None else httpx.Client(timeout=DEFAULT_TIMEOUT)
     try:
-        stream = stream_events(
-            http,
-            method,
-            url,
-            is_terminal=wiring.detector,
-            on_reconnect=wiring.reconnected,
-            **_request_kwargs(
-                headers, params, content, json, limits, reconnect, resume, resumable,
-                last_event_id,
-            ),
-        )
-        with stream:
-            run = gate.run(
-                _events(stream, wiring),
-                task_id=task_id,
-                provider=provider,
-                dispatch=dispatch,
-                accumulator=wiring.acc,
-                principal=principal,
-                scope=scope,
-            )
-            return wiring.result(run, stream.stats)
+        with live.open(EventStream, http) as stream:
+            return live.result(gate.run(live.events(stream), **live.run_args), stream)
     finally:
-        if owned:
+        if client is None:
             http.close()
-
-
-def _events(stream: EventStream, wiring: _Wiring) -> Iterator[ServerSentEvent]:
-    try:
-        for event in stream:
-            yield event
-            wiring.handled(event, stream)
-    except StreamError as exc:
-        wiring.stream_error = exc
-        raise
 
 
 async def arun_live(
@@ -304,60 +286,16 @@ async def arun_live(
     *,
     provider: str,
     task_id: str,
+    options: StreamOptions | None = None,
     client: httpx.AsyncClient | None = None,
-    method: str = "GET",
-    headers: Mapping[str, str] | None = None,
-    params: Mapping[str, str] | None = None,
-    content: bytes | None = None,
-    json: Any = None,
-    limits: StreamLimits | None = None,
-    reconnect: ReconnectPolicy | None = None,
-    resume: ResumeStrategy | None = None,
-    resumable: bool = False,
-    last_event_id: str = "",
-    dispatch: Callable[[str], DispatchMode] | DispatchMode | None = None,
-    on_event: Callable[[LiveProgress], None] | None = None,
-    on_reconnect: Callable[[ReconnectInfo], None] | None = None,
-    principal: Principal | None = None,
-    scope: TaskScope | None = None,
+    **fields: Any,
 ) -> LiveResult:
     """``run_live`` for asyncio: an ``httpx.AsyncClient`` and ``Gate.arun`` (async tools)."""
-    wiring = _Wiring(gate, provider, dispatch, on_event, on_reconnect)
-    owned = client is None
+    live = _Live(gate, url, provider, task_id, LiveOptions.of(options, fields))
     http = client if client is not None else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
     try:
-        stream = astream_events(
-            http,
-            method,
-            url,
-            is_terminal=wiring.detector,
-            on_reconnect=wiring.reconnected,
-            **_request_kwargs(
-                headers, params, content, json, limits, reconnect, resume, resumable,
-                last_event_id,
-            ),
-        )
-        async with stream:
-            run = await gate.arun(
-                _aevents(stream, wiring),
-                task_id=task_id,
-                provider=provider,
-                dispatch=dispatch,
-                accumulator=wiring.acc,
-                principal=principal,
-                scope=scope,
-            )
-            return wiring.result(run, stream.stats)
+        async with live.open(AsyncEventStream, http) as stream:
+            return live.result(await gate.arun(live.aevents(stream), **live.run_args), stream)
     finally:
-        if owned:
+        if client is None:
             await http.aclose()
-
-
-async def _aevents(stream: AsyncEventStream, wiring: _Wiring) -> AsyncIterator[ServerSentEvent]:
-    try:
-        async for event in stream:
-            yield event
-            wiring.handled(event, stream)
-    except StreamError as exc:
-        wiring.stream_error = exc
-        raise

@@ -32,6 +32,7 @@ from agent_gate.transport.errors import (
 )
 from agent_gate.transport.http import error_excerpt, is_event_stream, media_type, redact
 from agent_gate.transport.openai_responses import OpenAIResponsesResume
+from agent_gate.transport.options import StreamOptions
 from agent_gate.transport.resume import (
     LastEventIdResume,
     ResumeState,
@@ -86,6 +87,7 @@ __all__ = [
     "StreamIdleTimeout",
     "StreamLimitExceeded",
     "StreamLimits",
+    "StreamOptions",
     "StreamProgressTimeout",
     "StreamRequest",
     "StreamSession",

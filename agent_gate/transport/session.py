@@ -1,10 +1,10 @@
 """The transport's decisions as a sans-IO state machine (h11 style).
 
-``StreamSession`` never touches a socket, a clock or a sleep: the I/O layer
-(``sync_io``, ``async_io``) tells it what happened and *when* (``now`` is an
-argument of every method that needs time), and it answers with events to
-yield, an action (reconnect after a delay, or finish) or a typed error. Every
-rule of issue 6 lives here once, for both the sync and the async paths:
+``StreamSession`` never touches a socket, a clock or a sleep: the stream loop
+(``driver``, run by ``sync_io`` and ``async_io``) tells it what happened and
+*when* (``now`` is an argument of every method that needs time), and it answers
+with events to yield, an action (reconnect after a delay, or finish) or a typed
+error. Every rule of issue 6 lives here once, for both the sync and the async paths:
 
 * a non-2xx status or a non-``text/event-stream`` 2xx is an error before any
   byte is decoded;

@@ -17,12 +17,13 @@ import httpx
 import pytest
 
 from agent_gate import CallState, Gate
-from agent_gate.live import LiveProgress, TerminalDetector, arun_live, run_live
+from agent_gate.live import LiveOptions, LiveProgress, TerminalDetector, arun_live, run_live
 from agent_gate.sse import SSEDecoder
 from agent_gate.stream_server import Fault, FaultRule, StreamServer, Transcript
 from agent_gate.transport import (
     ReconnectPolicy,
     StreamHTTPStatusError,
+    StreamOptions,
     StreamTruncatedError,
     TruncationReason,
 )
@@ -186,3 +187,32 @@ def test_the_gates_policy_decides_live_calls(
         "call_cleanup": CallState.REJECTED,
     }
     assert dict(e2e_tools.executions(effects, "p")) == {"call_weather": 1, "call_mail_team": 1}
+
+
+def test_one_options_object_serves_both_paths_and_keywords_override_it(
+    gate: Gate, client: httpx.Client
+) -> None:
+    case = next(c for c in cases() if c.sparse)
+    seen: list[int] = []
+    options = LiveOptions(reconnect=FAST, on_event=lambda p: seen.append(p.stream.events))
+    rules = [FaultRule(Fault(cut_after_events=2), times=1)]
+
+    async def main(url: str) -> None:
+        # A plain StreamOptions is widened; the keyword sets a field over it.
+        again = await arun_live(
+            gate, url, provider=case.provider, task_id="b", options=StreamOptions(), reconnect=FAST
+        )
+        assert str(again.terminal) == "completed" and again.stream_error is None
+
+    with StreamServer({"s": case.transcript}, faults=rules, join_timeout=2.0) as server:
+        url = server.stream_url("s")
+        first = run_live(
+            gate, url, provider=case.provider, task_id="a", client=client, options=options
+        )
+        asyncio.run(asyncio.wait_for(main(url), timeout=30))
+        requests = server.requests
+    assert str(first.terminal) == "completed" and len(first.reconnects) == 1
+    assert seen == list(range(1, len(seen) + 1)) and seen[-1] == first.stats.events
+    assert [r.method for r in requests] == ["GET"] * 3
+    with pytest.raises(TypeError, match="retries"):
+        run_live(gate, url, provider=case.provider, task_id="c", options=options, retries=3)
