@@ -50,6 +50,10 @@ if TYPE_CHECKING:
         current_call,
         render_tool_result,
     )
+    from agent_gate.gate.live import (
+        arun_live,
+        run_live,
+    )
     from agent_gate.ledger import (
         CallState,
         Ledger,
@@ -62,10 +66,6 @@ if TYPE_CHECKING:
     )
     from agent_gate.ledger.store import (
         TaskContextConflict,
-    )
-    from agent_gate.live import (
-        arun_live,
-        run_live,
     )
     from agent_gate.policy import (
         Policy,
@@ -149,8 +149,8 @@ _LAZY: dict[str, str] = {
     "SSEError": "agent_gate.sse",
     "ProviderError": "agent_gate.providers.errors",
     "StreamError": "agent_gate.transport.errors",
-    "run_live": "agent_gate.live",
-    "arun_live": "agent_gate.live",
+    "run_live": "agent_gate.gate.live",
+    "arun_live": "agent_gate.gate.live",
 }
 
 __all__ = [

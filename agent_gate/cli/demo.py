@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from agent_gate.gate import Gate, Outcome
-    from agent_gate.live import LiveProgress, LiveResult, ReconnectInfo
+    from agent_gate.gate.live import LiveProgress, LiveResult, ReconnectInfo
 
 DEFAULT_TASK = "demo"
 DEFAULT_DRIP = 0.04
@@ -215,7 +215,7 @@ def _run(out: Console, gate: Gate, task_id: str, drip: float) -> LiveResult:
     import httpx
 
     from agent_gate.demo.transcript import CUT_INSIDE_EVENT, PROVIDER, demo_transcript
-    from agent_gate.live import run_live
+    from agent_gate.gate.live import run_live
     from agent_gate.stream_server import Fault, FaultRule, StreamServer
     from agent_gate.transport import ReconnectPolicy, StreamLimits
 

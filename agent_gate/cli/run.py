@@ -27,7 +27,7 @@ from agent_gate.providers import AUTO, provider_names
 # CLI for `agent-gate sse ...` must not load them.
 
 if TYPE_CHECKING:
-    from agent_gate.live import LiveResult
+    from agent_gate.gate.live import LiveResult
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -180,7 +180,7 @@ def run_command(
     import httpx
 
     from agent_gate.gate import Gate
-    from agent_gate.live import run_live
+    from agent_gate.gate.live import run_live
     from agent_gate.transport import OpenAIResponsesResume, ReconnectPolicy, StreamLimits
 
     if resume_with == "openai-background" and provider != "openai-responses":

@@ -33,8 +33,8 @@ from agent_gate import (
 )
 from agent_gate.demo.transcript import CALLS as DEMO_CALLS
 from agent_gate.demo.transcript import demo_transcript
+from agent_gate.gate.live import LiveResult, run_live
 from agent_gate.ledger import Ledger
-from agent_gate.live import LiveResult, run_live
 from agent_gate.stream_server import StreamServer, Transcript, TranscriptEvent
 from agent_gate.transport import ReconnectPolicy
 

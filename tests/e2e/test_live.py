@@ -1,4 +1,4 @@
-"""``agent_gate.live``: where the transport stops, when calls run, the async path.
+"""``agent_gate.gate.live``: where the transport stops, when calls run, the async path.
 
 Every recorded transcript of every protocol is served over loopback and must
 end exactly where its recorded expectation says: the transport's terminal
@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from agent_gate import CallState, Gate
-from agent_gate.live import LiveOptions, LiveProgress, TerminalDetector, arun_live, run_live
+from agent_gate.gate.live import LiveOptions, LiveProgress, TerminalDetector, arun_live, run_live
 from agent_gate.sse import SSEDecoder
 from agent_gate.stream_server import Fault, FaultRule, StreamServer, Transcript
 from agent_gate.transport import (

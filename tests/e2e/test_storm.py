@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from agent_gate import CallState, Gate
-from agent_gate.live import LiveResult, run_live
+from agent_gate.gate.live import LiveResult, run_live
 from agent_gate.stream_server import CutMode, Fault, FaultRule, StreamServer, Transcript
 
 from .conftest import FAST, Case, TestPolicy, allowed, cases

@@ -17,7 +17,7 @@ TOOLS_MAY_IMPORT = ("agent_gate.errors", "agent_gate._speedups", "agent_gate.pla
 POLICY_MAY_NOT_IMPORT = (
     "agent_gate.gate",
     "agent_gate.authorize",
-    "agent_gate.live",
+    "agent_gate.gate.live",
     "agent_gate.cli",
     "agent_gate.transport",
     "agent_gate.providers",

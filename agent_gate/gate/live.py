@@ -35,7 +35,8 @@ from agent_gate.accumulate import AccumulatorStats, DispatchMode
 from agent_gate.autodetect import accumulator
 from agent_gate.calls import Terminal
 from agent_gate.errors import AgentGateError
-from agent_gate.gate import Gate, Outcome, RunResult
+from agent_gate.gate.facade import Gate
+from agent_gate.gate.outcome import Outcome, RunResult
 from agent_gate.policy import Principal, TaskScope
 from agent_gate.sse import ServerSentEvent
 from agent_gate.transport import (
