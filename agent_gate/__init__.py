@@ -30,6 +30,9 @@ if TYPE_CHECKING:
         Terminal,
         ToolCall,
     )
+    from agent_gate.errors import (
+        StreamError,
+    )
     from agent_gate.gate import (
         AmbiguousCall,
         ApprovalRefused,
@@ -91,9 +94,6 @@ if TYPE_CHECKING:
         ToolRegistry,
         ToolSpec,
     )
-    from agent_gate.transport.errors import (
-        StreamError,
-    )
 
 # Public names resolved on first use, so that ``import agent_gate.sse`` (or the CLI's
 # help) does not pay for jsonschema, pydantic and SQLAlchemy.
@@ -148,7 +148,7 @@ _LAZY: dict[str, str] = {
     "SSEDecoder": "agent_gate.sse",
     "SSEError": "agent_gate.sse",
     "ProviderError": "agent_gate.providers.errors",
-    "StreamError": "agent_gate.transport.errors",
+    "StreamError": "agent_gate.errors",
     "run_live": "agent_gate.gate.live",
     "arun_live": "agent_gate.gate.live",
 }

@@ -16,6 +16,10 @@ decided once.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
 
 __all__ = ["AgentGateError", "error_code", "json_type_name", "safe_name"]
 
@@ -63,3 +67,370 @@ def json_type_name(value: object) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
+
+
+# ------------------------------------------------------------- transport
+# Typed errors of the streaming transport.
+#
+# Each names what tripped (a status, a limit, a reason) with counts and byte
+# offsets, never a byte of the stream's payload: these messages reach logs, and a
+# stream carries the model's output and the user's tool arguments. The one place
+# a response body is quoted at all is ``StreamHTTPStatusError.excerpt``, and that
+# is bounded and redacted (see ``agent_gate.transport.http.error_excerpt``).
+
+
+class TruncationReason(Enum):
+    """Why a stream that ended without its terminal event could not be resumed."""
+
+    NO_EVENT_ID = "no_event_id"
+    """The server gave no event id before the cut: there is no position to resume from."""
+    NOT_RESUMABLE = "not_resumable"
+    """The request was not a GET and the caller did not mark it resumable: re-sending
+    it would ask for a new answer, not for the rest of this one."""
+    NO_RESUME_POINT = "no_resume_point"
+    """A resume strategy had not seen what it needs (e.g. a response id) to resume."""
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    """Reconnects kept failing or kept delivering nothing new; the bound was reached."""
+    SERVER_ENDED = "server_ended"
+    """The server answered 204 No Content: WHATWG's "stop reconnecting"."""
+
+
+class StreamError(AgentGateError):
+    """Base of every error the transport raises on purpose."""
+
+
+class StreamConnectError(StreamError):
+    """The request could not be sent or its response headers never arrived.
+
+    Carries the httpx exception class name only: its message may quote a URL
+    with credentials in the query string.
+    """
+
+    def __init__(self, cause: str, connection: int) -> None:
+        self.cause = cause
+        self.connection = connection
+        super().__init__(f"stream connection {connection} failed: {cause}")
+
+
+class StreamHTTPStatusError(StreamError):
+    """A non-2xx status: the server refused, before any event was decoded."""
+
+    def __init__(
+        self,
+        status: int,
+        *,
+        excerpt: str,
+        error_type: str | None,
+        retryable: bool,
+        retry_after: float | None,
+        connection: int,
+    ) -> None:
+        self.status = status
+        self.excerpt = excerpt
+        """Bounded and redacted summary of a JSON error body; never the whole body."""
+        self.error_type = error_type
+        """The provider's error type or code (``rate_limit_error``, ``overloaded_error``...)."""
+        self.retryable = retryable
+        """What a retry layer should conclude (429, 408, 409, 5xx, ``x-should-retry``).
+        The transport itself never re-sends a request that was refused."""
+        self.retry_after = retry_after
+        self.connection = connection
+        kind = f" {error_type}" if error_type else ""
+        super().__init__(
+            f"stream request got HTTP {status}{kind} (connection {connection}): {excerpt}"
+        )
+
+
+class StreamContentTypeError(StreamError):
+    """A 2xx response that is not ``text/event-stream``: its body is never parsed as SSE."""
+
+    def __init__(self, status: int, media_type: str, connection: int) -> None:
+        self.status = status
+        self.media_type = media_type
+        self.connection = connection
+        shown = media_type or "(none)"
+        super().__init__(
+            f"stream response HTTP {status} has Content-Type {shown}, not text/event-stream "
+            f"(connection {connection}); the body was not read"
+        )
+
+
+class StreamLimitExceeded(StreamError):
+    """A byte limit of the decoder tripped (line, event data, or one response).
+
+    ``offset`` is the byte offset in the response of connection ``connection``;
+    ``event_index`` counts events across the whole stream, reconnects included.
+    """
+
+    def __init__(
+        self, limit: str, limit_bytes: int, offset: int, event_index: int, connection: int
+    ) -> None:
+        self.limit = limit
+        self.limit_bytes = limit_bytes
+        self.offset = offset
+        self.event_index = event_index
+        self.connection = connection
+        super().__init__(
+            f"stream limit {limit}={limit_bytes} bytes exceeded at byte offset {offset} "
+            f"of connection {connection} (event index {event_index})"
+        )
+
+
+class StreamTimeout(StreamError):
+    """Base of the two time limits."""
+
+    limit: str
+
+    def __init__(
+        self, limit_seconds: float, waited: float, offset: int, event_index: int, connection: int
+    ) -> None:
+        self.limit_seconds = limit_seconds
+        self.waited = waited
+        self.offset = offset
+        self.event_index = event_index
+        self.connection = connection
+        super().__init__(
+            f"stream limit {self.limit}={limit_seconds:g}s exceeded after {waited:.3f}s "
+            f"at byte offset {offset} of connection {connection} (event index {event_index})"
+        )
+
+
+class StreamIdleTimeout(StreamTimeout):
+    """No byte at all arrived for ``limit_seconds``: the connection is silent."""
+
+    limit = "idle_timeout"
+
+
+class StreamProgressTimeout(StreamTimeout):
+    """No event other than a heartbeat arrived for ``limit_seconds``.
+
+    Bytes may have kept flowing (comments, ``ping`` events): a server or proxy
+    that only keeps the connection alive is not producing an answer.
+    """
+
+    limit = "progress_timeout"
+
+
+class StreamTruncatedError(StreamError):
+    """The stream ended before the caller's terminal event and could not be resumed.
+
+    Nothing received after the last complete event may be treated as delivered,
+    and a closed connection says nothing about whether the response finished.
+    """
+
+    def __init__(
+        self,
+        reason: TruncationReason,
+        *,
+        events: int,
+        connections: int,
+        last_event_id: str,
+        discarded_partial_event: bool,
+    ) -> None:
+        self.reason = reason
+        self.events = events
+        self.connections = connections
+        self.last_event_id = last_event_id
+        self.discarded_partial_event = discarded_partial_event
+        partial = ", a partial event was discarded" if discarded_partial_event else ""
+        super().__init__(
+            f"stream truncated ({reason.value}) after {events} events over "
+            f"{connections} connection(s){partial}"
+        )
+
+
+# ----------------------------------------------------------------- tools
+# What a refused tool declaration or a refused call is told.
+#
+# Validation errors are reported as RFC 6901 JSON pointers plus the failed schema
+# keyword and never echo an argument value, because these errors end up in logs, in
+# the ledger and in the transcript sent back to the model. Both validators (the
+# python-jsonschema reference and the jsonschema-rs fast path) and pydantic map
+# their locations to ``json_pointer``, so one call fails the same way whichever
+# judged it.
+
+
+class ToolDefinitionError(AgentGateError):
+    """A tool was registered with an invalid schema or options; raised at import time."""
+
+
+class UnknownTool(AgentGateError):
+    """A call named a tool the registry does not have."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no tool named {name!r} is registered")
+        self.name = name
+
+
+class ArgumentsNotObject(AgentGateError):
+    """The arguments were valid JSON but not an object; tools take named arguments only."""
+
+    def __init__(self, tool: str, json_type: str) -> None:
+        super().__init__(f"arguments of {tool!r} are a JSON {json_type}, not an object")
+        self.tool = tool
+        self.json_type = json_type
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ArgumentError:
+    """Where an argument failed and which schema keyword it failed; never its value."""
+
+    pointer: str
+    keyword: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer or '/'} ({self.keyword})"
+
+
+COERCION_UNSTABLE: Final = "coercion_unstable"
+"""The keyword of an ``ArgumentError`` for a model whose coerced value does not
+survive a second validation unchanged (see ``Tool.handed``)."""
+
+
+class ArgumentsInvalid(AgentGateError):
+    """The arguments do not satisfy the tool's schema."""
+
+    MAX_LISTED = 10
+
+    def __init__(self, tool: str, errors: Sequence[ArgumentError]) -> None:
+        self.tool = tool
+        self.errors = tuple(errors)
+        listed = "; ".join(str(e) for e in self.errors[: self.MAX_LISTED])
+        more = len(self.errors) - self.MAX_LISTED
+        suffix = f"; and {more} more" if more > 0 else ""
+        super().__init__(f"arguments of {tool!r} fail its schema at {listed}{suffix}")
+
+
+def escape_token(token: str | int) -> str:
+    """One reference token of a JSON pointer, with ``~`` and ``/`` escaped."""
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(path: Sequence[str | int]) -> str:
+    """RFC 6901 pointer: the one location format both jsonschema and pydantic map to."""
+    return "".join("/" + escape_token(p) for p in path)
+
+
+# ---------------------------------------------------------------- policy
+# Typed errors of the policy layer.
+#
+# A policy file is written by people, so a load error must point at the place to
+# fix: the file, the line and column, and the key (a dotted path such as
+# ``tools.send_email.rules[0].when[1].regex``). All problems found in one file are
+# collected, so ``agent-gate policy check`` shows them together instead of one per
+# run. Messages name keys and the policy's own constraints, never a tool call's
+# argument values.
+
+
+class PolicyError(AgentGateError):
+    """Base of every error the policy layer raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a policy file, located for a human editor.
+
+    ``line`` and ``column`` are 1-based, as editors count; they are ``None`` only
+    when the problem concerns the file as a whole (unreadable, empty, too large).
+    """
+
+    source: str
+    line: int | None
+    column: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        key = f" {self.key}:" if self.key else ""
+        return f"{where}:{key} {self.message}"
+
+
+class PolicyLoadError(PolicyError):
+    """A policy file could not be read, parsed or validated.
+
+    ``problems`` lists every problem found; the first one is also exposed as
+    ``source`` / ``line`` / ``key`` for callers that report a single location.
+    """
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        if not problems:
+            raise ValueError("PolicyLoadError needs at least one problem")
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        first = self.problems[0]
+        self.source = first.source
+        self.line = first.line
+        self.column = first.column
+        self.key = first.key
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+# ---------------------------------------------------------- policy paths
+
+
+class UnjudgeablePath(PolicyError):
+    """A value cannot be resolved to one absolute path; the message says why, never the value."""
+
+
+# ------------------------------------------------------ policy addresses
+
+
+class AddressError(PolicyError):
+    """A value could not be read as a host, address, URL or e-mail address."""
+
+
+# -------------------------------------------------------- policy beneath
+
+
+class PathEscapes(PolicyError):
+    """A path would leave its root, or would pass through a symlink, ``..`` or ``/``.
+
+    ``component`` is the 1-based position of the offending component among the
+    path's non-empty, non-``.`` components, or ``None`` when the path as a whole
+    is at fault (absolute, NUL byte) or the kernel did not say which.
+    """
+
+    def __init__(self, reason: str, component: int | None = None) -> None:
+        self.reason = reason
+        self.component = component
+        where = f"component {component} " if component is not None else "path "
+        super().__init__(where + reason)
+
+
+# ------------------------------------------------------------------ gate
+# The errors the gate raises on purpose (each an ``AgentGateError``).
+
+
+class OutcomeUnknown(AgentGateError):
+    """Raise from a tool when it cannot tell whether its write happened.
+
+    A timeout after the request was sent is the typical case: the gate records the
+    call ``in_doubt`` instead of ``failed``, so nothing retries it blindly.
+    """
+
+
+class GateUsageError(AgentGateError):
+    """The gate was called in a way it cannot honour (e.g. an async tool in a running loop)."""
+
+
+class NotInDoubt(AgentGateError):
+    """``resolve`` was asked to settle a call that is not ``in_doubt``."""
+
+
+class AmbiguousCall(AgentGateError):
+    """A call id matched calls in several tasks; name the task."""
+
+
+class ApprovalRefused(AgentGateError):
+    """An approval cannot be given: the policy named for it denies the call."""
+
+
+# ------------------------------------------------------ ledger approvals
+
+
+class NotAwaitingApproval(AgentGateError):
+    """An approval or denial was given for a call that does not wait for one."""

@@ -20,8 +20,7 @@ One job per module, arrows pointing down:
 
 from __future__ import annotations
 
-from agent_gate.gate.decide import Authorizer, Decision, Verdict
-from agent_gate.gate.errors import (
+from agent_gate.errors import (
     AmbiguousCall,
     ApprovalRefused,
     GateUsageError,
@@ -29,6 +28,7 @@ from agent_gate.gate.errors import (
     NotInDoubt,
     OutcomeUnknown,
 )
+from agent_gate.gate.decide import Authorizer, Decision, Verdict
 from agent_gate.gate.facade import (
     DEFAULT_APPROVAL_TTL,
     DEFAULT_LEASE_SECONDS,

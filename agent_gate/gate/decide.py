@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_from_json
-from agent_gate.gate.errors import GateUsageError
+from agent_gate.errors import GateUsageError
 from agent_gate.gate.intake import Arguments, stable_key
 from agent_gate.ledger import approvals
 from agent_gate.ledger.privacy import bound

@@ -27,10 +27,15 @@ from agent_gate.accumulate import Accumulator, DispatchMode
 from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.autodetect import DetectingAccumulator, accumulator
 from agent_gate.calls import ToolCall
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import (
+    AgentGateError,
+    AmbiguousCall,
+    ApprovalRefused,
+    GateUsageError,
+    NotInDoubt,
+)
 from agent_gate.gate.decide import Authorizer, Decider
 from agent_gate.gate.driver import CallDriver, lease_end
-from agent_gate.gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, NotInDoubt
 from agent_gate.gate.finish import Finisher
 from agent_gate.gate.intake import Arguments, CallContext, as_call
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_gate.authorize import PolicyAuthorizer, principal_json, scope_json
 from agent_gate.calls import CallStatus, ToolCall
-from agent_gate.errors import json_type_name
-from agent_gate.gate.errors import GateUsageError
+from agent_gate.errors import GateUsageError, json_type_name
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.canonical import (
     arguments_hash,

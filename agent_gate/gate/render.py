@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agent_gate.gate.errors import GateUsageError
+from agent_gate.errors import GateUsageError
 from agent_gate.ledger.outcome_store import RESULT_UNSTORABLE
 from agent_gate.ledger.states import CallState
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_gate.gate.errors import GateUsageError, OutcomeUnknown
+from agent_gate.errors import GateUsageError, OutcomeUnknown
 from agent_gate.gate.outcome import Outcome
 from agent_gate.heartbeat import LeaseKeeper
 from agent_gate.ledger.lease import this_owner

@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Table, insert, select, update
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import NotAwaitingApproval
 from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
@@ -75,8 +75,6 @@ def ttl_problem(ttl: object) -> str | None:
     return None
 
 
-class NotAwaitingApproval(AgentGateError):
-    """An approval or denial was given for a call that does not wait for one."""
 
 
 @dataclass(frozen=True, slots=True)

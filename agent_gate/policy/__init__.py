@@ -21,13 +21,13 @@ the file format.
 
 from __future__ import annotations
 
+from agent_gate.errors import PolicyError, PolicyLoadError, Problem
 from agent_gate.policy.beneath import (
     PathEscapes,
     open_beneath,
     open_file_beneath,
     relative_beneath,
 )
-from agent_gate.policy.errors import PolicyError, PolicyLoadError, Problem
 from agent_gate.policy.evaluator import (
     BUILTIN_BAD_ARGUMENTS,
     BUILTIN_BAD_PATH,

@@ -33,7 +33,7 @@ import stat
 import sys
 from typing import IO, Any, Final
 
-from agent_gate.policy.errors import PolicyError
+from agent_gate.errors import PathEscapes
 
 __all__ = ["PathEscapes", "open_beneath", "open_file_beneath", "relative_beneath"]
 
@@ -55,19 +55,6 @@ def _creates(flags: int) -> bool:
     return bool(flags & os.O_CREAT) or (_O_TMPFILE != 0 and flags & _O_TMPFILE == _O_TMPFILE)
 
 
-class PathEscapes(PolicyError):
-    """A path would leave its root, or would pass through a symlink, ``..`` or ``/``.
-
-    ``component`` is the 1-based position of the offending component among the
-    path's non-empty, non-``.`` components, or ``None`` when the path as a whole
-    is at fault (absolute, NUL byte) or the kernel did not say which.
-    """
-
-    def __init__(self, reason: str, component: int | None = None) -> None:
-        self.reason = reason
-        self.component = component
-        where = f"component {component} " if component is not None else "path "
-        super().__init__(where + reason)
 
 
 class _OpenHow(ctypes.Structure):

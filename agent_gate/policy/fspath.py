@@ -23,7 +23,7 @@ import os
 import stat
 from typing import Any, Final
 
-from agent_gate.policy.errors import PolicyError
+from agent_gate.errors import UnjudgeablePath
 
 __all__ = ["MAX_PATH_CHARS", "MAX_SYMLINKS", "UnjudgeablePath", "resolve_path"]
 
@@ -31,8 +31,6 @@ MAX_PATH_CHARS: Final = 4096
 MAX_SYMLINKS: Final = 40  # the kernel's own limit (ELOOP)
 
 
-class UnjudgeablePath(PolicyError):
-    """A value cannot be resolved to one absolute path; the message says why, never the value."""
 
 
 def _checked(value: Any) -> str:

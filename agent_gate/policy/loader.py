@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_gate.policy.errors import PolicyLoadError, Problem
+from agent_gate.errors import PolicyLoadError, Problem
 from agent_gate.policy.model import OPERATORS, Condition, PolicyDocument, Rule
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import SplitResult, urlsplit
 
-from agent_gate.policy.errors import PolicyError
+from agent_gate.errors import AddressError
 
 __all__ = [
     "NAMED_NETWORKS",
@@ -92,8 +92,6 @@ _RFC6052_LAYOUT: Final = {
 }
 
 
-class AddressError(PolicyError):
-    """A value could not be read as a host, address, URL or e-mail address."""
 
 
 def _parse_ipv4_part(part: str) -> int:

@@ -14,8 +14,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
-from agent_gate.errors import error_code
-from agent_gate.policy.errors import PolicyLoadError, Problem
+from agent_gate.errors import PolicyLoadError, Problem, error_code
 from agent_gate.policy.evaluator import CompiledRule, LimitRule, decide
 from agent_gate.policy.hashing import canonical_json, sha256_hex
 from agent_gate.policy.loader import load_document

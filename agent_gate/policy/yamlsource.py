@@ -24,8 +24,7 @@ from typing import Any, Final
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from agent_gate.errors import error_code
-from agent_gate.policy.errors import PolicyLoadError, Problem
+from agent_gate.errors import PolicyLoadError, Problem, error_code
 
 __all__ = ["MAX_DEPTH", "MAX_POLICY_BYTES", "YamlDocument", "format_key", "parse_yaml"]
 

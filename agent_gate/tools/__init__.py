@@ -16,7 +16,7 @@ One job per module, arrows pointing down:
 
 from __future__ import annotations
 
-from agent_gate.tools.errors import (
+from agent_gate.errors import (
     COERCION_UNSTABLE,
     ArgumentError,
     ArgumentsInvalid,

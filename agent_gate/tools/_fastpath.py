@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 
+from agent_gate.errors import ArgumentError
 from agent_gate.plainjson import plain_json
-from agent_gate.tools.errors import ArgumentError
 
 if TYPE_CHECKING:
     from agent_gate.tools.validate import ReferenceValidator

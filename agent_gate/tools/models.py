@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from agent_gate.tools.errors import (
+from agent_gate.errors import (
     COERCION_UNSTABLE,
     ArgumentError,
     ArgumentsInvalid,

@@ -18,12 +18,12 @@ from typing import Any, TypeVar, Unpack, overload
 
 from pydantic import BaseModel
 
-from agent_gate.errors import json_type_name
-from agent_gate.tools.errors import (
+from agent_gate.errors import (
     ArgumentsInvalid,
     ArgumentsNotObject,
     ToolDefinitionError,
     UnknownTool,
+    json_type_name,
 )
 from agent_gate.tools.models import coercion_unstable, dump_model, load_model, model_parameter
 from agent_gate.tools.spec import ToolOptions, ToolSpec

@@ -17,7 +17,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 
 from pydantic import BaseModel
 
-from agent_gate.tools.errors import ToolDefinitionError
+from agent_gate.errors import ToolDefinitionError
 from agent_gate.tools.models import model_of
 from agent_gate.tools.validate import check_schema
 

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent_gate.sse import ServerSentEvent
-from agent_gate.transport.async_io import AsyncEventStream, astream_events
-from agent_gate.transport.config import ReconnectPolicy, StreamLimits
-from agent_gate.transport.errors import (
+from agent_gate.errors import (
     StreamConnectError,
     StreamContentTypeError,
     StreamError,
@@ -30,6 +27,9 @@ from agent_gate.transport.errors import (
     StreamTruncatedError,
     TruncationReason,
 )
+from agent_gate.sse import ServerSentEvent
+from agent_gate.transport.async_io import AsyncEventStream, astream_events
+from agent_gate.transport.config import ReconnectPolicy, StreamLimits
 from agent_gate.transport.http import error_excerpt, is_event_stream, media_type, redact
 from agent_gate.transport.openai_responses import OpenAIResponsesResume
 from agent_gate.transport.options import StreamOptions

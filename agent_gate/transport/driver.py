@@ -32,8 +32,8 @@ from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import httpx
 
+from agent_gate.errors import StreamError, TruncationReason
 from agent_gate.sse import ServerSentEvent
-from agent_gate.transport.errors import StreamError, TruncationReason
 from agent_gate.transport.options import StreamOptions, build_request
 from agent_gate.transport.resume import StreamRequest
 from agent_gate.transport.session import (

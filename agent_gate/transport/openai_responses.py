@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit, urlunsplit
 
+from agent_gate.errors import TruncationReason
 from agent_gate.sse import ServerSentEvent
-from agent_gate.transport.errors import TruncationReason
 from agent_gate.transport.resume import ResumeState, StreamRequest
 
 

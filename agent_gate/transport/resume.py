@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from agent_gate.errors import TruncationReason
 from agent_gate.sse import ServerSentEvent
-from agent_gate.transport.errors import TruncationReason
 
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 """Methods whose re-sending asks for a representation, never for a new answer."""

@@ -32,9 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NoReturn
 
-from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
-from agent_gate.transport.config import ReconnectPolicy, StreamLimits
-from agent_gate.transport.errors import (
+from agent_gate.errors import (
     StreamConnectError,
     StreamContentTypeError,
     StreamError,
@@ -46,6 +44,8 @@ from agent_gate.transport.errors import (
     StreamTruncatedError,
     TruncationReason,
 )
+from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
+from agent_gate.transport.config import ReconnectPolicy, StreamLimits
 from agent_gate.transport.http import (
     error_excerpt,
     is_event_stream,
