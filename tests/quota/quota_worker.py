@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # for waiting
 
 from support_tools import tools
