@@ -27,11 +27,15 @@ from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
+from agent_gate import _speedups
 from agent_gate.errors import AgentGateError
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "ArgumentsTooDeep",
+    "canonical_bytes",
+    "canonical_json",
+    "canonical_reference",
     "check_depth",
     "depth_exceeds",
     "dumps",
@@ -62,36 +66,23 @@ def plain_json(value: object, *, tuples: bool = False, min_float: float = 0.0) -
 
     It runs on every call, twice (the schema gate, then the canonical one), so its
     shape is for speed: a container's members are checked where they are met and only
-    containers go on the stack (most members are strings), and the stack's methods
-    are called as methods, which Python 3.11 specializes (a bound ``push = stack.append``
-    is about twice as slow).
+    containers go on the stack (most members are strings), a dict's keys are checked
+    in a loop of their own before its values join the one member loop, and the
+    stack's methods are called as methods, which Python 3.11 specializes (a bound
+    ``push = stack.append`` is about twice as slow).
     """
     stack: list[Any] = [value]
     while stack:
         item = stack.pop()
         kind = type(item)
+        members: Any
         if kind is dict:
-            for key, member in item.items():
+            for key in item:
                 if type(key) is not str:
                     return False
-                kind = type(member)
-                if kind is str or kind is bool or member is None:
-                    continue
-                if kind is dict or kind is list or (tuples and kind is tuple):
-                    stack.append(member)
-                elif kind is int:
-                    if not _INT64_MIN <= member < _INT64:
-                        return False
-                elif kind is float:
-                    if not _isfinite(member) or (
-                        min_float and member != 0.0 and abs(member) < min_float
-                    ):
-                        return False
-                else:
-                    return False
-            continue
-        if kind is list or (tuples and kind is tuple):
-            members: Any = item
+            members = item.values()
+        elif kind is list or (tuples and kind is tuple):
+            members = item
         else:
             members = (item,)
         for member in members:
@@ -353,3 +344,55 @@ def _dumps_iterative(
             stack.append(_Piece("", ident))
             stack.append(default(item))
     return "".join(out)
+
+
+# -- canonical JSON: the one definition (ledger hashes, policy hashes, stored text) -----
+
+_fast_dumps = _speedups.orjson_dumps
+"""orjson, or ``None`` (not installed, or AGENT_GATE_PURE_PYTHON=1)."""
+_SORT_KEYS = _speedups.ORJSON_SORT_KEYS
+
+
+def canonical_reference(value: object) -> str:
+    """The definition of canonical JSON: ``json.dumps`` with sorted keys, no
+    insignificant whitespace, non-ASCII as itself, NaN and Infinity refused
+    (``ValueError``), at any depth."""
+    return dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _canonical_compiled(value: object) -> bytes | None:
+    """orjson's sorted bytes when they are certainly ``canonical_reference``'s, else None.
+
+    Only for plain JSON data where the two were found to agree (``plain_json`` with
+    tuples, and no nonzero float under 1e-4 in magnitude, which ``repr`` writes as
+    ``1e-05`` where orjson writes ``0.00001``). Everything else (subclasses, NaN,
+    which orjson writes as ``null`` where json.dumps raises, UUIDs and enums, which
+    orjson serializes where json.dumps raises) is the reference's, which decides or
+    raises as it always did. About 7x faster on a typical call's arguments.
+    """
+    fast = _fast_dumps
+    if fast is None or not plain_json(value, tuples=True, min_float=1e-4):
+        return None
+    try:
+        return fast(value, option=_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, too deep
+        return None
+
+
+def canonical_json(value: object) -> str:
+    """Serialize ``value`` canonically (``canonical_reference``'s text, faster)."""
+    fast = _canonical_compiled(value)
+    if fast is not None:
+        return fast.decode("utf-8")
+    return canonical_reference(value)
+
+
+def canonical_bytes(value: object, errors: str = "strict") -> bytes:
+    """``canonical_json(value)`` as UTF-8 without the detour through ``str`` when
+    orjson wrote it. ``errors`` is the encoder's for a lone surrogate, which only the
+    reference lets through: ``"strict"`` raises ``UnicodeEncodeError``, the policy
+    hash passes it (``"surrogatepass"``)."""
+    fast = _canonical_compiled(value)
+    if fast is not None:
+        return fast
+    return canonical_reference(value).encode("utf-8", errors)

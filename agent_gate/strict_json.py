@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agent_gate._speedups import PURE_PYTHON
+from agent_gate import _speedups
 from agent_gate.errors import AgentGateError
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, depth_exceeds, text_depth_exceeds
 
@@ -55,24 +55,17 @@ def _compiled_codec() -> tuple[Callable[[str], Any], Callable[[Any], int]] | Non
     refuses integers beyond 64 bits, which msgspec decodes exactly: those are counted
     in msgspec's encoding.
     """
-    if PURE_PYTHON:
+    decode = _speedups.msgspec_decode
+    encode = _speedups.msgspec_encode
+    if decode is None or encode is None:
         return None
-    try:
-        import msgspec.json
-    except ImportError:
-        return None
-    decode = msgspec.json.Decoder().decode
-    encode = msgspec.json.Encoder().encode
-    try:
-        import orjson
-    except ImportError:
+    dumps = _speedups.orjson_dumps
+    if dumps is None:
 
         def colons(value: Any) -> int:
             return encode(value).count(b":")
 
         return decode, colons
-
-    dumps = orjson.dumps
 
     def colons_fast(value: Any) -> int:
         try:
@@ -127,10 +120,7 @@ def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> dict[str,
             if (
                 brackets + colons + 1 <= depth or brackets + text.count("{") <= depth
             ) and colons_of(value) == colons:
-                if (
-                    brackets + text.count("{") > max_depth
-                    and depth_exceeds(value, max_depth)
-                ):
+                if brackets + text.count("{") > max_depth and depth_exceeds(value, max_depth):
                     raise StrictParseError("arguments_too_deep")
                 return value
     return parse_arguments_reference(text, max_depth)

@@ -40,10 +40,10 @@ from typing import Any
 
 from harness import paired, paired_ratio
 
+from agent_gate import plainjson as plainjson_module
 from agent_gate import strict_json as strict_json_module
 from agent_gate.accumulate import Accumulator
 from agent_gate.calls import CallStatus
-from agent_gate.ledger import canonical as canonical_module
 from agent_gate.ledger.canonical import arguments_hash, canonical_json
 from agent_gate.providers import base as providers_base
 from agent_gate.schema import ArgumentsInvalid, Tool, ToolRegistry
@@ -212,7 +212,9 @@ def validators(registry: ToolRegistry) -> dict[str, Callable[[dict[str, Any]], b
 def hashers() -> dict[str, Callable[[Any], bytes]]:
     found: dict[str, Callable[[Any], bytes]] = {
         "agent-gate canonical_json (orjson fast path)": lambda v: canonical_json(v).encode(),
-        "json.dumps canonical (reference)": lambda v: canonical_module._reference(v).encode(),
+        "json.dumps canonical (reference)": lambda v: plainjson_module.canonical_reference(
+            v
+        ).encode(),
     }
     if orjson is not None:
         found["orjson OPT_SORT_KEYS"] = lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
@@ -226,12 +228,12 @@ def pure_python() -> Iterator[None]:
         providers_base._fast_loads,
         providers_base._fast_dumps,
         strict_json_module._CODEC,
-        canonical_module._fast_dumps,
+        plainjson_module._fast_dumps,
     )
     providers_base._fast_loads = None
     providers_base._fast_dumps = None
     strict_json_module._CODEC = None
-    canonical_module._fast_dumps = None
+    plainjson_module._fast_dumps = None
     try:
         yield
     finally:
@@ -239,7 +241,7 @@ def pure_python() -> Iterator[None]:
             providers_base._fast_loads,
             providers_base._fast_dumps,
             strict_json_module._CODEC,
-            canonical_module._fast_dumps,
+            plainjson_module._fast_dumps,
         ) = saved
 
 

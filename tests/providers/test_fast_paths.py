@@ -393,7 +393,8 @@ def test_nan_and_null_are_different_content(json_path: str) -> None:
 def test_agent_gate_pure_python_turns_the_compiled_paths_off() -> None:
     code = (
         "from agent_gate.providers import base;"
-        "print(base.PURE_PYTHON, base._fast_loads is None, base._fast_dumps is None)"
+        "from agent_gate import _speedups;"
+        "print(_speedups.PURE_PYTHON, base._fast_loads is None, base._fast_dumps is None)"
     )
     env = {**os.environ, "AGENT_GATE_PURE_PYTHON": "1"}
     out = subprocess.run(

@@ -1,10 +1,10 @@
 """Canonical JSON and argument hashes are byte for byte json.dumps's, orjson or not.
 
-``agent_gate.ledger.canonical`` serializes plain JSON data with orjson (sorted keys)
-and everything else with json.dumps. Lives here, next to the argument validation
-tests, because it is the last step of the same decision path: the bytes are what
-the ledger compares, so a single differing byte would turn a replay into a
-conflict.
+``agent_gate.plainjson.canonical_json`` (re-exported by ``agent_gate.ledger.canonical``)
+serializes plain JSON data with orjson (sorted keys) and everything else with json.dumps.
+Lives here, next to the argument validation tests, because it is the last step of the
+same decision path: the bytes are what the ledger compares, so a single differing byte
+would turn a replay into a conflict.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_gate.ledger import canonical
+from agent_gate import plainjson
 from agent_gate.ledger.canonical import arguments_hash, canonical_json, sha256_hex
 
 
 @pytest.fixture(params=["compiled", "pure"])
 def hash_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "pure":
-        monkeypatch.setattr(canonical, "_fast_dumps", None)
-    elif canonical._fast_dumps is None:
+        monkeypatch.setattr(plainjson, "_fast_dumps", None)
+    elif plainjson._fast_dumps is None:
         pytest.skip("orjson not installed, or AGENT_GATE_PURE_PYTHON is set")
     return str(request.param)
 
