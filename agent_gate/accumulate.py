@@ -31,6 +31,7 @@ from typing import Any
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
+from agent_gate.providers import events as ev
 from agent_gate.providers.base import (
     ProviderAdapter,
     WireEvent,
@@ -39,23 +40,6 @@ from agent_gate.providers.base import (
     event_content,
 )
 from agent_gate.providers.errors import safe_name
-from agent_gate.providers.events import (
-    Heartbeat,
-    ProviderToolCall,
-    ResponseCompleted,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamAnomaly,
-    StreamEvent,
-    StreamTruncated,
-    TextDelta,
-    ToolCallArgumentsDelta,
-    ToolCallArgumentsDone,
-    ToolCallArgumentsSnapshot,
-    ToolCallCut,
-    ToolCallStarted,
-    UnknownEvent,
-)
 from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
 from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
@@ -324,7 +308,7 @@ class Accumulator:
         call = self._calls.get(call_id)
         if call is None or call.phase is not _Phase.OPEN:
             released: list[ToolCall] = []
-            self._delta(ToolCallArgumentsDelta(call_id, delta), released)
+            self._delta(ev.ToolCallArgumentsDelta(call_id, delta), released)
             self._progress += 1
             return released
         nbytes = len(delta) if delta.isascii() else len(delta.encode("utf-8", "surrogatepass"))
@@ -379,13 +363,13 @@ class Accumulator:
 
     # -- event application ---------------------------------------------------
 
-    def _apply(self, event: StreamEvent, released: list[ToolCall]) -> bool:
+    def _apply(self, event: ev.StreamEvent, released: list[ToolCall]) -> bool:
         """Apply one normalized event; return whether it was progress."""
         match event:
-            case Heartbeat():
+            case ev.Heartbeat():
                 self._heartbeats += 1
                 return False
-            case UnknownEvent(type=etype):
+            case ev.UnknownEvent(type=etype):
                 self._unknown += 1
                 name = safe_name(etype)
                 if name in self._unknown_types or len(self._unknown_types) < _MAX_UNKNOWN_TYPES:
@@ -393,38 +377,38 @@ class Accumulator:
                 if self._progress == 0 and self._unknown >= UNRECOGNIZED_LIMIT:
                     raise self._unrecognized()
                 return False
-            case TextDelta(text=text):
+            case ev.TextDelta(text=text):
                 self._text_chars += len(text)
-            case ToolCallStarted():
+            case ev.ToolCallStarted():
                 self._started(event, released)
-            case ToolCallArgumentsDelta():
+            case ev.ToolCallArgumentsDelta():
                 self._delta(event, released)
-            case ToolCallArgumentsSnapshot():
+            case ev.ToolCallArgumentsSnapshot():
                 self._snapshot(event, released)
-            case ToolCallArgumentsDone():
+            case ev.ToolCallArgumentsDone():
                 self._done(event, released)
-            case ToolCallCut(call_id=call_id, reason=reason):
+            case ev.ToolCallCut(call_id=call_id, reason=reason):
                 call = self._calls.get(call_id)
                 if call is not None and call.phase is _Phase.OPEN:
                     self._settle(call, CallStatus.INCOMPLETE, reason, released)
-            case ProviderToolCall():
+            case ev.ProviderToolCall():
                 self._provider_call(event, released)
-            case StreamAnomaly(reason=reason, call_ids=call_ids):
+            case ev.StreamAnomaly(reason=reason, call_ids=call_ids):
                 if not call_ids:
                     self._note(reason, None)
                 for call_id in call_ids:
                     self._reject(call_id, reason, released)
-            case ResponseCompleted():
+            case ev.ResponseCompleted():
                 self._end(Terminal(TerminalKind.COMPLETED), released)
-            case ResponseIncomplete(reason=reason):
+            case ev.ResponseIncomplete(reason=reason):
                 self._end(Terminal(TerminalKind.INCOMPLETE, reason), released)
-            case ResponseFailed(error=error):
+            case ev.ResponseFailed(error=error):
                 self._end(Terminal(TerminalKind.FAILED, error), released)
-            case StreamTruncated():
+            case ev.StreamTruncated():
                 self._end(Terminal(TerminalKind.TRUNCATED), released)
         return True
 
-    def _started(self, event: ToolCallStarted, released: list[ToolCall]) -> None:
+    def _started(self, event: ev.ToolCallStarted, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is not None:
             if (call.name, call.kind) != (event.name, event.kind):
@@ -437,7 +421,7 @@ class Accumulator:
             raise AccumulatorLimitExceeded("max_calls", self._max_calls, self._index)
         self._calls[call.call_id] = call
 
-    def _delta(self, event: ToolCallArgumentsDelta, released: list[ToolCall]) -> None:
+    def _delta(self, event: ev.ToolCallArgumentsDelta, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is None:
             self._note("delta_for_unknown_call", event.call_id)
@@ -461,7 +445,7 @@ class Accumulator:
         call.size += nbytes
         self._argument_bytes += nbytes
 
-    def _snapshot(self, event: ToolCallArgumentsSnapshot, released: list[ToolCall]) -> None:
+    def _snapshot(self, event: ev.ToolCallArgumentsSnapshot, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is None:
             self._note("snapshot_for_unknown_call", event.call_id)
@@ -483,7 +467,7 @@ class Accumulator:
         ):
             self._reject(call.call_id, "arguments_mismatch", released)
 
-    def _done(self, event: ToolCallArgumentsDone, released: list[ToolCall]) -> None:
+    def _done(self, event: ev.ToolCallArgumentsDone, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is None:
             self._note("completion_for_unknown_call", event.call_id)
@@ -522,7 +506,7 @@ class Accumulator:
             return
         self._settle(call, CallStatus.COMPLETE, None, released, raw=text, arguments=arguments)
 
-    def _provider_call(self, event: ProviderToolCall, released: list[ToolCall]) -> None:
+    def _provider_call(self, event: ev.ProviderToolCall, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is not None:
             if call.kind != event.kind:
