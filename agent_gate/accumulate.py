@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from agent_gate._speedups import PURE_PYTHON
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
@@ -49,6 +50,8 @@ DEFAULT_MAX_CALLS = 256
 DEFAULT_MAX_CALL_ARGUMENT_BYTES = 1024 * 1024
 DEFAULT_MAX_TOTAL_ARGUMENT_BYTES = 16 * 1024 * 1024
 _MAX_UNKNOWN_TYPES = 64
+_KNOWN_ADAPTER_PATH = not PURE_PYTHON
+"""Whether the built-in adapters take ``Accumulator._feed_known`` (see ``_speedups``)."""
 
 
 class DispatchMode(StrEnum):
@@ -177,9 +180,10 @@ class Accumulator:
         max_replay_positions: int = DEFAULT_MAX_REPLAY_POSITIONS,
     ) -> None:
         self._adapter = adapter_for(provider) if isinstance(provider, str) else provider
-        # The short path in ``feed`` mirrors the built-in adapters' decode and replay
-        # key; a subclass may have changed either, so it always takes the long way.
-        self._fast = type(self._adapter) in ADAPTERS.values()
+        # The short path (``_feed_known``) mirrors the built-in adapters' decode and
+        # replay key; a subclass may have changed either, so it always takes the long
+        # way, and so does every adapter with AGENT_GATE_PURE_PYTHON=1.
+        self._fast = _KNOWN_ADAPTER_PATH and type(self._adapter) in ADAPTERS.values()
         self._sequence_field = self._adapter.sequence_field
         if dispatch is None:
             self._dispatch: Callable[[str], DispatchMode] = _always_after_response
@@ -256,13 +260,26 @@ class Accumulator:
             raise AccumulatorClosedError("feed() after close()")
         index = self._events
         self._events = index + 1
-        if not self._fast:
-            return self._feed_wire(self._adapter.decode(event, index), index)
-        # The short path: plain dicts (an SDK's dump, a parsed event) and agent-gate's
-        # own ServerSentEvent carrying a JSON object. It makes the same decisions as
-        # decode -> replay guard -> translate -> _apply, without building the
-        # intermediate objects; anything else (heartbeats, [DONE], SDK objects, other
-        # SSE libraries, broken data) takes that long way.
+        if self._fast:
+            return self._feed_known(event, index)
+        return self._feed_any(event, index)
+
+    def _feed_any(self, event: object, index: int) -> list[ToolCall]:
+        """The reference: any adapter's decode, the replay guard, translate, apply."""
+        return self._feed_wire(self._adapter.decode(event, index), index)
+
+    def _feed_known(self, event: object, index: int) -> list[ToolCall]:
+        """The short path of a built-in adapter, with ``_feed_any``'s interface and
+        decisions (``tests/providers/test_fast_paths.py`` holds them equal).
+
+        Plain dicts (an SDK's dump, a parsed event) and agent-gate's own
+        ``ServerSentEvent`` carrying a JSON object: it makes the same decisions as
+        decode -> replay guard -> translate -> _apply without building the
+        intermediate objects, and an argument fragment of a call still streaming
+        (the adapter's ``hot_delta``) is appended without a normalized event.
+        Anything else (heartbeats, [DONE], SDK objects, other SSE libraries, broken
+        data) takes ``_feed_any``.
+        """
         cls = type(event)
         if cls is dict:
             data: Mapping[str, Any] = event  # type: ignore[assignment]
@@ -272,12 +289,12 @@ class Accumulator:
         elif cls is ServerSentEvent:
             raw = event.data  # type: ignore[attr-defined]
             if raw[:1] != "{":
-                return self._feed_wire(self._adapter.decode(event, index), index)
+                return self._feed_any(event, index)
             sse_type = event.event or "message"  # type: ignore[attr-defined]
             sse_id = event.id or ""  # type: ignore[attr-defined]
             data = self._adapter.load_payload(raw, index)
         else:
-            return self._feed_wire(self._adapter.decode(event, index), index)
+            return self._feed_any(event, index)
         seq: int | None = None
         field = self._sequence_field
         if field is not None:

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_gate.sse import ServerSentEvent, SSEDecoder
+from agent_gate.sse import decoder as decoder_module
 from agent_gate.sse._reference import ReferenceDecoder, reference_events
 
 PIECES = [
@@ -87,8 +88,21 @@ def test_decoder_and_oracle_agree_after_every_read(parts: list[bytes], cuts: lis
     lockstep(b"".join(parts), cuts)
 
 
+SHORTCUTS = ("_SHORT_PATH", "_BULK_RUNS", "_BIG_EVENT")
+
+
+@pytest.fixture(params=["as configured", "line machinery only"])
+def decoder_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The decoder as the process has it, and with every shortcut off (what
+    AGENT_GATE_PURE_PYTHON=1 gives): both must agree with the oracle."""
+    if request.param == "line machinery only":
+        for name in SHORTCUTS:
+            monkeypatch.setattr(decoder_module, name, False)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("seed", range(20))
-def test_seeded_random_streams_in_random_reads(seed: int) -> None:
+def test_seeded_random_streams_in_random_reads(seed: int, decoder_paths: str) -> None:
     """Long streams (up to a few hundred pieces), where the short path settles in and
     is then driven out: bounded, and reproducible from the seed alone."""
     rng = random.Random(seed)
@@ -98,8 +112,17 @@ def test_seeded_random_streams_in_random_reads(seed: int) -> None:
         lockstep(stream, cuts)
 
 
+def test_a_big_event_in_small_reads(decoder_paths: str) -> None:
+    """Past 64 KiB one common event skips the tokenizer (``_one_big_event``)."""
+    big = b"event: big\ndata: " + b"x\xc3\xa9" * 40_000 + b"\n\n"
+    stream = big + b"data: after\n\n"
+    lockstep(stream, [*range(1000, len(big), 1000), len(big)])
+    lockstep(stream, [len(big)])
+    lockstep(stream, [])
+
+
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 64])
-def test_every_read_size_on_a_mixed_stream(size: int) -> None:
+def test_every_read_size_on_a_mixed_stream(size: int, decoder_paths: str) -> None:
     stream = b"".join(PIECES) * 3
     lockstep(stream, list(range(size, len(stream), size)))
 
