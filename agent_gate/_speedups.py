@@ -9,8 +9,6 @@ fast path (where)                             reference beside it
 ============================================  ============================================
 msgspec event decode (``providers.base``)     ``json.loads``
 orjson event snapshot (``providers.base``)    ``plainjson.dumps(sort_keys=True)``
-msgspec strict parse (``strict_json``)        ``parse_arguments_reference``
-orjson canonical bytes (``plainjson``)        ``plainjson.canonical_reference``
 jsonschema-rs accept (``schema``)             python-jsonschema
 SSE short path (``sse.decoder``)              the decoder's line machinery; both are
                                               checked against ``sse._reference``
@@ -20,7 +18,10 @@ known-adapter path (``accumulate``)           ``Accumulator._feed_any``
 ``PURE_PYTHON`` decides, for the whole process, which one runs:
 ``AGENT_GATE_PURE_PYTHON=1`` turns every fast path off, so the references can be
 exercised, measured, or relied on alone (a compiled wheel missing on some platform
-must never change an answer). The compiled libraries are imported here and nowhere
+must never change an answer). Two more stood here until issue 15 measured them
+under 5% of the decision path and they went: msgspec's strict argument parse and
+orjson's canonical bytes (``tests/benchmarks/run.py --only tricks`` measures the
+rest). The compiled libraries are imported here and nowhere
 else (but ``schema``, which picks jsonschema-rs by reading ``PURE_PYTHON``); each
 name below is ``None`` when its library is missing or the switch is on, and the
 module that uses it keeps the name in a global of its own, which the tests and the
@@ -37,10 +38,8 @@ from typing import Any
 
 __all__ = [
     "ORJSON_SNAPSHOT_OPTION",
-    "ORJSON_SORT_KEYS",
     "PURE_PYTHON",
     "msgspec_decode",
-    "msgspec_encode",
     "orjson_dumps",
 ]
 
@@ -65,13 +64,9 @@ msgspec_decode: Callable[[str], Any] | None = (
     _msgspec_json.Decoder().decode if _msgspec_json is not None else None
 )
 """msgspec's JSON decoder: keeps integers beyond 64 bits exact, which orjson does not."""
-msgspec_encode: Callable[[Any], bytes] | None = (
-    _msgspec_json.Encoder().encode if _msgspec_json is not None else None
-)
 orjson_dumps: Callable[..., bytes] | None = _orjson.dumps if _orjson is not None else None
 """``orjson.dumps(value, default, option)``: refuses integers beyond 64 bits."""
 
-ORJSON_SORT_KEYS: int = _orjson.OPT_SORT_KEYS if _orjson is not None else 0
 ORJSON_SNAPSHOT_OPTION: int = (
     # Everything orjson would serialize differently from json.dumps(default=str)
     # (datetimes, dataclasses, subclasses of builtins) goes to ``default``, which

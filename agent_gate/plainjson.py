@@ -1,11 +1,10 @@
-"""Plain JSON data: is a value made of it, how deep does it nest, and its text at any depth.
+"""Plain JSON data: is a value made of it, how deep does it nest, its text at any
+depth, and its canonical text (the one definition the ledger and the policies hash).
 
-The compiled fast paths (orjson's canonical bytes in ``ledger.canonical``,
-jsonschema-rs's accept in ``schema``) may only answer for values they read
-exactly as the standard-library reference does: dicts with str keys, lists, str,
-bool, None, ints within 64 bits and finite floats. Anything else (subclasses,
-tuples, big ints, NaN, objects) goes to the reference. One walker serves both,
-with the two places where their tolerances differ as parameters.
+The compiled fast path of ``schema`` (jsonschema-rs's accept) may only answer for
+values it reads exactly as the standard-library reference does: dicts with str
+keys, lists, str, bool, None, ints within 64 bits and finite floats. Anything else
+(subclasses, tuples, big ints, NaN, objects) goes to the reference.
 
 The walk is iterative (no recursion limit to hit on deep data) and touches each
 value once: O(size of the value).
@@ -27,7 +26,6 @@ from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
-from agent_gate import _speedups
 from agent_gate.errors import AgentGateError
 
 __all__ = [
@@ -35,7 +33,6 @@ __all__ = [
     "ArgumentsTooDeep",
     "canonical_bytes",
     "canonical_json",
-    "canonical_reference",
     "check_depth",
     "depth_exceeds",
     "dumps",
@@ -58,13 +55,10 @@ _INT64_MIN = -_INT64
 _isfinite = math.isfinite
 
 
-def plain_json(value: object, *, tuples: bool = False, min_float: float = 0.0) -> bool:
+def plain_json(value: object) -> bool:
     """Whether ``value`` is made only of plain JSON data (see the module docstring).
 
-    ``tuples``: also accept tuples as arrays. ``min_float``: also refuse a nonzero
-    float smaller in magnitude than this.
-
-    It runs on every call, twice (the schema gate, then the canonical one), so its
+    It runs on every call (the schema gate), so its
     shape is for speed: a container's members are checked where they are met and only
     containers go on the stack (most members are strings), a dict's keys are checked
     in a loop of their own before its values join the one member loop, and the
@@ -81,7 +75,7 @@ def plain_json(value: object, *, tuples: bool = False, min_float: float = 0.0) -
                 if type(key) is not str:
                     return False
             members = item.values()
-        elif kind is list or (tuples and kind is tuple):
+        elif kind is list:
             members = item
         else:
             members = (item,)
@@ -89,15 +83,13 @@ def plain_json(value: object, *, tuples: bool = False, min_float: float = 0.0) -
             kind = type(member)
             if kind is str or kind is bool or member is None:
                 continue
-            if kind is dict or kind is list or (tuples and kind is tuple):
+            if kind is dict or kind is list:
                 stack.append(member)
             elif kind is int:
                 if not _INT64_MIN <= member < _INT64:
                     return False
             elif kind is float:
-                if not _isfinite(member) or (
-                    min_float and member != 0.0 and abs(member) < min_float
-                ):
+                if not _isfinite(member):
                     return False
             else:
                 return False
@@ -348,51 +340,22 @@ def _dumps_iterative(
 
 # -- canonical JSON: the one definition (ledger hashes, policy hashes, stored text) -----
 
-_fast_dumps = _speedups.orjson_dumps
-"""orjson, or ``None`` (not installed, or AGENT_GATE_PURE_PYTHON=1)."""
-_SORT_KEYS = _speedups.ORJSON_SORT_KEYS
 
-
-def canonical_reference(value: object) -> str:
-    """The definition of canonical JSON: ``json.dumps`` with sorted keys, no
+def canonical_json(value: object) -> str:
+    """Serialize ``value`` canonically: ``json.dumps`` with sorted keys, no
     insignificant whitespace, non-ASCII as itself, NaN and Infinity refused
-    (``ValueError``), at any depth."""
+    (``ValueError``), at any depth.
+
+    An orjson fast path (the same bytes for plain JSON data, about 6x faster) stood
+    here until issue 15 measured it: it saved about 30 us of a call whose decision
+    path costs over a millisecond, under 5% (``tests/benchmarks/run.py --only
+    tricks``), so it went.
+    """
     return dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def _canonical_compiled(value: object) -> bytes | None:
-    """orjson's sorted bytes when they are certainly ``canonical_reference``'s, else None.
-
-    Only for plain JSON data where the two were found to agree (``plain_json`` with
-    tuples, and no nonzero float under 1e-4 in magnitude, which ``repr`` writes as
-    ``1e-05`` where orjson writes ``0.00001``). Everything else (subclasses, NaN,
-    which orjson writes as ``null`` where json.dumps raises, UUIDs and enums, which
-    orjson serializes where json.dumps raises) is the reference's, which decides or
-    raises as it always did. About 7x faster on a typical call's arguments.
-    """
-    fast = _fast_dumps
-    if fast is None or not plain_json(value, tuples=True, min_float=1e-4):
-        return None
-    try:
-        return fast(value, option=_SORT_KEYS)
-    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, too deep
-        return None
-
-
-def canonical_json(value: object) -> str:
-    """Serialize ``value`` canonically (``canonical_reference``'s text, faster)."""
-    fast = _canonical_compiled(value)
-    if fast is not None:
-        return fast.decode("utf-8")
-    return canonical_reference(value)
-
-
 def canonical_bytes(value: object, errors: str = "strict") -> bytes:
-    """``canonical_json(value)`` as UTF-8 without the detour through ``str`` when
-    orjson wrote it. ``errors`` is the encoder's for a lone surrogate, which only the
-    reference lets through: ``"strict"`` raises ``UnicodeEncodeError``, the policy
-    hash passes it (``"surrogatepass"``)."""
-    fast = _canonical_compiled(value)
-    if fast is not None:
-        return fast
-    return canonical_reference(value).encode("utf-8", errors)
+    """``canonical_json(value)`` as UTF-8. ``errors`` is the encoder's for a lone
+    surrogate: ``"strict"`` raises ``UnicodeEncodeError`` (the ledger's argument
+    hash), ``"surrogatepass"`` writes it (the policy hash)."""
+    return canonical_json(value).encode("utf-8", errors)
