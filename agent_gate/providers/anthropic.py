@@ -24,7 +24,7 @@ from typing import Any
 
 from agent_gate.plainjson import dumps
 from agent_gate.providers import events as ev
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
+from agent_gate.providers.base import ProviderAdapter, WireEvent
 
 PROVIDER_EXECUTED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 _SUCCESS_STOP = frozenset({"end_turn", "tool_use", "stop_sequence"})
@@ -89,11 +89,7 @@ class AnthropicAdapter(ProviderAdapter):
         block.fragment_chars += len(fragment)
         return block.block_id, fragment
 
-    def translate(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [ev.Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            return [ev.UnknownEvent("[DONE]")]
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         etype = self.event_type(wire, index)
         data = wire.data
         if etype == "ping":

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from agent_gate import _speedups
 from agent_gate.plainjson import cut_below, dumps
 from agent_gate.providers.errors import MalformedEventError, safe_name
-from agent_gate.providers.events import StreamEvent
+from agent_gate.providers.events import Heartbeat, StreamEvent, UnknownEvent
 
 
 def _refuse(value: object) -> Any:
@@ -221,9 +221,27 @@ class ProviderAdapter(ABC):
         except (json.JSONDecodeError, RecursionError):
             raise self.malformed(index, "data nests too deeply") from None
 
-    @abstractmethod
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
-        """The normalized events one wire event means, in order."""
+        """The normalized events one wire event means, in order.
+
+        A heartbeat is a heartbeat in every protocol and ``[DONE]`` is the adapter's
+        to judge (``translate_done``); a payload is the protocol's own
+        (``translate_payload``).
+        """
+        if wire.kind is WireKind.HEARTBEAT:
+            return [Heartbeat()]
+        if wire.kind is WireKind.DONE:
+            return self.translate_done()
+        return self.translate_payload(wire, index)
+
+    def translate_done(self) -> list[StreamEvent]:
+        """The ``[DONE]`` sentinel. Only Chat Completions ends with it; elsewhere some
+        proxies append it, and it proves nothing."""
+        return [UnknownEvent("[DONE]")]
+
+    @abstractmethod
+    def translate_payload(self, wire: WireEvent, index: int) -> list[StreamEvent]:
+        """The normalized events one JSON payload of the protocol means, in order."""
 
     def hot_delta(self, data: Mapping[str, Any], sse_type: str) -> tuple[str, str] | None:
         """The short path for the event that dominates every stream: an argument fragment.

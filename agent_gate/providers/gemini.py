@@ -72,7 +72,6 @@ from agent_gate.providers import events as ev
 from agent_gate.providers.base import (
     ProviderAdapter,
     WireEvent,
-    WireKind,
     content_digest,
     mapping_content,
 )
@@ -326,11 +325,7 @@ class GeminiAdapter(ProviderAdapter):
         self._streamed: _Streamed | None = None
         self._state = _CandidateState.STREAMING
 
-    def translate(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [ev.Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            return [ev.UnknownEvent("[DONE]")]
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         data = wire.data
         error = data.get("error")
         if isinstance(error, Mapping):

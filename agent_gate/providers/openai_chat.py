@@ -49,7 +49,7 @@ from typing import Any
 
 from agent_gate import strict_json
 from agent_gate.providers import events as ev
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
+from agent_gate.providers.base import ProviderAdapter, WireEvent
 
 _SUCCESS_FINISH = frozenset({"stop", "tool_calls"})
 
@@ -134,11 +134,10 @@ class OpenAIChatAdapter(ProviderAdapter):
         call.parts.append(arguments)
         return call.call_id, arguments
 
-    def translate(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [ev.Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            return [self._terminal()]
+    def translate_done(self) -> list[ev.StreamEvent]:
+        return [self._terminal()]
+
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         data = wire.data
         if data.get("type") == "chunk" and isinstance(data.get("chunk"), Mapping):
             # The SDK's ``chat.completions.stream()`` helper wraps each raw chunk.

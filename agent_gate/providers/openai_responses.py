@@ -36,7 +36,7 @@ from enum import Enum
 from typing import Any
 
 from agent_gate.providers import events as ev
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
+from agent_gate.providers.base import ProviderAdapter, WireEvent
 
 PROVIDER_EXECUTED_ITEMS = frozenset(
     {
@@ -124,12 +124,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             return None
         return item.call_id, delta
 
-    def translate(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [ev.Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            # Not part of this protocol; some proxies append it. It proves nothing.
-            return [ev.UnknownEvent("[DONE]")]
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         etype = self.event_type(wire, index)
         data = wire.data
         if etype == "response.output_item.added":

@@ -710,12 +710,7 @@ class SSEDecoder:
                         etype = raw_type
                     data_size += len(value) + 1
                     if data_size > data_limit:
-                        raise SSELimitExceeded(
-                            "max_event_bytes",
-                            self._max_event,
-                            _line_offset(head, head_start, _line_number(tokens, token, 1)),
-                            events,
-                        )
+                        raise self._event_too_big(head, head_start, tokens, token, 1, events)
                     data.append(value)
                 elif line:
                     field, _colon, value = line.partition(b":")
@@ -727,12 +722,7 @@ class SSEDecoder:
                     if field == b"data":
                         data_size += len(value) + 1
                         if data_size > data_limit:
-                            raise SSELimitExceeded(
-                                "max_event_bytes",
-                                self._max_event,
-                                _line_offset(head, head_start, _line_number(tokens, token, 0)),
-                                events,
-                            )
+                            raise self._event_too_big(head, head_start, tokens, token, 0, events)
                         data.append(value)
                     elif field == b"event":
                         etype = value
@@ -774,6 +764,20 @@ class SSEDecoder:
             self._id_buf = id_buf
             self._last_id = last_id
             self._events = events
+
+    def _event_too_big(
+        self,
+        head: bytes,
+        head_start: int,
+        tokens: list[tuple[bytes, ...]],
+        token: tuple[bytes, ...],
+        extra: int,
+        events: int,
+    ) -> SSELimitExceeded:
+        """The ``max_event_bytes`` error for the data line of ``token`` (error path only;
+        ``extra`` as in ``_line_number``)."""
+        offset = _line_offset(head, head_start, _line_number(tokens, token, extra))
+        return SSELimitExceeded("max_event_bytes", self._max_event, offset, events)
 
 
 class _TypeNames(dict[bytes, str]):
