@@ -210,6 +210,9 @@ def validators(registry: ToolRegistry) -> dict[str, Callable[[dict[str, Any]], b
 def hashers() -> dict[str, Callable[[Any], bytes]]:
     found: dict[str, Callable[[Any], bytes]] = {
         "agent-gate canonical_json (json.dumps)": lambda v: canonical_json(v).encode(),
+        "json.dumps canonical (reference)": lambda v: json.dumps(
+            v, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode(),
     }
     if orjson is not None:
         found["orjson OPT_SORT_KEYS"] = lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
@@ -568,7 +571,7 @@ def run_section(quick: bool) -> dict[str, Any]:
         ),
         "parse 2 KB of arguments": _group(
             {name: (lambda p=p: p(text)) for name, p in parsers().items()},
-            "agent-gate strict (msgspec fast path)",
+            "agent-gate strict (json + hooks)",
             calls * 10,
             rounds,
         ),
@@ -583,7 +586,7 @@ def run_section(quick: bool) -> dict[str, Any]:
                 name: (lambda d=d: hashlib.sha256(d(arguments)).hexdigest())
                 for name, d in hashers().items()
             },
-            "agent-gate canonical_json (orjson fast path)",
+            "agent-gate canonical_json (json.dumps)",
             calls * 10,
             rounds,
         ),
