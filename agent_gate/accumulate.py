@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from agent_gate._speedups import PURE_PYTHON
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
+from agent_gate.providers import events as ev
 from agent_gate.providers.base import (
     ProviderAdapter,
     WireEvent,
@@ -39,23 +41,6 @@ from agent_gate.providers.base import (
     event_content,
 )
 from agent_gate.providers.errors import safe_name
-from agent_gate.providers.events import (
-    Heartbeat,
-    ProviderToolCall,
-    ResponseCompleted,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamAnomaly,
-    StreamEvent,
-    StreamTruncated,
-    TextDelta,
-    ToolCallArgumentsDelta,
-    ToolCallArgumentsDone,
-    ToolCallArgumentsSnapshot,
-    ToolCallCut,
-    ToolCallStarted,
-    UnknownEvent,
-)
 from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
 from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
@@ -65,6 +50,8 @@ DEFAULT_MAX_CALLS = 256
 DEFAULT_MAX_CALL_ARGUMENT_BYTES = 1024 * 1024
 DEFAULT_MAX_TOTAL_ARGUMENT_BYTES = 16 * 1024 * 1024
 _MAX_UNKNOWN_TYPES = 64
+_KNOWN_ADAPTER_PATH = not PURE_PYTHON
+"""Whether the built-in adapters take ``Accumulator._feed_known`` (see ``_speedups``)."""
 
 
 class DispatchMode(StrEnum):
@@ -193,9 +180,10 @@ class Accumulator:
         max_replay_positions: int = DEFAULT_MAX_REPLAY_POSITIONS,
     ) -> None:
         self._adapter = adapter_for(provider) if isinstance(provider, str) else provider
-        # The short path in ``feed`` mirrors the built-in adapters' decode and replay
-        # key; a subclass may have changed either, so it always takes the long way.
-        self._fast = type(self._adapter) in ADAPTERS.values()
+        # The short path (``_feed_known``) mirrors the built-in adapters' decode and
+        # replay key; a subclass may have changed either, so it always takes the long
+        # way, and so does every adapter with AGENT_GATE_PURE_PYTHON=1.
+        self._fast = _KNOWN_ADAPTER_PATH and type(self._adapter) in ADAPTERS.values()
         self._sequence_field = self._adapter.sequence_field
         if dispatch is None:
             self._dispatch: Callable[[str], DispatchMode] = _always_after_response
@@ -272,13 +260,26 @@ class Accumulator:
             raise AccumulatorClosedError("feed() after close()")
         index = self._events
         self._events = index + 1
-        if not self._fast:
-            return self._feed_wire(self._adapter.decode(event, index), index)
-        # The short path: plain dicts (an SDK's dump, a parsed event) and agent-gate's
-        # own ServerSentEvent carrying a JSON object. It makes the same decisions as
-        # decode -> replay guard -> translate -> _apply, without building the
-        # intermediate objects; anything else (heartbeats, [DONE], SDK objects, other
-        # SSE libraries, broken data) takes that long way.
+        if self._fast:
+            return self._feed_known(event, index)
+        return self._feed_any(event, index)
+
+    def _feed_any(self, event: object, index: int) -> list[ToolCall]:
+        """The reference: any adapter's decode, the replay guard, translate, apply."""
+        return self._feed_wire(self._adapter.decode(event, index), index)
+
+    def _feed_known(self, event: object, index: int) -> list[ToolCall]:
+        """The short path of a built-in adapter, with ``_feed_any``'s interface and
+        decisions (``tests/providers/test_fast_paths.py`` holds them equal).
+
+        Plain dicts (an SDK's dump, a parsed event) and agent-gate's own
+        ``ServerSentEvent`` carrying a JSON object: it makes the same decisions as
+        decode -> replay guard -> translate -> _apply without building the
+        intermediate objects, and an argument fragment of a call still streaming
+        (the adapter's ``hot_delta``) is appended without a normalized event.
+        Anything else (heartbeats, [DONE], SDK objects, other SSE libraries, broken
+        data) takes ``_feed_any``.
+        """
         cls = type(event)
         if cls is dict:
             data: Mapping[str, Any] = event  # type: ignore[assignment]
@@ -288,12 +289,12 @@ class Accumulator:
         elif cls is ServerSentEvent:
             raw = event.data  # type: ignore[attr-defined]
             if raw[:1] != "{":
-                return self._feed_wire(self._adapter.decode(event, index), index)
+                return self._feed_any(event, index)
             sse_type = event.event or "message"  # type: ignore[attr-defined]
             sse_id = event.id or ""  # type: ignore[attr-defined]
             data = self._adapter.load_payload(raw, index)
         else:
-            return self._feed_wire(self._adapter.decode(event, index), index)
+            return self._feed_any(event, index)
         seq: int | None = None
         field = self._sequence_field
         if field is not None:
@@ -324,7 +325,7 @@ class Accumulator:
         call = self._calls.get(call_id)
         if call is None or call.phase is not _Phase.OPEN:
             released: list[ToolCall] = []
-            self._delta(ToolCallArgumentsDelta(call_id, delta), released)
+            self._delta(ev.ToolCallArgumentsDelta(call_id, delta), released)
             self._progress += 1
             return released
         nbytes = len(delta) if delta.isascii() else len(delta.encode("utf-8", "surrogatepass"))
@@ -379,13 +380,13 @@ class Accumulator:
 
     # -- event application ---------------------------------------------------
 
-    def _apply(self, event: StreamEvent, released: list[ToolCall]) -> bool:
+    def _apply(self, event: ev.StreamEvent, released: list[ToolCall]) -> bool:
         """Apply one normalized event; return whether it was progress."""
         match event:
-            case Heartbeat():
+            case ev.Heartbeat():
                 self._heartbeats += 1
                 return False
-            case UnknownEvent(type=etype):
+            case ev.UnknownEvent(type=etype):
                 self._unknown += 1
                 name = safe_name(etype)
                 if name in self._unknown_types or len(self._unknown_types) < _MAX_UNKNOWN_TYPES:
@@ -393,38 +394,38 @@ class Accumulator:
                 if self._progress == 0 and self._unknown >= UNRECOGNIZED_LIMIT:
                     raise self._unrecognized()
                 return False
-            case TextDelta(text=text):
+            case ev.TextDelta(text=text):
                 self._text_chars += len(text)
-            case ToolCallStarted():
+            case ev.ToolCallStarted():
                 self._started(event, released)
-            case ToolCallArgumentsDelta():
+            case ev.ToolCallArgumentsDelta():
                 self._delta(event, released)
-            case ToolCallArgumentsSnapshot():
+            case ev.ToolCallArgumentsSnapshot():
                 self._snapshot(event, released)
-            case ToolCallArgumentsDone():
+            case ev.ToolCallArgumentsDone():
                 self._done(event, released)
-            case ToolCallCut(call_id=call_id, reason=reason):
+            case ev.ToolCallCut(call_id=call_id, reason=reason):
                 call = self._calls.get(call_id)
                 if call is not None and call.phase is _Phase.OPEN:
                     self._settle(call, CallStatus.INCOMPLETE, reason, released)
-            case ProviderToolCall():
+            case ev.ProviderToolCall():
                 self._provider_call(event, released)
-            case StreamAnomaly(reason=reason, call_ids=call_ids):
+            case ev.StreamAnomaly(reason=reason, call_ids=call_ids):
                 if not call_ids:
                     self._note(reason, None)
                 for call_id in call_ids:
                     self._reject(call_id, reason, released)
-            case ResponseCompleted():
+            case ev.ResponseCompleted():
                 self._end(Terminal(TerminalKind.COMPLETED), released)
-            case ResponseIncomplete(reason=reason):
+            case ev.ResponseIncomplete(reason=reason):
                 self._end(Terminal(TerminalKind.INCOMPLETE, reason), released)
-            case ResponseFailed(error=error):
+            case ev.ResponseFailed(error=error):
                 self._end(Terminal(TerminalKind.FAILED, error), released)
-            case StreamTruncated():
+            case ev.StreamTruncated():
                 self._end(Terminal(TerminalKind.TRUNCATED), released)
         return True
 
-    def _started(self, event: ToolCallStarted, released: list[ToolCall]) -> None:
+    def _started(self, event: ev.ToolCallStarted, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is not None:
             if (call.name, call.kind) != (event.name, event.kind):
@@ -437,7 +438,7 @@ class Accumulator:
             raise AccumulatorLimitExceeded("max_calls", self._max_calls, self._index)
         self._calls[call.call_id] = call
 
-    def _delta(self, event: ToolCallArgumentsDelta, released: list[ToolCall]) -> None:
+    def _delta(self, event: ev.ToolCallArgumentsDelta, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is None:
             self._note("delta_for_unknown_call", event.call_id)
@@ -461,7 +462,7 @@ class Accumulator:
         call.size += nbytes
         self._argument_bytes += nbytes
 
-    def _snapshot(self, event: ToolCallArgumentsSnapshot, released: list[ToolCall]) -> None:
+    def _snapshot(self, event: ev.ToolCallArgumentsSnapshot, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is None:
             self._note("snapshot_for_unknown_call", event.call_id)
@@ -483,7 +484,7 @@ class Accumulator:
         ):
             self._reject(call.call_id, "arguments_mismatch", released)
 
-    def _done(self, event: ToolCallArgumentsDone, released: list[ToolCall]) -> None:
+    def _done(self, event: ev.ToolCallArgumentsDone, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is None:
             self._note("completion_for_unknown_call", event.call_id)
@@ -522,7 +523,7 @@ class Accumulator:
             return
         self._settle(call, CallStatus.COMPLETE, None, released, raw=text, arguments=arguments)
 
-    def _provider_call(self, event: ProviderToolCall, released: list[ToolCall]) -> None:
+    def _provider_call(self, event: ev.ProviderToolCall, released: list[ToolCall]) -> None:
         call = self._calls.get(event.call_id)
         if call is not None:
             if call.kind != event.kind:

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from typing import Any
+
+from agent_gate.plainjson import canonical_bytes
 
 __all__ = ["canonical_json", "digest", "sha256_hex"]
 
 
 def canonical_json(value: Any) -> bytes:
-    """Deterministic JSON bytes; refuses NaN and infinities, which have no JSON form."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8", "surrogatepass")
+    """Deterministic JSON bytes; refuses NaN and infinities, which have no JSON form.
+
+    ``plainjson.canonical_json`` (the ledger's form too) as UTF-8, a lone surrogate
+    passed through rather than refused: a policy is hashed whatever text it holds.
+    """
+    return canonical_bytes(value, "surrogatepass")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -23,22 +23,8 @@ from enum import Enum
 from typing import Any
 
 from agent_gate.plainjson import dumps
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
-from agent_gate.providers.events import (
-    Heartbeat,
-    ProviderToolCall,
-    ResponseCompleted,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamAnomaly,
-    StreamEvent,
-    TextDelta,
-    ToolCallArgumentsDelta,
-    ToolCallArgumentsDone,
-    ToolCallCut,
-    ToolCallStarted,
-    UnknownEvent,
-)
+from agent_gate.providers import events as ev
+from agent_gate.providers.base import ProviderAdapter, WireEvent
 
 PROVIDER_EXECUTED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 _SUCCESS_STOP = frozenset({"end_turn", "tool_use", "stop_sequence"})
@@ -103,15 +89,11 @@ class AnthropicAdapter(ProviderAdapter):
         block.fragment_chars += len(fragment)
         return block.block_id, fragment
 
-    def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            return [UnknownEvent("[DONE]")]
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         etype = self.event_type(wire, index)
         data = wire.data
         if etype == "ping":
-            return [Heartbeat()]
+            return [ev.Heartbeat()]
         if etype == "content_block_start":
             return self._block_start(data, index)
         if etype == "content_block_delta":
@@ -125,12 +107,12 @@ class AnthropicAdapter(ProviderAdapter):
         if etype == "error":
             error = data.get("error")
             code = error.get("type") if isinstance(error, Mapping) else None
-            return [ResponseFailed(code if isinstance(code, str) and code else None)]
+            return [ev.ResponseFailed(code if isinstance(code, str) and code else None)]
         if etype in _INFORMATIONAL:
             return []
-        return [UnknownEvent(etype)]
+        return [ev.UnknownEvent(etype)]
 
-    def _block_start(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+    def _block_start(self, data: Mapping[str, Any], index: int) -> list[ev.StreamEvent]:
         where = "content_block_start"
         block_index = self.field_int(data, "index", index, where)
         block = self.field_map(data, "content_block", index, where)
@@ -149,19 +131,19 @@ class AnthropicAdapter(ProviderAdapter):
                 reused = known
                 known.state = _BlockState.SETTLED
         # A new block: every stopped tool block before it is now confirmed complete.
-        out: list[StreamEvent] = [*self._confirm_stopped(), *self._reject_open(block_index)]
+        out: list[ev.StreamEvent] = [*self._confirm_stopped(), *self._reject_open(block_index)]
         if kind is _BlockKind.OTHER:
             self._blocks[block_index] = _Block(kind, "", _BlockState.OPEN)
             if reused is not None:
-                out.append(StreamAnomaly("index_reused", (reused.block_id,)))
+                out.append(ev.StreamAnomaly("index_reused", (reused.block_id,)))
             return out
         block_id = self.field_str(block, "id", index, where)
         name = self.field_str(block, "name", index, where)
         if kind is _BlockKind.PROVIDER_TOOL:
-            out.append(ProviderToolCall(block_id, name, btype, block_index))
+            out.append(ev.ProviderToolCall(block_id, name, btype, block_index))
             self._blocks[block_index] = _Block(kind, block_id, _BlockState.SETTLED)
             if reused is not None:
-                out.append(StreamAnomaly("index_reused", (reused.block_id,)))
+                out.append(ev.StreamAnomaly("index_reused", (reused.block_id,)))
             return out
         start_input = block.get("input", {})
         if not isinstance(start_input, Mapping):
@@ -171,36 +153,36 @@ class AnthropicAdapter(ProviderAdapter):
             # At any depth: an input nested too deep is rejected by the strict parse.
             entry.start_input = dumps(start_input, separators=(",", ":"))
         self._blocks[block_index] = entry
-        out.append(ToolCallStarted(block_id, name, block_index))
+        out.append(ev.ToolCallStarted(block_id, name, block_index))
         if reused is not None:
-            out.append(StreamAnomaly("index_reused", (reused.block_id, block_id)))
+            out.append(ev.StreamAnomaly("index_reused", (reused.block_id, block_id)))
         return out
 
-    def _block_delta(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+    def _block_delta(self, data: Mapping[str, Any], index: int) -> list[ev.StreamEvent]:
         where = "content_block_delta"
         block_index = self.field_int(data, "index", index, where)
         delta = self.field_map(data, "delta", index, where)
         dtype = self.field_str(delta, "type", index, where)
         if dtype == "text_delta":
-            return [TextDelta(self.field_str(delta, "text", index, dtype))]
+            return [ev.TextDelta(self.field_str(delta, "text", index, dtype))]
         if dtype != "input_json_delta":
             return []  # thinking, signature, citations: not tool input
         fragment = self.field_str(delta, "partial_json", index, dtype)
         block = self._blocks.get(block_index)
         if block is None:
-            return [StreamAnomaly("delta_for_unknown_call")]
+            return [ev.StreamAnomaly("delta_for_unknown_call")]
         if block.kind is not _BlockKind.CLIENT_TOOL:
             return []  # provider-executed input: the platform runs it, not us
         if block.state is not _BlockState.OPEN:
-            return [StreamAnomaly("delta_after_completion", (block.block_id,))]
+            return [ev.StreamAnomaly("delta_after_completion", (block.block_id,))]
         block.fragment_chars += len(fragment)
-        return [ToolCallArgumentsDelta(block.block_id, fragment)] if fragment else []
+        return [ev.ToolCallArgumentsDelta(block.block_id, fragment)] if fragment else []
 
-    def _block_stop(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+    def _block_stop(self, data: Mapping[str, Any], index: int) -> list[ev.StreamEvent]:
         block_index = self.field_int(data, "index", index, "content_block_stop")
         block = self._blocks.get(block_index)
         if block is None:
-            return [StreamAnomaly("stop_for_unknown_block")]
+            return [ev.StreamAnomaly("stop_for_unknown_block")]
         if block.state is _BlockState.OPEN:
             block.state = (
                 _BlockState.STOPPED
@@ -209,7 +191,7 @@ class AnthropicAdapter(ProviderAdapter):
             )
         return []
 
-    def _message_delta(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+    def _message_delta(self, data: Mapping[str, Any], index: int) -> list[ev.StreamEvent]:
         delta = self.field_map(data, "delta", index, "message_delta")
         reason = self.optional_str(delta, "stop_reason", index, "message_delta")
         if reason is None:
@@ -217,31 +199,31 @@ class AnthropicAdapter(ProviderAdapter):
         if self._stop_reason is not None:
             if reason == self._stop_reason:
                 return []
-            return [StreamAnomaly("stop_reason_changed", self._unsettled_ids())]
+            return [ev.StreamAnomaly("stop_reason_changed", self._unsettled_ids())]
         self._stop_reason = reason
         if reason == "tool_use":
             out = self._confirm_stopped()
             return out + self._cut_unsettled("block_not_stopped")
         return self._cut_unsettled(reason)
 
-    def _message_stop(self) -> list[StreamEvent]:
+    def _message_stop(self) -> list[ev.StreamEvent]:
         if self._stop_reason is None:
             return [
                 *self._cut_unsettled("missing_stop_reason"),
-                ResponseIncomplete("missing_stop_reason"),
+                ev.ResponseIncomplete("missing_stop_reason"),
             ]
         if self._stop_reason in _SUCCESS_STOP:
-            return [ResponseCompleted()]
-        return [ResponseIncomplete(self._stop_reason)]
+            return [ev.ResponseCompleted()]
+        return [ev.ResponseIncomplete(self._stop_reason)]
 
-    def _confirm_stopped(self) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
+    def _confirm_stopped(self) -> list[ev.StreamEvent]:
+        out: list[ev.StreamEvent] = []
         for block in self._blocks.values():
             if block.kind is _BlockKind.CLIENT_TOOL and block.state is _BlockState.STOPPED:
                 block.state = _BlockState.SETTLED
-                out.append(ToolCallArgumentsDone(block.block_id, self._final_text(block)))
+                out.append(ev.ToolCallArgumentsDone(block.block_id, self._final_text(block)))
                 if block.start_input is not None and block.fragment_chars:
-                    out.append(StreamAnomaly("start_input_and_deltas", (block.block_id,)))
+                    out.append(ev.StreamAnomaly("start_input_and_deltas", (block.block_id,)))
         return out
 
     def _final_text(self, block: _Block) -> str | None:
@@ -249,7 +231,7 @@ class AnthropicAdapter(ProviderAdapter):
             return None  # the fragments are the input
         return block.start_input if block.start_input is not None else "{}"
 
-    def _reject_open(self, exclude: int) -> list[StreamEvent]:
+    def _reject_open(self, exclude: int) -> list[ev.StreamEvent]:
         """Blocks are sequential: one still open when another starts was never finished."""
         ids: list[str] = []
         for block_index, block in self._blocks.items():
@@ -258,14 +240,14 @@ class AnthropicAdapter(ProviderAdapter):
             if block.kind is _BlockKind.CLIENT_TOOL and block.state is _BlockState.OPEN:
                 block.state = _BlockState.SETTLED
                 ids.append(block.block_id)
-        return [StreamAnomaly("block_not_stopped", tuple(ids))] if ids else []
+        return [ev.StreamAnomaly("block_not_stopped", tuple(ids))] if ids else []
 
-    def _cut_unsettled(self, reason: str) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
+    def _cut_unsettled(self, reason: str) -> list[ev.StreamEvent]:
+        out: list[ev.StreamEvent] = []
         for block in self._blocks.values():
             if block.kind is _BlockKind.CLIENT_TOOL and block.state is not _BlockState.SETTLED:
                 block.state = _BlockState.SETTLED
-                out.append(ToolCallCut(block.block_id, reason))
+                out.append(ev.ToolCallCut(block.block_id, reason))
         return out
 
     def _unsettled_ids(self) -> tuple[str, ...]:

@@ -12,51 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
-from agent_gate._speedups import PURE_PYTHON
+from agent_gate import _speedups
 from agent_gate.plainjson import cut_below, dumps
 from agent_gate.providers.errors import MalformedEventError, safe_name
-from agent_gate.providers.events import StreamEvent
-
-
-def _compiled_loads() -> Callable[[str], Any] | None:
-    if PURE_PYTHON:
-        return None
-    try:
-        import msgspec.json
-    except ImportError:
-        return None
-    return msgspec.json.Decoder().decode
-
-
-def _compiled_dumps() -> Callable[..., bytes] | None:
-    if PURE_PYTHON:
-        return None
-    try:
-        import orjson
-    except ImportError:
-        return None
-    return orjson.dumps  # type: ignore[no-any-return]
-
-
-def _orjson_option() -> int:
-    try:
-        import orjson
-    except ImportError:
-        return 0
-    # Everything orjson would serialize differently from json.dumps(default=str)
-    # (datetimes, dataclasses, subclasses of builtins) goes to ``default``, which
-    # refuses it, so the caller falls back to json.dumps.
-    return (
-        orjson.OPT_SORT_KEYS
-        | orjson.OPT_PASSTHROUGH_DATETIME
-        | orjson.OPT_PASSTHROUGH_DATACLASS
-        | orjson.OPT_PASSTHROUGH_SUBCLASS
-    )
+from agent_gate.providers.events import Heartbeat, StreamEvent, UnknownEvent
 
 
 def _refuse(value: object) -> Any:
@@ -72,9 +36,9 @@ then still nest over 240 levels deep and are rejected as ``arguments_too_deep`` 
 that call alone, while the event's other calls go on."""
 
 _blake2b = hashlib.blake2b
-_fast_loads = _compiled_loads()
-_fast_dumps = _compiled_dumps()
-_SNAPSHOT_OPTION = _orjson_option()
+_fast_loads = _speedups.msgspec_decode
+_fast_dumps = _speedups.orjson_dumps
+_SNAPSHOT_OPTION = _speedups.ORJSON_SNAPSHOT_OPTION
 
 
 def loads_event(text: str) -> Any:
@@ -257,9 +221,27 @@ class ProviderAdapter(ABC):
         except (json.JSONDecodeError, RecursionError):
             raise self.malformed(index, "data nests too deeply") from None
 
-    @abstractmethod
     def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
-        """The normalized events one wire event means, in order."""
+        """The normalized events one wire event means, in order.
+
+        A heartbeat is a heartbeat in every protocol and ``[DONE]`` is the adapter's
+        to judge (``translate_done``); a payload is the protocol's own
+        (``translate_payload``).
+        """
+        if wire.kind is WireKind.HEARTBEAT:
+            return [Heartbeat()]
+        if wire.kind is WireKind.DONE:
+            return self.translate_done()
+        return self.translate_payload(wire, index)
+
+    def translate_done(self) -> list[StreamEvent]:
+        """The ``[DONE]`` sentinel. Only Chat Completions ends with it; elsewhere some
+        proxies append it, and it proves nothing."""
+        return [UnknownEvent("[DONE]")]
+
+    @abstractmethod
+    def translate_payload(self, wire: WireEvent, index: int) -> list[StreamEvent]:
+        """The normalized events one JSON payload of the protocol means, in order."""
 
     def hot_delta(self, data: Mapping[str, Any], sse_type: str) -> tuple[str, str] | None:
         """The short path for the event that dominates every stream: an argument fragment.

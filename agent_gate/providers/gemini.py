@@ -68,25 +68,12 @@ from enum import Enum
 from typing import Any
 
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, dumps
+from agent_gate.providers import events as ev
 from agent_gate.providers.base import (
     ProviderAdapter,
     WireEvent,
-    WireKind,
     content_digest,
     mapping_content,
-)
-from agent_gate.providers.events import (
-    Heartbeat,
-    ResponseCompleted,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamAnomaly,
-    StreamEvent,
-    TextDelta,
-    ToolCallArgumentsDone,
-    ToolCallCut,
-    ToolCallStarted,
-    UnknownEvent,
 )
 
 
@@ -338,11 +325,7 @@ class GeminiAdapter(ProviderAdapter):
         self._streamed: _Streamed | None = None
         self._state = _CandidateState.STREAMING
 
-    def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            return [UnknownEvent("[DONE]")]
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         data = wire.data
         error = data.get("error")
         if isinstance(error, Mapping):
@@ -353,7 +336,7 @@ class GeminiAdapter(ProviderAdapter):
                 if isinstance(status, str) and status
                 else (str(code) if isinstance(code, int) else None)
             )
-            return [ResponseFailed(label)]
+            return [ev.ResponseFailed(label)]
         response_id = _get(data, "responseId", "response_id")
         if self._response_id is None and isinstance(response_id, str) and response_id:
             self._response_id = response_id
@@ -365,13 +348,13 @@ class GeminiAdapter(ProviderAdapter):
             if isinstance(feedback, Mapping):
                 block = _get(feedback, "blockReason", "block_reason")
                 if isinstance(block, str) and block:
-                    return [ResponseIncomplete(block)]
+                    return [ev.ResponseIncomplete(block)]
             if "usageMetadata" in data or "usage_metadata" in data:
                 return []
-            return [UnknownEvent("chunk_without_candidates")]
+            return [ev.UnknownEvent("chunk_without_candidates")]
         if not isinstance(candidates, list):
             return self._unreadable("candidates_not_a_list")
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         for position, candidate in enumerate(candidates):
             if not isinstance(candidate, Mapping):
                 out += self._unreadable("candidate_not_an_object")
@@ -383,8 +366,8 @@ class GeminiAdapter(ProviderAdapter):
                 out += self._candidate_chunk(candidate)
         return out
 
-    def _candidate_chunk(self, candidate: Mapping[str, Any]) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
+    def _candidate_chunk(self, candidate: Mapping[str, Any]) -> list[ev.StreamEvent]:
+        out: list[ev.StreamEvent] = []
         content = candidate.get("content")
         if content is not None:
             parts = content.get("parts", []) if isinstance(content, Mapping) else None
@@ -404,20 +387,20 @@ class GeminiAdapter(ProviderAdapter):
             out += self._finish(finish)
         return out
 
-    def _unreadable(self, reason: str) -> list[StreamEvent]:
+    def _unreadable(self, reason: str) -> list[ev.StreamEvent]:
         """Something of the wrong shape: what it held is unknown, so the streamed call
         open now (if any) may have lost a piece and is rejected; nothing else is."""
         streamed = self._streamed
         if streamed is None or streamed.assembly is None:
-            return [StreamAnomaly(reason)]
+            return [ev.StreamAnomaly(reason)]
         streamed.assembly = None
-        return [StreamAnomaly(reason, (streamed.call_id,))]
+        return [ev.StreamAnomaly(reason, (streamed.call_id,))]
 
-    def _part(self, part: Mapping[str, Any]) -> list[StreamEvent]:
+    def _part(self, part: Mapping[str, Any]) -> list[ev.StreamEvent]:
         text = part.get("text")
         call = _get(part, "functionCall", "function_call")
         if call is None:
-            return [TextDelta(text)] if isinstance(text, str) and text else []
+            return [ev.TextDelta(text)] if isinstance(text, str) and text else []
         if not isinstance(call, Mapping):
             return self._unreadable("function_call_not_an_object")
         name = call.get("name")
@@ -427,7 +410,7 @@ class GeminiAdapter(ProviderAdapter):
             return self._unreadable("function_call_without_name")
         if not isinstance(name, str):
             return self._unreadable("function_call_name_not_a_string")
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         if self._streamed is not None:  # a new call while one was still streaming
             out += self._unreadable("streamed_call_not_ended")
             self._streamed = None
@@ -438,14 +421,14 @@ class GeminiAdapter(ProviderAdapter):
             call_id = given_id
         else:
             call_id = f"{self._response_part()}:{self._candidate}:{ordinal}"
-        out.append(ToolCallStarted(call_id, name, ordinal))
+        out.append(ev.ToolCallStarted(call_id, name, ordinal))
         if self._state is _CandidateState.FINISHED:
-            return [*out, StreamAnomaly("call_after_finish", (call_id,))]
+            return [*out, ev.StreamAnomaly("call_after_finish", (call_id,))]
         partial = _get(call, "partialArgs", "partial_args")
         will_continue = _get(call, "willContinue", "will_continue")
         if partial is None and not will_continue:
             if will_continue is not None and will_continue is not False:
-                return [*out, StreamAnomaly("will_continue_not_a_boolean", (call_id,))]
+                return [*out, ev.StreamAnomaly("will_continue_not_a_boolean", (call_id,))]
             args = call.get("args", {})
             # Re-serialized for the ledger's hash (at any depth: a call nested too deep is
             # rejected by the strict parse, alone); a non-object is rejected downstream.
@@ -454,11 +437,11 @@ class GeminiAdapter(ProviderAdapter):
         self._streamed = _Streamed(call_id, _Assembly())
         return out + self._continue(call)
 
-    def _continue(self, call: Mapping[str, Any]) -> list[StreamEvent]:
+    def _continue(self, call: Mapping[str, Any]) -> list[ev.StreamEvent]:
         """One part of the open streamed call: its pieces, and its end if it says so."""
         streamed = self._streamed
         assert streamed is not None
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         more = _get(call, "willContinue", "will_continue")
         if streamed.assembly is not None:
             problem = self._apply(streamed.assembly, call, more)
@@ -471,7 +454,7 @@ class GeminiAdapter(ProviderAdapter):
         if assembly is None:
             return out
         if assembly.open_path is not None:
-            return [*out, StreamAnomaly("streamed_string_not_ended", (streamed.call_id,))]
+            return [*out, ev.StreamAnomaly("streamed_string_not_ended", (streamed.call_id,))]
         self._pending.append(_Pending(streamed.call_id, dumps(assembly.root)))
         return out
 
@@ -499,28 +482,28 @@ class GeminiAdapter(ProviderAdapter):
             self._prefix = self._response_id or f"gemini-{self._content.hexdigest()}"
         return self._prefix
 
-    def _finish(self, reason: str) -> list[StreamEvent]:
+    def _finish(self, reason: str) -> list[ev.StreamEvent]:
         if self._state is _CandidateState.FINISHED:
             return []
         self._state = _CandidateState.FINISHED
         pending, self._pending = self._pending, []
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         streamed, self._streamed = self._streamed, None
         if streamed is not None and streamed.assembly is not None:
             # Finished before the part that ends it: its arguments may be partial.
             out.append(
-                StreamAnomaly("streamed_call_not_ended", (streamed.call_id,))
+                ev.StreamAnomaly("streamed_call_not_ended", (streamed.call_id,))
                 if reason == "STOP"
-                else ToolCallCut(streamed.call_id, reason)
+                else ev.ToolCallCut(streamed.call_id, reason)
             )
         if reason == "STOP":
             return [
                 *out,
-                *(ToolCallArgumentsDone(p.call_id, p.arguments) for p in pending),
-                ResponseCompleted(),
+                *(ev.ToolCallArgumentsDone(p.call_id, p.arguments) for p in pending),
+                ev.ResponseCompleted(),
             ]
         return [
             *out,
-            *(ToolCallCut(p.call_id, reason) for p in pending),
-            ResponseIncomplete(reason),
+            *(ev.ToolCallCut(p.call_id, reason) for p in pending),
+            ev.ResponseIncomplete(reason),
         ]

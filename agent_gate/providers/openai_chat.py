@@ -48,21 +48,8 @@ from enum import Enum
 from typing import Any
 
 from agent_gate import strict_json
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
-from agent_gate.providers.events import (
-    Heartbeat,
-    ResponseCompleted,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamAnomaly,
-    StreamEvent,
-    TextDelta,
-    ToolCallArgumentsDelta,
-    ToolCallArgumentsDone,
-    ToolCallCut,
-    ToolCallStarted,
-    UnknownEvent,
-)
+from agent_gate.providers import events as ev
+from agent_gate.providers.base import ProviderAdapter, WireEvent
 
 _SUCCESS_FINISH = frozenset({"stop", "tool_calls"})
 
@@ -147,11 +134,10 @@ class OpenAIChatAdapter(ProviderAdapter):
         call.parts.append(arguments)
         return call.call_id, arguments
 
-    def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            return [self._terminal()]
+    def translate_done(self) -> list[ev.StreamEvent]:
+        return [self._terminal()]
+
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         data = wire.data
         if data.get("type") == "chunk" and isinstance(data.get("chunk"), Mapping):
             # The SDK's ``chat.completions.stream()`` helper wraps each raw chunk.
@@ -159,16 +145,16 @@ class OpenAIChatAdapter(ProviderAdapter):
         elif isinstance(data.get("type"), str):
             # The helper's derived events (content.delta, tool_calls...arguments.done,
             # ...) restate chunks with the helper's own completion guesses: ignore them.
-            return [UnknownEvent(data["type"])]
+            return [ev.UnknownEvent(data["type"])]
         error = data.get("error")
         if isinstance(error, Mapping):
             return self._error(error)
         choices = data.get("choices")
         if choices is None:
-            return [UnknownEvent("chunk_without_choices")]
+            return [ev.UnknownEvent("chunk_without_choices")]
         if not isinstance(choices, list):
             raise self.malformed(index, "field 'choices' is not a list")
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         raw_id = data.get("id")
         chunk_id = raw_id if isinstance(raw_id, str) else ""
         for choice in choices:
@@ -181,15 +167,15 @@ class OpenAIChatAdapter(ProviderAdapter):
 
     def _choice_chunk(
         self, choice: Mapping[str, Any], chunk_id: str, index: int
-    ) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
+    ) -> list[ev.StreamEvent]:
+        out: list[ev.StreamEvent] = []
         delta = choice.get("delta")
         if delta is not None:
             if not isinstance(delta, Mapping):
                 raise self.malformed(index, "field 'delta' of choice is not an object")
             content = delta.get("content")
             if isinstance(content, str) and content:
-                out.append(TextDelta(content))
+                out.append(ev.TextDelta(content))
             tool_calls = delta.get("tool_calls")
             if tool_calls is not None:
                 if not isinstance(tool_calls, list):
@@ -202,8 +188,8 @@ class OpenAIChatAdapter(ProviderAdapter):
             if isinstance(legacy, Mapping) and legacy.get("name"):
                 call_id = f"{chunk_id}:{self._choice}:function_call"
                 out += [
-                    ToolCallStarted(call_id, str(legacy["name"]), -1),
-                    StreamAnomaly("legacy_function_call_unsupported", (call_id,)),
+                    ev.ToolCallStarted(call_id, str(legacy["name"]), -1),
+                    ev.StreamAnomaly("legacy_function_call_unsupported", (call_id,)),
                 ]
         finish = choice.get("finish_reason")
         if finish is not None:
@@ -214,7 +200,7 @@ class OpenAIChatAdapter(ProviderAdapter):
 
     def _fragment(
         self, fragment: Mapping[str, Any], position: int, chunk_id: str, index: int
-    ) -> list[StreamEvent]:
+    ) -> list[ev.StreamEvent]:
         where = "tool_calls fragment"
         frag_id = self.optional_str(fragment, "id", index, where) or None
         function = fragment.get("function")
@@ -234,17 +220,17 @@ class OpenAIChatAdapter(ProviderAdapter):
         call = self._calls.get(tool_index)
         if call is not None and (frag_id is None or frag_id == call.call_id):
             return self._continue(call, name, arguments)
-        out: list[StreamEvent] = []
+        out: list[ev.StreamEvent] = []
         previous = call
         call_id = frag_id or f"{chunk_id}:{self._choice}:{tool_index}"
         call = self._start(call_id, name or "", tool_index)
-        out.append(ToolCallStarted(call_id, call.name, tool_index))
+        out.append(ev.ToolCallStarted(call_id, call.name, tool_index))
         if previous is not None and (call_id in self._by_id or not previous.holds_object()):
             # The index still had an open call, or an earlier id came back to it:
             # which fragment belongs to which call is unknowable, so neither runs.
-            out.append(StreamAnomaly("index_reused", (previous.call_id, call_id)))
+            out.append(ev.StreamAnomaly("index_reused", (previous.call_id, call_id)))
         elif not call.name:
-            out.append(StreamAnomaly("missing_tool_name", (call_id,)))
+            out.append(ev.StreamAnomaly("missing_tool_name", (call_id,)))
         self._calls[tool_index] = call
         self._by_id.setdefault(call_id, call)
         out += self._continue(call, None, arguments)
@@ -255,44 +241,44 @@ class OpenAIChatAdapter(ProviderAdapter):
         self._order.append(call)
         return call
 
-    def _continue(self, call: _Call, name: str | None, arguments: str) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
+    def _continue(self, call: _Call, name: str | None, arguments: str) -> list[ev.StreamEvent]:
+        out: list[ev.StreamEvent] = []
         if name is not None and name != call.name:
-            out.append(StreamAnomaly("tool_name_changed", (call.call_id,)))
+            out.append(ev.StreamAnomaly("tool_name_changed", (call.call_id,)))
         if arguments:
             call.parts.append(arguments)
-            out.append(ToolCallArgumentsDelta(call.call_id, arguments))
+            out.append(ev.ToolCallArgumentsDelta(call.call_id, arguments))
         return out
 
-    def _finish(self, reason: str) -> list[StreamEvent]:
+    def _finish(self, reason: str) -> list[ev.StreamEvent]:
         if self._state is _ChoiceState.FINISHED:
             if reason == self._finish_reason:
                 return []
-            return [StreamAnomaly("finish_reason_changed", self._call_ids())]
+            return [ev.StreamAnomaly("finish_reason_changed", self._call_ids())]
         self._state = _ChoiceState.FINISHED
         self._finish_reason = reason
         if reason == "tool_calls" or (reason == "stop" and self._calls):
-            return [ToolCallArgumentsDone(call_id) for call_id in self._call_ids()]
-        return [ToolCallCut(call_id, reason) for call_id in self._call_ids()]
+            return [ev.ToolCallArgumentsDone(call_id) for call_id in self._call_ids()]
+        return [ev.ToolCallCut(call_id, reason) for call_id in self._call_ids()]
 
-    def _error(self, error: Mapping[str, Any]) -> list[StreamEvent]:
+    def _error(self, error: Mapping[str, Any]) -> list[ev.StreamEvent]:
         reason = self._finish_reason
         if reason is not None and reason not in _SUCCESS_FINISH:
             # The choice already said how it ended (OpenRouter reports the cut again
             # as an error): that first account stands, the error is only noted.
-            return [StreamAnomaly("error_after_finish_reason"), ResponseIncomplete(reason)]
-        return [ResponseFailed(_error_code(error))]
+            return [ev.StreamAnomaly("error_after_finish_reason"), ev.ResponseIncomplete(reason)]
+        return [ev.ResponseFailed(_error_code(error))]
 
     def _call_ids(self) -> tuple[str, ...]:
         ordered = sorted(self._order, key=lambda call: (call.index, call.seq))
         return tuple(dict.fromkeys(call.call_id for call in ordered))
 
-    def _terminal(self) -> StreamEvent:
+    def _terminal(self) -> ev.StreamEvent:
         if self._finish_reason is None:
-            return ResponseIncomplete("missing_finish_reason")
+            return ev.ResponseIncomplete("missing_finish_reason")
         if self._finish_reason in _SUCCESS_FINISH:
-            return ResponseCompleted()
-        return ResponseIncomplete(self._finish_reason)
+            return ev.ResponseCompleted()
+        return ev.ResponseIncomplete(self._finish_reason)
 
 
 def _error_code(error: Mapping[str, Any]) -> str | None:

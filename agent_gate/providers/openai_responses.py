@@ -35,22 +35,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
-from agent_gate.providers.events import (
-    Heartbeat,
-    ProviderToolCall,
-    ResponseCompleted,
-    ResponseFailed,
-    ResponseIncomplete,
-    StreamAnomaly,
-    StreamEvent,
-    TextDelta,
-    ToolCallArgumentsDelta,
-    ToolCallArgumentsDone,
-    ToolCallArgumentsSnapshot,
-    ToolCallStarted,
-    UnknownEvent,
-)
+from agent_gate.providers import events as ev
+from agent_gate.providers.base import ProviderAdapter, WireEvent
 
 PROVIDER_EXECUTED_ITEMS = frozenset(
     {
@@ -138,12 +124,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             return None
         return item.call_id, delta
 
-    def translate(self, wire: WireEvent, index: int) -> list[StreamEvent]:
-        if wire.kind is WireKind.HEARTBEAT:
-            return [Heartbeat()]
-        if wire.kind is WireKind.DONE:
-            # Not part of this protocol; some proxies append it. It proves nothing.
-            return [UnknownEvent("[DONE]")]
+    def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         etype = self.event_type(wire, index)
         data = wire.data
         if etype == "response.output_item.added":
@@ -157,25 +138,27 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         if etype == "response.custom_tool_call_input.done":
             return self._snapshot(data, "input", index, etype)
         if etype == "response.output_text.delta":
-            return [TextDelta(self.field_str(data, "delta", index, etype))]
+            return [ev.TextDelta(self.field_str(data, "delta", index, etype))]
         if etype == "response.completed":
-            return [ResponseCompleted()]
+            return [ev.ResponseCompleted()]
         if etype == "response.incomplete":
             response = self.field_map(data, "response", index, etype)
             details = response.get("incomplete_details")
             reason = details.get("reason") if isinstance(details, Mapping) else None
-            return [ResponseIncomplete(reason if isinstance(reason, str) and reason else "unknown")]
+            return [
+                ev.ResponseIncomplete(reason if isinstance(reason, str) and reason else "unknown")
+            ]
         if etype == "response.failed":
             response = self.field_map(data, "response", index, etype)
-            return [ResponseFailed(_error_code(response.get("error")))]
+            return [ev.ResponseFailed(_error_code(response.get("error")))]
         if etype == "error":
             nested = data.get("error")
-            return [ResponseFailed(_error_code(nested if isinstance(nested, Mapping) else data))]
+            return [ev.ResponseFailed(_error_code(nested if isinstance(nested, Mapping) else data))]
         if etype.startswith(_INFORMATIONAL_PREFIXES):
             return []
-        return [UnknownEvent(etype)]
+        return [ev.UnknownEvent(etype)]
 
-    def _item_added(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+    def _item_added(self, data: Mapping[str, Any], index: int) -> list[ev.StreamEvent]:
         where = "response.output_item.added"
         item = self.field_map(data, "item", index, where)
         output_index = self.field_int(data, "output_index", index, where)
@@ -183,19 +166,19 @@ class OpenAIResponsesAdapter(ProviderAdapter):
 
     def _announce(
         self, item: Mapping[str, Any], output_index: int, index: int, where: str
-    ) -> list[StreamEvent]:
+    ) -> list[ev.StreamEvent]:
         itype = self.field_str(item, "type", index, where)
         kind = _CALL_KINDS.get(itype)
         if kind is not None:
             call_id = self.field_str(item, "call_id", index, where)
             name = self.field_str(item, "name", index, where)
             item_id = self.optional_str(item, "id", index, where) or call_id
-            out: list[StreamEvent] = [ToolCallStarted(call_id, name, output_index, kind)]
+            out: list[ev.StreamEvent] = [ev.ToolCallStarted(call_id, name, output_index, kind)]
             known = self._items.get(item_id)
             if known is None:
                 self._items[item_id] = _Item(call_id, kind, _ItemState.STREAMING)
             elif known.call_id != call_id:
-                out.append(StreamAnomaly("item_id_reused", (known.call_id, call_id)))
+                out.append(ev.StreamAnomaly("item_id_reused", (known.call_id, call_id)))
             return out
         if itype in PROVIDER_EXECUTED_ITEMS or _hosted_shell(item):
             if itype in _KEYED_BY_CALL_ID:
@@ -203,7 +186,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             else:
                 key = self.field_str(item, "id", index, where)
             label = self.optional_str(item, "name", index, where) or itype
-            return [ProviderToolCall(key, label, itype, output_index)]
+            return [ev.ProviderToolCall(key, label, itype, output_index)]
         if itype.endswith("_output"):
             return []  # a call's result (it reuses the call's call_id): no call to start
         other_call_id = item.get("call_id")
@@ -211,12 +194,12 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             # A client-side call of a kind agent-gate cannot run: never drop it silently.
             label = self.optional_str(item, "name", index, where) or itype
             return [
-                ToolCallStarted(other_call_id, label, output_index, itype),
-                StreamAnomaly("unsupported_call_type", (other_call_id,)),
+                ev.ToolCallStarted(other_call_id, label, output_index, itype),
+                ev.StreamAnomaly("unsupported_call_type", (other_call_id,)),
             ]
         return []
 
-    def _item_done(self, data: Mapping[str, Any], index: int) -> list[StreamEvent]:
+    def _item_done(self, data: Mapping[str, Any], index: int) -> list[ev.StreamEvent]:
         where = "response.output_item.done"
         item = self.field_map(data, "item", index, where)
         output_index = self.field_int(data, "output_index", index, where)
@@ -237,34 +220,34 @@ class OpenAIResponsesAdapter(ProviderAdapter):
                 # Leave the call open: the response's terminal says why it ended.
                 return out
             out.append(
-                ToolCallArgumentsDone(call_id, self.field_str(item, "arguments", index, where))
+                ev.ToolCallArgumentsDone(call_id, self.field_str(item, "arguments", index, where))
             )
             return out
         # custom_tool_call: the SDK type has no status; when present it must say completed.
         if status is not None and status != "completed":
             return out
-        out.append(ToolCallArgumentsDone(call_id, self.field_str(item, "input", index, where)))
+        out.append(ev.ToolCallArgumentsDone(call_id, self.field_str(item, "input", index, where)))
         return out
 
-    def _delta(self, data: Mapping[str, Any], index: int, where: str) -> list[StreamEvent]:
+    def _delta(self, data: Mapping[str, Any], index: int, where: str) -> list[ev.StreamEvent]:
         item_id = self.field_str(data, "item_id", index, where)
         delta = self.field_str(data, "delta", index, where)
         item = self._items.get(item_id)
         if item is None:
-            return [StreamAnomaly("delta_for_unknown_call")]
+            return [ev.StreamAnomaly("delta_for_unknown_call")]
         if item.state is _ItemState.DONE:
-            return [StreamAnomaly("delta_after_completion", (item.call_id,))]
-        return [ToolCallArgumentsDelta(item.call_id, delta)] if delta else []
+            return [ev.StreamAnomaly("delta_after_completion", (item.call_id,))]
+        return [ev.ToolCallArgumentsDelta(item.call_id, delta)] if delta else []
 
     def _snapshot(
         self, data: Mapping[str, Any], key: str, index: int, where: str
-    ) -> list[StreamEvent]:
+    ) -> list[ev.StreamEvent]:
         item_id = self.field_str(data, "item_id", index, where)
         text = self.field_str(data, key, index, where)
         item = self._items.get(item_id)
         if item is None:
-            return [StreamAnomaly("snapshot_for_unknown_call")]
-        return [ToolCallArgumentsSnapshot(item.call_id, text)]
+            return [ev.StreamAnomaly("snapshot_for_unknown_call")]
+        return [ev.ToolCallArgumentsSnapshot(item.call_id, text)]
 
 
 def _error_code(error: object) -> str | None:

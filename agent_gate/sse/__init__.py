@@ -1,7 +1,8 @@
 """Sans-IO Server-Sent Events decoding (WHATWG HTML, event stream interpretation).
 
 No sockets, no clock, no threads: feed bytes, read ``ServerSentEvent``s. This
-package imports nothing of agent-gate but its base error.
+package imports nothing of agent-gate but its base error and the fast-path
+switch (``agent_gate._speedups``).
 """
 
 from agent_gate.sse.decoder import (

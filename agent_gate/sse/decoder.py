@@ -72,6 +72,7 @@ from enum import Enum
 from itertools import repeat
 from operator import itemgetter
 
+from agent_gate._speedups import PURE_PYTHON
 from agent_gate.sse.errors import SSELimitExceeded, SSEStateError
 from agent_gate.sse.event import ServerSentEvent, StreamEnd
 
@@ -85,6 +86,16 @@ _after_data = itemgetter(slice(len(b"data: "), None))  # line -> its value, as a
 _new_tuple = tuple.__new__  # builds a ServerSentEvent from a 3-tuple, as a C call
 _BIG_TEXT = 64 * 1024  # from this size on, a lone event skips the tokenizer
 _TAIL_SLACK = 1024  # a tail this short takes the short path after any read
+
+# The shortcuts, each beside the rules it must agree with (``sse._reference``
+# checks both): off with AGENT_GATE_PURE_PYTHON=1, and then every read takes the
+# line machinery (``_feed``, ``_consume``, ``_interpret``) alone.
+_SHORT_PATH = not PURE_PYTHON
+"""``feed``'s tail framing (and with it ``_dispatch``'s bulk runs)."""
+_BULK_RUNS = not PURE_PYTHON
+"""``_dispatch`` builds a run of common events with C-level calls only."""
+_BIG_EVENT = not PURE_PYTHON
+"""``_interpret`` cuts one big common event with ``find`` (``_one_big_event``)."""
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -313,7 +324,7 @@ class SSEDecoder:
         ``data: ``. Anything else takes ``_interpret``, and so does the first
         event when its fields began in an earlier read.
         """
-        if not self._data and not self._etype:
+        if _BULK_RUNS and not self._data and not self._etype:
             if cr:
                 lines = head.splitlines()
                 n = len(lines)
@@ -402,7 +413,8 @@ class SSEDecoder:
         first see the next byte, so it keeps the line machinery.
         """
         if (
-            self._state is DecoderState.STREAMING
+            _SHORT_PATH
+            and self._state is DecoderState.STREAMING
             and not self._skip_lf
             and ((holds := len(self._held) + self._pending_len) <= size or holds <= self._slack)
         ):
@@ -656,7 +668,7 @@ class SSEDecoder:
         correct for a common event that follows buffered fields. ``head`` and
         ``head_start`` only locate a line when a limit is exceeded.
         """
-        if len(text) >= _BIG_TEXT and self._one_big_event(text, out):
+        if _BIG_EVENT and len(text) >= _BIG_TEXT and self._one_big_event(text, out):
             return
         data = self._data
         data_size = self._data_bytes  # sum of len(value) + 1 over data lines
@@ -692,57 +704,15 @@ class SSEDecoder:
                         )
                         events += 1
                         continue
+                    # It follows buffered fields: its lines join them, and the
+                    # blank line dispatches them all below.
                     if has_type:
                         etype = raw_type
                     data_size += len(value) + 1
                     if data_size > data_limit:
-                        raise SSELimitExceeded(
-                            "max_event_bytes",
-                            self._max_event,
-                            _line_offset(head, head_start, _line_number(tokens, token, 1)),
-                            events,
-                        )
+                        raise self._event_too_big(head, head_start, tokens, token, 1, events)
                     data.append(value)
-                    payload = b"\n".join(data)
-                    append(
-                        make(
-                            ServerSentEvent,
-                            (
-                                types.get(etype) or etype.decode("utf-8", "replace")
-                                if etype
-                                else "message",
-                                payload.decode("utf-8", "replace"),
-                                last_id,
-                            ),
-                        )
-                    )
-                    events += 1
-                    data.clear()
-                    data_size = 0
-                    etype = b""
-                elif not line:
-                    # A blank line dispatches: the ID buffer becomes the last
-                    # event ID even without data; type and data always reset.
-                    last_id = id_buf
-                    if data:
-                        payload = data[0] if len(data) == 1 else b"\n".join(data)
-                        append(
-                            make(
-                                ServerSentEvent,
-                                (
-                                    types.get(etype) or etype.decode("utf-8", "replace")
-                                    if etype
-                                    else "message",
-                                    payload.decode("utf-8", "replace"),
-                                    last_id,
-                                ),
-                            )
-                        )
-                        events += 1
-                        data.clear()
-                        data_size = 0
-                    etype = b""
-                else:
+                elif line:
                     field, _colon, value = line.partition(b":")
                     if not field:
                         self._comments += 1  # a line starting with ":" is a comment
@@ -752,12 +722,7 @@ class SSEDecoder:
                     if field == b"data":
                         data_size += len(value) + 1
                         if data_size > data_limit:
-                            raise SSELimitExceeded(
-                                "max_event_bytes",
-                                self._max_event,
-                                _line_offset(head, head_start, _line_number(tokens, token, 0)),
-                                events,
-                            )
+                            raise self._event_too_big(head, head_start, tokens, token, 0, events)
                         data.append(value)
                     elif field == b"event":
                         etype = value
@@ -767,12 +732,52 @@ class SSEDecoder:
                     elif field == b"retry" and value.isdigit():  # ASCII only, for bytes
                         self._retry = int(value)
                     # any other field name is ignored, as the spec requires
+                    continue
+                else:
+                    # A blank line dispatches: the ID buffer becomes the last
+                    # event ID even without data; type and data always reset.
+                    last_id = id_buf
+                    if not data:
+                        etype = b""
+                        continue
+                # Dispatch the buffered event.
+                payload = data[0] if len(data) == 1 else b"\n".join(data)
+                append(
+                    make(
+                        ServerSentEvent,
+                        (
+                            types.get(etype) or etype.decode("utf-8", "replace")
+                            if etype
+                            else "message",
+                            payload.decode("utf-8", "replace"),
+                            last_id,
+                        ),
+                    )
+                )
+                events += 1
+                data.clear()
+                data_size = 0
+                etype = b""
         finally:
             self._data_bytes = data_size
             self._etype = etype
             self._id_buf = id_buf
             self._last_id = last_id
             self._events = events
+
+    def _event_too_big(
+        self,
+        head: bytes,
+        head_start: int,
+        tokens: list[tuple[bytes, ...]],
+        token: tuple[bytes, ...],
+        extra: int,
+        events: int,
+    ) -> SSELimitExceeded:
+        """The ``max_event_bytes`` error for the data line of ``token`` (error path only;
+        ``extra`` as in ``_line_number``)."""
+        offset = _line_offset(head, head_start, _line_number(tokens, token, extra))
+        return SSELimitExceeded("max_event_bytes", self._max_event, offset, events)
 
 
 class _TypeNames(dict[bytes, str]):

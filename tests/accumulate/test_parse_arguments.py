@@ -1,35 +1,26 @@
-"""``parse_arguments`` gives exactly ``parse_arguments_reference``'s verdicts.
+"""``parse_arguments``: strict verdicts, checked against a plain ``json.loads``.
 
-The fast path (msgspec plus a duplicate-key check by counting ``:``) must accept
-the same texts with the same values, and leave every rejection to the reference,
-whose reasons are final. Texts are generated with duplicate keys at any depth,
-colons in keys and values (literal and escaped as ``\\u003a``), NaN and Infinity,
-lone surrogates, big integers, concatenations and random damage.
+Texts are generated with duplicate keys at any depth, colons in keys and values
+(literal and escaped as ``\\u003a``), NaN and Infinity, lone surrogates, big
+integers, concatenations and random damage. Whatever ``json.loads`` refuses, or
+accepts but the strict rules forbid (duplicate keys, NaN, a lone surrogate, not an
+object, too deep), must be rejected; everything else must parse to the same value.
+(A msgspec fast path was checked here against the reference until issue 15 measured
+it and it went: under 1% of the decision path.)
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_gate import strict_json
-from agent_gate.strict_json import StrictParseError, parse_arguments, parse_arguments_reference
-
-
-@pytest.fixture(params=["compiled", "pure"])
-def parse_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "pure":
-        monkeypatch.setattr(strict_json, "_CODEC", None)
-    elif strict_json._CODEC is None:
-        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
-    return str(request.param)
-
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, depth_exceeds
+from agent_gate.strict_json import StrictParseError, parse_arguments
 
 _keys = st.text(alphabet='ab:é\\"', max_size=3)
 _scalars = (
@@ -122,19 +113,44 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-# The fixture only picks a path; it holds no state an input could leave behind.
-@settings(
-    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+def plain_verdict(text: str) -> tuple[str, Any]:
+    """``json.loads`` with no strictness, then each strict rule checked on its result:
+    ("rejected", None) when any of them forbids the text."""
+    duplicates: list[bool] = []
+    constants: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len({key for key, _ in items}) != len(items):
+            duplicates.append(True)
+        return dict(items)
+
+    def constant(name: str) -> float:
+        constants.append(name)
+        return float("nan")
+
+    try:
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except (ValueError, RecursionError):
+        return ("rejected", None)
+    if duplicates or constants or not isinstance(value, dict):
+        return ("rejected", None)
+    if depth_exceeds(value, MAX_ARGUMENT_DEPTH):
+        return ("rejected", None)
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return ("rejected", None)
+    return ("ok", value)
+
+
+@settings(max_examples=1500, deadline=None)
 @given(text=_texts())
-def test_parse_arguments_gives_the_reference_verdict(parse_path: str, text: str) -> None:
+def test_parse_arguments_agrees_with_plain_json_and_the_strict_rules(text: str) -> None:
     ours = verdict(parse_arguments, text)
-    reference = verdict(parse_arguments_reference, text)
-    assert ours[0] == reference[0]
+    plain = plain_verdict(text)
+    assert ours[0] == plain[0], (text, ours, plain)
     if ours[0] == "ok":
-        assert same(ours[1], reference[1])
-    else:
-        assert ours[1] == reference[1]
+        assert same(ours[1], plain[1])
 
 
 @pytest.mark.parametrize(
@@ -150,69 +166,11 @@ def test_parse_arguments_gives_the_reference_verdict(parse_path: str, text: str)
         ("[1]", "arguments_not_object"),
     ],
 )
-def test_rejections_keep_their_reasons(parse_path: str, text: str, reason: str) -> None:
+def test_rejections_keep_their_reasons(text: str, reason: str) -> None:
     assert verdict(parse_arguments, text) == ("rejected", reason)
 
 
-def test_big_integers_stay_exact(parse_path: str) -> None:
+def test_big_integers_stay_exact() -> None:
     assert parse_arguments('{"n": 123456789012345678901234567890}') == {
         "n": 123456789012345678901234567890
     }
-
-
-def outcome(parse: Any, text: str) -> tuple[str, Any]:
-    """``verdict``, and the type of any other exception (the reference's own
-    RecursionError, from its Unicode check on a value nested that deep)."""
-    try:
-        return verdict(parse, text)
-    except RecursionError as exc:
-        return ("raised", type(exc).__name__)
-
-
-def _frames() -> int:
-    frame, count = sys._getframe(), 0
-    while frame is not None:
-        frame, count = frame.f_back, count + 1
-    return count
-
-
-@pytest.mark.parametrize("shape", ["array", "object", "mixed"])
-def test_deep_texts_get_the_reference_verdict_under_a_low_recursion_limit(
-    parse_path: str, shape: str
-) -> None:
-    """Near the recursion limit msgspec and json stop at different depths; the fast
-    path must leave those texts to the reference, whatever the limit is."""
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(_frames() + 120)
-    try:
-        for depth in range(0, 240, 3):
-            opener = {"array": ["["], "object": ['{"k":'], "mixed": ["[", '{"k":']}[shape]
-            opens = [opener[i % len(opener)] for i in range(depth)]
-            closes = ["]" if o == "[" else "}" for o in reversed(opens)]
-            text = '{"a":' + "".join(opens) + "1" + "".join(closes) + "}"
-            # The reference one frame down, as parse_arguments calls it: how deep it
-            # gets depends on the stack it is given.
-            reference = outcome(lambda t: parse_arguments_reference(t), text)
-            assert outcome(parse_arguments, text) == reference, (shape, depth)
-    finally:
-        sys.setrecursionlimit(old)
-
-
-@pytest.mark.parametrize("limit", [0, 640, 4300])
-def test_the_integer_digit_limit_is_honoured_alike(parse_path: str, limit: int) -> None:
-    """json refuses integers longer than sys.get_int_max_str_digits() (a ValueError,
-    not a rejection); the fast path must not parse what the reference refuses."""
-    old = sys.get_int_max_str_digits()
-    sys.set_int_max_str_digits(limit)
-    try:
-        for digits in (639, 641, 700, 4300, 4301):
-            text = '{"n": ' + "9" * digits + "}"
-            outcomes = []
-            for parse in (parse_arguments, parse_arguments_reference):
-                try:
-                    outcomes.append(("ok", parse(text)))
-                except ValueError as exc:
-                    outcomes.append(("error", type(exc).__name__))
-            assert outcomes[0] == outcomes[1], (limit, digits)
-    finally:
-        sys.set_int_max_str_digits(old)

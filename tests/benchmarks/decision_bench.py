@@ -40,15 +40,14 @@ from typing import Any
 
 from harness import paired, paired_ratio
 
-from agent_gate import strict_json as strict_json_module
+from agent_gate import accumulate as accumulate_module
 from agent_gate.accumulate import Accumulator
 from agent_gate.calls import CallStatus
-from agent_gate.ledger import canonical as canonical_module
 from agent_gate.ledger.canonical import arguments_hash, canonical_json
 from agent_gate.providers import base as providers_base
 from agent_gate.schema import ArgumentsInvalid, Tool, ToolRegistry
 from agent_gate.sse import ServerSentEvent
-from agent_gate.strict_json import StrictParseError, parse_arguments, parse_arguments_reference
+from agent_gate.strict_json import StrictParseError, parse_arguments
 from agent_gate.tools.validate import ReferenceValidator
 
 _EMAIL = {"type": "string", "format": "email", "maxLength": 254}
@@ -166,8 +165,7 @@ jsonschema_rs = _optional("jsonschema_rs")
 
 def parsers() -> dict[str, Callable[[str], Any]]:
     found: dict[str, Callable[[str], Any]] = {
-        "agent-gate strict (msgspec fast path)": parse_arguments,
-        "agent-gate strict reference (json + hooks)": parse_arguments_reference,
+        "agent-gate strict (json + hooks)": parse_arguments,
         "json.loads": json.loads,
     }
     if orjson is not None:
@@ -212,8 +210,10 @@ def validators(registry: ToolRegistry) -> dict[str, Callable[[dict[str, Any]], b
 
 def hashers() -> dict[str, Callable[[Any], bytes]]:
     found: dict[str, Callable[[Any], bytes]] = {
-        "agent-gate canonical_json (orjson fast path)": lambda v: canonical_json(v).encode(),
-        "json.dumps canonical (reference)": lambda v: canonical_module._reference(v).encode(),
+        "agent-gate canonical_json (json.dumps)": lambda v: canonical_json(v).encode(),
+        "json.dumps canonical (reference)": lambda v: json.dumps(
+            v, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode(),
     }
     if orjson is not None:
         found["orjson OPT_SORT_KEYS"] = lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
@@ -222,25 +222,24 @@ def hashers() -> dict[str, Callable[[Any], bytes]]:
 
 @contextlib.contextmanager
 def pure_python() -> Iterator[None]:
-    """agent-gate with every compiled fast path off, as AGENT_GATE_PURE_PYTHON=1 gives."""
+    """agent-gate with every fast path of the decision path off, as
+    AGENT_GATE_PURE_PYTHON=1 gives (jsonschema-rs is switched off per tool,
+    ``_python_only``)."""
     saved = (
         providers_base._fast_loads,
         providers_base._fast_dumps,
-        strict_json_module._CODEC,
-        canonical_module._fast_dumps,
+        accumulate_module._KNOWN_ADAPTER_PATH,
     )
     providers_base._fast_loads = None
     providers_base._fast_dumps = None
-    strict_json_module._CODEC = None
-    canonical_module._fast_dumps = None
+    accumulate_module._KNOWN_ADAPTER_PATH = False
     try:
         yield
     finally:
         (
             providers_base._fast_loads,
             providers_base._fast_dumps,
-            strict_json_module._CODEC,
-            canonical_module._fast_dumps,
+            accumulate_module._KNOWN_ADAPTER_PATH,
         ) = saved
 
 
@@ -573,7 +572,7 @@ def run_section(quick: bool) -> dict[str, Any]:
         ),
         "parse 2 KB of arguments": _group(
             {name: (lambda p=p: p(text)) for name, p in parsers().items()},
-            "agent-gate strict (msgspec fast path)",
+            "agent-gate strict (json + hooks)",
             calls * 10,
             rounds,
         ),
@@ -588,7 +587,7 @@ def run_section(quick: bool) -> dict[str, Any]:
                 name: (lambda d=d: hashlib.sha256(d(arguments)).hexdigest())
                 for name, d in hashers().items()
             },
-            "agent-gate canonical_json (orjson fast path)",
+            "agent-gate canonical_json (json.dumps)",
             calls * 10,
             rounds,
         ),

@@ -24,6 +24,7 @@ import decision_bench  # noqa: E402
 import gate_bench  # noqa: E402
 import memory_bench  # noqa: E402
 import sse_bench  # noqa: E402
+import tricks_bench  # noqa: E402
 
 
 def _table(section: dict[str, Any]) -> list[str]:
@@ -146,10 +147,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="5 MB streams, fewer rounds")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument(
-        "--only", choices=["sse", "decision", "memory", "gate"], action="append", default=None
+        "--only",
+        choices=["sse", "decision", "memory", "gate", "tricks"],
+        action="append",
+        default=None,
     )
     args = parser.parse_args()
-    only = set(args.only or ["sse", "decision", "memory", "gate"])
+    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks"])
 
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -185,6 +189,10 @@ def main() -> None:
         memory = memory_bench.run_section(args.quick)
         report["memory"] = memory
         md += ["### 4. Memory", "", *_memory_table(memory)]
+    if "tricks" in only:
+        tricks = tricks_bench.run_section(args.quick)
+        report["tricks"] = tricks
+        md += ["### 5. What each shortcut buys", "", *tricks_bench.markdown(tricks)]
     report["targets"] = [{"target": t, "met": met, "measured": m} for t, met, m in verdicts]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")

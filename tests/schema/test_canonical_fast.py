@@ -1,10 +1,10 @@
-"""Canonical JSON and argument hashes are byte for byte json.dumps's, orjson or not.
+"""Canonical JSON and argument hashes are byte for byte json.dumps's.
 
-``agent_gate.ledger.canonical`` serializes plain JSON data with orjson (sorted keys)
-and everything else with json.dumps. Lives here, next to the argument validation
-tests, because it is the last step of the same decision path: the bytes are what
-the ledger compares, so a single differing byte would turn a replay into a
-conflict.
+``agent_gate.plainjson.canonical_json`` (re-exported by ``agent_gate.ledger.canonical``)
+is the one definition; it once had an orjson fast path, and the cases where orjson
+writes other bytes stay pinned here. Lives next to the argument validation tests,
+because it is the last step of the same decision path: the bytes are what the ledger
+compares, so a single differing byte would turn a replay into a conflict.
 """
 
 from __future__ import annotations
@@ -15,20 +15,10 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_gate.ledger import canonical
 from agent_gate.ledger.canonical import arguments_hash, canonical_json, sha256_hex
-
-
-@pytest.fixture(params=["compiled", "pure"])
-def hash_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "pure":
-        monkeypatch.setattr(canonical, "_fast_dumps", None)
-    elif canonical._fast_dumps is None:
-        pytest.skip("orjson not installed, or AGENT_GATE_PURE_PYTHON is set")
-    return str(request.param)
 
 
 class Colour(enum.Enum):
@@ -76,17 +66,14 @@ def reference_text(value: Any) -> str:
     )
 
 
-# The fixture only picks a path; it holds no state an input could leave behind.
-@settings(
-    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=1500, deadline=None)
 @given(value=values)
-def test_canonical_json_and_hash_are_the_reference_bytes(hash_path: str, value: Any) -> None:
+def test_canonical_json_and_hash_are_the_reference_bytes(value: Any) -> None:
     assert outcome(canonical_json, value) == outcome(reference_text, value)
     assert outcome(arguments_hash, value) == outcome(lambda v: sha256_hex(reference_text(v)), value)
 
 
-def test_the_cases_that_differ_in_orjson_are_the_references(hash_path: str) -> None:
+def test_the_cases_that_differ_in_orjson_are_the_references() -> None:
     assert canonical_json({"a": 2**70}) == '{"a":1180591620717411303424}'
     assert canonical_json({"a": 1e-5, "b": 9.9e-5}) == '{"a":1e-05,"b":9.9e-05}'
     assert canonical_json({"z": 1, "é": 2, "a": 3}) == '{"a":3,"z":1,"é":2}'

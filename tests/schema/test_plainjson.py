@@ -19,22 +19,18 @@ from hypothesis import strategies as st
 from agent_gate.plainjson import plain_json
 
 
-def definition(value: Any, tuples: bool, min_float: float) -> bool:
+def definition(value: Any) -> bool:
     kind = type(value)
     if value is None or kind is str or kind is bool:
         return True
     if kind is int:
         return -(2**63) <= value < 2**63
     if kind is float:
-        if not math.isfinite(value):
-            return False
-        return not (min_float and value != 0.0 and abs(value) < min_float)
+        return math.isfinite(value)
     if kind is dict:
-        return all(type(k) is str for k in value) and all(
-            definition(v, tuples, min_float) for v in value.values()
-        )
-    if kind is list or (tuples and kind is tuple):
-        return all(definition(v, tuples, min_float) for v in value)
+        return all(type(k) is str for k in value) and all(definition(v) for v in value.values())
+    if kind is list:
+        return all(definition(v) for v in value)
     return False
 
 
@@ -73,11 +69,9 @@ values = st.recursive(
 
 
 @settings(max_examples=2000, deadline=None)
-@given(value=values, tuples=st.booleans(), min_float=st.sampled_from([0.0, 1e-4]))
-def test_plain_json_is_its_definition(value: Any, tuples: bool, min_float: float) -> None:
-    assert plain_json(value, tuples=tuples, min_float=min_float) is definition(
-        value, tuples, min_float
-    )
+@given(value=values)
+def test_plain_json_is_its_definition(value: Any) -> None:
+    assert plain_json(value) is definition(value)
 
 
 @pytest.mark.parametrize(

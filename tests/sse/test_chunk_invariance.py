@@ -10,13 +10,13 @@ of the WHATWG algorithm (decode the text first, then walk it line by line).
 from __future__ import annotations
 
 import itertools
-import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_gate.sse import ServerSentEvent, SSEDecoder, StreamEnd
+from agent_gate.sse._reference import reference_events
 
 STREAMS: dict[str, bytes] = {
     "basic": b'event: note\ndata: {"text":\ndata: "x"}\n\ndata: second\n\n',
@@ -68,48 +68,10 @@ def test_random_chunkings_give_the_same_result(data: st.DataObject, name: str) -
 
 # -- differential test against a literal reading of the spec ---------------------
 
-_SPEC_LINE = re.compile(r"\r\n|\r|\n")
-
 
 def spec_reference(stream: bytes) -> tuple[list[ServerSentEvent], str, int | None]:
-    """The WHATWG algorithm as written, on decoded text, one line at a time."""
-    text = stream.decode("utf-8", "replace")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    events: list[ServerSentEvent] = []
-    data_buffer, type_buffer, id_buffer, last_id = "", "", "", ""
-    retry: int | None = None
-    position = 0
-    for match in _SPEC_LINE.finditer(text):  # a line without a terminator never counts
-        line = text[position : match.start()]
-        position = match.end()
-        if line == "":
-            last_id = id_buffer
-            if data_buffer == "":
-                type_buffer = ""
-                continue
-            if data_buffer.endswith("\n"):
-                data_buffer = data_buffer[:-1]
-            events.append(ServerSentEvent(type_buffer or "message", data_buffer, last_id))
-            data_buffer, type_buffer = "", ""
-            continue
-        if line.startswith(":"):
-            continue
-        if ":" in line:
-            field, value = line.split(":", 1)
-            if value.startswith(" "):
-                value = value[1:]
-        else:
-            field, value = line, ""
-        if field == "event":
-            type_buffer = value
-        elif field == "data":
-            data_buffer += value + "\n"
-        elif field == "id":
-            if "\0" not in value:
-                id_buffer = value
-        elif field == "retry" and value and all("0" <= c <= "9" for c in value):
-            retry = int(value)
+    """The package's WHATWG oracle (``agent_gate.sse._reference``) on the whole stream."""
+    events, last_id, retry, _comments = reference_events(stream)
     return events, last_id, retry
 
 

@@ -6,13 +6,13 @@ a tail, and runs of events of the common shape (``event:`` line or none, one
 tokenizer. These tests drive the decoder into those paths (many reads of
 common events, in LF and CRLF) and through every way out of them (lone CR,
 mixed line ends, comments, retry, ids, limits, a CR at the end of a read), and
-compare with a literal reading of the spec and with the same stream fed whole.
+compare with the package's reading of the spec (``agent_gate.sse._reference``) and
+with the same stream fed whole.
 """
 
 from __future__ import annotations
 
 import itertools
-import re
 
 import pytest
 from hypothesis import given, settings
@@ -25,40 +25,12 @@ from agent_gate.sse import (
     SSELimitExceeded,
     StreamEnd,
 )
-
-_LINE_END = re.compile(r"\r\n|\r|\n")
+from agent_gate.sse._reference import reference_events
 
 
 def reference(stream: bytes) -> tuple[list[ServerSentEvent], str, int | None, int]:
-    """WHATWG event stream interpretation, transcribed: events, last id, retry, comments."""
-    text = stream.decode("utf-8", "replace").removeprefix("\ufeff")
-    events: list[ServerSentEvent] = []
-    data, etype, id_buf, last_id, retry, comments = "", "", "", "", None, 0
-    position = 0
-    for match in _LINE_END.finditer(text):
-        line = text[position : match.start()]
-        position = match.end()
-        if not line:
-            last_id = id_buf
-            if data:
-                events.append(ServerSentEvent(etype or "message", data[:-1], last_id))
-            data, etype = "", ""
-            continue
-        if line[0] == ":":
-            comments += 1
-            continue
-        field, colon, value = line.partition(":")
-        if colon and value[:1] == " ":
-            value = value[1:]
-        if field == "data":
-            data += value + "\n"
-        elif field == "event":
-            etype = value
-        elif field == "id" and "\0" not in value:
-            id_buf = value
-        elif field == "retry" and value and all("0" <= c <= "9" for c in value):
-            retry = int(value)
-    return events, last_id, retry, comments
+    """The package's WHATWG oracle on the whole stream: events, last id, retry, comments."""
+    return reference_events(stream)
 
 
 def feed_in(
