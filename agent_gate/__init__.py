@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         ToolCall,
     )
     from agent_gate.errors import (
+        ProviderError,
         StreamError,
     )
     from agent_gate.gate import (
@@ -75,9 +76,6 @@ if TYPE_CHECKING:
         PolicyError,
         Principal,
         TaskScope,
-    )
-    from agent_gate.providers.errors import (
-        ProviderError,
     )
     from agent_gate.sse import (
         ServerSentEvent,
@@ -147,7 +145,7 @@ _LAZY: dict[str, str] = {
     "ServerSentEvent": "agent_gate.sse",
     "SSEDecoder": "agent_gate.sse",
     "SSEError": "agent_gate.sse",
-    "ProviderError": "agent_gate.providers.errors",
+    "ProviderError": "agent_gate.errors",
     "StreamError": "agent_gate.errors",
     "run_live": "agent_gate.gate.live",
     "arun_live": "agent_gate.gate.live",

@@ -30,7 +30,12 @@ from typing import Any
 
 from agent_gate._speedups import PURE_PYTHON
 from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import (
+    AccumulatorClosedError,
+    AccumulatorLimitExceeded,
+    UnrecognizedStream,
+    safe_name,
+)
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
 from agent_gate.providers import events as ev
 from agent_gate.providers.base import (
@@ -40,7 +45,6 @@ from agent_gate.providers.base import (
     content_digest,
     event_content,
 )
-from agent_gate.providers.errors import safe_name
 from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
 from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
@@ -63,12 +67,8 @@ class DispatchMode(StrEnum):
     """Only when the response ended: the safe default for writes."""
 
 
-class AccumulatorError(AgentGateError):
-    """Base of the accumulator's own errors."""
 
 
-class AccumulatorClosedError(AccumulatorError):
-    """``feed`` was called after ``close``."""
 
 
 UNRECOGNIZED_LIMIT = 8
@@ -76,30 +76,8 @@ UNRECOGNIZED_LIMIT = 8
 after which the stream is judged not to be of the chosen protocol at all."""
 
 
-class UnrecognizedStream(AccumulatorError):
-    """The chosen adapter recognised none of the stream's events: the wrong
-    protocol was chosen (or the server speaks another one). Raised after
-    ``UNRECOGNIZED_LIMIT`` such events, or at ``close()`` for a shorter stream,
-    instead of ending the response quietly as ``truncated``."""
-
-    def __init__(self, provider: str, unknown: int, types: Iterable[str]) -> None:
-        self.provider = provider
-        self.unknown = unknown
-        listed = ", ".join(sorted(types)[:6]) or "none named"
-        super().__init__(
-            f"none of the {unknown} events is of the {provider} protocol (types seen: "
-            f"{listed}); is the provider the right one?"
-        )
 
 
-class AccumulatorLimitExceeded(AccumulatorError):
-    """A configured bound was exceeded; the stream must be abandoned."""
-
-    def __init__(self, limit: str, limit_value: int, event_index: int) -> None:
-        self.limit = limit
-        self.limit_value = limit_value
-        self.event_index = event_index
-        super().__init__(f"limit {limit}={limit_value} exceeded at event index {event_index}")
 
 
 @dataclass(frozen=True, slots=True)

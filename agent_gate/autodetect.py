@@ -28,11 +28,11 @@ from agent_gate.accumulate import (
     UNRECOGNIZED_LIMIT,
     Accumulator,
     AccumulatorClosedError,
-    AccumulatorError,
     AccumulatorStats,
     Anomaly,
 )
 from agent_gate.calls import Terminal, TerminalKind, ToolCall
+from agent_gate.errors import ProtocolNotDetected
 from agent_gate.providers import AUTO
 
 __all__ = ["AUTO", "DetectingAccumulator", "ProtocolNotDetected", "accumulator", "detect"]
@@ -50,15 +50,6 @@ _ANTHROPIC_TYPES: Final = frozenset(
 )
 
 
-class ProtocolNotDetected(AccumulatorError):
-    """``provider="auto"`` could not tell the protocol from the stream's first events."""
-
-    def __init__(self, seen: int) -> None:
-        self.seen = seen
-        super().__init__(
-            f"could not tell the protocol from the first {seen} events (none is an OpenAI "
-            "Responses, Chat Completions, Anthropic or Gemini event); name the provider"
-        )
 
 
 def _payload(event: object) -> Mapping[str, Any] | str | None:

@@ -16,10 +16,10 @@ decided once.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import Any, Final
 
 __all__ = ["AgentGateError", "error_code", "json_type_name", "safe_name"]
 
@@ -434,3 +434,184 @@ class ApprovalRefused(AgentGateError):
 
 class NotAwaitingApproval(AgentGateError):
     """An approval or denial was given for a call that does not wait for one."""
+
+
+# ------------------------------------------------------------ plain JSON
+
+
+class ArgumentsTooDeep(AgentGateError, ValueError):
+    """Arguments nest deeper than the configured limit. The message names the limit,
+    never the value; ``reason`` is the identifier a rejected call records."""
+
+    reason = "arguments_too_deep"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"arguments nest deeper than {limit} levels")
+
+
+# ----------------------------------------------------------- strict JSON
+
+
+class StrictParseError(AgentGateError):
+    """Argument text failed strict parsing; ``reason`` is an identifier
+    (``invalid_json``, ``duplicate_key``, ``concatenated_json``,
+    ``arguments_not_object``, ``invalid_unicode``, ``arguments_too_deep``), never
+    the text."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+# ------------------------------------------------------------------- sse
+# Typed errors of the SSE layer.
+#
+# Every message names the limit, the byte offset in the stream and the index of
+# the event being assembled, and never a byte of the payload: these errors are
+# logged, and a stream's data is the model's output or the user's arguments.
+
+
+class SSEError(AgentGateError):
+    """Base of the SSE decoder's errors."""
+
+
+class SSEStateError(SSEError):
+    """The decoder was used after ``end()`` or after it raised a limit error."""
+
+
+class SSELimitExceeded(SSEError):
+    """A configured limit was exceeded; the decoder is unusable afterwards.
+
+    ``events`` holds the events that were completed by the same ``feed()`` call
+    before the violation, so nothing the stream did deliver is lost.
+    """
+
+    def __init__(
+        self,
+        limit: str,
+        limit_bytes: int,
+        offset: int,
+        event_index: int,
+        events: list[Any] | None = None,
+    ) -> None:
+        self.limit = limit
+        self.limit_bytes = limit_bytes
+        self.offset = offset
+        self.event_index = event_index
+        self.events: list[Any] = list(events or ())  # the ServerSentEvents
+        super().__init__(
+            f"SSE limit {limit}={limit_bytes} bytes exceeded at byte offset {offset} "
+            f"(event index {event_index})"
+        )
+
+
+# ------------------------------------------------------------- providers
+# Typed errors of the provider layer.
+#
+# Messages name the event index, the provider and the field that was wrong, and
+# never quote the event's data: a stream carries the model's output and the
+# user's arguments, and these errors end up in logs.
+
+
+class ProviderError(AgentGateError):
+    """Base of the errors raised while translating a provider's events."""
+
+
+class UnknownProviderError(ProviderError):
+    """No adapter is registered under the requested name."""
+
+    def __init__(self, name: str, known: tuple[str, ...]) -> None:
+        self.name = name
+        self.known = known
+        super().__init__(f"unknown provider {safe_name(name)!r}; known: {', '.join(known)}")
+
+
+class MalformedEventError(ProviderError):
+    """An event could not be parsed or does not have the shape its type requires."""
+
+    def __init__(self, provider: str, event_index: int, problem: str) -> None:
+        self.provider = provider
+        self.event_index = event_index
+        self.problem = problem
+        super().__init__(f"{provider}: malformed event at index {event_index}: {problem}")
+
+
+class ReplayConflictError(ProviderError):
+    """A replayed event (same sequence number or event id) carries different content.
+
+    A stream that resumes with different bytes under the same position is not a
+    replay but a different response; continuing would mix two answers.
+    """
+
+    def __init__(self, event_index: int, key: str) -> None:
+        self.event_index = event_index
+        self.key = key
+        super().__init__(
+            f"event at index {event_index} repeats position {key} with different content"
+        )
+
+
+class ReplayLimitExceeded(ProviderError):
+    """The replay guard would remember more positions than its bound allows.
+
+    Forgetting one instead would let a replayed event (an argument fragment) be
+    applied twice, so the stream is abandoned, as for the accumulator's own limits.
+    """
+
+    def __init__(self, limit: str, limit_value: int, event_index: int) -> None:
+        self.limit = limit
+        self.limit_value = limit_value
+        self.event_index = event_index
+        super().__init__(f"limit {limit}={limit_value} exceeded at event index {event_index}")
+
+
+# ----------------------------------------------------------- accumulator
+
+
+class AccumulatorError(AgentGateError):
+    """Base of the accumulator's own errors."""
+
+
+class AccumulatorClosedError(AccumulatorError):
+    """``feed`` was called after ``close``."""
+
+
+class UnrecognizedStream(AccumulatorError):
+    """The chosen adapter recognised none of the stream's events: the wrong
+    protocol was chosen (or the server speaks another one). Raised after
+    ``UNRECOGNIZED_LIMIT`` such events, or at ``close()`` for a shorter stream,
+    instead of ending the response quietly as ``truncated``."""
+
+    def __init__(self, provider: str, unknown: int, types: Iterable[str]) -> None:
+        self.provider = provider
+        self.unknown = unknown
+        listed = ", ".join(sorted(types)[:6]) or "none named"
+        super().__init__(
+            f"none of the {unknown} events is of the {provider} protocol (types seen: "
+            f"{listed}); is the provider the right one?"
+        )
+
+
+class AccumulatorLimitExceeded(AccumulatorError):
+    """A configured bound was exceeded; the stream must be abandoned."""
+
+    def __init__(self, limit: str, limit_value: int, event_index: int) -> None:
+        self.limit = limit
+        self.limit_value = limit_value
+        self.event_index = event_index
+        super().__init__(f"limit {limit}={limit_value} exceeded at event index {event_index}")
+
+
+# ------------------------------------------------------------ autodetect
+
+
+class ProtocolNotDetected(AccumulatorError):
+    """``provider="auto"`` could not tell the protocol from the stream's first events."""
+
+    def __init__(self, seen: int) -> None:
+        self.seen = seen
+        super().__init__(
+            f"could not tell the protocol from the first {seen} events (none is an OpenAI "
+            "Responses, Chat Completions, Anthropic or Gemini event); name the provider"
+        )

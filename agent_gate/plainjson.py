@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import ArgumentsTooDeep
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -96,15 +96,6 @@ def plain_json(value: object) -> bool:
     return True
 
 
-class ArgumentsTooDeep(AgentGateError, ValueError):
-    """Arguments nest deeper than the configured limit. The message names the limit,
-    never the value; ``reason`` is the identifier a rejected call records."""
-
-    reason = "arguments_too_deep"
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        super().__init__(f"arguments nest deeper than {limit} levels")
 
 
 _CONTAINERS = (dict, list, tuple, Mapping)

@@ -14,19 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import StrictParseError
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, text_depth_exceeds
-
-
-class StrictParseError(AgentGateError):
-    """Argument text failed strict parsing; ``reason`` is an identifier
-    (``invalid_json``, ``duplicate_key``, ``concatenated_json``,
-    ``arguments_not_object``, ``invalid_unicode``, ``arguments_too_deep``), never
-    the text."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
 
 
 def _no_constants(token: str) -> Any:

@@ -6,14 +6,14 @@ accumulator (``agent_gate.accumulate``) drives it. Names: ``openai-responses``,
 ``anthropic``, ``gemini``.
 """
 
-from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
-from agent_gate.providers.errors import (
+from agent_gate.errors import (
     MalformedEventError,
     ProviderError,
     ReplayConflictError,
     ReplayLimitExceeded,
     UnknownProviderError,
 )
+from agent_gate.providers.base import ProviderAdapter, WireEvent, WireKind
 from agent_gate.providers.events import (
     Heartbeat,
     ProviderToolCall,

@@ -18,8 +18,8 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from agent_gate import _speedups
+from agent_gate.errors import MalformedEventError, safe_name
 from agent_gate.plainjson import cut_below, dumps
-from agent_gate.providers.errors import MalformedEventError, safe_name
 from agent_gate.providers.events import Heartbeat, StreamEvent, UnknownEvent
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_gate.errors import UnknownProviderError
 from agent_gate.providers.anthropic import AnthropicAdapter
 from agent_gate.providers.base import ProviderAdapter
-from agent_gate.providers.errors import UnknownProviderError
 from agent_gate.providers.gemini import GeminiAdapter
 from agent_gate.providers.openai_chat import OpenAIChatAdapter
 from agent_gate.providers.openai_responses import OpenAIResponsesAdapter

@@ -40,8 +40,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Hashable
 
+from agent_gate.errors import ReplayConflictError, ReplayLimitExceeded, safe_name
 from agent_gate.providers.base import content_digest
-from agent_gate.providers.errors import ReplayConflictError, ReplayLimitExceeded, safe_name
 
 DEFAULT_MAX_REPLAY_POSITIONS = 1 << 20
 """Positions one response's guard remembers (see the module docstring)."""

@@ -5,6 +5,7 @@ package imports nothing of agent-gate but its base error and the fast-path
 switch (``agent_gate._speedups``).
 """
 
+from agent_gate.errors import SSEError, SSELimitExceeded, SSEStateError
 from agent_gate.sse.decoder import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -12,7 +13,6 @@ from agent_gate.sse.decoder import (
     DecoderState,
     SSEDecoder,
 )
-from agent_gate.sse.errors import SSEError, SSELimitExceeded, SSEStateError
 from agent_gate.sse.event import ServerSentEvent, StreamEnd
 
 __all__ = [

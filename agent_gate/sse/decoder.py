@@ -73,7 +73,7 @@ from itertools import repeat
 from operator import itemgetter
 
 from agent_gate._speedups import PURE_PYTHON
-from agent_gate.sse.errors import SSELimitExceeded, SSEStateError
+from agent_gate.errors import SSELimitExceeded, SSEStateError
 from agent_gate.sse.event import ServerSentEvent, StreamEnd
 
 _BOM = b"\xef\xbb\xbf"

@@ -17,8 +17,8 @@ import pytest
 
 from agent_gate import Gate, ToolRegistry
 from agent_gate.accumulate import Accumulator
+from agent_gate.errors import ReplayLimitExceeded
 from agent_gate.providers import ReplayConflictError
-from agent_gate.providers.errors import ReplayLimitExceeded
 from agent_gate.providers.replay import PER_POSITION_BYTES
 from agent_gate.sse import ServerSentEvent
 
