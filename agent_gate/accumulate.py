@@ -33,6 +33,7 @@ from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import (
     AccumulatorClosedError,
     AccumulatorLimitExceeded,
+    StrictParseError,
     UnrecognizedStream,
     safe_name,
 )
@@ -48,7 +49,7 @@ from agent_gate.providers.base import (
 from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
 from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
-from agent_gate.strict_json import StrictParseError, parse_arguments
+from agent_gate.strict_json import parse_arguments
 
 DEFAULT_MAX_CALLS = 256
 DEFAULT_MAX_CALL_ARGUMENT_BYTES = 1024 * 1024

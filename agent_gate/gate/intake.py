@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_gate.authorize import PolicyAuthorizer, principal_json, scope_json
 from agent_gate.calls import CallStatus, ToolCall
-from agent_gate.errors import GateUsageError, json_type_name
+from agent_gate.errors import ArgumentsTooDeep, GateUsageError, StrictParseError, json_type_name
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.canonical import (
     arguments_hash,
@@ -34,8 +34,7 @@ from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import Event
 from agent_gate.ledger.store import NewCall, Ruling
-from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, ArgumentsTooDeep, check_depth
-from agent_gate.strict_json import StrictParseError
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, check_depth
 from agent_gate.strict_json import parse_arguments as strict_arguments
 from agent_gate.tools import (
     COERCION_UNSTABLE,

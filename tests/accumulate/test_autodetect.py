@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from agent_gate import Gate, ToolRegistry
 from agent_gate.accumulate import UNRECOGNIZED_LIMIT, Accumulator, stream_calls
-from agent_gate.autodetect import DetectingAccumulator, ProtocolNotDetected, accumulator, detect
+from agent_gate.autodetect import DetectingAccumulator, accumulator, detect
 from agent_gate.cli import main as cli
+from agent_gate.errors import ProtocolNotDetected
 from agent_gate.sse import SSEDecoder
 
 TRANSCRIPTS = Path(__file__).parents[1] / "transcripts"

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent_gate.errors import StrictParseError
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, depth_exceeds
-from agent_gate.strict_json import StrictParseError, parse_arguments
+from agent_gate.strict_json import parse_arguments
 
 _keys = st.text(alphabet='ab:é\\"', max_size=3)
 _scalars = (

@@ -14,9 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from agent_gate import Gate, ToolRegistry
-from agent_gate.accumulate import UNRECOGNIZED_LIMIT, Accumulator, UnrecognizedStream
+from agent_gate.accumulate import UNRECOGNIZED_LIMIT, Accumulator
 from agent_gate.calls import TerminalKind
 from agent_gate.cli import main as cli
+from agent_gate.errors import UnrecognizedStream
 from agent_gate.sse import SSEDecoder
 
 TRANSCRIPTS = Path(__file__).parents[1] / "transcripts"

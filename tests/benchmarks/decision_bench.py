@@ -43,11 +43,12 @@ from harness import paired, paired_ratio
 from agent_gate import accumulate as accumulate_module
 from agent_gate.accumulate import Accumulator
 from agent_gate.calls import CallStatus
+from agent_gate.errors import StrictParseError
 from agent_gate.ledger.canonical import arguments_hash, canonical_json
 from agent_gate.providers import base as providers_base
 from agent_gate.schema import ArgumentsInvalid, Tool, ToolRegistry
 from agent_gate.sse import ServerSentEvent
-from agent_gate.strict_json import StrictParseError, parse_arguments
+from agent_gate.strict_json import parse_arguments
 from agent_gate.tools.validate import ReferenceValidator
 
 _EMAIL = {"type": "string", "format": "email", "maxLength": 254}
