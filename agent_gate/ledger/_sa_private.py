@@ -30,20 +30,11 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects import sqlite
 
 __all__ = [
-    "begin_listeners",
     "cursor_watched",
     "problems",
     "storage_format",
     "transaction_watched",
 ]
-
-
-def _dispatch(conn: Connection) -> Any:
-    # A Connection nobody listened on directly has only its engine's listeners
-    # (Core marks one that has its own with ``_has_events``): the engine's
-    # collections answer for half the cost of the connection's joined ones. When
-    # unsure, ask the joined ones.
-    return conn.dispatch if getattr(conn, "_has_events", True) else conn.engine.dispatch
 
 
 def cursor_watched(conn: Connection) -> bool:
@@ -54,17 +45,19 @@ def cursor_watched(conn: Connection) -> bool:
     )
 
 
-def begin_listeners(conn: Connection) -> Any:
-    """The collection of ``conn``'s ``begin`` listeners (``len``, ``in``)."""
-    return _dispatch(conn).begin
-
-
-def transaction_watched(conn: Connection) -> bool:
-    """Whether anyone listens for ``conn``'s commit, rollback, statements or errors,
-    or the engine echoes (``begin`` listeners are asked by ``begin_listeners``)."""
-    dispatch = _dispatch(conn)
+def transaction_watched(conn: Connection, own_begin: Any) -> bool:
+    """Whether anyone but ``own_begin`` (the ledger's own ``begin`` listener) listens
+    for ``conn``'s transactions, statements or errors, or the engine echoes."""
+    # A Connection nobody listened on directly has only its engine's listeners
+    # (Core marks one that has its own with ``_has_events``): the engine's
+    # collections answer for half the cost of the connection's joined ones. When
+    # unsure, ask the joined ones. Asked once per transaction, so inlined.
+    dispatch = conn.dispatch if getattr(conn, "_has_events", True) else conn.engine.dispatch
+    begin = dispatch.begin
     return bool(
-        dispatch.commit
+        len(begin) != 1
+        or own_begin not in begin
+        or dispatch.commit
         or dispatch.rollback
         or conn.dialect.dispatch.handle_error
         or dispatch.before_cursor_execute
@@ -107,15 +100,18 @@ def problems() -> list[str]:
 
             event.listen(engine, "begin", on_begin)
             try:
-                listeners = begin_listeners(conn)
-                if len(listeners) != 1 or on_begin not in listeners:
+                if transaction_watched(conn, on_begin):
                     found.append("an engine's begin listener is not in the connection's")
+                if not transaction_watched(conn, None):
+                    found.append("another begin listener than the ledger's is not seen")
+                event.listen(conn, "commit", on_begin)
+                if not getattr(conn, "_has_events", False) or not transaction_watched(
+                    conn, on_begin
+                ):
+                    found.append("a listener on the connection is not seen (_has_events)")
+                event.remove(conn, "commit", on_begin)
             finally:
                 event.remove(engine, "begin", on_begin)
-            event.listen(conn, "commit", on_begin)
-            if not getattr(conn, "_has_events", False) or not transaction_watched(conn):
-                found.append("a listener on the connection is not seen (_has_events)")
-            event.remove(conn, "commit", on_begin)
         impl = sqlite.DATETIME().dialect_impl(engine.dialect)
         if storage_format(impl) != SQLITE_DATETIME_FORMAT:
             found.append("sqlite.DATETIME._storage_format is gone or not the default")

@@ -182,7 +182,7 @@ def staged(conn: Connection) -> Iterator[Connection]:
 
 
 def open_stage(conn: Connection) -> dict[str, Any] | None:
-    """``staged`` without the context manager (``Ledger._write`` runs three per call):
+    """``staged`` without the context manager (``flows.write`` runs three per call):
     start collecting ``conn``'s events. Returns what ``close_stage`` needs, or None
     when a stage is open already (nested: the outer one flushes)."""
     # Held from the start: after a connection is lost inside the block, asking the

@@ -30,14 +30,27 @@ from typing import Any
 import agent_gate._speedups as _speedups
 from agent_gate.errors import AgentGateError
 
-__all__ = ["BACKENDS", "CORE", "ENV_BACKEND", "FAST", "choose", "chosen", "default", "is_fast",
-           "resolve"]
+__all__ = [
+    "BACKENDS",
+    "CORE",
+    "ENV_BACKEND",
+    "FAST",
+    "FAST_CACHE",
+    "choose",
+    "chosen",
+    "default",
+    "is_fast",
+    "resolve",
+]
 
 CORE = "core"
 FAST = "fast"
 BACKENDS = (CORE, FAST)
 ENV_BACKEND = "AGENT_GATE_LEDGER_BACKEND"
 _ATTR = "_agent_gate_backend"
+FAST_CACHE = "_agent_gate_prepared"
+"""Where a ``FAST`` dialect caches its compiled statements (``prepared.prepare``): a
+dialect that has one is fast, which is all the hot path needs to know."""
 
 
 def _valid(name: str, source: str) -> str:
@@ -62,6 +75,8 @@ def resolve(backend: str | None) -> str:
 def choose(dialect: Any, backend: str | None = None) -> str:
     """Fix ``dialect``'s (one engine's) backend: ``backend``, else ``default()``."""
     name = resolve(backend)
+    if name != FAST:
+        dialect.__dict__.pop(FAST_CACHE, None)
     dialect.__dict__[_ATTR] = name
     return name
 

@@ -72,7 +72,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import AgentGateError
-from agent_gate.ledger._sa_private import begin_listeners, transaction_watched
+from agent_gate.ledger._sa_private import transaction_watched
 from agent_gate.ledger.backend import choose, is_fast, resolve
 from agent_gate.ledger.prepared import (
     Rows,
@@ -505,8 +505,7 @@ def _core_needed(conn: Connection) -> bool:
     ``create_ledger_engine`` made for SQLite (its ``begin`` hook is missing).
     """
     own = conn.engine.__dict__.get(_OWN_BEGIN_ATTR)
-    begin = begin_listeners(conn)
-    return own is None or len(begin) != 1 or own not in begin or transaction_watched(conn)
+    return own is None or transaction_watched(conn, own)
 
 
 @contextmanager

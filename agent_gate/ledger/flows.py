@@ -383,26 +383,20 @@ def transition(
     rec: CallRecord,
     event: Event,
     *,
-    actor: str | None = None,
-    code: str | None = None,
-    reason: str | None = None,
-    changes: Mapping[str, Any] | None = None,
-    guard: Guard | None = None,
-    detail: Mapping[str, Any] | None = None,
     within: Within | None = None,
     audited_only: bool = False,
-    lease: Lease | None = None,
+    **step: Any,
 ) -> Transition:
-    """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it."""
+    """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it.
+
+    ``step``: ``apply``'s keywords (actor, code, reason, changes, guard, detail, lease).
+    """
     with write(engine) as conn:
         if audited_only:
-            refused = refuse_unaudited(conn, rec, actor)
+            refused = refuse_unaudited(conn, rec, step.get("actor"))
             if refused is not None:
                 return Transition(False, refused)
-        current = apply(
-            conn, rec, event, actor=actor, code=code, reason=reason, changes=changes,
-            guard=guard, detail=detail, lease=lease,
-        )
+        current = apply(conn, rec, event, **step)
         if current is None:
             return Transition(False, _row(conn, rec.row_id))
         if within is not None:

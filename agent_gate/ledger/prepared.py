@@ -53,7 +53,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.types import TypeEngine
 
 from agent_gate.ledger._sa_private import SQLITE_DATETIME_FORMAT, cursor_watched, storage_format
-from agent_gate.ledger.backend import is_fast
+from agent_gate.ledger.backend import FAST_CACHE, is_fast
 
 __all__ = [
     "CoreStatement",
@@ -250,7 +250,7 @@ def driver_error(
 
 _CACHE: dict[tuple[str, Hashable], Prepared] = {}
 _CACHE_LOCK = Lock()
-_DIALECT_CACHE = "_agent_gate_prepared"
+_DIALECT_CACHE = FAST_CACHE
 """Where a dialect keeps its own view of ``_CACHE`` (found without building a key)."""
 _CORE_CACHE = "_agent_gate_core_statements"
 """Where a ``backend.CORE`` dialect keeps its built statements."""
@@ -267,16 +267,10 @@ def prepare(
     guards apply): two statements with one key would share one compiled text.
     """
     dialect = conn.dialect
-    if not is_fast(dialect):
-        core: dict[Hashable, CoreStatement] | None = dialect.__dict__.get(_CORE_CACHE)
-        if core is None:
-            core = dialect.__dict__.setdefault(_CORE_CACHE, {})
-        statement = core.get(key)
-        if statement is None:
-            statement = core.setdefault(key, CoreStatement(build()))
-        return statement
     mine: dict[Hashable, Prepared] | None = dialect.__dict__.get(_DIALECT_CACHE)
-    if mine is None:
+    if mine is None:  # no fast statement yet: a Core dialect never has one
+        if not is_fast(dialect):
+            return _core_statement(dialect, key, build)
         mine = dialect.__dict__.setdefault(_DIALECT_CACHE, {})
     found = mine.get(key)
     if found is not None:
@@ -305,6 +299,18 @@ def prepare(
         prepared = _CACHE.setdefault(cache_key, prepared)
     mine[key] = prepared
     return prepared
+
+
+def _core_statement(
+    dialect: Dialect, key: Hashable, build: Callable[[], ClauseElement]
+) -> CoreStatement:
+    core: dict[Hashable, CoreStatement] | None = dialect.__dict__.get(_CORE_CACHE)
+    if core is None:
+        core = dialect.__dict__.setdefault(_CORE_CACHE, {})
+    statement = core.get(key)
+    if statement is None:
+        statement = core.setdefault(key, CoreStatement(build()))
+    return statement
 
 
 _DATETIME_SAMPLES = (
