@@ -17,7 +17,6 @@ from agent_gate.errors import AgentGateError
 
 if TYPE_CHECKING:
     from agent_gate.accumulate import (
-        AccumulatorError,
         DispatchMode,
     )
     from agent_gate.authorize import (
@@ -31,22 +30,29 @@ if TYPE_CHECKING:
         ToolCall,
     )
     from agent_gate.errors import (
-        ProviderError,
-        StreamError,
-    )
-    from agent_gate.gate import (
+        AccumulatorError,
         AmbiguousCall,
         ApprovalRefused,
+        ArgumentsInvalid,
+        GateUsageError,
+        LedgerConfigError,
+        NotAwaitingApproval,
+        NotInDoubt,
+        OutcomeUnknown,
+        PolicyError,
+        ProviderError,
+        SealKeyMissing,
+        SSEError,
+        StreamError,
+        TaskContextConflict,
+    )
+    from agent_gate.gate import (
         Authorizer,
         Blocker,
         CallOptions,
         Decision,
         Gate,
-        GateUsageError,
-        NotAwaitingApproval,
-        NotInDoubt,
         Outcome,
-        OutcomeUnknown,
         ReasonCode,
         RunOptions,
         RunResult,
@@ -62,28 +68,16 @@ if TYPE_CHECKING:
         CallState,
         Ledger,
     )
-    from agent_gate.ledger.dialect import (
-        LedgerConfigError,
-    )
-    from agent_gate.ledger.seal import (
-        SealKeyMissing,
-    )
-    from agent_gate.ledger.store import (
-        TaskContextConflict,
-    )
     from agent_gate.policy import (
         Policy,
-        PolicyError,
         Principal,
         TaskScope,
     )
     from agent_gate.sse import (
         ServerSentEvent,
         SSEDecoder,
-        SSEError,
     )
     from agent_gate.tools import (
-        ArgumentsInvalid,
         CallInfo,
         Effect,
         Idempotency,
@@ -133,9 +127,9 @@ _LAZY: dict[str, str] = {
     # the ledger
     "Ledger": "agent_gate.ledger",
     "CallState": "agent_gate.ledger",
-    "TaskContextConflict": "agent_gate.ledger.store",
-    "LedgerConfigError": "agent_gate.ledger.dialect",
-    "SealKeyMissing": "agent_gate.ledger.seal",
+    "TaskContextConflict": "agent_gate.errors",
+    "LedgerConfigError": "agent_gate.errors",
+    "SealKeyMissing": "agent_gate.errors",
     # streams
     "ToolCall": "agent_gate.calls",
     "Terminal": "agent_gate.calls",

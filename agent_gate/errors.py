@@ -1,8 +1,64 @@
-"""The one base error every agent-gate failure derives from, and how errors name things.
+"""Every error agent-gate raises on purpose, in one module, and how messages name things.
 
 Callers catch ``AgentGateError`` to handle anything the gate refuses, without
-catching unrelated bugs. Messages carry counts, offsets, indexes and ids, never
-payload text: errors end up in logs, and logs are not where arguments go.
+catching unrelated bugs; each layer's family has its own base. Messages carry
+counts, byte offsets, event indexes and ids, never payload text: errors end up in
+logs, and logs are not where arguments go. Each layer's package re-exports its own
+errors (``agent_gate.sse.SSEError``...), so callers import them from where they work.
+
+The tree, by layer from the bottom (what raises it, in brackets)::
+
+    AgentGateError
+    ├── ArgumentsTooDeep            a value nests deeper than the limit   [plainjson]
+    ├── StrictParseError            argument text fails strict parsing    [strict_json]
+    ├── SSEError                                                          [sse]
+    │   ├── SSEStateError           the decoder used after end() or a limit error
+    │   └── SSELimitExceeded        a line, event or stream limit, at a byte offset
+    ├── StreamError                                                       [transport]
+    │   ├── StreamConnectError      the request could not be sent
+    │   ├── StreamHTTPStatusError   a non-2xx status (bounded, redacted excerpt)
+    │   ├── StreamContentTypeError  not text/event-stream
+    │   ├── StreamLimitExceeded     a transport limit (body, reconnects)
+    │   ├── StreamTimeout
+    │   │   ├── StreamIdleTimeout       no bytes for too long
+    │   │   └── StreamProgressTimeout   bytes, but no progress (heartbeats only)
+    │   └── StreamTruncatedError    ended without its terminal event, not resumable
+    ├── ProviderError                                                     [providers]
+    │   ├── UnknownProviderError    no adapter by that name
+    │   ├── MalformedEventError     an event's JSON or shape is wrong, at an index
+    │   ├── ReplayConflictError     a replayed position carries other content
+    │   └── ReplayLimitExceeded     the replay guard's bound
+    ├── AccumulatorError                                                  [accumulate]
+    │   ├── AccumulatorClosedError  feed() after close()
+    │   ├── AccumulatorLimitExceeded  a bound on calls, arguments or events
+    │   ├── UnrecognizedStream      the chosen adapter knows none of the events
+    │   └── ProtocolNotDetected     provider="auto" could not tell  [autodetect]
+    ├── ToolDefinitionError         a tool registered wrongly               [tools]
+    ├── UnknownTool                 no such tool in the registry
+    ├── ArgumentsNotObject          arguments are JSON but not an object
+    ├── ArgumentsInvalid            arguments fail the schema (pointers, keywords)
+    ├── PolicyError                                                       [policy]
+    │   ├── PolicyLoadError         every problem of a policy file, located
+    │   ├── UnjudgeablePath         a path argument cannot be resolved
+    │   ├── AddressError            not a host, address, URL or e-mail address
+    │   └── PathEscapes             open_beneath refused a path
+    ├── IllegalTransition           an arrow the state table lacks: a bug   [ledger]
+    ├── TaskContextConflict         a task bound to another principal or scope
+    ├── NotAwaitingApproval         approve/deny of a call that does not wait
+    ├── LedgerConfigError           a ledger URL or backend that cannot be used
+    │   └── LedgerMissing           no ledger there, and create= was not given
+    ├── LedgerReplaced              the file under an open ledger was swapped
+    ├── LedgerSchemaError           the schema is not this version's
+    ├── SealError                   sealed arguments cannot be opened
+    ├── SealKeyMissing              no seal key where one is needed
+    │   └── SealKeyUnsafe           a key file others can read
+    ├── GateUsageError              the gate called in a way it cannot honour [gate]
+    ├── AmbiguousCall               a call id in several tasks; name the task
+    ├── ApprovalRefused             this approver, or the policy, may not approve it
+    ├── NotInDoubt                  resolve() of a call that is not in doubt
+    └── OutcomeUnknown              raised BY a tool: it cannot tell if it wrote
+
+``tests/test_public_api.py`` holds this drawing to the classes defined here.
 
 The helpers here are the one place that decides how a message may name something
 that came from outside: ``safe_name`` for a name read off the wire (an event type,
@@ -615,3 +671,75 @@ class ProtocolNotDetected(AccumulatorError):
             f"could not tell the protocol from the first {seen} events (none is an OpenAI "
             "Responses, Chat Completions, Anthropic or Gemini event); name the provider"
         )
+
+
+# --------------------------------------------------------- ledger states
+
+
+class IllegalTransition(AgentGateError):
+    """Code asked for an arrow the table does not have: a bug, never a race."""
+
+    def __init__(self, state: Enum, event: Enum) -> None:  # CallState, Event
+        super().__init__(f"no transition from {state.value!r} on {event.value!r}")
+        self.state = state
+        self.event = event
+
+
+# ---------------------------------------------------------- ledger tasks
+
+
+class TaskContextConflict(AgentGateError):
+    """A task was given another principal or scope than the one it was started with.
+
+    A task's principal and scope are fixed when first given: quotas, approvals and
+    resumes of the task are all judged for them, so they cannot change half-way.
+    """
+
+
+# ------------------------------------------------------ ledger databases
+
+
+class LedgerConfigError(AgentGateError):
+    """The database URL cannot hold a ledger (unsupported backend, in-memory SQLite)."""
+
+
+class LedgerMissing(LedgerConfigError):
+    """No SQLite ledger file at the path, and creating one was not asked for.
+
+    A missing ledger is not an empty one: every call it recorded would run again.
+    """
+
+
+class LedgerReplaced(AgentGateError):
+    """The SQLite file this ledger opened was deleted or replaced by another file.
+
+    Nothing more is committed through this ledger: its writes would go to a file
+    nobody reads, or to a ledger that never saw its calls.
+    """
+
+
+# --------------------------------------------------------- ledger schema
+
+
+class LedgerSchemaError(AgentGateError):
+    """The database's schema is not the one this code was written for."""
+
+
+# ----------------------------------------------------------- ledger seal
+
+
+class SealError(AgentGateError):
+    """A sealed value cannot be opened (another key, or the ciphertext was altered)."""
+
+
+class SealKeyMissing(AgentGateError):
+    """Redacted fields must be sealed and no seal key is configured."""
+
+
+class SealKeyUnsafe(SealKeyMissing):
+    """A key file others could read or replace: refused, as ``ssh`` refuses such a key.
+
+    Readable by others, the key opens every sealed argument in the database; writable
+    by others or owned by someone else, it can be swapped for a key an attacker holds.
+    A subclass of ``SealKeyMissing``: whoever handles a missing key handles this one.
+    """

@@ -57,3 +57,30 @@ def test_importing_the_package_or_its_decoder_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_error_tree_in_the_docstring_is_the_class_tree() -> None:
+    import inspect
+    import re
+
+    import agent_gate.errors as errors
+
+    drawn: dict[str, str] = {}  # class -> parent, as the docstring draws it
+    stack: list[tuple[int, str]] = []
+    for line in (errors.__doc__ or "").splitlines():
+        match = re.match(r"^    ([│ ]*)(?:[├└]── )?([A-Z][A-Za-z]+)\b", line)
+        if not match or not (match.group(2).endswith(("Error", "Exceeded", "Timeout"))
+                             or match.group(2) in vars(errors)):
+            continue
+        depth = len(match.group(1)) // 4 + (1 if "──" in line else 0)
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        drawn[match.group(2)] = stack[-1][1] if stack else ""
+        stack.append((depth, match.group(2)))
+    defined = {
+        name: cls.__mro__[1].__name__ if name != "AgentGateError" else ""
+        for name, cls in vars(errors).items()
+        if inspect.isclass(cls) and issubclass(cls, BaseException)
+        and cls.__module__ == errors.__name__
+    }
+    assert drawn == defined

@@ -32,6 +32,7 @@ from agent_gate.errors import (
     AmbiguousCall,
     ApprovalRefused,
     GateUsageError,
+    NotAwaitingApproval,
     NotInDoubt,
 )
 from agent_gate.gate.decide import Authorizer, Decider
@@ -43,7 +44,7 @@ from agent_gate.gate.runner import Driver, Runner
 from agent_gate.gate.stream import StreamRun
 from agent_gate.ledger import approvals
 from agent_gate.ledger import seal as sealing
-from agent_gate.ledger.approvals import ApprovalRecord, NotAwaitingApproval
+from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.canonical import to_jsonable
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.privacy import bound

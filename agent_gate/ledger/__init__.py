@@ -14,6 +14,7 @@ database to the schema through Alembic only.
 
 from __future__ import annotations
 
+from agent_gate.errors import IllegalTransition, LedgerSchemaError
 from agent_gate.ledger.audit import AuditRecord
 from agent_gate.ledger.dialect import (
     DEFAULT_URL,
@@ -23,8 +24,7 @@ from agent_gate.ledger.dialect import (
     LedgerReplaced,
     resolve_url,
 )
-from agent_gate.ledger.migrate import LedgerSchemaError
-from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event, IllegalTransition
+from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event
 from agent_gate.ledger.store import CallRecord, Ledger, NewCall, TaskRecord, Transition
 
 __all__ = [

@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 import agent_gate._speedups as _speedups
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import LedgerConfigError
 
 __all__ = [
     "BACKENDS",
@@ -55,7 +55,7 @@ dialect that has one is fast, which is all the hot path needs to know."""
 
 def _valid(name: str, source: str) -> str:
     if name not in BACKENDS:
-        raise AgentGateError(f"{source}: unknown ledger backend {name!r}; use 'core' or 'fast'")
+        raise LedgerConfigError(f"{source}: unknown ledger backend {name!r}; use 'core' or 'fast'")
     return name
 
 

@@ -71,7 +71,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import LedgerConfigError, LedgerMissing, LedgerReplaced
 from agent_gate.ledger._sa_private import transaction_watched
 from agent_gate.ledger.backend import choose, is_fast, resolve
 from agent_gate.ledger.prepared import (
@@ -128,23 +128,10 @@ must tell it from anyone else's)."""
 _PG_DRIVERS = ("postgresql", "postgresql+psycopg")
 
 
-class LedgerConfigError(AgentGateError):
-    """The database URL cannot hold a ledger (unsupported backend, in-memory SQLite)."""
 
 
-class LedgerMissing(LedgerConfigError):
-    """No SQLite ledger file at the path, and creating one was not asked for.
-
-    A missing ledger is not an empty one: every call it recorded would run again.
-    """
 
 
-class LedgerReplaced(AgentGateError):
-    """The SQLite file this ledger opened was deleted or replaced by another file.
-
-    Nothing more is committed through this ledger: its writes would go to a file
-    nobody reads, or to a ledger that never saw its calls.
-    """
 
 
 def sqlite_file(url: str | URL) -> Path | None:

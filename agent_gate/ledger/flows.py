@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, Engine, bindparam, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
+from agent_gate.errors import NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, quota
-from agent_gate.ledger.approvals import NotAwaitingApproval
 from agent_gate.ledger.canonical import canonical_json
 from agent_gate.ledger.dialect import (
     begin_read,

@@ -25,7 +25,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import LedgerSchemaError
 from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
 
 __all__ = [
@@ -40,8 +40,6 @@ __all__ = [
 ]
 
 
-class LedgerSchemaError(AgentGateError):
-    """The database's schema is not the one this code was written for."""
 
 
 _LEDGER_TABLES = frozenset({"tasks", "tool_calls", "audit_events"})

@@ -19,7 +19,7 @@ from typing import Any, cast
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.models import TaskRow, ToolCallRow
 from agent_gate.ledger.prepared import result_processors
@@ -77,12 +77,6 @@ def _loads(text: str | None) -> Any:
     return _decode(text) if text is not None else None
 
 
-class TaskContextConflict(AgentGateError):
-    """A task was given another principal or scope than the one it was started with.
-
-    A task's principal and scope are fixed when first given: quotas, approvals and
-    resumes of the task are all judged for them, so they cannot change half-way.
-    """
 
 
 @dataclass(frozen=True, slots=True)

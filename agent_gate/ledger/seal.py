@@ -49,7 +49,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import SealError, SealKeyMissing, SealKeyUnsafe
 
 __all__ = [
     "ENV_KEY",
@@ -70,21 +70,10 @@ _PREFIX = "v1:"
 _NONCE_BYTES = 12
 
 
-class SealError(AgentGateError):
-    """A sealed value cannot be opened (another key, or the ciphertext was altered)."""
 
 
-class SealKeyMissing(AgentGateError):
-    """Redacted fields must be sealed and no seal key is configured."""
 
 
-class SealKeyUnsafe(SealKeyMissing):
-    """A key file others could read or replace: refused, as ``ssh`` refuses such a key.
-
-    Readable by others, the key opens every sealed argument in the database; writable
-    by others or owned by someone else, it can be swapped for a key an attacker holds.
-    A subclass of ``SealKeyMissing``: whoever handles a missing key handles this one.
-    """
 
 
 def _parse_key(text: str, source: str) -> bytes:

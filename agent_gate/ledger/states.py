@@ -80,7 +80,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import NamedTuple
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import IllegalTransition
 from agent_gate.ledger.reasons import ReasonCode
 
 __all__ = [
@@ -306,13 +306,6 @@ that the ledger does not import the tool layer. An operator's answer
 (``Gate.resolve``) takes the same arrow with ``ReasonCode.RESOLVED``."""
 
 
-class IllegalTransition(AgentGateError):
-    """Code asked for an arrow the table does not have: a bug, never a race."""
-
-    def __init__(self, state: CallState, event: Event) -> None:
-        super().__init__(f"no transition from {state.value!r} on {event.value!r}")
-        self.state = state
-        self.event = event
 
 
 def next_state(state: CallState, event: Event) -> CallState:

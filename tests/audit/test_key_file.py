@@ -10,7 +10,7 @@ import pytest
 from shared_fixtures import EXAMPLE_POLICY, TEST_SEAL_KEY, effect_lines
 
 from agent_gate import CallState, Gate
-from agent_gate.ledger.seal import SealKeyMissing, SealKeyUnsafe
+from agent_gate.errors import SealKeyMissing, SealKeyUnsafe
 
 EXTERNAL_MAIL = {"call_id": "ext", "name": "send_email",
                  "arguments": {"to": "bob@gmail.com", "subject": "Wire", "body": "Dear Bob."}}

@@ -13,7 +13,7 @@ from shared_fixtures import EXAMPLE_POLICY, effect_lines
 
 from agent_gate import CallState, Gate
 from agent_gate.cli import main as cli
-from agent_gate.ledger.seal import SealKeyMissing
+from agent_gate.errors import SealKeyMissing
 from agent_gate.policy import Principal
 
 BODY_SECRET = "ZEBRA-QUILL-MARMOT wire instructions"
