@@ -125,14 +125,75 @@ def json_type_name(value: object) -> str:
     return type(value).__name__
 
 
+# ------------------------------------------------------------ plain JSON
+
+
+class ArgumentsTooDeep(AgentGateError, ValueError):
+    """Arguments nest deeper than the configured limit. The message names the limit,
+    never the value; ``reason`` is the identifier a rejected call records."""
+
+    reason = "arguments_too_deep"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"arguments nest deeper than {limit} levels")
+
+
+# ----------------------------------------------------------- strict JSON
+
+
+class StrictParseError(AgentGateError):
+    """Argument text failed strict parsing; ``reason`` is an identifier
+    (``invalid_json``, ``duplicate_key``, ``concatenated_json``,
+    ``arguments_not_object``, ``invalid_unicode``, ``arguments_too_deep``), never
+    the text."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+# ------------------------------------------------------------------- sse
+# Each names the limit, the byte offset and the event index; never a byte of the payload.
+
+
+class SSEError(AgentGateError):
+    """Base of the SSE decoder's errors."""
+
+
+class SSEStateError(SSEError):
+    """The decoder was used after ``end()`` or after it raised a limit error."""
+
+
+class SSELimitExceeded(SSEError):
+    """A configured limit was exceeded; the decoder is unusable afterwards.
+
+    ``events`` holds the events that were completed by the same ``feed()`` call
+    before the violation, so nothing the stream did deliver is lost.
+    """
+
+    def __init__(
+        self,
+        limit: str,
+        limit_bytes: int,
+        offset: int,
+        event_index: int,
+        events: list[Any] | None = None,
+    ) -> None:
+        self.limit = limit
+        self.limit_bytes = limit_bytes
+        self.offset = offset
+        self.event_index = event_index
+        self.events: list[Any] = list(events or ())  # the ServerSentEvents
+        super().__init__(
+            f"SSE limit {limit}={limit_bytes} bytes exceeded at byte offset {offset} "
+            f"(event index {event_index})"
+        )
+
+
 # ------------------------------------------------------------- transport
-# Typed errors of the streaming transport.
-#
-# Each names what tripped (a status, a limit, a reason) with counts and byte
-# offsets, never a byte of the stream's payload: these messages reach logs, and a
-# stream carries the model's output and the user's tool arguments. The one place
-# a response body is quoted at all is ``StreamHTTPStatusError.excerpt``, and that
-# is bounded and redacted (see ``agent_gate.transport.http.error_excerpt``).
+# Counts, offsets and reasons, never the stream's payload; the one response excerpt
+# quoted anywhere (StreamHTTPStatusError.excerpt) is bounded and redacted.
 
 
 class TruncationReason(Enum):
@@ -295,279 +356,8 @@ class StreamTruncatedError(StreamError):
         )
 
 
-# ----------------------------------------------------------------- tools
-# What a refused tool declaration or a refused call is told.
-#
-# Validation errors are reported as RFC 6901 JSON pointers plus the failed schema
-# keyword and never echo an argument value, because these errors end up in logs, in
-# the ledger and in the transcript sent back to the model. Both validators (the
-# python-jsonschema reference and the jsonschema-rs fast path) and pydantic map
-# their locations to ``json_pointer``, so one call fails the same way whichever
-# judged it.
-
-
-class ToolDefinitionError(AgentGateError):
-    """A tool was registered with an invalid schema or options; raised at import time."""
-
-
-class UnknownTool(AgentGateError):
-    """A call named a tool the registry does not have."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no tool named {name!r} is registered")
-        self.name = name
-
-
-class ArgumentsNotObject(AgentGateError):
-    """The arguments were valid JSON but not an object; tools take named arguments only."""
-
-    def __init__(self, tool: str, json_type: str) -> None:
-        super().__init__(f"arguments of {tool!r} are a JSON {json_type}, not an object")
-        self.tool = tool
-        self.json_type = json_type
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class ArgumentError:
-    """Where an argument failed and which schema keyword it failed; never its value."""
-
-    pointer: str
-    keyword: str
-
-    def __str__(self) -> str:
-        return f"{self.pointer or '/'} ({self.keyword})"
-
-
-COERCION_UNSTABLE: Final = "coercion_unstable"
-"""The keyword of an ``ArgumentError`` for a model whose coerced value does not
-survive a second validation unchanged (see ``Tool.handed``)."""
-
-
-class ArgumentsInvalid(AgentGateError):
-    """The arguments do not satisfy the tool's schema."""
-
-    MAX_LISTED = 10
-
-    def __init__(self, tool: str, errors: Sequence[ArgumentError]) -> None:
-        self.tool = tool
-        self.errors = tuple(errors)
-        listed = "; ".join(str(e) for e in self.errors[: self.MAX_LISTED])
-        more = len(self.errors) - self.MAX_LISTED
-        suffix = f"; and {more} more" if more > 0 else ""
-        super().__init__(f"arguments of {tool!r} fail its schema at {listed}{suffix}")
-
-
-def escape_token(token: str | int) -> str:
-    """One reference token of a JSON pointer, with ``~`` and ``/`` escaped."""
-    return str(token).replace("~", "~0").replace("/", "~1")
-
-
-def json_pointer(path: Sequence[str | int]) -> str:
-    """RFC 6901 pointer: the one location format both jsonschema and pydantic map to."""
-    return "".join("/" + escape_token(p) for p in path)
-
-
-# ---------------------------------------------------------------- policy
-# Typed errors of the policy layer.
-#
-# A policy file is written by people, so a load error must point at the place to
-# fix: the file, the line and column, and the key (a dotted path such as
-# ``tools.send_email.rules[0].when[1].regex``). All problems found in one file are
-# collected, so ``agent-gate policy check`` shows them together instead of one per
-# run. Messages name keys and the policy's own constraints, never a tool call's
-# argument values.
-
-
-class PolicyError(AgentGateError):
-    """Base of every error the policy layer raises on purpose."""
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with a policy file, located for a human editor.
-
-    ``line`` and ``column`` are 1-based, as editors count; they are ``None`` only
-    when the problem concerns the file as a whole (unreadable, empty, too large).
-    """
-
-    source: str
-    line: int | None
-    column: int | None
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        where = self.source
-        if self.line is not None:
-            where += f":{self.line}"
-            if self.column is not None:
-                where += f":{self.column}"
-        key = f" {self.key}:" if self.key else ""
-        return f"{where}:{key} {self.message}"
-
-
-class PolicyLoadError(PolicyError):
-    """A policy file could not be read, parsed or validated.
-
-    ``problems`` lists every problem found; the first one is also exposed as
-    ``source`` / ``line`` / ``key`` for callers that report a single location.
-    """
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        if not problems:
-            raise ValueError("PolicyLoadError needs at least one problem")
-        self.problems: tuple[Problem, ...] = tuple(problems)
-        first = self.problems[0]
-        self.source = first.source
-        self.line = first.line
-        self.column = first.column
-        self.key = first.key
-        super().__init__("\n".join(str(p) for p in self.problems))
-
-
-# ---------------------------------------------------------- policy paths
-
-
-class UnjudgeablePath(PolicyError):
-    """A value cannot be resolved to one absolute path; the message says why, never the value."""
-
-
-# ------------------------------------------------------ policy addresses
-
-
-class AddressError(PolicyError):
-    """A value could not be read as a host, address, URL or e-mail address."""
-
-
-# -------------------------------------------------------- policy beneath
-
-
-class PathEscapes(PolicyError):
-    """A path would leave its root, or would pass through a symlink, ``..`` or ``/``.
-
-    ``component`` is the 1-based position of the offending component among the
-    path's non-empty, non-``.`` components, or ``None`` when the path as a whole
-    is at fault (absolute, NUL byte) or the kernel did not say which.
-    """
-
-    def __init__(self, reason: str, component: int | None = None) -> None:
-        self.reason = reason
-        self.component = component
-        where = f"component {component} " if component is not None else "path "
-        super().__init__(where + reason)
-
-
-# ------------------------------------------------------------------ gate
-# The errors the gate raises on purpose (each an ``AgentGateError``).
-
-
-class OutcomeUnknown(AgentGateError):
-    """Raise from a tool when it cannot tell whether its write happened.
-
-    A timeout after the request was sent is the typical case: the gate records the
-    call ``in_doubt`` instead of ``failed``, so nothing retries it blindly.
-    """
-
-
-class GateUsageError(AgentGateError):
-    """The gate was called in a way it cannot honour (e.g. an async tool in a running loop)."""
-
-
-class NotInDoubt(AgentGateError):
-    """``resolve`` was asked to settle a call that is not ``in_doubt``."""
-
-
-class AmbiguousCall(AgentGateError):
-    """A call id matched calls in several tasks; name the task."""
-
-
-class ApprovalRefused(AgentGateError):
-    """An approval cannot be given: the policy named for it denies the call."""
-
-
-# ------------------------------------------------------ ledger approvals
-
-
-class NotAwaitingApproval(AgentGateError):
-    """An approval or denial was given for a call that does not wait for one."""
-
-
-# ------------------------------------------------------------ plain JSON
-
-
-class ArgumentsTooDeep(AgentGateError, ValueError):
-    """Arguments nest deeper than the configured limit. The message names the limit,
-    never the value; ``reason`` is the identifier a rejected call records."""
-
-    reason = "arguments_too_deep"
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        super().__init__(f"arguments nest deeper than {limit} levels")
-
-
-# ----------------------------------------------------------- strict JSON
-
-
-class StrictParseError(AgentGateError):
-    """Argument text failed strict parsing; ``reason`` is an identifier
-    (``invalid_json``, ``duplicate_key``, ``concatenated_json``,
-    ``arguments_not_object``, ``invalid_unicode``, ``arguments_too_deep``), never
-    the text."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
-
-
-# ------------------------------------------------------------------- sse
-# Typed errors of the SSE layer.
-#
-# Every message names the limit, the byte offset in the stream and the index of
-# the event being assembled, and never a byte of the payload: these errors are
-# logged, and a stream's data is the model's output or the user's arguments.
-
-
-class SSEError(AgentGateError):
-    """Base of the SSE decoder's errors."""
-
-
-class SSEStateError(SSEError):
-    """The decoder was used after ``end()`` or after it raised a limit error."""
-
-
-class SSELimitExceeded(SSEError):
-    """A configured limit was exceeded; the decoder is unusable afterwards.
-
-    ``events`` holds the events that were completed by the same ``feed()`` call
-    before the violation, so nothing the stream did deliver is lost.
-    """
-
-    def __init__(
-        self,
-        limit: str,
-        limit_bytes: int,
-        offset: int,
-        event_index: int,
-        events: list[Any] | None = None,
-    ) -> None:
-        self.limit = limit
-        self.limit_bytes = limit_bytes
-        self.offset = offset
-        self.event_index = event_index
-        self.events: list[Any] = list(events or ())  # the ServerSentEvents
-        super().__init__(
-            f"SSE limit {limit}={limit_bytes} bytes exceeded at byte offset {offset} "
-            f"(event index {event_index})"
-        )
-
-
 # ------------------------------------------------------------- providers
-# Typed errors of the provider layer.
-#
-# Messages name the event index, the provider and the field that was wrong, and
-# never quote the event's data: a stream carries the model's output and the
-# user's arguments, and these errors end up in logs.
+# The event index, the provider and the field that was wrong; never the event's data.
 
 
 class ProviderError(AgentGateError):
@@ -659,9 +449,6 @@ class AccumulatorLimitExceeded(AccumulatorError):
         super().__init__(f"limit {limit}={limit_value} exceeded at event index {event_index}")
 
 
-# ------------------------------------------------------------ autodetect
-
-
 class ProtocolNotDetected(AccumulatorError):
     """``provider="auto"`` could not tell the protocol from the stream's first events."""
 
@@ -673,7 +460,148 @@ class ProtocolNotDetected(AccumulatorError):
         )
 
 
-# --------------------------------------------------------- ledger states
+# ----------------------------------------------------------------- tools
+# Where arguments failed as RFC 6901 pointers plus the schema keyword, never a value:
+# both validators and pydantic map their locations to json_pointer.
+
+
+class ToolDefinitionError(AgentGateError):
+    """A tool was registered with an invalid schema or options; raised at import time."""
+
+
+class UnknownTool(AgentGateError):
+    """A call named a tool the registry does not have."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no tool named {name!r} is registered")
+        self.name = name
+
+
+class ArgumentsNotObject(AgentGateError):
+    """The arguments were valid JSON but not an object; tools take named arguments only."""
+
+    def __init__(self, tool: str, json_type: str) -> None:
+        super().__init__(f"arguments of {tool!r} are a JSON {json_type}, not an object")
+        self.tool = tool
+        self.json_type = json_type
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ArgumentError:
+    """Where an argument failed and which schema keyword it failed; never its value."""
+
+    pointer: str
+    keyword: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer or '/'} ({self.keyword})"
+
+
+COERCION_UNSTABLE: Final = "coercion_unstable"
+"""The keyword of an ``ArgumentError`` for a model whose coerced value does not
+survive a second validation unchanged (see ``Tool.handed``)."""
+
+
+class ArgumentsInvalid(AgentGateError):
+    """The arguments do not satisfy the tool's schema."""
+
+    MAX_LISTED = 10
+
+    def __init__(self, tool: str, errors: Sequence[ArgumentError]) -> None:
+        self.tool = tool
+        self.errors = tuple(errors)
+        listed = "; ".join(str(e) for e in self.errors[: self.MAX_LISTED])
+        more = len(self.errors) - self.MAX_LISTED
+        suffix = f"; and {more} more" if more > 0 else ""
+        super().__init__(f"arguments of {tool!r} fail its schema at {listed}{suffix}")
+
+
+def escape_token(token: str | int) -> str:
+    """One reference token of a JSON pointer, with ``~`` and ``/`` escaped."""
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(path: Sequence[str | int]) -> str:
+    """RFC 6901 pointer: the one location format both jsonschema and pydantic map to."""
+    return "".join("/" + escape_token(p) for p in path)
+
+
+# ---------------------------------------------------------------- policy
+# A load error points at the place to fix (file, line, column, dotted key), all
+# problems of a file at once; messages never show a call's argument values.
+
+
+class PolicyError(AgentGateError):
+    """Base of every error the policy layer raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a policy file, located for a human editor.
+
+    ``line`` and ``column`` are 1-based, as editors count; they are ``None`` only
+    when the problem concerns the file as a whole (unreadable, empty, too large).
+    """
+
+    source: str
+    line: int | None
+    column: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        key = f" {self.key}:" if self.key else ""
+        return f"{where}:{key} {self.message}"
+
+
+class PolicyLoadError(PolicyError):
+    """A policy file could not be read, parsed or validated.
+
+    ``problems`` lists every problem found; the first one is also exposed as
+    ``source`` / ``line`` / ``key`` for callers that report a single location.
+    """
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        if not problems:
+            raise ValueError("PolicyLoadError needs at least one problem")
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        first = self.problems[0]
+        self.source = first.source
+        self.line = first.line
+        self.column = first.column
+        self.key = first.key
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class UnjudgeablePath(PolicyError):
+    """A value cannot be resolved to one absolute path; the message says why, never the value."""
+
+
+class AddressError(PolicyError):
+    """A value could not be read as a host, address, URL or e-mail address."""
+
+
+class PathEscapes(PolicyError):
+    """A path would leave its root, or would pass through a symlink, ``..`` or ``/``.
+
+    ``component`` is the 1-based position of the offending component among the
+    path's non-empty, non-``.`` components, or ``None`` when the path as a whole
+    is at fault (absolute, NUL byte) or the kernel did not say which.
+    """
+
+    def __init__(self, reason: str, component: int | None = None) -> None:
+        self.reason = reason
+        self.component = component
+        where = f"component {component} " if component is not None else "path "
+        super().__init__(where + reason)
+
+
+# ---------------------------------------------------------------- ledger
 
 
 class IllegalTransition(AgentGateError):
@@ -685,9 +613,6 @@ class IllegalTransition(AgentGateError):
         self.event = event
 
 
-# ---------------------------------------------------------- ledger tasks
-
-
 class TaskContextConflict(AgentGateError):
     """A task was given another principal or scope than the one it was started with.
 
@@ -696,7 +621,8 @@ class TaskContextConflict(AgentGateError):
     """
 
 
-# ------------------------------------------------------ ledger databases
+class NotAwaitingApproval(AgentGateError):
+    """An approval or denial was given for a call that does not wait for one."""
 
 
 class LedgerConfigError(AgentGateError):
@@ -718,14 +644,8 @@ class LedgerReplaced(AgentGateError):
     """
 
 
-# --------------------------------------------------------- ledger schema
-
-
 class LedgerSchemaError(AgentGateError):
     """The database's schema is not the one this code was written for."""
-
-
-# ----------------------------------------------------------- ledger seal
 
 
 class SealError(AgentGateError):
@@ -743,3 +663,30 @@ class SealKeyUnsafe(SealKeyMissing):
     by others or owned by someone else, it can be swapped for a key an attacker holds.
     A subclass of ``SealKeyMissing``: whoever handles a missing key handles this one.
     """
+
+
+# ------------------------------------------------------------------ gate
+
+
+class OutcomeUnknown(AgentGateError):
+    """Raise from a tool when it cannot tell whether its write happened.
+
+    A timeout after the request was sent is the typical case: the gate records the
+    call ``in_doubt`` instead of ``failed``, so nothing retries it blindly.
+    """
+
+
+class GateUsageError(AgentGateError):
+    """The gate was called in a way it cannot honour (e.g. an async tool in a running loop)."""
+
+
+class NotInDoubt(AgentGateError):
+    """``resolve`` was asked to settle a call that is not ``in_doubt``."""
+
+
+class AmbiguousCall(AgentGateError):
+    """A call id matched calls in several tasks; name the task."""
+
+
+class ApprovalRefused(AgentGateError):
+    """An approval cannot be given: the policy named for it denies the call."""
