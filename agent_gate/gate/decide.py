@@ -230,31 +230,17 @@ class Decider:
         assert arguments is not None  # the ruling / the claim's hash check saw them
         decision = self._evaluate_in(txn, rec, arguments, besides=rec.row_id if recheck else None)
         detail, changes, reason = _decision_record(decision)
+        allowed = decision.effect is DecisionEffect.ALLOW
+        if allowed and recheck:
+            return Ruling(Event.CLAIM, detail=detail, changes=changes)
+        event, code, text = _POLICY_ARROWS[decision.effect]
         when = " when claimed" if recheck else ""
-        if decision.effect is DecisionEffect.ALLOW:
-            if recheck:
-                return Ruling(Event.CLAIM, detail=detail, changes=changes)
-            return Ruling(
-                Event.ALLOW,
-                R.ALLOWED,
-                reason,
-                detail,
-                charges=self.rules.charges(rec.tool, arguments),
-                changes=changes,
-            )
-        if decision.effect is DecisionEffect.APPROVE:
-            return Ruling(
-                Event.REQUIRE_APPROVAL,
-                R.AWAITING_APPROVAL,
-                f"waits for a human approval{when}: {reason}",
-                detail,
-                changes=changes,
-            )
         return Ruling(
-            Event.REJECT,
-            R.POLICY_DENIED,
-            f"denied by policy{when}: {reason}; not run",
+            event,
+            code,
+            text.format(when=when, reason=reason),
             detail,
+            charges=self.rules.charges(rec.tool, arguments) if allowed else {},
             changes=changes,
         )
 
@@ -372,6 +358,19 @@ class Decider:
         return self.rules.evaluate(
             rec.tool, arguments, principal=principal, scope=scope, usage=usage
         )
+
+
+_POLICY_ARROWS: dict[DecisionEffect, tuple[Event, R, str]] = {
+    DecisionEffect.ALLOW: (Event.ALLOW, R.ALLOWED, "{reason}"),
+    DecisionEffect.APPROVE: (
+        Event.REQUIRE_APPROVAL, R.AWAITING_APPROVAL, "waits for a human approval{when}: {reason}"
+    ),
+    DecisionEffect.DENY: (
+        Event.REJECT, R.POLICY_DENIED, "denied by policy{when}: {reason}; not run"
+    ),
+}
+"""A policy file's effect -> the arrow out of ``received`` (or, re-checked at a claim,
+out of ``authorized``), its reason code and its audit text."""
 
 
 def _task_context(txn: LedgerTxn, task_id: str) -> tuple[Principal, TaskScope]:

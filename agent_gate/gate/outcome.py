@@ -8,7 +8,7 @@ operator); they are built from ledger rows here and nowhere else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_gate.gate import render
@@ -130,13 +130,7 @@ class Blocker:
     reason: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "state": self.state.value,
-            "needs": self.needs,
-            "reason": self.reason,
-        }
+        return {**asdict(self), "state": self.state.value}
 
 
 def outcome_of(

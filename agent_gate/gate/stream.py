@@ -17,6 +17,7 @@ been built with a laxer mode: ``_Held`` keeps the policy's word over the caller'
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent_gate.accumulate import Accumulator, DispatchMode
@@ -60,27 +61,22 @@ class _Held:
         return due
 
 
+@dataclass(eq=False)
 class StreamRun:
     """One response for one task: events in, drivers out, a ``RunResult`` at the end."""
 
-    def __init__(
-        self,
-        driver: CallDriver,
-        accumulator: AnyAccumulator,
-        mode: Callable[[str], DispatchMode],
-        *,
-        task_id: str,
-        context: CallContext,
-    ) -> None:
-        self._driver = driver
-        self.acc = accumulator
-        self._mode = mode
-        self._held = _Held(mode)
-        self.task_id = task_id
-        self.context = context
-        self.outcomes: list[Outcome] = []
-        self.error: str | None = None
-        """The stream's own failure (a limit, a decoding error): it ends the run quietly."""
+    driver: CallDriver
+    acc: AnyAccumulator
+    mode: Callable[[str], DispatchMode]
+    task_id: str
+    context: CallContext
+    outcomes: list[Outcome] = field(default_factory=list)
+    error: str | None = None
+    """The stream's own failure (a limit, a decoding error): it ends the run quietly."""
+    _held: _Held = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._held = _Held(self.mode)
 
     @property
     def stopped(self) -> bool:
@@ -116,7 +112,7 @@ class StreamRun:
             if call.status is CallStatus.PROVIDER_EXECUTED:
                 continue  # the provider ran it; not ours to record or run
             early: Ruling | None = None
-            deferred = self._mode(call.name) is DispatchMode.ON_RESPONSE_COMPLETE
+            deferred = self.mode(call.name) is DispatchMode.ON_RESPONSE_COMPLETE
             if call.complete and deferred and not (terminal is not None and terminal.succeeded):
                 ended = str(terminal) if terminal is not None else "truncated"
                 early = Ruling(
@@ -125,12 +121,12 @@ class StreamRun:
                     f"the response ended {ended} before completing; this call waits for a "
                     "completed response and was not run",
                 )
-            drivers.append(self._driver.drive_call(self.task_id, call, early, self.context))
+            drivers.append(self.driver.drive_call(self.task_id, call, early, self.context))
         return drivers
 
     def after(self) -> None:
         """Record how the response ended, and anomalies after a call was released."""
-        ledger = self._driver.ledger
+        ledger = self.driver.ledger
         terminal = self.acc.terminal
         if terminal is not None:
             ledger.record_terminal(self.task_id, terminal.kind.value, terminal.reason)

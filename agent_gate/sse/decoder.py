@@ -301,8 +301,7 @@ class SSEDecoder:
         try:
             self._consume(buf, start, out)
         except SSELimitExceeded as exc:
-            self._state = DecoderState.ERROR
-            exc.events[:0] = out
+            self._broken(exc, out)
             raise
         self._resume(size)
         return out
@@ -381,9 +380,7 @@ class SSEDecoder:
                 return out
             self._interpret(text, head, start, out)
         except SSELimitExceeded as exc:
-            self._fast = False
-            self._state = DecoderState.ERROR
-            exc.events[:0] = out
+            self._broken(exc, out)
             raise
         return out
 
@@ -397,9 +394,7 @@ class SSEDecoder:
         try:
             self._consume(head, start, out)
         except SSELimitExceeded as exc:
-            self._fast = False
-            self._state = DecoderState.ERROR
-            exc.events[:0] = out
+            self._broken(exc, out)
             raise
         return out
 
@@ -478,8 +473,7 @@ class SSEDecoder:
                     "max_stream_bytes", self._max_stream, self._max_stream, self._events
                 )
         except SSELimitExceeded as exc:
-            self._state = DecoderState.ERROR
-            exc.events[:0] = out
+            self._broken(exc, out)
             raise
         self._resume(len(data))
         return out
@@ -607,6 +601,13 @@ class SSEDecoder:
         except SSELimitExceeded:
             return False
         return True
+
+    def _broken(self, exc: SSELimitExceeded, out: list[ServerSentEvent]) -> None:
+        """A limit tripped: the decoder is unusable from now on, and the events this
+        read completed before it travel with the error (nothing delivered is lost)."""
+        self._fast = False
+        self._state = DecoderState.ERROR
+        exc.events[:0] = out
 
     def _release_held(self) -> bool:
         """Interpret held lines at the end; False if that exceeded a limit.
