@@ -144,6 +144,7 @@ def plain_verdict(text: str) -> tuple[str, Any]:
     return ("ok", value)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(text=_texts())
 def test_parse_arguments_agrees_with_plain_json_and_the_strict_rules(text: str) -> None:

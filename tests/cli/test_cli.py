@@ -77,6 +77,7 @@ def test_commands_refuse_a_ledger_that_is_not_there(tmp_path: Path) -> None:
     assert not (tmp_path / "nope.db").exists()
 
 
+@pytest.mark.slow
 def test_approve_then_resume_runs_the_call_once_through_the_console_script(
     ledger_url: str, effects_file: Path
 ) -> None:
@@ -146,6 +147,7 @@ def test_audit_table_and_json_show_decisions_and_rule_ids(ledger_url: str) -> No
     assert all(len(e["hash"]) == 64 for e in only)
 
 
+@pytest.mark.slow
 def test_audit_verify_through_the_console_script_names_the_edited_entry(
     sqlite_url: str, support_tools: ModuleType, effects_file: Path
 ) -> None:
@@ -170,6 +172,7 @@ def test_audit_verify_through_the_console_script_names_the_edited_entry(
     assert emptied.returncode == 1 and "is not in the chain" in emptied.stderr
 
 
+@pytest.mark.slow
 def test_resolve_settles_an_in_doubt_call_and_resume_runs_a_not_applied_one(
     db_url: str, support_tools: ModuleType, effects_file: Path
 ) -> None:

@@ -249,6 +249,7 @@ def test_a_malformed_header_is_named_by_position_not_by_value(cli: Any) -> None:
 # ------------------------------------------------------------ out of process
 
 
+@pytest.mark.slow
 def test_the_commands_as_a_user_types_them(tmp_path: Path, effects: Path) -> None:
     """Standalone server, fault as query parameters, the CLI in its own process."""
     transcript = tmp_path / "stream.sse"

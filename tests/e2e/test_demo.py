@@ -130,6 +130,7 @@ def test_the_demo_uses_the_given_ledger_and_says_so(workdir: Path) -> None:
     assert outbox_counts("t2") == {"call_weather": 1, "call_mail_team": 1}
 
 
+@pytest.mark.slow
 def test_the_demo_ends_by_itself_as_a_newcomer_runs_it(tmp_path: Path) -> None:
     """The real entry point, the default pacing, its own process: bounded in seconds."""
     env = {k: v for k, v in os.environ.items() if k not in ("AGENT_GATE_DB",

@@ -36,6 +36,7 @@ def replay(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_replay_twice_executes_nothing_the_second_time(
     project: Path, effects_file: Path
 ) -> None:

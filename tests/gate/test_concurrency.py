@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from waiting import start_together
 
 HERE = Path(__file__).parent
@@ -21,6 +22,7 @@ def effect_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
+@pytest.mark.slow
 def test_racing_workers_run_each_side_effect_exactly_once(
     tmp_path: Path, db_url: str, effects_file: Path
 ) -> None:
@@ -54,6 +56,7 @@ def test_racing_workers_run_each_side_effect_exactly_once(
     assert others <= {"succeeded", "executing"}  # replayed, or still running elsewhere
 
 
+@pytest.mark.slow
 def test_two_cli_replays_at_once(tmp_path: Path, effects_file: Path) -> None:
     (tmp_path / "my_tools.py").write_text((HERE / "agent_tools.py").read_text())
     stream = str(TRANSCRIPTS / "anthropic" / "parallel_tool_use.sse")

@@ -49,6 +49,7 @@ def kill_mid_tool(
         marker.unlink(missing_ok=True)  # later runs in this process must not hang
 
 
+@pytest.mark.slow
 def test_killed_none_tool_is_in_doubt_and_nothing_reruns_it(
     tmp_path: Path, db_url: str, effects_file: Path, agent_tools: object
 ) -> None:
@@ -84,6 +85,7 @@ def test_killed_none_tool_is_in_doubt_and_nothing_reruns_it(
     assert len(effect_lines(effects_file)) == 1
 
 
+@pytest.mark.slow
 def test_killed_natural_tool_is_rerun_once_by_recover(
     tmp_path: Path, db_url: str, effects_file: Path, agent_tools: object
 ) -> None:
@@ -102,6 +104,7 @@ def test_killed_natural_tool_is_rerun_once_by_recover(
     assert len(lines) == 2 and lines[0] == lines[1]  # the same write, with the same key
 
 
+@pytest.mark.slow
 def test_reconcile_hook_settles_a_write_that_happened(
     tmp_path: Path, db_url: str, effects_file: Path, agent_tools: object
 ) -> None:

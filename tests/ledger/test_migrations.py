@@ -136,6 +136,7 @@ def test_env_var_supplies_the_default_url(
     assert path.exists()
 
 
+@pytest.mark.slow
 def test_many_processes_opening_a_fresh_file_upgrade_it_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     go = tmp_path / "go"

@@ -135,6 +135,7 @@ def test_lose_if_abandoned_never_steals_a_renewed_lease(ledger: Ledger) -> None:
                                "owner": "host:1:0:x", "attempt": 1}
 
 
+@pytest.mark.slow
 def test_racing_processes_claim_once(tmp_path: Path, db_url: str) -> None:
     with Ledger(db_url) as ledger:
         authorized(ledger, "race")

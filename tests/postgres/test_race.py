@@ -182,6 +182,7 @@ def effect_counts(path: Path) -> tuple[Counter[tuple[str, str]], dict[tuple[str,
 # ----------------------------------------------------------------------- test
 
 
+@pytest.mark.slow
 def test_racing_workers_and_killed_workers_run_every_effect_at_most_once(
     db_url: str, tmp_path: Path, effects_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from race_tools import tools  # tests/postgres on sys.path (conftest)
 
 from agent_gate import CallState, Gate
@@ -55,6 +56,7 @@ def claim_as(ledger: Ledger, task: str, c: dict[str, Any], owner: str, lease_ms:
     assert ledger.claim(rec, owner=owner, lease_ms=lease_ms).won
 
 
+@pytest.mark.slow
 def test_several_sweepers_settle_a_dead_workers_calls_once_each(
     db_url: str, tmp_path: Path, effects_file: Path
 ) -> None:

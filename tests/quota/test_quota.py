@@ -98,6 +98,7 @@ def test_the_example_policy_asks_a_person_after_five_refunds(
     assert len(effect_lines(effects_file)) == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [4])
 def test_quota_is_never_exceeded_by_racing_processes(
     db_url: str, support_tools: ModuleType, effects_file: Path, tmp_path: Path, workers: int

@@ -66,6 +66,7 @@ def reference_text(value: Any) -> str:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(value=values)
 def test_canonical_json_and_hash_are_the_reference_bytes(value: Any) -> None:

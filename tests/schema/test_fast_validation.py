@@ -189,6 +189,7 @@ def python_valid(schema: Any, instance: Any) -> bool:
     return bool(validator.is_valid(instance))
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=schemas, instances=st.lists(json_values, min_size=1, max_size=5))
 def test_an_rs_yes_is_always_a_python_yes(schema: Any, instances: list[Any]) -> None:
@@ -202,6 +203,7 @@ def test_an_rs_yes_is_always_a_python_yes(schema: Any, instances: list[Any]) -> 
             assert python_valid(schema, instance), (schema, instance)
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(data=st.data())
 def test_native_formats_never_accept_what_python_refuses(data: st.DataObject) -> None:
@@ -220,6 +222,7 @@ def _subset_in_use(name: str) -> str:
     return pattern
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SUBSET_PATTERNS))
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())

@@ -68,6 +68,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(value=values)
 def test_plain_json_is_its_definition(value: Any) -> None:
