@@ -35,6 +35,7 @@ from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import ApprovalRow
+from agent_gate.ledger.records import from_row
 
 __all__ = [
     "APPROVED",
@@ -133,20 +134,12 @@ class ApprovalRecord:
 
 
 def _from_row(row: Any) -> ApprovalRecord:
-    return ApprovalRecord(
-        id=row["id"],
-        call_row_id=row["call_row_id"],
-        task_id=row["task_id"],
-        call_id=row["call_id"],
-        verdict=row["verdict"],
-        args_hash=row["args_hash"],
-        policy_hash=row["policy_hash"],
-        decided_by=row["decided_by"],
-        reason=row["reason"],
+    consumed_at = row["consumed_at"]
+    return from_row(
+        ApprovalRecord,
+        row,
         decided_at=as_utc(row["decided_at"]),
-        expires_ms=row["expires_ms"],
-        consumed_at=as_utc(row["consumed_at"]) if row["consumed_at"] is not None else None,
-        consumed_attempt=row["consumed_attempt"],
+        consumed_at=as_utc(consumed_at) if consumed_at is not None else None,
         read_at_ms=row["db_now_ms"],
     )
 
