@@ -76,10 +76,12 @@ def ttl_problem(ttl: object) -> str | None:
     return None
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class ApprovalRecord:
+    """One answer given to a call that waits for approval, as stored. It names the
+    arguments' and policy's hashes it was given for, so that it cannot be spent on
+    other arguments or under another policy."""
+
     id: int
     call_row_id: int
     task_id: str
