@@ -418,9 +418,8 @@ class Accumulator:
         self._calls[call.call_id] = call
 
     def _delta(self, event: ev.ToolCallArgumentsDelta, released: list[ToolCall]) -> None:
-        call = self._calls.get(event.call_id)
+        call = self._known(event.call_id, "delta_for_unknown_call")
         if call is None:
-            self._note("delta_for_unknown_call", event.call_id)
             return
         if call.phase is not _Phase.OPEN:
             if self._is_complete(call):
@@ -442,9 +441,8 @@ class Accumulator:
         self._argument_bytes += nbytes
 
     def _snapshot(self, event: ev.ToolCallArgumentsSnapshot, released: list[ToolCall]) -> None:
-        call = self._calls.get(event.call_id)
+        call = self._known(event.call_id, "snapshot_for_unknown_call")
         if call is None:
-            self._note("snapshot_for_unknown_call", event.call_id)
             return
         if call.phase is _Phase.OPEN:
             disagrees = (call.parts and "".join(call.parts) != event.arguments) or (
@@ -464,9 +462,8 @@ class Accumulator:
             self._reject(call.call_id, "arguments_mismatch", released)
 
     def _done(self, event: ev.ToolCallArgumentsDone, released: list[ToolCall]) -> None:
-        call = self._calls.get(event.call_id)
+        call = self._known(event.call_id, "completion_for_unknown_call")
         if call is None:
-            self._note("completion_for_unknown_call", event.call_id)
             return
         if call.phase is not _Phase.OPEN:
             outcome = call.outcome
@@ -521,11 +518,18 @@ class Accumulator:
     def _note(self, reason: str, call_id: str | None, *, after_release: bool = False) -> None:
         self._anomalies.append(Anomaly(self._index, reason, call_id, after_release))
 
-    def _reject(self, call_id: str, reason: str, released: list[ToolCall]) -> None:
-        """Reject a call that can no longer be trusted, if it was not handed over yet."""
+    def _known(self, call_id: str, unknown: str) -> _Call | None:
+        """The call ``call_id``, or None with the anomaly ``unknown`` noted: an event
+        for a call never started is reported, never acted on."""
         call = self._calls.get(call_id)
         if call is None:
-            self._note(reason, call_id)
+            self._note(unknown, call_id)
+        return call
+
+    def _reject(self, call_id: str, reason: str, released: list[ToolCall]) -> None:
+        """Reject a call that can no longer be trusted, if it was not handed over yet."""
+        call = self._known(call_id, reason)
+        if call is None:
             return
         if call.phase is _Phase.RELEASED:
             self._note(reason, call_id, after_release=True)

@@ -35,6 +35,7 @@ from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import ApprovalRow
+from agent_gate.ledger.records import from_row
 
 __all__ = [
     "APPROVED",
@@ -75,10 +76,12 @@ def ttl_problem(ttl: object) -> str | None:
     return None
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class ApprovalRecord:
+    """One answer given to a call that waits for approval, as stored. It names the
+    arguments' and policy's hashes it was given for, so that it cannot be spent on
+    other arguments or under another policy."""
+
     id: int
     call_row_id: int
     task_id: str
@@ -133,20 +136,12 @@ class ApprovalRecord:
 
 
 def _from_row(row: Any) -> ApprovalRecord:
-    return ApprovalRecord(
-        id=row["id"],
-        call_row_id=row["call_row_id"],
-        task_id=row["task_id"],
-        call_id=row["call_id"],
-        verdict=row["verdict"],
-        args_hash=row["args_hash"],
-        policy_hash=row["policy_hash"],
-        decided_by=row["decided_by"],
-        reason=row["reason"],
+    consumed_at = row["consumed_at"]
+    return from_row(
+        ApprovalRecord,
+        row,
         decided_at=as_utc(row["decided_at"]),
-        expires_ms=row["expires_ms"],
-        consumed_at=as_utc(row["consumed_at"]) if row["consumed_at"] is not None else None,
-        consumed_attempt=row["consumed_attempt"],
+        consumed_at=as_utc(consumed_at) if consumed_at is not None else None,
         read_at_ms=row["db_now_ms"],
     )
 

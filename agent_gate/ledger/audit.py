@@ -66,6 +66,7 @@ from agent_gate.ledger.dialect import for_update
 from agent_gate.ledger.models import AuditChainHead, AuditEvent, ToolCallRow
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.records import from_row
 
 __all__ = [
     "MAX_DETAIL_CHARS",
@@ -253,19 +254,9 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
 
 
 def _record(row: Mapping[str, Any]) -> AuditRecord:
-    return AuditRecord(
-        id=row["id"],
-        at=as_utc(row["at"]),
-        task_id=row["task_id"],
-        call_row_id=row["call_row_id"],
-        call_id=row["call_id"],
-        event=row["event"],
-        from_state=row["from_state"],
-        to_state=row["to_state"],
-        actor=row["actor"],
-        detail=json.loads(row["detail"]) if row["detail"] else None,
-        seq=row["seq"],
-        hash=row["hash"],
+    detail = row["detail"]
+    return from_row(
+        AuditRecord, row, at=as_utc(row["at"]), detail=json.loads(detail) if detail else None
     )
 
 

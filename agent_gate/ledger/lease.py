@@ -37,8 +37,9 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _process_start(pid: int) -> str:
-    """The kernel's start time of ``pid`` (clock ticks since boot), '' where unknown."""
+def _stat_field(pid: int, index: int) -> str:
+    """Field ``index`` of ``/proc/<pid>/stat`` counted after the command name (0 is
+    the state), '' where unknown: the one reader of that file for both questions."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode("ascii", "replace")
@@ -46,17 +47,17 @@ def _process_start(pid: int) -> str:
         return ""
     # Field 2 (comm) may contain spaces and parentheses; fields resume after the last ')'.
     fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else ""
+    return fields[index] if len(fields) > index else ""
+
+
+def _process_start(pid: int) -> str:
+    """The kernel's start time of ``pid`` (clock ticks since boot), '' where unknown."""
+    return _stat_field(pid, 19)
 
 
 def _process_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except OSError:
-        return ""
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[0] if fields else ""
+    """``pid``'s state letter (``Z`` for a zombie), '' where unknown."""
+    return _stat_field(pid, 0)
 
 
 class Liveness(StrEnum):

@@ -9,12 +9,13 @@ so it unpacks by position rather than by name.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
@@ -41,6 +42,7 @@ __all__ = [
     "Transition",
     "call_record",
     "driver_call_record",
+    "from_row",
     "task_record",
 ]
 
@@ -224,6 +226,26 @@ def driver_call_record(
         if value is not None:
             row[i] = process(value)
     return call_record(row)
+
+
+_R = TypeVar("_R")
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def from_row(cls: type[_R], row: Mapping[str, Any], **converted: Any) -> _R:
+    """The record dataclass ``cls`` from a row read by column name: each field takes
+    the column of its name, unless ``converted`` gives its value (a timestamp made
+    aware, JSON decoded, a column read under another name).
+
+    Why: a record whose fields mirror its table (approvals, audit events) then names
+    only what differs from the row, so a column added to both is not a third list
+    to keep in step."""
+    plain = {name: row[name] for name in _field_names(cls) if name not in converted}
+    return cls(**plain, **converted)
 
 
 @dataclass(frozen=True, slots=True)

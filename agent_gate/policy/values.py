@@ -14,7 +14,7 @@ careful (``ToolOverrides``), it never defines classes of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from enum import StrEnum
 from types import MappingProxyType
@@ -221,16 +221,7 @@ class LimitCheck:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "key": self.key,
-            "maximum": _num(self.maximum),
-            "used": _num(self.used),
-            "amount": _num(self.amount),
-            "exceeded": self.exceeded,
-            "effect": self.effect.value,
-            "reason": self.reason,
-        }
+        return _json_fields(self)
 
 
 def _num(value: Decimal | None) -> int | float | None:
@@ -239,6 +230,26 @@ def _num(value: Decimal | None) -> int | float | None:
     if value == value.to_integral_value():
         return int(value)
     return float(value)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, Decimal):
+        return _num(value)
+    if isinstance(value, tuple):
+        return [_json_value(item) for item in value]
+    if isinstance(value, (LimitCheck, RuleTrace)):
+        return value.to_dict()
+    return value
+
+
+def _json_fields(record: LimitCheck | RuleTrace | Decision) -> dict[str, Any]:
+    """Every field of a decision record, in field order, as JSON values: enums by
+    value, amounts as numbers, tuples as lists, nested records as dicts. Why: the
+    audit trail and ``--json`` print these records, and one mapping keeps their
+    shapes alike and a new field from being forgotten."""
+    return {f.name: _json_value(getattr(record, f.name)) for f in fields(record)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,12 +262,7 @@ class RuleTrace:
     detail: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "effect": self.effect.value,
-            "truth": self.truth.value,
-            "detail": self.detail,
-        }
+        return _json_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,12 +300,4 @@ class Decision:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "effect": self.effect.value,
-            "tool": self.tool,
-            "rule_ids": list(self.rule_ids),
-            "reasons": list(self.reasons),
-            "policy_hash": self.policy_hash,
-            "rules": [rule.to_dict() for rule in self.rules],
-            "limits": [limit.to_dict() for limit in self.limits],
-        }
+        return _json_fields(self)

@@ -24,7 +24,7 @@ from typing import Any
 
 from agent_gate.plainjson import dumps
 from agent_gate.providers import events as ev
-from agent_gate.providers.base import ProviderAdapter, WireEvent
+from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error_code
 
 PROVIDER_EXECUTED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 _SUCCESS_STOP = frozenset({"end_turn", "tool_use", "stop_sequence"})
@@ -105,9 +105,7 @@ class AnthropicAdapter(ProviderAdapter):
         if etype == "message_stop":
             return self._message_stop()
         if etype == "error":
-            error = data.get("error")
-            code = error.get("type") if isinstance(error, Mapping) else None
-            return [ev.ResponseFailed(code if isinstance(code, str) and code else None)]
+            return [ev.ResponseFailed(provider_error_code(data.get("error"), ("type",)))]
         if etype in _INFORMATIONAL:
             return []
         return [ev.UnknownEvent(etype)]

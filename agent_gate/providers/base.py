@@ -109,6 +109,24 @@ def content_digest(content: Hashable) -> bytes:
     return _blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+def provider_error_code(
+    error: object, keys: tuple[str, ...] = ("code", "type"), *, numbers: bool = False
+) -> str | None:
+    """The first of ``keys`` in a provider's error object that holds an identifier
+    (a non-empty string, or with ``numbers`` an integer as text), never the human
+    message; None when ``error`` is not an object or names none. Why one place: a
+    failed stream is reported by this code, and each adapter read it by hand."""
+    if not isinstance(error, Mapping):
+        return None
+    for key in keys:
+        value = error.get(key)
+        if isinstance(value, str) and value:
+            return value
+        if numbers and isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
 class WireKind(Enum):
     """What an incoming event turned out to be before any provider logic."""
 

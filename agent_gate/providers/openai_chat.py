@@ -49,7 +49,7 @@ from typing import Any
 
 from agent_gate import strict_json
 from agent_gate.providers import events as ev
-from agent_gate.providers.base import ProviderAdapter, WireEvent
+from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error_code
 
 _SUCCESS_FINISH = frozenset({"stop", "tool_calls"})
 
@@ -267,7 +267,7 @@ class OpenAIChatAdapter(ProviderAdapter):
             # The choice already said how it ended (OpenRouter reports the cut again
             # as an error): that first account stands, the error is only noted.
             return [ev.StreamAnomaly("error_after_finish_reason"), ev.ResponseIncomplete(reason)]
-        return [ev.ResponseFailed(_error_code(error))]
+        return [ev.ResponseFailed(provider_error_code(error, numbers=True))]
 
     def _call_ids(self) -> tuple[str, ...]:
         ordered = sorted(self._order, key=lambda call: (call.index, call.seq))
@@ -279,13 +279,3 @@ class OpenAIChatAdapter(ProviderAdapter):
         if self._finish_reason in _SUCCESS_FINISH:
             return ev.ResponseCompleted()
         return ev.ResponseIncomplete(self._finish_reason)
-
-
-def _error_code(error: Mapping[str, Any]) -> str | None:
-    for key in ("code", "type"):
-        value = error.get(key)
-        if isinstance(value, str) and value:
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-    return None

@@ -36,7 +36,7 @@ from enum import Enum
 from typing import Any
 
 from agent_gate.providers import events as ev
-from agent_gate.providers.base import ProviderAdapter, WireEvent
+from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error_code
 
 PROVIDER_EXECUTED_ITEMS = frozenset(
     {
@@ -150,10 +150,11 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             ]
         if etype == "response.failed":
             response = self.field_map(data, "response", index, etype)
-            return [ev.ResponseFailed(_error_code(response.get("error")))]
+            return [ev.ResponseFailed(provider_error_code(response.get("error")))]
         if etype == "error":
             nested = data.get("error")
-            return [ev.ResponseFailed(_error_code(nested if isinstance(nested, Mapping) else data))]
+            error = nested if isinstance(nested, Mapping) else data
+            return [ev.ResponseFailed(provider_error_code(error))]
         if etype.startswith(_INFORMATIONAL_PREFIXES):
             return []
         return [ev.UnknownEvent(etype)]
@@ -248,17 +249,6 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         if item is None:
             return [ev.StreamAnomaly("snapshot_for_unknown_call")]
         return [ev.ToolCallArgumentsSnapshot(item.call_id, text)]
-
-
-def _error_code(error: object) -> str | None:
-    """The error's code (or type): an identifier, never its human message."""
-    if not isinstance(error, Mapping):
-        return None
-    for key in ("code", "type"):
-        value = error.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
 
 
 def _program_invoked(item: Mapping[str, Any]) -> bool:

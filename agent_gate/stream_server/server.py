@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -248,33 +248,31 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+@dataclass(eq=False)
 class _Writer:
     """Writes one response body according to its fault, one bounded wait at a time."""
 
-    def __init__(
-        self,
-        handler: _Handler,
-        fault: Fault,
-        stop: threading.Event,
-        body: bytes,
-        prefix_len: int,
-        ends: list[int],
-        limit: int,
-        outcome: _Outcome,
-    ) -> None:
-        self.h = handler
-        self.fault = fault
-        self.stop = stop
-        self.body = body
-        self.ends = ends
-        self.boundaries = [prefix_len, *ends]
-        self.limit = limit
-        self.outcome = outcome
-        self.rng = random.Random(fault.seed)
+    h: _Handler
+    fault: Fault
+    stop: threading.Event
+    body: bytes
+    prefix_len: InitVar[int]
+    ends: list[int]
+    limit: int
+    outcome: _Outcome
+    boundaries: list[int] = field(init=False)
+    rng: random.Random = field(init=False)
+    last_heartbeat: float = field(init=False)
+    stall_at: int | None = field(init=False)
+
+    def __post_init__(self, prefix_len: int) -> None:
+        self.boundaries = [prefix_len, *self.ends]
+        self.rng = random.Random(self.fault.seed)
         self.last_heartbeat = time.monotonic()
-        k = fault.stall_after_events
+        k = self.fault.stall_after_events
+        ends = self.ends
         if k is None:
-            self.stall_at: int | None = None
+            self.stall_at = None
         else:
             self.stall_at = prefix_len if k <= 0 else ends[min(k, len(ends)) - 1] if ends else 0
 
