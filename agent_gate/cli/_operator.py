@@ -31,8 +31,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 DB_HELP = "Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db)."
 
 
+def db_option_as(dest: str) -> Callable[[F], F]:
+    """``--db`` stored under ``dest``: ``run`` needs another name, its ``--url`` is the stream."""
+    return click.option("--db", dest, envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
+
+
 def db_option(fn: F) -> F:
-    return click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)(fn)
+    """``--db`` (or ``$AGENT_GATE_DB``) as the ``url`` argument: every command on a ledger."""
+    return db_option_as("url")(fn)
 
 
 def json_option(fn: F) -> F:
@@ -42,6 +48,25 @@ def json_option(fn: F) -> F:
 def task_option(fn: F) -> F:
     return click.option(
         "--task", "task_id", default=None, help="The task of the call (when ids repeat)."
+    )(fn)
+
+
+TOOLS_HELP = "The ToolRegistry to execute (ATTR defaults to 'tools'; cwd is importable)."
+
+
+def tools_option(fn: F) -> F:
+    """``--tools MODULE[:ATTR]`` as ``tools_spec``, for ``load_registry``: the commands that
+    run calls (replay, run, resume) name their registry the same way."""
+    return click.option(
+        "--tools", "tools_spec", required=True, metavar="MODULE[:ATTR]", help=TOOLS_HELP
+    )(fn)
+
+
+def stream_task_options(fn: F) -> F:
+    """``--task`` (required) and ``--tools``: whose calls a stream holds, and what runs them."""
+    fn = tools_option(fn)
+    return click.option(
+        "--task", "task_id", required=True, help="Task id the calls belong to."
     )(fn)
 
 

@@ -16,6 +16,7 @@ from agent_gate.cli._operator import (
     json_option,
     open_gate,
     state_cell,
+    tools_option,
 )
 from agent_gate.cli.replay import load_registry
 
@@ -65,8 +66,7 @@ def _outcomes(out: Console, outcomes: list[Outcome]) -> None:
 
 @click.command(name="resume")
 @click.argument("task_id")
-@click.option("--tools", "tools_spec", required=True, metavar="MODULE[:ATTR]",
-              help="The ToolRegistry that runs the calls (ATTR defaults to 'tools').")
+@tools_option
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="The policy file the task runs under (approvals are bound to its hash).")
 @click.option("--dry-run", is_flag=True, help="Only show what stands in the way.")

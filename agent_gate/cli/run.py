@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agent_gate.cli._operator import failures
+from agent_gate.cli._operator import db_option_as, failures, stream_task_options
 from agent_gate.cli.replay import echo_outcomes, load_registry
 from agent_gate.providers import AUTO, provider_names
 
@@ -103,14 +103,7 @@ def _summary(result: LiveResult) -> dict[str, object]:
     "OpenAI Responses background mode (GET .../responses/ID?stream=true&starting_after=N; "
     "create the response with \"background\": true).",
 )
-@click.option("--task", "task_id", required=True, help="Task id the calls belong to.")
-@click.option(
-    "--tools",
-    "tools_spec",
-    required=True,
-    metavar="MODULE[:ATTR]",
-    help="The ToolRegistry to execute (ATTR defaults to 'tools'; cwd is importable).",
-)
+@stream_task_options
 @click.option(
     "--policy",
     "policy_file",
@@ -119,13 +112,7 @@ def _summary(result: LiveResult) -> dict[str, object]:
     help="Policy file deciding each call (default: every registered tool with valid "
     "arguments is allowed).",
 )
-@click.option(
-    "--db",
-    "url_db",
-    envvar="AGENT_GATE_DB",
-    default=None,
-    help="Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db).",
-)
+@db_option_as("url_db")
 @click.option(
     "--idle-timeout",
     type=click.FloatRange(min=0, min_open=True),
