@@ -14,12 +14,13 @@ of a JSON error body only).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from agent_gate.cli._operator import db_option_as, failures, stream_task_options
+from agent_gate.cli._operator import F, db_option_as, failures, stream_task_options
 from agent_gate.cli.replay import echo_outcomes, load_registry
 from agent_gate.providers import AUTO, provider_names
 
@@ -43,6 +44,17 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
             )
         headers[name] = value.strip()
     return headers
+
+
+def _timeout_option(flag: str, default: float, help: str) -> Callable[[F], F]:
+    """A positive number of seconds, shown with its default: both stream timeouts."""
+    return click.option(
+        flag,
+        type=click.FloatRange(min=0, min_open=True),
+        default=default,
+        show_default=True,
+        help=help,
+    )
 
 
 def _has(headers: dict[str, str], name: str) -> bool:
@@ -113,19 +125,13 @@ def _summary(result: LiveResult) -> dict[str, object]:
     "arguments is allowed).",
 )
 @db_option_as("url_db")
-@click.option(
-    "--idle-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    show_default=True,
-    help="Seconds with no byte at all before the stream is abandoned.",
+@_timeout_option(
+    "--idle-timeout", 60.0, "Seconds with no byte at all before the stream is abandoned."
 )
-@click.option(
+@_timeout_option(
     "--progress-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
-    show_default=True,
-    help="Seconds without an event that is not a heartbeat before the stream is abandoned.",
+    300.0,
+    "Seconds without an event that is not a heartbeat before the stream is abandoned.",
 )
 @click.option(
     "--max-reconnects",
