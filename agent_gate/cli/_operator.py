@@ -70,6 +70,23 @@ def stream_task_options(fn: F) -> F:
     )(fn)
 
 
+def call_options(fn: F) -> F:
+    """``--task``, ``--db`` and ``--json``: every command that answers one call by its id."""
+    return task_option(db_option(json_option(fn)))
+
+
+def decided_by_options(
+    by_help: str, *, required: bool = True, reason_help: str = "Why (recorded, bounded)."
+) -> Callable[[F], F]:
+    """``--by`` and ``--reason``: who answered a call and why, both kept in the audit trail."""
+
+    def apply(fn: F) -> F:
+        fn = click.option("--reason", default=None, help=reason_help)(fn)
+        return click.option("--by", required=required, help=by_help)(fn)
+
+    return apply
+
+
 def console() -> Console:
     from rich.console import Console
 

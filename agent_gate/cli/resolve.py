@@ -7,12 +7,11 @@ import json
 import click
 
 from agent_gate.cli._operator import (
-    db_option,
+    call_options,
+    decided_by_options,
     emit_json,
     failures,
-    json_option,
     open_gate,
-    task_option,
 )
 
 
@@ -23,11 +22,12 @@ from agent_gate.cli._operator import (
               help="What really happened downstream.")
 @click.option("--result", "result_json", default=None, metavar="JSON",
               help="The tool's result, for --as succeeded (what the agent will read).")
-@click.option("--by", default=None, help="Who settles it (recorded in the audit trail).")
-@click.option("--reason", default=None, help="A note (recorded, bounded).")
-@task_option
-@db_option
-@json_option
+@decided_by_options(
+    "Who settles it (recorded in the audit trail).",
+    required=False,
+    reason_help="A note (recorded, bounded).",
+)
+@call_options
 def resolve_command(
     call_id: str, as_: str, result_json: str | None, by: str | None, reason: str | None,
     task_id: str | None, url: str | None, as_json: bool,
