@@ -9,15 +9,9 @@ from __future__ import annotations
 
 import click
 
-from agent_gate.cli._operator import (
-    call_options,
-    decided_by_options,
-    emit_json,
-    failures,
-    open_gate,
-    parse_duration,
-    when,
-)
+from agent_gate.cli._operator import failures, open_gate
+from agent_gate.cli._options import call_options, decided_by_options, parse_duration
+from agent_gate.cli._output import emit_json, when
 
 
 @click.command(name="approve")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from agent_gate.cli._operator import db_option, failures
+from agent_gate.cli._operator import failures
+from agent_gate.cli._options import db_option
 
 # SQLAlchemy and Alembic are imported inside the commands: assembling the CLI for
 # `agent-gate sse ...` must not load them. ``failures`` turns their errors (the

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agent_gate.cli._operator import cell, console, db_option, failures, state_cell
+from agent_gate.cli._operator import failures
+from agent_gate.cli._options import db_option
+from agent_gate.cli._output import cell, console, state_cell
 
 if TYPE_CHECKING:
     from rich.console import Console

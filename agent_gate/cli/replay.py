@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from agent_gate.cli._operator import db_option, stream_task_options
+from agent_gate.cli._options import db_option, stream_task_options
 from agent_gate.errors import AgentGateError
 from agent_gate.providers import AUTO, provider_names
 

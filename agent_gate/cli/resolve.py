@@ -6,13 +6,9 @@ import json
 
 import click
 
-from agent_gate.cli._operator import (
-    call_options,
-    decided_by_options,
-    emit_json,
-    failures,
-    open_gate,
-)
+from agent_gate.cli._operator import failures, open_gate
+from agent_gate.cli._options import call_options, decided_by_options
+from agent_gate.cli._output import emit_json
 
 
 @click.command(name="resolve")

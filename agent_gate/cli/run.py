@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agent_gate.cli._operator import F, db_option_as, failures, stream_task_options
+from agent_gate.cli._operator import failures
+from agent_gate.cli._options import F, db_option_as, stream_task_options
 from agent_gate.cli.replay import echo_outcomes, load_registry
 from agent_gate.providers import AUTO, provider_names
 

@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 import click
 
-from agent_gate.cli._operator import F
+from agent_gate.cli._options import F
 from agent_gate.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
