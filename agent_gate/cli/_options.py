@@ -24,10 +24,12 @@ def db_option(fn: F) -> F:
 
 
 def json_option(fn: F) -> F:
+    """``--json``: the same switch everywhere, so scripts can rely on it."""
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")(fn)
 
 
 def task_option(fn: F) -> F:
+    """``--task`` (optional): call ids are unique per task, so needed only when they repeat."""
     return click.option(
         "--task", "task_id", default=None, help="The task of the call (when ids repeat)."
     )(fn)
@@ -54,7 +56,7 @@ def stream_task_options(fn: F) -> F:
 
 def call_options(fn: F) -> F:
     """``--task``, ``--db`` and ``--json``: every command that answers one call by its id."""
-    return task_option(db_option(json_option(fn)))
+    return task_option(ledger_options(fn))
 
 
 def decided_by_options(
