@@ -1,68 +1,24 @@
-"""What the operator commands share: options, output, and turning failures into messages.
+"""What the operator commands share beyond options and output: the ledger or gate they
+open, and turning failures into messages.
 
-Output is for people first: aligned tables via rich, with colour only when standard
-output is a terminal (rich decides; ``NO_COLOR`` is honoured). Every command also
-takes ``--json`` and then prints one JSON document or JSON lines and nothing else.
-Errors are one line naming the call or task, never an argument value.
+Errors are one line naming the call or task, never an argument value. Options live in
+``_options``, printing in ``_output``.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 
 from agent_gate.errors import AgentGateError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from agent_gate.gate import Gate
     from agent_gate.ledger import Ledger
     from agent_gate.tools import ToolRegistry
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-DB_HELP = "Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db)."
-
-
-def db_option(fn: F) -> F:
-    return click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)(fn)
-
-
-def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")(fn)
-
-
-def task_option(fn: F) -> F:
-    return click.option(
-        "--task", "task_id", default=None, help="The task of the call (when ids repeat)."
-    )(fn)
-
-
-def console() -> Console:
-    from rich.console import Console
-
-    # Not a terminal (a pipe, a file, a test): no colour, and wide enough that rows
-    # are not wrapped mid-cell.
-    if sys.stdout.isatty():
-        return Console(highlight=False)
-    return Console(highlight=False, width=220, no_color=True, soft_wrap=False)
-
-
-def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, default=str))
-
-
-def when(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _describe(exc: BaseException) -> str:
@@ -104,52 +60,3 @@ def open_gate(
     from agent_gate.tools import ToolRegistry
 
     return Gate(tools if tools is not None else ToolRegistry(), resolve_url(url), policy=policy)
-
-
-def cell(text: object, style: str = "") -> Any:
-    """A table cell shown as it is: ids and reasons may contain ``[``, never markup."""
-    from rich.text import Text
-
-    return Text("" if text is None else str(text), style=style)
-
-
-def state_cell(state: str | None) -> Any:
-    return cell(state or "", state_style(state or ""))
-
-
-def state_style(state: str) -> str:
-    return {
-        "succeeded": "green",
-        "failed": "red",
-        "rejected": "red",
-        "in_doubt": "bold yellow",
-        "awaiting_approval": "bold cyan",
-        "executing": "yellow",
-        "incomplete": "magenta",
-    }.get(state, "")
-
-
-def parse_duration(text: str, *, param_hint: str = "--expires-in") -> float | None:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None.
-
-    Judged by ``approvals.ttl_problem``, the rule ``Gate.approve(ttl=)`` applies too:
-    ``0``, negative, ``inf``, ``nan`` and more than 366 days are refused.
-    """
-    from agent_gate.ledger.approvals import MAX_TTL_SECONDS, ttl_problem
-
-    text = text.strip().lower()
-    if text in ("never", "none"):
-        return None
-    expected = (f"a duration like 30m, 2h or 1d, greater than 0 and at most 366d "
-                f"({MAX_TTL_SECONDS} seconds), or never")
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    factor = units.get(text[-1:])
-    number = text[:-1] if factor else text
-    try:
-        value = float(number) * (factor or 1)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not {expected}", param_hint=param_hint) from None
-    why = ttl_problem(value)
-    if why is not None:
-        raise click.BadParameter(f"{text!r}: {why}; give {expected}", param_hint=param_hint)
-    return value

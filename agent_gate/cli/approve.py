@@ -9,30 +9,20 @@ from __future__ import annotations
 
 import click
 
-from agent_gate.cli._operator import (
-    db_option,
-    emit_json,
-    failures,
-    json_option,
-    open_gate,
-    parse_duration,
-    task_option,
-    when,
-)
+from agent_gate.cli._operator import failures, open_gate
+from agent_gate.cli._options import call_options, decided_by_options, parse_duration
+from agent_gate.cli._output import emit_json, when
 
 
 @click.command(name="approve")
 @click.argument("call_id")
-@click.option("--by", required=True, help="Who approves (recorded in the audit trail).")
-@click.option("--reason", default=None, help="Why (recorded, bounded).")
+@decided_by_options("Who approves (recorded in the audit trail).")
 @click.option("--expires-in", "expires_in", default="24h", show_default=True,
               help="How long the approval stays usable: 30m, 2h, 1d, or never.")
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="Approve under this policy (re-evaluated for the call; must not deny). "
                    "Default: the policy that asked for the approval.")
-@task_option
-@db_option
-@json_option
+@call_options
 def approve_command(
     call_id: str, by: str, reason: str | None, expires_in: str, policy_file: str | None,
     task_id: str | None, url: str | None, as_json: bool,
@@ -58,11 +48,8 @@ def approve_command(
 
 @click.command(name="deny")
 @click.argument("call_id")
-@click.option("--by", required=True, help="Who denies (recorded in the audit trail).")
-@click.option("--reason", default=None, help="Why (recorded, bounded).")
-@task_option
-@db_option
-@json_option
+@decided_by_options("Who denies (recorded in the audit trail).")
+@call_options
 def deny_command(
     call_id: str, by: str, reason: str | None, task_id: str | None, url: str | None,
     as_json: bool,

@@ -7,17 +7,9 @@ from typing import Any
 
 import click
 
-from agent_gate.cli._operator import (
-    cell,
-    console,
-    db_option,
-    emit_json,
-    failures,
-    json_option,
-    open_ledger,
-    state_cell,
-    when,
-)
+from agent_gate.cli._operator import failures, open_ledger
+from agent_gate.cli._options import ledger_options
+from agent_gate.cli._output import cell, console, emit_json, state_cell, table, when
 
 
 def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
@@ -32,8 +24,7 @@ def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
 @click.group(name="audit", invoke_without_command=True)
 @click.option("--task", "task_id", default=None, help="Only this task's events.")
 @click.option("--call", "call_id", default=None, help="Only this call's events.")
-@db_option
-@json_option
+@ledger_options
 @click.pass_context
 def audit_group(
     ctx: click.Context, task_id: str | None, call_id: str | None, url: str | None,
@@ -46,8 +37,6 @@ def audit_group(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from rich.table import Table
-
     with failures(), open_ledger(url) as ledger:
         events = ledger.audit(task_id=task_id, call_id=call_id)
         tools = {rec.row_id: rec.tool for rec in ledger.calls(task_id)}
@@ -64,21 +53,21 @@ def audit_group(
     if not events:
         out.print("no audit events" + (" for that filter" if task_id or call_id else ""))
         return
-    table = Table(box=None, header_style="bold", pad_edge=False)
+    shown = table()
     for name in ("#", "time (UTC)", "task", "call", "tool", "event", "state", "decision",
                  "rule ids", "actor"):
-        table.add_column(name, justify="right" if name == "#" else "left")
+        shown.add_column(name, justify="right" if name == "#" else "left")
     for e in events:
         verdict, rules = _decision(e.detail)
         state = state_cell(e.to_state)
         if e.from_state and e.to_state and e.from_state != e.to_state:
             state = cell(f"{e.from_state} → ") + state
-        table.add_row(
+        shown.add_row(
             cell(e.seq), cell(when(e.at)), cell(e.task_id), cell(e.call_id),
             cell(tools.get(e.call_row_id, "") if e.call_row_id else ""), cell(e.event), state,
             cell(verdict, "red" if verdict == "deny" else ""), cell(rules), cell(e.actor),
         )
-    out.print(table)
+    out.print(shown)
 
 
 _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")
@@ -88,8 +77,7 @@ _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")
 @click.option("--anchor", default=None, metavar="SEQ:HASH",
               help="A head printed by an earlier verify and kept elsewhere; it must still "
                    "be in the chain (catches a chain rewritten from some point on).")
-@db_option
-@json_option
+@ledger_options
 def verify_command(anchor: str | None, url: str | None, as_json: bool) -> None:
     """Check the audit hash chain; name the first entry edited, deleted or reordered.
 

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import click
 
-from agent_gate.errors import AgentGateError
+from agent_gate.cli._operator import failures
+from agent_gate.cli._options import db_option
 
 # SQLAlchemy and Alembic are imported inside the commands: assembling the CLI for
-# `agent-gate sse ...` must not load them.
-
-DB_HELP = "Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db)."
-
-
-def _describe(exc: Exception) -> str:
-    from sqlalchemy.exc import SQLAlchemyError
-
-    if isinstance(exc, SQLAlchemyError):
-        # The driver's message names the failure (cannot open file, auth failed)
-        # without the statement and parameters SQLAlchemy appends.
-        orig = getattr(exc, "orig", None)
-        return f"cannot use the ledger database: {orig or type(exc).__name__}"
-    return str(exc)
+# `agent-gate sse ...` must not load them. ``failures`` turns their errors (the
+# driver's message only, never the statement) into one line, as for every command.
 
 
 @click.group(name="db")
@@ -29,27 +18,23 @@ def db_group() -> None:
 
 
 @db_group.command(name="upgrade")
-@click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
+@db_option
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def upgrade_command(url: str | None, revision: str) -> None:
     """Apply every pending migration (a no-op at head; concurrent runs serialize).
 
     Creates a SQLite ledger file that is not there: this is how a new one is started.
     """
-    from sqlalchemy.exc import SQLAlchemyError
-
     from agent_gate.ledger.dialect import create_ledger_engine, resolve_url
     from agent_gate.ledger.migrate import upgrade
 
     resolved = resolve_url(url)
-    try:
+    with failures():
         engine = create_ledger_engine(resolved)
         try:
             before, after = upgrade(engine, revision)
         finally:
             engine.dispose()
-    except (AgentGateError, SQLAlchemyError) as exc:
-        raise click.ClickException(_describe(exc)) from None
     shown = engine.url.render_as_string(hide_password=True)
     if before == after:
         click.echo(f"{shown}: already at {after}")
@@ -58,16 +43,14 @@ def upgrade_command(url: str | None, revision: str) -> None:
 
 
 @db_group.command(name="current")
-@click.option("--db", "url", envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
+@db_option
 def current_command(url: str | None) -> None:
     """Print the database's revision and the code's head revision."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     from agent_gate.ledger.dialect import create_ledger_engine, require_ledger_file, resolve_url
     from agent_gate.ledger.migrate import current_revision, head_revision
 
     resolved = resolve_url(url)
-    try:
+    with failures():
         require_ledger_file(resolved, create=False)  # a look never creates a ledger
         engine = create_ledger_engine(resolved, create=False)
         try:
@@ -75,8 +58,6 @@ def current_command(url: str | None) -> None:
         finally:
             engine.dispose()
         head = head_revision()
-    except (AgentGateError, SQLAlchemyError) as exc:
-        raise click.ClickException(_describe(exc)) from None
     status = "up to date" if current == head else "needs `agent-gate db upgrade`"
     click.echo(f"current: {current or '(empty)'}  head: {head}  ({status})")
 

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agent_gate.cli._operator import cell, console, failures, state_cell
+from agent_gate.cli._operator import failures
+from agent_gate.cli._options import db_option
+from agent_gate.cli._output import cell, console, state_cell
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -260,13 +262,7 @@ def _calls() -> tuple[Any, ...]:
 
 
 @click.command(name="demo")
-@click.option(
-    "--db",
-    "url",
-    envvar="AGENT_GATE_DB",
-    default=None,
-    help="Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db).",
-)
+@db_option
 @click.option("--task", "task_id", default=DEFAULT_TASK, show_default=True, help="Task id.")
 @click.option(
     "--drip",

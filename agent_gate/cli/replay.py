@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
+from agent_gate.cli._options import db_option, stream_task_options
 from agent_gate.errors import AgentGateError
 from agent_gate.providers import AUTO, provider_names
 
@@ -96,21 +97,8 @@ def echo_outcomes(outcomes: Iterable[Outcome], *, as_json: bool) -> None:
     type=click.Choice([*provider_names(), AUTO]),
     help="Wire protocol of the recorded stream (auto: told from its first events).",
 )
-@click.option("--task", "task_id", required=True, help="Task id the calls belong to.")
-@click.option(
-    "--tools",
-    "tools_spec",
-    required=True,
-    metavar="MODULE[:ATTR]",
-    help="The ToolRegistry to execute (ATTR defaults to 'tools'; cwd is importable).",
-)
-@click.option(
-    "--db",
-    "url",
-    envvar="AGENT_GATE_DB",
-    default=None,
-    help="Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db).",
-)
+@stream_task_options
+@db_option
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object per call, then the terminal."
 )

@@ -6,14 +6,9 @@ import json
 
 import click
 
-from agent_gate.cli._operator import (
-    db_option,
-    emit_json,
-    failures,
-    json_option,
-    open_gate,
-    task_option,
-)
+from agent_gate.cli._operator import failures, open_gate
+from agent_gate.cli._options import call_options, decided_by_options
+from agent_gate.cli._output import emit_json
 
 
 @click.command(name="resolve")
@@ -23,11 +18,12 @@ from agent_gate.cli._operator import (
               help="What really happened downstream.")
 @click.option("--result", "result_json", default=None, metavar="JSON",
               help="The tool's result, for --as succeeded (what the agent will read).")
-@click.option("--by", default=None, help="Who settles it (recorded in the audit trail).")
-@click.option("--reason", default=None, help="A note (recorded, bounded).")
-@task_option
-@db_option
-@json_option
+@decided_by_options(
+    "Who settles it (recorded in the audit trail).",
+    required=False,
+    reason_help="A note (recorded, bounded).",
+)
+@call_options
 def resolve_command(
     call_id: str, as_: str, result_json: str | None, by: str | None, reason: str | None,
     task_id: str | None, url: str | None, as_json: bool,

@@ -7,16 +7,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agent_gate.cli._operator import (
-    cell,
-    console,
-    db_option,
-    emit_json,
-    failures,
-    json_option,
-    open_gate,
-    state_cell,
-)
+from agent_gate.cli._operator import failures, open_gate
+from agent_gate.cli._options import ledger_options, tools_option
+from agent_gate.cli._output import cell, console, emit_json, state_cell, table
 from agent_gate.cli.replay import load_registry
 
 if TYPE_CHECKING:
@@ -34,44 +27,36 @@ _NEEDS = {
 
 
 def _blockers(out: Console, title: str, blockers: list[Blocker]) -> None:
-    from rich.table import Table
-
     if not blockers:
         out.print(cell(f"{title}: nothing; every call of the task is finished"))
         return
-    table = Table(title=title, title_justify="left", box=None, header_style="bold",
-                  pad_edge=False)
+    shown = table(title)
     for name in ("call", "tool", "state", "needs", "why"):
-        table.add_column(name, overflow="fold" if name == "why" else "ellipsis")
+        shown.add_column(name, overflow="fold" if name == "why" else "ellipsis")
     for b in blockers:
-        table.add_row(cell(b.call_id), cell(b.tool), state_cell(b.state.value),
+        shown.add_row(cell(b.call_id), cell(b.tool), state_cell(b.state.value),
                       cell(_NEEDS.get(b.needs, b.needs)), cell(b.reason))
-    out.print(table)
+    out.print(shown)
 
 
 def _outcomes(out: Console, outcomes: list[Outcome]) -> None:
-    from rich.table import Table
-
-    table = Table(title="resumed", title_justify="left", box=None, header_style="bold",
-                  pad_edge=False)
+    shown = table("resumed")
     for name in ("call", "tool", "state", "ran now", "reason"):
-        table.add_column(name, overflow="fold" if name == "reason" else "ellipsis")
+        shown.add_column(name, overflow="fold" if name == "reason" else "ellipsis")
     for o in outcomes:
         ran_now = "yes" if not o.replayed and o.attempt and o.state.ran else "no"
-        table.add_row(cell(o.call_id), cell(o.tool), state_cell(o.state.value), cell(ran_now),
+        shown.add_row(cell(o.call_id), cell(o.tool), state_cell(o.state.value), cell(ran_now),
                       cell(o.reason))
-    out.print(table)
+    out.print(shown)
 
 
 @click.command(name="resume")
 @click.argument("task_id")
-@click.option("--tools", "tools_spec", required=True, metavar="MODULE[:ATTR]",
-              help="The ToolRegistry that runs the calls (ATTR defaults to 'tools').")
+@tools_option
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="The policy file the task runs under (approvals are bound to its hash).")
 @click.option("--dry-run", is_flag=True, help="Only show what stands in the way.")
-@db_option
-@json_option
+@ledger_options
 def resume_command(
     task_id: str, tools_spec: str, policy_file: str | None, dry_run: bool, url: str | None,
     as_json: bool,

@@ -14,12 +14,14 @@ of a JSON error body only).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from agent_gate.cli._operator import failures
+from agent_gate.cli._options import F, db_option_as, stream_task_options
 from agent_gate.cli.replay import echo_outcomes, load_registry
 from agent_gate.providers import AUTO, provider_names
 
@@ -43,6 +45,17 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
             )
         headers[name] = value.strip()
     return headers
+
+
+def _timeout_option(flag: str, default: float, help: str) -> Callable[[F], F]:
+    """A positive number of seconds, shown with its default: both stream timeouts."""
+    return click.option(
+        flag,
+        type=click.FloatRange(min=0, min_open=True),
+        default=default,
+        show_default=True,
+        help=help,
+    )
 
 
 def _has(headers: dict[str, str], name: str) -> bool:
@@ -103,14 +116,7 @@ def _summary(result: LiveResult) -> dict[str, object]:
     "OpenAI Responses background mode (GET .../responses/ID?stream=true&starting_after=N; "
     "create the response with \"background\": true).",
 )
-@click.option("--task", "task_id", required=True, help="Task id the calls belong to.")
-@click.option(
-    "--tools",
-    "tools_spec",
-    required=True,
-    metavar="MODULE[:ATTR]",
-    help="The ToolRegistry to execute (ATTR defaults to 'tools'; cwd is importable).",
-)
+@stream_task_options
 @click.option(
     "--policy",
     "policy_file",
@@ -119,26 +125,14 @@ def _summary(result: LiveResult) -> dict[str, object]:
     help="Policy file deciding each call (default: every registered tool with valid "
     "arguments is allowed).",
 )
-@click.option(
-    "--db",
-    "url_db",
-    envvar="AGENT_GATE_DB",
-    default=None,
-    help="Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db).",
+@db_option_as("url_db")
+@_timeout_option(
+    "--idle-timeout", 60.0, "Seconds with no byte at all before the stream is abandoned."
 )
-@click.option(
-    "--idle-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    show_default=True,
-    help="Seconds with no byte at all before the stream is abandoned.",
-)
-@click.option(
+@_timeout_option(
     "--progress-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=300.0,
-    show_default=True,
-    help="Seconds without an event that is not a heartbeat before the stream is abandoned.",
+    300.0,
+    "Seconds without an event that is not a heartbeat before the stream is abandoned.",
 )
 @click.option(
     "--max-reconnects",

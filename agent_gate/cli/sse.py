@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import BinaryIO
 
 import click
 
+from agent_gate.cli._options import F
 from agent_gate.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -30,6 +32,15 @@ def _decode(stream: BinaryIO, decoder: SSEDecoder, chunk_size: int) -> None:
             _emit(event)
 
 
+def _byte_count_option(
+    flag: str, default: int, help: str | None = None
+) -> Callable[[F], F]:
+    """A byte count of at least 1, shown with its default: the read size and each limit."""
+    return click.option(
+        flag, type=click.IntRange(min=1), default=default, show_default=True, help=help
+    )
+
+
 @click.group(name="sse")
 def sse_group() -> None:
     """Inspect raw text/event-stream data."""
@@ -37,31 +48,12 @@ def sse_group() -> None:
 
 @sse_group.command(name="decode")
 @click.argument("source", type=click.File("rb"), default="-")
-@click.option(
-    "--chunk-size",
-    type=click.IntRange(min=1),
-    default=65536,
-    show_default=True,
-    help="Bytes per read; any value must give the same events.",
+@_byte_count_option(
+    "--chunk-size", 65536, help="Bytes per read; any value must give the same events."
 )
-@click.option(
-    "--max-line-bytes",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_LINE_BYTES,
-    show_default=True,
-)
-@click.option(
-    "--max-event-bytes",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_EVENT_BYTES,
-    show_default=True,
-)
-@click.option(
-    "--max-stream-bytes",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_STREAM_BYTES,
-    show_default=True,
-)
+@_byte_count_option("--max-line-bytes", DEFAULT_MAX_LINE_BYTES)
+@_byte_count_option("--max-event-bytes", DEFAULT_MAX_EVENT_BYTES)
+@_byte_count_option("--max-stream-bytes", DEFAULT_MAX_STREAM_BYTES)
 def decode(
     source: BinaryIO,
     chunk_size: int,

@@ -1,0 +1,102 @@
+"""The options the operator commands share, declared once so their names, help and
+defaults cannot drift apart between commands (click decorators)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DB_HELP = "Ledger database URL (default: $AGENT_GATE_DB, else sqlite:///agent_gate.db)."
+
+
+def db_option_as(dest: str) -> Callable[[F], F]:
+    """``--db`` stored under ``dest``: ``run`` needs another name, its ``--url`` is the stream."""
+    return click.option("--db", dest, envvar="AGENT_GATE_DB", default=None, help=DB_HELP)
+
+
+def db_option(fn: F) -> F:
+    """``--db`` (or ``$AGENT_GATE_DB``) as the ``url`` argument: every command on a ledger."""
+    return db_option_as("url")(fn)
+
+
+def json_option(fn: F) -> F:
+    """``--json``: the same switch everywhere, so scripts can rely on it."""
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")(fn)
+
+
+def task_option(fn: F) -> F:
+    """``--task`` (optional): call ids are unique per task, so needed only when they repeat."""
+    return click.option(
+        "--task", "task_id", default=None, help="The task of the call (when ids repeat)."
+    )(fn)
+
+
+TOOLS_HELP = "The ToolRegistry to execute (ATTR defaults to 'tools'; cwd is importable)."
+
+
+def tools_option(fn: F) -> F:
+    """``--tools MODULE[:ATTR]`` as ``tools_spec``, for ``load_registry``: the commands that
+    run calls (replay, run, resume) name their registry the same way."""
+    return click.option(
+        "--tools", "tools_spec", required=True, metavar="MODULE[:ATTR]", help=TOOLS_HELP
+    )(fn)
+
+
+def stream_task_options(fn: F) -> F:
+    """``--task`` (required) and ``--tools``: whose calls a stream holds, and what runs them."""
+    fn = tools_option(fn)
+    return click.option(
+        "--task", "task_id", required=True, help="Task id the calls belong to."
+    )(fn)
+
+
+def call_options(fn: F) -> F:
+    """``--task``, ``--db`` and ``--json``: every command that answers one call by its id."""
+    return task_option(ledger_options(fn))
+
+
+def decided_by_options(
+    by_help: str, *, required: bool = True, reason_help: str = "Why (recorded, bounded)."
+) -> Callable[[F], F]:
+    """``--by`` and ``--reason``: who answered a call and why, both kept in the audit trail."""
+
+    def apply(fn: F) -> F:
+        fn = click.option("--reason", default=None, help=reason_help)(fn)
+        return click.option("--by", required=required, help=by_help)(fn)
+
+    return apply
+
+
+def ledger_options(fn: F) -> F:
+    """``--db`` and ``--json``: every command that reads or answers a ledger."""
+    return db_option(json_option(fn))
+
+
+def parse_duration(text: str, *, param_hint: str = "--expires-in") -> float | None:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None.
+
+    Judged by ``approvals.ttl_problem``, the rule ``Gate.approve(ttl=)`` applies too:
+    ``0``, negative, ``inf``, ``nan`` and more than 366 days are refused.
+    """
+    from agent_gate.ledger.approvals import MAX_TTL_SECONDS, ttl_problem
+
+    text = text.strip().lower()
+    if text in ("never", "none"):
+        return None
+    expected = (f"a duration like 30m, 2h or 1d, greater than 0 and at most 366d "
+                f"({MAX_TTL_SECONDS} seconds), or never")
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    factor = units.get(text[-1:])
+    number = text[:-1] if factor else text
+    try:
+        value = float(number) * (factor or 1)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not {expected}", param_hint=param_hint) from None
+    why = ttl_problem(value)
+    if why is not None:
+        raise click.BadParameter(f"{text!r}: {why}; give {expected}", param_hint=param_hint)
+    return value
