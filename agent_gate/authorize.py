@@ -28,10 +28,10 @@ from typing import Any
 
 from agent_gate.ledger.canonical import canonical_json
 from agent_gate.policy import (
-    Decision,
     EffectiveClass,
     LimitRule,
     Policy,
+    PolicyDecision,
     Principal,
     TaskScope,
 )
@@ -144,7 +144,7 @@ class PolicyAuthorizer:
         principal: Principal,
         scope: TaskScope | None,
         usage: Mapping[str, Decimal],
-    ) -> Decision:
+    ) -> PolicyDecision:
         return self.policy.evaluate(
             tool, arguments, principal=principal, task_scope=scope, usage=usage
         )

@@ -84,3 +84,14 @@ def test_the_error_tree_in_the_docstring_is_the_class_tree() -> None:
         and cls.__module__ == errors.__name__
     }
     assert drawn == defined
+
+
+def test_decision_has_one_meaning() -> None:
+    # A custom Authorizer's answer is agent_gate.Decision; what a policy file decides is a
+    # PolicyDecision: one name, one concept (issue 15).
+    import agent_gate.policy as policy
+
+    assert agent_gate.Decision.__module__ == "agent_gate.gate.decide"
+    assert not hasattr(policy, "Decision")
+    assert policy.PolicyDecision.__name__ == "PolicyDecision"
+    assert agent_gate.Verdict is policy.DecisionEffect  # one enum for what a decision says

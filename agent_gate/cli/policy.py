@@ -21,9 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_gate.policy import (
-    Decision,
     DecisionEffect,
     Policy,
+    PolicyDecision,
     PolicyLoadError,
     Principal,
     TaskScope,
@@ -124,7 +124,7 @@ def _line(console: Console, text: str) -> None:
 
 
 def _print_decision(
-    console: Console, policy: Policy, decision: Decision, assumed: list[str]
+    console: Console, policy: Policy, decision: PolicyDecision, assumed: list[str]
 ) -> None:
     headline = Text("decision: ")
     headline.append(decision.effect.value, style=_STYLE[decision.effect])

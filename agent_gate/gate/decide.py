@@ -37,8 +37,7 @@ from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import Event
 from agent_gate.ledger.store import CallRecord, Ledger, Ruling
 from agent_gate.ledger.txn import LedgerTxn
-from agent_gate.policy import Decision as PolicyDecision
-from agent_gate.policy import DecisionEffect, Principal, TaskScope
+from agent_gate.policy import DecisionEffect, PolicyDecision, Principal, TaskScope
 from agent_gate.tools import (
     ArgumentsInvalid,
     ArgumentsNotObject,

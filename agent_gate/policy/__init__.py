@@ -1,7 +1,7 @@
 """Authorization policies for tool calls: a YAML format and a default-deny evaluator.
 
 This package is pure: no database, no network, no clock. The gate loads a
-``Policy`` once, asks it for a ``Decision`` per call (passing the per-task usage
+``Policy`` once, asks it for a ``PolicyDecision`` per call (passing the per-task usage
 its ledger counted), applies ``tool_overrides`` to the registry's classes, and
 stores ``redact(...)`` output in the audit trail. See ``policies/README.md`` for
 the file format.
@@ -40,12 +40,12 @@ from agent_gate.policy.evaluator import (
 from agent_gate.policy.policy import Policy
 from agent_gate.policy.redaction import RedactionRule, redact_arguments, redacted_value
 from agent_gate.policy.values import (
-    Decision,
     DecisionEffect,
     Effect,
     EffectiveClass,
     Idempotency,
     LimitCheck,
+    PolicyDecision,
     Principal,
     RuleTrace,
     TaskScope,
@@ -63,7 +63,6 @@ __all__ = [
     "BUILTIN_TASK_SCOPE",
     "BUILTIN_UNKNOWN_SCOPE",
     "BUILTIN_UNKNOWN_TOOL",
-    "Decision",
     "DecisionEffect",
     "Effect",
     "EffectiveClass",
@@ -72,6 +71,7 @@ __all__ = [
     "LimitRule",
     "PathEscapes",
     "Policy",
+    "PolicyDecision",
     "PolicyError",
     "PolicyLoadError",
     "Principal",

@@ -24,7 +24,7 @@ symlink loop) is never allowed: if no rule denied already, the call is denied
 as ``agent-gate:bad-path``.
 
 The decision names the ids that decided it, and every rule's outcome is kept in
-``Decision.rules`` for ``agent-gate policy explain`` and the audit trail.
+``PolicyDecision.rules`` for ``agent-gate policy explain`` and the audit trail.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from agent_gate.policy.conditions import (
 from agent_gate.policy.model import GlobalRule, Limit, Rule
 from agent_gate.policy.paths import ArgPath, display, parse_path, resolve
 from agent_gate.policy.values import (
-    Decision,
     DecisionEffect,
     LimitCheck,
+    PolicyDecision,
     Principal,
     RuleTrace,
     TaskScope,
@@ -237,8 +237,8 @@ def _usage_value(usage: Usage | None, key: str) -> Decimal | None:
     return number
 
 
-def _deny(tool: str, rule_id: str, reason: str, policy_hash: str) -> Decision:
-    return Decision(
+def _deny(tool: str, rule_id: str, reason: str, policy_hash: str) -> PolicyDecision:
+    return PolicyDecision(
         effect=DecisionEffect.DENY,
         tool=tool,
         rule_ids=(rule_id,),
@@ -249,7 +249,7 @@ def _deny(tool: str, rule_id: str, reason: str, policy_hash: str) -> Decision:
 
 def _scope_denial(
     tool: str, scope: TaskScope, scopes: Mapping[str, frozenset[str]], policy_hash: str
-) -> Decision | None:
+) -> PolicyDecision | None:
     if scope.tools is not None and tool not in scope.tools:
         return _deny(
             tool,
@@ -299,7 +299,7 @@ def decide(
     task_scope: TaskScope | None,
     usage: Usage | None,
     policy_hash: str,
-) -> Decision:
+) -> PolicyDecision:
     """The decision for one call; ``rules`` is ``None`` when the tool is not declared."""
     if rules is None:
         return _deny(
@@ -384,7 +384,7 @@ def decide(
         else:
             reasons += [c.reason for c in checks]
 
-    return Decision(
+    return PolicyDecision(
         effect=effect,
         tool=tool,
         rule_ids=tuple(ids),

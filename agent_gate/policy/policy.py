@@ -2,7 +2,7 @@
 
 A ``Policy`` is immutable and holds no connection, clock or cache that changes
 its answers: the same policy, call, principal, scope and usage always give the
-same ``Decision``. That is what lets the ledger bind an approval to
+same ``PolicyDecision``. That is what lets the ledger bind an approval to
 ``policy.hash`` and trust that the answer it approved is the answer it gets.
 """
 
@@ -20,7 +20,7 @@ from agent_gate.policy.hashing import canonical_json, sha256_hex
 from agent_gate.policy.loader import load_document
 from agent_gate.policy.model import PolicyDocument
 from agent_gate.policy.redaction import RedactionRule, redact_arguments
-from agent_gate.policy.values import Decision, Principal, TaskScope, ToolOverrides
+from agent_gate.policy.values import PolicyDecision, Principal, TaskScope, ToolOverrides
 from agent_gate.policy.yamlsource import MAX_POLICY_BYTES
 
 __all__ = ["Policy"]
@@ -129,7 +129,7 @@ class Policy:
         principal: Principal | None = None,
         task_scope: TaskScope | None = None,
         usage: Mapping[str, int | float | Decimal] | None = None,
-    ) -> Decision:
+    ) -> PolicyDecision:
         """Decide one call. Never raises for anything about the call itself.
 
         ``usage`` maps each counter key of ``limits(tool)`` to what the task has

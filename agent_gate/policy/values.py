@@ -3,7 +3,7 @@
 The gate hands the evaluator a call (tool name, arguments), who asks (a
 ``Principal``), what the task may touch (a ``TaskScope``) and how much of each
 per-task limit is already used (a usage mapping the ledger counts). It gets back
-a ``Decision``. Everything here is a frozen dataclass or an enum, so a decision
+a ``PolicyDecision``. Everything here is a frozen dataclass or an enum, so a decision
 can be stored, compared and hashed without dragging the policy model along.
 
 A tool's effect and idempotency classes are the tools layer's own enums
@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 from agent_gate.tools.spec import Effect, Idempotency
 
 __all__ = [
-    "Decision",
     "DecisionEffect",
     "Effect",
     "EffectiveClass",
     "Idempotency",
     "LimitCheck",
+    "PolicyDecision",
     "Principal",
     "RuleTrace",
     "TaskScope",
@@ -244,7 +244,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _json_fields(record: LimitCheck | RuleTrace | Decision) -> dict[str, Any]:
+def _json_fields(record: LimitCheck | RuleTrace | PolicyDecision) -> dict[str, Any]:
     """Every field of a decision record, in field order, as JSON values: enums by
     value, amounts as numbers, tuples as lists, nested records as dicts. Why: the
     audit trail and ``--json`` print these records, and one mapping keeps their
@@ -266,7 +266,7 @@ class RuleTrace:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class PolicyDecision:
     """The answer for one call, with everything needed to explain and audit it.
 
     ``rule_ids`` are the ids that decided (all applying rules of the winning

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_gate.policy import Decision, DecisionEffect, Policy, Principal, TaskScope
+from agent_gate.policy import DecisionEffect, Policy, PolicyDecision, Principal, TaskScope
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "policies" / "example.yaml"
@@ -47,10 +47,10 @@ def allows() -> Callable[..., bool]:
 
 
 @pytest.fixture
-def denies() -> Callable[..., Decision]:
+def denies() -> Callable[..., PolicyDecision]:
     """``denies(condition, arguments)``: the decision when a deny rule carries it."""
 
-    def run(condition: dict[str, Any], arguments: dict[str, Any]) -> Decision:
+    def run(condition: dict[str, Any], arguments: dict[str, Any]) -> PolicyDecision:
         return one_rule_policy(condition, effect="deny").evaluate("t", arguments)
 
     return run

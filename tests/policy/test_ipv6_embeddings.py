@@ -10,10 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from agent_gate.policy import Decision, DecisionEffect, Truth
+from agent_gate.policy import DecisionEffect, PolicyDecision, Truth
 
 Allows = Callable[..., bool]
-Denies = Callable[..., Decision]
+Denies = Callable[..., PolicyDecision]
 
 LOOPBACK_CARRIERS = [
     "64:ff9b:1::7f00:1",  # RFC 8215 local-use NAT64, /96 layout

@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from agent_gate.policy import Decision, DecisionEffect, Truth
+from agent_gate.policy import DecisionEffect, PolicyDecision, Truth
 
 Allows = Callable[..., bool]
-Denies = Callable[..., Decision]
+Denies = Callable[..., PolicyDecision]
 
 API_ONLY = {"arg": "url", "url": {"schemes": ["https"], "hosts": ["api.example.com"]}}
 WILDCARD = {"arg": "url", "url": {"hosts": ["*.example.com"]}}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_gate.policy import Decision, DecisionEffect, Truth
+from agent_gate.policy import DecisionEffect, PolicyDecision, Truth
 
 Allows = Callable[..., bool]
-Denies = Callable[..., Decision]
+Denies = Callable[..., PolicyDecision]
 
 
 @pytest.fixture

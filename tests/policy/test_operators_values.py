@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 
 from agent_gate.policy import (
-    Decision,
     DecisionEffect,
+    PolicyDecision,
     PolicyLoadError,
     Principal,
     TaskScope,
@@ -18,7 +18,7 @@ from agent_gate.policy import (
 from .conftest import one_rule_policy
 
 Allows = Callable[..., bool]
-Denies = Callable[..., Decision]
+Denies = Callable[..., PolicyDecision]
 
 
 def test_equals_is_json_typed(allows: Allows) -> None:

@@ -19,9 +19,9 @@ import yaml
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.policy import (
     BUILTIN_BAD_PATH,
-    Decision,
     DecisionEffect,
     Policy,
+    PolicyDecision,
     Principal,
     Truth,
 )
@@ -60,7 +60,7 @@ def root(tmp_path: Path) -> Path:
     return workspace
 
 
-def decide(policy: Policy, path: object) -> Decision:
+def decide(policy: Policy, path: object) -> PolicyDecision:
     return policy.evaluate("delete_file", {"path": path})
 
 
