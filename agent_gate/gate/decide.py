@@ -31,7 +31,6 @@ from pydantic import BaseModel
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_from_json
 from agent_gate.errors import GateUsageError
 from agent_gate.gate.intake import Arguments, stable_key
-from agent_gate.ledger import approvals
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import Event
@@ -282,13 +281,14 @@ class Decider:
         ``refused`` collects an approver refusal, which the caller audits."""
         assert self.rules is not None
         approval = txn.latest_approval(current.row_id)
-        problem = approvals.problem(
-            approval,
+        if approval is None:
+            return Ruling(None, reason="no approval has been given")
+        problem = approval.unusable(
             args_hash=self.keys.hash_for(current, arguments),
             stored_args_hash=current.args_hash,
             policy_hash=self.rules.hash,
         )
-        if problem is not None or approval is None:
+        if problem is not None:
             return Ruling(None, reason=problem)
         refusal = self.approver_refusal(current, approval.decided_by, txn)
         if refusal is not None:

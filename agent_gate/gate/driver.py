@@ -45,7 +45,6 @@ from agent_gate.gate.runner import (
     RunTool,
     refuse_async_in_loop,
 )
-from agent_gate.ledger import approvals
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import LEASE_ENDS, CallState, Event, LeaseEnd
@@ -455,8 +454,7 @@ class CallDriver:
             if last is None:
                 return "approval", rec.reason
             args, why = self.keys.of(rec)
-            problem = why or approvals.problem(
-                last,
+            problem = why or last.unusable(
                 args_hash=self.keys.hash_for(rec, args) if args is not None else "",
                 stored_args_hash=rec.args_hash,
                 policy_hash=self.rules.hash if self.rules else None,

@@ -42,7 +42,6 @@ from agent_gate.gate.intake import Arguments, CallContext, as_call
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of
 from agent_gate.gate.runner import Driver, Runner
 from agent_gate.gate.stream import StreamRun
-from agent_gate.ledger import approvals
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.canonical import to_jsonable
@@ -287,7 +286,7 @@ class Gate:
         """
         if not by or not by.strip():
             raise GateUsageError("an approval names who gives it (by=)")
-        why = approvals.ttl_problem(ttl)
+        why = self.ledger.approval_ttl_problem(ttl)
         if why is not None:
             raise GateUsageError(f"ttl: {why} (or None: no expiry)")
         rec = self._find_one(call, task_id)

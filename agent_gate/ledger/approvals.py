@@ -102,6 +102,40 @@ class ApprovalRecord:
     def consumed(self) -> bool:
         return self.consumed_at is not None
 
+    def unusable(
+        self,
+        *,
+        args_hash: str,
+        stored_args_hash: str,
+        policy_hash: str | None,
+        at_ms: int | None = None,
+    ) -> str | None:
+        """Why this answer cannot authorize the call now, or None if it can.
+
+        ``args_hash`` is recomputed from the arguments that would run now (so arguments
+        edited in the database do not run under an old approval); ``stored_args_hash``
+        is the row's; ``policy_hash`` is the hash of the policy the gate runs.
+        """
+        if self.verdict != APPROVED:
+            return f"the last answer was {self.verdict} by {self.decided_by}"
+        if self.consumed:
+            return f"the approval was already used by attempt {self.consumed_attempt}"
+        if self.expired(at_ms):
+            return "the approval expired; approve it again"
+        if self.args_hash != stored_args_hash or self.args_hash != args_hash:
+            return "the arguments changed since the approval; approve it again"
+        if policy_hash is None:
+            return (
+                f"it was approved under policy {self.policy_hash}; run with that policy "
+                "to use the approval"
+            )
+        if self.policy_hash != policy_hash:
+            return (
+                f"it was approved under policy {self.policy_hash} and the gate runs "
+                f"{policy_hash}; a changed policy needs a new approval"
+            )
+        return None
+
     def expired(self, at_ms: int | None = None) -> bool:
         """Whether the approval has run out at ``at_ms``, else at the database time
         it was read (this machine's clock only for a record not read from a ledger)."""
@@ -210,33 +244,14 @@ def problem(
     policy_hash: str | None,
     at_ms: int | None = None,
 ) -> str | None:
-    """Why ``approval`` cannot authorize the call now, or None if it can.
-
-    ``args_hash`` is recomputed from the arguments that would run now (so arguments
-    edited in the database do not run under an old approval); ``stored_args_hash``
-    is the row's; ``policy_hash`` is the hash of the policy the gate runs.
-    """
+    """Why ``approval`` cannot authorize the call now (``ApprovalRecord.unusable``), or
+    that none was given."""
     if approval is None:
         return "no approval has been given"
-    if approval.verdict != APPROVED:
-        return f"the last answer was {approval.verdict} by {approval.decided_by}"
-    if approval.consumed:
-        return f"the approval was already used by attempt {approval.consumed_attempt}"
-    if approval.expired(at_ms):
-        return "the approval expired; approve it again"
-    if approval.args_hash != stored_args_hash or approval.args_hash != args_hash:
-        return "the arguments changed since the approval; approve it again"
-    if policy_hash is None:
-        return (
-            f"it was approved under policy {approval.policy_hash}; run with that policy "
-            "to use the approval"
-        )
-    if approval.policy_hash != policy_hash:
-        return (
-            f"it was approved under policy {approval.policy_hash} and the gate runs "
-            f"{policy_hash}; a changed policy needs a new approval"
-        )
-    return None
+    return approval.unusable(
+        args_hash=args_hash, stored_args_hash=stored_args_hash, policy_hash=policy_hash,
+        at_ms=at_ms,
+    )
 
 
 def consume(conn: Connection, approval_id: int, attempt: int) -> bool:
