@@ -35,6 +35,11 @@ It hands back to the short path as soon as what it holds fits in that bound,
 and no CR it took waits for its LF. Its tokenizer is one C-level ``findall``; a
 big text that is one event skips it (``_one_big_event``).
 
+Both paths end in the same place: ``_EventAssembler``, the base class, holds
+the WHATWG field rules and the event being assembled, on whole LF-terminated
+lines; ``SSEDecoder`` adds the byte framing (tail, pending line, held lines,
+BOM, CR) and the public surface.
+
 Complexity bound
 ----------------
 The short path appends a read to the tail only while the tail is no longer
@@ -114,7 +119,210 @@ class DecoderState(Enum):
     """A limit was exceeded; the stream cannot be trusted any further."""
 
 
-class SSEDecoder:
+class _EventAssembler:
+    """The WHATWG "process the field" rules and event assembly, on whole lines.
+
+    What is remembered between lines (the data, type and ID buffers, the
+    counts, the caches of event types) and the code that reads complete
+    LF-terminated text into events: the tokenizer path (``_interpret``), the
+    big-event shortcut (``_one_big_event``) and the ``max_event_bytes`` error.
+    It never sees a read or a partial line: ``SSEDecoder`` frames the bytes and
+    hands whole lines here, with every line end made LF. A base class, not a
+    helper object, so that the framing's shortcuts (``_dispatch``'s bulk runs,
+    ``end``) reach this state as plain slots of ``self``, with no lookup
+    through another object per read.
+    """
+
+    __slots__ = (
+        "_comments",
+        "_data",
+        "_data_bytes",
+        "_etype",
+        "_events",
+        "_id_buf",
+        "_last_id",
+        "_max_event",
+        "_name_of",
+        "_names",
+        "_retry",
+        "_tokenize",
+        "_types",
+    )
+
+    def __init__(self, max_event_bytes: int) -> None:
+        self._max_event = max_event_bytes
+        self._data: list[bytes] = []  # data values of the event being assembled
+        self._data_bytes = 0  # sum of len(value) + 1 over the buffered data lines
+        self._etype = b""
+        self._id_buf = ""  # the spec's "last event ID buffer"
+        self._last_id = ""  # the spec's "last event ID string", set at dispatch
+        self._retry: int | None = None
+        self._events = 0
+        self._comments = 0
+        self._types: dict[bytes, str] = {}
+        self._names = _TypeNames()
+        self._name_of = self._names.__getitem__  # bound once: it is mapped over every read
+        self._tokenize = _tokenizer(max_event_bytes).findall
+
+    def _one_big_event(self, text: bytes, out: list[ServerSentEvent]) -> bool:
+        """Dispatch ``text`` if it is one event: ``event:`` line (or none), one
+        ``data: `` line, the blank line, in a clean state; else change nothing.
+
+        For a big event, the tokenizer's byte-by-byte scan and the copy of the
+        data group cost more than the event's other work together, and the
+        copy is one more buffer of the event's size: here ``find`` (memchr)
+        cuts the two lines and the value is decoded straight from the text.
+        """
+        if self._data or self._etype:
+            return False
+        if text[:6] == b"event:":
+            pos = text.find(b"\n") + 1
+            try:
+                name = self._names[text[: pos - 1]]
+            except KeyError:
+                return False
+        else:
+            pos = 0
+            name = "message"
+        end = text.find(b"\n", pos)
+        if (
+            text[pos : pos + 6] != b"data: "
+            or end != len(text) - 2
+            or end - pos - 6 > self._max_event
+        ):
+            return False
+        last_id = self._last_id = self._id_buf
+        data = str(memoryview(text)[pos + 6 : end], "utf-8", "replace")
+        out.append(ServerSentEvent(name, data, last_id))
+        self._events += 1
+        return True
+
+    def _interpret(
+        self, text: bytes, head: bytes, head_start: int, out: list[ServerSentEvent]
+    ) -> None:
+        """Interpret complete LF-terminated lines: "process the field" and dispatch.
+
+        One C-level ``findall`` cuts ``text`` into tokens (see ``_tokenizer``):
+        either a whole common event (an optional ``event:`` line, one ``data:``
+        line, the blank line) or one line of any kind. A common event met in a
+        clean state is dispatched with a handful of operations; everything else
+        takes the line-by-line path through the full rules, which is also
+        correct for a common event that follows buffered fields. ``head`` and
+        ``head_start`` only locate a line when a limit is exceeded.
+        """
+        if _BIG_EVENT and len(text) >= _BIG_TEXT and self._one_big_event(text, out):
+            return
+        data = self._data
+        data_size = self._data_bytes  # sum of len(value) + 1 over data lines
+        data_limit = self._max_event + 1
+        etype = self._etype
+        id_buf = self._id_buf
+        last_id = self._last_id
+        events = self._events
+        types = self._types
+        append = out.append
+        make = tuple.__new__
+        tokens = self._tokenize(text)
+        try:
+            for token in tokens:
+                has_type, raw_type, value, line, newline = token
+                if not newline:
+                    # A whole event: [event line] data line, blank line.
+                    last_id = id_buf
+                    if not data and not etype:
+                        if raw_type:
+                            name = types.get(raw_type)
+                            if name is None:
+                                name = raw_type.decode("utf-8", "replace")
+                                if len(types) < _TYPE_CACHE_SIZE:
+                                    types[raw_type] = name
+                        else:
+                            name = "message"
+                        append(
+                            make(
+                                ServerSentEvent,
+                                (name, value.decode("utf-8", "replace"), last_id),
+                            )
+                        )
+                        events += 1
+                        continue
+                    # It follows buffered fields: its lines join them, and the
+                    # blank line dispatches them all below.
+                    if has_type:
+                        etype = raw_type
+                    data_size += len(value) + 1
+                    if data_size > data_limit:
+                        raise self._event_too_big(head, head_start, tokens, token, 1, events)
+                    data.append(value)
+                elif line:
+                    field, _colon, value = line.partition(b":")
+                    if not field:
+                        self._comments += 1  # a line starting with ":" is a comment
+                        continue
+                    if value.startswith(b" "):
+                        value = value[1:]
+                    if field == b"data":
+                        data_size += len(value) + 1
+                        if data_size > data_limit:
+                            raise self._event_too_big(head, head_start, tokens, token, 0, events)
+                        data.append(value)
+                    elif field == b"event":
+                        etype = value
+                    elif field == b"id":
+                        if 0 not in value:
+                            id_buf = value.decode("utf-8", "replace")
+                    elif field == b"retry" and value.isdigit():  # ASCII only, for bytes
+                        self._retry = int(value)
+                    # any other field name is ignored, as the spec requires
+                    continue
+                else:
+                    # A blank line dispatches: the ID buffer becomes the last
+                    # event ID even without data; type and data always reset.
+                    last_id = id_buf
+                    if not data:
+                        etype = b""
+                        continue
+                # Dispatch the buffered event.
+                payload = data[0] if len(data) == 1 else b"\n".join(data)
+                append(
+                    make(
+                        ServerSentEvent,
+                        (
+                            types.get(etype) or etype.decode("utf-8", "replace")
+                            if etype
+                            else "message",
+                            payload.decode("utf-8", "replace"),
+                            last_id,
+                        ),
+                    )
+                )
+                events += 1
+                data.clear()
+                data_size = 0
+                etype = b""
+        finally:
+            self._data_bytes = data_size
+            self._etype = etype
+            self._id_buf = id_buf
+            self._last_id = last_id
+            self._events = events
+
+    def _event_too_big(
+        self,
+        head: bytes,
+        head_start: int,
+        tokens: list[tuple[bytes, ...]],
+        token: tuple[bytes, ...],
+        extra: int,
+        events: int,
+    ) -> SSELimitExceeded:
+        """The ``max_event_bytes`` error for the data line of ``token`` (error path only;
+        ``extra`` as in ``_line_number``)."""
+        offset = _line_offset(head, head_start, _line_number(tokens, token, extra))
+        return SSELimitExceeded("max_event_bytes", self._max_event, offset, events)
+
+
+class SSEDecoder(_EventAssembler):
     """Feed it the bytes of one stream in any split; read whole events back.
 
     Limits are per stream and separately configurable: ``max_line_bytes`` (one
@@ -124,35 +332,22 @@ class SSEDecoder:
     """
 
     __slots__ = (
-        "_comments",
-        "_data",
-        "_data_bytes",
-        "_etype",
-        "_events",
         "_fast",
         "_held",
         "_held_start",
-        "_id_buf",
-        "_last_id",
         "_line_start",
-        "_max_event",
         "_max_fast",
         "_max_line",
         "_max_stream",
-        "_name_of",
-        "_names",
         "_pending",
         "_pending_len",
         "_probe",
         "_received",
-        "_retry",
         "_skip_lf",
         "_slack",
         "_state",
         "_tail",
         "_tail_start",
-        "_tokenize",
-        "_types",
     )
 
     def __init__(
@@ -169,8 +364,8 @@ class SSEDecoder:
         ):
             if value < 1:
                 raise ValueError(f"{name} must be a positive number of bytes")
+        super().__init__(max_event_bytes)
         self._max_line = max_line_bytes
-        self._max_event = max_event_bytes
         self._max_stream = max_stream_bytes
         self._state = DecoderState.START
         self._probe = b""  # bytes that may still turn out to be the BOM
@@ -181,18 +376,6 @@ class SSEDecoder:
         self._held = b""  # complete lines of an unfinished event, not yet interpreted
         self._held_start = 0
         self._skip_lf = False  # the last read ended in CR: a leading LF is its CRLF
-        self._data: list[bytes] = []  # data values of the event being assembled
-        self._data_bytes = 0  # sum of len(value) + 1 over the buffered data lines
-        self._etype = b""
-        self._id_buf = ""  # the spec's "last event ID buffer"
-        self._last_id = ""  # the spec's "last event ID string", set at dispatch
-        self._retry: int | None = None
-        self._events = 0
-        self._comments = 0
-        self._types: dict[bytes, str] = {}
-        self._names = _TypeNames()
-        self._name_of = self._names.__getitem__  # bound once: it is mapped over every read
-        self._tokenize = _tokenizer(max_event_bytes).findall
         # Fast framing (see ``feed``): ``_tail`` holds the bytes after the last
         # blank line, not yet interpreted, starting at stream offset ``_tail_start``.
         self._fast = False
@@ -622,163 +805,6 @@ class SSEDecoder:
         except SSELimitExceeded:
             return False
         return True
-
-    def _one_big_event(self, text: bytes, out: list[ServerSentEvent]) -> bool:
-        """Dispatch ``text`` if it is one event: ``event:`` line (or none), one
-        ``data: `` line, the blank line, in a clean state; else change nothing.
-
-        For a big event, the tokenizer's byte-by-byte scan and the copy of the
-        data group cost more than the event's other work together, and the
-        copy is one more buffer of the event's size: here ``find`` (memchr)
-        cuts the two lines and the value is decoded straight from the text.
-        """
-        if self._data or self._etype:
-            return False
-        if text[:6] == b"event:":
-            pos = text.find(b"\n") + 1
-            try:
-                name = self._names[text[: pos - 1]]
-            except KeyError:
-                return False
-        else:
-            pos = 0
-            name = "message"
-        end = text.find(b"\n", pos)
-        if (
-            text[pos : pos + 6] != b"data: "
-            or end != len(text) - 2
-            or end - pos - 6 > self._max_event
-        ):
-            return False
-        last_id = self._last_id = self._id_buf
-        data = str(memoryview(text)[pos + 6 : end], "utf-8", "replace")
-        out.append(ServerSentEvent(name, data, last_id))
-        self._events += 1
-        return True
-
-    def _interpret(
-        self, text: bytes, head: bytes, head_start: int, out: list[ServerSentEvent]
-    ) -> None:
-        """Interpret complete LF-terminated lines: "process the field" and dispatch.
-
-        One C-level ``findall`` cuts ``text`` into tokens (see ``_tokenizer``):
-        either a whole common event (an optional ``event:`` line, one ``data:``
-        line, the blank line) or one line of any kind. A common event met in a
-        clean state is dispatched with a handful of operations; everything else
-        takes the line-by-line path through the full rules, which is also
-        correct for a common event that follows buffered fields. ``head`` and
-        ``head_start`` only locate a line when a limit is exceeded.
-        """
-        if _BIG_EVENT and len(text) >= _BIG_TEXT and self._one_big_event(text, out):
-            return
-        data = self._data
-        data_size = self._data_bytes  # sum of len(value) + 1 over data lines
-        data_limit = self._max_event + 1
-        etype = self._etype
-        id_buf = self._id_buf
-        last_id = self._last_id
-        events = self._events
-        types = self._types
-        append = out.append
-        make = tuple.__new__
-        tokens = self._tokenize(text)
-        try:
-            for token in tokens:
-                has_type, raw_type, value, line, newline = token
-                if not newline:
-                    # A whole event: [event line] data line, blank line.
-                    last_id = id_buf
-                    if not data and not etype:
-                        if raw_type:
-                            name = types.get(raw_type)
-                            if name is None:
-                                name = raw_type.decode("utf-8", "replace")
-                                if len(types) < _TYPE_CACHE_SIZE:
-                                    types[raw_type] = name
-                        else:
-                            name = "message"
-                        append(
-                            make(
-                                ServerSentEvent,
-                                (name, value.decode("utf-8", "replace"), last_id),
-                            )
-                        )
-                        events += 1
-                        continue
-                    # It follows buffered fields: its lines join them, and the
-                    # blank line dispatches them all below.
-                    if has_type:
-                        etype = raw_type
-                    data_size += len(value) + 1
-                    if data_size > data_limit:
-                        raise self._event_too_big(head, head_start, tokens, token, 1, events)
-                    data.append(value)
-                elif line:
-                    field, _colon, value = line.partition(b":")
-                    if not field:
-                        self._comments += 1  # a line starting with ":" is a comment
-                        continue
-                    if value.startswith(b" "):
-                        value = value[1:]
-                    if field == b"data":
-                        data_size += len(value) + 1
-                        if data_size > data_limit:
-                            raise self._event_too_big(head, head_start, tokens, token, 0, events)
-                        data.append(value)
-                    elif field == b"event":
-                        etype = value
-                    elif field == b"id":
-                        if 0 not in value:
-                            id_buf = value.decode("utf-8", "replace")
-                    elif field == b"retry" and value.isdigit():  # ASCII only, for bytes
-                        self._retry = int(value)
-                    # any other field name is ignored, as the spec requires
-                    continue
-                else:
-                    # A blank line dispatches: the ID buffer becomes the last
-                    # event ID even without data; type and data always reset.
-                    last_id = id_buf
-                    if not data:
-                        etype = b""
-                        continue
-                # Dispatch the buffered event.
-                payload = data[0] if len(data) == 1 else b"\n".join(data)
-                append(
-                    make(
-                        ServerSentEvent,
-                        (
-                            types.get(etype) or etype.decode("utf-8", "replace")
-                            if etype
-                            else "message",
-                            payload.decode("utf-8", "replace"),
-                            last_id,
-                        ),
-                    )
-                )
-                events += 1
-                data.clear()
-                data_size = 0
-                etype = b""
-        finally:
-            self._data_bytes = data_size
-            self._etype = etype
-            self._id_buf = id_buf
-            self._last_id = last_id
-            self._events = events
-
-    def _event_too_big(
-        self,
-        head: bytes,
-        head_start: int,
-        tokens: list[tuple[bytes, ...]],
-        token: tuple[bytes, ...],
-        extra: int,
-        events: int,
-    ) -> SSELimitExceeded:
-        """The ``max_event_bytes`` error for the data line of ``token`` (error path only;
-        ``extra`` as in ``_line_number``)."""
-        offset = _line_offset(head, head_start, _line_number(tokens, token, extra))
-        return SSELimitExceeded("max_event_bytes", self._max_event, offset, events)
 
 
 class _TypeNames(dict[bytes, str]):
