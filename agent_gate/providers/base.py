@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -62,24 +64,117 @@ def mapping_content(data: Mapping[str, Any]) -> tuple[str | None, str]:
     """A snapshot of a mapping event's content for replay comparison.
 
     Equal snapshots mean ``json.dumps(sort_keys=True, ensure_ascii=False,
-    default=str)`` would give equal text. orjson's sorted text is used when it
-    cannot disagree with that: no ``null`` in it (orjson writes NaN and Infinity
+    default=str)`` would give equal text. orjson's sorted compact text is used when
+    it cannot disagree with that: no ``null`` in it (orjson writes NaN and Infinity
     as ``null``) and nothing orjson serializes its own way (``default`` refuses
     those). Anything else is tagged ``None`` instead of ``""`` and carries the
     json.dumps text, so the two forms never compare equal: such a pair is a
-    conflict (fail closed), never a replay. orjson's bytes are copied into a str
-    rather than kept: kept, its output buffers made each event cost 2.7 us instead
-    of 0.5 us (measured over a 288-delta call).
+    conflict (fail closed), never a replay.
+
+    The snapshot also names content (Gemini's call ids are digests of it), so it
+    must not depend on whether orjson is installed or AGENT_GATE_PURE_PYTHON is
+    set: ``snapshot_text`` writes orjson's exact text in plain Python, and
+    ``_fast_snapshot`` is orjson itself (its bytes copied into a str: kept, its
+    output buffers made each event cost 2.7 us instead of 0.5 us).
     """
-    if _fast_dumps is not None:
-        try:
-            text = _fast_dumps(data, _refuse, _SNAPSHOT_OPTION).decode()
-        except TypeError:  # orjson.JSONEncodeError: big ints, non-str keys, others
-            pass
-        else:
-            if "null" not in text:  # (searching the str is cheaper than the bytes)
-                return ("", text)
+    text = _fast_snapshot(data) if _fast_dumps is not None else snapshot_text(data)
+    if text is not None and "null" not in text:  # (searching the str is cheaper)
+        return ("", text)
     return (None, dumps(data, sort_keys=True, default=str))
+
+
+def _fast_snapshot(data: Mapping[str, Any]) -> str | None:
+    assert _fast_dumps is not None
+    try:
+        return _fast_dumps(data, _refuse, _SNAPSHOT_OPTION).decode()
+    except TypeError:  # orjson.JSONEncodeError: big ints, non-str keys, others
+        return None
+
+
+class _Refused(Exception):
+    """``snapshot_text`` met what orjson refuses with the snapshot's options."""
+
+
+_SNAPSHOT_MAX_DEPTH = 254
+"""Containers orjson nests before "Recursion limit reached"."""
+_INT_RANGE = range(-(2**63), 2**64)
+"""orjson writes 64-bit signed and unsigned integers; anything wider is refused."""
+_encode_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
+def snapshot_text(value: object) -> str | None:
+    """The text ``orjson.dumps(value, option=OPT_SORT_KEYS | OPT_PASSTHROUGH_*)``
+    writes, in plain Python; None where orjson refuses ``value`` (a type other than
+    exact dict/list/tuple/str/int/float/bool/None, a key that is not a str, an
+    integer beyond 64 bits, a lone surrogate, more than 254 nested containers).
+
+    The reference beside ``_fast_snapshot``: tests/providers/test_snapshot_text.py
+    holds the two to the same text for every value."""
+    out: list[str] = []
+    try:
+        _write(value, out, 0)
+    except _Refused:
+        return None
+    return "".join(out)
+
+
+def _write(value: object, out: list[str], depth: int) -> None:
+    kind = type(value)
+    if kind is str:
+        out.append(_text(value))  # type: ignore[arg-type]
+    elif value is None or kind is bool:
+        out.append("null" if value is None else "true" if value else "false")
+    elif kind is int:
+        if value not in _INT_RANGE:
+            raise _Refused
+        out.append(str(value))
+    elif kind is float:
+        out.append(_float_text(value))  # type: ignore[arg-type]
+    elif kind is dict or kind is list or kind is tuple:
+        if depth == _SNAPSHOT_MAX_DEPTH:
+            raise _Refused
+        if kind is dict:
+            items: dict[Any, Any] = value  # type: ignore[assignment]
+            if any(type(key) is not str for key in items):
+                raise _Refused
+            out.append("{")
+            for n, key in enumerate(sorted(items)):
+                out.append(f"{',' if n else ''}{_text(key)}:")
+                _write(items[key], out, depth + 1)
+            out.append("}")
+        else:
+            out.append("[")
+            for n, item in enumerate(value):  # type: ignore[attr-defined]
+                if n:
+                    out.append(",")
+                _write(item, out, depth + 1)
+            out.append("]")
+    else:
+        raise _Refused  # datetimes, dataclasses, subclasses: orjson's passthrough
+
+
+def _text(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it
+        raise _Refused from None
+    return _encode_str(value)  # type: ignore[no-any-return]
+
+
+def _float_text(value: float) -> str:
+    """A float as orjson writes it: Python's shortest repr, but NaN and infinities as
+    ``null``, exponents unpadded (``1e-7``, ``1e+16``) and 1e-5 .. 1e-4 in decimals."""
+    if value != value or value in (math.inf, -math.inf):
+        return "null"
+    text = repr(value)
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    power = int(exponent)
+    if power == -5:
+        sign, digits = ("-", mantissa[1:]) if mantissa[0] == "-" else ("", mantissa)
+        return f"{sign}0.0000{digits.replace('.', '')}"
+    return f"{mantissa}e{'+' if power > 0 else '-'}{abs(power)}"
 
 
 def event_content(sse_type: str, raw: str | None, data: Mapping[str, Any]) -> Hashable:
