@@ -154,10 +154,12 @@ def test_run_times_out_when_only_heartbeats_flow(cli: Any, e2e_tools: ModuleType
     stall = Fault(stall_after_events=len(DEMO.transcript) - 1, stall_seconds=5,
                   heartbeat_interval=0.05, heartbeat=HeartbeatKind.PING)
     with StreamServer({"s": DEMO.transcript}, faults=[FaultRule(stall)]) as server:
-        result = cli(*run_args(DEMO, server.stream_url("s")), "--progress-timeout", "0.5",
+        # 1.5 s without progress, well inside the 5 s stall: a loaded machine (the read's
+        # tool runs and commits meanwhile) must not trip it before the stall begins.
+        result = cli(*run_args(DEMO, server.stream_url("s")), "--progress-timeout", "1.5",
                      "--idle-timeout", "3")
     assert result.exit_code == 1
-    assert "progress_timeout=0.5s exceeded" in result.output
+    assert "progress_timeout=1.5s exceeded" in result.output
     assert "heartbeats) over 1 connection(s)" in result.output
     # The read ran when its call completed; every write waited and was not run.
     assert dict(e2e_tools.executions(effects, "t")) == {"call_weather": 1}
