@@ -346,7 +346,7 @@ class Gate:
         """An operator settles an in-doubt call: it ``succeeded``, ``failed``, or was
         ``not_applied`` (which makes it runnable again when the call is next seen)."""
         call_id = call if isinstance(call, str) else call.call_id
-        rec = self._find_one(call_id, task_id if task_id is not None else _task_of(call))
+        rec = self._find_one(call_id if isinstance(call, ToolCall) else call, task_id)
         try:
             verdict = Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
         except ValueError:
@@ -488,10 +488,6 @@ class Gate:
     def _context(self, options: CallOptions) -> CallContext:
         principal, scope = options.get("principal"), options.get("scope")
         return CallContext.of(principal or self.principal, scope or self.scope)
-
-
-def _task_of(call: str | Outcome | ToolCall) -> str | None:
-    return call.task_id if isinstance(call, Outcome) else None
 
 
 def _events(events: Iterable[object], stream: StreamRun) -> Iterator[object]:
