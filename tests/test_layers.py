@@ -75,6 +75,11 @@ LAYERS: tuple[Layer, ...] = (
         "a complete call in, at most one execution, an outcome out",
     ),
     Layer("api", ("agent_gate",), "the curated top level: `from agent_gate import Gate, ...`"),
+    Layer(
+        "integrations",
+        ("agent_gate.integrations",),
+        "MCP and agent frameworks put behind a gate; each an optional extra",
+    ),
     Layer("stream_server", ("agent_gate.stream_server",),
           "a fault-injecting loopback SSE server for tests and the demo"),
     Layer("demo", ("agent_gate.demo",), "what `agent-gate demo` streams and runs"),
