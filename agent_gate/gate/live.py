@@ -34,7 +34,10 @@ import httpx
 from agent_gate.accumulate import AccumulatorStats, DispatchMode
 from agent_gate.autodetect import accumulator
 from agent_gate.calls import Terminal
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import (
+    AgentGateError,
+    StreamError,
+)
 from agent_gate.gate.facade import Gate
 from agent_gate.gate.outcome import Outcome, RunResult
 from agent_gate.policy import Principal, TaskScope
@@ -43,7 +46,6 @@ from agent_gate.transport import (
     AsyncEventStream,
     EventStream,
     Reconnect,
-    StreamError,
     StreamOptions,
     StreamStats,
 )

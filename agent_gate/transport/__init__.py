@@ -8,25 +8,14 @@ It never re-sends a request that would regenerate an answer; see
 ``agent_gate.transport.resume`` for why.
 
 The transport knows no provider: the caller says which event is terminal
-(``is_terminal``), and ``terminal_on`` builds the usual predicates.
+(``is_terminal``), and ``terminal_on`` builds the usual predicates. Its errors
+(``StreamError`` and its subclasses) live with every other in ``agent_gate.errors``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent_gate.errors import (
-    StreamConnectError,
-    StreamContentTypeError,
-    StreamError,
-    StreamHTTPStatusError,
-    StreamIdleTimeout,
-    StreamLimitExceeded,
-    StreamProgressTimeout,
-    StreamTimeout,
-    StreamTruncatedError,
-    TruncationReason,
-)
 from agent_gate.sse import ServerSentEvent
 from agent_gate.transport.async_io import AsyncEventStream, astream_events
 from agent_gate.transport.config import ReconnectPolicy, StreamLimits
@@ -80,23 +69,13 @@ __all__ = [
     "ReconnectPolicy",
     "ResumeState",
     "ResumeStrategy",
-    "StreamConnectError",
-    "StreamContentTypeError",
-    "StreamError",
-    "StreamHTTPStatusError",
-    "StreamIdleTimeout",
-    "StreamLimitExceeded",
     "StreamLimits",
     "StreamOptions",
-    "StreamProgressTimeout",
     "StreamRequest",
     "StreamSession",
     "StreamState",
     "StreamStats",
-    "StreamTimeout",
-    "StreamTruncatedError",
     "TerminalPredicate",
-    "TruncationReason",
     "astream_events",
     "error_excerpt",
     "is_event_stream",

@@ -17,6 +17,14 @@ from types import ModuleType
 import pytest
 
 from agent_gate import CallState, Gate
+from agent_gate.errors import (
+    StreamContentTypeError,
+    StreamHTTPStatusError,
+    StreamIdleTimeout,
+    StreamProgressTimeout,
+    StreamTruncatedError,
+    TruncationReason,
+)
 from agent_gate.stream_server import (
     CutMode,
     ErrorStyle,
@@ -30,13 +38,7 @@ from agent_gate.stream_server import (
 )
 from agent_gate.transport import (
     ReconnectPolicy,
-    StreamContentTypeError,
-    StreamHTTPStatusError,
-    StreamIdleTimeout,
     StreamLimits,
-    StreamProgressTimeout,
-    StreamTruncatedError,
-    TruncationReason,
 )
 
 from .conftest import Case, Live, allowed, cases, check_at_most_once, outcome_map, reads

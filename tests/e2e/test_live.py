@@ -17,15 +17,17 @@ import httpx
 import pytest
 
 from agent_gate import CallState, Gate
+from agent_gate.errors import (
+    StreamHTTPStatusError,
+    StreamTruncatedError,
+    TruncationReason,
+)
 from agent_gate.gate.live import LiveOptions, LiveProgress, TerminalDetector, arun_live, run_live
 from agent_gate.sse import SSEDecoder
 from agent_gate.stream_server import Fault, FaultRule, StreamServer, Transcript
 from agent_gate.transport import (
     ReconnectPolicy,
-    StreamHTTPStatusError,
     StreamOptions,
-    StreamTruncatedError,
-    TruncationReason,
 )
 
 from .conftest import FAST, TRANSCRIPTS, Case, TestPolicy, allowed, cases

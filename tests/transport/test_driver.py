@@ -13,17 +13,19 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from agent_gate.sse import ServerSentEvent
-from agent_gate.transport import (
-    ReconnectPolicy,
+from agent_gate.errors import (
     StreamConnectError,
     StreamHTTPStatusError,
     StreamIdleTimeout,
+    StreamTruncatedError,
+    TruncationReason,
+)
+from agent_gate.sse import ServerSentEvent
+from agent_gate.transport import (
+    ReconnectPolicy,
     StreamLimits,
     StreamOptions,
     StreamState,
-    StreamTruncatedError,
-    TruncationReason,
     driver,
     terminal_on,
 )

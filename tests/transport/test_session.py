@@ -7,6 +7,15 @@ import random
 
 import pytest
 
+from agent_gate.errors import (
+    StreamConnectError,
+    StreamContentTypeError,
+    StreamHTTPStatusError,
+    StreamIdleTimeout,
+    StreamLimitExceeded,
+    StreamProgressTimeout,
+    TruncationReason,
+)
 from agent_gate.sse import ServerSentEvent
 from agent_gate.transport import (
     Finished,
@@ -14,17 +23,10 @@ from agent_gate.transport import (
     OpenAIResponsesResume,
     Reconnect,
     ReconnectPolicy,
-    StreamConnectError,
-    StreamContentTypeError,
-    StreamHTTPStatusError,
-    StreamIdleTimeout,
-    StreamLimitExceeded,
     StreamLimits,
-    StreamProgressTimeout,
     StreamRequest,
     StreamSession,
     StreamState,
-    TruncationReason,
     terminal_on,
 )
 from agent_gate.transport.session import Action

@@ -10,6 +10,14 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from agent_gate.errors import (
+    StreamContentTypeError,
+    StreamHTTPStatusError,
+    StreamIdleTimeout,
+    StreamProgressTimeout,
+    StreamTruncatedError,
+    TruncationReason,
+)
 from agent_gate.sse import ServerSentEvent
 from agent_gate.stream_server import (
     ErrorStyle,
@@ -24,14 +32,8 @@ from agent_gate.transport import (
     OpenAIResponsesResume,
     Reconnect,
     ReconnectPolicy,
-    StreamContentTypeError,
-    StreamHTTPStatusError,
-    StreamIdleTimeout,
     StreamLimits,
-    StreamProgressTimeout,
     StreamState,
-    StreamTruncatedError,
-    TruncationReason,
     astream_events,
     terminal_on,
 )

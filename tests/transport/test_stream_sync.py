@@ -14,6 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
+from agent_gate.errors import (
+    StreamContentTypeError,
+    StreamHTTPStatusError,
+    StreamIdleTimeout,
+    StreamLimitExceeded,
+    StreamProgressTimeout,
+    StreamTruncatedError,
+    TruncationReason,
+)
 from agent_gate.sse import ServerSentEvent
 from agent_gate.stream_server import (
     CutMode,
@@ -29,15 +38,8 @@ from agent_gate.transport import (
     OpenAIResponsesResume,
     Reconnect,
     ReconnectPolicy,
-    StreamContentTypeError,
-    StreamHTTPStatusError,
-    StreamIdleTimeout,
-    StreamLimitExceeded,
     StreamLimits,
-    StreamProgressTimeout,
     StreamState,
-    StreamTruncatedError,
-    TruncationReason,
     stream_events,
     terminal_on,
 )
