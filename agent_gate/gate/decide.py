@@ -33,8 +33,9 @@ from agent_gate.errors import GateUsageError
 from agent_gate.gate.intake import Arguments, stable_key
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import Event
-from agent_gate.ledger.store import CallRecord, Ledger, Ruling
+from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import DecisionEffect, PolicyDecision, Principal, TaskScope
 from agent_gate.tools import (

@@ -48,8 +48,9 @@ from agent_gate.ledger.canonical import to_jsonable
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.records import CallRecord, StoredResult
 from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
-from agent_gate.ledger.store import CallRecord, Ledger, StoredResult
+from agent_gate.ledger.store import Ledger
 from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
 from agent_gate.tools import Effect, Reconciliation, ToolRegistry
 

@@ -25,6 +25,7 @@ from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.outcome_store import KeptResult, OutcomeScrub, keep_result
 from agent_gate.ledger.privacy import clean_message, describe_error
 from agent_gate.ledger.reasons import ReasonCode
+from agent_gate.ledger.records import CallRecord, StoredResult, Transition
 from agent_gate.ledger.states import (
     LATE_RUN_ENDS,
     RECONCILED,
@@ -33,7 +34,7 @@ from agent_gate.ledger.states import (
     RunEnd,
     run_end,
 )
-from agent_gate.ledger.store import CallRecord, Ledger, StoredResult, Transition
+from agent_gate.ledger.store import Ledger
 from agent_gate.tools import Effect, Reconciliation
 
 __all__ = ["Finisher"]

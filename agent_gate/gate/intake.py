@@ -32,8 +32,8 @@ from agent_gate.ledger.canonical import (
 )
 from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN
 from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.records import NewCall, Ruling
 from agent_gate.ledger.states import Event
-from agent_gate.ledger.store import NewCall, Ruling
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, check_depth
 from agent_gate.strict_json import parse_arguments as strict_arguments
 from agent_gate.tools import (
@@ -45,7 +45,7 @@ from agent_gate.tools import (
 )
 
 if TYPE_CHECKING:
-    from agent_gate.ledger.store import CallRecord
+    from agent_gate.ledger.records import CallRecord
     from agent_gate.policy import Principal, TaskScope
 
 __all__ = ["Admitted", "Arguments", "CallContext", "admit", "as_call", "stable_key"]

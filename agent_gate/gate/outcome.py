@@ -17,7 +17,7 @@ from agent_gate.ledger.states import CallState
 if TYPE_CHECKING:
     from agent_gate.accumulate import Anomaly
     from agent_gate.calls import Terminal
-    from agent_gate.ledger.store import CallRecord
+    from agent_gate.ledger.records import CallRecord
 
 __all__ = ["Blocker", "Outcome", "RunResult", "outcome_of"]
 

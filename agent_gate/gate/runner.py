@@ -26,8 +26,9 @@ from agent_gate.errors import GateUsageError, OutcomeUnknown
 from agent_gate.gate.outcome import Outcome
 from agent_gate.heartbeat import LeaseKeeper
 from agent_gate.ledger.lease import this_owner
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import RunEnd
-from agent_gate.ledger.store import CallRecord, Ledger
+from agent_gate.ledger.store import Ledger
 from agent_gate.tools import CallInfo, Tool
 
 __all__ = ["Claimed", "Driver", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]

@@ -29,8 +29,8 @@ from agent_gate.gate.outcome import Outcome, RunResult
 from agent_gate.gate.runner import Driver
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.records import Ruling
 from agent_gate.ledger.states import Event
-from agent_gate.ledger.store import Ruling
 
 if TYPE_CHECKING:
     from agent_gate.gate.driver import CallDriver

@@ -24,8 +24,9 @@ from agent_gate.ledger.dialect import (
     LedgerReplaced,
     resolve_url,
 )
+from agent_gate.ledger.records import CallRecord, NewCall, TaskRecord, Transition
 from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event
-from agent_gate.ledger.store import CallRecord, Ledger, NewCall, TaskRecord, Transition
+from agent_gate.ledger.store import Ledger
 
 __all__ = [
     "DEFAULT_URL",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import BigInteger, Connection, Engine, bindparam, select, update
 from sqlalchemy.sql.elements import ColumnElement
@@ -86,6 +86,18 @@ _NEW_ATTEMPT: Mapping[str, Any] = {
     "error": None,
 }
 """What ``Effects.new_attempt`` clears: the last attempt's end and outcome."""
+
+
+class Step(TypedDict, total=False):
+    """``apply``'s keywords, as the flows above it forward them: one list, not three."""
+
+    actor: str | None
+    code: str | None
+    reason: str | None
+    changes: Mapping[str, Any] | None
+    guard: Guard | None
+    detail: Mapping[str, Any] | None
+    lease: Lease | None
 
 
 class Lost(Exception):
@@ -385,12 +397,9 @@ def transition(
     *,
     within: Within | None = None,
     audited_only: bool = False,
-    **step: Any,
+    **step: Unpack[Step],
 ) -> Transition:
-    """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it.
-
-    ``step``: ``apply``'s keywords (actor, code, reason, changes, guard, detail, lease).
-    """
+    """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it."""
     with write(engine) as conn:
         if audited_only:
             refused = refuse_unaudited(conn, rec, step.get("actor"))

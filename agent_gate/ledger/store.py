@@ -9,7 +9,7 @@ the row in between, nothing is written and the caller gets the row as it now is
 ``Ledger`` is the facade: the row and value types live in ``records``, the read
 queries in ``reads``, the insert of a new call in ``intake``, the write flows over
 the one compare-and-set builder in ``flows``, and what a decision may read inside
-a transaction in ``txn``. The names are re-exported here, where callers import them.
+a transaction in ``txn``; callers import each from its own module.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Connection, Engine, update
 
@@ -32,17 +32,14 @@ from agent_gate.ledger.dialect import (
     require_ledger_file,
     resolve_url,
 )
-from agent_gate.ledger.flows import MAX_REASON_CHARS, STATE_NOT_IN_AUDIT, Decide
+from agent_gate.ledger.flows import Decide
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.records import (
     TASKS,
     CallRecord,
-    DbNowPlus,
-    Guard,
     NewCall,
     Ruling,
     StoredResult,
-    TaskContextConflict,
     TaskRecord,
     TaskSummary,
     Transition,
@@ -50,22 +47,7 @@ from agent_gate.ledger.records import (
 from agent_gate.ledger.states import CallState, Event
 from agent_gate.ledger.txn import LedgerTxn
 
-__all__ = [
-    "MAX_REASON_CHARS",
-    "STATE_NOT_IN_AUDIT",
-    "CallRecord",
-    "DbNowPlus",
-    "Guard",
-    "Ledger",
-    "LedgerTxn",
-    "NewCall",
-    "Ruling",
-    "StoredResult",
-    "TaskContextConflict",
-    "TaskRecord",
-    "TaskSummary",
-    "Transition",
-]
+__all__ = ["Ledger"]
 
 _KNOWN_TASKS_MAX = 4096
 """Task contexts a ``Ledger`` remembers (``_remember_task``); forgetting costs a statement."""
@@ -248,14 +230,9 @@ class Ledger:
         rec: CallRecord,
         event: Event,
         *,
-        actor: str | None = None,
-        code: str | None = None,
-        reason: str | None = None,
-        changes: Mapping[str, Any] | None = None,
-        guard: Guard | None = None,
-        detail: Mapping[str, Any] | None = None,
-        within: Callable[[Connection, CallRecord], None] | None = None,
+        within: flows.Within | None = None,
         audited_only: bool = False,
+        **step: Unpack[flows.Step],
     ) -> Transition:
         """Apply ``event`` to ``rec`` iff the row is still at ``rec.state``/``rec.version``.
 
@@ -266,10 +243,8 @@ class Ledger:
         all. If it raises, nothing commits. ``audited_only``: refuse (``won=False``) a
         row whose state its audit trail does not back (``flows.refuse_unaudited``).
         """
-        return flows.transition(
-            self.engine, rec, event, actor=actor, code=code, reason=reason, changes=changes,
-            guard=guard, detail=detail, within=within, audited_only=audited_only,
-        )
+        return flows.transition(self.engine, rec, event, within=within,
+                                audited_only=audited_only, **step)
 
     def authorize(
         self, rec: CallRecord, decide: Decide, *, actor: str | None = None

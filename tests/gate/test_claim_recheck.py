@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.ledger import Event, NewCall
 from agent_gate.ledger.canonical import arguments_hash
-from agent_gate.ledger.store import Ruling
+from agent_gate.ledger.records import Ruling
 
 LAX = """
 version: 1

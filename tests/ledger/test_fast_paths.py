@@ -24,8 +24,8 @@ from agent_gate.ledger import Ledger, TaskRecord
 from agent_gate.ledger.chain import CHAIN_VERSION, GENESIS, _body_text, entry_hash, timestamp_us
 from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
-from agent_gate.ledger.store import NewCall
 
 
 def _new(call_id: str, *, task: str = "t1", principal: str | None = None,

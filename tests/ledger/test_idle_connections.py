@@ -17,7 +17,7 @@ from sqlalchemy import event
 
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.dialect import begin_read, begin_write
-from agent_gate.ledger.store import NewCall
+from agent_gate.ledger.records import NewCall
 
 
 def _new(call_id: str) -> NewCall:

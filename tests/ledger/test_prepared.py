@@ -17,8 +17,8 @@ from agent_gate.ledger import Ledger
 from agent_gate.ledger.dialect import begin_read, begin_write
 from agent_gate.ledger.models import TaskRow
 from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
-from agent_gate.ledger.store import NewCall
 
 _TASKS = TaskRow.__table__
 

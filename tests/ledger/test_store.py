@@ -13,7 +13,7 @@ import pytest
 
 from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall, audit
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
-from agent_gate.ledger.store import StoredResult
+from agent_gate.ledger.records import StoredResult
 
 WORKER = Path(__file__).with_name("ledger_worker.py")
 
