@@ -134,7 +134,9 @@ class Runner:
                 if isinstance(request, RunTool):
                     answer = self._run_sync(request.claimed)
                 else:
-                    answer = _reconcile_sync(request)
+                    answer = _ask(request)
+                    if asyncio.iscoroutine(answer):
+                        answer = asyncio.run(_settle(answer))
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
@@ -147,7 +149,9 @@ class Runner:
             if isinstance(value, RunTool):
                 answer = await self._run_async(value.claimed)
             else:
-                answer = await _reconcile_async(value)
+                answer = _ask(value)
+                if asyncio.iscoroutine(answer):
+                    answer = await _settle(answer)
 
     # ------------------------------------------------------------ running tools
 
@@ -243,22 +247,19 @@ def _start_thread(claimed: Claimed) -> Future[Ran]:
     return future
 
 
-def _reconcile_sync(request: Reconcile) -> Any:
+def _ask(request: Reconcile) -> Any:
+    """The reconcile hook's answer, a ``HookFailed`` when it raised, or the coroutine an
+    async hook returned: the one body both loops share, each awaiting in its own way."""
     try:
-        answer = request.hook(request.info)
-        if asyncio.iscoroutine(answer):
-            answer = asyncio.run(answer)
-        return answer
+        return request.hook(request.info)
     except Exception as exc:
         return HookFailed(exc)
 
 
-async def _reconcile_async(request: Reconcile) -> Any:
+async def _settle(answer: Any) -> Any:
+    """An async hook's answer once awaited, with its failure caught as ``_ask`` does."""
     try:
-        answer = request.hook(request.info)
-        if asyncio.iscoroutine(answer):
-            answer = await answer
-        return answer
+        return await answer
     except Exception as exc:
         return HookFailed(exc)
 
