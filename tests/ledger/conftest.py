@@ -4,10 +4,14 @@
 They also run over both storage paths (``agent_gate.ledger.backend``): the plain
 SQLAlchemy Core reference and the fast driver-level one, chosen through
 ``$AGENT_GATE_LEDGER_BACKEND`` so that worker processes a test starts use it too.
-The modules that test the fast path's own machinery run on it alone.
+The modules that test the fast path's own machinery run on it alone, and the flows
+in the folders below (approvals, audit, quota: driven through the gate and the CLI)
+on the default path: their storage is what the modules here already hold equal.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +21,13 @@ FAST_ONLY = frozenset({"test_fast_paths.py", "test_prepared.py", "test_idle_conn
 """Modules about the fast path itself (kept connections, the driver cursor)."""
 
 
+HERE = Path(__file__).resolve().parent
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "ledger_storage" in metafunc.fixturenames:
-        only_fast = metafunc.definition.path.name in FAST_ONLY
+        path = metafunc.definition.path
+        only_fast = path.name in FAST_ONLY or path.resolve().parent != HERE
         metafunc.parametrize(
             "ledger_storage", [FAST] if only_fast else list(BACKENDS), indirect=True
         )

@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # for waiting
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # for waiting
 
 from support_tools import tools
 from waiting import await_start

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
 
 from shared_fixtures import (
     effects_file,
