@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_gate.ledger.backend import BACKENDS, ENV_BACKEND, FAST
+from agent_gate.ledger.backend import BACKENDS, ENV_BACKEND, FAST, default
 
 FAST_ONLY = frozenset({"test_fast_paths.py", "test_prepared.py", "test_idle_connections.py"})
 """Modules about the fast path itself (kept connections, the driver cursor)."""
@@ -27,10 +27,13 @@ HERE = Path(__file__).resolve().parent
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "ledger_storage" in metafunc.fixturenames:
         path = metafunc.definition.path
-        only_fast = path.name in FAST_ONLY or path.resolve().parent != HERE
-        metafunc.parametrize(
-            "ledger_storage", [FAST] if only_fast else list(BACKENDS), indirect=True
-        )
+        if path.name in FAST_ONLY:
+            storages = [FAST]
+        elif path.resolve().parent != HERE:
+            storages = [default()]
+        else:
+            storages = list(BACKENDS)
+        metafunc.parametrize("ledger_storage", storages, indirect=True)
 
 
 @pytest.fixture(autouse=True)
