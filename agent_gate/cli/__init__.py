@@ -1,38 +1,84 @@
 """The ``agent-gate`` command.
 
-Each command group lives in a module of its own under ``agent_gate.cli`` and
-exposes ``register(group)``; this module only assembles them, so that adding a
-command never means editing another command's code.
+Each command lives in a module of its own under ``agent_gate.cli``; the table below
+names it and says in one line what it does. A command's module is imported only when
+that command runs, so ``agent-gate --help`` imports click alone and ``agent-gate tasks``
+only the ledger: an operator feels every second of start-up, on every command.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 import click
 
-# Modules that add commands to the top-level group, in help order.
-_COMMAND_MODULES: tuple[str, ...] = (
-    "agent_gate.cli.demo",
-    "agent_gate.cli.sse",
-    "agent_gate.cli.calls",
-    "agent_gate.cli.policy",
-    "agent_gate.cli.replay",
-    "agent_gate.cli.run",
-    "agent_gate.cli.db",
-    "agent_gate.cli.tasks",
-    "agent_gate.cli.approve",
-    "agent_gate.cli.resume",
-    "agent_gate.cli.resolve",
-    "agent_gate.cli.audit",
-)
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Where a command lives (module and attribute) and its line in ``--help``."""
+
+    module: str
+    attr: str
+    summary: str
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+COMMANDS: dict[str, Command] = {
+    "approve": Command("approve", "approve_command",
+                       "Approve a call that waits for approval (bound to its arguments)."),
+    "audit": Command("audit", "audit_group",
+                     "Show or verify the hash-chained audit trail."),
+    "calls": Command("calls", "calls_command",
+                     "Print the tool calls a recorded stream completed, and how it ended."),
+    "db": Command("db", "db_group", "Create and upgrade the ledger schema."),
+    "demo": Command("demo", "demo_command",
+                    "Run the whole pipeline on a recorded answer: no API key, no server."),
+    "deny": Command("approve", "deny_command",
+                    "Deny a call that waits for approval: it never runs."),
+    "policy": Command("policy", "policy_group",
+                      "Validate policy files and explain their decisions."),
+    "replay": Command("replay", "replay_command",
+                      "Run a recorded stream through the gate (each call at most once)."),
+    "resolve": Command("resolve", "resolve_command",
+                       "Settle a call left in doubt, as the downstream system saw it."),
+    "resume": Command("resume", "resume_command",
+                      "Show what blocks a task, then run what may run now."),
+    "run": Command("run", "run_command",
+                   "Stream a live endpoint through the gate, resuming after cuts."),
+    "sse": Command("sse", "sse_group", "Inspect raw text/event-stream data."),
+    "tasks": Command("tasks", "tasks_command",
+                     "List tasks with their calls counted by state."),
+}
+"""Every command, by name. ``tests/cli/test_commands.py`` holds the table to the
+modules: each entry's command exists under that name, and no command is left out."""
+
+
+class _LazyGroup(click.Group):
+    """A group that imports a command's module on first use, and lists from the table."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return super().get_command(ctx, cmd_name)
+        command: click.Command = getattr(
+            importlib.import_module(f"agent_gate.cli.{entry.module}"), entry.attr
+        )
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, COMMANDS[name].summary if name in COMMANDS
+             else self.commands[name].get_short_help_str())
+            for name in self.list_commands(ctx)
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agent-gate")
 def main() -> None:
     """Frame LLM streams strictly, run each complete tool call at most once."""
-
-
-for _name in _COMMAND_MODULES:
-    importlib.import_module(_name).register(main)

@@ -62,8 +62,3 @@ def deny_command(
         return
     click.echo(f"denied: call {outcome.call_id} ({outcome.tool}) of task {outcome.task_id} "
                f"is {outcome.state.value}; it will not run")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(approve_command)
-    group.add_command(deny_command)

@@ -103,7 +103,3 @@ def verify_command(anchor: str | None, url: str | None, as_json: bool) -> None:
         click.echo(f"audit chain BROKEN: {report.problem.message}", err=True)
     if not report.ok:
         raise SystemExit(1)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(audit_group)

@@ -71,7 +71,3 @@ def calls_command(source: BinaryIO, provider: str) -> None:
         if provider == AUTO and acc.provider != AUTO:
             click.echo(f"provider: detected {acc.provider}", err=True)
     click.echo(json.dumps({"terminal": str(acc.terminal)}))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(calls_command)

@@ -60,7 +60,3 @@ def current_command(url: str | None) -> None:
         head = head_revision()
     status = "up to date" if current == head else "needs `agent-gate db upgrade`"
     click.echo(f"current: {current or '(empty)'}  head: {head}  ({status})")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(db_group)

@@ -325,7 +325,3 @@ def demo_command(url: str | None, task_id: str, drip: float) -> None:
         out.print("Every call was answered from the ledger: nothing ran again.")
     else:
         out.print("Run `agent-gate demo` again: every call is answered from the ledger.")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(demo_command)

@@ -272,7 +272,3 @@ def explain(
         click.echo(json.dumps(payload, ensure_ascii=False))
         return
     _print_decision(Console(highlight=False), policy, decision, assumed)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(policy_group)

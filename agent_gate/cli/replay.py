@@ -129,7 +129,3 @@ def replay_command(
         click.echo(f"terminal: {terminal}")
     if result.error:
         raise click.ClickException(f"the stream was abandoned: {result.error}")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(replay_command)

@@ -52,7 +52,3 @@ def resolve_command(
     if outcome.state.value == "authorized":
         click.echo(f"next: agent-gate resume {outcome.task_id} --tools MODULE[:ATTR] "
                    "(runs it once)")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(resolve_command)

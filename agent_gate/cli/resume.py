@@ -97,7 +97,3 @@ def resume_command(
     if outcomes:
         _outcomes(out, outcomes)
     _blockers(out, "still in the way", after)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(resume_command)

@@ -226,7 +226,3 @@ def run_command(
         )
     if result.error:
         raise click.ClickException(f"the stream was abandoned: {result.error}")
-
-
-def register(group: click.Group) -> None:
-    group.add_command(run_command)

@@ -87,7 +87,3 @@ def decode(
         "bytes": end.bytes,
     }
     click.echo(json.dumps({"end": summary}, ensure_ascii=False))
-
-
-def register(group: click.Group) -> None:
-    group.add_command(sse_group)

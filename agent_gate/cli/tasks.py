@@ -55,7 +55,3 @@ def tasks_command(url: str | None, as_json: bool) -> None:
             cell(s.task.terminal or "-"), cell(when(s.task.updated_at)),
         )
     out.print(shown)
-
-
-def register(group: click.Group) -> None:
-    group.add_command(tasks_command)

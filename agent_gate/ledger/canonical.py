@@ -15,9 +15,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
-
 from agent_gate.plainjson import canonical_bytes, canonical_json
 
 __all__ = [
@@ -58,6 +55,11 @@ def to_jsonable(value: Any) -> Any:
     raises: ``ledger.outcome_store.keep_result`` turns that into a stored stand-in,
     so the call still ends ``succeeded`` (one rule for every unstorable result).
     """
+    # Imported here: the ledger's readers (``agent-gate tasks``) never store a result,
+    # and pydantic is a good part of their start-up.
+    from pydantic import BaseModel
+    from pydantic_core import to_jsonable_python
+
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     return to_jsonable_python(value, fallback=str)

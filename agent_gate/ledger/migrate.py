@@ -18,17 +18,22 @@ DDL is transactional, so an upgrade that fails leaves the schema as it was.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, Engine, inspect, text
 
 from agent_gate.errors import LedgerSchemaError
 from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic (with Mako and Pygments under it) is imported by the functions that need it,
+# never by opening a ledger that is already at ``HEAD``: that is every operator
+# command's start, and Alembic is the largest part of it.
+
 __all__ = [
+    "HEAD",
     "MIGRATION_LOCK",
     "LedgerSchemaError",
     "alembic_config",
@@ -43,6 +48,11 @@ __all__ = [
 
 
 _LEDGER_TABLES = frozenset({"tasks", "tool_calls", "audit_events"})
+
+HEAD = "0002_approvals_audit_chain"
+"""The revision this version of agent-gate writes: the head of ``migrations/``. Named
+here so that opening a ledger at head is one plain query; a test holds it to Alembic's
+own head, so a new revision that forgets to move it fails loudly."""
 
 MIGRATION_LOCK = "migrate"
 """The ``lock_named`` name every schema change holds (also taken by ``migrations/env.py``
@@ -64,6 +74,8 @@ def script_location() -> Path:
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(script_location()))
     if connection is not None:
@@ -72,6 +84,8 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:  # pragma: no cover - the repository always has revisions
         raise LedgerSchemaError("the ledger migrations have no head revision")
@@ -80,9 +94,20 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at; ``None`` for a database Alembic never touched."""
+    from alembic.runtime.migration import MigrationContext
+
     # reuse=False: Alembic's context stays referenced (by its event hooks) after use.
     with begin_read(engine, reuse=False) as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def _at_head(conn: Connection) -> bool:
+    """Is the database stamped with ``HEAD`` alone? Plain SQL, no Alembic: any other
+    answer (no version table, another revision, several rows) takes the full check."""
+    if not inspect(conn).has_table("alembic_version"):
+        return False
+    rows = conn.execute(text("SELECT version_num FROM alembic_version")).all()
+    return [row[0] for row in rows] == [HEAD]
 
 
 def _check_adoptable(conn: Connection, current: str | None) -> None:
@@ -98,6 +123,9 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
     Everything is decided again under the lock: another process may have upgraded
     between our look and our turn, and then there is nothing left to do.
     """
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
     with begin_write(engine, reuse=False) as conn:
         lock_named(conn, MIGRATION_LOCK)
         before = MigrationContext.configure(conn).get_current_revision()
@@ -117,6 +145,12 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool | None = None) -> None:
     running workers is an operator's decision. ``True`` upgrades whatever is behind;
     ``False`` never upgrades.
     """
+    with begin_read(engine) as conn:
+        if _at_head(conn):
+            return
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
     head = head_revision()
     with begin_read(engine, reuse=False) as conn:  # one snapshot: version and tables
         current = MigrationContext.configure(conn).get_current_revision()

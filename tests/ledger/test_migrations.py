@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 
 from agent_gate.ledger import Ledger, LedgerConfigError, LedgerSchemaError
 from agent_gate.ledger.dialect import begin_write, create_ledger_engine
-from agent_gate.ledger.migrate import alembic_config, head_revision
+from agent_gate.ledger.migrate import HEAD, alembic_config, head_revision
 from agent_gate.ledger.models import metadata
 
 WORKER = Path(__file__).with_name("ledger_worker.py")
@@ -159,3 +159,19 @@ def test_many_processes_opening_a_fresh_file_upgrade_it_once(tmp_path: Path) -> 
             (head_revision(),)
         ]
         assert raw.execute("SELECT count(*) FROM tool_calls").fetchone() == (6,)
+
+
+def test_head_constant_is_alembic_head() -> None:
+    """``migrate.HEAD`` lets a ledger at head open without Alembic; a new revision
+    must move it, or every ledger would take the slow path (and this fails)."""
+    assert head_revision() == HEAD
+
+
+def test_a_ledger_behind_head_is_still_upgraded(db_url: str) -> None:
+    """The plain-SQL look at the version answers only "at head"; anything else goes
+    through Alembic as before."""
+    Ledger(db_url, create=True).close()
+    with sqlite3.connect(sqlite_path(db_url)) as raw:
+        raw.execute("UPDATE alembic_version SET version_num = '0001_ledger'")
+    with pytest.raises(LedgerSchemaError, match="at revision '0001_ledger'"):
+        Ledger(db_url)

@@ -1,0 +1,107 @@
+"""The command table and what each command imports.
+
+``agent_gate.cli.COMMANDS`` names every command and the module it lives in, so that
+a command's module is imported only when it runs. These tests hold the table to the
+modules (no command missing, none misnamed) and check the point of it: what
+``--help`` and ``tasks`` load, counted as modules in a fresh interpreter rather than
+timed (a shared machine makes times noise; an import that comes back is exact).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from agent_gate import Gate, ToolRegistry
+from agent_gate.cli import COMMANDS, main
+
+CLI_DIR = Path(__file__).resolve().parents[2] / "agent_gate" / "cli"
+
+HEAVY = ("alembic", "pydantic", "jsonschema", "yaml", "httpx", "agent_gate.gate",
+         "agent_gate.policy", "agent_gate.providers", "agent_gate.tools")
+"""What a ledger reader has no use for: migrations, policy and schema machinery, HTTP,
+stream parsing."""
+
+
+def _declared_commands() -> dict[str, tuple[str, str]]:
+    """Every top-level ``@click.command``/``@click.group`` in the cli modules, found in
+    the source: name -> (module, attribute)."""
+    found: dict[str, tuple[str, str]] = {}
+    for path in sorted(CLI_DIR.glob("*.py")):
+        if path.name == "__init__.py":
+            continue  # the root group itself
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for deco in node.decorator_list:
+                if (
+                    isinstance(deco, ast.Call)
+                    and isinstance(deco.func, ast.Attribute)
+                    and isinstance(deco.func.value, ast.Name)
+                    and deco.func.value.id == "click"
+                    and deco.func.attr in ("command", "group")
+                ):
+                    name = next(k.value for k in deco.keywords if k.arg == "name")
+                    assert isinstance(name, ast.Constant)
+                    found[name.value] = (path.stem, node.name)
+    return found
+
+
+def test_the_table_names_every_command_where_it_lives() -> None:
+    declared = _declared_commands()
+    assert {name: (c.module, c.attr) for name, c in COMMANDS.items()} == declared
+    for name in COMMANDS:
+        command = main.get_command(click.Context(main), name)
+        assert isinstance(command, click.Command) and command.name == name
+
+
+def test_help_lists_every_command_with_its_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "agent_gate", "--help"], capture_output=True, text=True,
+        timeout=60, check=True,
+    ).stdout
+    for name, command in COMMANDS.items():
+        assert f"  {name} " in out and command.summary in " ".join(out.split())
+
+
+def _modules_after(*argv: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``agent-gate ARGV``."""
+    probe = (
+        "import json, sys\n"
+        "from agent_gate.cli import main\n"
+        "try:\n"
+        f"    main({list(argv)!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def _loaded(modules: set[str], prefix: str) -> bool:
+    return any(m == prefix or m.startswith(prefix + ".") for m in modules)
+
+
+def test_help_imports_click_alone() -> None:
+    modules = _modules_after("--help")
+    assert not _loaded(modules, "sqlalchemy") and not _loaded(modules, "rich")
+    assert [m for m in HEAVY if _loaded(modules, m)] == []
+
+
+@pytest.mark.parametrize("argv", [("tasks",), ("tasks", "--json")])
+def test_tasks_imports_the_ledger_alone(argv: tuple[str, ...], tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Gate(ToolRegistry(), url, create=True) as gate:
+        gate.execute("t1", {"call_id": "c1", "name": "missing", "arguments": {}})
+    modules = _modules_after(*argv, "--db", url)
+    assert _loaded(modules, "agent_gate.ledger")
+    assert [m for m in HEAVY if _loaded(modules, m)] == []
