@@ -7,8 +7,10 @@ context); the gate decides whether and when. So the function registered in the
 gate's registry is a dispatcher: the adapter sets, for the call at hand, the
 framework's own invocation in a context variable, and the gate's runner, having
 committed ``executing``, calls the dispatcher, which runs exactly that invocation.
-Run outside an adapter (``Gate.resume`` with nothing set), the dispatcher refuses
-rather than guess at a framework context it does not have.
+Run outside an adapter (``Gate.resume`` or ``agent-gate resume`` on such a task,
+with nothing set), the dispatcher refuses rather than guess at a framework context
+it does not have, and the call is recorded ``failed`` (``GateUsageError``) without
+its tool having run: calls of framework tools are carried on by the framework.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from agent_gate.errors import ApprovalRefused, NotAwaitingApproval, ToolDefinitionError
+from agent_gate.errors import (
+    ApprovalRefused,
+    GateUsageError,
+    NotAwaitingApproval,
+    ToolDefinitionError,
+)
 from agent_gate.gate import Gate, Outcome
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
@@ -51,7 +58,7 @@ _CAREFUL: ToolOptions = {"effect": Effect.WRITE, "idempotency": Idempotency.NONE
 to be re-run blindly, unless its options say otherwise (a policy may only make a
 tool more careful, so the code's default must not be the least careful one)."""
 
-_invocation: contextvars.ContextVar[tuple[str, str, Callable[[], Any]] | None] = (
+_invocation: contextvars.ContextVar[tuple[str, Callable[[], Any]] | None] = (
     contextvars.ContextVar("agent_gate_framework_invocation", default=None)
 )
 
@@ -64,23 +71,24 @@ class _Dispatcher:
 
     async def __call__(self, **_judged: Any) -> Any:
         # The judged arguments are those of the invocation set below: the gate
-        # recorded this call with them, and refuses a call id whose arguments differ.
+        # recorded this call with them, and refuses a call id whose arguments differ
+        # (a call matched by its dedupe key has the same deduped values).
         held = _invocation.get()
         if held is None or held[0] != self.__name__:
-            raise ToolDefinitionError(
+            raise GateUsageError(
                 f"tool {self.__name__!r} belongs to an agent framework and runs only "
                 "inside that framework's run (through its agent_gate adapter)"
             )
-        result = held[2]()
+        result = held[1]()
         if inspect.isawaitable(result):
             result = await result
         return result
 
 
 @contextmanager
-def invoking(name: str, call_id: str, run: Callable[[], Any]) -> Iterator[None]:
+def invoking(name: str, run: Callable[[], Any]) -> Iterator[None]:
     """Within this block, the gate running ``name`` runs ``run`` (sync or async)."""
-    token = _invocation.set((name, call_id, run))
+    token = _invocation.set((name, run))
     try:
         yield
     finally:

@@ -103,7 +103,7 @@ class GateToolCalls:
             produced.append(execute(request))
             return _content(produced[-1])
 
-        with invoking(request.tool_call["name"], str(request.tool_call["id"]), run):
+        with invoking(request.tool_call["name"], run):
             try:
                 while True:
                     asked = walk.send(self.gate.execute(self._task(request), asked))
@@ -123,7 +123,7 @@ class GateToolCalls:
             produced.append(await execute(request))
             return _content(produced[-1])
 
-        with invoking(request.tool_call["name"], str(request.tool_call["id"]), run):
+        with invoking(request.tool_call["name"], run):
             try:
                 while True:
                     asked = walk.send(await self.gate.aexecute(self._task(request), asked))

@@ -105,7 +105,7 @@ class _Gated:
         def run() -> Any:
             return self.original.on_invoke_tool(ctx, input_json)
 
-        with invoking(name, call_id, run):
+        with invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
             if outcome.state is CallState.AWAITING_APPROVAL and ctx.is_tool_approved(
                 name, call_id

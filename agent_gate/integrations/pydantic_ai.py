@@ -94,7 +94,7 @@ class GatedToolset(WrapperToolset[Any]):
         def run() -> Any:
             return self.wrapped.call_tool(name, tool_args, ctx, tool)
 
-        with invoking(name, ctx.tool_call_id, run):
+        with invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
             if outcome.state is CallState.AWAITING_APPROVAL and ctx.tool_call_approved:
                 refused = await asyncio.to_thread(

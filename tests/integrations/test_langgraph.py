@@ -157,3 +157,13 @@ def test_the_async_graph_takes_the_same_approval_path(
     assert [m.content for m in tool_messages(done)] == ["paid 500 to carol"]
     assert sent == [("carol", 500)]
     assert [(a["verdict"], a["decided_by"]) for a in approvals()] == [("approved", "langgraph")]
+
+
+def test_a_framework_tool_run_outside_its_framework_never_runs(gate: Gate) -> None:
+    sent: list[tuple[str, int]] = []
+    build(gate, sent, model_asking())  # registers send_payment in the gate
+    direct = {"call_id": "call-1", "name": "send_payment", "arguments": {"to": "bob", "amount": 1}}
+    outcome = gate.execute(THREAD, direct)
+    assert sent == []
+    assert outcome.state is CallState.FAILED and outcome.error is not None
+    assert outcome.error["type"] == "GateUsageError"
