@@ -20,6 +20,9 @@ call's argument and policy hashes, and runs the call once; who approved is
 pydantic-ai way never reaches the toolset: ``record_denials`` writes it to the
 ledger. A call refused, failed or in doubt reaches the model as pydantic-ai's failed
 tool result (``ToolFailed``) with a stable reason id and no policy internals.
+The policy decides who must approve: a toolset inside that raises ``ApprovalRequired``
+itself (``ApprovalRequiredToolset``) would do so inside the gate's run, which records
+the call failed; put such a wrapper outside ``GatedToolset``, or none.
 """
 
 from __future__ import annotations
