@@ -100,9 +100,16 @@ class CallDriver:
     # ------------------------------------------------------------ entry points
 
     def drive_call(
-        self, task_id: str, call: ToolCall, early: Ruling | None, context: CallContext
+        self,
+        task_id: str,
+        call: ToolCall,
+        early: Ruling | None,
+        context: CallContext,
+        *,
+        decide_only: bool = False,
     ) -> Driver:
-        """Record an incoming call (or find it), then drive its row."""
+        """Record an incoming call (or find it), then drive its row (``decide_only``:
+        no further than its decision, see ``advance``)."""
         if call.status is CallStatus.PROVIDER_EXECUTED:
             raise GateUsageError(
                 f"call {call.call_id!r} was executed by the provider; the gate does not run it"
@@ -165,6 +172,7 @@ class CallDriver:
                 call_id=admitted.asked_id,
                 duplicate_of=duplicate_of,
                 acted=inserted and rec.state is not CallState.RECEIVED,
+                decide_only=decide_only,
             )
         )
 
@@ -213,10 +221,13 @@ class CallDriver:
         call_id: str,
         duplicate_of: str | None,
         acted: bool = False,
+        decide_only: bool = False,
     ) -> Driver:
         """Move the row forward from whatever state it is in, one CAS at a time.
 
         ``acted``: this invocation already moved the row (decided it as it recorded it).
+        ``decide_only``: take the call's decision and stop there: never claim, run,
+        sweep or reconcile (an agent framework asks before it invokes the tool).
         """
         # ``replayed`` is False only when this invocation made the transition that
         # produced the state it reports: losing a race to another worker, or finding the
@@ -253,6 +264,8 @@ class CallDriver:
                 rec, acted = tr.record, tr.won
                 fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
                 continue
+            if decide_only and state is not CallState.RECEIVED:
+                return outcome_of(rec, replayed=not acted, **extra)
             if state is CallState.AWAITING_APPROVAL:
                 approved = self._claim_approved(rec, call_id, duplicate_of)
                 if isinstance(approved, Claimed):

@@ -207,8 +207,33 @@ class Gate:
         _checked(options, CallOptions, "aexecute")
         return await self._runner.serve_async(self._call_driver(task_id, call, options))
 
-    def _call_driver(self, task_id: str, call: CallLike, options: CallOptions) -> Driver:
-        return self._driver.drive_call(task_id, as_call(call), None, self._context(options))
+    def decide(self, task_id: str, call: CallLike, **options: Unpack[CallOptions]) -> Outcome:
+        """Record ``call`` and take its decision without running it.
+
+        For an agent framework that asks whether a call needs a person before it
+        invokes the tool: the outcome is ``authorized``, ``awaiting_approval``,
+        ``rejected``, or whatever the ledger already holds for the call (it ran, it
+        runs). The decision is the one ``execute`` takes (policy, quotas charged);
+        a later ``execute`` of the same call runs it, re-checking that decision.
+        """
+        _checked(options, CallOptions, "decide")
+        return self._runner.serve_sync(self._call_driver(task_id, call, options, decide=True))
+
+    async def adecide(
+        self, task_id: str, call: CallLike, **options: Unpack[CallOptions]
+    ) -> Outcome:
+        """``decide`` for async code: database work off the loop."""
+        _checked(options, CallOptions, "adecide")
+        return await self._runner.serve_async(
+            self._call_driver(task_id, call, options, decide=True)
+        )
+
+    def _call_driver(
+        self, task_id: str, call: CallLike, options: CallOptions, *, decide: bool = False
+    ) -> Driver:
+        return self._driver.drive_call(
+            task_id, as_call(call), None, self._context(options), decide_only=decide
+        )
 
     # ------------------------------------------------------------ whole tasks
 

@@ -103,3 +103,20 @@ def test_the_crash_example_as_a_script(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "the reconcile hook found that the write happened" in done.stdout
     assert done.stdout.rstrip().endswith("mails in the outbox: 1")
+
+
+@pytest.mark.parametrize(
+    ("example", "package"),
+    [("with_pydantic_ai", "pydantic_ai"), ("with_langgraph", "langgraph"),
+     ("with_openai_agents", "agents")],
+)
+def test_an_agent_framework_example(example: str, package: str, db: str) -> None:
+    """Each payment made once, the large one after an approval given the framework's
+    way, the blocked one never, and the audit chain intact."""
+    pytest.importorskip(package)
+    report = load(example).main(["--db", db])
+    assert report["paid"] == [("acme", 40), ("globex", 500)]
+    assert report["states"] == {
+        "call-small": "succeeded", "call-large": "succeeded", "call-blocked": "rejected",
+    }
+    assert report["audit_ok"] is True

@@ -1,0 +1,224 @@
+"""What every agent-framework adapter shares: a framework's tool registered in the
+gate once, a person's approval given through the framework recorded once, and a call
+that did not run told to the model without the policy's internals.
+
+The framework keeps running its own tools (its validation, its dependencies, its
+context); the gate decides whether and when. So the function registered in the
+gate's registry is a dispatcher: the adapter sets, for the call at hand, the
+framework's own invocation in a context variable, and the gate's runner, having
+committed ``executing``, calls the dispatcher, which runs exactly that invocation.
+Run outside an adapter (``Gate.resume`` or ``agent-gate resume`` on such a task,
+with nothing set), the dispatcher refuses rather than guess at a framework context
+it does not have, and the call is recorded ``failed`` (``GateUsageError``) without
+its tool having run: calls of framework tools are carried on by the framework.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import json
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from agent_gate.errors import (
+    ApprovalRefused,
+    GateUsageError,
+    NotAwaitingApproval,
+    ToolDefinitionError,
+)
+from agent_gate.gate import Gate, Outcome
+from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.states import CallState
+from agent_gate.tools import Effect, Idempotency, ToolOptions, ToolSpec
+
+__all__ = [
+    "APPROVED_BY",
+    "Refusal",
+    "ToolOptionsByName",
+    "approve_waiting",
+    "check_options",
+    "invoking",
+    "refusal",
+    "register",
+]
+
+APPROVED_BY = "approved_by"
+"""The metadata key under which an application names who approved a call through
+the framework (a person's id, as ``agent-gate approve --by`` takes it)."""
+
+ToolOptionsByName = Mapping[str, ToolOptions]
+"""Per-tool gate options (``effect``, ``idempotency``, ``dedupe``, ``timeout`` ...),
+keyed by the framework's tool name; what the framework's definition cannot say."""
+
+_CAREFUL: ToolOptions = {"effect": Effect.WRITE, "idempotency": Idempotency.NONE}
+"""A framework tool says nothing of its side effects: it is taken to write, and never
+to be re-run blindly, unless its options say otherwise (a policy may only make a
+tool more careful, so the code's default must not be the least careful one)."""
+
+_invocation: contextvars.ContextVar[tuple[str, Callable[[], Any]] | None] = (
+    contextvars.ContextVar("agent_gate_framework_invocation", default=None)
+)
+
+
+class _Dispatcher:
+    """The function the gate runs for a framework's tool: that framework's own call."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    async def __call__(self, **_judged: Any) -> Any:
+        # The judged arguments are those of the invocation set below: the gate
+        # recorded this call with them, and refuses a call id whose arguments differ
+        # (a call matched by its dedupe key has the same deduped values).
+        held = _invocation.get()
+        if held is None or held[0] != self.__name__:
+            raise GateUsageError(
+                f"tool {self.__name__!r} belongs to an agent framework and runs only "
+                "inside that framework's run (through its agent_gate adapter)"
+            )
+        result = held[1]()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+@contextmanager
+def invoking(name: str, run: Callable[[], Any]) -> Iterator[None]:
+    """Within this block, the gate running ``name`` runs ``run`` (sync or async)."""
+    token = _invocation.set((name, run))
+    try:
+        yield
+    finally:
+        _invocation.reset(token)
+
+
+def register(
+    gate: Gate,
+    name: str,
+    schema: Mapping[str, Any],
+    description: str | None,
+    options: ToolOptionsByName,
+) -> None:
+    """Register a framework's tool in the gate under the framework's own schema, once.
+
+    Seeing the same tool again with the same schema is a no-op (a framework lists
+    its tools at every step); another schema, or a tool of that name the
+    application registered with its own function, is a ``ToolDefinitionError``:
+    the gate would judge calls against a schema the model was not shown.
+    """
+    existing = gate.tools.get(name)
+    if existing is not None:
+        if not isinstance(existing.fn, _Dispatcher):
+            raise ToolDefinitionError(
+                f"tool {name!r} is already registered in the gate with its own function"
+            )
+        if dict(existing.spec.schema) != dict(schema):
+            raise ToolDefinitionError(
+                f"tool {name!r} changed its schema since the gate registered it"
+            )
+        return
+    chosen: ToolOptions = {**_CAREFUL, "description": description, **options.get(name, {})}
+    gate.tools.add(ToolSpec.build(name, schema=dict(schema), **chosen), _Dispatcher(name))
+
+
+def check_options(options: ToolOptionsByName, names: set[str]) -> None:
+    """Options naming no tool of the framework's are a typo: refuse them early."""
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise ToolDefinitionError(
+            f"options name tools the framework does not have: {', '.join(unknown)}"
+        )
+
+
+def approve_waiting(gate: Gate, outcome: Outcome, by: str) -> Refusal | None:
+    """Record the approval a person gave through the framework for a waiting call.
+
+    It is the one approval of the call in the ledger, bound to the arguments' and the
+    policy's hashes as ``agent-gate approve`` binds it; the next ``execute`` consumes
+    it and runs the call. Returns why it could not be recorded, if so (the policy's
+    approvers do not include ``by``): the call then goes on waiting.
+    """
+    try:
+        gate.approve(outcome.call_id, by=by, task_id=outcome.task_id)
+    except ApprovalRefused:
+        return Refusal("approval_refused", CallState.AWAITING_APPROVAL, outcome.call_id)
+    except NotAwaitingApproval:
+        pass  # answered meanwhile (another worker ran or denied it): execute reports it
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a call did not (yet) give the model a result, as the model may read it.
+
+    ``reason_id`` is stable (a ``ReasonCode`` value, or the state's name): an
+    application matches on it. The text never carries the policy's rule ids or
+    reasons, nor an operator's note; only what the model can act on.
+    """
+
+    reason_id: str
+    state: CallState
+    call_id: str
+    detail: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.state is CallState.AWAITING_APPROVAL
+
+    def text(self) -> str:
+        body: dict[str, Any] = {
+            "error": self.reason_id,
+            "status": self.state.value,
+            "call_id": self.call_id,
+            "message": _MESSAGES.get(self.reason_id) or _BY_STATE[self.state],
+        }
+        if self.detail:
+            body["detail"] = self.detail
+        return json.dumps(body, ensure_ascii=False)
+
+
+_BY_STATE: dict[CallState, str] = {
+    CallState.RECEIVED: "the call is recorded and has not run yet",
+    CallState.AUTHORIZED: "the call is allowed and has not run yet",
+    CallState.AWAITING_APPROVAL: "the call waits for a person's approval; it has not run",
+    CallState.EXECUTING: "the call is running elsewhere; it was not started again",
+    CallState.SUCCEEDED: "the call succeeded",
+    CallState.FAILED: "the tool failed",
+    CallState.REJECTED: "the call was refused; it did not run",
+    CallState.IN_DOUBT: (
+        "it is unknown whether the call took effect; do not assume it did, do not repeat it"
+    ),
+    CallState.INCOMPLETE: "the call's arguments never completed; it did not run",
+}
+
+_MESSAGES: dict[str, str] = {
+    R.POLICY_DENIED: "the policy does not allow this call; it did not run",
+    R.DENIED_BY_OPERATOR: "a person denied this call; it did not run",
+    R.CONFLICT: "this call id was used before with other arguments; it did not run",
+    R.UNKNOWN_TOOL: "there is no such tool; it did not run",
+    "approval_refused": "the approval given is not one the policy accepts; the call still waits",
+}
+
+_MODEL_ERRORS = frozenset({
+    R.SCHEMA_INVALID, R.ARGUMENTS_NOT_OBJECT, R.ARGUMENTS_NOT_JSON, R.ARGUMENTS_TOO_DEEP,
+})
+"""Rejections that describe the model's own mistake: their reason (which fields
+failed) is shown, as it is the model's to fix."""
+
+
+def refusal(outcome: Outcome) -> Refusal | None:
+    """Why ``outcome`` gives the model no result (None: it succeeded)."""
+    if outcome.state is CallState.SUCCEEDED:
+        return None
+    reason_id = outcome.code or outcome.state.value
+    detail: str | None = None
+    if reason_id in _MODEL_ERRORS:
+        detail = outcome.reason
+    elif outcome.state is CallState.FAILED and outcome.error:
+        detail = ": ".join(
+            str(outcome.error[k]) for k in ("type", "message") if outcome.error.get(k)
+        ) or None
+    return Refusal(reason_id, outcome.state, outcome.call_id, detail)

@@ -1,0 +1,148 @@
+"""pydantic-ai behind a gate: ``GatedToolset`` wraps any toolset so every call of
+its tools goes through ``Gate.aexecute`` (``pip install 'agent-gate[pydantic-ai]'``).
+
+    gated = GatedToolset(toolset, gate, task_id="order-17")
+    agent = Agent(model, toolsets=[gated], output_type=[str, DeferredToolRequests])
+
+Each tool is registered in the gate's registry under the JSON Schema pydantic-ai
+shows the model (``ToolDefinition.parameters_json_schema``); ``options`` adds what
+a definition cannot say (``effect``, ``idempotency``, ``dedupe`` ...; a tool without
+options is taken to write and never to be re-run blindly). The call id is
+pydantic-ai's ``tool_call_id``, so a run repeated over the same message history, or
+resumed with ``deferred_tool_results``, is answered from the ledger: a write runs once.
+
+A call the policy sends to a person raises pydantic-ai's ``ApprovalRequired``: the
+run ends with ``DeferredToolRequests`` (its ``metadata`` names the gate's call and
+reason id). Approving it the pydantic-ai way (``DeferredToolResults(approvals=
+{id: True})`` on the next run) records that approval in the ledger, bound to the
+call's argument and policy hashes, and runs the call once; who approved is
+``metadata[id]["approved_by"]`` if given, else ``approved_by``. A denial given the
+pydantic-ai way never reaches the toolset: ``record_denials`` writes it to the
+ledger. A call refused, failed or in doubt reaches the model as pydantic-ai's failed
+tool result (``ToolFailed``) with a stable reason id and no policy internals.
+The policy decides who must approve: a toolset inside that raises ``ApprovalRequired``
+itself (``ApprovalRequiredToolset``) would do so inside the gate's run, which records
+the call failed; put such a wrapper outside ``GatedToolset``, or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import DeferredToolResults, RunContext, ToolDenied
+from pydantic_ai.exceptions import ApprovalRequired, ModelRetry, ToolFailed
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from pydantic_core import to_jsonable_python
+
+from agent_gate.errors import GateUsageError
+from agent_gate.gate import Gate, Outcome
+from agent_gate.integrations._bridge import (
+    APPROVED_BY,
+    ToolOptionsByName,
+    approve_waiting,
+    invoking,
+    refusal,
+    register,
+)
+from agent_gate.ledger.states import CallState
+
+__all__ = ["APPROVED_BY", "GatedToolset"]
+
+
+@dataclass
+class GatedToolset(WrapperToolset[Any]):
+    """A toolset whose every tool call is decided, recorded and run once by ``gate``."""
+
+    gate: Gate
+    task_id: str = field(kw_only=True)
+    options: ToolOptionsByName = field(default_factory=dict, kw_only=True)
+    approved_by: str = field(default="pydantic-ai", kw_only=True)
+
+    def __init__(
+        self,
+        wrapped: AbstractToolset[Any],
+        gate: Gate,
+        *,
+        task_id: str,
+        options: ToolOptionsByName | None = None,
+        approved_by: str = "pydantic-ai",
+    ) -> None:
+        self.wrapped = wrapped
+        self.gate = gate
+        self.task_id = task_id
+        self.options = dict(options or {})
+        self.approved_by = approved_by
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools = await self.wrapped.get_tools(ctx)
+        for name, tool in tools.items():
+            d = tool.tool_def
+            register(self.gate, name, d.parameters_json_schema, d.description, self.options)
+        return tools
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        if not ctx.tool_call_id:
+            raise GateUsageError(f"pydantic-ai called {name!r} without a tool call id")
+        call = {
+            "call_id": ctx.tool_call_id,
+            "name": name,
+            "arguments": to_jsonable_python(tool_args, by_alias=True),
+        }
+
+        def run() -> Any:
+            return self.wrapped.call_tool(name, tool_args, ctx, tool)
+
+        with invoking(name, run):
+            outcome = await self.gate.aexecute(self.task_id, call)
+            if outcome.state is CallState.AWAITING_APPROVAL and ctx.tool_call_approved:
+                refused = await asyncio.to_thread(
+                    approve_waiting, self.gate, outcome, self._approver(ctx)
+                )
+                if refused is not None:
+                    raise ToolFailed(refused.text())
+                outcome = await self.gate.aexecute(self.task_id, call)
+        return _answer(outcome)
+
+    def _approver(self, ctx: RunContext[Any]) -> str:
+        meta = ctx.tool_call_metadata
+        named = meta.get(APPROVED_BY) if isinstance(meta, Mapping) else None
+        return named if isinstance(named, str) and named.strip() else self.approved_by
+
+    def record_denials(self, results: DeferredToolResults, *, by: str | None = None) -> int:
+        """Write the denials in ``results`` to the ledger (pydantic-ai answers the model
+        itself and never calls the toolset for them); returns how many were new.
+
+        A denied call then reads ``rejected`` everywhere (``agent-gate calls``, the
+        audit trail), instead of waiting for an approval that will not come.
+        """
+        denied = 0
+        for call_id, answer in results.approvals.items():
+            if answer is not False and not isinstance(answer, ToolDenied):
+                continue
+            rec = self.gate.ledger.get(self.task_id, call_id)
+            if rec is None or rec.state is not CallState.AWAITING_APPROVAL:
+                continue
+            reason = answer.message if isinstance(answer, ToolDenied) else None
+            self.gate.deny(call_id, by=by or self.approved_by, reason=reason, task_id=self.task_id)
+            denied += 1
+        return denied
+
+
+def _answer(outcome: Outcome) -> Any:
+    """The tool's result, or pydantic-ai's own way of saying there is none."""
+    why = refusal(outcome)
+    if why is None:
+        return outcome.result
+    if why.waiting:
+        raise ApprovalRequired(
+            metadata={"agent_gate": {"call_id": outcome.call_id, "task_id": outcome.task_id,
+                                     "reason_id": why.reason_id}}
+        )
+    if isinstance(outcome.exception, ModelRetry | ToolFailed) and not outcome.replayed:
+        raise outcome.exception  # the tool's own request to the model, this very run
+    raise ToolFailed(why.text())
