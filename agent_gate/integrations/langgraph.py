@@ -38,14 +38,7 @@ from langgraph.types import Command, interrupt
 
 from agent_gate.errors import GateUsageError
 from agent_gate.gate import Gate, Outcome
-from agent_gate.integrations._bridge import (
-    ToolOptionsByName,
-    approve_waiting,
-    check_options,
-    invoking,
-    refusal,
-    register,
-)
+from agent_gate.integrations import _bridge
 from agent_gate.ledger.states import CallState
 
 __all__ = ["ApprovalRequest", "GateToolCalls", "gated_tool_node"]
@@ -79,7 +72,7 @@ class GateToolCalls:
         gate: Gate,
         *,
         task_id: str | None = None,
-        options: ToolOptionsByName | None = None,
+        options: _bridge.ToolOptionsByName | None = None,
         approved_by: str = "langgraph",
     ) -> None:
         self.gate = gate
@@ -90,7 +83,7 @@ class GateToolCalls:
     def register(self, tool: BaseTool) -> None:
         """Put ``tool`` in the gate's registry under the schema the model is shown."""
         schema = convert_to_openai_tool(tool)["function"].get("parameters") or {"type": "object"}
-        register(self.gate, tool.name, schema, tool.description or None, self.options)
+        _bridge.register(self.gate, tool.name, schema, tool.description or None, self.options)
 
     def wrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Result]
@@ -103,7 +96,7 @@ class GateToolCalls:
             produced.append(execute(request))
             return _content(produced[-1])
 
-        with invoking(request.tool_call["name"], run):
+        with _bridge.invoking(request.tool_call["name"], run):
             try:
                 while True:
                     asked = walk.send(self.gate.execute(self._task(request), asked))
@@ -123,7 +116,7 @@ class GateToolCalls:
             produced.append(await execute(request))
             return _content(produced[-1])
 
-        with invoking(request.tool_call["name"], run):
+        with _bridge.invoking(request.tool_call["name"], run):
             try:
                 while True:
                     asked = walk.send(await self.gate.aexecute(self._task(request), asked))
@@ -163,7 +156,7 @@ class GateToolCalls:
                                task_id=outcome.task_id)
                 outcome = yield call
             else:
-                refused = approve_waiting(self.gate, outcome, by or self.approved_by)
+                refused = _bridge.approve_waiting(self.gate, outcome, by or self.approved_by)
                 if refused is not None:
                     return _error(name, call_id, refused.text()), None
                 outcome = yield call
@@ -175,7 +168,7 @@ def gated_tool_node(
     gate: Gate,
     *,
     task_id: str | None = None,
-    options: ToolOptionsByName | None = None,
+    options: _bridge.ToolOptionsByName | None = None,
     approved_by: str = "langgraph",
     **tool_node_options: Any,
 ) -> ToolNode:
@@ -191,7 +184,7 @@ def gated_tool_node(
         awrap_tool_call=calls.awrap_tool_call,
         **tool_node_options,
     )
-    check_options(calls.options, set(node.tools_by_name))
+    _bridge.check_options(calls.options, set(node.tools_by_name))
     for tool in node.tools_by_name.values():
         calls.register(tool)
     return node
@@ -242,7 +235,7 @@ def _finish(message: Result, outcome: Outcome | None, produced: list[Result]) ->
 
 
 def _message(name: str, call_id: str, outcome: Outcome) -> ToolMessage:
-    why = refusal(outcome)
+    why = _bridge.refusal(outcome)
     if why is None:
         content = outcome.result if outcome.result is not None else ""
         return ToolMessage(content=content, name=name, tool_call_id=call_id)

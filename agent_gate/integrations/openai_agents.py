@@ -34,14 +34,7 @@ from agents.tool_context import ToolContext
 
 from agent_gate.errors import GateUsageError, ToolDefinitionError
 from agent_gate.gate import Gate, Outcome
-from agent_gate.integrations._bridge import (
-    ToolOptionsByName,
-    approve_waiting,
-    check_options,
-    invoking,
-    refusal,
-    register,
-)
+from agent_gate.integrations import _bridge
 from agent_gate.ledger.states import CallState
 
 __all__ = ["gate_tools", "record_rejection"]
@@ -52,7 +45,7 @@ def gate_tools(
     gate: Gate,
     *,
     task_id: str,
-    options: ToolOptionsByName | None = None,
+    options: _bridge.ToolOptionsByName | None = None,
     approved_by: str = "openai-agents",
 ) -> list[FunctionTool]:
     """The SDK's ``tools``, each invocation decided, recorded and run once by ``gate``.
@@ -66,10 +59,10 @@ def gate_tools(
             raise ToolDefinitionError(
                 f"only function tools run where the gate can hold them, not {type(tool).__name__}"
             )
-    check_options(chosen, {t.name for t in tools})
+    _bridge.check_options(chosen, {t.name for t in tools})
     gated = []
     for tool in tools:
-        register(gate, tool.name, tool.params_json_schema, tool.description or None, chosen)
+        _bridge.register(gate, tool.name, tool.params_json_schema, tool.description or None, chosen)
         gated.append(_Gated(tool, gate, task_id, approved_by).tool())
     return gated
 
@@ -105,13 +98,13 @@ class _Gated:
         def run() -> Any:
             return self.original.on_invoke_tool(ctx, input_json)
 
-        with invoking(name, run):
+        with _bridge.invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
             if outcome.state is CallState.AWAITING_APPROVAL and ctx.is_tool_approved(
                 name, call_id
             ):
                 refused = await asyncio.to_thread(
-                    approve_waiting, self.gate, outcome, self.approved_by
+                    _bridge.approve_waiting, self.gate, outcome, self.approved_by
                 )
                 if refused is not None:
                     return refused.text()
@@ -121,7 +114,7 @@ class _Gated:
 
 def _answer(outcome: Outcome) -> Any:
     """The tool's output, or the text the model reads instead (the SDK's tool error)."""
-    why = refusal(outcome)
+    why = _bridge.refusal(outcome)
     if why is None:
         return outcome.result
     if (

@@ -39,14 +39,8 @@ from pydantic_core import to_jsonable_python
 
 from agent_gate.errors import GateUsageError
 from agent_gate.gate import Gate, Outcome
-from agent_gate.integrations._bridge import (
-    APPROVED_BY,
-    ToolOptionsByName,
-    approve_waiting,
-    invoking,
-    refusal,
-    register,
-)
+from agent_gate.integrations import _bridge
+from agent_gate.integrations._bridge import APPROVED_BY
 from agent_gate.ledger.states import CallState
 
 __all__ = ["APPROVED_BY", "GatedToolset"]
@@ -58,7 +52,7 @@ class GatedToolset(WrapperToolset[Any]):
 
     gate: Gate
     task_id: str = field(kw_only=True)
-    options: ToolOptionsByName = field(default_factory=dict, kw_only=True)
+    options: _bridge.ToolOptionsByName = field(default_factory=dict, kw_only=True)
     approved_by: str = field(default="pydantic-ai", kw_only=True)
 
     def __init__(
@@ -67,7 +61,7 @@ class GatedToolset(WrapperToolset[Any]):
         gate: Gate,
         *,
         task_id: str,
-        options: ToolOptionsByName | None = None,
+        options: _bridge.ToolOptionsByName | None = None,
         approved_by: str = "pydantic-ai",
     ) -> None:
         self.wrapped = wrapped
@@ -80,7 +74,7 @@ class GatedToolset(WrapperToolset[Any]):
         tools = await self.wrapped.get_tools(ctx)
         for name, tool in tools.items():
             d = tool.tool_def
-            register(self.gate, name, d.parameters_json_schema, d.description, self.options)
+            _bridge.register(self.gate, name, d.parameters_json_schema, d.description, self.options)
         return tools
 
     async def call_tool(
@@ -97,11 +91,11 @@ class GatedToolset(WrapperToolset[Any]):
         def run() -> Any:
             return self.wrapped.call_tool(name, tool_args, ctx, tool)
 
-        with invoking(name, run):
+        with _bridge.invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
             if outcome.state is CallState.AWAITING_APPROVAL and ctx.tool_call_approved:
                 refused = await asyncio.to_thread(
-                    approve_waiting, self.gate, outcome, self._approver(ctx)
+                    _bridge.approve_waiting, self.gate, outcome, self._approver(ctx)
                 )
                 if refused is not None:
                     raise ToolFailed(refused.text())
@@ -135,7 +129,7 @@ class GatedToolset(WrapperToolset[Any]):
 
 def _answer(outcome: Outcome) -> Any:
     """The tool's result, or pydantic-ai's own way of saying there is none."""
-    why = refusal(outcome)
+    why = _bridge.refusal(outcome)
     if why is None:
         return outcome.result
     if why.waiting:
