@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "agent_gate.cli.resume",
     "agent_gate.cli.resolve",
     "agent_gate.cli.audit",
+    "agent_gate.cli.mcp",
 )
 
 
