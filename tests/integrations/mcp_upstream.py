@@ -47,5 +47,11 @@ def send_payment(to: str, cents: int) -> str:
     return f"paid, {_append(f'pay:{to}:{cents}')} lines"
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def unlisted(text: str) -> str:
+    """A tool the policy does not name: hidden by the proxy, and denied if called."""
+    return f"unlisted, {_append('unlisted:' + text)} lines"
+
+
 if __name__ == "__main__":
     server.run("stdio")
