@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio.to_thread
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT
 
 from agent_gate.ledger import Ledger
 
@@ -28,6 +29,7 @@ class Setup:
     """One test's ledger, side-effect log and environment."""
 
     tmp: Path
+    policy: Path = POLICY
 
     @property
     def db(self) -> str:
@@ -50,7 +52,7 @@ class Setup:
         return StdioServerParameters(command=sys.executable, args=[str(UPSTREAM)], env=self.env)
 
     def proxy_args(self, *options: str) -> list[str]:
-        return ["-m", "agent_gate", "mcp", "proxy", "--policy", str(POLICY), "--db", self.db,
+        return ["-m", "agent_gate", "mcp", "proxy", "--policy", str(self.policy), "--db", self.db,
                 *options, "--", sys.executable, str(UPSTREAM)]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,11 +71,16 @@ class Setup:
             return rec.state.value if rec is not None else None
 
     @asynccontextmanager
-    async def proxy(self, *options: str) -> AsyncIterator[ClientSession]:
+    async def proxy(
+        self, *options: str, elicitation: ElicitationFnT | None = None
+    ) -> AsyncIterator[ClientSession]:
         """A client session with a freshly started proxy process; it stops on exit."""
         params = StdioServerParameters(
             command=sys.executable, args=self.proxy_args(*options), env=self.env, cwd=str(ROOT)
         )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, elicitation_callback=elicitation) as session,
+        ):
             await session.initialize()
             yield session
