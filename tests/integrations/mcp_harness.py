@@ -5,10 +5,11 @@ server ``mcp_upstream.py``, and a real MCP client session to it."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ElicitationFnT
 
 from agent_gate.ledger import Ledger
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for waiting
+from waiting import wait_until
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -84,3 +88,30 @@ class Setup:
         ):
             await session.initialize()
             yield session
+
+    @contextmanager
+    def http_proxy(self, *options: str) -> Iterator[str]:
+        """A proxy process serving Streamable HTTP on a free loopback port; its URL."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, *self.proxy_args("--listen", f"127.0.0.1:{port}", *options)],
+            env=self.env, cwd=str(ROOT),
+        )
+        try:
+            wait_until(lambda: _accepts(port, proc), what=f"the proxy to listen on {port}")
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def _accepts(port: int, proc: subprocess.Popen[bytes]) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(f"the proxy exited with status {proc.returncode}")
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
