@@ -109,12 +109,15 @@ def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) ->
             return False
         rec = await anyio.to_thread.run_sync(gate.ledger.get, task, outcome.call_id)
         shown = rec.arguments if rec is not None else None  # stored form: redacted
-        answer = await ctx.session.elicit_form(
-            f"agent-gate: call {outcome.call_id} of {outcome.tool!r} with arguments "
-            f"{shown} waits for approval ({outcome.reason}). Run it once?",
-            _APPROVE_SCHEMA,  # type: ignore[arg-type]
-            related_request_id=ctx.request_id,
-        )
+        try:
+            answer = await ctx.session.elicit_form(
+                f"agent-gate: call {outcome.call_id} of {outcome.tool!r} with arguments "
+                f"{shown} waits for approval ({outcome.reason}). Run it once?",
+                _APPROVE_SCHEMA,  # type: ignore[arg-type]
+                related_request_id=ctx.request_id,
+            )
+        except Exception:  # the client could not ask: an operator still can
+            return False
         if answer.action == "cancel":
             return False
         if answer.action == "accept" and (answer.content or {}).get("approve") is True:
