@@ -73,13 +73,13 @@ def test_denied_and_unnamed_tools_never_reach_the_upstream(tmp_path: Path) -> No
 
 def test_an_approval_releases_the_held_request_and_the_call_runs_once(tmp_path: Path) -> None:
     setup = Setup(tmp_path)
-    progress: list[float] = []
+    progress: list[tuple[float, float | None]] = []
 
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append(done)
+        progress.append((done, total))
 
     async def main() -> None:
-        async with setup.proxy("--task", "pay", "--approval-wait", "10m") as client:
+        async with setup.proxy("--task", "pay", "--approval-wait", "never") as client:
             results: list[Any] = []
 
             async def pay() -> None:
@@ -100,6 +100,7 @@ def test_an_approval_releases_the_held_request_and_the_call_runs_once(tmp_path: 
                                             "--by", "ana")
                 assert approved.returncode == 0, approved.stderr
             (result,) = results
+            assert progress[0][1] is None  # held without a limit: no total to report
             assert not result.is_error and text(result) == "paid, 1 lines"
             assert meta(result)["agent-gate/call-id"] == waiting.call_id
             again = await client.call_tool("send_payment", {"to": "bob", "cents": 5000})

@@ -16,6 +16,7 @@ approval given by any process, on any machine sharing the database, is seen.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -66,7 +67,8 @@ class GatedCalls:
     async def load_tools(self) -> list[mt.Tool]:
         """The upstream's tools, registered in the gate's registry (new ones only)."""
         tools = await list_all(self.upstream)
-        done = register_tools(self.gate, self.upstream, tools)
+        refused = {name for name, _ in self.registered.refused}
+        done = register_tools(self.gate, self.upstream, [t for t in tools if t.name not in refused])
         self.registered = Registered(
             self.registered.added + done.added, self.registered.refused + done.refused
         )
@@ -143,7 +145,8 @@ class GatedCalls:
             waited = time.monotonic() - start
             if progress is not None and int(waited) > reported:
                 reported = int(waited)
-                await progress(waited, deadline - start, f"call {call_id} waits ({seen[0]})")
+                total = deadline - start if math.isfinite(deadline) else None
+                await progress(waited, total, f"call {call_id} waits ({seen[0]})")
         return False
 
 
