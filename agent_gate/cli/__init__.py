@@ -35,6 +35,8 @@ COMMANDS: dict[str, Command] = {
                     "Run the whole pipeline on a recorded answer: no API key, no server."),
     "deny": Command("approve", "deny_command",
                     "Deny a call that waits for approval: it never runs."),
+    "mcp": Command("mcp", "mcp_group",
+                   "Put the gate in front of an MCP server (every tools/call gated)."),
     "policy": Command("policy", "policy_group",
                       "Validate policy files and explain their decisions."),
     "replay": Command("replay", "replay_command",

@@ -8,6 +8,8 @@ One job per module, arrows pointing down:
 - ``validate``: the reference validator (python-jsonschema) and the one site
   that picks it or ``_fastpath``'s jsonschema-rs shortcut (same interface);
 - ``models``: tools declared with a pydantic model;
+- ``signature``: tools declared as plain typed functions (the schema from the hints);
+- ``definitions``: the tools as each provider API's tool list (``ToolRegistry.definitions``);
 - ``errors``: what a refused declaration or call is told, as JSON pointers and
   schema keywords, never argument values.
 

@@ -3,7 +3,7 @@
 A model tool receives a model instance, not the argument dict, so the gate must
 judge (policy, ledger hash) the value the model coerces the arguments to. These
 helpers keep pydantic's side of that in one place: finding the model a bare
-``@tools.tool`` function takes, mapping pydantic's errors to the same
+``@tools.tool`` function takes (if it takes one), mapping pydantic's errors to the same
 pointer-and-keyword form as the schema validator's, and dumping a validated model
 to the JSON form (by alias) that ``Tool.judged`` and ``Tool.handed`` compare.
 """
@@ -21,11 +21,10 @@ from agent_gate.errors import (
     COERCION_UNSTABLE,
     ArgumentError,
     ArgumentsInvalid,
-    ToolDefinitionError,
     json_pointer,
 )
 
-__all__ = ["coercion_unstable", "dump_model", "load_model", "model_of", "model_parameter"]
+__all__ = ["coercion_unstable", "dump_model", "load_model", "model_of", "sole_model"]
 
 
 def model_of(schema: object) -> type[BaseModel] | None:
@@ -57,20 +56,18 @@ def coercion_unstable(tool: str) -> ArgumentsInvalid:
     return ArgumentsInvalid(tool, [ArgumentError("", COERCION_UNSTABLE)])
 
 
-def model_parameter(fn: Callable[..., Any]) -> type[BaseModel]:
-    """Find the pydantic model a bare ``@tools.tool`` function takes as its only argument."""
+def sole_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
+    """The pydantic model a function takes as its only argument, if it takes one.
+
+    Such a function receives the model instance; any other function is declared by
+    its signature (``signature``). Annotations that do not resolve are left to
+    ``signature`` to report.
+    """
+    params = list(inspect.signature(fn).parameters.values())
+    if len(params) != 1:
+        return None
     try:
         hints = inspect.get_annotations(fn, eval_str=True)
-    except Exception as exc:  # unresolved forward references
-        raise ToolDefinitionError(
-            f"tool {getattr(fn, '__name__', fn)!r}: cannot resolve annotations ({exc})"
-        ) from None
-    params = list(inspect.signature(fn).parameters.values())
-    if len(params) == 1:
-        model = model_of(hints.get(params[0].name))
-        if model is not None:
-            return model
-    raise ToolDefinitionError(
-        f"tool {getattr(fn, '__name__', fn)!r} needs schema= (a JSON Schema dict or a "
-        "pydantic model), or a single parameter annotated with a pydantic model"
-    )
+    except Exception:  # unresolved forward references: reported by signature_model
+        return None
+    return model_of(hints.get(params[0].name))

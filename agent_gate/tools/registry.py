@@ -25,7 +25,9 @@ from agent_gate.errors import (
     UnknownTool,
     json_type_name,
 )
-from agent_gate.tools.models import coercion_unstable, dump_model, load_model, model_parameter
+from agent_gate.tools.definitions import definitions
+from agent_gate.tools.models import coercion_unstable, dump_model, load_model, sole_model
+from agent_gate.tools.signature import signature_model, spread
 from agent_gate.tools.spec import ToolOptions, ToolSpec
 from agent_gate.tools.validate import ArgumentValidator, compile_validator
 
@@ -127,15 +129,20 @@ class ToolRegistry:
         fn: Callable[..., Any],
         *,
         name: str | None = None,
-        schema: Mapping[str, Any] | type[BaseModel],
+        schema: Mapping[str, Any] | type[BaseModel] | None = None,
         **options: Unpack[ToolOptions],
     ) -> Tool:
-        """Add one tool; the non-decorator form of ``tool``."""
+        """Add one tool; the non-decorator form of ``tool`` (same schema rules)."""
         tool_name = name or getattr(fn, "__name__", None)
         if not tool_name:
             raise ToolDefinitionError("a tool function without a __name__ needs name=")
         if options.get("description") is None:
             options["description"] = inspect.getdoc(fn)
+        if schema is None:
+            schema = sole_model(fn)
+            if schema is None:
+                schema = signature_model(fn, tool_name)
+                fn = spread(fn, schema)
         return self.add(ToolSpec.build(tool_name, schema=schema, **options), fn)
 
     def add(self, spec: ToolSpec, fn: Callable[..., Any]) -> Tool:
@@ -173,12 +180,17 @@ class ToolRegistry:
     ) -> Any:
         """Decorator registering a function (sync or async) and returning it unchanged.
 
-        A bare ``@tools.tool`` takes its schema from a single pydantic-model parameter.
+        Without ``schema=`` the function declares the tool itself: a single parameter
+        annotated with a pydantic model is that model (the function receives the
+        instance); otherwise every parameter's type hint, default and
+        ``Annotated[..., Field(...)]`` constraints make the schema (``signature``),
+        and the function receives the validated values as keyword arguments. The
+        description is the docstring unless ``description=`` says otherwise; an
+        explicit ``schema=`` always wins.
         """
 
         def decorate(func: F) -> F:
-            the_schema = schema if schema is not None else model_parameter(func)
-            self.register(func, name=name, schema=the_schema, **options)
+            self.register(func, name=name, schema=schema, **options)
             return func
 
         if fn is not None:
@@ -236,6 +248,14 @@ class ToolRegistry:
     def validate(self, name: str, arguments: object) -> dict[str, Any] | BaseModel:
         """Validate a call's arguments against the named tool's schema."""
         return self[name].validate(arguments)
+
+    def definitions(self, provider: str) -> list[dict[str, Any]]:
+        """The tool list ``provider``'s API takes, from the schemas the gate checks.
+
+        ``provider``: ``openai-responses``, ``openai-chat``, ``anthropic``, ``gemini``
+        or ``mcp`` (``agent_gate.tools.definitions`` says what each gets).
+        """
+        return definitions((t.spec for t in self), provider)
 
 
 def _bind_dispatch(

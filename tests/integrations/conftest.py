@@ -1,15 +1,19 @@
 """What every agent-framework test shares: a gate on a real SQLite file under the
-policy in ``policy.yaml``, and tools whose side effects are counted outside the ledger."""
+policy in ``policy.yaml``, and tools whose side effects are counted outside the ledger.
+The MCP tests import their shared helpers (``mcp_harness``) from this directory."""
 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from agent_gate import Gate, ToolRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 POLICY = Path(__file__).with_name("policy.yaml")
 

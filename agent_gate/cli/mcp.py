@@ -1,0 +1,86 @@
+"""``agent-gate mcp proxy``: put the gate in front of an existing MCP server.
+
+The command only reads its options; the proxy itself is
+``agent_gate.integrations.mcp.proxy``. The ``mcp`` package is imported when the
+command runs, so the rest of the CLI works without the ``mcp`` extra.
+"""
+
+from __future__ import annotations
+
+import click
+
+from agent_gate.cli._operator import failures
+from agent_gate.cli._options import db_option, parse_duration
+
+_EPILOG = """\b
+Examples:
+  agent-gate mcp proxy --policy policy.yaml --task notes -- python server.py
+  agent-gate mcp proxy --policy policy.yaml --upstream-url http://127.0.0.1:9000/mcp \\
+      --listen 127.0.0.1:8765
+A client names a call itself with "_meta": {"agent-gate/call-id": "..."} on tools/call;
+otherwise a write with the same tool and arguments runs at most once per task.
+"""
+
+
+@click.group(name="mcp")
+def mcp_group() -> None:
+    """Model Context Protocol: gate the tools of an MCP server."""
+
+
+@mcp_group.command(name="proxy", epilog=_EPILOG, context_settings={"max_content_width": 100})
+@click.option("--policy", "policy_file", required=True, type=click.Path(dir_okay=False),
+              help="The policy file every tools/call is judged by.")
+@db_option
+@click.option("--task", "task_id", default=None,
+              help="Record every call in this task (default: one task per client session). "
+                   "Give it to have calls repeated after a restart answered from the ledger.")
+@click.option("--principal", "principal_id", default=None,
+              help="Who the agent acts for (the policy's `principal: id`).")
+@click.option("--role", "roles", multiple=True, help="A role of the principal (repeatable).")
+@click.option("--approval-wait", "approval_wait", default="5m", show_default=True,
+              help="How long a call waiting for approval holds its request open: 90s, 5m, 1h.")
+@click.option("--upstream-url", "upstream_url", default=None,
+              help="Reach the upstream MCP server over Streamable HTTP at this URL "
+                   "instead of starting COMMAND.")
+@click.option("--listen", "listen", default=None, metavar="HOST:PORT",
+              help="Serve Streamable HTTP (resumable) on HOST:PORT instead of stdio.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def proxy_command(
+    policy_file: str, url: str | None, task_id: str | None, principal_id: str | None,
+    roles: tuple[str, ...], approval_wait: str, upstream_url: str | None, listen: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Serve the MCP server COMMAND (after --) with every tool call gated."""
+    if bool(command) == bool(upstream_url):
+        raise click.UsageError("give the upstream server as -- COMMAND [ARGS...] or "
+                               "--upstream-url URL (one of them)")
+    wait = parse_duration(approval_wait, param_hint="--approval-wait")
+    try:
+        import anyio
+
+        from agent_gate.integrations.mcp.proxy import (
+            ProxyConfig,
+            parse_listen,
+            principal_of,
+            serve,
+        )
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the MCP proxy needs the mcp extra: pip install 'agent-gate[mcp]' ({exc.name})"
+        ) from None
+    try:
+        address = parse_listen(listen) if listen is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    config = ProxyConfig(
+        upstream_command=command, upstream_url=upstream_url, task=task_id,
+        principal=principal_of(principal_id, roles),
+        approval_wait=wait if wait is not None else float("inf"), listen=address,
+    )
+    from agent_gate.gate import Gate
+    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.tools import ToolRegistry
+
+    with failures(), Gate(ToolRegistry(), resolve_url(url), policy=policy_file,
+                          create=True) as gate:
+        anyio.run(serve, gate, config)

@@ -1,0 +1,30 @@
+"""MCP behind the gate: a gated client session, and a proxy in front of any MCP server.
+
+Needs the ``mcp`` extra (``pip install 'agent-gate[mcp]'``, the official SDK 2.x).
+
+- ``upstream``: an MCP server's tools registered in a gate, each dispatched to it;
+- ``identity``: what "the same call" is for calls that arrive without an id;
+- ``results``: a gate's outcome as an MCP tool result;
+- ``calls``: one call through the gate, held while it waits; ``GatedSession``;
+- ``events``: the event store that makes the proxy's Streamable HTTP resumable;
+- ``proxy``: ``agent-gate mcp proxy``, the server a client talks to.
+"""
+
+from __future__ import annotations
+
+from agent_gate.integrations.mcp.calls import GatedCalls, GatedSession
+from agent_gate.integrations.mcp.events import MemoryEventStore
+from agent_gate.integrations.mcp.identity import CALL_ID_META
+from agent_gate.integrations.mcp.proxy import DEFAULT_APPROVAL_WAIT, ProxyConfig, serve
+from agent_gate.integrations.mcp.upstream import IDEMPOTENCY_KEY_META
+
+__all__ = [
+    "CALL_ID_META",
+    "DEFAULT_APPROVAL_WAIT",
+    "IDEMPOTENCY_KEY_META",
+    "GatedCalls",
+    "GatedSession",
+    "MemoryEventStore",
+    "ProxyConfig",
+    "serve",
+]

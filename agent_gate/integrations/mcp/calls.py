@@ -1,0 +1,196 @@
+"""One ``tools/call`` through the gate: recorded, judged, run at most once, waited on.
+
+``GatedCalls`` is shared by the client-side ``GatedSession`` and the proxy. It turns
+a call as MCP delivers it (a tool name, an argument object, ``_meta``) into a gate
+call under the id ``identity`` gives it, and keeps the request open while the call
+waits: for an approval (an operator's ``agent-gate approve``, or the user's own
+answer to an elicitation when the policy lets the task's principal approve), or for
+another request that is running the same call. While it waits it reports progress,
+which also tells a client that counts a request's silence as failure that the
+request is alive. When the wait ends first, the result says the call waits, with
+its id; the same call sent again attaches to it.
+
+The ledger is polled (from a worker thread, with backoff to once a second): an
+approval given by any process, on any machine sharing the database, is seen.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import mcp.types as mt
+from mcp import ClientSession
+
+from agent_gate.gate import Gate, Outcome
+from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
+from agent_gate.integrations.mcp.results import result_of
+from agent_gate.integrations.mcp.upstream import Registered, list_all, register_tools
+from agent_gate.ledger.states import CallState
+from agent_gate.policy import Principal
+
+__all__ = ["Asker", "GatedCalls", "GatedSession", "Progress"]
+
+Progress = Callable[[float, float | None, str], Awaitable[None]]
+"""``(progress, total, message)``: where a held request reports that it waits."""
+
+Asker = Callable[[Outcome], Awaitable[bool]]
+"""Asks the user to decide a waiting call; True when they answered (either way)."""
+
+_WAITING = (CallState.AWAITING_APPROVAL, CallState.EXECUTING, CallState.AUTHORIZED,
+            CallState.RECEIVED)
+_FIRST_POLL, _MAX_POLL = 0.05, 1.0
+
+
+class GatedCalls:
+    """Calls to one upstream session, each through ``gate`` (tools registered from it)."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        upstream: ClientSession,
+        *,
+        approval_wait: float = 0.0,
+        principal: Principal | None = None,
+    ) -> None:
+        self.gate = gate
+        self.upstream = upstream
+        self.approval_wait = approval_wait
+        self.principal = principal
+        self.ids = CallIds(gate)
+        self.registered = Registered((), ())
+
+    async def load_tools(self) -> list[mt.Tool]:
+        """The upstream's tools, registered in the gate's registry (new ones only)."""
+        tools = await list_all(self.upstream)
+        refused = {name for name, _ in self.registered.refused}
+        done = register_tools(self.gate, self.upstream, [t for t in tools if t.name not in refused])
+        self.registered = Registered(
+            self.registered.added + done.added, self.registered.refused + done.refused
+        )
+        return tools
+
+    def visible(self, tools: list[mt.Tool]) -> list[mt.Tool]:
+        """The tools a client is shown: those the gate can check and the policy names.
+
+        A tool the policy file does not name is denied whatever its arguments (the
+        policy denies by default), so it is not offered; nor is one whose schema the
+        gate refused. Without a policy file every checkable tool is shown.
+        """
+        named = set(self.gate.rules.policy.tools) if self.gate.rules is not None else None
+        return [t for t in tools if t.name in self.gate.tools
+                and (named is None or t.name in named)]
+
+    async def call(
+        self,
+        task_id: str,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        progress: Progress | None = None,
+        ask: Asker | None = None,
+        wait: float | None = None,
+    ) -> mt.CallToolResult:
+        """Run one call through the gate and hold it up to ``wait`` seconds (default
+        ``approval_wait``) while it waits; the result as an MCP tool result."""
+        if name not in self.gate.tools:
+            await self.load_tools()  # a tool the upstream added since it was listed
+        args = dict(arguments or {})
+        call_id = asked_call_id(meta) or await anyio.to_thread.run_sync(
+            self.ids.derive, task_id, name, args
+        )
+        call = {"call_id": call_id, "name": name, "arguments": args}
+        deadline = time.monotonic() + (self.approval_wait if wait is None else wait)
+        outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
+        asked = False
+        while outcome.state in _WAITING:
+            if outcome.state is CallState.AWAITING_APPROVAL and ask is not None and not asked:
+                asked = True
+                if await ask(outcome):
+                    outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
+                    continue
+            if not await self._changed(task_id, call_id, deadline, progress):
+                break
+            outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
+        rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, call_id)
+        return result_of(outcome, rec.rule_ids if rec is not None else ())
+
+    async def _changed(
+        self, task_id: str, call_id: str, deadline: float, progress: Progress | None
+    ) -> bool:
+        """Wait until the call's row or its approval changes (True) or ``deadline`` (False)."""
+        ledger = self.gate.ledger
+
+        def look() -> tuple[Any, ...]:
+            rec = ledger.get(task_id, call_id)
+            if rec is None:
+                return (None,)
+            answer = ledger.approval(rec) if rec.state is CallState.AWAITING_APPROVAL else None
+            return (rec.state, rec.version, answer.id if answer is not None else None)
+
+        start = time.monotonic()
+        seen = await anyio.to_thread.run_sync(look)
+        delay = _FIRST_POLL
+        reported = 0
+        while (left := deadline - time.monotonic()) > 0:
+            await anyio.sleep(min(delay, left))
+            delay = min(delay * 1.5, _MAX_POLL)
+            if await anyio.to_thread.run_sync(look) != seen:
+                return True
+            waited = time.monotonic() - start
+            if progress is not None and int(waited) > reported:
+                reported = int(waited)
+                total = deadline - start if math.isfinite(deadline) else None
+                await progress(waited, total, f"call {call_id} waits ({seen[0]})")
+        return False
+
+
+class GatedSession:
+    """An ``mcp.ClientSession`` whose ``call_tool`` goes through a gate.
+
+    ``gate`` is an ordinary ``Gate(ToolRegistry(), db, policy=...)``: the session's
+    tools are registered into its registry from the server's own ``tools/list`` (see
+    ``upstream``), on the first ``list_tools`` or ``call_tool``. Every call is
+    recorded in ``task_id``; ``identity`` says which calls count as the same one.
+    A call that waits for approval is held up to ``approval_wait`` seconds (default:
+    not held) and then returned as a result that says it waits. Everything else is
+    the wrapped session's.
+    """
+
+    def __init__(
+        self,
+        session: ClientSession,
+        gate: Gate,
+        *,
+        task_id: str,
+        approval_wait: float = 0.0,
+        principal: Principal | None = None,
+    ) -> None:
+        self.session = session
+        self.task_id = task_id
+        self.calls = GatedCalls(gate, session, approval_wait=approval_wait, principal=principal)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+    async def list_tools(self) -> mt.ListToolsResult:
+        """The server's tools (all pages), registered in the gate as they are listed."""
+        return mt.ListToolsResult(tools=await self.calls.load_tools())
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        progress: Progress | None = None,
+    ) -> mt.CallToolResult:
+        """Call ``name`` through the gate; ``meta`` may carry ``agent-gate/call-id``."""
+        return await self.calls.call(
+            self.task_id, name, arguments, meta=meta, progress=progress
+        )

@@ -1,0 +1,212 @@
+"""``agent-gate mcp proxy``: an MCP server in front of another, every tool call gated.
+
+The proxy is a client of the upstream server (a command it starts and talks to
+over stdio, or a Streamable HTTP URL) and a server to its own client (over stdio,
+or Streamable HTTP with ``listen``). It offers the upstream's tools (those the
+policy names: see ``GatedCalls.visible``) and answers each ``tools/call`` through
+the gate: the upstream's ``inputSchema``, the policy, the ledger, the audit chain.
+Nothing but ``tools/list`` and ``tools/call`` is proxied.
+
+The task a call is recorded in is ``ProxyConfig.task`` when given (the same task
+across restarts, so a call repeated after a restart is answered from the ledger);
+otherwise one per client session: the process's own for stdio (one client), the
+``Mcp-Session-Id`` for Streamable HTTP.
+
+Served over Streamable HTTP, the proxy keeps an event store (``events``), so a
+client that loses its connection resumes the response with ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import mcp.types as mt
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from agent_gate.errors import AgentGateError
+from agent_gate.gate import Gate, Outcome
+from agent_gate.integrations.mcp.calls import GatedCalls
+from agent_gate.integrations.mcp.events import MemoryEventStore
+from agent_gate.policy import Principal
+
+__all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "connect_upstream", "proxy_server", "serve"]
+
+DEFAULT_APPROVAL_WAIT = 300.0
+"""Seconds a call that waits for approval holds its request open (``--approval-wait``)."""
+
+_APPROVE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approve": {"type": "boolean", "title": "Run this call once"}},
+    "required": ["approve"],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """How the proxy reaches its upstream, records calls and serves its client."""
+
+    upstream_command: tuple[str, ...] = ()
+    upstream_url: str | None = None
+    task: str | None = None
+    principal: Principal | None = None
+    approval_wait: float = DEFAULT_APPROVAL_WAIT
+    listen: tuple[str, int] | None = None
+
+
+@asynccontextmanager
+async def connect_upstream(config: ProxyConfig) -> AsyncIterator[ClientSession]:
+    """An initialized client session with the upstream server, closed on exit.
+
+    A command's environment is the proxy's own, so settings an MCP client gives the
+    proxy (``env`` in its server list) reach the server behind it.
+    """
+    async with AsyncExitStack() as stack:
+        if config.upstream_url is not None:
+            read, write = await stack.enter_async_context(
+                streamable_http_client(config.upstream_url)
+            )
+        else:
+            command, *args = config.upstream_command
+            params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
+            read, write = await stack.enter_async_context(stdio_client(params, sys.stderr))
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await session.initialize()
+        yield session
+
+
+def _task_of(ctx: ServerRequestContext[Any, Any], config: ProxyConfig, own: str) -> str:
+    if config.task is not None:
+        return config.task
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    return f"mcp-session-{session_id}" if session_id else own
+
+
+def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) -> Any:
+    """Ask the user through elicitation, when the client can and the policy lets the
+    task's own principal approve this tool (``approvers.self_approval``)."""
+    gate, principal = calls.gate, calls.principal
+    caps = ctx.session.client_capabilities
+    if (caps is None or caps.elicitation is None or gate.rules is None
+            or principal is None or principal.id is None):
+        return None
+    who = principal.id
+
+    async def ask(outcome: Outcome) -> bool:
+        if gate.rules is None or gate.rules.policy.approval_refusal(outcome.tool, who, who):
+            return False
+        rec = await anyio.to_thread.run_sync(gate.ledger.get, task, outcome.call_id)
+        shown = rec.arguments if rec is not None else None  # stored form: redacted
+        try:
+            answer = await ctx.session.elicit_form(
+                f"agent-gate: call {outcome.call_id} of {outcome.tool!r} with arguments "
+                f"{shown} waits for approval ({outcome.reason}). Run it once?",
+                _APPROVE_SCHEMA,  # type: ignore[arg-type]
+                related_request_id=ctx.request_id,
+            )
+        except Exception:  # the client could not ask: an operator still can
+            return False
+        if answer.action == "cancel":
+            return False
+        if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+            await anyio.to_thread.run_sync(lambda: gate.approve(
+                outcome.call_id, by=who, task_id=task,
+                reason="approved by the user, asked through the MCP client",
+            ))
+        else:
+            await anyio.to_thread.run_sync(lambda: gate.deny(
+                outcome.call_id, by=who, task_id=task,
+                reason="declined by the user, asked through the MCP client",
+            ))
+        return True
+
+    return ask
+
+
+def proxy_server(calls: GatedCalls, config: ProxyConfig) -> Server[Any]:
+    """The MCP server the proxy's client talks to; ``calls`` reaches the upstream."""
+    own_task = f"mcp-{uuid.uuid4().hex}"
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
+    ) -> mt.ListToolsResult:
+        return mt.ListToolsResult(tools=calls.visible(await calls.load_tools()))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: mt.CallToolRequestParams
+    ) -> mt.CallToolResult:
+        task = _task_of(ctx, config, own_task)
+
+        async def progress(done: float, total: float | None, message: str) -> None:
+            await ctx.session.report_progress(done, total, message)
+
+        try:
+            return await calls.call(
+                task, params.name, params.arguments, meta=params.meta,  # type: ignore[arg-type]
+                progress=progress, ask=_asker(ctx, calls, task),
+            )
+        except AgentGateError as exc:  # a bad _meta call id, a task bound elsewhere...
+            return mt.CallToolResult(
+                content=[mt.TextContent(type="text", text=f"agent-gate: {exc}")], is_error=True
+            )
+
+    return Server(
+        "agent-gate-proxy",
+        instructions="Every tool call is checked and recorded by agent-gate before it runs.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve(gate: Gate, config: ProxyConfig) -> None:
+    """Run the proxy until its client goes away (stdio) or it is stopped (HTTP)."""
+    async with connect_upstream(config) as upstream:
+        calls = GatedCalls(
+            gate, upstream, approval_wait=config.approval_wait, principal=config.principal
+        )
+        await calls.load_tools()
+        for name, why in calls.registered.refused:
+            print(f"agent-gate mcp proxy: tool {name!r} not offered: {why}", file=sys.stderr)
+        server = proxy_server(calls, config)
+        if config.listen is None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            return
+        await _serve_http(server, config.listen)
+
+
+async def _serve_http(server: Server[Any], listen: tuple[str, int]) -> None:
+    import uvicorn
+
+    host, port = listen
+    app = server.streamable_http_app(event_store=MemoryEventStore(), host=host)
+    await uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    ).serve()
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a pair; ValueError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def principal_of(principal_id: str | None, roles: Sequence[str]) -> Principal | None:
+    """The principal named on the command line, if any."""
+    if principal_id is None and not roles:
+        return None
+    return Principal(id=principal_id, roles=frozenset(roles))

@@ -1,0 +1,89 @@
+"""A gate's ``Outcome`` as the ``tools/call`` result an MCP client reads.
+
+A call that ran returns the upstream's own result, as it came back the first time
+(from the ledger when the call is answered again). Every other outcome is a tool
+result with ``isError`` set and one sentence a model can act on: denied (with the
+rule ids and the policy's reason), waiting for approval (with the call id, the task
+and the command that approves it), in doubt, failed. The same facts travel as
+``_meta`` under ``agent-gate/*`` keys for programs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp.types as mt
+from pydantic import ValidationError
+
+from agent_gate.gate import Outcome
+from agent_gate.ledger.states import CallState
+
+__all__ = ["result_of"]
+
+
+def _text(message: str, meta: dict[str, Any]) -> mt.CallToolResult:
+    return mt.CallToolResult(
+        content=[mt.TextContent(type="text", text=message)], is_error=True, _meta=meta
+    )
+
+
+def _meta(outcome: Outcome, rule_ids: tuple[str, ...]) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "agent-gate/call-id": outcome.call_id,
+        "agent-gate/task": outcome.task_id,
+        "agent-gate/state": outcome.state.value,
+        "agent-gate/replayed": outcome.replayed,
+    }
+    if outcome.code:
+        meta["agent-gate/code"] = outcome.code
+    if rule_ids:
+        meta["agent-gate/rule-ids"] = list(rule_ids)
+    return meta
+
+
+def _ran(outcome: Outcome, meta: dict[str, Any]) -> mt.CallToolResult:
+    if outcome.result_omitted:
+        return _text(
+            f"call {outcome.call_id} ran already; its result was too large to keep, so it "
+            "cannot be shown again", meta,
+        )
+    try:
+        result = mt.CallToolResult.model_validate(outcome.result)
+    except ValidationError:
+        return _text(f"call {outcome.call_id} ran; its stored result is not a tool result", meta)
+    result.meta = {**(result.meta or {}), **meta}
+    return result
+
+
+def result_of(outcome: Outcome, rule_ids: tuple[str, ...] = ()) -> mt.CallToolResult:
+    """The ``tools/call`` result for ``outcome`` (``rule_ids``: the deciding rules)."""
+    meta = _meta(outcome, rule_ids)
+    call, task = outcome.call_id, outcome.task_id
+    rules = f" (rule {', '.join(rule_ids)})" if rule_ids else ""
+    match outcome.state:
+        case CallState.SUCCEEDED:
+            return _ran(outcome, meta)
+        case CallState.AWAITING_APPROVAL:
+            return _text(
+                f"call {call} of task {task} waits for approval{rules}: {outcome.reason}. "
+                f"It has not run. Once approved (agent-gate approve {call} --task {task} "
+                "--by NAME), send the same call again: it runs once and returns its result.",
+                meta,
+            )
+        case CallState.REJECTED | CallState.INCOMPLETE:
+            return _text(f"call {call} was not run{rules}: {outcome.reason}", meta)
+        case CallState.IN_DOUBT:
+            return _text(
+                f"call {call} may or may not have run ({outcome.reason}); it will not be run "
+                f"again until an operator resolves it (agent-gate resolve {call} --task {task})",
+                meta,
+            )
+        case CallState.FAILED:
+            error = outcome.error or {}
+            what = error.get("type") or "an error"
+            return _text(f"call {call} failed upstream: {what}", meta)
+        case _:
+            return _text(
+                f"call {call} is {outcome.state.value} ({outcome.reason}); send it again later "
+                "to get its result", meta,
+            )

@@ -1,0 +1,129 @@
+"""An MCP server's tools registered in a gate's registry, each dispatched to that server.
+
+The upstream's ``tools/list`` is the one declaration: its ``inputSchema`` is the
+schema the gate validates against, and its annotations give each tool's default
+effect and idempotency. The annotations are hints from a server we do not
+control, read as the MCP specification defines their defaults (a tool that says
+nothing is destructive and not idempotent); whatever the policy file says about a
+tool's ``effect`` or ``idempotency`` replaces the hint outright, in either
+direction, because the operator who wrote the policy is trusted and the server is
+not.
+
+A call that reaches the upstream and comes back with a JSON-RPC error failed
+there, definitely. A call whose transport broke after it was sent may or may not
+have run: it raises ``OutcomeUnknown``, so the ledger keeps it ``in_doubt`` and
+nothing retries it blindly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp.types as mt
+from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
+
+from agent_gate.errors import OutcomeUnknown, ToolDefinitionError
+from agent_gate.gate import Gate, current_call
+from agent_gate.tools import Effect, Idempotency
+
+__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "register_tools"]
+
+IDEMPOTENCY_KEY_META = "agent-gate/idempotency-key"
+"""The ``_meta`` key under which each upstream call carries the gate's stable
+idempotency key (the same across attempts of one call), for servers that dedupe."""
+
+CALL_ID_FORWARD_META = "agent-gate/call-id"
+"""The `_meta` key under which each upstream call carries its gate call id."""
+
+
+def classes_of(tool: mt.Tool, gate: Gate) -> tuple[Effect, Idempotency]:
+    """The tool's effect and idempotency: the policy's word, else the annotations'."""
+    hints = tool.annotations or mt.ToolAnnotations()
+    if hints.read_only_hint:
+        effect = Effect.READ
+    elif hints.destructive_hint is False:
+        effect = Effect.WRITE
+    else:  # the specification's default: destructive
+        effect = Effect.DESTRUCTIVE
+    natural = bool(hints.idempotent_hint) or effect is Effect.READ
+    idempotency = Idempotency.NATURAL if natural else Idempotency.NONE
+    if gate.rules is not None:
+        said = gate.rules.policy.tool_overrides(tool.name)
+        effect = said.effect or effect
+        idempotency = said.idempotency or idempotency
+    return effect, idempotency
+
+
+async def list_all(session: ClientSession) -> list[mt.Tool]:
+    """Every tool the server lists, following its pagination cursor."""
+    tools: list[mt.Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await session.list_tools(
+            params=mt.PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+def _dispatcher(session: ClientSession) -> Callable[[str, dict[str, Any]], Any]:
+    async def dispatch(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        info = current_call()
+        meta: dict[str, Any] = {
+            IDEMPOTENCY_KEY_META: info.idempotency_key,
+            CALL_ID_FORWARD_META: info.call_id,
+        }
+        try:
+            result = await session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+        except MCPError:
+            raise  # the server answered with an error: it failed there, for sure
+        except Exception as exc:
+            raise OutcomeUnknown(
+                f"the connection to the upstream broke during call {info.call_id!r} "
+                f"({type(exc).__name__}); it may or may not have run"
+            ) from exc
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    return dispatch
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """What registering an upstream's tools did: the tools added, and those refused."""
+
+    added: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...]
+    """(tool, why) for each tool whose schema or name the gate cannot use."""
+
+
+def register_tools(gate: Gate, session: ClientSession, tools: Iterable[mt.Tool]) -> Registered:
+    """Register each upstream tool not yet in ``gate.tools``, dispatched to ``session``.
+
+    A tool the gate cannot check (its schema is not a JSON Schema for an object) is
+    refused and left out: a call to it is then rejected as an unknown tool.
+    """
+    dispatch = _dispatcher(session)
+    added: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for tool in tools:
+        if tool.name in gate.tools:
+            continue
+        effect, idempotency = classes_of(tool, gate)
+        spec = {
+            "schema": tool.input_schema,
+            "effect": effect,
+            "idempotency": idempotency,
+            "description": tool.description,
+        }
+        try:
+            gate.tools.wrap(dispatch, {tool.name: spec})
+        except ToolDefinitionError as exc:
+            refused.append((tool.name, str(exc)))
+            continue
+        added.append(tool.name)
+    return Registered(tuple(added), tuple(refused))

@@ -1,0 +1,117 @@
+"""What the MCP tests share: a ledger and a side-effect log per test, the proxy as a
+real subprocess (``python -m agent_gate mcp proxy``) in front of the real upstream
+server ``mcp_upstream.py``, and a real MCP client session to it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio.to_thread
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT
+
+from agent_gate.ledger import Ledger
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for waiting
+from waiting import wait_until
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+UPSTREAM = HERE / "mcp_upstream.py"
+POLICY = HERE / "mcp_policy.yaml"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One test's ledger, side-effect log and environment."""
+
+    tmp: Path
+    policy: Path = POLICY
+
+    @property
+    def db(self) -> str:
+        return f"sqlite:///{self.tmp / 'ledger.db'}"
+
+    @property
+    def log(self) -> Path:
+        return self.tmp / "side-effects.log"
+
+    @property
+    def env(self) -> dict[str, str]:
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        return dict(os.environ, MCP_UPSTREAM_LOG=str(self.log), PYTHONPATH=path)
+
+    def lines(self) -> list[str]:
+        """Every run of a tool that changes something, as the upstream recorded it."""
+        return self.log.read_text("utf-8").splitlines() if self.log.exists() else []
+
+    def upstream(self) -> StdioServerParameters:
+        return StdioServerParameters(command=sys.executable, args=[str(UPSTREAM)], env=self.env)
+
+    def proxy_args(self, *options: str) -> list[str]:
+        return ["-m", "agent_gate", "mcp", "proxy", "--policy", str(self.policy), "--db", self.db,
+                *options, "--", sys.executable, str(UPSTREAM)]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``agent-gate ARGS --db DB`` as an operator runs it, in its own process."""
+        return subprocess.run(
+            [sys.executable, "-m", "agent_gate", *args, "--db", self.db],
+            env=self.env, capture_output=True, text=True, timeout=120, check=False,
+        )
+
+    async def acli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return await anyio.to_thread.run_sync(lambda: self.cli(*args))
+
+    def state(self, task: str, call_id: str) -> str | None:
+        with Ledger(self.db) as ledger:
+            rec = ledger.get(task, call_id)
+            return rec.state.value if rec is not None else None
+
+    @asynccontextmanager
+    async def proxy(
+        self, *options: str, elicitation: ElicitationFnT | None = None
+    ) -> AsyncIterator[ClientSession]:
+        """A client session with a freshly started proxy process; it stops on exit."""
+        params = StdioServerParameters(
+            command=sys.executable, args=self.proxy_args(*options), env=self.env, cwd=str(ROOT)
+        )
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, elicitation_callback=elicitation) as session,
+        ):
+            await session.initialize()
+            yield session
+
+    @contextmanager
+    def http_proxy(self, *options: str) -> Iterator[str]:
+        """A proxy process serving Streamable HTTP on a free loopback port; its URL."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, *self.proxy_args("--listen", f"127.0.0.1:{port}", *options)],
+            env=self.env, cwd=str(ROOT),
+        )
+        try:
+            wait_until(lambda: _accepts(port, proc), what=f"the proxy to listen on {port}")
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def _accepts(port: int, proc: subprocess.Popen[bytes]) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(f"the proxy exited with status {proc.returncode}")
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,57 @@
+"""A small real MCP server (the SDK's MCPServer over stdio) that the proxy tests sit in front of.
+
+Every tool that changes something appends one line to the file named by
+``$MCP_UPSTREAM_LOG``, so a test counts side effects outside the ledger: a line
+there is a run of the tool, whatever any database says.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+server = MCPServer("upstream")
+LOG = Path(os.environ["MCP_UPSTREAM_LOG"])
+
+
+def _append(line: str) -> int:
+    with LOG.open("a", encoding="utf-8") as f:
+        f.write(line + "\n")
+    return len(LOG.read_text(encoding="utf-8").splitlines())
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def append_note(text: str) -> str:
+    """Append a note to the log (a write: a second run is a second line)."""
+    return f"appended, {_append('note:' + text)} lines"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True))
+def wipe(target: str) -> str:
+    """Wipe a target (destructive)."""
+    return f"wiped, {_append('wipe:' + target)} lines"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def count_lines() -> int:
+    """How many lines the log has (a read)."""
+    return len(LOG.read_text(encoding="utf-8").splitlines()) if LOG.exists() else 0
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def send_payment(to: str, cents: int) -> str:
+    """Pay someone (the policy sends large payments to a person)."""
+    return f"paid, {_append(f'pay:{to}:{cents}')} lines"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def unlisted(text: str) -> str:
+    """A tool the policy does not name: hidden by the proxy, and denied if called."""
+    return f"unlisted, {_append('unlisted:' + text)} lines"
+
+
+if __name__ == "__main__":
+    server.run("stdio")

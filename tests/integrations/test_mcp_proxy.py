@@ -1,0 +1,156 @@
+"""``agent-gate mcp proxy`` end to end: a real MCP client, the proxy as a subprocess, a real
+upstream MCP server behind it, and side effects counted in a file the ledger knows nothing of."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+from mcp_harness import Setup
+from waiting import wait_until
+
+from agent_gate.ledger import Ledger
+
+pytestmark = pytest.mark.slow  # each test starts the proxy and the upstream (two interpreters)
+
+
+def meta(result: Any) -> dict[str, Any]:
+    return dict(result.meta or {})
+
+
+def text(result: Any) -> str:
+    return " ".join(c.text for c in result.content if c.type == "text")
+
+
+def test_a_write_runs_once_across_a_repeated_call_and_a_proxy_restart(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+
+    async def main() -> None:
+        async with setup.proxy("--task", "notes") as client:
+            first = await client.call_tool("append_note", {"text": "hello"})
+            again = await client.call_tool("append_note", {"text": "hello"})
+            assert not first.is_error and text(first) == "appended, 1 lines"
+            assert text(again) == "appended, 1 lines" and meta(again)["agent-gate/replayed"]
+            assert meta(again)["agent-gate/call-id"] == meta(first)["agent-gate/call-id"]
+        async with setup.proxy("--task", "notes") as client:  # a new process, same task
+            after = await client.call_tool("append_note", {"text": "hello"})
+            assert text(after) == "appended, 1 lines" and meta(after)["agent-gate/replayed"]
+            other = await client.call_tool("append_note", {"text": "other"})
+            assert text(other) == "appended, 2 lines"
+
+    anyio.run(main)
+    assert setup.lines() == ["note:hello", "note:other"]
+    verify = setup.cli("audit", "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_denied_and_unnamed_tools_never_reach_the_upstream(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+
+    async def main() -> None:
+        async with setup.proxy("--task", "t") as client:
+            listed = {t.name for t in (await client.list_tools()).tools}
+            # The policy names four tools; the fifth would be denied whatever its arguments.
+            assert listed == {"append_note", "wipe", "count_lines", "send_payment"}
+            denied = await client.call_tool("wipe", {"target": "everything"})
+            assert denied.is_error
+            assert meta(denied)["agent-gate/rule-ids"] == ["never-wipe"]
+            assert meta(denied)["agent-gate/code"] == "policy_denied"
+            assert "Nothing is wiped through the agent." in text(denied)
+            hidden = await client.call_tool("unlisted", {"text": "x"})
+            assert hidden.is_error and meta(hidden)["agent-gate/state"] == "rejected"
+            bad = await client.call_tool("append_note", {"text": 5})
+            assert bad.is_error and meta(bad)["agent-gate/code"] == "schema_invalid"
+            read = await client.call_tool("count_lines", {})
+            assert text(read) == "0"
+
+    anyio.run(main)
+    assert setup.lines() == []
+
+
+def test_an_approval_releases_the_held_request_and_the_call_runs_once(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    progress: list[tuple[float, float | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total))
+
+    async def main() -> None:
+        async with setup.proxy("--task", "pay", "--approval-wait", "never") as client:
+            results: list[Any] = []
+
+            async def pay() -> None:
+                results.append(await client.call_tool(
+                    "send_payment", {"to": "bob", "cents": 5000}, progress_callback=on_progress
+                ))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pay)
+                # The request is held: the proxy reports progress while the call waits.
+                await anyio.to_thread.run_sync(
+                    lambda: wait_until(lambda: progress, what="a progress notification")
+                )
+                with Ledger(setup.db) as ledger:
+                    (waiting,) = ledger.calls("pay")
+                assert waiting.state.value == "awaiting_approval" and setup.lines() == []
+                approved = await setup.acli("approve", waiting.call_id, "--task", "pay",
+                                            "--by", "ana")
+                assert approved.returncode == 0, approved.stderr
+            (result,) = results
+            assert progress[0][1] is None  # held without a limit: no total to report
+            assert not result.is_error and text(result) == "paid, 1 lines"
+            assert meta(result)["agent-gate/call-id"] == waiting.call_id
+            again = await client.call_tool("send_payment", {"to": "bob", "cents": 5000})
+            assert text(again) == "paid, 1 lines" and meta(again)["agent-gate/replayed"]
+
+    anyio.run(main)
+    assert setup.lines() == ["pay:bob:5000"]
+
+
+def test_when_the_wait_ends_the_same_call_attaches_to_the_waiting_one(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+
+    async def main() -> None:
+        async with setup.proxy("--task", "pay", "--approval-wait", "0.2s") as client:
+            first = await client.call_tool("send_payment", {"to": "eve", "cents": 2000})
+            call_id = meta(first)["agent-gate/call-id"]
+            assert first.is_error and meta(first)["agent-gate/state"] == "awaiting_approval"
+            assert call_id in text(first) and "agent-gate approve" in text(first)
+            retry = await client.call_tool("send_payment", {"to": "eve", "cents": 2000})
+            assert meta(retry)["agent-gate/call-id"] == call_id  # attached, not a second call
+            assert (await setup.acli("approve", call_id, "--task", "pay", "--by", "ana")
+                    ).returncode == 0
+            ran = await client.call_tool("send_payment", {"to": "eve", "cents": 2000})
+            assert not ran.is_error and text(ran) == "paid, 1 lines"
+            assert meta(ran)["agent-gate/call-id"] == call_id
+
+    anyio.run(main)
+    assert setup.lines() == ["pay:eve:2000"]
+    with Ledger(setup.db) as ledger:
+        assert len(ledger.calls("pay")) == 1
+
+
+def test_a_client_call_id_in_meta_names_the_call(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+
+    async def main() -> None:
+        async with setup.proxy() as client:  # no --task: one task for this client session
+            one = await client.call_tool("append_note", {"text": "tick"},
+                                         meta={"agent-gate/call-id": "tick-1"})
+            two = await client.call_tool("append_note", {"text": "tick"},
+                                         meta={"agent-gate/call-id": "tick-2"})
+            retry = await client.call_tool("append_note", {"text": "tick"},
+                                           meta={"agent-gate/call-id": "tick-1"})
+            clash = await client.call_tool("append_note", {"text": "tock"},
+                                           meta={"agent-gate/call-id": "tick-1"})
+            assert (text(one), text(two), text(retry)) == (
+                "appended, 1 lines", "appended, 2 lines", "appended, 1 lines")
+            assert meta(retry)["agent-gate/replayed"]
+            assert clash.is_error and meta(clash)["agent-gate/code"] == "conflict"
+            assert meta(one)["agent-gate/task"].startswith("mcp-")
+
+    anyio.run(main)
+    assert setup.lines() == ["note:tick", "note:tick"]
