@@ -118,6 +118,30 @@ def test_file_is_byte_exact_with_its_source(fixture: dict[str, Any]) -> None:
     assert len(fixture["commit"]) == 40 and fixture["repository"].count("/") == 1
 
 
+def response_ids(fixture: dict[str, Any]) -> set[str]:
+    """What names the response in each payload: one HTTP response holds one of them
+    (a recording that concatenates turns of an agent loop is not one stream)."""
+    names: set[str] = set()
+    for event in sse_events(recorded_body(fixture)):
+        if not event.data.startswith("{"):
+            continue
+        payload = json.loads(event.data)
+        if fixture["protocol"] == "openai-responses" and payload.get("type") == "response.created":
+            names.add(payload["response"]["id"])
+        elif fixture["protocol"] == "anthropic" and payload.get("type") == "message_start":
+            names.add(payload["message"]["id"])
+        elif fixture["protocol"] == "openai-chat" and payload.get("id"):
+            names.add(payload["id"])
+        elif fixture["protocol"] == "gemini" and payload.get("responseId"):
+            names.add(payload["responseId"])
+    return names
+
+
+@pytest.mark.parametrize("fixture", MANIFEST, ids=IDS)
+def test_each_fixture_is_one_response(fixture: dict[str, Any]) -> None:
+    assert len(response_ids(fixture)) <= 1
+
+
 # -- every chunking ----------------------------------------------------------------------
 
 
