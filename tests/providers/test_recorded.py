@@ -190,25 +190,28 @@ class Recorder:
         return tool
 
 
-def sse_events(raw: bytes) -> list[ServerSentEvent]:
+def sse_events(raw: bytes, bounds: list[int] | None = None) -> Iterator[ServerSentEvent]:
+    """The body's events as a client reading it in ``bounds`` reads would see them."""
     decoder = SSEDecoder()
-    events = decoder.feed(raw)
+    for chunk in chunked(raw, bounds or []):
+        yield from decoder.feed(chunk)
     decoder.end()
-    return events
 
 
 @pytest.mark.parametrize("fixture", MANIFEST, ids=IDS)
 def test_gate_runs_each_complete_call_once(
     fixture: dict[str, Any], tmp_path: Path
 ) -> None:
-    """``Gate.run(provider="auto")``: each complete call runs once, with its recorded
-    arguments; the provider-executed ones never reach a tool."""
+    """``Gate.run(provider="auto")`` over the events of randomly split reads: each
+    complete call runs once, with its recorded arguments, the provider-executed ones
+    never reach a tool, and running the same response again runs nothing."""
     expected = expected_calls(fixture)
     complete = [(name, args) for status, name, _id, args in expected if status == "complete"]
     recorder = Recorder({name for name, _args in complete})
+    raw = recorded_body(fixture)
     with Gate(recorder.tools, f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as gate:
-        result = gate.run(sse_events(recorded_body(fixture)), task_id="recorded", provider="auto")
-        replay = gate.run(sse_events(recorded_body(fixture)), task_id="recorded", provider="auto")
+        result = gate.run(sse_events(raw, cuts(len(raw), 7)), task_id="recorded", provider="auto")
+        replay = gate.run(sse_events(raw), task_id="recorded", provider="auto")
     assert result.provider == fixture["protocol"]
     assert str(result.terminal) == fixture["terminal"]
     assert Counter(json.dumps(r, sort_keys=True) for r in recorder.runs) == Counter(
