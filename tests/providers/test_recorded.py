@@ -221,3 +221,68 @@ def test_gate_runs_each_complete_call_once(
     assert ran == {cid for status, _n, cid, _a in expected if status == "complete"}
     assert not any(o.state is CallState.SUCCEEDED and not o.replayed for o in replay.outcomes)
     assert len(recorder.runs) == len(complete)  # the replay ran nothing
+
+
+# -- xAI: the searches of a hosted tool come as custom tool calls ----------------------------
+
+XAI = next(f for f in MANIFEST if f["file"].endswith("xai-x-search-tool.chunks.txt"))
+
+
+def test_xai_search_calls_never_reach_a_client_tool_of_the_same_name(tmp_path: Path) -> None:
+    """xAI's x_search reports its searches as ``custom_tool_call`` items, which it runs
+    itself; a client that happens to have tools of those names must not run them."""
+    recorder = Recorder({"x_keyword_search", "view_x_video"})
+    with Gate(recorder.tools, f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as gate:
+        result = gate.run(sse_events(recorded_body(XAI)), task_id="xai", provider="auto")
+    assert str(result.terminal) == "completed"
+    assert recorder.runs == []
+    assert not result.outcomes
+
+
+def responses_stream(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """A Responses stream whose one item is a ``custom_tool_call`` named run_sql."""
+    response: dict[str, Any] = {"id": "resp_1", "status": "in_progress", "output": []}
+    if tools is not None:
+        response["tools"] = tools
+    item = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_1", "name": "run_sql"}
+    return [
+        {"type": "response.created", "response": response, "sequence_number": 0},
+        {"type": "response.output_item.added", "output_index": 0, "sequence_number": 1,
+         "item": {**item, "input": "", "status": "in_progress"}},
+        {"type": "response.custom_tool_call_input.delta", "output_index": 0, "sequence_number": 2,
+         "item_id": "ctc_1", "delta": "SELECT 1"},
+        {"type": "response.custom_tool_call_input.done", "output_index": 0, "sequence_number": 3,
+         "item_id": "ctc_1", "input": "SELECT 1"},
+        {"type": "response.output_item.done", "output_index": 0, "sequence_number": 4,
+         "item": {**item, "input": "SELECT 1", "status": "completed"}},
+        {"type": "response.completed", "response": {**response, "status": "completed"},
+         "sequence_number": 5},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tools", "status"),
+    [
+        # Given hosted tools only: the custom call is one of them at work.
+        ([{"type": "x_search"}], "provider_executed"),
+        ([{"type": "web_search"}, {"type": "function", "name": "run_sql"}], "provider_executed"),
+        # Declared as a custom tool: the client's, hosted tools beside it or not.
+        ([{"type": "web_search"}, {"type": "custom", "name": "run_sql"}], "complete"),
+        ([{"type": "custom", "name": "run_sql"}], "complete"),
+        # No hosted tool, or no list at all: nothing says it is not the client's.
+        ([{"type": "function", "name": "get_weather"}], "complete"),
+        ([], "complete"),
+        (None, "complete"),
+    ],
+)
+def test_a_custom_call_is_the_clients_unless_a_hosted_tool_made_it(
+    tools: list[dict[str, Any]] | None, status: str
+) -> None:
+    acc = Accumulator("openai-responses")
+    calls = [call for event in responses_stream(tools) for call in acc.feed(event)]
+    calls += acc.close()
+    assert [(c.call_id, c.name, c.status.value) for c in calls] == [("call_1", "run_sql", status)]
+    assert str(acc.terminal) == "completed"
+    assert acc.anomalies == ()
+    if status == "complete":
+        assert calls[0].raw_arguments == "SELECT 1"
