@@ -24,6 +24,14 @@ program is suspended until the client sends the output back. Its arguments are
 final there, so that ``done`` completes it; for every other call, a ``done``
 whose status is not ``completed`` completes nothing.
 
+A ``custom_tool_call`` naming no ``custom`` tool of the response's own ``tools``
+list (echoed by ``response.created``), in a response that was given hosted tools,
+is one of those tools at work, not the client's: xAI reports the searches its
+``x_search`` tool runs (``x_keyword_search``, ``view_x_video``...) that way, then
+goes on and completes. It is provider-executed. Without a hosted tool in that list
+(or without the list) every custom call stays the client's, as an echo that left a
+tool out must not turn a client call into one nobody runs.
+
 Every event carries a ``sequence_number``; it is the replay key, so an event
 seen again after resuming with ``starting_after`` is recognised exactly.
 """
@@ -62,6 +70,7 @@ HOSTED_SHELL_ENVIRONMENTS = frozenset({"container_reference", "container_auto"})
 _KEYED_BY_CALL_ID = frozenset({"shell_call", "program"})
 
 _CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
+_CLIENT_TOOL_TYPES = frozenset({"function", "custom"})  # the tools the client runs itself
 _FUNCTION_DELTA = "response.function_call_arguments.delta"
 _CUSTOM_DELTA = "response.custom_tool_call_input.delta"
 
@@ -108,6 +117,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
 
     def __init__(self) -> None:
         self._items: dict[str, _Item] = {}
+        self._custom_tools: frozenset[str] | None = None  # None: no hosted tool declared
+        self._server_items: set[str] = set()  # item ids of the provider's custom calls
 
     def hot_delta(self, data: Mapping[str, Any], sse_type: str) -> tuple[str, str] | None:
         etype = data.get("type")
@@ -137,6 +148,9 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             return self._snapshot(data, "arguments", index, etype)
         if etype == "response.custom_tool_call_input.done":
             return self._snapshot(data, "input", index, etype)
+        if etype == "response.created":
+            self._custom_tools = _declared_custom_tools(data)
+            return []
         if etype == "response.output_text.delta":
             return [ev.TextDelta(self.field_str(data, "delta", index, etype))]
         if etype == "response.completed":
@@ -170,6 +184,11 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     ) -> list[ev.StreamEvent]:
         itype = self.field_str(item, "type", index, where)
         kind = _CALL_KINDS.get(itype)
+        if kind is not None and self._provider_custom_call(item, index, where):
+            call_id = self.field_str(item, "call_id", index, where)
+            name = self.field_str(item, "name", index, where)
+            self._server_items.add(self.optional_str(item, "id", index, where) or call_id)
+            return [ev.ProviderToolCall(call_id, name, itype, output_index)]
         if kind is not None:
             call_id = self.field_str(item, "call_id", index, where)
             name = self.field_str(item, "name", index, where)
@@ -206,7 +225,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         output_index = self.field_int(data, "output_index", index, where)
         itype = self.field_str(item, "type", index, where)
         kind = _CALL_KINDS.get(itype)
-        if kind is None:
+        if kind is None or self._provider_custom_call(item, index, where):
             # Provider-executed and unsupported items: announcing again is idempotent.
             return self._announce(item, output_index, index, where)
         out = self._announce(item, output_index, index, where)
@@ -233,6 +252,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     def _delta(self, data: Mapping[str, Any], index: int, where: str) -> list[ev.StreamEvent]:
         item_id = self.field_str(data, "item_id", index, where)
         delta = self.field_str(data, "delta", index, where)
+        if item_id in self._server_items:
+            return []
         item = self._items.get(item_id)
         if item is None:
             return [ev.StreamAnomaly("delta_for_unknown_call")]
@@ -245,10 +266,36 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     ) -> list[ev.StreamEvent]:
         item_id = self.field_str(data, "item_id", index, where)
         text = self.field_str(data, key, index, where)
+        if item_id in self._server_items:
+            return []
         item = self._items.get(item_id)
         if item is None:
             return [ev.StreamAnomaly("snapshot_for_unknown_call")]
         return [ev.ToolCallArgumentsSnapshot(item.call_id, text)]
+
+    def _provider_custom_call(self, item: Mapping[str, Any], index: int, where: str) -> bool:
+        """A custom tool call the provider made with a tool the client never declared."""
+        if item.get("type") != "custom_tool_call" or self._custom_tools is None:
+            return False
+        return self.field_str(item, "name", index, where) not in self._custom_tools
+
+
+def _declared_custom_tools(data: Mapping[str, Any]) -> frozenset[str] | None:
+    """The names of the ``custom`` tools ``response.created`` echoes, or None when it
+    echoes no hosted tool (nothing then says a custom call is not the client's)."""
+    response = data.get("response")
+    tools = response.get("tools") if isinstance(response, Mapping) else None
+    if not isinstance(tools, list) or not any(
+        isinstance(tool, Mapping) and tool.get("type") not in _CLIENT_TOOL_TYPES
+        for tool in tools
+    ):
+        return None
+    return frozenset(
+        tool["name"]
+        for tool in tools
+        if isinstance(tool, Mapping) and tool.get("type") == "custom"
+        and isinstance(tool.get("name"), str)
+    )
 
 
 def _program_invoked(item: Mapping[str, Any]) -> bool:
