@@ -153,6 +153,10 @@ class LiveResult:
     def provider(self) -> str | None:
         return self.run.provider
 
+    def next_input(self, provider: str) -> list[dict[str, Any]]:
+        """``RunResult.next_input``: the turn and the results for the next request."""
+        return self.run.next_input(provider)
+
     @property
     def completed(self) -> bool:
         """The response reached its successful terminal and the stream raised nothing."""
@@ -180,6 +184,8 @@ class LiveOptions(StreamOptions):
     """Passed to the gate's run: who the agent acts for (the gate's own by default)."""
     scope: TaskScope | None = None
     """Passed to the gate's run: what the task may touch (the gate's own by default)."""
+    on_text: Callable[[str], object] | None = None
+    """Passed to the gate's run: the assistant's visible text as it arrives."""
 
 
 _Stream = TypeVar("_Stream", EventStream, AsyncEventStream)
@@ -208,6 +214,7 @@ class _Live:
             "accumulator": self.acc,
             "principal": options.principal,
             "scope": options.scope,
+            "on_text": options.on_text,
         }
 
     def open(self, kind: type[_Stream], client: Any) -> _Stream:
