@@ -102,8 +102,21 @@ def echo_outcomes(outcomes: Iterable[Outcome], *, as_json: bool) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object per call, then the terminal."
 )
+@click.option(
+    "--next-input",
+    "next_input",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the assistant turn and the tool results to append for the next request "
+    "(a JSON list in the stream's protocol) to this file.",
+)
 def replay_command(
-    file: Path, provider: str, task_id: str, tools_spec: str, url: str | None, as_json: bool
+    file: Path,
+    provider: str,
+    task_id: str,
+    tools_spec: str,
+    url: str | None,
+    as_json: bool,
+    next_input: Path | None,
 ) -> None:
     """Run FILE (a recorded text/event-stream) through accumulator, ledger and tools.
 
@@ -129,6 +142,12 @@ def replay_command(
         click.echo(f"terminal: {terminal}")
     if result.error:
         raise click.ClickException(f"the stream was abandoned: {result.error}")
+    if next_input is not None:
+        try:
+            items = result.next_input(result.provider or provider)
+        except AgentGateError as exc:
+            raise click.ClickException(str(exc)) from None
+        next_input.write_text(json.dumps(items, ensure_ascii=False, indent=1), "utf-8")
 
 
 def register(group: click.Group) -> None:

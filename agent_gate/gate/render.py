@@ -52,7 +52,9 @@ def tool_output(outcome: Outcome) -> str:
     if succeeded and not outcome.result_omitted and not unstorable:
         if isinstance(outcome.result, str):
             return outcome.result
-        return json.dumps(outcome.result, ensure_ascii=False)
+        # Keys sorted, as the ledger keeps them: the text a replay renders from the
+        # stored result is the text this run rendered (the next turn is the same).
+        return json.dumps(outcome.result, ensure_ascii=False, sort_keys=True)
     executed = outcome.state.ran
     body: dict[str, Any] = {
         "status": outcome.state.value,
