@@ -25,13 +25,10 @@ class CallStatus(StrEnum):
     """The stream was anomalous for this call (see ``reason``): never executed."""
 
 
-MCP_APPROVAL = "mcp_approval"
-"""The kind of a hosted MCP tool call waiting for the client's approval (OpenAI
-Responses ``mcp_approval_request``): its arguments are JSON, its answer is the
-client's ``mcp_approval_response``, and nothing runs locally."""
-
-JSON_CALL_KINDS = frozenset({"function", MCP_APPROVAL})
-"""Call kinds whose argument text is a JSON object (others carry free text)."""
+JSON_CALL_KINDS = frozenset({"function", "mcp_approval"})
+"""Call kinds whose argument text is a JSON object (others carry free text):
+function calls and hosted MCP approval requests (``providers.events.MCP_APPROVAL``,
+spelled out here so that this module imports no provider code)."""
 
 
 class TerminalKind(StrEnum):

@@ -84,7 +84,10 @@ class TerminalDetector:
     __slots__ = ("_acc", "_broken")
 
     def __init__(self, provider: str) -> None:
-        self._acc = accumulator(provider, dispatch=DispatchMode.ON_RESPONSE_COMPLETE)
+        # It only judges the end: the turn is the gate's accumulator's to keep.
+        self._acc = accumulator(
+            provider, dispatch=DispatchMode.ON_RESPONSE_COMPLETE, max_turn_chars=0
+        )
         self._broken = False
 
     def __call__(self, event: ServerSentEvent) -> bool:

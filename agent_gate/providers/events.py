@@ -17,6 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+MCP_APPROVAL = "mcp_approval"
+"""The kind of a hosted MCP tool call waiting for the client's approval (OpenAI
+Responses ``mcp_approval_request``): its arguments are JSON, its answer is the
+client's ``mcp_approval_response``, and nothing runs locally."""
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCallStarted:

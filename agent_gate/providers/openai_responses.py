@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from agent_gate.calls import MCP_APPROVAL
 from agent_gate.providers import events as ev
 from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error_code
+from agent_gate.providers.events import MCP_APPROVAL
 
 PROVIDER_EXECUTED_ITEMS = frozenset(
     {
