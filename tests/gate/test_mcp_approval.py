@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate.calls import JSON_CALL_KINDS
+from agent_gate.providers.events import MCP_APPROVAL
 from agent_gate.sse import ServerSentEvent, SSEDecoder
 
 TRANSCRIPT = Path(__file__).parents[1] / "transcripts" / "openai_responses"
@@ -76,6 +78,13 @@ def policy(tmp_path: Path, text: str) -> Path:
     return path
 
 
+def request_of(gate: Gate, task_id: str = "t") -> tuple[Any, Any]:
+    """Run the transcript; the result and the approval request's outcome."""
+    result = gate.run(events(), task_id=task_id, provider="openai-responses")
+    (request,) = [o for o in result.outcomes if o.call_id == REQUEST_ID]
+    return result, request
+
+
 def answer(result: Any) -> dict[str, Any]:
     (item,) = [i for i in result.next_input("openai-responses")
                if i["type"] == "mcp_approval_response"]
@@ -86,8 +95,7 @@ def test_an_allowed_request_is_approved_recorded_and_answered_once(
     db_url: str, tools: ToolRegistry, tmp_path: Path
 ) -> None:
     with Gate(tools, db_url, policy=policy(tmp_path, ALLOW)) as gate:
-        first = gate.run(events(), task_id="t", provider="openai-responses")
-        (request,) = [o for o in first.outcomes if o.call_id == REQUEST_ID]
+        first, request = request_of(gate)
         assert (request.tool, request.state, request.result) == (
             NAME, CallState.SUCCEEDED, {"approve": True}
         )
@@ -96,8 +104,7 @@ def test_an_allowed_request_is_approved_recorded_and_answered_once(
             "type": "mcp_approval_response", "approval_request_id": REQUEST_ID, "approve": True,
         }
         # The same stream again: the ledger answers, nothing is decided twice.
-        again = gate.run(events(), task_id="t", provider="openai-responses")
-        (replayed,) = [o for o in again.outcomes if o.call_id == REQUEST_ID]
+        again, replayed = request_of(gate)
         assert replayed.replayed and answer(again) == answer(first)
         audit = [a.event for a in gate.ledger.audit("t") if a.call_id == REQUEST_ID]
         assert audit.count("succeed") == 1 and audit[-1] == "seen_again"
@@ -113,8 +120,7 @@ def test_a_request_nothing_allows_is_denied_with_a_reason_id_only(
 ) -> None:
     chosen = policy(tmp_path, text) if text is not None else None
     with Gate(tools, db_url, policy=chosen) as gate:
-        result = gate.run(events(), task_id="t", provider="openai-responses")
-    (request,) = [o for o in result.outcomes if o.call_id == REQUEST_ID]
+        result, request = request_of(gate)
     assert request.state is CallState.REJECTED and request.code == reason
     assert answer(result) == {
         "type": "mcp_approval_response", "approval_request_id": REQUEST_ID,
@@ -128,8 +134,7 @@ def test_a_request_the_policy_sends_to_a_person_waits_and_is_answered_after_appr
     db_url: str, tools: ToolRegistry, tmp_path: Path
 ) -> None:
     with Gate(tools, db_url, policy=policy(tmp_path, APPROVE)) as gate:
-        held = gate.run(events(), task_id="t", provider="openai-responses")
-        (request,) = [o for o in held.outcomes if o.call_id == REQUEST_ID]
+        held, request = request_of(gate)
         assert request.state is CallState.AWAITING_APPROVAL
         # Until a person decides, the model reads "not approved", with the reason id
         # and never the policy's own reason text.
@@ -145,6 +150,10 @@ def test_a_request_the_policy_sends_to_a_person_waits_and_is_answered_after_appr
         assert answer(after)["approve"] is True
 
 
+def test_the_approval_kind_carries_json_arguments() -> None:
+    assert MCP_APPROVAL in JSON_CALL_KINDS  # spelled out twice; held equal here
+
+
 def test_a_declared_name_gives_its_schema_and_its_function_never_runs(
     db_url: str, tools: ToolRegistry
 ) -> None:
@@ -156,14 +165,13 @@ def test_a_declared_name_gives_its_schema_and_its_function_never_runs(
     }
     tools.register(lambda **kw: ran.append(kw), name=NAME, schema=schema)
     with Gate(tools, db_url) as gate:
-        result = gate.run(events(), task_id="t", provider="openai-responses")
-    (request,) = [o for o in result.outcomes if o.call_id == REQUEST_ID]
+        result, request = request_of(gate)
     assert request.state is CallState.REJECTED and request.code == "schema_invalid"
     assert answer(result)["reason"] == "schema_invalid"
     tools2 = ToolRegistry()
     tools2.register(lambda **kw: ran.append(kw), name=NAME, schema={"type": "object"})
     with Gate(tools2, db_url) as gate:
-        allowed = gate.run(events(), task_id="t2", provider="openai-responses")
+        allowed, _ = request_of(gate, "t2")
     assert answer(allowed)["approve"] is True
     assert ran == []  # approving is the answer; the declared function never runs
 
