@@ -390,10 +390,6 @@ class Accumulator:
                     self._turn.grow(part, name, text)
                 if self._on_text is not None and text:
                     self._on_text(text)
-            case ev.TurnPart(position=position, part=part, call_id=call_id):
-                self._turn.part(position, part, call_id)
-            case ev.TurnDelta(position=position, field=name, text=text):
-                self._turn.grow(position, name, text)
             case ev.ToolCallStarted():
                 self._started(event, released)
             case ev.ToolCallArgumentsDelta():
@@ -413,6 +409,10 @@ class Accumulator:
                     self._note(reason, None)
                 for call_id in call_ids:
                     self._reject(call_id, reason, released)
+            case ev.TurnPart(position=position, part=part, call_id=call_id):
+                self._turn.part(position, part, call_id)
+            case ev.TurnDelta(position=position, field=name, text=text):
+                self._turn.grow(position, name, text)
             case ev.ResponseCompleted():
                 self._end(Terminal(TerminalKind.COMPLETED), released)
             case ev.ResponseIncomplete(reason=reason):

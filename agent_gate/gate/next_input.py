@@ -76,7 +76,7 @@ def _object(call: ToolCall) -> dict[str, Any]:
         return dict(call.arguments)
     try:
         value = json.loads(call.raw_arguments or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested beyond the parser
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -109,11 +109,14 @@ def _responses(pairs: list[_Pair]) -> list[Item]:
             items.append(part)
             continue
         kind = part.get("type")
+        assert entry.call is not None
         if kind == "mcp_approval_request":
             results.append(approval_response(outcome))
         elif kind == "function_call":
+            part.setdefault("arguments", entry.call.raw_arguments or "")
             results.append(render_tool_result(outcome, "openai-responses"))
         elif kind == "custom_tool_call":
+            part.setdefault("input", entry.call.raw_arguments or "")
             result = render_tool_result(outcome, "openai-responses")
             results.append({**result, "type": "custom_tool_call_output"})
         else:

@@ -104,14 +104,11 @@ _STREAMING_KEYS = frozenset(
 
 
 def _announced(part: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A call's part as the turn keeps it: whole when its ``args`` came with it; for
-    a streamed call, its first part without the streaming fields (the assembled
-    ``args`` are the call's, filled in when the turn is sent back)."""
+    """A call's part as the turn keeps it: without its ``args`` or streaming fields
+    (the arguments are the call's, whole or assembled, filled in when the turn is
+    sent back), with everything else (its id, its thought signature)."""
     call = _get(part, "functionCall", "function_call")
     assert isinstance(call, Mapping)
-    streamed = any(key in call for key in _STREAMING_KEYS - {"args"})
-    if not streamed:
-        return part
     key = "functionCall" if "functionCall" in part else "function_call"
     return {
         **{k: v for k, v in part.items() if k != key},

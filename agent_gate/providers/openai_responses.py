@@ -234,7 +234,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         item = self.field_map(data, "item", index, where)
         output_index = self.field_int(data, "output_index", index, where)
         out = self._item_finished(item, output_index, index, where)
-        return [ev.TurnPart(output_index, item, _turn_call_id(item)), *out]
+        return [ev.TurnPart(output_index, _turn_item(item), _turn_call_id(item)), *out]
 
     def _item_finished(
         self, item: Mapping[str, Any], output_index: int, index: int, where: str
@@ -291,6 +291,19 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         if item is None:
             return [ev.StreamAnomaly("snapshot_for_unknown_call")]
         return [ev.ToolCallArgumentsSnapshot(item.call_id, text)]
+
+
+_CALL_TEXT = {"function_call": "arguments", "custom_tool_call": "input"}
+
+
+def _turn_item(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An output item as the turn keeps it: a client call without its argument text,
+    which the call itself holds (``ToolCall.raw_arguments``, the same text: the
+    accumulator rejects a call whose item disagrees with its deltas)."""
+    field = _CALL_TEXT.get(item.get("type"))  # type: ignore[arg-type]
+    if field is None or field not in item:
+        return item
+    return {key: value for key, value in item.items() if key != field}
 
 
 def _turn_call_id(item: Mapping[str, Any]) -> str | None:

@@ -261,6 +261,10 @@ def test_responses_items_as_done_then_outputs_and_a_replay_gives_the_same(gate: 
     ]
     assert items[1]["encrypted_content"].startswith("gAAAA")
     assert items[4]["call_id"] == items[6]["call_id"] == "call_mcp_weather"
+    # Each item as its output_item.done gave it, arguments included.
+    assert items[4] == {"id": "fc_0a11ce5e00a1", "type": "function_call", "status": "completed",
+                        "arguments": '{"city": "Lisbon"}', "call_id": "call_mcp_weather",
+                        "name": "get_weather"}
     again = gate.run(responses_events("mcp_approval_request"), task_id="t",
                      provider="openai-responses")
     assert all(o.replayed for o in again.outcomes)
