@@ -311,3 +311,44 @@ def test_text_reaches_on_text_in_order_and_thoughts_do_not(gate: Gate) -> None:
     seen.clear()
     gate.run(anthropic_stream(), task_id="t2", provider="anthropic", on_text=seen.append)
     assert seen == ["Let me ", "check."]
+
+
+HELD_AND_DENIED = """
+version: 1
+tools:
+  get_weather:
+    effect: read
+    rules:
+      - id: internal-lisbon-needs-a-person
+        effect: approve
+        reason: Internal rule 7 (Lisbon desk)
+        when:
+          - arg: city
+            equals: Lisbon
+      - id: internal-porto-forbidden
+        effect: deny
+        reason: Internal rule 9 (Porto embargo)
+        when:
+          - arg: city
+            equals: Porto
+"""
+
+
+def test_held_and_denied_calls_tell_the_model_why_by_id_only(
+    db_url: str, tools: ToolRegistry, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(HELD_AND_DENIED, encoding="utf-8")
+    with Gate(tools, db_url, policy=policy) as gate:
+        result = gate.run(gemini_stream(), task_id="t", provider="gemini")
+    assert [o.state for o in result.outcomes] == [
+        CallState.AWAITING_APPROVAL, CallState.REJECTED,
+    ]
+    _, user = result.next_input("gemini")
+    held, denied = (p["functionResponse"]["response"]["error"] for p in user["parts"])
+    assert (held["reason_id"], held["executed"]) == ("awaiting_approval", False)
+    assert (denied["reason_id"], denied["executed"]) == ("policy_denied", False)
+    text = json.dumps(user)
+    assert "Internal rule" not in text and "internal-" not in text
+    # The audit trail keeps the policy's own words.
+    assert any("Internal rule 9" in (o.reason or "") for o in result.outcomes)
