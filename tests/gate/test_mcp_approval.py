@@ -210,3 +210,29 @@ def test_the_cli_replay_writes_the_answer_to_send_back(
     assert [i["type"] for i in items][-2:] == ["mcp_approval_response", "function_call_output"]
     assert items[-2] == {"type": "mcp_approval_response", "approval_request_id": REQUEST_ID,
                          "approve": False, "reason": "unknown_tool"}
+
+
+def test_the_cli_run_decides_a_live_request_by_policy_and_writes_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from agent_gate.cli import main
+    from agent_gate.stream_server import StreamServer, Transcript
+
+    (tmp_path / "mcp_run_tools.py").write_text(TOOLS_MODULE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    transcript = Transcript.from_file(TRANSCRIPT / "mcp_approval_request.sse")
+    with StreamServer({"mcp": transcript}) as server:
+        out = CliRunner().invoke(main, [
+            "run", "--provider", "openai-responses", "--url", server.stream_url("mcp"),
+            "--task", "t", "--tools", "mcp_run_tools", "--db", f"sqlite:///{tmp_path / 'l.db'}",
+            "--policy", str(policy(tmp_path, ALLOW)), "--json",
+            "--next-input", str(tmp_path / "next.json"),
+        ])
+    assert out.exit_code == 0, out.output
+    rows = {r.get("call_id"): r for r in map(json.loads, out.stdout.splitlines())}
+    assert rows[REQUEST_ID]["tool"] == NAME and rows[REQUEST_ID]["state"] == "succeeded"
+    items = json.loads((tmp_path / "next.json").read_text("utf-8"))
+    assert {"type": "mcp_approval_response", "approval_request_id": REQUEST_ID,
+            "approve": True} in items
