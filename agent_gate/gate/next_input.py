@@ -44,30 +44,15 @@ from typing import TYPE_CHECKING, Any
 
 from agent_gate.calls import CallStatus, ToolCall
 from agent_gate.errors import GateUsageError
-from agent_gate.gate.render import PROVIDERS, render_tool_result
-from agent_gate.ledger.states import CallState
+from agent_gate.gate.render import PROVIDERS, approval_response, render_tool_result
 
 if TYPE_CHECKING:
     from agent_gate.gate.outcome import Outcome
     from agent_gate.turn import Turn, TurnEntry
 
-__all__ = ["approval_response", "next_input"]
+__all__ = ["next_input"]
 
 Item = dict[str, Any]
-
-
-def approval_response(outcome: Outcome) -> Item:
-    """The ``mcp_approval_response`` answering an approval request's outcome:
-    approved only when the gate recorded the answer ``succeeded``; otherwise denied
-    with the stable reason id (never the policy's text)."""
-    item: Item = {
-        "type": "mcp_approval_response",
-        "approval_request_id": outcome.call_id,
-        "approve": outcome.state is CallState.SUCCEEDED,
-    }
-    if not item["approve"]:
-        item["reason"] = outcome.code or outcome.state.value
-    return item
 
 
 def _object(call: ToolCall) -> dict[str, Any]:

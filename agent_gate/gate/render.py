@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_gate.errors import GateUsageError
+from agent_gate.gate.mcp_approval import is_approval_name
 from agent_gate.ledger.outcome_store import RESULT_UNSTORABLE
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
@@ -21,7 +22,9 @@ from agent_gate.ledger.states import CallState
 if TYPE_CHECKING:
     from agent_gate.gate.outcome import Outcome
 
-__all__ = ["PROVIDERS", "model_reason", "render_tool_result", "tool_output"]
+__all__ = [
+    "PROVIDERS", "approval_response", "model_reason", "render_tool_result", "tool_output",
+]
 
 _FIXED_REASONS: dict[str, str] = {
     R.POLICY_DENIED: "the policy does not allow this call; it was not run",
@@ -80,7 +83,23 @@ def tool_output(outcome: Outcome) -> str:
     return json.dumps(body, ensure_ascii=False)
 
 
+def approval_response(outcome: Outcome) -> dict[str, Any]:
+    """The ``mcp_approval_response`` answering a hosted MCP approval request's outcome
+    (``mcp_approval``): approved only when the gate recorded the answer ``succeeded``;
+    otherwise denied with the stable reason id (never the policy's text)."""
+    item: dict[str, Any] = {
+        "type": "mcp_approval_response",
+        "approval_request_id": outcome.call_id,
+        "approve": outcome.state is CallState.SUCCEEDED,
+    }
+    if not item["approve"]:
+        item["reason"] = outcome.code or outcome.state.value
+    return item
+
+
 def _openai_responses(outcome: Outcome) -> dict[str, Any]:
+    if is_approval_name(outcome.tool):
+        return approval_response(outcome)
     output = tool_output(outcome)
     return {"type": "function_call_output", "call_id": outcome.call_id, "output": output}
 

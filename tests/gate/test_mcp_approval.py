@@ -103,6 +103,8 @@ def test_an_allowed_request_is_approved_recorded_and_answered_once(
         assert answer(first) == {
             "type": "mcp_approval_response", "approval_request_id": REQUEST_ID, "approve": True,
         }
+        # With previous_response_id only the answers go back: tool_results has it too.
+        assert answer(first) in first.tool_results("openai-responses")
         # The same stream again: the ledger answers, nothing is decided twice.
         again, replayed = request_of(gate)
         assert replayed.replayed and answer(again) == answer(first)
