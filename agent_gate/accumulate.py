@@ -29,7 +29,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 from agent_gate._speedups import PURE_PYTHON
-from agent_gate.calls import CallStatus, Terminal, TerminalKind, ToolCall
+from agent_gate.calls import JSON_CALL_KINDS, CallStatus, Terminal, TerminalKind, ToolCall
 from agent_gate.errors import (
     AccumulatorClosedError,
     AccumulatorLimitExceeded,
@@ -50,6 +50,7 @@ from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
 from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
 from agent_gate.strict_json import parse_arguments
+from agent_gate.turn import DEFAULT_MAX_TURN_CHARS, Turn, TurnRecorder
 
 DEFAULT_MAX_CALLS = 256
 DEFAULT_MAX_CALL_ARGUMENT_BYTES = 1024 * 1024
@@ -68,17 +69,9 @@ class DispatchMode(StrEnum):
     """Only when the response ended: the safe default for writes."""
 
 
-
-
-
-
 UNRECOGNIZED_LIMIT = 8
 """Events of a type the adapter does not know, with none it does know before them,
 after which the stream is judged not to be of the chosen protocol at all."""
-
-
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +138,9 @@ class Accumulator:
     A call whose arguments nest deeper than ``max_argument_depth`` is rejected
     (``arguments_too_deep``) and its siblings go on. ``max_replay_positions``
     bounds the replay guard's memory (``agent_gate.providers.replay``).
+    The assistant's turn is kept for the next request (``turn``) up to
+    ``max_turn_chars`` (``agent_gate.turn``); ``listen_text`` hands each fragment
+    of visible text to a listener as it is applied.
     """
 
     def __init__(
@@ -157,6 +153,7 @@ class Accumulator:
         max_total_argument_bytes: int = DEFAULT_MAX_TOTAL_ARGUMENT_BYTES,
         max_argument_depth: int = MAX_ARGUMENT_DEPTH,
         max_replay_positions: int = DEFAULT_MAX_REPLAY_POSITIONS,
+        max_turn_chars: int = DEFAULT_MAX_TURN_CHARS,
     ) -> None:
         self._adapter = adapter_for(provider) if isinstance(provider, str) else provider
         # The short path (``_feed_known``) mirrors the built-in adapters' decode and
@@ -191,6 +188,8 @@ class Accumulator:
         self._released = 0
         self._argument_bytes = 0
         self._text_chars = 0
+        self._turn = TurnRecorder(max_turn_chars)
+        self._on_text: Callable[[str], object] | None = None
 
     @property
     def _index(self) -> int:
@@ -228,6 +227,18 @@ class Accumulator:
             argument_bytes=self._argument_bytes,
             text_chars=self._text_chars,
         )
+
+    @property
+    def turn(self) -> Turn:
+        """The assistant's turn so far, each call's piece bound to its settled call."""
+        return self._turn.turn(
+            self._adapter.name, {cid: c.outcome for cid, c in self._calls.items()}
+        )
+
+    def listen_text(self, on_text: Callable[[str], object] | None) -> None:
+        """Call ``on_text`` with each fragment of visible assistant text as it is
+        applied (a UI streams it while the calls are held); None stops."""
+        self._on_text = on_text
 
     def reconnected(self) -> None:
         """Tell the replay guard a new connection begins (events may repeat from here)."""
@@ -373,8 +384,12 @@ class Accumulator:
                 if self._progress == 0 and self._unknown >= UNRECOGNIZED_LIMIT:
                     raise self._unrecognized()
                 return False
-            case ev.TextDelta(text=text):
+            case ev.TextDelta(text=text, part=part, field=name):
                 self._text_chars += len(text)
+                if part is not None:
+                    self._turn.grow(part, name, text)
+                if self._on_text is not None and text:
+                    self._on_text(text)
             case ev.ToolCallStarted():
                 self._started(event, released)
             case ev.ToolCallArgumentsDelta():
@@ -394,6 +409,10 @@ class Accumulator:
                     self._note(reason, None)
                 for call_id in call_ids:
                     self._reject(call_id, reason, released)
+            case ev.TurnPart(position=position, part=part, call_id=call_id):
+                self._turn.part(position, part, call_id)
+            case ev.TurnDelta(position=position, field=name, text=text):
+                self._turn.grow(position, name, text)
             case ev.ResponseCompleted():
                 self._end(Terminal(TerminalKind.COMPLETED), released)
             case ev.ResponseIncomplete(reason=reason):
@@ -411,6 +430,7 @@ class Accumulator:
                 self._reject(event.call_id, "conflicting_start", released)
             return  # the same start again: a replay, nothing changes
         self._register(_Call(event.call_id, event.name, event.index, event.kind))
+        self._turn.call_started(event.call_id, event.index)
 
     def _register(self, call: _Call) -> None:
         if len(self._calls) >= self._max_calls:
@@ -489,7 +509,7 @@ class Accumulator:
             self._reject(call.call_id, "arguments_mismatch", released)
             return
         call.parts = [text]
-        if call.kind != "function":
+        if call.kind not in JSON_CALL_KINDS:
             self._settle(call, CallStatus.COMPLETE, None, released, raw=text)
             return
         try:

@@ -21,7 +21,7 @@ tell nor count. Memory: the held events, at most that many plus heartbeats.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from agent_gate.accumulate import (
@@ -34,6 +34,7 @@ from agent_gate.accumulate import (
 from agent_gate.calls import Terminal, TerminalKind, ToolCall
 from agent_gate.errors import ProtocolNotDetected
 from agent_gate.providers import AUTO
+from agent_gate.turn import Turn
 
 __all__ = ["AUTO", "DetectingAccumulator", "ProtocolNotDetected", "accumulator", "detect"]
 
@@ -113,6 +114,7 @@ class DetectingAccumulator:
         self._payloads = 0
         self._inner: Accumulator | None = None
         self._terminal: Terminal | None = None
+        self._on_text: Callable[[str], object] | None = None
 
     @property
     def provider(self) -> str:
@@ -138,6 +140,15 @@ class DetectingAccumulator:
             text_chars=0,
         )
 
+    @property
+    def turn(self) -> Turn:
+        return self._inner.turn if self._inner is not None else Turn(AUTO)
+
+    def listen_text(self, on_text: Callable[[str], object] | None) -> None:
+        self._on_text = on_text
+        if self._inner is not None:
+            self._inner.listen_text(on_text)
+
     def reconnected(self) -> None:
         if self._inner is not None:
             self._inner.reconnected()
@@ -161,6 +172,7 @@ class DetectingAccumulator:
 
     def _choose(self, provider: str) -> list[ToolCall]:
         inner = self._inner = Accumulator(provider, **self._options)
+        inner.listen_text(self._on_text)
         released: list[ToolCall] = []
         held, self._held = self._held, []
         for event in held:

@@ -25,6 +25,12 @@ class CallStatus(StrEnum):
     """The stream was anomalous for this call (see ``reason``): never executed."""
 
 
+JSON_CALL_KINDS = frozenset({"function", "mcp_approval"})
+"""Call kinds whose argument text is a JSON object (others carry free text):
+function calls and hosted MCP approval requests (``providers.events.MCP_APPROVAL``,
+spelled out here so that this module imports no provider code)."""
+
+
 class TerminalKind(StrEnum):
     """The response's end state: a finished call is not a finished response."""
 

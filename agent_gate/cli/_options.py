@@ -4,6 +4,7 @@ defaults cannot drift apart between commands (click decorators)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -26,6 +27,18 @@ def db_option(fn: F) -> F:
 def json_option(fn: F) -> F:
     """``--json``: the same switch everywhere, so scripts can rely on it."""
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")(fn)
+
+
+def next_input_option(fn: F) -> F:
+    """``--next-input FILE``: where a command that ran a stream writes the turn to send
+    back (``RunResult.next_input``), the same for ``replay`` and ``run``."""
+    return click.option(
+        "--next-input",
+        "next_input",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write the assistant turn and the tool results to append for the next "
+        "request (a JSON list in the stream's protocol) to this file.",
+    )(fn)
 
 
 def task_option(fn: F) -> F:

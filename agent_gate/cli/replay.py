@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from agent_gate.cli._options import db_option, stream_task_options
+from agent_gate.cli._options import db_option, next_input_option, stream_task_options
 from agent_gate.errors import AgentGateError
 from agent_gate.providers import AUTO, provider_names
 
 if TYPE_CHECKING:
-    from agent_gate.gate import Outcome
+    from agent_gate.gate import Outcome, RunResult
+    from agent_gate.gate.live import LiveResult
     from agent_gate.tools import ToolRegistry
 
 _READ_SIZE = 65536
@@ -89,6 +90,20 @@ def echo_outcomes(outcomes: Iterable[Outcome], *, as_json: bool) -> None:
             click.echo(line.rstrip())
 
 
+def write_next_input(
+    result: RunResult | LiveResult, provider: str, path: Path | None
+) -> None:
+    """``--next-input``: the turn to send back, as JSON, in the protocol the stream
+    was read as. Shared with ``agent-gate run``."""
+    if path is None:
+        return
+    try:
+        items = result.next_input(result.provider or provider)
+    except AgentGateError as exc:
+        raise click.ClickException(str(exc)) from None
+    path.write_text(json.dumps(items, ensure_ascii=False, indent=1), "utf-8")
+
+
 @click.command(name="replay")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -102,8 +117,15 @@ def echo_outcomes(outcomes: Iterable[Outcome], *, as_json: bool) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object per call, then the terminal."
 )
+@next_input_option
 def replay_command(
-    file: Path, provider: str, task_id: str, tools_spec: str, url: str | None, as_json: bool
+    file: Path,
+    provider: str,
+    task_id: str,
+    tools_spec: str,
+    url: str | None,
+    as_json: bool,
+    next_input: Path | None,
 ) -> None:
     """Run FILE (a recorded text/event-stream) through accumulator, ledger and tools.
 
@@ -129,3 +151,4 @@ def replay_command(
         click.echo(f"terminal: {terminal}")
     if result.error:
         raise click.ClickException(f"the stream was abandoned: {result.error}")
+    write_next_input(result, provider, next_input)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import click
 
 from agent_gate.cli._operator import failures
-from agent_gate.cli._options import F, db_option_as, stream_task_options
-from agent_gate.cli.replay import echo_outcomes, load_registry
+from agent_gate.cli._options import F, db_option_as, next_input_option, stream_task_options
+from agent_gate.cli.replay import echo_outcomes, load_registry, write_next_input
 from agent_gate.providers import AUTO, provider_names
 
 # httpx, SQLAlchemy and the gate are imported inside the command: assembling the
@@ -144,6 +144,7 @@ def _summary(result: LiveResult) -> dict[str, object]:
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object per call, then a summary object."
 )
+@next_input_option
 def run_command(
     provider: str,
     url: str,
@@ -160,6 +161,7 @@ def run_command(
     progress_timeout: float,
     max_reconnects: int,
     as_json: bool,
+    next_input: Path | None,
 ) -> None:
     """Stream URL through accumulator, ledger and tools, each complete call at most once.
 
@@ -226,3 +228,4 @@ def run_command(
         )
     if result.error:
         raise click.ClickException(f"the stream was abandoned: {result.error}")
+    write_next_input(result, provider, next_input)

@@ -15,6 +15,8 @@ One job per module, arrows pointing down:
 * ``decide``   schema and policy into one ``Ruling``; custom ``Authorizer``
 * ``intake``   the call as handed in, made into the one value judged and kept
 * ``outcome``  ``Outcome``, ``RunResult``, ``Blocker``; ``render`` their provider forms
+* ``next_input``  the assistant turn and the results to send back, per provider
+* ``mcp_approval``  hosted MCP approval requests: tools that answer, never run
 * ``reasons``  the reason codes stored with each call; ``errors`` the gate's errors
 """
 

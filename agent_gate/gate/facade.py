@@ -39,6 +39,7 @@ from agent_gate.gate.decide import Authorizer, Decider
 from agent_gate.gate.driver import CallDriver, lease_end
 from agent_gate.gate.finish import Finisher
 from agent_gate.gate.intake import Arguments, CallContext, as_call
+from agent_gate.gate.mcp_approval import ApprovalTools
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of
 from agent_gate.gate.runner import Driver, Runner
 from agent_gate.gate.stream import StreamRun
@@ -96,6 +97,11 @@ class RunOptions(CallOptions, total=False):
 
     dispatch: Dispatch
     accumulator: AnyAccumulator | None
+    on_text: Callable[[str], object] | None
+    """Called with each fragment of the assistant's visible text as it arrives,
+    before the response ends, so a UI streams the answer while the gate holds the
+    calls. What it raises propagates from ``run`` (held calls are recorded as not
+    run first)."""
 
 
 def _checked(options: Mapping[str, Any], allowed: type, method: str) -> None:
@@ -158,11 +164,14 @@ class Gate:
         except BaseException:
             self.close()
             raise
-        self._decider = Decider(tools, policy, self._keys, self.ledger)
+        # Hosted MCP approval requests are looked up as tools that answer, never run
+        # (``mcp_approval``); every other name is the caller's registry.
+        self._tools = ApprovalTools(tools, decided=policy is not None)
+        self._decider = Decider(self._tools, policy, self._keys, self.ledger)
         finisher = Finisher(self.ledger, self._decider, self._keys, max_result_bytes)
         self._finisher = finisher
         self._driver = CallDriver(
-            tools, self.ledger, self._decider, self._keys, finisher, self.lease_ms
+            self._tools, self.ledger, self._decider, self._keys, finisher, self.lease_ms
         )
         self._runner = Runner(self.ledger, self.lease_ms, finisher.finish)
         self.override_notes: tuple[str, ...] = tuple(
@@ -433,7 +442,7 @@ class Gate:
 
     def dispatch_mode(self, tool_name: str) -> DispatchMode:
         """When a call may run: reads as soon as complete, writes after the response."""
-        tool = self.tools.get(tool_name)
+        tool = self._tools.get(tool_name)
         if tool is None or self._decider.defers(tool_name):
             return DispatchMode.ON_RESPONSE_COMPLETE
         if tool.spec.dispatch is not None:
@@ -458,7 +467,9 @@ class Gate:
         without success is recorded ``incomplete`` and not run. If the event source
         raises, held calls are still recorded as not run before the error propagates.
         ``options`` (``RunOptions``): ``dispatch``, ``accumulator`` (pass one, see
-        ``accumulator_for``, when the source reconnects), ``principal``, ``scope``.
+        ``accumulator_for``, when the source reconnects), ``on_text``, ``principal``,
+        ``scope``. ``RunResult.next_input(provider)`` is what to append for the next
+        request.
         """
         _checked(options, RunOptions, "run")
         stream = self._stream(task_id, provider, options)
@@ -489,9 +500,13 @@ class Gate:
 
     def _stream(self, task_id: str, provider: str, options: RunOptions) -> StreamRun:
         dispatch = options.get("dispatch")
+        acc = options.get("accumulator") or self.accumulator_for(provider, dispatch)
+        on_text = options.get("on_text")
+        if on_text is not None:
+            acc.listen_text(on_text)
         return StreamRun(
             self._driver,
-            options.get("accumulator") or self.accumulator_for(provider, dispatch),
+            acc,
             self._mode_fn(dispatch),
             task_id=task_id,
             context=self._context(options),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agent_gate.authorize import PolicyAuthorizer, principal_json, scope_json
-from agent_gate.calls import CallStatus, ToolCall
+from agent_gate.calls import JSON_CALL_KINDS, CallStatus, ToolCall
 from agent_gate.errors import ArgumentsTooDeep, GateUsageError, StrictParseError, json_type_name
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.canonical import (
@@ -252,7 +252,7 @@ def classify(call: ToolCall, tool: Tool | None) -> tuple[dict[str, Any] | None, 
         )
     arguments: Any = call.arguments
     if arguments is None:
-        if call.kind != "function":
+        if call.kind not in JSON_CALL_KINDS:
             return None, _reject(
                 R.ARGUMENTS_NOT_OBJECT,
                 f"a {call.kind} call carries free text, and {call.name!r} "

@@ -86,7 +86,10 @@ class TerminalDetector:
     __slots__ = ("_acc", "_broken")
 
     def __init__(self, provider: str) -> None:
-        self._acc = accumulator(provider, dispatch=DispatchMode.ON_RESPONSE_COMPLETE)
+        # It only judges the end: the turn is the gate's accumulator's to keep.
+        self._acc = accumulator(
+            provider, dispatch=DispatchMode.ON_RESPONSE_COMPLETE, max_turn_chars=0
+        )
         self._broken = False
 
     def __call__(self, event: ServerSentEvent) -> bool:
@@ -155,6 +158,10 @@ class LiveResult:
     def provider(self) -> str | None:
         return self.run.provider
 
+    def next_input(self, provider: str) -> list[dict[str, Any]]:
+        """``RunResult.next_input``: the turn and the results for the next request."""
+        return self.run.next_input(provider)
+
     @property
     def completed(self) -> bool:
         """The response reached its successful terminal and the stream raised nothing."""
@@ -182,6 +189,8 @@ class LiveOptions(StreamOptions):
     """Passed to the gate's run: who the agent acts for (the gate's own by default)."""
     scope: TaskScope | None = None
     """Passed to the gate's run: what the task may touch (the gate's own by default)."""
+    on_text: Callable[[str], object] | None = None
+    """Passed to the gate's run: the assistant's visible text as it arrives."""
 
 
 _Stream = TypeVar("_Stream", EventStream, AsyncEventStream)
@@ -210,6 +219,7 @@ class _Live:
             "accumulator": self.acc,
             "principal": options.principal,
             "scope": options.scope,
+            "on_text": options.on_text,
         }
 
     def open(self, kind: type[_Stream], client: Any) -> _Stream:

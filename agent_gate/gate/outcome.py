@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_gate.gate import render
+from agent_gate.gate.next_input import next_input
 from agent_gate.ledger.states import CallState
 
 if TYPE_CHECKING:
     from agent_gate.accumulate import Anomaly
     from agent_gate.calls import Terminal
     from agent_gate.ledger.records import CallRecord
+    from agent_gate.turn import Turn
 
 __all__ = ["Blocker", "Outcome", "RunResult", "outcome_of"]
 
@@ -110,10 +112,19 @@ class RunResult:
     provider: str | None = None
     """The wire protocol the events were read as: the one named, or the one
     ``provider="auto"`` detected (``auto`` if the stream never told)."""
+    turn: Turn | None = field(default=None, compare=False, repr=False)
+    """The assistant's turn as the stream delivered it (``agent_gate.turn``)."""
 
     def tool_results(self, provider: str) -> list[dict[str, Any]]:
         """Tool-result messages for every call, so no call is left dangling."""
         return [render.render_tool_result(o, provider) for o in self.outcomes]
+
+    def next_input(self, provider: str) -> list[dict[str, Any]]:
+        """The assistant's turn and the tool results, as ``provider``'s input items
+        or messages to append for the next request (``agent_gate.gate.next_input``):
+        fresh copies, safe to change. ``GateUsageError`` when the turn was not kept
+        (over ``max_turn_chars``) or was streamed as another protocol."""
+        return next_input(self.turn, self.outcomes, provider)
 
 
 @dataclass(frozen=True, slots=True)

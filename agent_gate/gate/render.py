@@ -1,7 +1,10 @@
 """An outcome as each provider's API expects a tool result back.
 
 The text is explicit when nothing ran (rejected, waiting, in doubt), so the model
-is never handed silence it could read as success.
+is never handed silence it could read as success. It names why by the stable
+reason id (``reason_id``, a ``ReasonCode``); where the why is the policy's or an
+operator's (its rules, its reasons, who decided), the model reads a fixed
+sentence instead of it: policy internals are for the audit trail, not the model.
 """
 
 from __future__ import annotations
@@ -11,13 +14,38 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_gate.errors import GateUsageError
+from agent_gate.gate.mcp_approval import is_approval_name
 from agent_gate.ledger.outcome_store import RESULT_UNSTORABLE
+from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
 
 if TYPE_CHECKING:
     from agent_gate.gate.outcome import Outcome
 
-__all__ = ["PROVIDERS", "render_tool_result", "tool_output"]
+__all__ = [
+    "PROVIDERS", "approval_response", "model_reason", "render_tool_result", "tool_output",
+]
+
+_FIXED_REASONS: dict[str, str] = {
+    R.POLICY_DENIED: "the policy does not allow this call; it was not run",
+    R.AWAITING_APPROVAL: "this call waits for a person's approval; it has not run",
+    R.DENIED_BY_OPERATOR: "a person denied this call; it was not run",
+    R.APPROVED: "a person approved this call",
+    R.ARGUMENTS_SEALED: "this call cannot be decided here; it has not run",
+    R.ARGUMENTS_CHANGED: "the recorded arguments changed after the decision; it was not run",
+    R.CONFLICT: "this call id was already used for another call; it was not run",
+}
+"""Reason ids whose recorded text is the policy's or an operator's, and what the
+model reads instead."""
+
+
+def model_reason(outcome: Outcome) -> str | None:
+    """Why, as the model may read it: a fixed sentence for a policy's or operator's
+    decision, the recorded reason otherwise (schema errors, tool errors: already
+    free of argument values)."""
+    if outcome.code in _FIXED_REASONS:
+        return _FIXED_REASONS[outcome.code]
+    return outcome.reason
 
 
 def tool_output(outcome: Outcome) -> str:
@@ -27,7 +55,9 @@ def tool_output(outcome: Outcome) -> str:
     if succeeded and not outcome.result_omitted and not unstorable:
         if isinstance(outcome.result, str):
             return outcome.result
-        return json.dumps(outcome.result, ensure_ascii=False)
+        # Keys sorted, as the ledger keeps them: the text a replay renders from the
+        # stored result is the text this run rendered (the next turn is the same).
+        return json.dumps(outcome.result, ensure_ascii=False, sort_keys=True)
     executed = outcome.state.ran
     body: dict[str, Any] = {
         "status": outcome.state.value,
@@ -40,8 +70,11 @@ def tool_output(outcome: Outcome) -> str:
             body["result"] = outcome.result
     if outcome.error:
         body["error"] = dict(outcome.error)
-    if outcome.reason:
-        body["reason"] = outcome.reason
+    if outcome.code and not succeeded:
+        body["reason_id"] = outcome.code
+    reason = model_reason(outcome)
+    if reason:
+        body["reason"] = reason
     if outcome.state is CallState.IN_DOUBT:
         body["note"] = (
             "it is unknown whether this call took effect; it will not be retried "
@@ -50,7 +83,23 @@ def tool_output(outcome: Outcome) -> str:
     return json.dumps(body, ensure_ascii=False)
 
 
+def approval_response(outcome: Outcome) -> dict[str, Any]:
+    """The ``mcp_approval_response`` answering a hosted MCP approval request's outcome
+    (``mcp_approval``): approved only when the gate recorded the answer ``succeeded``;
+    otherwise denied with the stable reason id (never the policy's text)."""
+    item: dict[str, Any] = {
+        "type": "mcp_approval_response",
+        "approval_request_id": outcome.call_id,
+        "approve": outcome.state is CallState.SUCCEEDED,
+    }
+    if not item["approve"]:
+        item["reason"] = outcome.code or outcome.state.value
+    return item
+
+
 def _openai_responses(outcome: Outcome) -> dict[str, Any]:
+    if is_approval_name(outcome.tool):
+        return approval_response(outcome)
     output = tool_output(outcome)
     return {"type": "function_call_output", "call_id": outcome.call_id, "output": output}
 

@@ -144,4 +144,6 @@ class StreamRun:
 
     def result(self) -> RunResult:
         acc, outcomes = self.acc, tuple(self.outcomes)
-        return RunResult(outcomes, acc.terminal, self.error, acc.anomalies, acc.provider)
+        return RunResult(
+            outcomes, acc.terminal, self.error, acc.anomalies, acc.provider, acc.turn
+        )

@@ -29,6 +29,8 @@ from agent_gate.providers.events import (
     ToolCallArgumentsSnapshot,
     ToolCallCut,
     ToolCallStarted,
+    TurnDelta,
+    TurnPart,
     UnknownEvent,
 )
 from agent_gate.providers.registry import ADAPTERS, AUTO, adapter_for, provider_names
@@ -57,6 +59,8 @@ __all__ = [
     "ToolCallArgumentsSnapshot",
     "ToolCallCut",
     "ToolCallStarted",
+    "TurnDelta",
+    "TurnPart",
     "UnknownEvent",
     "UnknownProviderError",
     "WireEvent",

@@ -13,6 +13,10 @@ later block starts (the model moved on) or ``message_delta`` says
 ``pause_turn``, ``stop_sequence``...) or an ``error`` event cuts the blocks not
 yet confirmed. ``ping`` is a heartbeat, not progress. ``server_tool_use`` and
 ``mcp_tool_use`` blocks are run by the platform.
+
+Every block is also a piece of the assistant's turn (``TurnPart`` at its start;
+text, thinking, its signature and a hosted tool's input grow it), so that the
+turn goes back with its thinking blocks and signatures intact.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error
 PROVIDER_EXECUTED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 _SUCCESS_STOP = frozenset({"end_turn", "tool_use", "stop_sequence"})
 _INFORMATIONAL = frozenset({"message_start"})
+_KEPT_DELTAS = {"thinking_delta": "thinking", "signature_delta": "signature"}
+"""Delta types that grow a block of the turn, and the block field each grows."""
 
 
 class _BlockState(Enum):
@@ -130,6 +136,7 @@ class AnthropicAdapter(ProviderAdapter):
                 known.state = _BlockState.SETTLED
         # A new block: every stopped tool block before it is now confirmed complete.
         out: list[ev.StreamEvent] = [*self._confirm_stopped(), *self._reject_open(block_index)]
+        out.append(ev.TurnPart(block_index, block, _call_id(block, kind)))
         if kind is _BlockKind.OTHER:
             self._blocks[block_index] = _Block(kind, "", _BlockState.OPEN)
             if reused is not None:
@@ -162,15 +169,19 @@ class AnthropicAdapter(ProviderAdapter):
         delta = self.field_map(data, "delta", index, where)
         dtype = self.field_str(delta, "type", index, where)
         if dtype == "text_delta":
-            return [ev.TextDelta(self.field_str(delta, "text", index, dtype))]
+            return [ev.TextDelta(self.field_str(delta, "text", index, dtype), block_index)]
+        kept = _KEPT_DELTAS.get(dtype)
+        if kept is not None:  # thinking and its signature: sent back, never shown
+            return [ev.TurnDelta(block_index, kept, self.field_str(delta, kept, index, dtype))]
         if dtype != "input_json_delta":
-            return []  # thinking, signature, citations: not tool input
+            return []  # citations: not tool input
         fragment = self.field_str(delta, "partial_json", index, dtype)
         block = self._blocks.get(block_index)
         if block is None:
             return [ev.StreamAnomaly("delta_for_unknown_call")]
         if block.kind is not _BlockKind.CLIENT_TOOL:
-            return []  # provider-executed input: the platform runs it, not us
+            # A hosted tool's input: the platform runs it; the turn keeps its text.
+            return [ev.TurnDelta(block_index, "input", fragment)] if fragment else []
         if block.state is not _BlockState.OPEN:
             return [ev.StreamAnomaly("delta_after_completion", (block.block_id,))]
         block.fragment_chars += len(fragment)
@@ -254,6 +265,14 @@ class AnthropicAdapter(ProviderAdapter):
             for b in self._blocks.values()
             if b.kind is _BlockKind.CLIENT_TOOL and b.state is not _BlockState.SETTLED
         )
+
+
+def _call_id(block: Mapping[str, Any], kind: _BlockKind) -> str | None:
+    """A client ``tool_use`` block's id: its piece of the turn is that call's."""
+    if kind is not _BlockKind.CLIENT_TOOL:
+        return None
+    value = block.get("id")
+    return value if isinstance(value, str) else None
 
 
 def _block_kind(btype: str) -> _BlockKind:

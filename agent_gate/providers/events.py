@@ -13,7 +13,14 @@ string, a block stop that a later event has not yet confirmed) is either a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+MCP_APPROVAL = "mcp_approval"
+"""The kind of a hosted MCP tool call waiting for the client's approval (OpenAI
+Responses ``mcp_approval_request``): its arguments are JSON, its answer is the
+client's ``mcp_approval_response``, and nothing runs locally."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +103,34 @@ class StreamAnomaly:
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
-    """Assistant text; counted for diagnostics, not kept."""
+    """Assistant text as it arrives: handed to a listener (a UI), counted, and kept
+    in the turn's part ``part`` (field ``field``) when the provider does not restate
+    it whole later (``None``: it does, e.g. a Responses message item)."""
 
+    text: str
+    part: int | None = None
+    field: str = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPart:
+    """A piece of the assistant's turn in the provider's own form, as it must be sent
+    back in the next request (a Responses output item, an Anthropic content block, a
+    Gemini part). ``position`` orders the pieces; the same position again replaces
+    the piece. ``call_id`` marks a client call's piece: its arguments are the call's."""
+
+    position: int
+    part: Mapping[str, Any]
+    call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDelta:
+    """Text that grows a field of the turn's piece at ``position`` and is not shown
+    (thinking, its signature, a hosted tool's streamed input)."""
+
+    position: int
+    field: str
     text: str
 
 
@@ -148,6 +181,8 @@ StreamEvent = (
     | ProviderToolCall
     | StreamAnomaly
     | TextDelta
+    | TurnPart
+    | TurnDelta
     | Heartbeat
     | UnknownEvent
     | ResponseCompleted

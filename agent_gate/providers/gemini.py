@@ -52,6 +52,10 @@ No part of a stream aborts it: a chunk, candidate or part of the wrong shape is 
 then open (a piece of its arguments may be what was lost); the calls already
 assembled keep waiting for the finish reason.
 
+Each part of the selected candidate is also a piece of the assistant's turn
+(``TurnPart``), thought signatures included; consecutive plain text parts are one
+piece, grown by each chunk's text.
+
 With ``candidateCount > 1`` candidates are alternatives: only the selected one
 (0 unless configured) yields calls. Keys are accepted in the wire's camelCase and
 in the snake_case an SDK's ``model_dump()`` may produce.
@@ -91,6 +95,25 @@ class _Pending:
 def _get(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
     value = obj.get(camel)
     return obj.get(snake) if value is None else value
+
+
+_PLAIN_TEXT = frozenset({"text", "thought"})
+_STREAMING_KEYS = frozenset(
+    {"args", "partialArgs", "partial_args", "willContinue", "will_continue"}
+)
+
+
+def _announced(part: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A call's part as the turn keeps it: without its ``args`` or streaming fields
+    (the arguments are the call's, whole or assembled, filled in when the turn is
+    sent back), with everything else (its id, its thought signature)."""
+    call = _get(part, "functionCall", "function_call")
+    assert isinstance(call, Mapping)
+    key = "functionCall" if "functionCall" in part else "function_call"
+    return {
+        **{k: v for k, v in part.items() if k != key},
+        key: {k: v for k, v in call.items() if k not in _STREAMING_KEYS},
+    }
 
 
 # -- streamed arguments (Vertex ``partialArgs``) ---------------------------------
@@ -324,6 +347,10 @@ class GeminiAdapter(ProviderAdapter):
         self._pending: list[_Pending] = []
         self._streamed: _Streamed | None = None
         self._state = _CandidateState.STREAMING
+        self._positions = 0
+        self._text_run: tuple[int, bool] | None = None
+        """The plain text part of the turn that text may still grow, and whether
+        it is a thought."""
 
     def translate_payload(self, wire: WireEvent, index: int) -> list[ev.StreamEvent]:
         data = wire.data
@@ -396,11 +423,37 @@ class GeminiAdapter(ProviderAdapter):
         streamed.assembly = None
         return [ev.StreamAnomaly(reason, (streamed.call_id,))]
 
-    def _part(self, part: Mapping[str, Any]) -> list[ev.StreamEvent]:
+    def _turn_position(self) -> int:
+        position = self._positions
+        self._positions += 1
+        return position
+
+    def _text_part(self, part: Mapping[str, Any]) -> list[ev.StreamEvent]:
+        """A part that is not a call. Plain text (``text``, ``thought``) continuing a
+        plain run of the same kind grows that part of the turn; a part with a thought
+        signature or anything else is a piece of its own, kept as it came."""
         text = part.get("text")
+        if set(part) <= {"text"} and not text:
+            return []
+        thought = part.get("thought") is True
+        plain = isinstance(text, str) and set(part) <= _PLAIN_TEXT
+        run = self._text_run
+        if plain and run is not None and run[1] == thought:
+            assert isinstance(text, str)
+            if thought:
+                return [ev.TurnDelta(run[0], "text", text)]
+            return [ev.TextDelta(text, run[0])]
+        position = self._turn_position()
+        self._text_run = (position, thought) if plain else None
+        out: list[ev.StreamEvent] = [ev.TurnPart(position, part)]
+        if isinstance(text, str) and text and not thought:
+            out.append(ev.TextDelta(text))  # shown; the piece already holds it
+        return out
+
+    def _part(self, part: Mapping[str, Any]) -> list[ev.StreamEvent]:
         call = _get(part, "functionCall", "function_call")
         if call is None:
-            return [ev.TextDelta(text)] if isinstance(text, str) and text else []
+            return self._text_part(part)
         if not isinstance(call, Mapping):
             return self._unreadable("function_call_not_an_object")
         name = call.get("name")
@@ -410,6 +463,7 @@ class GeminiAdapter(ProviderAdapter):
             return self._unreadable("function_call_without_name")
         if not isinstance(name, str):
             return self._unreadable("function_call_name_not_a_string")
+        self._text_run = None
         out: list[ev.StreamEvent] = []
         if self._streamed is not None:  # a new call while one was still streaming
             out += self._unreadable("streamed_call_not_ended")
@@ -422,6 +476,7 @@ class GeminiAdapter(ProviderAdapter):
         else:
             call_id = f"{self._response_part()}:{self._candidate}:{ordinal}"
         out.append(ev.ToolCallStarted(call_id, name, ordinal))
+        out.append(ev.TurnPart(self._turn_position(), _announced(part), call_id))
         if self._state is _CandidateState.FINISHED:
             return [*out, ev.StreamAnomaly("call_after_finish", (call_id,))]
         partial = _get(call, "partialArgs", "partial_args")

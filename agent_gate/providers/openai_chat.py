@@ -52,6 +52,9 @@ from agent_gate.providers import events as ev
 from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error_code
 
 _SUCCESS_FINISH = frozenset({"stop", "tool_calls"})
+TEXT_POSITION = -1
+"""Where the choice's text sits in the turn: before its calls (the assistant
+message's ``content``; each call's place is its tool-call index)."""
 
 
 class _ChoiceState(Enum):
@@ -175,7 +178,7 @@ class OpenAIChatAdapter(ProviderAdapter):
                 raise self.malformed(index, "field 'delta' of choice is not an object")
             content = delta.get("content")
             if isinstance(content, str) and content:
-                out.append(ev.TextDelta(content))
+                out.append(ev.TextDelta(content, TEXT_POSITION, "content"))
             tool_calls = delta.get("tool_calls")
             if tool_calls is not None:
                 if not isinstance(tool_calls, list):

@@ -32,6 +32,14 @@ goes on and completes. It is provider-executed. Without a hosted tool in that li
 (or without the list) every custom call stays the client's, as an echo that left a
 tool out must not turn a client call into one nobody runs.
 
+An ``mcp_approval_request`` is not run by the platform until the client answers:
+it is a call like a function call, named ``mcp:<server_label>:<name>``, with the
+item's JSON ``arguments``, complete at its ``output_item.done``.
+
+Every finished output item is also a piece of the assistant's turn
+(``TurnPart``), sent back as it came: reasoning items with their ids and
+encrypted content, messages, calls, hosted tools' items.
+
 Every event carries a ``sequence_number``; it is the replay key, so an event
 seen again after resuming with ``starting_after`` is recognised exactly.
 """
@@ -45,6 +53,7 @@ from typing import Any
 
 from agent_gate.providers import events as ev
 from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error_code
+from agent_gate.providers.events import MCP_APPROVAL
 
 PROVIDER_EXECUTED_ITEMS = frozenset(
     {
@@ -54,12 +63,16 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
         "image_generation_call",
         "mcp_call",
         "mcp_list_tools",
-        "mcp_approval_request",
         "tool_search_call",
         "program",
     }
 )
-"""Item types the platform executes (or asks about) itself."""
+"""Item types the platform executes itself."""
+
+MCP_APPROVAL_REQUEST = "mcp_approval_request"
+"""A hosted MCP call that waits for the client's ``mcp_approval_response``: a call
+the client decides (kind ``mcp_approval``, named ``mcp:<server_label>:<name>``,
+identified by the item's id, which the response names as ``approval_request_id``)."""
 
 HOSTED_SHELL_ENVIRONMENTS = frozenset({"container_reference", "container_auto"})
 """``shell_call.environment.type`` values meaning the platform's container runs it."""
@@ -200,6 +213,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             elif known.call_id != call_id:
                 out.append(ev.StreamAnomaly("item_id_reused", (known.call_id, call_id)))
             return out
+        if itype == MCP_APPROVAL_REQUEST:
+            return self._approval_request(item, output_index, index, where)
         if itype in PROVIDER_EXECUTED_ITEMS or _hosted_shell(item):
             if itype in _KEYED_BY_CALL_ID:
                 key = self.field_str(item, "call_id", index, where)
@@ -219,12 +234,40 @@ class OpenAIResponsesAdapter(ProviderAdapter):
             ]
         return []
 
+    def _approval_request(
+        self, item: Mapping[str, Any], output_index: int, index: int, where: str
+    ) -> list[ev.StreamEvent]:
+        request_id = self.field_str(item, "id", index, where)
+        label = self.optional_str(item, "server_label", index, where)
+        tool = self.optional_str(item, "name", index, where)
+        if not label or not tool:
+            return [
+                ev.ToolCallStarted(request_id, MCP_APPROVAL_REQUEST, output_index, MCP_APPROVAL),
+                ev.StreamAnomaly("mcp_approval_without_name", (request_id,)),
+            ]
+        name = f"mcp:{label}:{tool}"
+        return [ev.ToolCallStarted(request_id, name, output_index, MCP_APPROVAL)]
+
     def _item_done(self, data: Mapping[str, Any], index: int) -> list[ev.StreamEvent]:
         where = "response.output_item.done"
         item = self.field_map(data, "item", index, where)
         output_index = self.field_int(data, "output_index", index, where)
+        out = self._item_finished(item, output_index, index, where)
+        call_id = None if self._provider_custom_call(item, index, where) else _turn_call_id(item)
+        return [ev.TurnPart(output_index, _turn_item(item), call_id), *out]
+
+    def _item_finished(
+        self, item: Mapping[str, Any], output_index: int, index: int, where: str
+    ) -> list[ev.StreamEvent]:
         itype = self.field_str(item, "type", index, where)
         kind = _CALL_KINDS.get(itype)
+        if itype == MCP_APPROVAL_REQUEST:
+            out = self._announce(item, output_index, index, where)
+            arguments = self.optional_str(item, "arguments", index, where)
+            request_id = self.field_str(item, "id", index, where)
+            if arguments is None:
+                return [*out, ev.StreamAnomaly("mcp_approval_without_arguments", (request_id,))]
+            return [*out, ev.ToolCallArgumentsDone(request_id, arguments)]
         if kind is None or self._provider_custom_call(item, index, where):
             # Provider-executed and unsupported items: announcing again is idempotent.
             return self._announce(item, output_index, index, where)
@@ -296,6 +339,34 @@ def _declared_custom_tools(data: Mapping[str, Any]) -> frozenset[str] | None:
         if isinstance(tool, Mapping) and tool.get("type") == "custom"
         and isinstance(tool.get("name"), str)
     )
+
+
+_CALL_TEXT = {"function_call": "arguments", "custom_tool_call": "input"}
+
+
+def _turn_item(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An output item as the turn keeps it: a client call without its argument text,
+    which the call itself holds (``ToolCall.raw_arguments``, the same text: the
+    accumulator rejects a call whose item disagrees with its deltas)."""
+    field = _CALL_TEXT.get(item.get("type"))  # type: ignore[arg-type]
+    if field is None or field not in item:
+        return item
+    return {key: value for key, value in item.items() if key != field}
+
+
+def _turn_call_id(item: Mapping[str, Any]) -> str | None:
+    """The call an output item is, for the turn: a client call's ``call_id``, an
+    approval request's ``id``; None for an item that asks nothing of the client."""
+    itype = item.get("type")
+    if itype == MCP_APPROVAL_REQUEST:
+        value = item.get("id")
+    elif itype in PROVIDER_EXECUTED_ITEMS or _hosted_shell(item) or (
+        isinstance(itype, str) and itype.endswith("_output")
+    ):
+        return None
+    else:
+        value = item.get("call_id")
+    return value if isinstance(value, str) and value else None
 
 
 def _program_invoked(item: Mapping[str, Any]) -> bool:

@@ -120,3 +120,25 @@ def test_an_agent_framework_example(example: str, package: str, db: str) -> None
         "call-small": "succeeded", "call-large": "succeeded", "call-blocked": "rejected",
     }
     assert report["audit_ok"] is True
+
+
+def test_an_agent_loop_sends_the_turn_back_and_gets_the_answer(db: str) -> None:
+    report = load("agent_loop").main(["--db", db])
+    first, second = report["requests"]
+    assert [i.get("type", i.get("role")) for i in first["input"]] == ["user"]
+    # The second request carries the first turn as it streamed (its reasoning item
+    # with the encrypted state, its text, both calls) and one output per call.
+    sent = second["input"]
+    assert [i.get("type", i.get("role")) for i in sent] == [
+        "user", "reasoning", "message", "function_call", "function_call",
+        "function_call_output", "function_call_output",
+    ]
+    assert sent[1]["encrypted_content"] == "opaque-reasoning-state"
+    assert [i["call_id"] for i in sent[5:]] == ["call_lisbon", "call_porto"]
+    assert report["texts"] == [
+        "Let me check both cities.", "It is 21 °C in Lisbon and 18 °C in Porto.",
+    ]
+    assert report["ran"] == ["Lisbon", "Porto"]
+    assert states(db, "agent-loop") == {
+        "call_lisbon": CallState.SUCCEEDED, "call_porto": CallState.SUCCEEDED,
+    }

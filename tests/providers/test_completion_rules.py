@@ -24,6 +24,8 @@ from agent_gate.providers import (
     ToolCallArgumentsSnapshot,
     ToolCallCut,
     ToolCallStarted,
+    TurnDelta,
+    TurnPart,
     UnknownEvent,
     adapter_for,
     provider_names,
@@ -42,7 +44,8 @@ class Driver:
         wire = self.adapter.decode(event, self.index)
         out = self.adapter.translate(wire, self.index)
         self.index += 1
-        return out
+        # The turn's pieces are tested in tests/gate/test_next_input.py.
+        return [e for e in out if not isinstance(e, TurnPart | TurnDelta)]
 
 
 def test_the_four_protocols_are_registered() -> None:
@@ -322,7 +325,8 @@ def test_anthropic_text_is_text() -> None:
         "index": 0,
         "delta": {"type": "text_delta", "text": "hi"},
     }
-    assert drive(delta) == [TextDelta("hi")]
+    # Shown as it arrives, and kept in the turn's block 0 (the block it grows).
+    assert drive(delta) == [TextDelta("hi", 0)]
 
 
 # -- Gemini -----------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from agent_gate.providers import (
     StreamEvent,
     ToolCallArgumentsDone,
     ToolCallStarted,
+    TurnDelta,
+    TurnPart,
     adapter_for,
 )
 
@@ -172,7 +174,8 @@ class Driver:
     def __call__(self, event: dict[str, Any]) -> list[StreamEvent]:
         out = self.adapter.translate(self.adapter.decode(event, self.index), self.index)
         self.index += 1
-        return out
+        # The turn's pieces are tested in tests/gate/test_next_input.py.
+        return [e for e in out if not isinstance(e, TurnPart | TurnDelta)]
 
 
 def added(item: dict[str, Any], index: int = 0) -> dict[str, Any]:
