@@ -30,7 +30,7 @@ from agent_gate.errors import (
     ToolDefinitionError,
 )
 from agent_gate.gate import Gate, Outcome
-from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.gate.render import tool_output
 from agent_gate.ledger.states import CallState
 from agent_gate.tools import Effect, Idempotency, ToolOptions, ToolSpec
 
@@ -144,7 +144,7 @@ def approve_waiting(gate: Gate, outcome: Outcome, by: str) -> Refusal | None:
     try:
         gate.approve(outcome.call_id, by=by, task_id=outcome.task_id)
     except ApprovalRefused:
-        return Refusal("approval_refused", CallState.AWAITING_APPROVAL, outcome.call_id)
+        return _refused_approval(outcome)
     except NotAwaitingApproval:
         pass  # answered meanwhile (another worker ran or denied it): execute reports it
     return None
@@ -152,61 +152,37 @@ def approve_waiting(gate: Gate, outcome: Outcome, by: str) -> Refusal | None:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a call did not (yet) give the model a result, as the model may read it.
+    """Why a call did not (yet) give the model a result, and the text the model reads.
 
     ``reason_id`` is stable (a ``ReasonCode`` value, or the state's name): an
-    application matches on it. The text never carries the policy's rule ids or
-    reasons, nor an operator's note; only what the model can act on.
+    application matches on it. ``text`` is what the gate renders for every provider
+    (``render.tool_output``): the state, whether it ran, the reason id, and a fixed
+    sentence in place of the policy's or an operator's own reasons.
     """
 
     reason_id: str
     state: CallState
     call_id: str
-    detail: str | None = None
+    body: str
 
     @property
     def waiting(self) -> bool:
         return self.state is CallState.AWAITING_APPROVAL
 
     def text(self) -> str:
-        body: dict[str, Any] = {
-            "error": self.reason_id,
-            "status": self.state.value,
-            "call_id": self.call_id,
-            "message": _MESSAGES.get(self.reason_id) or _BY_STATE[self.state],
-        }
-        if self.detail:
-            body["detail"] = self.detail
-        return json.dumps(body, ensure_ascii=False)
+        return self.body
 
 
-_BY_STATE: dict[CallState, str] = {
-    CallState.RECEIVED: "the call is recorded and has not run yet",
-    CallState.AUTHORIZED: "the call is allowed and has not run yet",
-    CallState.AWAITING_APPROVAL: "the call waits for a person's approval; it has not run",
-    CallState.EXECUTING: "the call is running elsewhere; it was not started again",
-    CallState.SUCCEEDED: "the call succeeded",
-    CallState.FAILED: "the tool failed",
-    CallState.REJECTED: "the call was refused; it did not run",
-    CallState.IN_DOUBT: (
-        "it is unknown whether the call took effect; do not assume it did, do not repeat it"
-    ),
-    CallState.INCOMPLETE: "the call's arguments never completed; it did not run",
-}
+_APPROVAL_REFUSED = "the approval given is not one the policy accepts; the call still waits"
 
-_MESSAGES: dict[str, str] = {
-    R.POLICY_DENIED: "the policy does not allow this call; it did not run",
-    R.DENIED_BY_OPERATOR: "a person denied this call; it did not run",
-    R.CONFLICT: "this call id was used before with other arguments; it did not run",
-    R.UNKNOWN_TOOL: "there is no such tool; it did not run",
-    "approval_refused": "the approval given is not one the policy accepts; the call still waits",
-}
 
-_MODEL_ERRORS = frozenset({
-    R.SCHEMA_INVALID, R.ARGUMENTS_NOT_OBJECT, R.ARGUMENTS_NOT_JSON, R.ARGUMENTS_TOO_DEEP,
-})
-"""Rejections that describe the model's own mistake: their reason (which fields
-failed) is shown, as it is the model's to fix."""
+def _refused_approval(outcome: Outcome) -> Refusal:
+    """The refusal of an approval the policy does not accept (no outcome of its own:
+    the call goes on waiting), in the shape ``render.tool_output`` gives the rest."""
+    body = {"status": CallState.AWAITING_APPROVAL.value, "executed": False,
+            "reason_id": "approval_refused", "reason": _APPROVAL_REFUSED}
+    return Refusal("approval_refused", CallState.AWAITING_APPROVAL, outcome.call_id,
+                   json.dumps(body, ensure_ascii=False))
 
 
 def refusal(outcome: Outcome) -> Refusal | None:
@@ -214,11 +190,4 @@ def refusal(outcome: Outcome) -> Refusal | None:
     if outcome.state is CallState.SUCCEEDED:
         return None
     reason_id = outcome.code or outcome.state.value
-    detail: str | None = None
-    if reason_id in _MODEL_ERRORS:
-        detail = outcome.reason
-    elif outcome.state is CallState.FAILED and outcome.error:
-        detail = ": ".join(
-            str(outcome.error[k]) for k in ("type", "message") if outcome.error.get(k)
-        ) or None
-    return Refusal(reason_id, outcome.state, outcome.call_id, detail)
+    return Refusal(reason_id, outcome.state, outcome.call_id, tool_output(outcome))

@@ -94,7 +94,7 @@ def test_a_denied_call_never_reaches_the_tool(gate: Gate) -> None:
     (message,) = tool_messages(graph.invoke({"messages": [HumanMessage("pay")]}, CONFIG))
     assert sent == [] and message.status == "error"
     text = str(message.content)
-    assert '"error": "policy_denied"' in text
+    assert '"reason_id": "policy_denied"' in text
     assert "SECRET-RULE-TEXT" not in text and "no-payments-to-mallory" not in text
     assert gate.calls(THREAD)[0].state is CallState.REJECTED
     assert gate.ledger.verify_audit().ok
@@ -136,7 +136,7 @@ def test_a_denial_through_interrupt_is_recorded_and_runs_nothing(
     graph.invoke({"messages": [HumanMessage("pay carol")]}, CONFIG)
     done = graph.invoke(Command(resume={"approved": False, "by": "bob", "reason": "no"}), CONFIG)
     (message,) = tool_messages(done)
-    assert message.status == "error" and '"error": "denied_by_operator"' in str(message.content)
+    assert message.status == "error" and '"reason_id": "denied_by_operator"' in str(message.content)
     assert sent == []
     assert [(a["verdict"], a["decided_by"]) for a in approvals()] == [("denied", "bob")]
     assert gate.ledger.verify_audit().ok

@@ -72,7 +72,7 @@ def test_a_denied_call_never_reaches_the_tool(gate: Gate) -> None:
     result = asyncio.run(Runner.run(payer(gate, sent, ("mallory", 5, "call-1")), "pay"))
     assert sent == [] and result.final_output == "done"
     text = outputs(result)["call-1"]
-    assert '"error": "policy_denied"' in text
+    assert '"reason_id": "policy_denied"' in text
     assert "SECRET-RULE-TEXT" not in text and "no-payments-to-mallory" not in text
     assert gate.calls(TASK)[0].state is CallState.REJECTED
     assert gate.ledger.verify_audit().ok

@@ -100,7 +100,7 @@ def test_a_denied_call_never_reaches_the_tool_and_the_model_reads_a_stable_reaso
     (part,) = tool_returns(result.all_messages())
     assert part.outcome == "failed"
     text = str(part.content)
-    assert '"error": "policy_denied"' in text and '"call_id": "call-1"' in text
+    assert '"reason_id": "policy_denied"' in text and '"executed": false' in text
     assert "SECRET-RULE-TEXT" not in text and "no-payments-to-mallory" not in text
     assert gate.calls(TASK)[0].state is CallState.REJECTED
     assert gate.ledger.verify_audit().ok
@@ -168,6 +168,6 @@ def test_an_approver_the_policy_refuses_leaves_the_call_waiting(
                                      metadata={"call-1": {"approved_by": "mallory"}})
         done = agent.run_sync(message_history=waiting.all_messages(),
                               deferred_tool_results=answer)
-        assert '"error": "approval_refused"' in done.output
+        assert '"reason_id": "approval_refused"' in done.output
         assert sent == [] and approvals() == []
         assert gate.calls(TASK)[0].state is CallState.AWAITING_APPROVAL
