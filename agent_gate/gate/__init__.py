@@ -15,6 +15,7 @@ One job per module, arrows pointing down:
 * ``decide``   schema and policy into one ``Ruling``; custom ``Authorizer``
 * ``intake``   the call as handed in, made into the one value judged and kept
 * ``outcome``  ``Outcome``, ``RunResult``, ``Blocker``; ``render`` their provider forms
+* ``waiting``  ``pending``/``wait``/``await_decision``: code that waits for a person
 * ``reasons``  the reason codes stored with each call; ``errors`` the gate's errors
 """
 
@@ -40,6 +41,7 @@ from agent_gate.gate.facade import (
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult
 from agent_gate.gate.render import render_tool_result
 from agent_gate.gate.runner import current_call
+from agent_gate.gate.waiting import Answer, AnswerStatus
 from agent_gate.ledger.reasons import ReasonCode
 
 __all__ = [
@@ -47,6 +49,8 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_RESULT_BYTES",
     "AmbiguousCall",
+    "Answer",
+    "AnswerStatus",
     "ApprovalRefused",
     "Authorizer",
     "Blocker",

@@ -14,6 +14,7 @@ SQLite has no such channel: ``Listener.open`` returns None there and waiters pol
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
@@ -56,12 +57,14 @@ class Listener:
         return cls(engine.raw_connection())
 
     def wait(self, timeout: float, wanted: str | None = None) -> bool:
-        """Block up to ``timeout`` seconds; True once a notification arrived (one whose
-        payload is ``wanted``, when given), False when the time ran out."""
-        for note in self._conn.notifies(timeout=max(timeout, 0.0)):
-            if wanted is None or note.payload == wanted:
-                return True
-        return False
+        """Block up to ``timeout`` seconds (0: only what has arrived); True once a
+        notification arrived (one whose payload is ``wanted``, when given)."""
+        with closing(self._conn.notifies(timeout=max(timeout, 0.0))) as notes:
+            return any(wanted is None or note.payload == wanted for note in notes)
+
+    def fileno(self) -> int:
+        """The socket to watch for readability (an event loop's ``add_reader``)."""
+        return int(self._conn.fileno())
 
     def close(self) -> None:
         try:
