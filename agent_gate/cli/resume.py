@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 import click
 
 from agent_gate.cli._exit import EXIT_CODES_HELP, CliError
+from agent_gate.cli._listing import PagedTable
 from agent_gate.cli._operator import failures, open_gate
 from agent_gate.cli._options import ledger_options, tools_option
-from agent_gate.cli._output import cell, console, state_cell, table
+from agent_gate.cli._output import cell, console, state_cell
 from agent_gate.cli._progress import finish, watching
 from agent_gate.cli.replay import load_registry
 
@@ -32,24 +33,18 @@ def _blockers(out: Console, title: str, blockers: list[Blocker]) -> None:
     if not blockers:
         out.print(cell(f"{title}: nothing; every call of the task is finished"))
         return
-    shown = table(title)
-    for name in ("call", "tool", "state", "needs", "why"):
-        shown.add_column(name, overflow="fold" if name == "why" else "ellipsis")
-    for b in blockers:
-        shown.add_row(cell(b.call_id), cell(b.tool), state_cell(b.state.value),
-                      cell(_NEEDS.get(b.needs, b.needs)), cell(b.reason))
-    out.print(shown)
+    out.print(cell(title, "italic"))
+    PagedTable(out, ("call", "tool", "state", "needs", "why"), ids=("call",)).print([
+        [cell(b.call_id), cell(b.tool), state_cell(b.state.value),
+         cell(_NEEDS.get(b.needs, b.needs)), cell(b.reason)] for b in blockers])
 
 
 def _outcomes(out: Console, outcomes: list[Outcome]) -> None:
-    shown = table("resumed")
-    for name in ("call", "tool", "state", "ran now", "reason"):
-        shown.add_column(name, overflow="fold" if name == "reason" else "ellipsis")
-    for o in outcomes:
-        ran_now = "yes" if not o.replayed and o.attempt and o.state.ran else "no"
-        shown.add_row(cell(o.call_id), cell(o.tool), state_cell(o.state.value), cell(ran_now),
-                      cell(o.reason))
-    out.print(shown)
+    out.print(cell("resumed", "italic"))
+    PagedTable(out, ("call", "tool", "state", "ran now", "reason"), ids=("call",)).print([
+        [cell(o.call_id), cell(o.tool), state_cell(o.state.value),
+         cell("yes" if not o.replayed and o.attempt and o.state.ran else "no"),
+         cell(o.reason)] for o in outcomes])
 
 
 @click.command(name="resume", epilog=EXIT_CODES_HELP)
