@@ -64,9 +64,11 @@ def listing_options(after_metavar: str, after_help: str) -> Callable[[F], F]:
                                "streamed page by page.")(fn)
         fn = click.option("--since", "since", default=None, metavar="WHEN",
                           help="Only since then: 30m, 2h, 7d ago, or an ISO time.")(fn)
-        fn = click.option("--tool", default=None, help="Only calls of this tool.")(fn)
+        fn = click.option("--tool", default=None,
+                          help="Only this tool's calls (tasks: tasks with one).")(fn)
         return click.option("--state", type=click.Choice(STATES), default=None,
-                            help="Only calls in (audit: entering) this state.")(fn)
+                            help="tasks: tasks with a call in this state; audit: entries "
+                                 "that moved a call to it.")(fn)
 
     return apply
 

@@ -284,3 +284,35 @@ def test_progress_on_a_terminal_shows_each_call_and_the_stream(
     shown = buf.getvalue()
     assert "w1" in shown and "get_weather" in shown and "succeeded" in shown
     assert "task live · 1 events · 0 heartbeats" in shown
+
+
+@pytest.mark.backends("sqlite")
+def test_audit_streams_page_after_page_and_stops_with_its_reader(db_url: str) -> None:
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="read")
+    def ping() -> str:
+        return "pong"
+
+    with Gate(tools, db_url) as gate:
+        for i in range(70):  # 4 entries a call, 281 in all: more than one page
+            gate.execute(f"t{i % 3}", call(f"c{i}", "ping"))
+    with Ledger(db_url) as ledger:
+        every = [e.seq for e in ledger.audit()]
+    assert len(every) > 200
+    listed = [json.loads(x)["seq"] for x in run("audit", "--db", db_url, "--json")
+              .output.splitlines()]
+    assert listed == every
+    of_t1 = [json.loads(x)["seq"] for x in run("audit", "--db", db_url, "--task", "t1",
+                                               "--json").output.splitlines()]
+    with Ledger(db_url) as ledger:
+        assert of_t1 == [e.seq for e in ledger.audit(task_id="t1")]
+    # `agent-gate audit | head -3`: the reader stops, the command ends quietly.
+    proc = subprocess.Popen([str(AGENT_GATE), "audit", "--db", db_url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    head = [proc.stdout.readline() for _ in range(3)]
+    proc.stdout.close()
+    proc.wait(timeout=60)
+    assert head[0].split()[:2] == ["#", "time"] and head[1].split()[0] == str(every[0])
+    assert "Traceback" not in proc.stderr.read()
