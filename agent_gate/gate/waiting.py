@@ -99,7 +99,7 @@ _READ = None
 """A request of ``_steps``: read the call now and send the answer back."""
 
 
-def _steps(timeout: float | None, *, notified: bool
+def _steps(rec: CallRecord, timeout: float | None, *, notified: bool
            ) -> Generator[float | None, Answer | None, Answer]:
     """The one waiting loop: yields ``_READ`` (send the answer read) or seconds to pause
     (a notification may end the pause early); returns the final answer."""
@@ -108,7 +108,9 @@ def _steps(timeout: float | None, *, notified: bool
     while True:
         answer = yield _READ
         if answer is None:
-            raise _NotWaiting
+            raise NotAwaitingApproval(
+                f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value} and was "
+                "never answered: it does not wait for approval")
         left = None if deadline is None else deadline - time.monotonic()
         if answer.decided or (left is not None and left <= 0):
             return answer
@@ -117,36 +119,23 @@ def _steps(timeout: float | None, *, notified: bool
         yield step if left is None else min(step, left)
 
 
-class _NotWaiting(Exception):
-    """The call waits for nobody: raised inside ``_steps``, turned into the public error."""
-
-
-def _refused(rec: CallRecord) -> NotAwaitingApproval:
-    return NotAwaitingApproval(
-        f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value} and was never "
-        "answered: it does not wait for approval")
-
-
 def wait_answer(ledger: Ledger, rec: CallRecord, timeout: float | None) -> Answer:
     """``Gate.wait``: block until a person answers, or ``timeout`` seconds pass."""
     listener = Listener.open(ledger.engine)  # before the first read: no answer slips by
-    wanted = payload(rec.task_id, rec.call_id)
-    steps = _steps(timeout, notified=listener is not None)
+    steps, wanted = _steps(rec, timeout, notified=listener is not None), _wanted(rec)
+    sent: Answer | None = None
     try:
-        request = next(steps)
         while True:
+            request = steps.send(sent)
+            sent = _read(ledger, rec) if request is _READ else None
             if request is _READ:
-                request = steps.send(_read(ledger, rec))
                 continue
             if listener is not None:
                 listener.wait(request, wanted)
             else:
                 time.sleep(request)
-            request = steps.send(None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    except _NotWaiting:
-        raise _refused(rec) from None
     finally:
         if listener is not None:
             listener.close()
@@ -155,27 +144,31 @@ def wait_answer(ledger: Ledger, rec: CallRecord, timeout: float | None) -> Answe
 async def await_answer(ledger: Ledger, rec: CallRecord, timeout: float | None) -> Answer:
     """``Gate.await_decision``: ``wait_answer`` for asyncio, reads off the loop."""
     listener = await asyncio.to_thread(Listener.open, ledger.engine)
-    wanted = payload(rec.task_id, rec.call_id)
-    steps = _steps(timeout, notified=listener is not None)
+    steps = _steps(rec, timeout, notified=listener is not None)
+    sent: Answer | None = None
     try:
-        request = next(steps)
         while True:
-            if request is _READ:
-                request = steps.send(await asyncio.to_thread(_read, ledger, rec))
-                continue
-            if listener is not None:
-                await _readable(listener, request)
-                await asyncio.to_thread(listener.wait, 0.0, wanted)  # take what arrived
-            else:
-                await asyncio.sleep(request)
-            request = steps.send(None)
+            request = steps.send(sent)
+            sent = await (asyncio.to_thread(_read, ledger, rec) if request is _READ
+                          else _pause(listener, request, _wanted(rec)))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    except _NotWaiting:
-        raise _refused(rec) from None
     finally:
         if listener is not None:
             await asyncio.to_thread(listener.close)
+
+
+def _wanted(rec: CallRecord) -> str:
+    return payload(rec.task_id, rec.call_id)
+
+
+async def _pause(listener: Listener | None, seconds: float, wanted: str) -> None:
+    """Sleep, or wait for the listener's socket on the loop and take what arrived."""
+    if listener is None:
+        await asyncio.sleep(seconds)
+        return
+    await _readable(listener, seconds)
+    await asyncio.to_thread(listener.wait, 0.0, wanted)
 
 
 async def _readable(listener: Listener, timeout: float) -> None:

@@ -120,7 +120,7 @@ def test_sqlite_backs_off_and_postgresql_listens_in_slices() -> None:
     def pauses(notified: bool, n: int) -> list[float]:
         from agent_gate.gate.waiting import Answer
 
-        steps = _steps(None, notified=notified)
+        steps = _steps(waiting, None, notified=notified)
         assert next(steps) is None
         answer = Answer(AnswerStatus.WAITING, waiting, None)
         got = []
