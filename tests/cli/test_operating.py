@@ -316,3 +316,14 @@ def test_audit_streams_page_after_page_and_stops_with_its_reader(db_url: str) ->
     proc.wait(timeout=60)
     assert head[0].split()[:2] == ["#", "time"] and head[1].split()[0] == str(every[0])
     assert "Traceback" not in proc.stderr.read()
+
+
+def test_resume_shows_each_change_and_exits_with_what_is_left(ledger_url: str) -> None:
+    assert run("approve", "m1", "--by", "alice", "--db", ledger_url).exit_code == 0
+    out = CliRunner().invoke(cli, ["resume", "support-1", "--tools", "support_tools",
+                                   "--policy", str(EXAMPLE_POLICY), "--db", ledger_url])
+    progress = out.stderr.splitlines()
+    assert "call m1 (send_email): awaiting_approval → authorized [approve]" in progress
+    assert "call m1 (send_email): executing → succeeded [succeed]" in progress
+    assert out.exit_code == 4, out.output  # every call finished; d1 and bad were rejected
+    assert "Exit status: 0 every call finished" in run("resume", "--help").output
