@@ -19,6 +19,8 @@ from agent_gate.errors import (
     LedgerConfigError,
     LedgerReplaced,
     LedgerSchemaError,
+    NotAwaitingApproval,
+    NotInDoubt,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +52,15 @@ def failures() -> Iterator[None]:
     except (*_LEDGER_ERRORS, SQLAlchemyError) as exc:
         raise CliError(_describe(exc), ExitCode.LEDGER) from None
     except AgentGateError as exc:
-        raise CliError(_describe(exc)) from None
+        hint = next((h for kind, h in _HINTS if isinstance(exc, kind)), "")
+        raise CliError(_describe(exc) + hint) from None
+
+
+_HINTS: tuple[tuple[type[AgentGateError], str], ...] = (
+    (NotAwaitingApproval, "; `agent-gate call show CALL --task TASK` shows what happened to it"),
+    (NotInDoubt, "; only a call in doubt is resolved (`agent-gate tasks --state in_doubt`)"),
+)
+"""What to do next, after the message of an answer the ledger refused."""
 
 
 def find_call(ledger: Ledger, call_id: str, task_id: str | None) -> CallRecord:

@@ -120,6 +120,7 @@ def test_deny_rejects_and_approve_names_what_is_wrong(ledger_url: str) -> None:
     again = run("approve", "m1", "--by", "alice", "--db", ledger_url)
     assert again.exit_code == 1
     assert "call 'm1' of task 'support-1' is rejected, not awaiting approval" in again.output
+    assert "`agent-gate call show CALL --task TASK` shows what happened" in again.output
     unknown = run("approve", "nope", "--by", "alice", "--db", ledger_url)
     assert unknown.exit_code == 1 and "no call 'nope'" in unknown.output
     bad = run("approve", "m1", "--by", "alice", "--expires-in", "soon", "--db", ledger_url)
