@@ -132,3 +132,35 @@ def test_replay_usage_errors(project: Path, args: list[str], message: str) -> No
     ])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_replay_on_a_terminal_draws_live_progress(project: Path, effects_file: Path) -> None:
+    """A real pseudo-terminal: the live view is drawn on standard error (and cleared),
+    no plain progress lines; the result lines are printed as without a terminal."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    stream = str(TRANSCRIPTS / "openai_responses" / "parallel_calls.sse")
+    proc = subprocess.Popen(
+        [str(AGENT_GATE), "replay", stream, "--provider", "openai-responses", "--task", "TT",
+         "--tools", "my_tools"],
+        stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "COLUMNS": "120"},
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert "\x1b[?25l" in shown  # rich's live display hid the cursor while it drew
+    assert "task TT · " in shown and "events · 0 heartbeats" in shown
+    assert "call call_8fJk2LwQe9 (get_weather):" not in shown  # no plain lines here
+    assert "terminal: completed" in shown
