@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import click
 
+from agent_gate.cli._exit import EXIT_CODES_HELP, JsonError
+
 
 @dataclass(frozen=True, slots=True)
 class Command:
@@ -28,6 +30,8 @@ COMMANDS: dict[str, Command] = {
                        "Approve a call that waits for approval (bound to its arguments)."),
     "audit": Command("audit", "audit_group",
                      "Show or verify the hash-chained audit trail."),
+    "call": Command("call", "call_group",
+                    "Show everything recorded about one call (`call show CALL`)."),
     "calls": Command("calls", "calls_command",
                      "Print the tool calls a recorded stream completed, and how it ended."),
     "db": Command("db", "db_group", "Create and upgrade the ledger schema."),
@@ -70,6 +74,17 @@ class _LazyGroup(click.Group):
         )
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; with ``--json`` among its arguments, its errors (usage
+        errors too, raised while its options are parsed) print as one JSON object."""
+        wants_json = "--json" in ctx.args  # read first: the group's invoke empties it
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            if wants_json and not isinstance(exc, JsonError):
+                raise JsonError(exc) from None
+            raise
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [
             (name, COMMANDS[name].summary if name in COMMANDS
@@ -80,7 +95,8 @@ class _LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EXIT_CODES_HELP)
 @click.version_option(package_name="agent-gate")
 def main() -> None:
     """Frame LLM streams strictly, run each complete tool call at most once."""

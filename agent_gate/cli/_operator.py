@@ -13,11 +13,19 @@ from typing import TYPE_CHECKING
 
 import click
 
-from agent_gate.errors import AgentGateError
+from agent_gate.cli._exit import CliError, ExitCode
+from agent_gate.errors import (
+    AgentGateError,
+    LedgerConfigError,
+    LedgerReplaced,
+    LedgerSchemaError,
+    NotAwaitingApproval,
+    NotInDoubt,
+)
 
 if TYPE_CHECKING:
     from agent_gate.gate import Gate
-    from agent_gate.ledger import Ledger
+    from agent_gate.ledger import CallRecord, Ledger
     from agent_gate.tools import ToolRegistry
 
 
@@ -30,15 +38,55 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
+_LEDGER_ERRORS = (LedgerConfigError, LedgerReplaced, LedgerSchemaError)
+
+
 @contextmanager
 def failures() -> Iterator[None]:
-    """Turn agent-gate and database errors into a one-line error and exit status 1."""
+    """Turn agent-gate and database errors into a one-line error: exit status 3 for a
+    ledger that cannot be opened or used, 1 for anything else refused."""
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         yield
-    except (AgentGateError, SQLAlchemyError) as exc:
-        raise click.ClickException(_describe(exc)) from None
+    except (*_LEDGER_ERRORS, SQLAlchemyError) as exc:
+        raise CliError(_describe(exc), ExitCode.LEDGER) from None
+    except AgentGateError as exc:
+        hint = next((h for kind, h in _HINTS if isinstance(exc, kind)), "")
+        raise CliError(_describe(exc) + hint) from None
+
+
+_HINTS: tuple[tuple[type[AgentGateError], str], ...] = (
+    (NotAwaitingApproval, "; `agent-gate call show CALL --task TASK` shows what happened to it"),
+    (NotInDoubt, "; only a call in doubt is resolved (`agent-gate tasks --state in_doubt`)"),
+)
+"""What to do next, after the message of an answer the ledger refused."""
+
+
+def find_call(ledger: Ledger, call_id: str, task_id: str | None) -> CallRecord:
+    """The one call ``CALL_ID`` (of ``--task``) names, or an error that says how to name it."""
+    recs = ledger.find(call_id, task_id)
+    if not recs:
+        where = f" in task {task_id!r}" if task_id is not None else ""
+        raise CliError(f"no call {call_id!r}{where} in the ledger; expected a call id as "
+                       "`agent-gate audit` or `agent-gate tasks --state STATE` lists them")
+    if len(recs) > 1:
+        tasks = ", ".join(repr(r.task_id) for r in recs[:5]) + (", ..." if len(recs) > 5 else "")
+        raise click.UsageError(
+            f"call id {call_id!r} is in {len(recs)} tasks ({tasks}); name one with "
+            f"--task TASK, e.g. --task {recs[0].task_id}"
+        )
+    return recs[0]
+
+
+def person(by: str | None, flag: str = "--by") -> str | None:
+    """``--by``, stripped; a blank one is refused naming the flag (None stays None)."""
+    if by is None:
+        return None
+    if not by.strip():
+        raise click.BadParameter("expected who answers, e.g. --by alice (not blank)",
+                                 param_hint=flag)
+    return by.strip()
 
 
 def open_ledger(url: str | None) -> Ledger:

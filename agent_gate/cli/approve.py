@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from agent_gate.cli._operator import failures, open_gate
+from agent_gate.cli._operator import failures, find_call, open_gate, person
 from agent_gate.cli._options import call_options, decided_by_options, parse_duration
 from agent_gate.cli._output import emit_json, when
 
@@ -29,8 +29,11 @@ def approve_command(
 ) -> None:
     """Approve CALL_ID, which waits for approval; `agent-gate resume TASK` then runs it once."""
     ttl = parse_duration(expires_in)
+    who = person(by)
+    assert who is not None
     with failures(), open_gate(url, policy=policy_file) as gate:
-        approval, new = gate.approve(call_id, by=by, reason=reason, task_id=task_id, ttl=ttl)
+        task_id = find_call(gate.ledger, call_id, task_id).task_id
+        approval, new = gate.approve(call_id, by=who, reason=reason, task_id=task_id, ttl=ttl)
         rec = gate.ledger.get(approval.task_id, approval.call_id)
     if as_json:
         emit_json({**approval.to_dict(), "new": new, "tool": rec.tool if rec else None})
@@ -55,8 +58,11 @@ def deny_command(
     as_json: bool,
 ) -> None:
     """Deny CALL_ID, which waits for approval: it is rejected and never runs."""
+    who = person(by)
+    assert who is not None
     with failures(), open_gate(url) as gate:
-        outcome = gate.deny(call_id, by=by, reason=reason, task_id=task_id)
+        task_id = find_call(gate.ledger, call_id, task_id).task_id
+        outcome = gate.deny(call_id, by=who, reason=reason, task_id=task_id)
     if as_json:
         emit_json({"task_id": outcome.task_id, **outcome.to_dict()})
         return

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from agent_gate.cli._listing import PAGE, PagedTable, listing_options, pages, parse_since
 from agent_gate.cli._operator import failures, open_ledger
 from agent_gate.cli._options import ledger_options
-from agent_gate.cli._output import cell, console, emit_json, state_cell, table, when
+from agent_gate.cli._output import cell, console, emit_json, state_cell, when
+
+if TYPE_CHECKING:
+    from agent_gate.ledger import AuditRecord, Ledger
+    from agent_gate.ledger.pages import AuditQuery
+
+_FOLLOW_MIN = 0.05
+_FOLLOW_MAX = 1.0
+"""Seconds between polls while following: short after news, backing off to this."""
 
 
 def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
@@ -21,53 +34,118 @@ def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
     return verdict, ", ".join(str(r) for r in detail.get("rule_ids") or ())
 
 
+def _json(e: AuditRecord) -> dict[str, Any]:
+    return {
+        "seq": e.seq, "at": e.at.isoformat(), "task": e.task_id, "call": e.call_id,
+        "tool": e.tool, "event": e.event, "from": e.from_state, "to": e.to_state,
+        "actor": e.actor, "detail": e.detail, "hash": e.hash,
+    }
+
+
+def _row(e: AuditRecord) -> list[Any]:
+    verdict, rules = _decision(e.detail)
+    state = state_cell(e.to_state)
+    if e.from_state and e.to_state and e.from_state != e.to_state:
+        state = cell(f"{e.from_state} → ") + state
+    return [cell(e.seq), cell(when(e.at)), cell(e.task_id), cell(e.call_id or ""),
+            cell(e.tool or ""), cell(e.event), state,
+            cell(verdict, "red" if verdict == "deny" else ""), cell(rules), cell(e.actor)]
+
+
+_COLUMNS = ("#", "time (UTC)", "task", "call", "tool", "event", "state", "decision",
+            "rule ids", "actor")
+
+
 @click.group(name="audit", invoke_without_command=True)
 @click.option("--task", "task_id", default=None, help="Only this task's events.")
 @click.option("--call", "call_id", default=None, help="Only this call's events.")
+@listing_options("SEQ", "Only entries after this position (#); the next page starts "
+                        "after the last one shown.")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing new entries as they are appended (Ctrl-C ends); starts "
+                   "with the last --limit entries (default 10) unless --after is given.")
 @ledger_options
 @click.pass_context
 def audit_group(
-    ctx: click.Context, task_id: str | None, call_id: str | None, url: str | None,
-    as_json: bool,
+    ctx: click.Context, task_id: str | None, call_id: str | None, state: str | None,
+    tool: str | None, since: str | None, limit: int | None, after: str | None,
+    follow: bool, url: str | None, as_json: bool,
 ) -> None:
-    """Show the audit trail: every transition and decision, oldest first.
+    """Show the audit trail: every transition and decision, oldest first, streamed.
 
     Each entry is linked into one hash chain; `agent-gate audit verify` checks it.
-    Redacted argument fields appear only as digests and short previews.
+    Redacted argument fields appear only as digests and short previews; `agent-gate
+    call show CALL` shows one call whole. With --limit N one page is shown; the
+    next starts with --after and the last # shown.
     """
     if ctx.invoked_subcommand is not None:
         return
-    with failures(), open_ledger(url) as ledger:
-        events = ledger.audit(task_id=task_id, call_id=call_id)
-        tools = {rec.row_id: rec.tool for rec in ledger.calls(task_id)}
-    if as_json:
-        for e in events:
-            emit_json({
-                "seq": e.seq, "at": e.at.isoformat(), "task": e.task_id, "call": e.call_id,
-                "tool": tools.get(e.call_row_id) if e.call_row_id else None,
-                "event": e.event, "from": e.from_state, "to": e.to_state, "actor": e.actor,
-                "detail": e.detail, "hash": e.hash,
-            })
-        return
+    from agent_gate.ledger.pages import AuditQuery
+
+    start: int | None = None
+    if after is not None:
+        if not after.isdigit():
+            raise click.BadParameter(f"expected a position (#) such as 120, got {after!r}",
+                                     param_hint="--after")
+        start = int(after)
+    query = AuditQuery(task_id=task_id, call_id=call_id, tool=tool, state=state,
+                       since=parse_since(since) if since is not None else None)
     out = console()
-    if not events:
-        out.print("no audit events" + (" for that filter" if task_id or call_id else ""))
+    table = PagedTable(out, _COLUMNS, ids=("task", "call"), right=("#",))
+    shown = last = 0
+
+    def show(page: list[AuditRecord]) -> None:
+        nonlocal shown, last
+        shown += len(page)
+        last = page[-1].seq
+        if as_json:
+            for e in page:
+                emit_json(_json(e))
+        else:
+            table.print([_row(e) for e in page])
+        sys.stdout.flush()
+
+    with failures(), open_ledger(url) as ledger:
+
+        def fetch(cursor: int | None, n: int) -> list[AuditRecord]:
+            return ledger.audit_page(replace(query, after=cursor, limit=n))
+
+        if follow:
+            _follow(ledger, query, start, limit, show)
+            return
+        for page in pages(fetch, lambda e: e.seq, start, limit):
+            show(page)
+    if shown == 0 and not as_json:
+        out.print("no audit events" + (" for that filter" if query != AuditQuery() or start
+                                       else ""))
+    elif limit is not None and shown == limit and not as_json:
+        click.echo(f"more may follow: --after {last} --limit {limit}", err=True)
+
+
+def _follow(ledger: Ledger, query: AuditQuery, start: int | None, limit: int | None,
+            show: Callable[[list[AuditRecord]], None]) -> None:
+    """Print what is there, then poll for new entries (backing off while idle)."""
+    if start is None:
+        backlog = ledger.audit_page(replace(query, newest=True, limit=limit or 10))
+        if backlog:
+            show(backlog)
+            start = backlog[-1].seq
+        else:  # nothing matches yet: follow from the chain's end
+            newest = ledger.audit_page(AuditQuery(newest=True, limit=1))
+            start = newest[-1].seq if newest else 0
+    pause = _FOLLOW_MIN
+    try:
+        while True:
+            page = ledger.audit_page(replace(query, after=start, limit=PAGE))
+            if page:
+                show(page)
+                start = page[-1].seq
+                pause = _FOLLOW_MIN
+                continue
+            time.sleep(pause)
+            pause = min(pause * 2, _FOLLOW_MAX)
+    except KeyboardInterrupt:
         return
-    shown = table()
-    for name in ("#", "time (UTC)", "task", "call", "tool", "event", "state", "decision",
-                 "rule ids", "actor"):
-        shown.add_column(name, justify="right" if name == "#" else "left")
-    for e in events:
-        verdict, rules = _decision(e.detail)
-        state = state_cell(e.to_state)
-        if e.from_state and e.to_state and e.from_state != e.to_state:
-            state = cell(f"{e.from_state} → ") + state
-        shown.add_row(
-            cell(e.seq), cell(when(e.at)), cell(e.task_id), cell(e.call_id),
-            cell(tools.get(e.call_row_id, "") if e.call_row_id else ""), cell(e.event), state,
-            cell(verdict, "red" if verdict == "deny" else ""), cell(rules), cell(e.actor),
-        )
-    out.print(shown)
 
 
 _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")

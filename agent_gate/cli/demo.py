@@ -203,10 +203,23 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
+def _who() -> str:
+    """A name for ``--by`` that works as printed: the login name, never ``$USER`` (unset
+    in containers and cron jobs, where the printed command would then fail)."""
+    import getpass
+    import shlex
+
+    try:
+        name = getpass.getuser().strip()
+    except (OSError, KeyError):  # no $USER/$LOGNAME and no passwd entry (a container)
+        name = ""
+    return shlex.quote(name) if name else "operator"
+
+
 def _next_steps(task_id: str, db_arg: str, policy: str, waiting: list[str]) -> list[str]:
     lines = [f"agent-gate audit --task {task_id}{db_arg}"]
     for call_id in waiting:
-        lines.append(f"agent-gate approve {call_id} --task {task_id} --by $USER{db_arg}")
+        lines.append(f"agent-gate approve {call_id} --task {task_id} --by {_who()}{db_arg}")
     lines.append(f"agent-gate resume {task_id} --tools agent_gate.demo.tools --policy {policy}"
                  f"{db_arg}")
     lines.append("agent-gate demo" + db_arg)

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
+from agent_gate.cli._exit import EXIT_CODES_HELP, CliError
+from agent_gate.cli._operator import failures
 from agent_gate.cli._options import db_option, next_input_option, stream_task_options
+from agent_gate.cli._progress import counted, finish, watching
 from agent_gate.errors import AgentGateError
 from agent_gate.providers import AUTO, provider_names
 
@@ -100,11 +103,11 @@ def write_next_input(
     try:
         items = result.next_input(result.provider or provider)
     except AgentGateError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError(str(exc)) from None
     path.write_text(json.dumps(items, ensure_ascii=False, indent=1), "utf-8")
 
 
-@click.command(name="replay")
+@click.command(name="replay", epilog=EXIT_CODES_HELP)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--provider",
@@ -130,25 +133,25 @@ def replay_command(
     """Run FILE (a recorded text/event-stream) through accumulator, ledger and tools.
 
     Prints one line per call (call id, tool, final state, replayed or new, reason)
-    and the response's terminal state. Calls already in the ledger for TASK are
-    answered from it and not executed again.
+    and the response's terminal state; while it runs, each call's state as it
+    changes (on standard error: live on a terminal, else one line per change).
+    Calls already in the ledger for TASK are answered from it and not executed again.
     """
     from agent_gate.gate import Gate
 
     registry = load_registry(tools_spec)
-    try:
-        with Gate(registry, url, create=True) as gate, file.open("rb") as source:
-            result = gate.run(_events(source), task_id=task_id, provider=provider)
-    except AgentGateError as exc:
-        raise click.ClickException(str(exc)) from None
+    with (failures(), Gate(registry, url, create=True) as gate, file.open("rb") as source,
+          watching(gate.ledger, task_id, as_json=as_json) as progress):
+        result = gate.run(counted(_events(source), progress), task_id=task_id,
+                          provider=provider)
     if provider == AUTO and result.provider not in (None, AUTO):
         click.echo(f"provider: detected {result.provider}", err=True)
     terminal = str(result.terminal) if result.terminal is not None else None
     echo_outcomes(result.outcomes, as_json=as_json)
-    if as_json:
-        click.echo(json.dumps({"terminal": terminal}))
-    else:
+    if not as_json:
         click.echo(f"terminal: {terminal}")
     if result.error:
-        raise click.ClickException(f"the stream was abandoned: {result.error}")
+        raise CliError(f"the stream was abandoned: {result.error}")
     write_next_input(result, provider, next_input)
+    finish((o.state.value for o in result.outcomes),
+           summary={"terminal": terminal} if as_json else None)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from agent_gate.cli._operator import failures, open_gate
+from agent_gate.cli._operator import failures, find_call, open_gate, person
 from agent_gate.cli._options import call_options, decided_by_options
 from agent_gate.cli._output import emit_json
 
@@ -36,14 +36,20 @@ def resolve_command(
     result = None
     if result_json is not None:
         if as_ != "succeeded":
-            raise click.BadParameter("--result goes with --as succeeded", param_hint="--result")
+            raise click.BadParameter(
+                f"--result goes with --as succeeded, not --as {as_}; drop --result",
+                param_hint="--result")
         try:
             result = json.loads(result_json)
         except ValueError:
-            raise click.BadParameter("not valid JSON", param_hint="--result") from None
+            raise click.BadParameter(
+                'expected a JSON value, e.g. --result \'{"sent": true}\'', param_hint="--result"
+            ) from None
+    who = person(by)
     with failures(), open_gate(url) as gate:
+        task_id = find_call(gate.ledger, call_id, task_id).task_id
         outcome = gate.resolve(call_id, as_=as_, task_id=task_id, result=result, note=reason,
-                               by=by)
+                               by=who)
     if as_json:
         emit_json({"task_id": outcome.task_id, **outcome.to_dict()})
         return

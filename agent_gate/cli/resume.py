@@ -7,9 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from agent_gate.cli._exit import EXIT_CODES_HELP, CliError
+from agent_gate.cli._listing import PagedTable
 from agent_gate.cli._operator import failures, open_gate
 from agent_gate.cli._options import ledger_options, tools_option
-from agent_gate.cli._output import cell, console, emit_json, state_cell, table
+from agent_gate.cli._output import cell, console, state_cell
+from agent_gate.cli._progress import finish, watching
 from agent_gate.cli.replay import load_registry
 
 if TYPE_CHECKING:
@@ -30,27 +33,21 @@ def _blockers(out: Console, title: str, blockers: list[Blocker]) -> None:
     if not blockers:
         out.print(cell(f"{title}: nothing; every call of the task is finished"))
         return
-    shown = table(title)
-    for name in ("call", "tool", "state", "needs", "why"):
-        shown.add_column(name, overflow="fold" if name == "why" else "ellipsis")
-    for b in blockers:
-        shown.add_row(cell(b.call_id), cell(b.tool), state_cell(b.state.value),
-                      cell(_NEEDS.get(b.needs, b.needs)), cell(b.reason))
-    out.print(shown)
+    out.print(cell(title, "italic"))
+    PagedTable(out, ("call", "tool", "state", "needs", "why"), ids=("call",)).print([
+        [cell(b.call_id), cell(b.tool), state_cell(b.state.value),
+         cell(_NEEDS.get(b.needs, b.needs)), cell(b.reason)] for b in blockers])
 
 
 def _outcomes(out: Console, outcomes: list[Outcome]) -> None:
-    shown = table("resumed")
-    for name in ("call", "tool", "state", "ran now", "reason"):
-        shown.add_column(name, overflow="fold" if name == "reason" else "ellipsis")
-    for o in outcomes:
-        ran_now = "yes" if not o.replayed and o.attempt and o.state.ran else "no"
-        shown.add_row(cell(o.call_id), cell(o.tool), state_cell(o.state.value), cell(ran_now),
-                      cell(o.reason))
-    out.print(shown)
+    out.print(cell("resumed", "italic"))
+    PagedTable(out, ("call", "tool", "state", "ran now", "reason"), ids=("call",)).print([
+        [cell(o.call_id), cell(o.tool), state_cell(o.state.value),
+         cell("yes" if not o.replayed and o.attempt and o.state.ran else "no"),
+         cell(o.reason)] for o in outcomes])
 
 
-@click.command(name="resume")
+@click.command(name="resume", epilog=EXIT_CODES_HELP)
 @click.argument("task_id")
 @tools_option
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
@@ -66,6 +63,7 @@ def resume_command(
     Awaiting-approval calls run only with a valid approval under the same --policy;
     in-doubt calls are re-run only when their tool is retry-safe or its reconcile hook
     says the write did not happen; everything else is reported, never run twice.
+    The exit status says what the task's calls are left as (below).
     """
     registry = load_registry(tools_spec)
     out = console()
@@ -74,13 +72,19 @@ def resume_command(
                   "is allowed, and approved calls wait for a resume under their policy")
     with failures(), open_gate(url, registry, policy_file) as gate:
         if gate.ledger.task(task_id) is None:
-            raise click.ClickException(f"no task {task_id!r} in the ledger")
+            raise CliError(f"no task {task_id!r} in the ledger; expected a task id as "
+                           "`agent-gate tasks` lists them")
         notes = gate.override_notes
         before = gate.blockers(task_id)
-        outcomes = [] if dry_run else gate.resume(task_id)
+        if dry_run:
+            outcomes = []
+        else:
+            with watching(gate.ledger, task_id, as_json=as_json):
+                outcomes = gate.resume(task_id)
         after = gate.blockers(task_id) if not dry_run else before
+        left = [rec.state.value for rec in gate.ledger.calls(task_id)]
     if as_json:
-        emit_json({
+        finish(left, summary={
             "task": task_id,
             "policy": policy_file,
             "override_notes": list(notes),
@@ -92,8 +96,8 @@ def resume_command(
     for note in notes:
         out.print(cell(f"note: {note}", "yellow"))
     _blockers(out, f"task {task_id}: in the way", before)
-    if dry_run:
-        return
-    if outcomes:
-        _outcomes(out, outcomes)
-    _blockers(out, "still in the way", after)
+    if not dry_run:
+        if outcomes:
+            _outcomes(out, outcomes)
+        _blockers(out, "still in the way", after)
+    finish(left)

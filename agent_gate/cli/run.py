@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from agent_gate.cli._exit import EXIT_CODES_HELP, CliError
 from agent_gate.cli._operator import failures
 from agent_gate.cli._options import F, db_option_as, next_input_option, stream_task_options
+from agent_gate.cli._progress import finish, watching
 from agent_gate.cli.replay import echo_outcomes, load_registry, write_next_input
 from agent_gate.providers import AUTO, provider_names
 
@@ -75,7 +77,7 @@ def _summary(result: LiveResult) -> dict[str, object]:
     }
 
 
-@click.command(name="run")
+@click.command(name="run", epilog=EXIT_CODES_HELP)
 @click.option(
     "--provider",
     required=True,
@@ -169,9 +171,11 @@ def run_command(
     and how the response ended. Calls already in the ledger for TASK are answered
     from it and not executed again. With --policy, each new call is decided by that
     policy file: allowed calls run, others are rejected or wait for an approval
-    (`agent-gate approve`, then `agent-gate resume`). Exits 1 when the stream itself
-    failed (an error status, a wrong content type, a timeout, a cut that could not
-    be resumed); the calls it held are then recorded as not run.
+    (`agent-gate approve`, then `agent-gate resume`). While it runs, each call's
+    state as it changes, the stream's events, heartbeats and reconnects show on
+    standard error (live on a terminal, else one line per change). Exits 1 when the
+    stream itself failed (an error status, a wrong content type, a timeout, a cut
+    that could not be resumed); the calls it held are then recorded as not run.
     """
     import httpx
 
@@ -196,7 +200,8 @@ def run_command(
             headers["Content-Type"] = "application/json"
     verb = (method or ("POST" if content is not None else "GET")).upper()
     try:
-        with failures(), Gate(registry, url_db, policy=policy_file, create=True) as gate:
+        with (failures(), Gate(registry, url_db, policy=policy_file, create=True) as gate,
+              watching(gate.ledger, task_id, as_json=as_json) as progress):
             result = run_live(
                 gate,
                 url,
@@ -209,23 +214,30 @@ def run_command(
                 resume=OpenAIResponsesResume() if resume_with == "openai-background" else None,
                 limits=StreamLimits(idle_timeout=idle_timeout, progress_timeout=progress_timeout),
                 reconnect=ReconnectPolicy(max_reconnects=max_reconnects),
+                on_event=progress.event if progress is not None else None,
+                on_reconnect=progress.reconnect if progress is not None else None,
             )
     except httpx.InvalidURL:
         # Rejected before anything was sent; the URL is not quoted (it may carry a key).
-        raise click.ClickException("cannot open the stream: --url is not a valid URL") from None
+        raise click.BadParameter("expected an http:// or https:// URL (not shown: it may "
+                                 "carry a key)", param_hint="--url") from None
     terminal = str(result.terminal) if result.terminal is not None else None
     if provider == AUTO and result.provider not in (None, AUTO):
         click.echo(f"provider: detected {result.provider}", err=True)
     echo_outcomes(result.outcomes, as_json=as_json)
     summary = _summary(result)
-    if as_json:
-        click.echo(json.dumps({"terminal": terminal, "error": result.error, "stream": summary}))
-    else:
+    if not as_json:
         click.echo(f"terminal: {terminal}")
         click.echo(
             "stream: {events} events ({heartbeats} heartbeats) over {connections} "
             "connection(s), {replayed_events} replayed after a reconnect".format(**summary)
         )
+    elif result.error:
+        click.echo(json.dumps({"terminal": terminal, "error": result.error, "stream": summary,
+                               "exit_code": 1}))
     if result.error:
-        raise click.ClickException(f"the stream was abandoned: {result.error}")
+        raise CliError(f"the stream was abandoned: {result.error}")
     write_next_input(result, provider, next_input)
+    finish((o.state.value for o in result.outcomes),
+           summary={"terminal": terminal, "error": None, "stream": summary} if as_json
+           else None)

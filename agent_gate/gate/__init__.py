@@ -17,6 +17,7 @@ One job per module, arrows pointing down:
 * ``outcome``  ``Outcome``, ``RunResult``, ``Blocker``; ``render`` their provider forms
 * ``next_input``  the assistant turn and the results to send back, per provider
 * ``mcp_approval``  hosted MCP approval requests: tools that answer, never run
+* ``waiting``  ``pending``/``wait``/``await_decision``: code that waits for a person
 * ``reasons``  the reason codes stored with each call; ``errors`` the gate's errors
 """
 
@@ -42,6 +43,7 @@ from agent_gate.gate.facade import (
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult
 from agent_gate.gate.render import render_tool_result
 from agent_gate.gate.runner import current_call
+from agent_gate.gate.waiting import Answer, AnswerStatus
 from agent_gate.ledger.reasons import ReasonCode
 
 __all__ = [
@@ -49,6 +51,8 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_RESULT_BYTES",
     "AmbiguousCall",
+    "Answer",
+    "AnswerStatus",
     "ApprovalRefused",
     "Authorizer",
     "Blocker",

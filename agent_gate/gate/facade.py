@@ -35,6 +35,7 @@ from agent_gate.errors import (
     NotAwaitingApproval,
     NotInDoubt,
 )
+from agent_gate.gate import waiting
 from agent_gate.gate.decide import Authorizer, Decider
 from agent_gate.gate.driver import CallDriver, lease_end
 from agent_gate.gate.finish import Finisher
@@ -425,6 +426,27 @@ class Gate:
                 f"call {call_id!r} changed to {tr.record.state.value} while being resolved"
             )
         return outcome_of(tr.record, replayed=False)
+
+    # ------------------------------------------------------------ waiting for people
+
+    def pending(self, task_id: str | None = None) -> list[Outcome]:
+        """Calls that wait for a person's approval (of ``task_id``, or every task)."""
+        return waiting.pending(self.ledger, task_id)
+
+    def wait(
+        self, call: str | Outcome, *, task_id: str | None = None, timeout: float | None = None
+    ) -> waiting.Answer:
+        """Block until a person approves or denies ``call`` (by CLI, API, any process),
+        or ``timeout`` seconds pass (None: no limit); then ``execute`` runs an approved
+        call. ``agent_gate.gate.waiting`` says how (LISTEN/NOTIFY, or polling)."""
+        return waiting.wait_answer(self.ledger, self._find_one(call, task_id), timeout)
+
+    async def await_decision(
+        self, call: str | Outcome, *, task_id: str | None = None, timeout: float | None = None
+    ) -> waiting.Answer:
+        """``wait`` for async code: the ledger read off the loop, cancellable at once."""
+        rec = await asyncio.to_thread(self._find_one, call, task_id)
+        return await waiting.await_answer(self.ledger, rec, timeout)
 
     def _find_one(self, call: str | Outcome, task_id: str | None) -> CallRecord:
         call_id = call if isinstance(call, str) else call.call_id

@@ -35,6 +35,7 @@ from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import ApprovalRow
+from agent_gate.ledger.notify import announce
 from agent_gate.ledger.records import from_row
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "MAX_TTL_SECONDS",
     "ApprovalRecord",
     "NotAwaitingApproval",
+    "answers",
     "consume",
     "insert_answer",
     "latest",
@@ -232,6 +234,7 @@ def insert_answer(
     )
     key = result.inserted_primary_key
     assert key is not None
+    announce(conn, task_id, call_id)  # delivered on commit: waiters find the answer
     row = conn.execute(_select().where(_APPROVALS.c.id == key[0])).mappings().one()
     return _from_row(row)
 
@@ -266,3 +269,11 @@ def consume(conn: Connection, approval_id: int, attempt: int) -> bool:
         .values(consumed_at=datetime.now(UTC), consumed_attempt=attempt)
     )
     return result.rowcount == 1
+
+
+def answers(conn: Connection, call_row_id: int) -> list[ApprovalRecord]:
+    """Every answer given for the call, oldest first (the ``call_row_id, id`` index)."""
+    rows = conn.execute(
+        _select().where(_APPROVALS.c.call_row_id == call_row_id).order_by(_APPROVALS.c.id)
+    ).mappings()
+    return [_from_row(row) for row in rows]

@@ -79,6 +79,7 @@ __all__ = [
     "flush",
     "open_stage",
     "read",
+    "record_of",
     "staged",
     "verify",
 ]
@@ -112,6 +113,8 @@ class AuditRecord:
     detail: dict[str, Any] | None
     seq: int = 0
     hash: str = ""
+    tool: str | None = None
+    """The call's tool, when the entry was read with it (``pages.audit_page``)."""
 
 
 _DETAIL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
@@ -253,10 +256,11 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
     ).run(conn, {"head_id": _HEAD_ID, "seq": seq, "hash": prev})
 
 
-def _record(row: Mapping[str, Any]) -> AuditRecord:
+def record_of(row: Mapping[str, Any]) -> AuditRecord:
     detail = row["detail"]
     return from_row(
-        AuditRecord, row, at=as_utc(row["at"]), detail=json.loads(detail) if detail else None
+        AuditRecord, row, at=as_utc(row["at"]), detail=json.loads(detail) if detail else None,
+        tool=row.get("tool"),
     )
 
 
@@ -274,7 +278,7 @@ def read(
         stmt = stmt.where(_EVENTS.c.call_row_id == call_row_id)
     if call_id is not None:
         stmt = stmt.where(_EVENTS.c.call_id == call_id)
-    return [_record(row) for row in conn.execute(stmt).mappings()]
+    return [record_of(row) for row in conn.execute(stmt).mappings()]
 
 
 def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | None:

@@ -23,7 +23,8 @@ from typing import Any, Unpack
 
 from sqlalchemy import Connection, Engine, update
 
-from agent_gate.ledger import approvals, audit, backend, flows, intake, quota, reads
+from agent_gate.ledger import approvals, audit, backend, flows, intake, pages, quota, reads
+from agent_gate.ledger.details import DEFAULT_MAX_SHOWN, CallDetails, read_details
 from agent_gate.ledger.dialect import (
     DEFAULT_BUSY_TIMEOUT,
     begin_read,
@@ -147,6 +148,23 @@ class Ledger:
     ) -> list[audit.AuditRecord]:
         with begin_read(self.engine) as conn:
             return audit.read(conn, task_id=task_id, call_row_id=call_row_id, call_id=call_id)
+
+    def audit_page(self, query: pages.AuditQuery) -> list[audit.AuditRecord]:
+        """One page of the trail, each entry with its tool (``pages.audit_page``)."""
+        with begin_read(self.engine) as conn:
+            return pages.audit_page(conn, query)
+
+    def tasks_page(self, query: pages.TaskQuery) -> list[TaskSummary]:
+        """One page of tasks, newest activity first (``pages.tasks_page``)."""
+        with begin_read(self.engine) as conn:
+            return pages.tasks_page(conn, query)
+
+    def call_details(
+        self, task_id: str, call_id: str, *, max_shown: int = DEFAULT_MAX_SHOWN
+    ) -> CallDetails | None:
+        """Everything recorded about one call, in one snapshot (``details.CallDetails``)."""
+        with begin_read(self.engine) as conn:
+            return read_details(conn, task_id, call_id, max_shown=max_shown)
 
     def verify_audit(self, anchor: tuple[int, str] | None = None) -> audit.ChainReport:
         """Check the audit hash chain in one snapshot (see ``audit.verify``)."""

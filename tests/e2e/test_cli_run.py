@@ -63,7 +63,7 @@ def test_run_resumes_a_cut_stream_and_a_second_run_replays_from_the_ledger(
         first = cli(*run_args(DEMO, server.stream_url("s")))
         second = cli(*run_args(DEMO, server.stream_url("s")))
     assert first.exit_code == 0, first.output
-    lines = first.output.splitlines()
+    lines = first.stdout.splitlines()
     # Without --policy every registered tool with valid arguments is allowed.
     assert [line.split()[:4] for line in lines[:4]] == [
         ["call_weather", "get_weather", "succeeded", "new"],
@@ -73,8 +73,17 @@ def test_run_resumes_a_cut_stream_and_a_second_run_replays_from_the_ledger(
     ]
     assert "terminal: completed" in lines
     assert "over 2 connection(s), 19 replayed after a reconnect" in first.output
+    # Not a terminal: one plain line per change on standard error, while it ran.
+    progress = first.stderr.splitlines()
+    assert "call call_weather (get_weather): authorized → executing [claim]" in progress
+    assert "call call_cleanup (delete_file): executing → succeeded [succeed]" in progress
+    cut = next(i for i, line in enumerate(progress) if line.startswith("stream: reconnect #1"))
+    assert "after event id" in progress[cut]
+    # The reconnect line comes after the calls the first connection already ran.
+    assert progress.index("call call_weather (get_weather): executing → succeeded [succeed]") \
+        < cut
     assert second.exit_code == 0
-    assert [line.split()[3] for line in second.output.splitlines()[:4]] == ["replayed"] * 4
+    assert [line.split()[3] for line in second.stdout.splitlines()[:4]] == ["replayed"] * 4
     assert dict(e2e_tools.executions(effects, "t")) == {c: 1 for c in DEMO.complete}
 
 
@@ -84,7 +93,7 @@ def test_run_with_the_example_policy_runs_only_what_it_allows(
     with StreamServer({"s": DEMO.transcript}, join_timeout=2.0) as server:
         result = cli(*run_args(DEMO, server.stream_url("s")), "--policy", str(EXAMPLE_POLICY),
                      "--json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 5, result.output  # call_mail_partner awaits approval
     rows = [json.loads(line) for line in result.output.splitlines()]
     states = {r["call_id"]: r["state"] for r in rows if "call_id" in r}
     assert states == {
@@ -95,6 +104,7 @@ def test_run_with_the_example_policy_runs_only_what_it_allows(
     }
     summary = rows[-1]
     assert summary["terminal"] == "completed" and summary["error"] is None
+    assert summary["exit_code"] == 5
     assert summary["stream"]["connections"] == 1
     assert dict(e2e_tools.executions(effects, "t")) == {"call_weather": 1, "call_mail_team": 1}
 
@@ -163,7 +173,9 @@ def test_run_times_out_when_only_heartbeats_flow(cli: Any, e2e_tools: ModuleType
     assert "heartbeats) over 1 connection(s)" in result.output
     # The read ran when its call completed; every write waited and was not run.
     assert dict(e2e_tools.executions(effects, "t")) == {"call_weather": 1}
-    states = {line.split()[0]: line.split()[2] for line in result.output.splitlines()[:4]}
+    states = {line.split()[0]: line.split()[2] for line in result.stdout.splitlines()[:4]}
+    # Each heartbeat showed while the stream stalled (standard error, not a terminal).
+    assert "stream: heartbeat (1 so far," in result.stderr
     assert states["call_mail_team"] == "incomplete"
 
 

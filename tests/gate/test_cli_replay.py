@@ -58,7 +58,7 @@ def test_replay_twice_executes_nothing_the_second_time(
          "replayed": True, "reason": None},
         {"call_id": "call_R4nd0mW7xt", "tool": "send_email", "state": "succeeded",
          "replayed": True, "reason": None},
-        {"terminal": "completed"},
+        {"terminal": "completed", "exit_code": 0},
     ]
     assert effect_lines(effects_file) == ["T1 get_weather Zürich",
                                           "T1 send_email marta@example.org Réunion à 14h"]
@@ -71,24 +71,29 @@ def test_replay_reports_calls_that_did_not_run(project: Path, effects_file: Path
         "--provider", "openai-responses", "--task", "T", "--tools", "my_tools",
         "--db", url, "--json",
     ])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 4, result.output  # a call never completed: not run
     lines = [json.loads(line) for line in result.output.splitlines()]
     assert lines == [
         {"call_id": "call_M1", "tool": "get_weather", "state": "succeeded", "replayed": False,
          "reason": None},
         {"call_id": "call_M2", "tool": "send_email", "state": "incomplete", "replayed": False,
          "reason": "the arguments never completed (max_output_tokens); not run"},
-        {"terminal": "incomplete:max_output_tokens"},
+        {"terminal": "incomplete:max_output_tokens", "exit_code": 4},
     ]
     human = CliRunner().invoke(cli, [
         "replay", str(TRANSCRIPTS / "openai_chat" / "truncated_before_done.sse"),
         "--provider", "openai-chat", "--task", "T2", "--tools", "my_tools", "--db", url,
     ])
-    assert human.exit_code == 0, human.output
-    assert human.output.splitlines() == [
+    assert human.exit_code == 4, human.output
+    assert human.stdout.splitlines() == [
         "call_NoDone11  send_email  incomplete  new  the response ended truncated before "
         "completing; this call waits for a completed response and was not run",
         "terminal: truncated",
+    ]
+    # Not a terminal: one plain line per change on standard error, as it happened.
+    assert human.stderr.splitlines() == [
+        "call call_NoDone11 (send_email): received [received]",
+        "call call_NoDone11 (send_email): received → incomplete [mark_incomplete]",
     ]
     assert effect_lines(effects_file) == ["T get_weather Lisbon"]
 
@@ -127,3 +132,35 @@ def test_replay_usage_errors(project: Path, args: list[str], message: str) -> No
     ])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_replay_on_a_terminal_draws_live_progress(project: Path, effects_file: Path) -> None:
+    """A real pseudo-terminal: the live view is drawn on standard error (and cleared),
+    no plain progress lines; the result lines are printed as without a terminal."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    stream = str(TRANSCRIPTS / "openai_responses" / "parallel_calls.sse")
+    proc = subprocess.Popen(
+        [str(AGENT_GATE), "replay", stream, "--provider", "openai-responses", "--task", "TT",
+         "--tools", "my_tools"],
+        stdin=slave, stdout=slave, stderr=slave, env={**os.environ, "COLUMNS": "120"},
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert "\x1b[?25l" in shown  # rich's live display hid the cursor while it drew
+    assert "task TT · " in shown and "events · 0 heartbeats" in shown
+    assert "call call_8fJk2LwQe9 (get_weather):" not in shown  # no plain lines here
+    assert "terminal: completed" in shown

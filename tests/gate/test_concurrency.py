@@ -68,9 +68,10 @@ def test_two_cli_replays_at_once(tmp_path: Path, effects_file: Path) -> None:
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
+        # 7: a call was still running in the other process when this one ended.
+        assert p.returncode in (0, 7), err
         results.append([json.loads(line) for line in out.splitlines()])
-    assert all(r[-1] == {"terminal": "completed"} for r in results)
+        assert results[-1][-1] == {"terminal": "completed", "exit_code": p.returncode}
     new = [c for r in results for c in r[:-1] if not c["replayed"]]
     assert sorted(c["call_id"] for c in new) == ["toolu_01ParEmail00000002",
                                                  "toolu_01ParWeather0000002"]

@@ -204,7 +204,7 @@ def test_the_cli_replay_writes_the_answer_to_send_back(
         "--task", "t", "--tools", "mcp_cli_tools", "--db", f"sqlite:///{tmp_path / 'l.db'}",
         "--json", "--next-input", str(tmp_path / "next.json"),
     ])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 4, out.output  # a call was rejected: the exit code says so
     rows = {r.get("call_id"): r for r in map(json.loads, out.stdout.splitlines())}
     # No policy and no declared tool: the request is an unknown tool, denied.
     assert rows[REQUEST_ID]["tool"] == NAME and rows[REQUEST_ID]["state"] == "rejected"

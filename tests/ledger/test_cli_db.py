@@ -50,5 +50,5 @@ def test_cli_db_upgrade_installed_entry_point(tmp_path: Path) -> None:
 def test_cli_db_upgrade_reports_unusable_database(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}"
     result = CliRunner().invoke(cli, ["db", "upgrade", "--db", url])
-    assert result.exit_code == 1
+    assert result.exit_code == 3  # the ledger cannot be used
     assert "cannot use the ledger database: unable to open database file" in result.output

@@ -152,7 +152,7 @@ def test_postgresql_needs_no_create(db_url: str, counting: Counting) -> None:
 def test_db_current_does_not_create_a_ledger(tmp_path: Path) -> None:
     path = tmp_path / "absent.db"
     out = CliRunner().invoke(cli, ["db", "current", "--db", f"sqlite:///{path}"])
-    assert out.exit_code == 1 and f"no ledger at {path}" in out.output
+    assert out.exit_code == 3 and f"no ledger at {path}" in out.output
     assert not path.exists()
     # `db upgrade` is how a new ledger is started from the command line.
     made = CliRunner().invoke(cli, ["db", "upgrade", "--db", f"sqlite:///{path}"])

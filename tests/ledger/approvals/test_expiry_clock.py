@@ -114,7 +114,7 @@ def test_a_workers_clock_behind_does_not_revive_an_expired_approval(
         skew_clock(skewed, -DAY_NS)  # this worker's clock is a day behind
         out = run("resume", "t", "--tools", "support_tools", "--policy", str(EXAMPLE_POLICY),
                   "--db", waiting, "--json")
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 5, out.output  # still awaiting approval
     assert effect_lines(effects_file) == []
     with Gate(support_tools.tools, waiting, policy=EXAMPLE_POLICY) as gate:
         rec = gate.ledger.get("t", "r1")

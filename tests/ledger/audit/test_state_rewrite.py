@@ -135,7 +135,7 @@ def test_resume_through_the_cli_does_not_run_a_rewritten_call(
     raw_sql(db_url, "UPDATE tool_calls SET state = 'authorized' WHERE call_id = 'c1'")
     out = CliRunner().invoke(cli, ["resume", "t", "--tools", "counting_tools", "--db", db_url,
                                    "--json"])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 7, out.output  # left authorized, not run: exit status says so
     assert runs.read_text().splitlines() == ["ran"]
     (outcome,) = json.loads(out.output)["outcomes"]
     assert outcome["state"] == "authorized" and outcome["code"] == "state_not_in_audit"

@@ -1,0 +1,257 @@
+"""Everything the ledger knows about one call, as one value: ``CallDetails``.
+
+What an operator reads before deciding (``agent-gate call show``; the same value,
+``to_dict()``, is what an HTTP API serves): the tool, the arguments as stored
+(redacted fields as their stand-ins: nothing here unseals), the schema verdict, the
+policy's decision with rule ids and reasons, every answer a person gave, every
+audit entry with its actor and time, the attempts, and the stored result or error,
+bounded. Read in one snapshot, from the call's row, its approvals and its trail.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, select
+
+from agent_gate.ledger import approvals
+from agent_gate.ledger.approvals import ApprovalRecord
+from agent_gate.ledger.audit import AuditRecord, record_of
+from agent_gate.ledger.models import AuditEvent
+from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.reads import call_by
+from agent_gate.ledger.reasons import ReasonCode
+from agent_gate.ledger.records import CallRecord
+from agent_gate.ledger.states import CallState
+
+__all__ = [
+    "DEFAULT_MAX_SHOWN",
+    "Attempt",
+    "CallDetails",
+    "PolicyDecision",
+    "SchemaVerdict",
+    "read_details",
+]
+
+DEFAULT_MAX_SHOWN = 4000
+"""Characters of a stored result's JSON text shown; past it only a preview and its size."""
+
+_EVENTS = cast(Table, AuditEvent.__table__)
+REDACTED_KEY = "redacted"
+"""The key that marks a stand-in (``policy.redaction.REDACTED_KEY``; not imported from
+there: a ledger reader such as ``agent-gate tasks`` must not load the policy layer)."""
+
+_SCHEMA_CODES = {
+    ReasonCode.UNKNOWN_TOOL.value: "unknown_tool",
+    ReasonCode.ARGUMENTS_NOT_OBJECT.value: "not_an_object",
+    ReasonCode.ARGUMENTS_NOT_JSON.value: "not_json",
+    ReasonCode.SCHEMA_INVALID.value: "invalid",
+    ReasonCode.ARGUMENTS_TOO_DEEP.value: "too_deep",
+    ReasonCode.ARGUMENTS_INCOMPLETE.value: "incomplete",
+}
+"""Decision codes that mean the arguments never reached the policy, and what they say."""
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVerdict:
+    """``valid``, ``not_judged`` (still received), or why the arguments were refused
+    (``invalid`` with each error's JSON pointer and keyword, ``unknown_tool``...)."""
+
+    status: str
+    errors: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "errors": list(self.errors)}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """The newest decision taken on the call: its verdict, rules and their reasons."""
+
+    verdict: str | None
+    code: str | None
+    policy_hash: str | None
+    rule_ids: tuple[str, ...]
+    reasons: tuple[str, ...]
+    seq: int
+    at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "code": self.code, "policy_hash": self.policy_hash,
+                "rule_ids": list(self.rule_ids), "reasons": list(self.reasons),
+                "seq": self.seq, "at": _iso(self.at)}
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One run of the tool: claimed (``executing``) by ``owner`` and, unless it still
+    runs, ended in ``ended_in``."""
+
+    number: int
+    owner: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    ended_in: str | None
+    code: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "owner": self.owner,
+                "started_at": _iso(self.started_at), "ended_at": _iso(self.ended_at),
+                "ended_in": self.ended_in, "code": self.code}
+
+
+@dataclass(frozen=True, slots=True)
+class CallDetails:
+    """One call as the ledger holds it; ``to_dict()`` is its JSON form."""
+
+    call: CallRecord
+    schema: SchemaVerdict
+    decision: PolicyDecision | None
+    approvals: tuple[ApprovalRecord, ...]
+    history: tuple[AuditRecord, ...]
+    attempts: tuple[Attempt, ...]
+    result_text: str | None
+    """The stored result's JSON text, cut at the bound (``result_truncated``)."""
+    result_truncated: bool
+
+    @property
+    def redacted(self) -> bool:
+        """Some argument fields are stand-ins (the full values are sealed, not shown)."""
+        args = self.call.arguments
+        return self.call.sealed_arguments is not None and isinstance(args, dict) and any(
+            isinstance(v, dict) and REDACTED_KEY in v for v in _values(args))
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.call
+        return {
+            "task_id": c.task_id,
+            "call_id": c.call_id,
+            "tool": c.tool,
+            "effect": c.effect,
+            "idempotency": c.idempotency,
+            "state": c.state.value,
+            "version": c.version,
+            "code": c.reason_code,
+            "reason": c.reason,
+            "arguments": c.arguments,
+            "args_hash": c.args_hash,
+            "redacted": self.redacted,
+            "schema": self.schema.to_dict(),
+            "decision": self.decision.to_dict() if self.decision else None,
+            "policy_hash": c.policy_hash,
+            "rule_ids": list(c.rule_ids),
+            "approvals": [a.to_dict() for a in self.approvals],
+            "history": [_entry(e) for e in self.history],
+            "attempts": [a.to_dict() for a in self.attempts],
+            "lease": {"owner": c.lease_owner, "expires_ms": c.lease_expires_ms},
+            "result": {
+                "json": self.result_text,
+                "truncated": self.result_truncated,
+                "omitted": c.result_omitted,
+                "sha256": c.result_sha256,
+                "bytes": c.result_bytes,
+            },
+            "error": c.error,
+            "created_at": _iso(c.created_at),
+            "updated_at": _iso(c.updated_at),
+            "started_at": _iso(c.started_at),
+            "finished_at": _iso(c.finished_at),
+        }
+
+
+def _values(value: Any, depth: int = 0) -> list[Any]:
+    """Every value nested in a JSON object (stand-ins may sit at any depth)."""
+    if depth > 32:
+        return []
+    children = list(value.values()) if isinstance(value, dict) else (
+        value if isinstance(value, list) else [])
+    return [v for c in children for v in (c, *_values(c, depth + 1))]
+
+
+def _entry(e: AuditRecord) -> dict[str, Any]:
+    return {"seq": e.seq, "at": _iso(e.at), "event": e.event, "from": e.from_state,
+            "to": e.to_state, "actor": e.actor, "detail": e.detail}
+
+
+def read_details(
+    conn: Connection, task_id: str, call_id: str, *, max_shown: int = DEFAULT_MAX_SHOWN
+) -> CallDetails | None:
+    """The call's details in the snapshot ``conn`` reads, or None if there is no such call."""
+    rec = call_by(conn, task_id=task_id, call_id=call_id)
+    if rec is None:
+        return None
+    history = tuple(
+        record_of(r) for r in conn.execute(
+            select(_EVENTS)
+            .where(_EVENTS.c.task_id == task_id, _EVENTS.c.call_row_id == rec.row_id)
+            .order_by(_EVENTS.c.id)
+        ).mappings()
+    )
+    text = None if rec.result is None and rec.result_sha256 is None else json.dumps(
+        rec.result, ensure_ascii=False, sort_keys=True)
+    if rec.result_omitted:
+        text = None
+    shown = bound(text, max_shown) if text is not None else None
+    return CallDetails(
+        call=rec,
+        schema=_schema(rec, history),
+        decision=_decision(history),
+        approvals=tuple(approvals.answers(conn, rec.row_id)),
+        history=history,
+        attempts=_attempts(history),
+        result_text=shown,
+        result_truncated=text is not None and shown != text,
+    )
+
+
+def _schema(rec: CallRecord, history: tuple[AuditRecord, ...]) -> SchemaVerdict:
+    for e in history:
+        if e.from_state == CallState.RECEIVED.value and e.to_state != e.from_state:
+            detail = e.detail or {}
+            status = _SCHEMA_CODES.get(str(detail.get("code")))
+            if status is None:
+                return SchemaVerdict("valid")
+            return SchemaVerdict(status, tuple(detail.get("errors") or ()))
+    if rec.state is CallState.RECEIVED:
+        return SchemaVerdict("not_judged")
+    status = _SCHEMA_CODES.get(str(rec.reason_code))
+    return SchemaVerdict(status or "valid")
+
+
+def _decision(history: tuple[AuditRecord, ...]) -> PolicyDecision | None:
+    for e in reversed(history):
+        detail = e.detail or {}
+        if "verdict" in detail or "rule_ids" in detail:
+            return PolicyDecision(
+                verdict=detail.get("verdict"), code=detail.get("code"),
+                policy_hash=detail.get("policy_hash"),
+                rule_ids=tuple(str(r) for r in detail.get("rule_ids") or ()),
+                reasons=tuple(str(r) for r in detail.get("reasons") or ()),
+                seq=e.seq, at=e.at,
+            )
+    return None
+
+
+def _attempts(history: tuple[AuditRecord, ...]) -> tuple[Attempt, ...]:
+    out: list[Attempt] = []
+    running: dict[str, Any] | None = None
+    for e in history:
+        if e.to_state == CallState.EXECUTING.value and e.from_state != e.to_state:
+            number = (e.detail or {}).get("attempt")
+            running = {"number": int(number) if number else len(out) + 1,
+                       "owner": e.actor, "started_at": e.at}
+        elif running is not None and e.from_state == CallState.EXECUTING.value \
+                and e.to_state != e.from_state:
+            out.append(Attempt(**running, ended_at=e.at, ended_in=e.to_state,
+                               code=(e.detail or {}).get("code")))
+            running = None
+    if running is not None:
+        out.append(Attempt(**running, ended_at=None, ended_in=None, code=None))
+    return tuple(out)

@@ -1,0 +1,150 @@
+"""Listing tasks and audit entries a page at a time, filtered, by keyset.
+
+An operator's listing must cost what it shows, not what the ledger holds: a page is
+one indexed range read (``LIMIT`` over an index in the listing's order), and the next
+page starts where the last one ended (keyset paging, never ``OFFSET``). The audit
+trail is paged by ``seq``, the position every entry prints; tasks by recency.
+
+Which filters stay O(page) depends on the indexes of revisions 0001-0002:
+
+* audit, unfiltered or by task: the primary key, or ``(task_id, id)`` (ids rise with
+  ``seq``: both are assigned under the one chain-head lock, ``audit``);
+* audit by call, tool, state or time: the same range read, filtered as it goes (no
+  index on those columns): it reads until the page is full;
+* tasks: ordered by ``updated_at`` (no index: the tasks table is sorted, which is
+  small next to the trail), their calls counted for the page's tasks only through
+  ``(task_id, state)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, and_, exists, func, or_, select
+
+from agent_gate.ledger.audit import AuditRecord, record_of
+from agent_gate.ledger.models import AuditEvent
+from agent_gate.ledger.records import CALLS, TASKS, TaskSummary, task_record
+from agent_gate.ledger.states import CallState
+
+__all__ = ["MAX_PAGE", "AuditQuery", "TaskQuery", "audit_page", "tasks_page"]
+
+MAX_PAGE = 10_000
+"""The most rows one page read returns; a listing of more streams several pages."""
+
+_EVENTS = cast(Table, AuditEvent.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """Which audit entries, and which page of them.
+
+    ``after``: only entries after this ``seq`` (the last one a previous page showed).
+    ``state``: entries that left the call in this state. ``since``: entries at or
+    after this time. ``newest``: the last ``limit`` matching entries instead of the
+    first (still returned oldest first), for ``audit --follow``.
+    """
+
+    task_id: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    state: str | None = None
+    since: datetime | None = None
+    after: int | None = None
+    limit: int = 100
+    newest: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TaskQuery:
+    """Which tasks, and which page: newest activity first; ``after`` is the id of the
+    last task a previous page showed. ``state``/``tool``: tasks with at least one
+    call in that state / of that tool."""
+
+    state: str | None = None
+    tool: str | None = None
+    since: datetime | None = None
+    after: str | None = None
+    limit: int = 100
+
+
+def _limit(limit: int) -> int:
+    if limit < 1 or limit > MAX_PAGE:
+        raise ValueError(f"a page holds 1 to {MAX_PAGE} rows, not {limit}")
+    return limit
+
+
+def audit_page(conn: Connection, query: AuditQuery) -> list[AuditRecord]:
+    """One page of the trail, oldest first, with each entry's tool."""
+    e = _EVENTS
+    stmt: Any = select(*e.c, CALLS.c.tool).select_from(
+        e.outerjoin(CALLS, CALLS.c.id == e.c.call_row_id)
+    )
+    if query.after is not None:
+        # The range starts at the entry the cursor names (the unique seq index), so
+        # a task's page reads (task_id, id) from there, not the task from its start.
+        start = conn.execute(
+            select(e.c.id).where(e.c.seq <= query.after).order_by(e.c.seq.desc()).limit(1)
+        ).scalar()
+        stmt = stmt.where(e.c.seq > query.after)
+        if start is not None:
+            stmt = stmt.where(e.c.id > start)
+    if query.task_id is not None:
+        stmt = stmt.where(e.c.task_id == query.task_id)
+    if query.call_id is not None:
+        stmt = stmt.where(e.c.call_id == query.call_id)
+    if query.tool is not None:
+        stmt = stmt.where(CALLS.c.tool == query.tool)
+    if query.state is not None:
+        stmt = stmt.where(e.c.to_state == CallState(query.state).value)
+    if query.since is not None:
+        stmt = stmt.where(e.c.at >= query.since)
+    order = e.c.id.desc() if query.newest else e.c.id
+    rows = [record_of(r) for r in conn.execute(
+        stmt.order_by(order).limit(_limit(query.limit))).mappings()]
+    return rows[::-1] if query.newest else rows
+
+
+def tasks_page(conn: Connection, query: TaskQuery) -> list[TaskSummary]:
+    """One page of tasks, most recently active first, with their calls counted by state.
+
+    A cursor task that is not in the ledger yields an empty page (callers check it).
+    """
+    t = TASKS
+    stmt: Any = select(t)
+    if query.after is not None:
+        last = conn.execute(select(t.c.updated_at).where(t.c.id == query.after)).scalar()
+        if last is None:
+            return []
+        stmt = stmt.where(or_(t.c.updated_at < last,
+                              and_(t.c.updated_at == last, t.c.id > query.after)))
+    if query.since is not None:
+        stmt = stmt.where(t.c.updated_at >= query.since)
+    if query.state is not None:
+        stmt = stmt.where(exists().where(CALLS.c.task_id == t.c.id,
+                                         CALLS.c.state == CallState(query.state).value))
+    if query.tool is not None:
+        stmt = stmt.where(exists().where(CALLS.c.task_id == t.c.id, CALLS.c.tool == query.tool))
+    rows = conn.execute(
+        stmt.order_by(t.c.updated_at.desc(), t.c.id).limit(_limit(query.limit))
+    ).mappings().all()
+    counts = _counts(conn, [r["id"] for r in rows])
+    return [TaskSummary(task_record(r), counts.get(r["id"], {})) for r in rows]
+
+
+def _counts(conn: Connection, task_ids: Sequence[str]) -> dict[str, dict[CallState, int]]:
+    """Calls by state for these tasks only (the ``task_id, state`` index)."""
+    counts: dict[str, dict[CallState, int]] = {}
+    if not task_ids:
+        return counts
+    counted: Iterable[Any] = conn.execute(
+        select(CALLS.c.task_id, CALLS.c.state, func.count())
+        .where(CALLS.c.task_id.in_(task_ids))
+        .group_by(CALLS.c.task_id, CALLS.c.state)
+    )
+    for task_id, state, n in counted:
+        counts.setdefault(task_id, {})[CallState(state)] = int(n)
+    return counts
