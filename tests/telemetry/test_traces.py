@@ -1,0 +1,147 @@
+"""Spans, metrics and logs of gated calls, read back from the SDK's in-memory exporters."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import httpx
+from opentelemetry.trace import StatusCode
+
+from agent_gate import CallState, Gate
+from agent_gate.gate.live import run_live
+from agent_gate.stream_server import Fault, FaultRule, StreamServer
+from agent_gate.transport import ReconnectPolicy
+
+from .conftest import Otel
+from .scenario import chat_stream, policy_file, registry
+
+FAST = ReconnectPolicy(initial_delay=0.001, max_delay=0.01, max_attempts=5)
+
+
+def make_gate(tmp_path: Path, otel: Otel, secret: str = "s") -> Gate:
+    return Gate(
+        registry(otel.tracer_provider, secret), f"sqlite:///{tmp_path / 'ledger.db'}",
+        policy=policy_file(tmp_path), telemetry=otel.observer, create=True,
+    )
+
+
+def events_of(span: object) -> list[str]:
+    return [e.name for e in span.events]  # type: ignore[attr-defined]
+
+
+def test_a_call_is_one_execute_tool_span_and_the_tool_runs_inside_it(
+    tmp_path: Path, otel: Otel
+) -> None:
+    with make_gate(tmp_path, otel) as gate:
+        outcome = gate.execute("t1", {"call_id": "c1", "name": "lookup", "arguments": {"q": "x"}})
+        stored = gate.ledger.get("t1", "c1")
+    assert outcome.state is CallState.SUCCEEDED
+    (span,) = otel.call_spans()
+    assert span.name == "execute_tool lookup"
+    attrs = dict(span.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "execute_tool"
+    assert attrs["gen_ai.tool.name"] == "lookup"
+    assert attrs["gen_ai.tool.call.id"] == "c1"
+    assert attrs["gen_ai.tool.type"] == "function"
+    assert attrs["agent_gate.task.id"] == "t1"
+    assert attrs["agent_gate.state"] == "succeeded"
+    assert attrs["agent_gate.decision"] == "authorized"
+    assert attrs["agent_gate.rule_ids"] == ("lookups-allowed",)
+    assert attrs["agent_gate.replayed"] is False
+    assert attrs["agent_gate.attempt"] == 1
+    assert events_of(span) == ["received", "decided", "claimed", "finished"]
+    # The tool's own span is a child of the call's.
+    (inner,) = [s for s in otel.spans() if s.name == "GET /lookup"]
+    assert inner.parent is not None and inner.parent.span_id == span.context.span_id
+    # The ledger keeps the trace, so an operator goes from the call to it.
+    assert stored is not None
+    assert stored.trace_id == format(span.context.trace_id, "032x")
+    assert stored.span_id == format(span.context.span_id, "016x")
+    # One INFO record per transition, with structured fields.
+    records = [r for r in otel.logs.records if r.name == "agent_gate.gate"]
+    assert [r.state for r in records] == ["received", "authorized", "executing", "succeeded"]
+    assert {r.levelno for r in records} == {logging.INFO}
+    assert all(r.call_id == "c1" and r.task_id == "t1" and r.tool == "lookup" for r in records)
+    assert records[-1].trace_id == stored.trace_id
+
+
+def test_a_replay_is_a_span_without_transitions(tmp_path: Path, otel: Otel) -> None:
+    with make_gate(tmp_path, otel) as gate:
+        gate.execute("t1", {"call_id": "c1", "name": "lookup", "arguments": {"q": "x"}})
+        again = gate.execute("t1", {"call_id": "c1", "name": "lookup", "arguments": {"q": "x"}})
+    assert again.replayed
+    first, second = otel.call_spans()
+    assert events_of(second) == []
+    assert dict(second.attributes or {})["agent_gate.replayed"] is True
+    calls = {(dict(p.attributes)["agent_gate.replayed"], p.value)
+             for p in otel.points("agent_gate.calls")}
+    assert calls == {(False, 1), (True, 1)}
+
+
+def test_a_failing_tool_marks_the_span_with_its_error_type_only(
+    tmp_path: Path, otel: Otel
+) -> None:
+    with make_gate(tmp_path, otel) as gate:
+        outcome = gate.execute("t1", {"call_id": "c1", "name": "explode", "arguments": {"q": "x"}})
+    assert outcome.state is CallState.FAILED
+    (span,) = otel.call_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description is None
+    assert dict(span.attributes or {})["error.type"] == "ToolFailed"
+    (ended,) = otel.points("agent_gate.tool.duration")
+    assert dict(ended.attributes)["agent_gate.run_end"] == "error" and ended.count == 1
+
+
+def test_an_approved_call_resumed_links_to_the_trace_it_was_first_seen_in(
+    tmp_path: Path, otel: Otel
+) -> None:
+    with make_gate(tmp_path, otel) as gate:
+        waiting = gate.execute("t1", {"call_id": "c1", "name": "pay", "arguments": {"q": "10"}})
+        assert waiting.state is CallState.AWAITING_APPROVAL
+        (point,) = otel.points("agent_gate.calls.awaiting_approval")
+        assert point.value == 1
+        gate.approve("c1", by="ana", task_id="t1")
+        (done,) = gate.resume("t1")
+    assert done.state is CallState.SUCCEEDED
+    first, resumed = otel.call_spans()
+    assert events_of(first) == ["received", "decided"]
+    assert dict(first.attributes or {})["agent_gate.decision"] == "awaiting_approval"
+    assert events_of(resumed) == ["claimed", "finished"]
+    assert resumed.context.trace_id != first.context.trace_id
+    (link,) = resumed.links
+    assert link.context.trace_id == first.context.trace_id
+    assert link.context.span_id == first.context.span_id
+    (point,) = otel.points("agent_gate.calls.awaiting_approval")
+    assert point.value == 0
+
+
+def test_a_live_stream_is_one_span_with_its_reconnects_and_the_calls_inside(
+    tmp_path: Path, otel: Otel
+) -> None:
+    transcript = chat_stream([("call_1", "lookup", {"q": "a"}), ("call_2", "lookup", {"q": "b"})])
+    rules = [FaultRule(Fault(cut_after_events=2), times=1)]
+    with make_gate(tmp_path, otel) as gate, StreamServer(
+        {"s": transcript}, faults=rules, join_timeout=2.0
+    ) as server, httpx.Client() as client:
+        result = run_live(gate, server.stream_url("s"), provider="openai-chat", task_id="t1",
+                          client=client, reconnect=FAST)
+    assert result.completed and len(result.reconnects) == 1
+    (stream,) = [s for s in otel.spans() if s.name == "agent_gate.stream"]
+    attrs = dict(stream.attributes or {})
+    assert attrs["agent_gate.provider"] == "openai-chat"
+    assert attrs["agent_gate.stream.state"] == "completed"
+    assert attrs["agent_gate.stream.reconnects"] == 1
+    assert attrs["agent_gate.stream.events"] == result.stats.events
+    assert attrs["agent_gate.terminal"] == "completed"
+    (reconnect,) = [e for e in stream.events if e.name == "reconnect"]
+    assert dict(reconnect.attributes or {})["agent_gate.last_event_id"] == "2"
+    calls = otel.call_spans()
+    assert len(calls) == 2
+    assert all(c.parent is not None and c.parent.span_id == stream.context.span_id
+               for c in calls)
+    (reconnects,) = otel.points("agent_gate.stream.reconnects")
+    assert reconnects.value == 1
+    warnings = [r for r in otel.logs.records if r.name == "agent_gate.transport"
+                and r.levelno == logging.WARNING]
+    assert [r.last_event_id for r in warnings] == ["2"]
