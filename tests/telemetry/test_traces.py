@@ -72,6 +72,7 @@ def test_a_replay_is_a_span_without_transitions(tmp_path: Path, otel: Otel) -> N
         again = gate.execute("t1", {"call_id": "c1", "name": "lookup", "arguments": {"q": "x"}})
     assert again.replayed
     first, second = otel.call_spans()
+    assert events_of(first) == ["received", "decided", "claimed", "finished"]
     assert events_of(second) == []
     assert dict(second.attributes or {})["agent_gate.replayed"] is True
     calls = {(dict(p.attributes)["agent_gate.replayed"], p.value)
