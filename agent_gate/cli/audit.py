@@ -9,7 +9,15 @@ import click
 
 from agent_gate.cli._operator import failures, open_ledger
 from agent_gate.cli._options import ledger_options
-from agent_gate.cli._output import cell, console, emit_json, state_cell, table, when
+from agent_gate.cli._output import (
+    cell,
+    console,
+    emit_json,
+    print_traces,
+    state_cell,
+    table,
+    when,
+)
 
 
 def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
@@ -39,7 +47,9 @@ def audit_group(
         return
     with failures(), open_ledger(url) as ledger:
         events = ledger.audit(task_id=task_id, call_id=call_id)
-        tools = {rec.row_id: rec.tool for rec in ledger.calls(task_id)}
+        calls = ledger.calls(task_id)
+        tools = {rec.row_id: rec.tool for rec in calls}
+        traces = {rec.row_id: rec.trace_id for rec in calls}
     if as_json:
         for e in events:
             emit_json({
@@ -47,6 +57,7 @@ def audit_group(
                 "tool": tools.get(e.call_row_id) if e.call_row_id else None,
                 "event": e.event, "from": e.from_state, "to": e.to_state, "actor": e.actor,
                 "detail": e.detail, "hash": e.hash,
+                "trace_id": traces.get(e.call_row_id) if e.call_row_id else None,
             })
         return
     out = console()
@@ -68,6 +79,8 @@ def audit_group(
             cell(verdict, "red" if verdict == "deny" else ""), cell(rules), cell(e.actor),
         )
     out.print(shown)
+    print_traces(out, {e.call_id: traces.get(e.call_row_id)
+                       for e in events if e.call_id and e.call_row_id})
 
 
 _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")

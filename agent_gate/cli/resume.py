@@ -9,7 +9,14 @@ import click
 
 from agent_gate.cli._operator import failures, open_gate
 from agent_gate.cli._options import ledger_options, tools_option
-from agent_gate.cli._output import cell, console, emit_json, state_cell, table
+from agent_gate.cli._output import (
+    cell,
+    console,
+    emit_json,
+    print_traces,
+    state_cell,
+    table,
+)
 from agent_gate.cli.replay import load_registry
 
 if TYPE_CHECKING:
@@ -79,6 +86,7 @@ def resume_command(
         before = gate.blockers(task_id)
         outcomes = [] if dry_run else gate.resume(task_id)
         after = gate.blockers(task_id) if not dry_run else before
+        traces = {rec.call_id: rec.trace_id for rec in gate.ledger.calls(task_id)}
     if as_json:
         emit_json({
             "task": task_id,
@@ -87,11 +95,13 @@ def resume_command(
             "before": [b.to_dict() for b in before],
             "outcomes": [o.to_dict() for o in outcomes],
             "after": [b.to_dict() for b in after],
+            "traces": {call: trace for call, trace in traces.items() if trace},
         })
         return
     for note in notes:
         out.print(cell(f"note: {note}", "yellow"))
     _blockers(out, f"task {task_id}: in the way", before)
+    print_traces(out, {b.call_id: traces.get(b.call_id) for b in before})
     if dry_run:
         return
     if outcomes:
