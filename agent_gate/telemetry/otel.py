@@ -33,12 +33,27 @@ from agent_gate.telemetry.base import (
     error_type,
 )
 
-__all__ = ["SCHEMA_URL", "SEMCONV_VERSION", "OtelObserver"]
+__all__ = ["GEN_AI", "SCHEMA_URL", "SEMCONV_VERSION", "OtelObserver"]
 
 SEMCONV_VERSION = "1.41.0"
 """The OpenTelemetry semantic conventions release whose GenAI execute-tool span this
 follows (the names are unchanged in the semantic-conventions-genai repository)."""
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+
+OPERATION = "gen_ai.operation.name"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
+TOOL_TYPE = "gen_ai.tool.type"
+ERROR_TYPE = "error.type"
+EXECUTE_TOOL = "execute_tool"
+GEN_AI = {
+    "GEN_AI_OPERATION_NAME": OPERATION,
+    "GEN_AI_TOOL_NAME": TOOL_NAME,
+    "GEN_AI_TOOL_CALL_ID": TOOL_CALL_ID,
+    "GEN_AI_TOOL_TYPE": TOOL_TYPE,
+}
+"""The convention's attributes this sets, by the name the semconv package gives them
+(a test holds each to ``opentelemetry.semconv``'s own constant)."""
 
 try:
     _VERSION = version("agent-gate")
@@ -106,13 +121,13 @@ class OtelObserver(Observer):
             )
             links = [Link(original, {"agent_gate.link": "first_seen"})]
         span = self.tracer.start_span(
-            f"execute_tool {tool}",
+            f"{EXECUTE_TOOL} {tool}",
             kind=SpanKind.INTERNAL,
             attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": tool,
-                "gen_ai.tool.call.id": call_id,
-                "gen_ai.tool.type": "function",
+                OPERATION: EXECUTE_TOOL,
+                TOOL_NAME: tool,
+                TOOL_CALL_ID: call_id,
+                TOOL_TYPE: "function",
                 "agent_gate.task.id": task_id,
                 "agent_gate.resumed": link is not None,
             },
@@ -138,7 +153,7 @@ class OtelObserver(Observer):
 
     def gauge(self, tool: str, before: str | None, after: str) -> None:
         """Move the waiting-state counters for one transition this process committed."""
-        attrs = {"gen_ai.tool.name": tool}
+        attrs = {TOOL_NAME: tool}
         left, entered = _GAUGED.get(before or ""), _GAUGED.get(after)
         if left is not None:
             self.waiting[left].add(-1, attrs)
@@ -163,7 +178,7 @@ class _OtelCall(CallTrace):
 
     def decided(self, seconds: float) -> None:
         self.obs.decision_duration.record(
-            seconds, {"gen_ai.tool.name": self.tool, "agent_gate.decision": self.decision or ""}
+            seconds, {TOOL_NAME: self.tool, "agent_gate.decision": self.decision or ""}
         )
 
     def transition(
@@ -202,14 +217,14 @@ class _OtelCall(CallTrace):
     def ran(self, end: str) -> None:
         self.obs.tool_duration.record(
             perf_counter() - self.run_started,
-            {"gen_ai.tool.name": self.tool, "agent_gate.run_end": end},
+            {TOOL_NAME: self.tool, "agent_gate.run_end": end},
         )
 
     def end(self, outcome: OutcomeView) -> None:
         super().end(outcome)
         state = outcome.state.value
         self.obs.calls.add(1, {
-            "gen_ai.tool.name": self.tool,
+            TOOL_NAME: self.tool,
             "agent_gate.decision": self.decision or "none",
             "agent_gate.state": state,
             "agent_gate.replayed": outcome.replayed,
@@ -228,7 +243,7 @@ class _OtelCall(CallTrace):
             if outcome.code:
                 attributes["agent_gate.reason_code"] = outcome.code
             if state in _ERROR_STATES:
-                attributes["error.type"] = (
+                attributes[ERROR_TYPE] = (
                     error_type(outcome) if state == "failed" else None
                 ) or state
                 span.set_status(Status(StatusCode.ERROR))
@@ -239,7 +254,7 @@ class _OtelCall(CallTrace):
         super().failed(exc)
         name = "interrupted" if isinstance(exc, GeneratorExit) else type(exc).__name__
         if self.recording:
-            self.span.set_attribute("error.type", name)
+            self.span.set_attribute(ERROR_TYPE, name)
             self.span.set_status(Status(StatusCode.ERROR))
         self.span.end()
 
@@ -278,7 +293,7 @@ class _OtelStream(StreamTrace):
         })
         if error is not None or stats.truncation is not None:
             span.set_attribute(
-                "error.type", type(error).__name__ if error is not None else "truncated"
+                ERROR_TYPE, type(error).__name__ if error is not None else "truncated"
             )
             span.set_status(Status(StatusCode.ERROR))
 
