@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from opentelemetry.trace import StatusCode
 
-from agent_gate import CallState, Gate
+from agent_gate import CallState, Gate, OutcomeUnknown, ToolRegistry
 from agent_gate.gate.live import run_live
 from agent_gate.stream_server import Fault, FaultRule, StreamServer
 from agent_gate.transport import ReconnectPolicy
@@ -146,3 +146,39 @@ def test_a_live_stream_is_one_span_with_its_reconnects_and_the_calls_inside(
     warnings = [r for r in otel.logs.records if r.name == "agent_gate.transport"
                 and r.levelno == logging.WARNING]
     assert [r.last_event_id for r in warnings] == ["2"]
+
+
+def test_a_sweep_of_a_call_in_doubt_links_to_its_first_trace(tmp_path: Path, otel: Otel) -> None:
+    tools = ToolRegistry()
+    runs: list[int] = []
+
+    @tools.tool(schema={"type": "object"}, effect="write", idempotency="natural")
+    def flaky() -> str:
+        runs.append(1)
+        if len(runs) == 1:
+            raise OutcomeUnknown("the remote end went away")
+        return "done"
+
+    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
+              create=True) as gate:
+        first = gate.execute("t1", {"call_id": "c1", "name": "flaky", "arguments": {}})
+        assert first.state is CallState.IN_DOUBT
+        (point,) = otel.points("agent_gate.calls.in_doubt")
+        assert point.value == 1
+        (swept,) = gate.recover("t1")
+    assert swept.state is CallState.SUCCEEDED and len(runs) == 2
+    original, sweep = otel.call_spans()
+    assert events_of(original) == ["received", "decided", "claimed", "in_doubt"]
+    assert original.status.status_code is StatusCode.ERROR
+    assert dict(original.attributes or {})["error.type"] == "in_doubt"
+    # Retried: in_doubt -> authorized (the retry is the sweep's decision), then run.
+    assert events_of(sweep) == ["decided", "claimed", "finished"]
+    assert dict(sweep.events[0].attributes or {})["agent_gate.from_state"] == "in_doubt"
+    (link,) = sweep.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        original.context.trace_id, original.context.span_id
+    )
+    (point,) = otel.points("agent_gate.calls.in_doubt")
+    assert point.value == 0
+    doubt = [r for r in otel.logs.records if getattr(r, "state", None) == "in_doubt"]
+    assert [r.levelno for r in doubt] == [logging.WARNING]
