@@ -254,7 +254,7 @@ class _Live:
         terminal = run.terminal
         self.trace.result(
             terminal.kind.value if terminal is not None else None,
-            self.acc.stats.replayed_events, len(run.outcomes),
+            self.acc.stats.replayed_events, len(run.outcomes), run.anomalies,
         )
         return LiveResult(run, stream.stats, tuple(self.reconnects), stream.error, self.acc.stats)
 

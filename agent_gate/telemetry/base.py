@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from typing import Any, Protocol
@@ -29,6 +29,7 @@ __all__ = [
     "CALL_LOG",
     "MIGRATE_LOG",
     "STREAM_LOG",
+    "AnomalyView",
     "CallTrace",
     "Observer",
     "OutcomeView",
@@ -90,6 +91,17 @@ class OutcomeView(Protocol):
     def error(self) -> Mapping[str, Any] | None: ...
     @property
     def exception(self) -> BaseException | None: ...
+
+
+class AnomalyView(Protocol):
+    """A protocol violation the accumulator saw: an identifier and where, no payload."""
+
+    @property
+    def event_index(self) -> int: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def call_id(self) -> str | None: ...
 
 
 class StreamView(Protocol):
@@ -226,6 +238,18 @@ class CallTrace:
                 self.tool, state, extra=self._fields(state, None, None, False),
             )
 
+    def late(self, state: str, settled: bool) -> None:
+        """The tool returned after the call was judged in doubt: it ``settled`` the call
+        in ``state``, or its outcome was discarded (the call had moved on meanwhile)."""
+        if CALL_LOG.isEnabledFor(_WARNING):
+            CALL_LOG.warning(
+                "call %s of task %s (%s): the tool returned after the call was judged in "
+                "doubt; %s", self.call_id, self.task_id, self.tool,
+                f"settled as {state}" if settled else "its outcome was discarded",
+                extra={**self._fields(state, "in_doubt" if settled else None, None, True),
+                       "late": True},
+            )
+
     def failed(self, exc: BaseException) -> None:
         """An error escaped the gate while it drove this call (a usage or database error)."""
         if CALL_LOG.isEnabledFor(_WARNING):
@@ -285,8 +309,21 @@ class StreamTrace:
             "http_status": stats.status, "truncation": stats.truncation,
         }
 
-    def result(self, terminal: str | None, replayed_events: int, calls: int) -> None:
-        """What the gate made of the stream: the response's terminal, replays, calls."""
+    def result(
+        self, terminal: str | None, replayed_events: int, calls: int,
+        anomalies: Sequence[AnomalyView] = (),
+    ) -> None:
+        """What the gate made of the stream: the response's terminal, replays, calls, and
+        each protocol violation the accumulator saw (WARNING, by event index)."""
+        if anomalies and STREAM_LOG.isEnabledFor(_WARNING):
+            for anomaly in anomalies:
+                STREAM_LOG.warning(
+                    "stream of task %s: %s at event %d", self.task_id, anomaly.reason,
+                    anomaly.event_index,
+                    extra={"task_id": self.task_id, "provider": self.provider,
+                           "anomaly": anomaly.reason, "event_index": anomaly.event_index,
+                           "call_id": anomaly.call_id},
+                )
         if STREAM_LOG.isEnabledFor(_INFO):
             STREAM_LOG.info(
                 "response of task %s: terminal %s, %d calls, %d replayed events",

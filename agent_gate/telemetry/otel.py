@@ -13,7 +13,7 @@ sampled) the API's spans do not record, and nothing is built for them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from time import perf_counter
@@ -24,6 +24,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from agent_gate.telemetry.base import (
+    AnomalyView,
     CallTrace,
     Observer,
     OutcomeView,
@@ -250,6 +251,11 @@ class _OtelCall(CallTrace):
             span.set_attributes(attributes)
         span.end()
 
+    def late(self, state: str, settled: bool) -> None:
+        super().late(state, settled)
+        if settled:
+            self.obs.gauge(self.tool, "in_doubt", state)
+
     def failed(self, exc: BaseException) -> None:
         super().failed(exc)
         name = "interrupted" if isinstance(exc, GeneratorExit) else type(exc).__name__
@@ -297,8 +303,16 @@ class _OtelStream(StreamTrace):
             )
             span.set_status(Status(StatusCode.ERROR))
 
-    def result(self, terminal: str | None, replayed_events: int, calls: int) -> None:
-        super().result(terminal, replayed_events, calls)
+    def result(
+        self, terminal: str | None, replayed_events: int, calls: int,
+        anomalies: Sequence[AnomalyView] = (),
+    ) -> None:
+        super().result(terminal, replayed_events, calls, anomalies)
+        for anomaly in anomalies:
+            self.span.add_event("anomaly", {
+                "agent_gate.anomaly": anomaly.reason,
+                "agent_gate.event_index": anomaly.event_index,
+            })
         if replayed_events:
             self.obs.replayed.add(replayed_events, {"agent_gate.provider": self.provider or ""})
         self.span.set_attributes({

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import httpx
 from opentelemetry.trace import StatusCode
+from waiting import wait_until
 
 from agent_gate import CallState, Gate, OutcomeUnknown, ToolRegistry
+from agent_gate.accumulate import Anomaly
 from agent_gate.gate.live import run_live
 from agent_gate.stream_server import Fault, FaultRule, StreamServer
 from agent_gate.transport import ReconnectPolicy
@@ -182,3 +185,45 @@ def test_a_sweep_of_a_call_in_doubt_links_to_its_first_trace(tmp_path: Path, ote
     assert point.value == 0
     doubt = [r for r in otel.logs.records if getattr(r, "state", None) == "in_doubt"]
     assert [r.levelno for r in doubt] == [logging.WARNING]
+
+
+def test_a_late_result_settles_the_doubt_and_says_so(tmp_path: Path, otel: Otel) -> None:
+    release = threading.Event()
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write", timeout=0.2)
+    def sluggish() -> str:
+        assert release.wait(10)
+        return "finally"
+
+    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
+              create=True) as gate:
+        outcome = gate.execute("t1", {"call_id": "c1", "name": "sluggish", "arguments": {}})
+        assert outcome.state is CallState.IN_DOUBT
+        (point,) = otel.points("agent_gate.calls.in_doubt")
+        assert point.value == 1
+        release.set()
+        wait_until(lambda: (r := gate.ledger.get("t1", "c1")) and r.state is CallState.SUCCEEDED,
+                   10, what="the late result to settle the call")
+        wait_until(lambda: [r for r in otel.logs.records if getattr(r, "late", False)],
+                   10, what="the late record")
+    (late,) = [r for r in otel.logs.records if getattr(r, "late", False)]
+    assert late.levelno == logging.WARNING
+    assert (late.state, late.from_state, late.call_id) == ("succeeded", "in_doubt", "c1")
+    (point,) = otel.points("agent_gate.calls.in_doubt")
+    assert point.value == 0
+    (ended,) = otel.points("agent_gate.tool.duration")
+    assert dict(ended.attributes)["agent_gate.run_end"] == "timeout"
+
+
+def test_stream_anomalies_are_warnings_and_span_events_by_event_index(otel: Otel) -> None:
+    trace = otel.observer.stream(provider="openai-chat", task_id="t1")
+    trace.result("completed", 0, 1, [Anomaly(7, "second_terminal")])
+    trace.close()
+    (span,) = otel.spans()
+    (event,) = span.events
+    assert (event.name, dict(event.attributes or {})) == (
+        "anomaly", {"agent_gate.anomaly": "second_terminal", "agent_gate.event_index": 7}
+    )
+    (warning,) = [r for r in otel.logs.records if r.levelno == logging.WARNING]
+    assert (warning.anomaly, warning.event_index, warning.task_id) == ("second_terminal", 7, "t1")
