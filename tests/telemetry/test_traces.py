@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from pathlib import Path
 
 import httpx
+import pytest
 from opentelemetry.trace import StatusCode
 from waiting import wait_until
 
-from agent_gate import CallState, Gate, OutcomeUnknown, ToolRegistry
+from agent_gate import CallState, Gate, OutcomeUnknown, ToolRegistry, telemetry
 from agent_gate.accumulate import Anomaly
 from agent_gate.gate.live import run_live
 from agent_gate.stream_server import Fault, FaultRule, StreamServer
-from agent_gate.transport import ReconnectPolicy
+from agent_gate.transport import EventStream, ReconnectPolicy
 
 from .conftest import Otel
 from .scenario import chat_stream, policy_file, registry
@@ -227,3 +229,64 @@ def test_stream_anomalies_are_warnings_and_span_events_by_event_index(otel: Otel
     )
     (warning,) = [r for r in otel.logs.records if r.levelno == logging.WARNING]
     assert (warning.anomaly, warning.event_index, warning.task_id) == ("second_terminal", 7, "t1")
+
+
+def test_the_tool_runs_inside_the_call_span_on_a_thread_and_on_the_loop(
+    tmp_path: Path, otel: Otel
+) -> None:
+    tools = ToolRegistry()
+    tracer = otel.tracer_provider.get_tracer("the-tool-itself")
+
+    @tools.tool(schema={"type": "object"}, effect="read", timeout=30)
+    def threaded() -> str:  # a timeout: it runs on a thread of its own
+        with tracer.start_as_current_span("inside threaded"):
+            return threading.current_thread().name
+
+    @tools.tool(schema={"type": "object"}, effect="read")
+    async def looped() -> str:
+        with tracer.start_as_current_span("inside looped"):
+            await asyncio.sleep(0)
+            return "ok"
+
+    async def main(gate: Gate) -> list[str]:
+        first = await gate.aexecute("t1", {"call_id": "a", "name": "looped", "arguments": {}})
+        second = await gate.aexecute("t1", {"call_id": "b", "name": "threaded", "arguments": {}})
+        return [first.state.value, second.state.value, str(second.result)]
+
+    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
+              create=True) as gate:
+        states = asyncio.run(main(gate))
+        sync = gate.execute("t1", {"call_id": "c", "name": "threaded", "arguments": {}})
+    assert states[:2] == ["succeeded", "succeeded"] and states[2] != "MainThread"
+    assert sync.ok
+    calls = {s.attributes["gen_ai.tool.call.id"]: s for s in otel.call_spans()}
+    inner = [s for s in otel.spans() if s.name.startswith("inside ")]
+    assert len(inner) == 3
+    parents = sorted((s.name, s.parent.span_id) for s in inner if s.parent)
+    assert parents == sorted([
+        ("inside looped", calls["a"].context.span_id),
+        ("inside threaded", calls["b"].context.span_id),
+        ("inside threaded", calls["c"].context.span_id),
+    ])
+
+
+def test_a_stream_read_on_its_own_has_a_span_of_its_own(
+    otel: Otel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(telemetry, "_resolved", otel.observer)  # the process's observer
+    transcript = chat_stream([("call_1", "lookup", {"q": "a"})])
+    rules = [FaultRule(Fault(cut_after_events=1), times=1)]
+    with StreamServer({"s": transcript}, faults=rules, join_timeout=2.0) as server, \
+            httpx.Client() as client, EventStream.open(
+                client, "GET", server.stream_url("s"), reconnect=FAST,
+                is_terminal=lambda e: e.data == "[DONE]",
+            ) as stream:
+        seen = [event.id for event in stream]
+    assert seen == ["1", "2", "3", "4", "5"]
+    (span,) = otel.spans()
+    attrs = dict(span.attributes or {})
+    assert span.name == "agent_gate.stream" and "agent_gate.provider" not in attrs
+    assert attrs["agent_gate.stream.state"] == "completed"
+    assert attrs["agent_gate.stream.reconnects"] == 1
+    assert attrs["agent_gate.stream.last_event_id"] == "5"
+    assert [e.name for e in span.events] == ["reconnect"]
