@@ -24,10 +24,11 @@ from .scenario import chat_stream, policy_file, registry
 FAST = ReconnectPolicy(initial_delay=0.001, max_delay=0.01, max_attempts=5)
 
 
-def make_gate(tmp_path: Path, otel: Otel, secret: str = "s") -> Gate:
+def make_gate(tmp_path: Path, otel: Otel, db_url: str | None = None) -> Gate:
+    """A gate reporting to ``otel``; on ``db_url`` (each backend) or a new SQLite file."""
     return Gate(
-        registry(otel.tracer_provider, secret), f"sqlite:///{tmp_path / 'ledger.db'}",
-        policy=policy_file(tmp_path), telemetry=otel.observer, create=True,
+        registry(otel.tracer_provider, "s"), db_url or f"sqlite:///{tmp_path / 'ledger.db'}",
+        policy=policy_file(tmp_path), telemetry=otel.observer, create=db_url is None,
     )
 
 
@@ -36,9 +37,9 @@ def events_of(span: object) -> list[str]:
 
 
 def test_a_call_is_one_execute_tool_span_and_the_tool_runs_inside_it(
-    tmp_path: Path, otel: Otel
+    tmp_path: Path, otel: Otel, db_url: str
 ) -> None:
-    with make_gate(tmp_path, otel) as gate:
+    with make_gate(tmp_path, otel, db_url) as gate:
         outcome = gate.execute("t1", {"call_id": "c1", "name": "lookup", "arguments": {"q": "x"}})
         stored = gate.ledger.get("t1", "c1")
     assert outcome.state is CallState.SUCCEEDED
@@ -100,9 +101,9 @@ def test_a_failing_tool_marks_the_span_with_its_error_type_only(
 
 
 def test_an_approved_call_resumed_links_to_the_trace_it_was_first_seen_in(
-    tmp_path: Path, otel: Otel
+    tmp_path: Path, otel: Otel, db_url: str
 ) -> None:
-    with make_gate(tmp_path, otel) as gate:
+    with make_gate(tmp_path, otel, db_url) as gate:
         waiting = gate.execute("t1", {"call_id": "c1", "name": "pay", "arguments": {"q": "10"}})
         assert waiting.state is CallState.AWAITING_APPROVAL
         (point,) = otel.points("agent_gate.calls.awaiting_approval")
