@@ -390,6 +390,7 @@ class Gate:
                 f"as_ must be one of {', '.join(r.value for r in Reconciliation)}"
             ) from None
         actor = f"operator:{by}" if by else "operator"
+        found = rec.state  # an executing call is lost to in_doubt first, then settled
         if rec.state is CallState.EXECUTING:
             ended = lease_end(rec)
             if ended is None:
@@ -425,7 +426,7 @@ class Gate:
             raise NotInDoubt(
                 f"call {call_id!r} changed to {tr.record.state.value} while being resolved"
             )
-        self.telemetry.operator(rec.task_id, rec.call_id, rec.tool, rec.state.value,
+        self.telemetry.operator(rec.task_id, rec.call_id, rec.tool, found.value,
                                 tr.record.state.value, actor)
         return outcome_of(tr.record, replayed=False)
 

@@ -291,3 +291,32 @@ def test_a_stream_read_on_its_own_has_a_span_of_its_own(
     assert attrs["agent_gate.stream.reconnects"] == 1
     assert attrs["agent_gate.stream.last_event_id"] == "5"
     assert [e.name for e in span.events] == ["reconnect"]
+
+
+def test_an_operator_settling_a_doubt_or_denying_moves_the_counters_back(
+    tmp_path: Path, otel: Otel
+) -> None:
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write")
+    def unsure() -> None:
+        raise OutcomeUnknown("cannot tell")
+
+    with make_gate(tmp_path, otel) as gate:
+        gate.execute("t1", {"call_id": "p", "name": "pay", "arguments": {"q": "1"}})
+    with Gate(tools, f"sqlite:///{tmp_path / 'l2.db'}", telemetry=otel.observer,
+              create=True) as other:
+        doubt = other.execute("t1", {"call_id": "u", "name": "unsure", "arguments": {}})
+        assert doubt.state is CallState.IN_DOUBT
+        other.resolve("u", as_="failed", task_id="t1", by="ana")
+    with make_gate(tmp_path, otel) as gate:
+        denied = gate.deny("p", by="bob", task_id="t1")
+    assert denied.state is CallState.REJECTED
+    counters = {name: [p.value for p in otel.points(name)]
+                for name in ("agent_gate.calls.awaiting_approval", "agent_gate.calls.in_doubt")}
+    assert counters == {"agent_gate.calls.awaiting_approval": [0],
+                        "agent_gate.calls.in_doubt": [0]}
+    moves = [(r.from_state, r.state, r.actor) for r in otel.logs.records
+             if getattr(r, "actor", None)]
+    assert moves == [("in_doubt", "failed", "operator:ana"),
+                     ("awaiting_approval", "rejected", "operator:bob")]
