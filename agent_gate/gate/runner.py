@@ -188,7 +188,8 @@ class Runner:
         except BaseException as exc:
             # KeyboardInterrupt / SystemExit while the tool ran: record the doubt,
             # then let the interruption continue.
-            self.finish(claimed, Ran(RunEnd.INTERRUPTED, exc=exc, pending=future))
+            outcome = self.finish(claimed, Ran(RunEnd.INTERRUPTED, exc=exc, pending=future))
+            _interrupted(claimed, outcome)
             raise
         finally:
             halt()
@@ -216,10 +217,17 @@ class Runner:
                 return Ran(RunEnd.TIMEOUT, pending=future)
         except asyncio.CancelledError as exc:
             interrupted = Ran(RunEnd.INTERRUPTED, exc=exc, pending=future)
-            await asyncio.to_thread(self.finish, claimed, interrupted)
+            _interrupted(claimed, await asyncio.to_thread(self.finish, claimed, interrupted))
             raise
         finally:
             halt()
+
+
+def _interrupted(claimed: Claimed, outcome: Outcome) -> None:
+    """The run was interrupted: its driver never sees the outcome, so its trace is told."""
+    if claimed.trace is not None:
+        claimed.trace.ran(RunEnd.INTERRUPTED.value)
+        claimed.trace.end(outcome)
 
 
 def _invoke(claimed: Claimed) -> Ran:

@@ -145,8 +145,8 @@ class CallTrace:
     outcome, ``failed`` an error that escaped the driver.
     """
 
-    __slots__ = ("call_id", "decision", "ids", "moved", "rule_ids", "started", "state",
-                 "task_id", "tool")
+    __slots__ = ("call_id", "closed", "decision", "ids", "moved", "rule_ids", "started",
+                 "state", "task_id", "tool")
 
     def __init__(self, task_id: str, call_id: str, tool: str) -> None:
         self.task_id = task_id
@@ -156,6 +156,7 @@ class CallTrace:
         self.decision: str | None = None
         self.rule_ids: tuple[str, ...] = ()
         self.moved = False
+        self.closed = False
         self.started = time.perf_counter()
         self.ids: tuple[str, str] | None = None
         """(trace id, span id) in hex when the call is in a sampled trace: kept in the ledger."""
@@ -227,7 +228,20 @@ class CallTrace:
         """The tool's run ended (``ok``, ``error``, ``timeout``, ``unknown``, ``interrupted``)."""
 
     def end(self, outcome: OutcomeView) -> None:
-        """The outcome the gate reports; a state not seen yet is its last transition."""
+        """The outcome the gate reports; a state not seen yet is its last transition.
+        The first of ``end`` and ``failed`` closes the trace; the other is then ignored
+        (an interrupted run is ended by the runner, then its driver is abandoned)."""
+        if not self.closed:
+            self.closed = True
+            self._end(outcome)
+
+    def failed(self, exc: BaseException) -> None:
+        """An error escaped the gate while it drove this call (a usage or database error)."""
+        if not self.closed:
+            self.closed = True
+            self._failed(exc)
+
+    def _end(self, outcome: OutcomeView) -> None:
         state = outcome.state.value
         if state != self.state:
             before, self.state = self.state, state
@@ -250,8 +264,7 @@ class CallTrace:
                        "late": True},
             )
 
-    def failed(self, exc: BaseException) -> None:
-        """An error escaped the gate while it drove this call (a usage or database error)."""
+    def _failed(self, exc: BaseException) -> None:
         if CALL_LOG.isEnabledFor(_WARNING):
             CALL_LOG.warning(
                 "call %s of task %s (%s): the gate raised %s", self.call_id, self.task_id,

@@ -221,8 +221,8 @@ class _OtelCall(CallTrace):
             {TOOL_NAME: self.tool, "agent_gate.run_end": end},
         )
 
-    def end(self, outcome: OutcomeView) -> None:
-        super().end(outcome)
+    def _end(self, outcome: OutcomeView) -> None:
+        super()._end(outcome)
         state = outcome.state.value
         self.obs.calls.add(1, {
             TOOL_NAME: self.tool,
@@ -256,8 +256,8 @@ class _OtelCall(CallTrace):
         if settled:
             self.obs.gauge(self.tool, "in_doubt", state)
 
-    def failed(self, exc: BaseException) -> None:
-        super().failed(exc)
+    def _failed(self, exc: BaseException) -> None:
+        super()._failed(exc)
         name = "interrupted" if isinstance(exc, GeneratorExit) else type(exc).__name__
         if self.recording:
             self.span.set_attribute(ERROR_TYPE, name)

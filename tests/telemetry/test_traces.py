@@ -320,3 +320,25 @@ def test_an_operator_settling_a_doubt_or_denying_moves_the_counters_back(
              if getattr(r, "actor", None)]
     assert moves == [("in_doubt", "failed", "operator:ana"),
                      ("awaiting_approval", "rejected", "operator:bob")]
+
+
+def test_an_interrupted_run_ends_its_span_in_doubt(tmp_path: Path, otel: Otel) -> None:
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write")
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
+              create=True) as gate:
+        with pytest.raises(KeyboardInterrupt):
+            gate.execute("t1", {"call_id": "c1", "name": "interrupted", "arguments": {}})
+        stored = gate.ledger.get("t1", "c1")
+    assert stored is not None and stored.state is CallState.IN_DOUBT
+    (span,) = otel.call_spans()
+    assert events_of(span) == ["received", "decided", "claimed", "in_doubt"]
+    assert dict(span.attributes or {})["agent_gate.state"] == "in_doubt"
+    (point,) = otel.points("agent_gate.calls.in_doubt")
+    assert point.value == 1
+    (ended,) = otel.points("agent_gate.tool.duration")
+    assert dict(ended.attributes)["agent_gate.run_end"] == "interrupted"
