@@ -32,6 +32,12 @@ def make_gate(tmp_path: Path, otel: Otel, db_url: str | None = None) -> Gate:
     )
 
 
+def plain_gate(tools: ToolRegistry, tmp_path: Path, otel: Otel) -> Gate:
+    """A gate without a policy (every valid call allowed) on a SQLite file of its own."""
+    return Gate(tools, f"sqlite:///{tmp_path / 'plain.db'}", telemetry=otel.observer,
+                create=True)
+
+
 def events_of(span: object) -> list[str]:
     return [e.name for e in span.events]  # type: ignore[attr-defined]
 
@@ -165,8 +171,7 @@ def test_a_sweep_of_a_call_in_doubt_links_to_its_first_trace(tmp_path: Path, ote
             raise OutcomeUnknown("the remote end went away")
         return "done"
 
-    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
-              create=True) as gate:
+    with plain_gate(tools, tmp_path, otel) as gate:
         first = gate.execute("t1", {"call_id": "c1", "name": "flaky", "arguments": {}})
         assert first.state is CallState.IN_DOUBT
         (point,) = otel.points("agent_gate.calls.in_doubt")
@@ -199,8 +204,7 @@ def test_a_late_result_settles_the_doubt_and_says_so(tmp_path: Path, otel: Otel)
         assert release.wait(10)
         return "finally"
 
-    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
-              create=True) as gate:
+    with plain_gate(tools, tmp_path, otel) as gate:
         outcome = gate.execute("t1", {"call_id": "c1", "name": "sluggish", "arguments": {}})
         assert outcome.state is CallState.IN_DOUBT
         (point,) = otel.points("agent_gate.calls.in_doubt")
@@ -254,8 +258,7 @@ def test_the_tool_runs_inside_the_call_span_on_a_thread_and_on_the_loop(
         second = await gate.aexecute("t1", {"call_id": "b", "name": "threaded", "arguments": {}})
         return [first.state.value, second.state.value, str(second.result)]
 
-    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
-              create=True) as gate:
+    with plain_gate(tools, tmp_path, otel) as gate:
         states = asyncio.run(main(gate))
         sync = gate.execute("t1", {"call_id": "c", "name": "threaded", "arguments": {}})
     assert states[:2] == ["succeeded", "succeeded"] and states[2] != "MainThread"
@@ -304,8 +307,7 @@ def test_an_operator_settling_a_doubt_or_denying_moves_the_counters_back(
 
     with make_gate(tmp_path, otel) as gate:
         gate.execute("t1", {"call_id": "p", "name": "pay", "arguments": {"q": "1"}})
-    with Gate(tools, f"sqlite:///{tmp_path / 'l2.db'}", telemetry=otel.observer,
-              create=True) as other:
+    with plain_gate(tools, tmp_path, otel) as other:
         doubt = other.execute("t1", {"call_id": "u", "name": "unsure", "arguments": {}})
         assert doubt.state is CallState.IN_DOUBT
         other.resolve("u", as_="failed", task_id="t1", by="ana")
@@ -329,8 +331,7 @@ def test_an_interrupted_run_ends_its_span_in_doubt(tmp_path: Path, otel: Otel) -
     def interrupted() -> None:
         raise KeyboardInterrupt
 
-    with Gate(tools, f"sqlite:///{tmp_path / 'l.db'}", telemetry=otel.observer,
-              create=True) as gate:
+    with plain_gate(tools, tmp_path, otel) as gate:
         with pytest.raises(KeyboardInterrupt):
             gate.execute("t1", {"call_id": "c1", "name": "interrupted", "arguments": {}})
         stored = gate.ledger.get("t1", "c1")
