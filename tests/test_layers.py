@@ -49,6 +49,12 @@ LAYERS: tuple[Layer, ...] = (
          "agent_gate.strict_json"),
         "the base error, the one fast-path switch, plain and strict JSON: used everywhere",
     ),
+    Layer(
+        "telemetry",
+        ("agent_gate.telemetry",),
+        "traces, metrics and logs behind one observer; the gate and the transport both "
+        "report to it, so it imports nothing of agent_gate",
+    ),
     Layer("sse", ("agent_gate.sse",), "bytes to events, sans-IO; knows no provider"),
     Layer(
         "transport",

@@ -68,3 +68,11 @@ def table(title: str | None = None) -> Table:
 
     return Table(title=title, title_justify="left", box=None, header_style="bold",
                  pad_edge=False)
+
+
+def print_traces(out: Console, traces: dict[str, str | None]) -> None:
+    """One line per call with the OpenTelemetry trace it was first seen in, so an
+    operator goes from a call to its trace (calls recorded without one are left out)."""
+    for call_id, trace_id in traces.items():
+        if trace_id:
+            out.print(cell(f"call {call_id}: trace {trace_id}", "dim"))

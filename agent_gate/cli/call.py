@@ -61,6 +61,8 @@ def _print(out: Console, d: CallDetails) -> None:
     c = d.call
     out.print(cell(f"call {c.call_id} of task {c.task_id}", "bold"))
     _field(out, "tool", f"{c.tool} (effect {c.effect}, idempotency {c.idempotency})")
+    if c.trace_id:
+        _field(out, "trace", f"{c.trace_id} (span {c.span_id or '-'})")
     out.print(cell(f"{'state':<12}", "bold") + state_cell(c.state.value)
               + cell(f"  {c.reason_code or ''}: {c.reason or ''}" if c.reason else ""))
     note = " (redacted fields show their stand-ins; the values are sealed)" if d.redacted else ""

@@ -11,7 +11,7 @@ from agent_gate.cli._exit import EXIT_CODES_HELP, CliError
 from agent_gate.cli._listing import PagedTable
 from agent_gate.cli._operator import failures, open_gate
 from agent_gate.cli._options import ledger_options, tools_option
-from agent_gate.cli._output import cell, console, state_cell
+from agent_gate.cli._output import cell, console, print_traces, state_cell
 from agent_gate.cli._progress import finish, watching
 from agent_gate.cli.replay import load_registry
 
@@ -82,7 +82,9 @@ def resume_command(
             with watching(gate.ledger, task_id, as_json=as_json):
                 outcomes = gate.resume(task_id)
         after = gate.blockers(task_id) if not dry_run else before
-        left = [rec.state.value for rec in gate.ledger.calls(task_id)]
+        calls = gate.ledger.calls(task_id)
+        left = [rec.state.value for rec in calls]
+        traces = {rec.call_id: rec.trace_id for rec in calls}
     if as_json:
         finish(left, summary={
             "task": task_id,
@@ -91,11 +93,13 @@ def resume_command(
             "before": [b.to_dict() for b in before],
             "outcomes": [o.to_dict() for o in outcomes],
             "after": [b.to_dict() for b in after],
+            "traces": {call: trace for call, trace in traces.items() if trace},
         })
         return
     for note in notes:
         out.print(cell(f"note: {note}", "yellow"))
     _blockers(out, f"task {task_id}: in the way", before)
+    print_traces(out, {b.call_id: traces.get(b.call_id) for b in before})
     if not dry_run:
         if outcomes:
             _outcomes(out, outcomes)

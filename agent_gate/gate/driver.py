@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -51,6 +51,7 @@ from agent_gate.ledger.records import CallRecord, Ruling, Transition
 from agent_gate.ledger.states import LEASE_ENDS, CallState, Event, LeaseEnd
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
+from agent_gate.telemetry import CallTrace, Observer
 from agent_gate.tools import Idempotency, Reconciled, Reconciliation, ToolRegistry
 
 __all__ = ["CallDriver", "lease_end"]
@@ -75,6 +76,20 @@ def lease_end(rec: CallRecord) -> LeaseEnd | None:
     return None
 
 
+def _traced(trace: CallTrace, driver: Driver) -> Driver:
+    """``driver`` reported to ``trace``: its outcome, or the error that escaped it."""
+    try:
+        outcome = yield from driver
+    except BaseException as exc:
+        trace.failed(exc)
+        raise
+    trace.end(outcome)
+    return outcome
+
+
+_LOGS_ONLY = Observer()
+
+
 def _normalize_verdict(value: Any) -> Reconciled:
     if isinstance(value, Reconciled):
         return value
@@ -92,6 +107,8 @@ class CallDriver:
     keys: Arguments
     finisher: Finisher
     lease_ms: int
+    observer: Observer = _LOGS_ONLY
+    """Traces, metrics and logs (``agent_gate.telemetry``): one ``CallTrace`` per drive."""
 
     @property
     def rules(self) -> PolicyAuthorizer | None:
@@ -110,6 +127,20 @@ class CallDriver:
     ) -> Driver:
         """Record an incoming call (or find it), then drive its row (``decide_only``:
         no further than its decision, see ``advance``)."""
+        trace = self.observer.call(task_id, call.call_id, call.name)
+        return (yield from _traced(
+            trace, self._drive_call(trace, task_id, call, early, context, decide_only)
+        ))
+
+    def _drive_call(
+        self,
+        trace: CallTrace,
+        task_id: str,
+        call: ToolCall,
+        early: Ruling | None,
+        context: CallContext,
+        decide_only: bool,
+    ) -> Driver:
         if call.status is CallStatus.PROVIDER_EXECUTED:
             raise GateUsageError(
                 f"call {call.call_id!r} was executed by the provider; the gate does not run it"
@@ -121,6 +152,8 @@ class CallDriver:
             classes=self.decider.classes, context=context, early=early,
         )
         call, early, new = admitted.call, admitted.early, admitted.row
+        if trace.ids is not None:
+            new = replace(new, trace_id=trace.ids[0], span_id=trace.ids[1])
         failed: list[BaseException] = []
 
         def decide(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
@@ -147,6 +180,7 @@ class CallDriver:
             decide=decide if policy is None or self.rules is not None else None,
             lock=self.rules is not None,
         )
+        trace.seen(rec, inserted)
         if failed:
             raise failed[0]
         duplicate_of = rec.call_id if rec.call_id != call.call_id else None
@@ -173,11 +207,18 @@ class CallDriver:
                 duplicate_of=duplicate_of,
                 acted=inserted and rec.state is not CallState.RECEIVED,
                 decide_only=decide_only,
+                trace=trace,
             )
         )
 
     def drive_record(self, rec: CallRecord) -> Driver:
-        return (yield from self.advance(rec, early=None, call_id=rec.call_id, duplicate_of=None))
+        """Drive a stored row (resume, recover): its span links to the one it was first seen in."""
+        trace = self.observer.call(
+            rec.task_id, rec.call_id, rec.tool, link=(rec.trace_id, rec.span_id)
+        )
+        return (yield from _traced(trace, self.advance(
+            rec, early=None, call_id=rec.call_id, duplicate_of=None, trace=trace
+        )))
 
     def _conflict(
         self,
@@ -222,6 +263,7 @@ class CallDriver:
         duplicate_of: str | None,
         acted: bool = False,
         decide_only: bool = False,
+        trace: CallTrace | None = None,
     ) -> Driver:
         """Move the row forward from whatever state it is in, one CAS at a time.
 
@@ -237,7 +279,9 @@ class CallDriver:
         # under this gate's policy, from arguments it holds: a claim of exactly that
         # version need not re-check it. Any later arrow bumps the version.
         fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
+        trace = trace or _LOGS_ONLY.call(rec.task_id, call_id, rec.tool)
         for _ in range(_MAX_STEPS):
+            trace.seen(rec, acted)
             state = rec.state
             if state is CallState.RECEIVED:
                 ruling = self.decider.ruling(rec, early)
@@ -269,6 +313,8 @@ class CallDriver:
             if state is CallState.AWAITING_APPROVAL:
                 approved = self._claim_approved(rec, call_id, duplicate_of)
                 if isinstance(approved, Claimed):
+                    approved.trace = trace
+                    trace.seen(approved.rec, True)
                     ran = yield RunTool(approved)
                     return self.finisher.finish(approved, ran)
                 now, waiting, won = approved
@@ -293,6 +339,8 @@ class CallDriver:
                     # Lost the claim to someone else, or the re-check moved the call.
                     rec, acted = claimed.record, claimed.won
                     continue
+                claimed.trace = trace
+                trace.seen(claimed.rec, True)
                 ran = yield RunTool(claimed)
                 return self.finisher.finish(claimed, ran)
             if state is CallState.EXECUTING:

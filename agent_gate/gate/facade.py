@@ -54,6 +54,8 @@ from agent_gate.ledger.records import CallRecord, StoredResult
 from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
 from agent_gate.ledger.store import Ledger
 from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
+from agent_gate.telemetry import Observer
+from agent_gate.telemetry import observer as default_observer
 from agent_gate.tools import Effect, Reconciliation, ToolRegistry
 
 __all__ = [
@@ -125,7 +127,8 @@ class Gate:
     ``seal_key`` seals the fields the policy redacts (``agent_gate.ledger.seal``
     says where a key comes from otherwise). ``lease_seconds`` is how long a
     worker's claim on a running call lasts without renewal (it is renewed while the
-    tool runs).
+    tool runs). ``telemetry`` is where traces, metrics and logs go
+    (``agent_gate.telemetry``; default: OpenTelemetry when it is installed, else logs).
     """
 
     def __init__(
@@ -141,6 +144,7 @@ class Gate:
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         auto_upgrade: bool | None = None,
         create: bool = False,
+        telemetry: Observer | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise GateUsageError("lease_seconds must be positive")
@@ -171,8 +175,11 @@ class Gate:
         self._decider = Decider(self._tools, policy, self._keys, self.ledger)
         finisher = Finisher(self.ledger, self._decider, self._keys, max_result_bytes)
         self._finisher = finisher
+        self.telemetry = telemetry or default_observer()
+        """Traces, metrics and logs (``agent_gate.telemetry``); resolved once, here."""
         self._driver = CallDriver(
-            self._tools, self.ledger, self._decider, self._keys, finisher, self.lease_ms
+            self._tools, self.ledger, self._decider, self._keys, finisher, self.lease_ms,
+            self.telemetry,
         )
         self._runner = Runner(self.ledger, self.lease_ms, finisher.finish)
         self.override_notes: tuple[str, ...] = tuple(
@@ -367,6 +374,9 @@ class Gate:
             raise GateUsageError("a denial names who gives it (by=)")
         rec = self._find_one(call, task_id)
         tr = self.ledger.deny(rec, by=by.strip(), reason=reason)
+        if tr.won:
+            self.telemetry.operator(rec.task_id, rec.call_id, rec.tool, rec.state.value,
+                                    tr.record.state.value, f"operator:{by.strip()}")
         return outcome_of(tr.record, replayed=False)
 
     def resolve(
@@ -390,6 +400,7 @@ class Gate:
                 f"as_ must be one of {', '.join(r.value for r in Reconciliation)}"
             ) from None
         actor = f"operator:{by}" if by else "operator"
+        found = rec.state  # an executing call is lost to in_doubt first, then settled
         if rec.state is CallState.EXECUTING:
             ended = lease_end(rec)
             if ended is None:
@@ -425,6 +436,8 @@ class Gate:
             raise NotInDoubt(
                 f"call {call_id!r} changed to {tr.record.state.value} while being resolved"
             )
+        self.telemetry.operator(rec.task_id, rec.call_id, rec.tool, found.value,
+                                tr.record.state.value, actor)
         return outcome_of(tr.record, replayed=False)
 
     # ------------------------------------------------------------ waiting for people

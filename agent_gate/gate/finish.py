@@ -126,6 +126,8 @@ class Finisher:
                 actor=this_owner(),
                 detail={"attempt": claimed.rec.attempt, "kind": ran.end.value},
             )
+            if claimed.trace is not None:
+                claimed.trace.late(current.state.value, settled=False)
             return None
         observed = LATE_RUN_ENDS.get(ran.end)
         if observed is None:
@@ -145,6 +147,8 @@ class Finisher:
             current, observed.event, actor=this_owner(), code=observed.code, reason=reason,
             result=result, error=error,
         )
+        if tr.won and claimed.trace is not None:
+            claimed.trace.late(tr.record.state.value, settled=True)
         return tr.record if tr.won else None
 
     def settle(

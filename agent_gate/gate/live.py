@@ -212,6 +212,8 @@ class _Live:
         self.acc = gate.accumulator_for(provider, options.dispatch)
         self.detector = TerminalDetector(provider)
         self.reconnects: list[ReconnectInfo] = []
+        self.trace = gate.telemetry.stream(provider=provider, task_id=task_id)
+        """The stream's span: the gate runs inside it, so each call's span is its child."""
         self.run_args: dict[str, Any] = {
             "task_id": task_id,
             "provider": provider,
@@ -230,6 +232,7 @@ class _Live:
             is_terminal=self.detector,
             options=self.options,
             on_reconnect=self.reconnected,
+            trace=self.trace,
         )
 
     def reconnected(self, action: Reconnect) -> None:
@@ -258,6 +261,11 @@ class _Live:
             self.handled(event, stream)
 
     def result(self, run: RunResult, stream: EventStream | AsyncEventStream) -> LiveResult:
+        terminal = run.terminal
+        self.trace.result(
+            terminal.kind.value if terminal is not None else None,
+            self.acc.stats.replayed_events, len(run.outcomes), run.anomalies,
+        )
         return LiveResult(run, stream.stats, tuple(self.reconnects), stream.error, self.acc.stats)
 
 
@@ -286,9 +294,10 @@ def run_live(
     live = _Live(gate, url, provider, task_id, LiveOptions.of(options, fields))
     http = client if client is not None else httpx.Client(timeout=DEFAULT_TIMEOUT)
     try:
-        with live.open(EventStream, http) as stream:
+        with live.trace.active(), live.open(EventStream, http) as stream:
             return live.result(gate.run(live.events(stream), **live.run_args), stream)
     finally:
+        live.trace.close()
         if client is None:
             http.close()
 
@@ -307,8 +316,11 @@ async def arun_live(
     live = _Live(gate, url, provider, task_id, LiveOptions.of(options, fields))
     http = client if client is not None else httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
     try:
-        async with live.open(AsyncEventStream, http) as stream:
-            return live.result(await gate.arun(live.aevents(stream), **live.run_args), stream)
+        with live.trace.active():
+            async with live.open(AsyncEventStream, http) as stream:
+                result = await gate.arun(live.aevents(stream), **live.run_args)
+                return live.result(result, stream)
     finally:
+        live.trace.close()
         if client is None:
             await http.aclose()

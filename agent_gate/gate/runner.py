@@ -29,6 +29,7 @@ from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import RunEnd
 from agent_gate.ledger.store import Ledger
+from agent_gate.telemetry import CallTrace
 from agent_gate.tools import CallInfo, Tool
 
 __all__ = ["Claimed", "Driver", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]
@@ -44,6 +45,8 @@ class Claimed:
     info: CallInfo
     call_id: str
     duplicate_of: str | None
+    trace: CallTrace | None = None
+    """The call's telemetry: the tool runs inside it (``Runner``), set by the driver."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,15 @@ class Runner:
     # ------------------------------------------------------------ running tools
 
     def _run_sync(self, claimed: Claimed) -> Ran:
+        trace = claimed.trace
+        if trace is None:
+            return self._run_sync_inner(claimed)
+        with trace.running():
+            ran = self._run_sync_inner(claimed)
+        trace.ran(ran.end.value)
+        return ran
+
+    def _run_sync_inner(self, claimed: Claimed) -> Ran:
         tool, timeout = claimed.tool, claimed.tool.spec.timeout
         halt = self._leases.hold(claimed.rec)
         future: Future[Ran] | None = None
@@ -176,12 +188,22 @@ class Runner:
         except BaseException as exc:
             # KeyboardInterrupt / SystemExit while the tool ran: record the doubt,
             # then let the interruption continue.
-            self.finish(claimed, Ran(RunEnd.INTERRUPTED, exc=exc, pending=future))
+            outcome = self.finish(claimed, Ran(RunEnd.INTERRUPTED, exc=exc, pending=future))
+            _interrupted(claimed, outcome)
             raise
         finally:
             halt()
 
     async def _run_async(self, claimed: Claimed) -> Ran:
+        trace = claimed.trace
+        if trace is None:
+            return await self._run_async_inner(claimed)
+        with trace.running():
+            ran = await self._run_async_inner(claimed)
+        trace.ran(ran.end.value)
+        return ran
+
+    async def _run_async_inner(self, claimed: Claimed) -> Ran:
         tool, timeout = claimed.tool, claimed.tool.spec.timeout
         halt = self._leases.hold(claimed.rec)
         future: Future[Ran] | None = None
@@ -195,10 +217,17 @@ class Runner:
                 return Ran(RunEnd.TIMEOUT, pending=future)
         except asyncio.CancelledError as exc:
             interrupted = Ran(RunEnd.INTERRUPTED, exc=exc, pending=future)
-            await asyncio.to_thread(self.finish, claimed, interrupted)
+            _interrupted(claimed, await asyncio.to_thread(self.finish, claimed, interrupted))
             raise
         finally:
             halt()
+
+
+def _interrupted(claimed: Claimed, outcome: Outcome) -> None:
+    """The run was interrupted: its driver never sees the outcome, so its trace is told."""
+    if claimed.trace is not None:
+        claimed.trace.ran(RunEnd.INTERRUPTED.value)
+        claimed.trace.end(outcome)
 
 
 def _invoke(claimed: Claimed) -> Ran:

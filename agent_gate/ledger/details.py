@@ -163,6 +163,7 @@ class CallDetails:
             "updated_at": _iso(c.updated_at),
             "started_at": _iso(c.started_at),
             "finished_at": _iso(c.finished_at),
+            "trace": {"trace_id": c.trace_id, "span_id": c.span_id},
         }
 
 

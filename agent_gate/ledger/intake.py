@@ -133,6 +133,8 @@ def record(
             "attempt": 0,
             "created_at": now,
             "updated_at": now,
+            "trace_id": new.trace_id,
+            "span_id": new.span_id,
         }
         returned = insert_returning(conn, CALLS, values)
         if returned is None:  # the dialect cannot: insert, then read the row

@@ -17,6 +17,9 @@ DDL is transactional, so an upgrade that fails leaves the schema as it was.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +27,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 
 from agent_gate.errors import LedgerSchemaError
 from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
+from agent_gate.telemetry import MIGRATE_LOG
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -45,11 +49,9 @@ __all__ = [
 ]
 
 
-
-
 _LEDGER_TABLES = frozenset({"tasks", "tool_calls", "audit_events"})
 
-HEAD = "0002_approvals_audit_chain"
+HEAD = "0003_call_trace"
 """The revision this version of agent-gate writes: the head of ``migrations/``. Named
 here so that opening a ledger at head is one plain query; a test holds it to Alembic's
 own head, so a new revision that forgets to move it fails loudly."""
@@ -57,6 +59,27 @@ own head, so a new revision that forgets to move it fails loudly."""
 MIGRATION_LOCK = "migrate"
 """The ``lock_named`` name every schema change holds (also taken by ``migrations/env.py``
 when Alembic's own command line runs the revisions)."""
+
+
+@contextmanager
+def quiet_alembic() -> Iterator[None]:
+    """Alembic's own INFO lines ("Context impl SQLiteImpl.", "Running upgrade ...")
+    kept from a host's handlers while agent-gate drives it, unless asked for.
+
+    Why: once an application configures logging, every first ``Gate()`` of a fresh
+    file printed them. Asking for them: a level set on the ``alembic`` logger by the
+    host, or DEBUG on ``agent_gate.ledger.migrate``; either way this leaves
+    Alembic's logging alone. The level is put back as it was found.
+    """
+    alembic_log = logging.getLogger("alembic")
+    if alembic_log.level != logging.NOTSET or MIGRATE_LOG.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    alembic_log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        alembic_log.setLevel(logging.NOTSET)
 
 
 def script_location() -> Path:
@@ -84,9 +107,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
+    with quiet_alembic():
+        from alembic.script import ScriptDirectory
 
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+        head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:  # pragma: no cover - the repository always has revisions
         raise LedgerSchemaError("the ledger migrations have no head revision")
     return head
@@ -94,11 +118,12 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at; ``None`` for a database Alembic never touched."""
-    from alembic.runtime.migration import MigrationContext
+    with quiet_alembic():
+        from alembic.runtime.migration import MigrationContext
 
-    # reuse=False: Alembic's context stays referenced (by its event hooks) after use.
-    with begin_read(engine, reuse=False) as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        # reuse=False: Alembic's context stays referenced (by its event hooks) after use.
+        with begin_read(engine, reuse=False) as conn:
+            return MigrationContext.configure(conn).get_current_revision()
 
 
 def _at_head(conn: Connection) -> bool:
@@ -123,15 +148,22 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
     Everything is decided again under the lock: another process may have upgraded
     between our look and our turn, and then there is nothing left to do.
     """
-    from alembic import command
-    from alembic.runtime.migration import MigrationContext
+    with quiet_alembic():
+        from alembic import command
+        from alembic.runtime.migration import MigrationContext
 
-    with begin_write(engine, reuse=False) as conn:
-        lock_named(conn, MIGRATION_LOCK)
-        before = MigrationContext.configure(conn).get_current_revision()
-        _check_adoptable(conn, before)
-        command.upgrade(alembic_config(conn), revision)
-        after = MigrationContext.configure(conn).get_current_revision()
+        with begin_write(engine, reuse=False) as conn:
+            lock_named(conn, MIGRATION_LOCK)
+            before = MigrationContext.configure(conn).get_current_revision()
+            _check_adoptable(conn, before)
+            command.upgrade(alembic_config(conn), revision)
+            after = MigrationContext.configure(conn).get_current_revision()
+    if before != after and MIGRATE_LOG.isEnabledFor(logging.INFO):
+        MIGRATE_LOG.info(
+            "ledger %s upgraded from %s to %s",
+            engine.url.render_as_string(hide_password=True), before or "(empty)", after,
+            extra={"from_revision": before, "to_revision": after},
+        )
     return before, after
 
 
@@ -148,17 +180,20 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool | None = None) -> None:
     with begin_read(engine) as conn:
         if _at_head(conn):
             return
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
+    with quiet_alembic():
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
 
-    head = head_revision()
-    with begin_read(engine, reuse=False) as conn:  # one snapshot: version and tables
-        current = MigrationContext.configure(conn).get_current_revision()
-        if current != head:
-            _check_adoptable(conn, current)
-    if current == head:
-        return
-    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+        head = head_revision()
+        with begin_read(engine, reuse=False) as conn:  # one snapshot: version and tables
+            current = MigrationContext.configure(conn).get_current_revision()
+            if current != head:
+                _check_adoptable(conn, current)
+        if current == head:
+            return
+        known = {
+            s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+        }
     if current is not None and current not in known:
         raise LedgerSchemaError(
             f"the ledger is at revision {current!r}, which this version of agent-gate "

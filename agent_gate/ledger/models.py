@@ -138,6 +138,12 @@ class ToolCallRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
+    trace_id: Mapped[str | None] = mapped_column(String(32))
+    """The OpenTelemetry trace the call was first seen in (32 hex digits), so that an
+    operator goes from the call to its trace; NULL without a sampled trace."""
+    span_id: Mapped[str | None] = mapped_column(String(16))
+    """The call's own span in that trace (16 hex digits): what a resume links to."""
+
 
 class AuditEvent(Base):
     """Append-only history: every transition, and every time a call was seen again."""

@@ -56,7 +56,7 @@ _FIELD_ORDER = (
     "arguments", "sealed_arguments", "policy_hash", "rule_ids", "state", "version",
     "attempt", "lease_owner", "lease_expires_ms", "result", "result_sha256",
     "result_bytes", "error", "reason_code", "reason", "created_at", "updated_at",
-    "started_at", "finished_at",
+    "started_at", "finished_at", "trace_id", "span_id",
 )
 if tuple(c.name for c in CALL_COLUMNS) != _FIELD_ORDER:  # pragma: no cover - import check
     raise AssertionError("tool_calls columns changed: update records._FIELD_ORDER/call_record")
@@ -140,6 +140,9 @@ class CallRecord:
     redacted stand-ins; None when nothing was redacted."""
     policy_hash: str | None = None
     rule_ids: tuple[str, ...] = ()
+    trace_id: str | None = None
+    """The trace the call was first seen in (``agent_gate.telemetry``); None without one."""
+    span_id: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CallRecord:
@@ -153,7 +156,7 @@ def call_record(values: Sequence[Any]) -> CallRecord:
     (row_id, task_id, call_id, idem_key, tool, effect, idempotency, args_hash, arguments,
      sealed_arguments, policy_hash, rule_ids, state, version, attempt, lease_owner,
      lease_expires_ms, result, result_sha256, result_bytes, error, reason_code, reason,
-     created_at, updated_at, started_at, finished_at) = values
+     created_at, updated_at, started_at, finished_at, trace_id, span_id) = values
     # _loads and _utc inlined: four records per gate call.
     return CallRecord(
         row_id=row_id,
@@ -196,6 +199,8 @@ def call_record(values: Sequence[Any]) -> CallRecord:
         sealed_arguments=sealed_arguments,
         policy_hash=policy_hash,
         rule_ids=() if rule_ids is None else tuple(_decode(rule_ids) or ()),
+        trace_id=trace_id,
+        span_id=span_id,
     )
 
 
@@ -305,6 +310,9 @@ class NewCall:
     principal: str | None = None
     """Canonical JSON of the task's principal, bound to the task when first given."""
     scope: str | None = None
+    trace_id: str | None = None
+    """The sampled trace (and the call's span in it) the call is first seen in."""
+    span_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ import httpx
 
 from agent_gate.errors import StreamError, TruncationReason
 from agent_gate.sse import ServerSentEvent
+from agent_gate.telemetry import StreamTrace, observer
 from agent_gate.transport.options import StreamOptions, build_request
 from agent_gate.transport.resume import StreamRequest
 from agent_gate.transport.session import (
@@ -88,8 +89,15 @@ def stream_loop(
     clock: Clock,
     raise_on_truncation: bool,
     on_reconnect: Callable[[Reconnect], None] | None,
+    trace: StreamTrace | None = None,
 ) -> Loop:
-    """Every connection of one logical stream, reconnects included."""
+    """Every connection of one logical stream, reconnects included; ``trace`` is told
+    of each reconnect and of the end. Without one the loop opens (and closes) its own:
+    a stream read on its own has a span of its own."""
+    owned = trace is None
+    if trace is None:
+        trace = observer().stream(provider=None)
+    error: BaseException | None = None
     try:
         while True:
             spec = session.begin_connection(clock())
@@ -99,11 +107,18 @@ def stream_loop(
                 if action.state is StreamState.TRUNCATED and raise_on_truncation:
                     raise session.truncation_error()
                 return
+            trace.reconnect(action.attempt, action.delay, action.cause, action.last_event_id)
             if on_reconnect is not None:
                 on_reconnect(action)
             yield Sleep(action.delay)
+    except Exception as exc:
+        error = exc
+        raise
     finally:
         session.close()
+        trace.ended(session.stats, error)
+        if owned:
+            trace.close()
 
 
 def _connection(
@@ -239,6 +254,7 @@ class StreamBase(Generic[ClientT]):
         on_reconnect: Callable[[Reconnect], None] | None = None,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], Any] | None = None,
+        trace: StreamTrace | None = None,
     ) -> None:
         self._client = client
         self._session = session
@@ -250,6 +266,7 @@ class StreamBase(Generic[ClientT]):
                 clock=clock,
                 raise_on_truncation=raise_on_truncation,
                 on_reconnect=on_reconnect,
+                trace=trace,
             )
         )
         self._started = False
@@ -267,6 +284,7 @@ class StreamBase(Generic[ClientT]):
         on_reconnect: Callable[[Reconnect], None] | None = None,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], Any] | None = None,
+        trace: StreamTrace | None = None,
         **overrides: Any,
     ) -> Self:
         """Open an event stream with the caller's client; iterate the result for events.
@@ -285,6 +303,9 @@ class StreamBase(Generic[ClientT]):
         answer; re-sending a ``POST /v1/responses`` would generate a new one.
         ``sleep`` waits between connections (``time.sleep``, or ``asyncio.sleep``
         for the async stream); ``clock`` and ``sleep`` are injectable for tests.
+        ``trace`` (``agent_gate.telemetry.StreamTrace``): where the stream's span,
+        reconnects and end are told, for a caller that holds it (``run_live``);
+        without one the stream opens and ends a span of its own.
         """
         session = StreamOptions.of(options, overrides).session(method, url, is_terminal)
         return cls(
@@ -294,6 +315,7 @@ class StreamBase(Generic[ClientT]):
             on_reconnect=on_reconnect,
             clock=clock,
             sleep=sleep,
+            trace=trace,
         )
 
     @property
