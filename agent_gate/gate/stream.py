@@ -125,8 +125,10 @@ class StreamRun:
         return drivers
 
     def after(self) -> None:
-        """Record how the response ended, and anomalies after a call was released."""
+        """Record how the response ended, and anomalies after a call was released; log
+        every anomaly (``Observer.anomalies``)."""
         ledger = self.driver.ledger
+        self.driver.observer.anomalies(self.task_id, self.acc.provider, self.acc.anomalies)
         terminal = self.acc.terminal
         if terminal is not None:
             ledger.record_terminal(self.task_id, terminal.kind.value, terminal.reason)

@@ -326,17 +326,9 @@ class StreamTrace:
         self, terminal: str | None, replayed_events: int, calls: int,
         anomalies: Sequence[AnomalyView] = (),
     ) -> None:
-        """What the gate made of the stream: the response's terminal, replays, calls, and
-        each protocol violation the accumulator saw (WARNING, by event index)."""
-        if anomalies and STREAM_LOG.isEnabledFor(_WARNING):
-            for anomaly in anomalies:
-                STREAM_LOG.warning(
-                    "stream of task %s: %s at event %d", self.task_id, anomaly.reason,
-                    anomaly.event_index,
-                    extra={"task_id": self.task_id, "provider": self.provider,
-                           "anomaly": anomaly.reason, "event_index": anomaly.event_index,
-                           "call_id": anomaly.call_id},
-                )
+        """What the gate made of the stream: the response's terminal, replays, calls
+        (``anomalies``: span events where there is a span; their log records come from
+        ``Observer.anomalies``, which every run calls, live or not)."""
         if STREAM_LOG.isEnabledFor(_INFO):
             STREAM_LOG.info(
                 "response of task %s: terminal %s, %d calls, %d replayed events",
@@ -366,6 +358,21 @@ class Observer:
 
     def stream(self, *, provider: str | None, task_id: str | None = None) -> StreamTrace:
         return StreamTrace(provider, task_id)
+
+    def anomalies(
+        self, task_id: str, provider: str | None, anomalies: Sequence[AnomalyView]
+    ) -> None:
+        """Each protocol violation the accumulator saw in one run: a WARNING by event
+        index (``Gate.run``, ``arun`` and the live runs all end here)."""
+        if anomalies and STREAM_LOG.isEnabledFor(_WARNING):
+            for anomaly in anomalies:
+                STREAM_LOG.warning(
+                    "stream of task %s: %s at event %d", task_id, anomaly.reason,
+                    anomaly.event_index,
+                    extra={"task_id": task_id, "provider": provider,
+                           "anomaly": anomaly.reason, "event_index": anomaly.event_index,
+                           "call_id": anomaly.call_id},
+                )
 
     def operator(self, task_id: str, call_id: str, tool: str, before: str, after: str,
                  by: str) -> None:

@@ -223,7 +223,7 @@ def test_a_late_result_settles_the_doubt_and_says_so(tmp_path: Path, otel: Otel)
     assert dict(ended.attributes)["agent_gate.run_end"] == "timeout"
 
 
-def test_stream_anomalies_are_warnings_and_span_events_by_event_index(otel: Otel) -> None:
+def test_stream_anomalies_are_span_events_by_event_index(otel: Otel) -> None:
     trace = otel.observer.stream(provider="openai-chat", task_id="t1")
     trace.result("completed", 0, 1, [Anomaly(7, "second_terminal")])
     trace.close()
@@ -232,8 +232,23 @@ def test_stream_anomalies_are_warnings_and_span_events_by_event_index(otel: Otel
     assert (event.name, dict(event.attributes or {})) == (
         "anomaly", {"agent_gate.anomaly": "second_terminal", "agent_gate.event_index": 7}
     )
-    (warning,) = [r for r in otel.logs.records if r.levelno == logging.WARNING]
-    assert (warning.anomaly, warning.event_index, warning.task_id) == ("second_terminal", 7, "t1")
+
+
+def test_a_plain_run_logs_each_anomaly_once_as_a_warning(tmp_path: Path, otel: Otel) -> None:
+    """``Gate.run`` over events (no transport, no stream span) still logs what the
+    accumulator saw: here, arguments for an item the stream never announced."""
+    stray = {"type": "response.function_call_arguments.delta", "item_id": "nope",
+             "delta": "x", "sequence_number": 1}
+    done = {"type": "response.completed", "sequence_number": 2,
+            "response": {"id": "r1", "status": "completed", "output": []}}
+    with Gate(ToolRegistry(), f"sqlite:///{tmp_path / 'l.db'}", create=True,
+              telemetry=otel.observer) as gate:
+        result = gate.run([stray, done], task_id="t1", provider="openai-responses")
+    assert [a.reason for a in result.anomalies] == ["delta_for_unknown_call"]
+    warnings = [r for r in otel.logs.records if r.levelno == logging.WARNING]
+    assert [(w.anomaly, w.event_index, w.task_id) for w in warnings] == [
+        (a.reason, a.event_index, "t1") for a in result.anomalies
+    ]
 
 
 def test_the_tool_runs_inside_the_call_span_on_a_thread_and_on_the_loop(
