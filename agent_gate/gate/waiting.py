@@ -28,7 +28,7 @@ from typing import Any
 
 from agent_gate.errors import NotAwaitingApproval
 from agent_gate.gate.outcome import Outcome, outcome_of
-from agent_gate.ledger.approvals import DENIED, ApprovalRecord
+from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.notify import Listener, payload
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
@@ -84,7 +84,7 @@ def _read(ledger: Ledger, rec: CallRecord) -> Answer | None:
     now = ledger.get_row(rec.row_id) or rec
     answer = ledger.approval(now)
     status: AnswerStatus | None = None
-    if answer is not None and answer.verdict == DENIED:
+    if answer is not None and answer.denied:
         status = AnswerStatus.DENIED
     elif answer is not None and (answer.consumed or not answer.expired()):
         status = AnswerStatus.APPROVED

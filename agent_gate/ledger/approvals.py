@@ -101,6 +101,11 @@ class ApprovalRecord:
     """The database's clock when the row was read: what ``expired`` measures by."""
 
     @property
+    def denied(self) -> bool:
+        """A person's no: the call is rejected and never runs."""
+        return self.verdict == DENIED
+
+    @property
     def consumed(self) -> bool:
         return self.consumed_at is not None
 
