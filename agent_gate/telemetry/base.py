@@ -36,6 +36,7 @@ __all__ = [
     "RowView",
     "StreamTrace",
     "StreamView",
+    "printable",
 ]
 
 CALL_LOG = logging.getLogger("agent_gate.gate")
@@ -91,6 +92,20 @@ class OutcomeView(Protocol):
     def error(self) -> Mapping[str, Any] | None: ...
     @property
     def exception(self) -> BaseException | None: ...
+
+
+def printable(text: str) -> str:
+    """``text`` as every log handler and exporter can write it. Ids and tool names come
+    from callers and from JSON, whose ``\\ud800`` escapes decode to lone surrogates that
+    no UTF-8 stream or OTLP exporter accepts (a host's handler would fail on the record):
+    such a character is written as its backslash escape. O(len) only for non-ASCII text."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class AnomalyView(Protocol):
@@ -354,10 +369,10 @@ class Observer:
         link: tuple[str | None, str | None] | None = None,
     ) -> CallTrace:
         """A new call's trace; ``link``: the (trace id, span id) it was first seen in."""
-        return CallTrace(task_id, call_id, tool)
+        return CallTrace(printable(task_id), printable(call_id), printable(tool))
 
     def stream(self, *, provider: str | None, task_id: str | None = None) -> StreamTrace:
-        return StreamTrace(provider, task_id)
+        return StreamTrace(provider, printable(task_id) if task_id is not None else None)
 
     def anomalies(
         self, task_id: str, provider: str | None, anomalies: Sequence[AnomalyView]
@@ -365,18 +380,21 @@ class Observer:
         """Each protocol violation the accumulator saw in one run: a WARNING by event
         index (``Gate.run``, ``arun`` and the live runs all end here)."""
         if anomalies and STREAM_LOG.isEnabledFor(_WARNING):
+            task_id = printable(task_id)
             for anomaly in anomalies:
                 STREAM_LOG.warning(
                     "stream of task %s: %s at event %d", task_id, anomaly.reason,
                     anomaly.event_index,
                     extra={"task_id": task_id, "provider": provider,
                            "anomaly": anomaly.reason, "event_index": anomaly.event_index,
-                           "call_id": anomaly.call_id},
+                           "call_id": printable(anomaly.call_id)
+                           if anomaly.call_id is not None else None},
                 )
 
     def operator(self, task_id: str, call_id: str, tool: str, before: str, after: str,
                  by: str) -> None:
         """A person moved a call (denied it, resolved it) outside any gated run."""
+        task_id, call_id, tool = printable(task_id), printable(call_id), printable(tool)
         if CALL_LOG.isEnabledFor(_INFO):
             CALL_LOG.info(
                 "call %s of task %s (%s): %s -> %s by %s", call_id, task_id, tool, before,

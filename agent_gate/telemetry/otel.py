@@ -32,6 +32,7 @@ from agent_gate.telemetry.base import (
     StreamTrace,
     StreamView,
     error_type,
+    printable,
 )
 
 __all__ = ["GEN_AI", "SCHEMA_URL", "SEMCONV_VERSION", "OtelObserver"]
@@ -114,6 +115,7 @@ class OtelObserver(Observer):
         self, task_id: str, call_id: str, tool: str, *,
         link: tuple[str | None, str | None] | None = None,
     ) -> CallTrace:
+        task_id, call_id, tool = printable(task_id), printable(call_id), printable(tool)
         links = None
         if link is not None and link[0] and link[1]:
             original = SpanContext(
@@ -137,6 +139,7 @@ class OtelObserver(Observer):
         return _OtelCall(self, span, task_id, call_id, tool)
 
     def stream(self, *, provider: str | None, task_id: str | None = None) -> StreamTrace:
+        task_id = printable(task_id) if task_id is not None else None
         attributes: dict[str, Any] = {}
         if provider is not None:
             attributes["agent_gate.provider"] = provider
@@ -150,7 +153,7 @@ class OtelObserver(Observer):
     def operator(self, task_id: str, call_id: str, tool: str, before: str, after: str,
                  by: str) -> None:
         super().operator(task_id, call_id, tool, before, after, by)
-        self.gauge(tool, before, after)
+        self.gauge(printable(tool), before, after)
 
     def gauge(self, tool: str, before: str | None, after: str) -> None:
         """Move the waiting-state counters for one transition this process committed."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agent_gate import Gate, ToolRegistry
+from agent_gate import Gate, GateUsageError, ToolRegistry
 
 from .conftest import Capture
 
@@ -58,3 +60,29 @@ def test_alembic_speaks_when_asked(tmp_path: Path, host_logging: Capture) -> Non
     finally:
         migrate.setLevel(logging.NOTSET)
     assert any(r.name.startswith("alembic") for r in host_logging.records)
+
+
+def test_ids_with_lone_surrogates_are_written_escaped(tmp_path: Path) -> None:
+    """A call id and a tool name decoded from JSON (``"c\\ud800"``) reach the log as
+    their escapes: a host's UTF-8 handler writes every record, and none carries a
+    character no stream or exporter can encode (before, the record broke the handler)."""
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    handler = logging.StreamHandler(stream)
+    failures: list[BaseException] = []
+    handler.handleError = lambda record: failures.append(sys.exc_info()[1])  # type: ignore[method-assign,assignment,return-value]
+    logger = logging.getLogger("agent_gate")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        with Gate(ToolRegistry(), f"sqlite:///{tmp_path / 'l.db'}", create=True) as gate:
+            gate.execute("t\ud800", {"call_id": "c\udc00", "name": "to\ud83d", "arguments": {}})
+    except GateUsageError:
+        pass  # an id the ledger cannot store is the caller's error; its log was written
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    handler.flush()
+    written = stream.buffer.getvalue().decode("utf-8")  # type: ignore[attr-defined]
+    assert failures == []
+    assert "\\ud800" in written or "\\udc00" in written
