@@ -423,3 +423,28 @@ def test_a_citation_that_is_not_an_object_is_noted_and_the_stream_goes_on() -> N
     assert [dict(e.part) for e in acc.turn.entries] == [
         {"type": "text", "text": "Cited.", "citations": []}
     ]
+
+
+# -- the README names every end a recorded stream came to -------------------------------
+
+
+def readme_ends() -> str:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    start = text.index("## How a response ends")
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start: end if end != -1 else len(text)].split())
+
+
+def test_the_readme_documents_every_terminal_a_recorded_stream_ends_in() -> None:
+    from agent_gate.calls import TerminalKind
+
+    section = readme_ends()
+    for kind in TerminalKind:
+        assert f"| `{kind.value}" in section, kind
+    for terminal in {f["terminal"] for f in MANIFEST}:
+        assert f"`{terminal}`" in section or terminal in {k.value for k in TerminalKind}, terminal
+    anomalies = {a for f in MANIFEST for a in f["anomalies"]}
+    for anomaly in anomalies | {"error_after_finish_reason"}:
+        assert f"`{anomaly}`" in section, anomaly
+    assert "`provider: detected anthropic`" in section
+    assert "is the provider the right one?" in section
