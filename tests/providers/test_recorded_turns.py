@@ -55,6 +55,11 @@ def ids(fixtures: list[dict[str, Any]]) -> list[str]:
     return [Path(f["file"]).name for f in fixtures]
 
 
+def each_completed(protocol: str) -> pytest.MarkDecorator:
+    """Parametrize ``fixture`` over the protocol's recordings that ended completed."""
+    return pytest.mark.parametrize("fixture", completed(protocol), ids=ids(completed(protocol)))
+
+
 def events(fixture: dict[str, Any]) -> list[ServerSentEvent]:
     decoder = SSEDecoder()
     out = list(decoder.feed(body((RECORDED / fixture["file"]).read_bytes(), fixture["extract"])))
@@ -114,10 +119,8 @@ def anthropic_blocks(fixture: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("fixture", completed("anthropic"), ids=ids(completed("anthropic")))
-def test_anthropic_turn_is_the_message_as_streamed(
-    fixture: dict[str, Any], tmp_path: Path
-) -> None:
+@each_completed("anthropic")
+def test_anthropic_turn_is_the_message_as_streamed(fixture: dict[str, Any], tmp_path: Path) -> None:
     result = run(fixture, tmp_path)
     turn = result.next_input("anthropic")
     blocks = anthropic_blocks(fixture)
@@ -188,7 +191,7 @@ def text_of(parts: list[dict[str, Any]], thought: bool) -> str:
     )
 
 
-@pytest.mark.parametrize("fixture", completed("gemini"), ids=ids(completed("gemini")))
+@each_completed("gemini")
 def test_gemini_turn_keeps_each_signature_in_its_part(
     fixture: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -232,9 +235,7 @@ def final_output(fixture: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
-@pytest.mark.parametrize(
-    "fixture", completed("openai-responses"), ids=ids(completed("openai-responses"))
-)
+@each_completed("openai-responses")
 def test_responses_turn_is_the_final_output_then_one_answer_per_call(
     fixture: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -303,7 +304,7 @@ def chat_message(fixture: dict[str, Any]) -> tuple[str, str | None, dict[int, di
     return text, reasoning, calls
 
 
-@pytest.mark.parametrize("fixture", completed("openai-chat"), ids=ids(completed("openai-chat")))
+@each_completed("openai-chat")
 def test_chat_turn_is_one_message_as_streamed(fixture: dict[str, Any], tmp_path: Path) -> None:
     result = run(fixture, tmp_path)
     message, *tools = result.next_input("openai-chat")
