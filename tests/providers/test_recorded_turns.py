@@ -449,3 +449,26 @@ def test_the_readme_documents_every_terminal_a_recorded_stream_ends_in() -> None
         assert f"`{anomaly}`" in section, anomaly
     assert "`provider: detected anthropic`" in section
     assert "is the provider the right one?" in section
+
+
+def test_citations_count_against_the_turn_bound() -> None:
+    """Each appended citation is kept characters: past ``max_turn_chars`` the turn is
+    dropped whole, never cut, and the response still completes."""
+    from agent_gate.accumulate import Accumulator
+
+    fixture = named("vercel-ai--anthropic-web-search-tool.1.chunks.txt")
+    text_only = sum(
+        len(d["delta"].get("text", "")) + len(d["delta"].get("partial_json", ""))
+        for d in payloads(fixture) if d.get("type") == "content_block_delta"
+    )
+    blocks = sum(
+        len(json.dumps(d["content_block"])) for d in payloads(fixture)
+        if d.get("type") == "content_block_start"
+    )
+    # Room for every block and text fragment, not for the citations as well.
+    acc = Accumulator("anthropic", max_turn_chars=blocks + text_only + 100)
+    for event in events(fixture):
+        acc.feed(event)
+    acc.close()
+    assert str(acc.terminal) == "completed"
+    assert acc.turn is not None and acc.turn.dropped == "max_turn_chars"
