@@ -413,6 +413,8 @@ class Accumulator:
                 self._turn.part(position, part, call_id)
             case ev.TurnDelta(position=position, field=name, text=text):
                 self._turn.grow(position, name, text)
+            case ev.TurnAppend(position=position, field=name, value=value):
+                self._turn.append(position, name, value)
             case ev.ResponseCompleted():
                 self._end(Terminal(TerminalKind.COMPLETED), released)
             case ev.ResponseIncomplete(reason=reason):

@@ -3,12 +3,13 @@
 An agent loop appends the model's own turn to the conversation before the tool
 results: the provider needs its reasoning items and signatures back, each call
 with the arguments it sent, the text it wrote. Each adapter says what the turn is
-made of, in its provider's form (``TurnPart``, and text that grows a part:
-``TextDelta``, ``TurnDelta``); the accumulator hands those here, and this module
-keeps them in order until the response ends. What is kept is bounded:
-``max_chars`` counts every kept character (a part's JSON text, each text
-fragment), and a turn that would exceed it is dropped whole (``Turn.dropped``
-says so), never cut: half a turn sent back would misstate what the model said.
+made of, in its provider's form (``TurnPart``; text that grows a part:
+``TextDelta``, ``TurnDelta``; objects that join a list of a part: ``TurnAppend``);
+the accumulator hands those here, and this module keeps them in order until
+the response ends. What is kept is bounded: ``max_chars`` counts every kept
+character (a part's JSON text, each text fragment, each appended object), and
+a turn that would exceed it is dropped whole (``Turn.dropped`` says so), never
+cut: half a turn sent back would misstate what the model said.
 The calls of that response are unaffected; they are the accumulator's.
 
 Text fragments are kept as a list and joined once, when the turn is read, so a
@@ -61,6 +62,7 @@ class _Piece:
     part: Mapping[str, Any]
     call_id: str | None = None
     grown: dict[str, list[str]] = field(default_factory=dict)
+    appended: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
 
     def value(self) -> dict[str, Any]:
         out = dict(self.part)
@@ -68,6 +70,9 @@ class _Piece:
             base = out.get(name)
             text = "".join(pieces)
             out[name] = base + text if isinstance(base, str) else text
+        for name, values in self.appended.items():
+            base = out.get(name)
+            out[name] = [*(base if isinstance(base, list) else ()), *values]
         return out
 
 
@@ -102,7 +107,7 @@ class TurnRecorder:
         key = self._key(position, call_id)
         known = self._pieces.get(key)
         if known is not None:
-            known.part, known.position, known.grown = part, position, {}
+            known.part, known.position, known.grown, known.appended = part, position, {}, {}
             return
         self._pieces[key] = _Piece(position, self._seq, part, call_id)
         self._seq += 1
@@ -117,14 +122,28 @@ class TurnRecorder:
 
     def grow(self, position: int, name: str, text: str) -> None:
         """Append ``text`` to field ``name`` of the piece at ``position`` (made empty
-        if none is there yet: Chat Completions' text has no announcement)."""
-        if not text or not self._spend(len(text)):
+        if none is there yet: Chat Completions' text has no announcement). Empty
+        text still marks the field as present (DeepSeek's ``reasoning_content: ""``
+        must go back as such with tool calls)."""
+        if not self._spend(len(text)):
             return
         piece = self._pieces.get(position)
         if piece is None:
             piece = self._pieces[position] = _Piece(position, self._seq, {})
             self._seq += 1
-        piece.grown.setdefault(name, []).append(text)
+        pieces = piece.grown.setdefault(name, [])
+        if text:
+            pieces.append(text)
+
+    def append(self, position: int, name: str, value: Mapping[str, Any]) -> None:
+        """Append ``value`` to list field ``name`` of the piece at ``position``."""
+        if not self._spend(len(dumps(value, default=str))):
+            return
+        piece = self._pieces.get(position)
+        if piece is None:
+            piece = self._pieces[position] = _Piece(position, self._seq, {})
+            self._seq += 1
+        piece.appended.setdefault(name, []).append(value)
 
     def turn(self, provider: str, calls: Mapping[str, ToolCall | None]) -> Turn:
         """The turn so far, with each call's piece bound to the call as it settled."""

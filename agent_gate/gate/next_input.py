@@ -26,13 +26,18 @@ Per provider:
   ``mcp_approval_response`` per call;
 * ``openai-chat``: one ``assistant`` message (``content`` the text or null,
   ``tool_calls`` with each call's id, name and argument text), then one ``tool``
-  message per call;
+  message per call. A server that streamed ``reasoning_content`` (DeepSeek's
+  thinking mode) gets it back on a message with tool calls, as DeepSeek's
+  thinking-mode guide requires (it answers 400 without it, even when empty);
+  on a message without calls it is left out (the older ``deepseek-reasoner``
+  refused it there, newer models ignore it);
 * ``anthropic``: one ``assistant`` message with every content block (thinking with
   its signature, redacted thinking, text, ``tool_use`` with its input, hosted
   tools' blocks and results), then one ``user`` message of ``tool_result`` blocks
   (``is_error`` where the call did not succeed);
 * ``gemini``: one ``model`` content with every part (thought signatures kept),
-  then one ``user`` content of ``functionResponse`` parts.
+  then one ``user`` content of ``functionResponse`` parts, each with its call's
+  ``id`` only when the wire gave one (``tool_results`` follows the same rule).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ if TYPE_CHECKING:
     from agent_gate.gate.outcome import Outcome
     from agent_gate.turn import Turn, TurnEntry
 
-__all__ = ["next_input"]
+__all__ = ["next_input", "tool_results"]
 
 Item = dict[str, Any]
 
@@ -112,12 +117,15 @@ def _responses(pairs: list[_Pair]) -> list[Item]:
 
 def _chat(pairs: list[_Pair]) -> list[Item]:
     text: str | None = None
+    reasoning: str | None = None
     calls: list[Item] = []
     results: list[Item] = []
     for entry, outcome in pairs:
         if outcome is None:
             content = entry.part.get("content")
             text = (text or "") + content if isinstance(content, str) else text
+            thought = entry.part.get("reasoning_content")
+            reasoning = (reasoning or "") + thought if isinstance(thought, str) else reasoning
             continue
         assert entry.call is not None
         calls.append(
@@ -131,6 +139,11 @@ def _chat(pairs: list[_Pair]) -> list[Item]:
     if text is None and not calls:
         return []
     message: Item = {"role": "assistant", "content": text or None}
+    if calls and reasoning is not None:
+        # DeepSeek's thinking mode refuses (400) a tool-call turn sent back without
+        # its reasoning_content, empty or not; a turn without calls goes back
+        # without it (deepseek-reasoner refused it there, newer models ignore it).
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = calls
     return [message, *results]
@@ -159,6 +172,39 @@ def _anthropic(pairs: list[_Pair]) -> list[Item]:
     return out
 
 
+def _gemini_result(outcome: Outcome, wire_id: bool) -> Item:
+    """A ``functionResponse`` with the call's id only when the wire gave that id:
+    Gemini mostly sends calls without one, and agent-gate's stand-in
+    (``<response>:<candidate>:<ordinal>``) is no id the model ever issued."""
+    result = render_tool_result(outcome, "gemini")
+    if not wire_id:
+        result["functionResponse"].pop("id", None)
+    return result
+
+
+def _gemini_wire_ids(turn: Turn | None) -> set[str]:
+    """The call ids the Gemini stream itself carried (none when no turn was kept)."""
+    ids: set[str] = set()
+    if turn is None or turn.provider != "gemini":
+        return ids
+    for entry in turn.entries:
+        call = entry.part.get("functionCall") or entry.part.get("function_call")
+        given = call.get("id") if isinstance(call, Mapping) else None
+        if isinstance(given, str) and given and given == entry.call_id:
+            ids.add(given)
+    return ids
+
+
+def tool_results(turn: Turn | None, outcomes: tuple[Outcome, ...], provider: str) -> list[Item]:
+    """Each outcome's result in ``provider``'s form (``RunResult.tool_results``); for
+    Gemini with the same id rule as ``next_input``: never an id the wire did not
+    give (when the turn was not kept, none is known, so none is sent)."""
+    if provider != "gemini":
+        return [render_tool_result(outcome, provider) for outcome in outcomes]
+    given = _gemini_wire_ids(turn)
+    return [_gemini_result(outcome, outcome.call_id in given) for outcome in outcomes]
+
+
 def _gemini(pairs: list[_Pair]) -> list[Item]:
     parts: list[Item] = []
     results: list[Item] = []
@@ -170,10 +216,7 @@ def _gemini(pairs: list[_Pair]) -> list[Item]:
             call = dict(part.get(key) or {"name": entry.call.name})
             call.setdefault("args", _object(entry.call))
             part[key] = call
-            result = render_tool_result(outcome, "gemini")
-            if not call.get("id"):  # the id was agent-gate's: the wire never had one
-                result["functionResponse"].pop("id", None)
-            results.append(result)
+            results.append(_gemini_result(outcome, call.get("id") == outcome.call_id))
         parts.append(part)
     out: list[Item] = [{"role": "model", "parts": parts}] if parts else []
     if results:

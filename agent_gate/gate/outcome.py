@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_gate.gate import render
-from agent_gate.gate.next_input import next_input
+from agent_gate.gate.next_input import next_input, tool_results
 from agent_gate.ledger.states import CallState
 
 if TYPE_CHECKING:
@@ -116,8 +116,9 @@ class RunResult:
     """The assistant's turn as the stream delivered it (``agent_gate.turn``)."""
 
     def tool_results(self, provider: str) -> list[dict[str, Any]]:
-        """Tool-result messages for every call, so no call is left dangling."""
-        return [render.render_tool_result(o, provider) for o in self.outcomes]
+        """Tool-result messages for every call, so no call is left dangling (a
+        Gemini ``functionResponse`` names only an id the stream gave)."""
+        return tool_results(self.turn, self.outcomes, provider)
 
     def next_input(self, provider: str) -> list[dict[str, Any]]:
         """The assistant's turn and the tool results, as ``provider``'s input items

@@ -173,8 +173,13 @@ class AnthropicAdapter(ProviderAdapter):
         kept = _KEPT_DELTAS.get(dtype)
         if kept is not None:  # thinking and its signature: sent back, never shown
             return [ev.TurnDelta(block_index, kept, self.field_str(delta, kept, index, dtype))]
+        if dtype == "citations_delta":  # kept with its text block for the next turn
+            citation = delta.get("citation")  # not a call's: never fatal
+            if not isinstance(citation, Mapping):
+                return [ev.StreamAnomaly("malformed_citation")]
+            return [ev.TurnAppend(block_index, "citations", citation)]
         if dtype != "input_json_delta":
-            return []  # citations: not tool input
+            return []
         fragment = self.field_str(delta, "partial_json", index, dtype)
         block = self._blocks.get(block_index)
         if block is None:

@@ -271,10 +271,16 @@ def _is_sse_like(event: object) -> bool:
 
 
 def _dump(event: Any) -> Any:
-    """Dump an SDK object as its wire JSON would look (aliases, enums as strings)."""
+    """Dump an SDK object as its wire JSON would look (aliases, enums as strings).
+
+    ``warnings=False``: the OpenAI SDK's stream helpers build their events without
+    validation and put ``Parsed*`` subclasses where a union names the base types,
+    so pydantic warns (``PydanticSerializationUnexpectedValue``) about values it
+    then serializes correctly; those warnings would reach the host application
+    (or fail it, under ``-W error``) for events that are fine."""
     try:
-        return event.model_dump(mode="json", by_alias=True, exclude_none=True)
-    except TypeError:
+        return event.model_dump(mode="json", by_alias=True, exclude_none=True, warnings=False)
+    except TypeError:  # a model_dump without pydantic v2's keywords
         return event.model_dump()
 
 

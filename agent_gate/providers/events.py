@@ -135,6 +135,17 @@ class TurnDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnAppend:
+    """An object appended to a list field of the turn's piece at ``position``
+    (Anthropic's ``citations_delta``: each citation joins its text block's
+    ``citations``, which go back with the block)."""
+
+    position: int
+    field: str
+    value: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     """A keep-alive (Anthropic ``ping``, an empty data event): not progress."""
 
@@ -183,6 +194,7 @@ StreamEvent = (
     | TextDelta
     | TurnPart
     | TurnDelta
+    | TurnAppend
     | Heartbeat
     | UnknownEvent
     | ResponseCompleted

@@ -179,6 +179,11 @@ class OpenAIChatAdapter(ProviderAdapter):
             content = delta.get("content")
             if isinstance(content, str) and content:
                 out.append(ev.TextDelta(content, TEXT_POSITION, "content"))
+            reasoning = delta.get("reasoning_content")
+            if isinstance(reasoning, str):
+                # DeepSeek's thinking, kept (not shown) for the next turn; an empty
+                # one still says the field was there (see next_input).
+                out.append(ev.TurnDelta(TEXT_POSITION, "reasoning_content", reasoning))
             tool_calls = delta.get("tool_calls")
             if tool_calls is not None:
                 if not isinstance(tool_calls, list):

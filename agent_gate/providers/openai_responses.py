@@ -254,7 +254,10 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         output_index = self.field_int(data, "output_index", index, where)
         out = self._item_finished(item, output_index, index, where)
         call_id = None if self._provider_custom_call(item, index, where) else _turn_call_id(item)
-        return [ev.TurnPart(output_index, _turn_item(item), call_id), *out]
+        # A client call's argument text is the call's; a hosted tool's item (xAI's
+        # provider-executed custom call) keeps its input, nothing else restores it.
+        kept = _turn_item(item) if call_id is not None else item
+        return [ev.TurnPart(output_index, kept, call_id), *out]
 
     def _item_finished(
         self, item: Mapping[str, Any], output_index: int, index: int, where: str

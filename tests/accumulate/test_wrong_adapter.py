@@ -7,6 +7,7 @@ a model that said nothing.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -91,3 +92,57 @@ def test_unknown_events_among_recognised_ones_stay_harmless() -> None:
     assert acc.close() == []
     assert acc.terminal is not None and acc.terminal.kind is TerminalKind.COMPLETED
     assert acc.stats.unknown_types == {"response.something_new": 4 * UNRECOGNIZED_LIMIT - 1}
+
+
+# -- agent-gate replay: the same error, and the same detection ------------------------
+
+TOOLS_MODULE = '''
+from agent_gate import ToolRegistry
+
+tools = ToolRegistry()
+ran = []
+
+
+@tools.tool(schema={"type": "object"}, effect="read")
+def get_weather(**arguments):
+    ran.append(arguments)
+    return {"celsius": 21}
+'''
+
+
+@pytest.fixture
+def tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "wrong_adapter_tools.py").write_text(TOOLS_MODULE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "wrong_adapter_tools", raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("provider", "transcript"), MISMATCHED)
+def test_replay_with_the_wrong_provider_fails_and_runs_nothing(
+    tools_dir: Path, provider: str, transcript: str
+) -> None:
+    db = f"sqlite:///{tools_dir / 'ledger.db'}"
+    result = CliRunner().invoke(cli, [
+        "replay", str(TRANSCRIPTS / f"{transcript}.sse"), "--provider", provider,
+        "--task", "T", "--tools", "wrong_adapter_tools", "--db", db,
+    ])
+    assert result.exit_code == 1, result.output
+    assert f"of the {provider} protocol" in result.output
+    assert "is the provider the right one?" in result.output
+    assert "terminal: completed" not in result.output
+    import wrong_adapter_tools  # type: ignore[import-not-found]
+
+    assert wrong_adapter_tools.ran == []
+
+
+def test_replay_auto_says_what_it_detected_and_runs_the_call(tools_dir: Path) -> None:
+    db = f"sqlite:///{tools_dir / 'ledger.db'}"
+    result = CliRunner().invoke(cli, [
+        "replay", str(TRANSCRIPTS / "openai_responses" / "single_call.sse"),
+        "--provider", "auto", "--task", "T", "--tools", "wrong_adapter_tools", "--db", db,
+    ])
+    assert result.exit_code == 0, result.output
+    assert "provider: detected openai-responses" in result.output
+    assert "terminal: completed" in result.output

@@ -32,6 +32,7 @@ from agent_gate import Gate, ToolRegistry
 from agent_gate.accumulate import Accumulator, stream_calls
 from agent_gate.autodetect import accumulator
 from agent_gate.calls import ToolCall
+from agent_gate.gate.mcp_approval import is_approval_name
 from agent_gate.ledger import CallState
 from agent_gate.sse import ServerSentEvent, SSEDecoder
 
@@ -206,8 +207,15 @@ def test_gate_runs_each_complete_call_once(
     complete call runs once, with its recorded arguments, the provider-executed ones
     never reach a tool, and running the same response again runs nothing."""
     expected = expected_calls(fixture)
-    complete = [(name, args) for status, name, _id, args in expected if status == "complete"]
-    recorder = Recorder({name for name, _args in complete})
+    answered = [c for c in expected if c[0] == "complete" and is_approval_name(c[1])]
+    complete = [
+        (name, args)
+        for status, name, _id, args in expected
+        if status == "complete" and not is_approval_name(name)
+    ]
+    # Declaring the approval names allows them: the gate answers them, their
+    # declared function never runs (agent_gate.gate.mcp_approval).
+    recorder = Recorder({name for name, _args in complete} | {c[1] for c in answered})
     raw = recorded_body(fixture)
     with Gate(recorder.tools, f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as gate:
         result = gate.run(sse_events(raw, cuts(len(raw), 7)), task_id="recorded", provider="auto")
@@ -219,6 +227,15 @@ def test_gate_runs_each_complete_call_once(
     )
     ran = {o.call_id for o in result.outcomes if o.state is CallState.SUCCEEDED}
     assert ran == {cid for status, _n, cid, _a in expected if status == "complete"}
+    # Each approval request is answered in the next turn, approved, by its id.
+    responses = [
+        item for item in result.next_input(fixture["protocol"])
+        if item.get("type") == "mcp_approval_response"
+    ]
+    assert responses == [
+        {"type": "mcp_approval_response", "approval_request_id": cid, "approve": True}
+        for _s, _n, cid, _a in answered
+    ]
     assert not any(o.state is CallState.SUCCEEDED and not o.replayed for o in replay.outcomes)
     assert len(recorder.runs) == len(complete)  # the replay ran nothing
 
