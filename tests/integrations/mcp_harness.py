@@ -34,10 +34,12 @@ class Setup:
 
     tmp: Path
     policy: Path = POLICY
+    url: str | None = None
+    """The ledger's URL (a PostgreSQL schema's); default: a SQLite file under ``tmp``."""
 
     @property
     def db(self) -> str:
-        return f"sqlite:///{self.tmp / 'ledger.db'}"
+        return self.url or f"sqlite:///{self.tmp / 'ledger.db'}"
 
     @property
     def log(self) -> Path:

@@ -9,7 +9,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from ledger_backends import PgSchema
 from mcp_harness import Setup
+from sqlalchemy import text as sql
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger
@@ -71,8 +73,18 @@ def test_denied_and_unnamed_tools_never_reach_the_upstream(tmp_path: Path) -> No
     assert setup.lines() == []
 
 
-def test_an_approval_releases_the_held_request_and_the_call_runs_once(tmp_path: Path) -> None:
-    setup = Setup(tmp_path)
+def listening(pg: PgSchema) -> bool:
+    """Whether a session of ``pg``'s ledger sits in ``LISTEN`` (a held call's waiter)."""
+    with pg.admin.connect() as conn:
+        return bool(conn.execute(sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name "
+            "AND query LIKE 'LISTEN %'"), {"name": pg.name}).scalar())
+
+
+def test_an_approval_releases_the_held_request_and_the_call_runs_once(
+    tmp_path: Path, db_url: str, pg: PgSchema | None
+) -> None:
+    setup = Setup(tmp_path, url=db_url)
     progress: list[tuple[float, float | None]] = []
 
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
@@ -96,6 +108,10 @@ def test_an_approval_releases_the_held_request_and_the_call_runs_once(tmp_path: 
                 with Ledger(setup.db) as ledger:
                     (waiting,) = ledger.calls("pay")
                 assert waiting.state.value == "awaiting_approval" and setup.lines() == []
+                if pg is not None:  # the held request waits on LISTEN/NOTIFY, not polling
+                    await anyio.to_thread.run_sync(
+                        lambda: wait_until(lambda: listening(pg), what="a LISTEN session")
+                    )
                 approved = await setup.acli("approve", waiting.call_id, "--task", "pay",
                                             "--by", "ana")
                 assert approved.returncode == 0, approved.stderr
