@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 server = MCPServer("upstream")
@@ -45,6 +46,14 @@ def count_lines() -> int:
 def send_payment(to: str, cents: int) -> str:
     """Pay someone (the policy sends large payments to a person)."""
     return f"paid, {_append(f'pay:{to}:{cents}')} lines"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def charge_card(card: str, cents: int) -> str:
+    """Try a charge, which the card's bank declines: the tool ran and reports an error
+    (a result with ``isError: true``), after a line is logged."""
+    _append(f"charge:{card}:{cents}")
+    raise ToolError(f"card {card} declined: insufficient funds for {cents} cents")
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

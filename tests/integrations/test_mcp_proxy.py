@@ -55,8 +55,9 @@ def test_denied_and_unnamed_tools_never_reach_the_upstream(tmp_path: Path) -> No
     async def main() -> None:
         async with setup.proxy("--task", "t") as client:
             listed = {t.name for t in (await client.list_tools()).tools}
-            # The policy names four tools; the fifth would be denied whatever its arguments.
-            assert listed == {"append_note", "wipe", "count_lines", "send_payment"}
+            # The policy names five tools; the sixth would be denied whatever its arguments.
+            assert listed == {"append_note", "wipe", "count_lines", "send_payment",
+                              "charge_card"}
             denied = await client.call_tool("wipe", {"target": "everything"})
             assert denied.is_error
             assert meta(denied)["agent-gate/rule-ids"] == ["never-wipe"]
@@ -170,3 +171,34 @@ def test_a_client_call_id_in_meta_names_the_call(tmp_path: Path) -> None:
 
     anyio.run(main)
     assert setup.lines() == ["note:tick", "note:tick"]
+
+
+def test_a_tool_that_reports_an_error_failed_and_is_never_run_again(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    card = "4111-1111-1111-1111"
+    said = (f"Error executing tool charge_card: card {card} declined: "
+            "insufficient funds for 700 cents")
+
+    async def main() -> None:
+        async with setup.proxy("--task", "shop") as client:
+            first = await client.call_tool("charge_card", {"card": card, "cents": 700})
+            assert first.is_error and text(first) == said  # the upstream's own result
+            assert meta(first)["agent-gate/state"] == "failed"
+            assert not meta(first)["agent-gate/replayed"]
+            again = await client.call_tool("charge_card", {"card": card, "cents": 700})
+            assert again.is_error and meta(again)["agent-gate/replayed"]
+            assert meta(again)["agent-gate/state"] == "failed"
+            # The ledger kept the error's text with the argument values taken out.
+            assert "declined: insufficient funds for" in text(again)
+            assert card not in text(again) and meta(again)["agent-gate/call-id"] in text(again)
+        async with setup.proxy("--task", "shop") as client:  # after a restart: still failed
+            later = await client.call_tool("charge_card", {"card": card, "cents": 700})
+            assert later.is_error and meta(later)["agent-gate/state"] == "failed"
+
+    anyio.run(main)
+    assert setup.lines() == [f"charge:{card}:700"]  # it ran once, and only once
+    with Ledger(setup.db) as ledger:
+        (rec,) = ledger.calls("shop")
+        assert rec.state.value == "failed" and rec.error is not None
+        assert rec.error["type"] == "MCPError" and card not in rec.error["message"]
+        assert ledger.verify_audit().ok
