@@ -3,6 +3,8 @@ upstream MCP server behind it, and side effects counted in a file the ledger kno
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,7 @@ import anyio
 import anyio.to_thread
 import pytest
 from ledger_backends import PgSchema
-from mcp_harness import Setup
+from mcp_harness import ROOT, Setup
 from sqlalchemy import text as sql
 from waiting import wait_until
 
@@ -202,3 +204,42 @@ def test_a_tool_that_reports_an_error_failed_and_is_never_run_again(tmp_path: Pa
         assert rec.state.value == "failed" and rec.error is not None
         assert rec.error["type"] == "MCPError" and card not in rec.error["message"]
         assert ledger.verify_audit().ok
+
+
+def test_a_dedupe_key_makes_calls_that_agree_on_it_one_call(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+
+    async def main() -> None:
+        async with setup.proxy("--task", "pay", "--dedupe", "send_payment=to") as client:
+            first = await client.call_tool("send_payment", {"to": "fay", "cents": 500})
+            assert text(first) == "paid, 1 lines"
+            # Named as another call by the client: still the same payment to fay.
+            retry = await client.call_tool("send_payment", {"to": "fay", "cents": 500},
+                                           meta={"agent-gate/call-id": "retry-7"})
+            assert text(retry) == "paid, 1 lines" and meta(retry)["agent-gate/replayed"]
+            # The same key with other arguments: a conflict that never runs.
+            other = await client.call_tool("send_payment", {"to": "fay", "cents": 600})
+            assert other.is_error and meta(other)["agent-gate/code"] == "conflict"
+            gus = await client.call_tool("send_payment", {"to": "gus", "cents": 500})
+            assert text(gus) == "paid, 2 lines"
+
+    anyio.run(main)
+    assert setup.lines() == ["pay:fay:500", "pay:gus:500"]
+
+
+@pytest.mark.parametrize("option, status, said", [
+    ("send_payment=nope", 1, "does not declare: nope"),
+    ("ghost=a", 1, "the upstream offers no tool 'ghost'"),
+    ("unlisted=text", 1, "only reads"),
+    ("send_payment", 2, "is not TOOL=FIELD"),
+])
+def test_a_dedupe_key_the_proxy_cannot_honour_stops_it(
+    tmp_path: Path, option: str, status: int, said: str
+) -> None:
+    setup = Setup(tmp_path)
+    done = subprocess.run([sys.executable, *setup.proxy_args("--dedupe", option)],
+                          env=setup.env, cwd=str(ROOT), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == status, done.stderr
+    assert said in done.stderr
+    assert setup.lines() == []

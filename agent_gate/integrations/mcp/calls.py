@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -61,11 +61,14 @@ class GatedCalls:
         *,
         approval_wait: float = 0.0,
         principal: Principal | None = None,
+        dedupe: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
         self.approval_wait = approval_wait
         self.principal = principal
+        self.dedupe = dict(dedupe or {})
+        """Tool -> the argument names its calls are deduplicated by (``ToolSpec.dedupe``)."""
         self.ids = CallIds(gate)
         self.registered = Registered((), ())
 
@@ -73,7 +76,8 @@ class GatedCalls:
         """The upstream's tools, registered in the gate's registry (new ones only)."""
         tools = await list_all(self.upstream)
         refused = {name for name, _ in self.registered.refused}
-        done = register_tools(self.gate, self.upstream, [t for t in tools if t.name not in refused])
+        done = register_tools(self.gate, self.upstream,
+                              [t for t in tools if t.name not in refused], self.dedupe)
         self.registered = Registered(
             self.registered.added + done.added, self.registered.refused + done.refused
         )
@@ -196,8 +200,9 @@ class GatedSession:
     ``upstream``), on the first ``list_tools`` or ``call_tool``. Every call is
     recorded in ``task_id``; ``identity`` says which calls count as the same one.
     A call that waits for approval is held up to ``approval_wait`` seconds (default:
-    not held) and then returned as a result that says it waits. Everything else is
-    the wrapped session's.
+    not held) and then returned as a result that says it waits. ``dedupe`` gives
+    tools a dedupe key (tool -> argument names), as ``--dedupe`` does for the proxy.
+    Everything else is the wrapped session's.
     """
 
     def __init__(
@@ -208,10 +213,12 @@ class GatedSession:
         task_id: str,
         approval_wait: float = 0.0,
         principal: Principal | None = None,
+        dedupe: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.session = session
         self.task_id = task_id
-        self.calls = GatedCalls(gate, session, approval_wait=approval_wait, principal=principal)
+        self.calls = GatedCalls(gate, session, approval_wait=approval_wait, principal=principal,
+                                dedupe=dedupe)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)

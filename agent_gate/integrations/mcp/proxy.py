@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
@@ -34,13 +34,15 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import AgentGateError, GateUsageError
 from agent_gate.gate import Gate, Outcome
 from agent_gate.integrations.mcp.calls import GatedCalls
 from agent_gate.integrations.mcp.events import MemoryEventStore
 from agent_gate.policy import Principal
+from agent_gate.tools import Effect
 
-__all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "connect_upstream", "proxy_server", "serve"]
+__all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "connect_upstream", "dedupe_problems",
+           "parse_dedupe", "proxy_server", "serve"]
 
 DEFAULT_APPROVAL_WAIT = 300.0
 """Seconds a call that waits for approval holds its request open (``--approval-wait``)."""
@@ -62,6 +64,8 @@ class ProxyConfig:
     principal: Principal | None = None
     approval_wait: float = DEFAULT_APPROVAL_WAIT
     listen: tuple[str, int] | None = None
+    dedupe: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Tool -> the argument names that make two of its calls the same (``--dedupe``)."""
 
 
 @asynccontextmanager
@@ -171,20 +175,62 @@ def proxy_server(calls: GatedCalls, config: ProxyConfig) -> Server[Any]:
 
 
 async def serve(gate: Gate, config: ProxyConfig) -> None:
-    """Run the proxy until its client goes away (stdio) or it is stopped (HTTP)."""
+    """Run the proxy until its client goes away (stdio) or it is stopped (HTTP).
+
+    Raises ``GateUsageError`` (after closing the upstream) when ``config.dedupe``
+    names a tool the upstream does not offer, a field its schema does not declare,
+    or a tool that only reads."""
+    problems: list[str] = []
     async with connect_upstream(config) as upstream:
-        calls = GatedCalls(
-            gate, upstream, approval_wait=config.approval_wait, principal=config.principal
-        )
+        calls = GatedCalls(gate, upstream, approval_wait=config.approval_wait,
+                           principal=config.principal, dedupe=config.dedupe)
         await calls.load_tools()
+        problems = dedupe_problems(calls)
         for name, why in calls.registered.refused:
-            print(f"agent-gate mcp proxy: tool {name!r} not offered: {why}", file=sys.stderr)
-        server = proxy_server(calls, config)
-        if config.listen is None:
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-            return
-        await _serve_http(server, config.listen)
+            if name not in config.dedupe:
+                print(f"agent-gate mcp proxy: tool {name!r} not offered: {why}", file=sys.stderr)
+        if not problems:
+            server = proxy_server(calls, config)
+            if config.listen is None:
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+            else:
+                await _serve_http(server, config.listen)
+    if problems:
+        raise GateUsageError("--dedupe: " + "; ".join(problems))
+
+
+def dedupe_problems(calls: GatedCalls) -> list[str]:
+    """Why each ``--dedupe`` cannot be honoured. A read is refused a key: its calls
+    would all be answered from the first one, ever, which no read wants."""
+    gate = calls.gate
+    refused = dict(calls.registered.refused)
+    problems: list[str] = []
+    for name in calls.dedupe:
+        tool = gate.tools.get(name)
+        if name in refused:
+            problems.append(refused[name])
+        elif tool is None:
+            problems.append(f"the upstream offers no tool {name!r}")
+        elif (gate.rules.effective(tool.spec).effect if gate.rules is not None
+              else tool.spec.effect) is Effect.READ:
+            problems.append(f"tool {name!r} only reads: a dedupe key would answer every "
+                            "later read from the first")
+    return problems
+
+
+def parse_dedupe(values: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``TOOL=FIELD[,FIELD...]`` options as a mapping; ValueError for a malformed one."""
+    dedupe: dict[str, tuple[str, ...]] = {}
+    for value in values:
+        tool, sep, names = value.partition("=")
+        fields = tuple(f.strip() for f in names.split(",") if f.strip())
+        if not sep or not tool.strip() or not fields:
+            raise ValueError(f"{value!r} is not TOOL=FIELD[,FIELD...]")
+        if tool.strip() in dedupe:
+            raise ValueError(f"tool {tool.strip()!r} is given twice")
+        dedupe[tool.strip()] = fields
+    return dedupe
 
 
 async def _serve_http(server: Server[Any], listen: tuple[str, int]) -> None:

@@ -24,7 +24,7 @@ nothing retries it blindly.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,11 +134,19 @@ class Registered:
     """(tool, why) for each tool whose schema or name the gate cannot use."""
 
 
-def register_tools(gate: Gate, session: ClientSession, tools: Iterable[mt.Tool]) -> Registered:
+def register_tools(
+    gate: Gate,
+    session: ClientSession,
+    tools: Iterable[mt.Tool],
+    dedupe: Mapping[str, Sequence[str]] | None = None,
+) -> Registered:
     """Register each upstream tool not yet in ``gate.tools``, dispatched to ``session``.
 
-    A tool the gate cannot check (its schema is not a JSON Schema for an object) is
-    refused and left out: a call to it is then rejected as an unknown tool.
+    ``dedupe`` gives a tool the argument names its calls are deduplicated by (the
+    gate's own per-tool dedupe key, ``ToolSpec.dedupe``). A tool the gate cannot
+    check (its schema is not a JSON Schema for an object, a dedupe field its schema
+    does not declare) is refused and left out: a call to it is then rejected as an
+    unknown tool.
     """
     dispatch = _dispatcher(session)
     added: list[str] = []
@@ -153,6 +161,8 @@ def register_tools(gate: Gate, session: ClientSession, tools: Iterable[mt.Tool])
             "idempotency": idempotency,
             "description": tool.description,
         }
+        if dedupe and tool.name in dedupe:
+            spec["dedupe"] = list(dedupe[tool.name])
         try:
             gate.tools.wrap(dispatch, {tool.name: spec})
         except ToolDefinitionError as exc:
