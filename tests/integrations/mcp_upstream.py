@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
@@ -60,6 +60,28 @@ def charge_card(card: str, cents: int) -> str:
 def unlisted(text: str) -> str:
     """A tool the policy does not name: hidden by the proxy, and denied if called."""
     return f"unlisted, {_append('unlisted:' + text)} lines"
+
+
+def stamp(text: str) -> str:
+    """Stamp a text (a write, offered only once ``enable_stamp`` ran)."""
+    return f"stamped, {_append('stamp:' + text)} lines"
+
+
+def count_lines_v2(prefix: str) -> int:
+    """count_lines with a required argument: the schema the proxy must not take."""
+    return 0
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+async def enable_stamp(ctx: Context) -> str:
+    """Offer a new tool, change count_lines' schema, and say so (tools/list_changed)."""
+    server.add_tool(stamp, annotations=ToolAnnotations(readOnlyHint=False,
+                                                       destructiveHint=False))
+    server.remove_tool("count_lines")
+    server.add_tool(count_lines_v2, name="count_lines",
+                    annotations=ToolAnnotations(readOnlyHint=True))
+    await ctx.session.send_tool_list_changed()
+    return f"enabled, {_append('enable_stamp')} lines"
 
 
 if __name__ == "__main__":

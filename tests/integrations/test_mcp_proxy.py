@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import mcp.types as mt
 import pytest
 from ledger_backends import PgSchema
 from mcp_harness import ROOT, Setup
@@ -57,9 +58,10 @@ def test_denied_and_unnamed_tools_never_reach_the_upstream(tmp_path: Path) -> No
     async def main() -> None:
         async with setup.proxy("--task", "t") as client:
             listed = {t.name for t in (await client.list_tools()).tools}
-            # The policy names five tools; the sixth would be denied whatever its arguments.
+            # The policy names these tools; unlisted would be denied whatever its arguments
+            # (and stamp is named, but the upstream offers it only once enabled).
             assert listed == {"append_note", "wipe", "count_lines", "send_payment",
-                              "charge_card"}
+                              "charge_card", "enable_stamp"}
             denied = await client.call_tool("wipe", {"target": "everything"})
             assert denied.is_error
             assert meta(denied)["agent-gate/rule-ids"] == ["never-wipe"]
@@ -243,3 +245,34 @@ def test_a_dedupe_key_the_proxy_cannot_honour_stops_it(
     assert done.returncode == status, done.stderr
     assert said in done.stderr
     assert setup.lines() == []
+
+
+def test_tools_the_upstream_adds_are_offered_and_changed_schemas_are_not_taken(
+    tmp_path: Path,
+) -> None:
+    setup = Setup(tmp_path)
+    told: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            told.append(message.method)
+
+    async def main() -> None:
+        async with setup.proxy("--task", "t", message_handler=on_message) as client:
+            before = {t.name: t for t in (await client.list_tools()).tools}
+            assert "stamp" not in before
+            assert text(await client.call_tool("enable_stamp", {})) == "enabled, 1 lines"
+            # The upstream said its tools changed: the proxy re-read them and says so too.
+            await anyio.to_thread.run_sync(
+                lambda: wait_until(lambda: told, what="tools/list_changed from the proxy"))
+            after = {t.name: t for t in (await client.list_tools()).tools}
+            assert "stamp" in after
+            # count_lines now wants an argument upstream; the gate keeps the schema it
+            # registered, and offers that one.
+            assert after["count_lines"].input_schema == before["count_lines"].input_schema
+            assert text(await client.call_tool("stamp", {"text": "ok"})) == "stamped, 2 lines"
+
+    anyio.run(main)
+    assert setup.lines() == ["enable_stamp", "stamp:ok"]
+    with Ledger(setup.db) as ledger:
+        assert {c.tool for c in ledger.calls("t")} == {"enable_stamp", "stamp"}

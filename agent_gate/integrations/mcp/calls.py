@@ -79,7 +79,8 @@ class GatedCalls:
         done = register_tools(self.gate, self.upstream,
                               [t for t in tools if t.name not in refused], self.dedupe)
         self.registered = Registered(
-            self.registered.added + done.added, self.registered.refused + done.refused
+            self.registered.added + done.added, self.registered.refused + done.refused,
+            done.kept,
         )
         return tools
 
@@ -88,10 +89,12 @@ class GatedCalls:
 
         A tool the policy file does not name is denied whatever its arguments (the
         policy denies by default), so it is not offered; nor is one whose schema the
-        gate refused. Without a policy file every checkable tool is shown.
+        gate refused. Without a policy file every checkable tool is shown. Each is
+        shown with the schema the gate checks it against (``Registered.kept``).
         """
         named = set(self.gate.rules.policy.tools) if self.gate.rules is not None else None
-        return [t for t in tools if t.name in self.gate.tools
+        return [t.model_copy(update={"input_schema": dict(self.gate.tools[t.name].spec.schema)})
+                for t in tools if t.name in self.gate.tools
                 and (named is None or t.name in named)]
 
     async def call(

@@ -132,6 +132,9 @@ class Registered:
     added: tuple[str, ...]
     refused: tuple[tuple[str, str], ...]
     """(tool, why) for each tool whose schema or name the gate cannot use."""
+    kept: tuple[str, ...] = ()
+    """Tools registered earlier whose ``inputSchema`` the upstream has since changed:
+    the gate keeps checking them against the schema it registered."""
 
 
 def register_tools(
@@ -147,12 +150,20 @@ def register_tools(
     check (its schema is not a JSON Schema for an object, a dedupe field its schema
     does not declare) is refused and left out: a call to it is then rejected as an
     unknown tool.
+
+    A tool registered already is never redefined, even when the upstream now lists
+    it with another ``inputSchema`` (``Registered.kept``): the calls the ledger holds
+    were judged by the registered schema, and one sent again must be judged alike;
+    a new schema is taken by a new gate (a proxy restart).
     """
     dispatch = _dispatcher(session)
     added: list[str] = []
     refused: list[tuple[str, str]] = []
+    kept: list[str] = []
     for tool in tools:
         if tool.name in gate.tools:
+            if dict(gate.tools[tool.name].spec.schema) != tool.input_schema:
+                kept.append(tool.name)
             continue
         effect, idempotency = classes_of(tool, gate)
         spec = {
@@ -169,4 +180,4 @@ def register_tools(
             refused.append((tool.name, str(exc)))
             continue
         added.append(tool.name)
-    return Registered(tuple(added), tuple(refused))
+    return Registered(tuple(added), tuple(refused), tuple(kept))
