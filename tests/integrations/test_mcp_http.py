@@ -42,6 +42,19 @@ def events(lines: Any) -> Any:
             event_id, data = None, ""
 
 
+def initialized(http: httpx.Client, url: str) -> dict[str, str]:
+    """A new session opened with raw HTTP requests; the headers its requests carry."""
+    init = http.post(url, headers={"Accept": ACCEPT}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": VERSION, "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}},
+    })
+    headers = {"Accept": ACCEPT, "mcp-session-id": init.headers["mcp-session-id"],
+               "mcp-protocol-version": VERSION}
+    http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return headers
+
+
 def test_a_resumed_response_brings_the_result_and_a_replayed_request_never_reruns(
     tmp_path: Path,
 ) -> None:
@@ -49,15 +62,8 @@ def test_a_resumed_response_brings_the_result_and_a_replayed_request_never_rerun
     call = {"name": "send_payment", "arguments": {"to": "cy", "cents": 7000},
             "_meta": {"progressToken": "p"}}
     with setup.http_proxy("--approval-wait", "10m") as url, httpx.Client(timeout=60) as http:
-        init = http.post(url, headers={"Accept": ACCEPT}, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": VERSION, "capabilities": {},
-                       "clientInfo": {"name": "raw", "version": "1"}},
-        })
-        session = init.headers["mcp-session-id"]
-        headers = {"Accept": ACCEPT, "mcp-session-id": session, "mcp-protocol-version": VERSION}
-        http.post(url, headers=headers,
-                  json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        headers = initialized(http, url)
+        session = headers["mcp-session-id"]
         request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
         last = None
         with http.stream("POST", url, headers=headers, json=request) as held:
@@ -126,15 +132,7 @@ def test_after_a_proxy_restart_the_old_session_is_gone_and_the_ledger_answers(
     call = {"name": "send_payment", "arguments": {"to": "di", "cents": 8000},
             "_meta": {"progressToken": "p"}}
     with setup.http_proxy("--task", "shop") as url, httpx.Client(timeout=60) as http:
-        init = http.post(url, headers={"Accept": ACCEPT}, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": VERSION, "capabilities": {},
-                       "clientInfo": {"name": "raw", "version": "1"}},
-        })
-        headers = {"Accept": ACCEPT, "mcp-session-id": init.headers["mcp-session-id"],
-                   "mcp-protocol-version": VERSION}
-        http.post(url, headers=headers,
-                  json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        headers = initialized(http, url)
         request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
         with http.stream("POST", url, headers=headers, json=request) as held:
             last = next(event_id for event_id, data in events(held.iter_lines())
