@@ -276,3 +276,26 @@ def test_tools_the_upstream_adds_are_offered_and_changed_schemas_are_not_taken(
     assert setup.lines() == ["enable_stamp", "stamp:ok"]
     with Ledger(setup.db) as ledger:
         assert {c.tool for c in ledger.calls("t")} == {"enable_stamp", "stamp"}
+
+
+def test_a_duplicate_by_dedupe_key_waits_on_the_call_it_duplicates(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+
+    async def main() -> None:
+        async with setup.proxy("--task", "pay", "--dedupe", "send_payment=to",
+                               "--approval-wait", "0.3s") as client:
+            first = await client.call_tool("send_payment", {"to": "hal", "cents": 9000})
+            held_by = meta(first)["agent-gate/call-id"]
+            assert meta(first)["agent-gate/state"] == "awaiting_approval"
+            twin = await client.call_tool("send_payment", {"to": "hal", "cents": 9000},
+                                          meta={"agent-gate/call-id": "twin"})
+            assert meta(twin)["agent-gate/state"] == "awaiting_approval", text(twin)
+            assert held_by in text(twin)  # it names the call to approve
+            assert (await setup.acli("approve", held_by, "--task", "pay", "--by", "ana")
+                    ).returncode == 0
+            paid = await client.call_tool("send_payment", {"to": "hal", "cents": 9000},
+                                          meta={"agent-gate/call-id": "twin"})
+            assert text(paid) == "paid, 1 lines"
+
+    anyio.run(main)
+    assert setup.lines() == ["pay:hal:9000"]

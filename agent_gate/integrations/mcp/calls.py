@@ -120,12 +120,18 @@ class GatedCalls:
         deadline = time.monotonic() + (self.approval_wait if wait is None else wait)
         outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
         if outcome.state in _WAITING and deadline > time.monotonic():
+            failed: Exception | None = None
             async with anyio.create_task_group() as tg:
                 if progress is not None:
                     tg.start_soon(_report, progress, outcome, deadline)
-                outcome = await self._hold(task_id, call, outcome, deadline, ask)
+                try:
+                    outcome = await self._hold(task_id, call, outcome, deadline, ask)
+                except Exception as exc:  # raised as itself, not in an exception group
+                    failed = exc
                 tg.cancel_scope.cancel()
-        rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, call_id)
+            if failed is not None:
+                raise failed
+        rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, _held_by(outcome))
         return result_of(outcome, rec.rule_ids if rec is not None else ())
 
     async def _hold(
@@ -148,7 +154,8 @@ class GatedCalls:
                         continue
                 try:
                     answer = await self.gate.await_decision(
-                        outcome, timeout=left if math.isfinite(left) else None
+                        _held_by(outcome), task_id=task_id,
+                        timeout=left if math.isfinite(left) else None,
                     )
                 except NotAwaitingApproval:  # it moved on between two reads: look again
                     answer = None
@@ -169,7 +176,7 @@ class GatedCalls:
         ledger = self.gate.ledger
 
         def look() -> tuple[Any, ...]:
-            rec = ledger.get(outcome.task_id, outcome.call_id)
+            rec = ledger.get(outcome.task_id, _held_by(outcome))
             return (None,) if rec is None else (rec.state, rec.version)
 
         seen = await anyio.to_thread.run_sync(look)
@@ -182,6 +189,12 @@ class GatedCalls:
         return False
 
 
+def _held_by(outcome: Outcome) -> str:
+    """The id of the ledger's row for ``outcome``: the call it duplicates (same dedupe
+    key, another call id), else its own."""
+    return outcome.duplicate_of or outcome.call_id
+
+
 async def _report(progress: Progress, outcome: Outcome, deadline: float) -> None:
     """Progress about once a second while a call is held (until cancelled): a client
     that counts a request's silence as failure sees that it is alive."""
@@ -191,8 +204,11 @@ async def _report(progress: Progress, outcome: Outcome, deadline: float) -> None
     while True:
         ticks += 1
         await anyio.sleep(max(start + ticks - time.monotonic(), 0.0))
-        await progress(time.monotonic() - start, total,
-                       f"call {outcome.call_id} waits ({outcome.state.value})")
+        try:
+            await progress(time.monotonic() - start, total,
+                           f"call {outcome.call_id} waits ({outcome.state.value})")
+        except Exception:  # the client cannot be told (gone, or refuses): keep waiting
+            return
 
 
 class GatedSession:

@@ -37,6 +37,8 @@ def _meta(outcome: Outcome, rule_ids: tuple[str, ...]) -> dict[str, Any]:
         "agent-gate/state": outcome.state.value,
         "agent-gate/replayed": outcome.replayed,
     }
+    if outcome.duplicate_of:
+        meta["agent-gate/duplicate-of"] = outcome.duplicate_of
     if outcome.code:
         meta["agent-gate/code"] = outcome.code
     if rule_ids:
@@ -85,10 +87,13 @@ def result_of(outcome: Outcome, rule_ids: tuple[str, ...] = ()) -> mt.CallToolRe
         case CallState.SUCCEEDED:
             return _ran(outcome, meta)
         case CallState.AWAITING_APPROVAL:
+            held = outcome.duplicate_of or call
+            same = f" (the same call as {held}, by its dedupe key)" if held != call else ""
             return _text(
-                f"call {call} of task {task} waits for approval{rules}: {outcome.reason}. "
-                f"It has not run. Once approved (agent-gate approve {call} --task {task} "
-                "--by NAME), send the same call again: it runs once and returns its result.",
+                f"call {call} of task {task}{same} waits for approval{rules}: "
+                f"{outcome.reason}. It has not run. Once approved (agent-gate approve "
+                f"{held} --task {task} --by NAME), send the same call again: it runs once "
+                "and returns its result.",
                 meta,
             )
         case CallState.REJECTED | CallState.INCOMPLETE:
