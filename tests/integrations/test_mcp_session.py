@@ -84,3 +84,33 @@ def test_the_user_approves_through_elicitation_when_the_policy_lets_them(
     anyio.run(main)
     assert len(asked) == 1 and "send_payment" in asked[0]
     assert setup.lines() == (["pay:bo:4000"] if ran else [])
+
+
+@pytest.mark.slow
+def test_a_gated_session_takes_a_dedupe_key_and_records_a_reported_error_as_failed(
+    tmp_path: Path,
+) -> None:
+    setup = Setup(tmp_path)
+
+    async def main() -> None:
+        async with (
+            stdio_client(setup.upstream()) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            with Gate(ToolRegistry(), setup.db, policy=POLICY, create=True) as gate:
+                gated = GatedSession(session, gate, task_id="s",
+                                     dedupe={"append_note": ["text"]})
+                one = await gated.call_tool("append_note", {"text": "n"},
+                                            meta={CALL_ID_META: "first"})
+                two = await gated.call_tool("append_note", {"text": "n"},
+                                            meta={CALL_ID_META: "second"})
+                assert text(one) == text(two) == "appended, 1 lines"
+                assert (two.meta or {})["agent-gate/duplicate-of"] == "first"
+                declined = await gated.call_tool("charge_card", {"card": "c-1", "cents": 5})
+                again = await gated.call_tool("charge_card", {"card": "c-1", "cents": 5})
+                assert declined.is_error and again.is_error
+                assert (again.meta or {})["agent-gate/state"] == "failed"
+
+    anyio.run(main)
+    assert setup.lines() == ["note:n", "charge:c-1:5"]
