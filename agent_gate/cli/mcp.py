@@ -18,7 +18,8 @@ Examples:
   agent-gate mcp proxy --policy policy.yaml --upstream-url http://127.0.0.1:9000/mcp \\
       --listen 127.0.0.1:8765
 A client names a call itself with "_meta": {"agent-gate/call-id": "..."} on tools/call;
-otherwise a write with the same tool and arguments runs at most once per task.
+otherwise a write with the same tool and arguments runs at most once per task, or,
+with --dedupe TOOL=FIELD,..., a write with the same values of those fields.
 """
 
 
@@ -44,11 +45,14 @@ def mcp_group() -> None:
                    "instead of starting COMMAND.")
 @click.option("--listen", "listen", default=None, metavar="HOST:PORT",
               help="Serve Streamable HTTP (resumable) on HOST:PORT instead of stdio.")
+@click.option("--dedupe", "dedupe", multiple=True, metavar="TOOL=FIELD[,FIELD...]",
+              help="Calls of TOOL with the same values of these arguments are one call in "
+                   "the task: run at most once (repeatable).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def proxy_command(
     policy_file: str, url: str | None, task_id: str | None, principal_id: str | None,
     roles: tuple[str, ...], approval_wait: str, upstream_url: str | None, listen: str | None,
-    command: tuple[str, ...],
+    dedupe: tuple[str, ...], command: tuple[str, ...],
 ) -> None:
     """Serve the MCP server COMMAND (after --) with every tool call gated."""
     if bool(command) == bool(upstream_url):
@@ -60,6 +64,7 @@ def proxy_command(
 
         from agent_gate.integrations.mcp.proxy import (
             ProxyConfig,
+            parse_dedupe,
             parse_listen,
             principal_of,
             serve,
@@ -72,10 +77,14 @@ def proxy_command(
         address = parse_listen(listen) if listen is not None else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--listen") from None
+    try:
+        keys = parse_dedupe(dedupe)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dedupe") from None
     config = ProxyConfig(
         upstream_command=command, upstream_url=upstream_url, task=task_id,
         principal=principal_of(principal_id, roles),
-        approval_wait=wait if wait is not None else float("inf"), listen=address,
+        approval_wait=wait if wait is not None else float("inf"), listen=address, dedupe=keys,
     )
     from agent_gate.gate import Gate
     from agent_gate.ledger.dialect import resolve_url

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio.to_thread
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.session import ElicitationFnT
+from mcp.client.session import ElicitationFnT, MessageHandlerFnT
 
 from agent_gate.ledger import Ledger
 
@@ -34,10 +34,12 @@ class Setup:
 
     tmp: Path
     policy: Path = POLICY
+    url: str | None = None
+    """The ledger's URL (a PostgreSQL schema's); default: a SQLite file under ``tmp``."""
 
     @property
     def db(self) -> str:
-        return f"sqlite:///{self.tmp / 'ledger.db'}"
+        return self.url or f"sqlite:///{self.tmp / 'ledger.db'}"
 
     @property
     def log(self) -> Path:
@@ -76,7 +78,8 @@ class Setup:
 
     @asynccontextmanager
     async def proxy(
-        self, *options: str, elicitation: ElicitationFnT | None = None
+        self, *options: str, elicitation: ElicitationFnT | None = None,
+        message_handler: MessageHandlerFnT | None = None,
     ) -> AsyncIterator[ClientSession]:
         """A client session with a freshly started proxy process; it stops on exit."""
         params = StdioServerParameters(
@@ -84,7 +87,8 @@ class Setup:
         )
         async with (
             stdio_client(params) as (read, write),
-            ClientSession(read, write, elicitation_callback=elicitation) as session,
+            ClientSession(read, write, elicitation_callback=elicitation,
+                          message_handler=message_handler) as session,
         ):
             await session.initialize()
             yield session

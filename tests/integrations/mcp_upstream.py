@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 server = MCPServer("upstream")
@@ -47,10 +48,40 @@ def send_payment(to: str, cents: int) -> str:
     return f"paid, {_append(f'pay:{to}:{cents}')} lines"
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def charge_card(card: str, cents: int) -> str:
+    """Try a charge, which the card's bank declines: the tool ran and reports an error
+    (a result with ``isError: true``), after a line is logged."""
+    _append(f"charge:{card}:{cents}")
+    raise ToolError(f"card {card} declined: insufficient funds for {cents} cents")
+
+
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def unlisted(text: str) -> str:
     """A tool the policy does not name: hidden by the proxy, and denied if called."""
     return f"unlisted, {_append('unlisted:' + text)} lines"
+
+
+def stamp(text: str) -> str:
+    """Stamp a text (a write, offered only once ``enable_stamp`` ran)."""
+    return f"stamped, {_append('stamp:' + text)} lines"
+
+
+def count_lines_v2(prefix: str) -> int:
+    """count_lines with a required argument: the schema the proxy must not take."""
+    return 0
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+async def enable_stamp(ctx: Context) -> str:
+    """Offer a new tool, change count_lines' schema, and say so (tools/list_changed)."""
+    server.add_tool(stamp, annotations=ToolAnnotations(readOnlyHint=False,
+                                                       destructiveHint=False))
+    server.remove_tool("count_lines")
+    server.add_tool(count_lines_v2, name="count_lines",
+                    annotations=ToolAnnotations(readOnlyHint=True))
+    await ctx.session.send_tool_list_changed()
+    return f"enabled, {_append('enable_stamp')} lines"
 
 
 if __name__ == "__main__":

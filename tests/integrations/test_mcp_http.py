@@ -42,6 +42,19 @@ def events(lines: Any) -> Any:
             event_id, data = None, ""
 
 
+def initialized(http: httpx.Client, url: str) -> dict[str, str]:
+    """A new session opened with raw HTTP requests; the headers its requests carry."""
+    init = http.post(url, headers={"Accept": ACCEPT}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": VERSION, "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "1"}},
+    })
+    headers = {"Accept": ACCEPT, "mcp-session-id": init.headers["mcp-session-id"],
+               "mcp-protocol-version": VERSION}
+    http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return headers
+
+
 def test_a_resumed_response_brings_the_result_and_a_replayed_request_never_reruns(
     tmp_path: Path,
 ) -> None:
@@ -49,15 +62,8 @@ def test_a_resumed_response_brings_the_result_and_a_replayed_request_never_rerun
     call = {"name": "send_payment", "arguments": {"to": "cy", "cents": 7000},
             "_meta": {"progressToken": "p"}}
     with setup.http_proxy("--approval-wait", "10m") as url, httpx.Client(timeout=60) as http:
-        init = http.post(url, headers={"Accept": ACCEPT}, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": VERSION, "capabilities": {},
-                       "clientInfo": {"name": "raw", "version": "1"}},
-        })
-        session = init.headers["mcp-session-id"]
-        headers = {"Accept": ACCEPT, "mcp-session-id": session, "mcp-protocol-version": VERSION}
-        http.post(url, headers=headers,
-                  json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        headers = initialized(http, url)
+        session = headers["mcp-session-id"]
         request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
         last = None
         with http.stream("POST", url, headers=headers, json=request) as held:
@@ -115,3 +121,43 @@ def test_an_sdk_client_over_http_and_a_proxy_in_front_of_an_http_upstream(tmp_pa
         anyio.run(direct, url)
         anyio.run(chained, url)
     assert setup.lines() == ["note:web", "note:chained"]
+
+
+def test_after_a_proxy_restart_the_old_session_is_gone_and_the_ledger_answers(
+    tmp_path: Path,
+) -> None:
+    """What survives a restart is the ledger, not the session or its event store: the
+    client resumes by starting a new session and sending the call again (``--task``)."""
+    setup = Setup(tmp_path)
+    call = {"name": "send_payment", "arguments": {"to": "di", "cents": 8000},
+            "_meta": {"progressToken": "p"}}
+    with setup.http_proxy("--task", "shop") as url, httpx.Client(timeout=60) as http:
+        headers = initialized(http, url)
+        request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+        with http.stream("POST", url, headers=headers, json=request) as held:
+            last = next(event_id for event_id, data in events(held.iter_lines())
+                        if data.get("method") == "notifications/progress")
+    # The proxy process is gone; the call waits in the ledger.
+    with Ledger(setup.db) as ledger:
+        (waiting,) = ledger.calls("shop")
+    assert waiting.state.value == "awaiting_approval"
+    assert setup.cli("approve", waiting.call_id, "--task", "shop", "--by", "ana").returncode == 0
+
+    async def resend(url: str) -> None:
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            paid = await client.call_tool("send_payment", {"to": "di", "cents": 8000})
+            again = await client.call_tool("send_payment", {"to": "di", "cents": 8000})
+            assert text(paid) == text(again) == "paid, 1 lines"
+            assert (paid.meta or {})["agent-gate/call-id"] == waiting.call_id
+            assert (again.meta or {})["agent-gate/replayed"] is True
+
+    with setup.http_proxy("--task", "shop") as url, httpx.Client(timeout=60) as http:
+        gone = http.get(url, headers={**headers, "Accept": "text/event-stream",
+                                      "Last-Event-ID": last})
+        assert gone.status_code == 404  # the session (and its events) died with the process
+        anyio.run(resend, url)
+    assert setup.lines() == ["pay:di:8000"]

@@ -10,15 +10,19 @@ which also tells a client that counts a request's silence as failure that the
 request is alive. When the wait ends first, the result says the call waits, with
 its id; the same call sent again attaches to it.
 
-The ledger is polled (from a worker thread, with backoff to once a second): an
-approval given by any process, on any machine sharing the database, is seen.
+A call waiting for a person is waited on with ``Gate.await_decision``, the gate's
+one way of waiting for an answer: ``LISTEN``/``NOTIFY`` on PostgreSQL, re-reads with
+backoff on SQLite (``agent_gate.gate.waiting``), so an approval given by any
+process, on any machine sharing the database, releases the request. A call running
+in another request has no notification for its end: its row is re-read with the
+same backoff. Progress is reported about once a second meanwhile, by its own task.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -26,7 +30,9 @@ import anyio.to_thread
 import mcp.types as mt
 from mcp import ClientSession
 
+from agent_gate.errors import NotAwaitingApproval
 from agent_gate.gate import Gate, Outcome
+from agent_gate.gate.waiting import POLL_MAX, POLL_MIN
 from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
 from agent_gate.integrations.mcp.results import result_of
 from agent_gate.integrations.mcp.upstream import Registered, list_all, register_tools
@@ -43,7 +49,6 @@ Asker = Callable[[Outcome], Awaitable[bool]]
 
 _WAITING = (CallState.AWAITING_APPROVAL, CallState.EXECUTING, CallState.AUTHORIZED,
             CallState.RECEIVED)
-_FIRST_POLL, _MAX_POLL = 0.05, 1.0
 
 
 class GatedCalls:
@@ -56,11 +61,14 @@ class GatedCalls:
         *,
         approval_wait: float = 0.0,
         principal: Principal | None = None,
+        dedupe: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
         self.approval_wait = approval_wait
         self.principal = principal
+        self.dedupe = dict(dedupe or {})
+        """Tool -> the argument names its calls are deduplicated by (``ToolSpec.dedupe``)."""
         self.ids = CallIds(gate)
         self.registered = Registered((), ())
 
@@ -68,9 +76,11 @@ class GatedCalls:
         """The upstream's tools, registered in the gate's registry (new ones only)."""
         tools = await list_all(self.upstream)
         refused = {name for name, _ in self.registered.refused}
-        done = register_tools(self.gate, self.upstream, [t for t in tools if t.name not in refused])
+        done = register_tools(self.gate, self.upstream,
+                              [t for t in tools if t.name not in refused], self.dedupe)
         self.registered = Registered(
-            self.registered.added + done.added, self.registered.refused + done.refused
+            self.registered.added + done.added, self.registered.refused + done.refused,
+            done.kept,
         )
         return tools
 
@@ -79,10 +89,12 @@ class GatedCalls:
 
         A tool the policy file does not name is denied whatever its arguments (the
         policy denies by default), so it is not offered; nor is one whose schema the
-        gate refused. Without a policy file every checkable tool is shown.
+        gate refused. Without a policy file every checkable tool is shown. Each is
+        shown with the schema the gate checks it against (``Registered.kept``).
         """
         named = set(self.gate.rules.policy.tools) if self.gate.rules is not None else None
-        return [t for t in tools if t.name in self.gate.tools
+        return [t.model_copy(update={"input_schema": dict(self.gate.tools[t.name].spec.schema)})
+                for t in tools if t.name in self.gate.tools
                 and (named is None or t.name in named)]
 
     async def call(
@@ -107,47 +119,96 @@ class GatedCalls:
         call = {"call_id": call_id, "name": name, "arguments": args}
         deadline = time.monotonic() + (self.approval_wait if wait is None else wait)
         outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
-        asked = False
-        while outcome.state in _WAITING:
-            if outcome.state is CallState.AWAITING_APPROVAL and ask is not None and not asked:
-                asked = True
-                if await ask(outcome):
-                    outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
-                    continue
-            if not await self._changed(task_id, call_id, deadline, progress):
-                break
-            outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
-        rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, call_id)
+        if outcome.state in _WAITING and deadline > time.monotonic():
+            failed: Exception | None = None
+            async with anyio.create_task_group() as tg:
+                if progress is not None:
+                    tg.start_soon(_report, progress, outcome, deadline)
+                try:
+                    outcome = await self._hold(task_id, call, outcome, deadline, ask)
+                except Exception as exc:  # raised as itself, not in an exception group
+                    failed = exc
+                tg.cancel_scope.cancel()
+            if failed is not None:
+                raise failed
+        rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, _held_by(outcome))
         return result_of(outcome, rec.rule_ids if rec is not None else ())
 
-    async def _changed(
-        self, task_id: str, call_id: str, deadline: float, progress: Progress | None
-    ) -> bool:
-        """Wait until the call's row or its approval changes (True) or ``deadline`` (False)."""
+    async def _hold(
+        self, task_id: str, call: dict[str, Any], outcome: Outcome, deadline: float,
+        ask: Asker | None,
+    ) -> Outcome:
+        """Re-run ``call`` through the gate each time what it waits for changes, until
+        it stops waiting or ``deadline`` passes; the last outcome."""
+        asked = False
+        used: set[str] = set()  # approvals seen: one the gate would not use ends the wait
+        while outcome.state in _WAITING:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if outcome.state is CallState.AWAITING_APPROVAL:
+                if ask is not None and not asked:
+                    asked = True
+                    if await ask(outcome):
+                        outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
+                        continue
+                try:
+                    answer = await self.gate.await_decision(
+                        _held_by(outcome), task_id=task_id,
+                        timeout=left if math.isfinite(left) else None,
+                    )
+                except NotAwaitingApproval:  # it moved on between two reads: look again
+                    answer = None
+                if answer is not None and not answer.decided:
+                    break
+                if answer is not None and answer.approval is not None:
+                    if answer.approval.id in used:
+                        break
+                    used.add(answer.approval.id)
+            elif not await self._ran_elsewhere(outcome, deadline):
+                break
+            outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
+        return outcome
+
+    async def _ran_elsewhere(self, outcome: Outcome, deadline: float) -> bool:
+        """Until the row of a call another request runs changes (True) or ``deadline``
+        passes (False). No notification exists for a run's end: re-read with backoff."""
         ledger = self.gate.ledger
 
         def look() -> tuple[Any, ...]:
-            rec = ledger.get(task_id, call_id)
-            if rec is None:
-                return (None,)
-            answer = ledger.approval(rec) if rec.state is CallState.AWAITING_APPROVAL else None
-            return (rec.state, rec.version, answer.id if answer is not None else None)
+            rec = ledger.get(outcome.task_id, _held_by(outcome))
+            return (None,) if rec is None else (rec.state, rec.version)
 
-        start = time.monotonic()
         seen = await anyio.to_thread.run_sync(look)
-        delay = _FIRST_POLL
-        reported = 0
+        pause = POLL_MIN
         while (left := deadline - time.monotonic()) > 0:
-            await anyio.sleep(min(delay, left))
-            delay = min(delay * 1.5, _MAX_POLL)
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_MAX)
             if await anyio.to_thread.run_sync(look) != seen:
                 return True
-            waited = time.monotonic() - start
-            if progress is not None and int(waited) > reported:
-                reported = int(waited)
-                total = deadline - start if math.isfinite(deadline) else None
-                await progress(waited, total, f"call {call_id} waits ({seen[0]})")
         return False
+
+
+def _held_by(outcome: Outcome) -> str:
+    """The id of the ledger's row for ``outcome``: the call it duplicates (same dedupe
+    key, another call id), else its own."""
+    return outcome.duplicate_of or outcome.call_id
+
+
+async def _report(progress: Progress, outcome: Outcome, deadline: float) -> None:
+    """Progress about once a second while a call is held (until cancelled): a client
+    that counts a request's silence as failure sees that it is alive."""
+    start = time.monotonic()
+    total = deadline - start if math.isfinite(deadline) else None
+    ticks = 0
+    while True:
+        ticks += 1
+        await anyio.sleep(max(start + ticks - time.monotonic(), 0.0))
+        try:
+            await progress(time.monotonic() - start, total,
+                           f"call {outcome.call_id} waits ({outcome.state.value})")
+        except Exception:  # the client cannot be told (gone, or refuses): keep waiting
+            return
 
 
 class GatedSession:
@@ -158,8 +219,9 @@ class GatedSession:
     ``upstream``), on the first ``list_tools`` or ``call_tool``. Every call is
     recorded in ``task_id``; ``identity`` says which calls count as the same one.
     A call that waits for approval is held up to ``approval_wait`` seconds (default:
-    not held) and then returned as a result that says it waits. Everything else is
-    the wrapped session's.
+    not held) and then returned as a result that says it waits. ``dedupe`` gives
+    tools a dedupe key (tool -> argument names), as ``--dedupe`` does for the proxy.
+    Everything else is the wrapped session's.
     """
 
     def __init__(
@@ -170,10 +232,12 @@ class GatedSession:
         task_id: str,
         approval_wait: float = 0.0,
         principal: Principal | None = None,
+        dedupe: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.session = session
         self.task_id = task_id
-        self.calls = GatedCalls(gate, session, approval_wait=approval_wait, principal=principal)
+        self.calls = GatedCalls(gate, session, approval_wait=approval_wait, principal=principal,
+                                dedupe=dedupe)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)

@@ -9,7 +9,11 @@ answered from there (``identity``).
 
 The store is in memory and bounded: the oldest events go first once ``max_events``
 is reached, so a client that comes back after that many events starts its call
-again (and is answered from the ledger).
+again (and is answered from the ledger). It is not kept on disk on purpose: the
+SDK's session manager keeps sessions in memory, so after a restart the old session
+id answers 404 before any event store is asked, and the stream being resumed died
+with the process. A restart is survived by the ledger (a new session, the same
+task, the call sent again), not by events.
 """
 
 from __future__ import annotations

@@ -18,29 +18,38 @@ client that loses its connection resumes the response with ``Last-Event-ID``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Sequence
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import mcp.types as mt
+from anyio.streams.memory import MemoryObjectReceiveStream
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
 
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import AgentGateError, GateUsageError
 from agent_gate.gate import Gate, Outcome
 from agent_gate.integrations.mcp.calls import GatedCalls
 from agent_gate.integrations.mcp.events import MemoryEventStore
+from agent_gate.integrations.mcp.upstream import Registered
 from agent_gate.policy import Principal
+from agent_gate.tools import Effect
 
-__all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "connect_upstream", "proxy_server", "serve"]
+__all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "connect_upstream", "dedupe_problems",
+           "parse_dedupe", "proxy_server", "serve"]
 
 DEFAULT_APPROVAL_WAIT = 300.0
 """Seconds a call that waits for approval holds its request open (``--approval-wait``)."""
@@ -62,11 +71,16 @@ class ProxyConfig:
     principal: Principal | None = None
     approval_wait: float = DEFAULT_APPROVAL_WAIT
     listen: tuple[str, int] | None = None
+    dedupe: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Tool -> the argument names that make two of its calls the same (``--dedupe``)."""
 
 
 @asynccontextmanager
-async def connect_upstream(config: ProxyConfig) -> AsyncIterator[ClientSession]:
-    """An initialized client session with the upstream server, closed on exit.
+async def connect_upstream(
+    config: ProxyConfig, on_message: MessageHandlerFnT | None = None
+) -> AsyncIterator[ClientSession]:
+    """An initialized client session with the upstream server, closed on exit;
+    ``on_message`` receives the upstream's notifications.
 
     A command's environment is the proxy's own, so settings an MCP client gives the
     proxy (``env`` in its server list) reach the server behind it.
@@ -80,7 +94,9 @@ async def connect_upstream(config: ProxyConfig) -> AsyncIterator[ClientSession]:
             command, *args = config.upstream_command
             params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
             read, write = await stack.enter_async_context(stdio_client(params, sys.stderr))
-        session = await stack.enter_async_context(ClientSession(read, write))
+        session = await stack.enter_async_context(
+            ClientSession(read, write, message_handler=on_message)
+        )
         await session.initialize()
         yield session
 
@@ -135,18 +151,24 @@ def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) ->
     return ask
 
 
-def proxy_server(calls: GatedCalls, config: ProxyConfig) -> Server[Any]:
-    """The MCP server the proxy's client talks to; ``calls`` reaches the upstream."""
+def proxy_server(
+    calls: GatedCalls, config: ProxyConfig, clients: weakref.WeakSet[Any] | None = None
+) -> Server[Any]:
+    """The MCP server the proxy's client talks to; ``calls`` reaches the upstream.
+    ``clients`` collects the sessions of the clients that made a request."""
     own_task = f"mcp-{uuid.uuid4().hex}"
+    seen: weakref.WeakSet[Any] = clients if clients is not None else weakref.WeakSet()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
     ) -> mt.ListToolsResult:
+        seen.add(ctx.session)
         return mt.ListToolsResult(tools=calls.visible(await calls.load_tools()))
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: mt.CallToolRequestParams
     ) -> mt.CallToolResult:
+        seen.add(ctx.session)
         task = _task_of(ctx, config, own_task)
 
         async def progress(done: float, total: float | None, message: str) -> None:
@@ -171,20 +193,106 @@ def proxy_server(calls: GatedCalls, config: ProxyConfig) -> Server[Any]:
 
 
 async def serve(gate: Gate, config: ProxyConfig) -> None:
-    """Run the proxy until its client goes away (stdio) or it is stopped (HTTP)."""
-    async with connect_upstream(config) as upstream:
-        calls = GatedCalls(
-            gate, upstream, approval_wait=config.approval_wait, principal=config.principal
-        )
+    """Run the proxy until its client goes away (stdio) or it is stopped (HTTP).
+
+    Raises ``GateUsageError`` (after closing the upstream) when ``config.dedupe``
+    names a tool the upstream does not offer, a field its schema does not declare,
+    or a tool that only reads."""
+    problems: list[str] = []
+    changes, changed = anyio.create_memory_object_stream[None](1)
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            with contextlib.suppress(anyio.WouldBlock):  # a re-read is due already
+                changes.send_nowait(None)
+
+    async with connect_upstream(config, on_message) as upstream:
+        calls = GatedCalls(gate, upstream, approval_wait=config.approval_wait,
+                           principal=config.principal, dedupe=config.dedupe)
         await calls.load_tools()
-        for name, why in calls.registered.refused:
+        problems = dedupe_problems(calls)
+        _say(calls, Registered((), tuple((n, "") for n in config.dedupe)))
+        if not problems:
+            clients: weakref.WeakSet[Any] = weakref.WeakSet()
+            server = proxy_server(calls, config, clients)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_follow, calls, changed, clients)
+                if config.listen is None:
+                    async with stdio_server() as (read, write):
+                        options = server.create_initialization_options(
+                            NotificationOptions(tools_changed=True)
+                        )
+                        await server.run(read, write, options)
+                else:
+                    await _serve_http(server, config.listen)
+                tg.cancel_scope.cancel()
+    if problems:
+        raise GateUsageError("--dedupe: " + "; ".join(problems))
+
+
+def _say(calls: GatedCalls, before: Registered) -> None:
+    """On stderr: the tools not offered, and those whose new schema is not taken,
+    since ``before``."""
+    told = {name for name, _ in before.refused}
+    for name, why in calls.registered.refused:
+        if name not in told:
             print(f"agent-gate mcp proxy: tool {name!r} not offered: {why}", file=sys.stderr)
-        server = proxy_server(calls, config)
-        if config.listen is None:
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-            return
-        await _serve_http(server, config.listen)
+    for name in sorted(set(calls.registered.kept) - set(before.kept)):
+        print(f"agent-gate mcp proxy: the upstream changed the inputSchema of {name!r}; "
+              "calls are still checked against the schema it had at start (restart the "
+              "proxy to take the new one)", file=sys.stderr)
+
+
+async def _follow(
+    calls: GatedCalls, changed: MemoryObjectReceiveStream[None], clients: weakref.WeakSet[Any]
+) -> None:
+    """Each time the upstream says its tools changed: re-read and register them, and
+    tell the proxy's clients that the tools it offers may have changed."""
+    async for _ in changed:
+        before = calls.registered
+        try:
+            await calls.load_tools()
+        except Exception as exc:  # the upstream went away: its session ends the proxy
+            print(f"agent-gate mcp proxy: could not re-read the upstream's tools ({exc})",
+                  file=sys.stderr)
+            continue
+        _say(calls, before)
+        for session in list(clients):
+            with contextlib.suppress(Exception):  # a client gone away
+                await session.send_tool_list_changed()
+
+
+def dedupe_problems(calls: GatedCalls) -> list[str]:
+    """Why each ``--dedupe`` cannot be honoured. A read is refused a key: its calls
+    would all be answered from the first one, ever, which no read wants."""
+    gate = calls.gate
+    refused = dict(calls.registered.refused)
+    problems: list[str] = []
+    for name in calls.dedupe:
+        tool = gate.tools.get(name)
+        if name in refused:
+            problems.append(refused[name])
+        elif tool is None:
+            problems.append(f"the upstream offers no tool {name!r}")
+        elif (gate.rules.effective(tool.spec).effect if gate.rules is not None
+              else tool.spec.effect) is Effect.READ:
+            problems.append(f"tool {name!r} only reads: a dedupe key would answer every "
+                            "later read from the first")
+    return problems
+
+
+def parse_dedupe(values: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``TOOL=FIELD[,FIELD...]`` options as a mapping; ValueError for a malformed one."""
+    dedupe: dict[str, tuple[str, ...]] = {}
+    for value in values:
+        tool, sep, names = value.partition("=")
+        fields = tuple(f.strip() for f in names.split(",") if f.strip())
+        if not sep or not tool.strip() or not fields:
+            raise ValueError(f"{value!r} is not TOOL=FIELD[,FIELD...]")
+        if tool.strip() in dedupe:
+            raise ValueError(f"tool {tool.strip()!r} is given twice")
+        dedupe[tool.strip()] = fields
+    return dedupe
 
 
 async def _serve_http(server: Server[Any], listen: tuple[str, int]) -> None:

@@ -4,7 +4,9 @@ A call that ran returns the upstream's own result, as it came back the first tim
 (from the ledger when the call is answered again). Every other outcome is a tool
 result with ``isError`` set and one sentence a model can act on: denied (with the
 rule ids and the policy's reason), waiting for approval (with the call id, the task
-and the command that approves it), in doubt, failed. The same facts travel as
+and the command that approves it), in doubt, failed. A call whose tool reported an
+error (``isError``) is ``failed``: the request that ran it gets the upstream's
+result as it came; a repeat gets the error text the ledger kept. The same facts travel as
 ``_meta`` under ``agent-gate/*`` keys for programs.
 """
 
@@ -16,6 +18,7 @@ import mcp.types as mt
 from pydantic import ValidationError
 
 from agent_gate.gate import Outcome
+from agent_gate.integrations.mcp.upstream import reported_result
 from agent_gate.ledger.states import CallState
 
 __all__ = ["result_of"]
@@ -34,6 +37,8 @@ def _meta(outcome: Outcome, rule_ids: tuple[str, ...]) -> dict[str, Any]:
         "agent-gate/state": outcome.state.value,
         "agent-gate/replayed": outcome.replayed,
     }
+    if outcome.duplicate_of:
+        meta["agent-gate/duplicate-of"] = outcome.duplicate_of
     if outcome.code:
         meta["agent-gate/code"] = outcome.code
     if rule_ids:
@@ -55,6 +60,24 @@ def _ran(outcome: Outcome, meta: dict[str, Any]) -> mt.CallToolResult:
     return result
 
 
+def _failed(outcome: Outcome, meta: dict[str, Any]) -> mt.CallToolResult:
+    """The upstream's own ``isError`` result for the request that ran it; afterwards the
+    error as the ledger keeps it (its text, bounded and scrubbed)."""
+    reported = reported_result(outcome.exception) if not outcome.replayed else None
+    if reported is not None:
+        try:
+            result = mt.CallToolResult.model_validate(reported)
+        except ValidationError:
+            pass
+        else:
+            result.meta = {**(result.meta or {}), **meta}
+            return result
+    error = outcome.error or {}
+    said = error.get("message") or error.get("type") or "an error"
+    return _text(f"call {outcome.call_id} failed upstream and will not be run again: {said}",
+                 meta)
+
+
 def result_of(outcome: Outcome, rule_ids: tuple[str, ...] = ()) -> mt.CallToolResult:
     """The ``tools/call`` result for ``outcome`` (``rule_ids``: the deciding rules)."""
     meta = _meta(outcome, rule_ids)
@@ -64,10 +87,13 @@ def result_of(outcome: Outcome, rule_ids: tuple[str, ...] = ()) -> mt.CallToolRe
         case CallState.SUCCEEDED:
             return _ran(outcome, meta)
         case CallState.AWAITING_APPROVAL:
+            held = outcome.duplicate_of or call
+            same = f" (the same call as {held}, by its dedupe key)" if held != call else ""
             return _text(
-                f"call {call} of task {task} waits for approval{rules}: {outcome.reason}. "
-                f"It has not run. Once approved (agent-gate approve {call} --task {task} "
-                "--by NAME), send the same call again: it runs once and returns its result.",
+                f"call {call} of task {task}{same} waits for approval{rules}: "
+                f"{outcome.reason}. It has not run. Once approved (agent-gate approve "
+                f"{held} --task {task} --by NAME), send the same call again: it runs once "
+                "and returns its result.",
                 meta,
             )
         case CallState.REJECTED | CallState.INCOMPLETE:
@@ -79,9 +105,7 @@ def result_of(outcome: Outcome, rule_ids: tuple[str, ...] = ()) -> mt.CallToolRe
                 meta,
             )
         case CallState.FAILED:
-            error = outcome.error or {}
-            what = error.get("type") or "an error"
-            return _text(f"call {call} failed upstream: {what}", meta)
+            return _failed(outcome, meta)
         case _:
             return _text(
                 f"call {call} is {outcome.state.value} ({outcome.reason}); send it again later "

@@ -10,26 +10,35 @@ direction, because the operator who wrote the policy is trusted and the server i
 not.
 
 A call that reaches the upstream and comes back with a JSON-RPC error failed
-there, definitely. A call whose transport broke after it was sent may or may not
+there, definitely; so did one whose result has ``isError: true`` (the tool ran and
+reported an error): both are recorded ``failed``, never re-run, with the error's
+text as the ledger keeps any tool's error (bounded, argument values and redacted
+fields scrubbed out: ``ledger.privacy``). The tool's own result travels on the
+exception (``ErrorData.data``) so the request that ran it returns it unchanged.
+
+A call whose transport broke after it was sent may or may not
 have run: it raises ``OutcomeUnknown``, so the ledger keeps it ``in_doubt`` and
 nothing retries it blindly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import mcp.types as mt
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR
 
 from agent_gate.errors import OutcomeUnknown, ToolDefinitionError
 from agent_gate.gate import Gate, current_call
 from agent_gate.tools import Effect, Idempotency
 
-__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "register_tools"]
+__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "register_tools",
+           "reported_result"]
 
 IDEMPOTENCY_KEY_META = "agent-gate/idempotency-key"
 """The ``_meta`` key under which each upstream call carries the gate's stable
@@ -37,6 +46,9 @@ idempotency key (the same across attempts of one call), for servers that dedupe.
 
 CALL_ID_FORWARD_META = "agent-gate/call-id"
 """The `_meta` key under which each upstream call carries its gate call id."""
+
+TOOL_RESULT_DATA = "agent-gate/tool-result"
+"""Where an ``isError`` result rides on the ``MCPError`` raised for it (``data``)."""
 
 
 def classes_of(tool: mt.Tool, gate: Gate) -> tuple[Effect, Idempotency]:
@@ -87,9 +99,30 @@ def _dispatcher(session: ClientSession) -> Callable[[str, dict[str, Any]], Any]:
                 f"the connection to the upstream broke during call {info.call_id!r} "
                 f"({type(exc).__name__}); it may or may not have run"
             ) from exc
-        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if result.is_error:
+            raise MCPError(INTERNAL_ERROR, _error_text(result), {TOOL_RESULT_DATA: dumped})
+        return dumped
 
     return dispatch
+
+
+def _error_text(result: mt.CallToolResult) -> str:
+    """What the upstream said went wrong: its text content, else its structured content."""
+    said = "\n".join(c.text for c in result.content if isinstance(c, mt.TextContent))
+    if said:
+        return said
+    if result.structured_content:
+        return json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True)
+    return "the tool reported an error and said nothing more"
+
+
+def reported_result(exc: BaseException | None) -> dict[str, Any] | None:
+    """The tool result an ``isError`` answer came with, from the exception that carried it."""
+    if isinstance(exc, MCPError) and isinstance(exc.data, dict):
+        result = exc.data.get(TOOL_RESULT_DATA)
+        return result if isinstance(result, dict) else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +132,38 @@ class Registered:
     added: tuple[str, ...]
     refused: tuple[tuple[str, str], ...]
     """(tool, why) for each tool whose schema or name the gate cannot use."""
+    kept: tuple[str, ...] = ()
+    """Tools registered earlier whose ``inputSchema`` the upstream has since changed:
+    the gate keeps checking them against the schema it registered."""
 
 
-def register_tools(gate: Gate, session: ClientSession, tools: Iterable[mt.Tool]) -> Registered:
+def register_tools(
+    gate: Gate,
+    session: ClientSession,
+    tools: Iterable[mt.Tool],
+    dedupe: Mapping[str, Sequence[str]] | None = None,
+) -> Registered:
     """Register each upstream tool not yet in ``gate.tools``, dispatched to ``session``.
 
-    A tool the gate cannot check (its schema is not a JSON Schema for an object) is
-    refused and left out: a call to it is then rejected as an unknown tool.
+    ``dedupe`` gives a tool the argument names its calls are deduplicated by (the
+    gate's own per-tool dedupe key, ``ToolSpec.dedupe``). A tool the gate cannot
+    check (its schema is not a JSON Schema for an object, a dedupe field its schema
+    does not declare) is refused and left out: a call to it is then rejected as an
+    unknown tool.
+
+    A tool registered already is never redefined, even when the upstream now lists
+    it with another ``inputSchema`` (``Registered.kept``): the calls the ledger holds
+    were judged by the registered schema, and one sent again must be judged alike;
+    a new schema is taken by a new gate (a proxy restart).
     """
     dispatch = _dispatcher(session)
     added: list[str] = []
     refused: list[tuple[str, str]] = []
+    kept: list[str] = []
     for tool in tools:
         if tool.name in gate.tools:
+            if dict(gate.tools[tool.name].spec.schema) != tool.input_schema:
+                kept.append(tool.name)
             continue
         effect, idempotency = classes_of(tool, gate)
         spec = {
@@ -120,10 +172,12 @@ def register_tools(gate: Gate, session: ClientSession, tools: Iterable[mt.Tool])
             "idempotency": idempotency,
             "description": tool.description,
         }
+        if dedupe and tool.name in dedupe:
+            spec["dedupe"] = list(dedupe[tool.name])
         try:
             gate.tools.wrap(dispatch, {tool.name: spec})
         except ToolDefinitionError as exc:
             refused.append((tool.name, str(exc)))
             continue
         added.append(tool.name)
-    return Registered(tuple(added), tuple(refused))
+    return Registered(tuple(added), tuple(refused), tuple(kept))
