@@ -45,6 +45,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── IllegalTransition           an arrow the state table lacks: a bug   [ledger]
     ├── TaskContextConflict         a task bound to another principal or scope
     ├── NotAwaitingApproval         approve/deny of a call that does not wait
+    ├── OperatorError               an operator name taken or not valid
     ├── LedgerConfigError           a ledger URL or backend that cannot be used
     │   └── LedgerMissing           no ledger there, and create= was not given
     ├── LedgerReplaced              the file under an open ledger was swapped
@@ -56,6 +57,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── AmbiguousCall               a call id in several tasks; name the task
     ├── ApprovalRefused             this approver, or the policy, may not approve it
     ├── NotInDoubt                  resolve() of a call that is not in doubt
+    ├── OperatorRefused             an operator acting outside their rights [serve]
     └── OutcomeUnknown              raised BY a tool: it cannot tell if it wrote
 
 ``tests/test_public_api.py`` holds this drawing to the classes defined here.
@@ -625,6 +627,10 @@ class NotAwaitingApproval(AgentGateError):
     """An approval or denial was given for a call that does not wait for one."""
 
 
+class OperatorError(AgentGateError):
+    """An operator cannot be added: the name is taken, or not a valid name."""
+
+
 class LedgerConfigError(AgentGateError):
     """The database URL cannot hold a ledger (unsupported backend, in-memory SQLite)."""
 
@@ -678,6 +684,11 @@ class OutcomeUnknown(AgentGateError):
 
 class GateUsageError(AgentGateError):
     """The gate was called in a way it cannot honour (e.g. an async tool in a running loop)."""
+
+
+class OperatorRefused(AgentGateError):
+    """An operator of ``agent-gate serve`` asked for what their rights do not cover
+    (another operator's tools, their own task's calls): refused and audited."""
 
 
 class NotInDoubt(AgentGateError):

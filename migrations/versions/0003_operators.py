@@ -1,0 +1,41 @@
+"""Operators: the people ``agent-gate serve`` lets in, and what each may decide.
+
+- ``operators``: one row per operator, with the SHA-256 of their token (never the
+  token), the tools they may approve or deny and the tools whose in-doubt calls they
+  may resolve (JSON lists; ``*`` for every tool).
+
+Revision ID: 0003_operators
+Revises: 0002_approvals_audit_chain
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0003_operators"
+down_revision: str | Sequence[str] | None = "0002_approvals_audit_chain"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "operators",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.Column("token_hash", sa.String(64), nullable=False),
+        sa.Column("approve_tools", sa.Text(), nullable=False),
+        sa.Column("resolve_tools", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_operators"),
+        sa.UniqueConstraint("name", name="uq_operators_name"),
+        sa.UniqueConstraint("token_hash", name="uq_operators_token_hash"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("operators")
