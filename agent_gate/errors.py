@@ -45,7 +45,6 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── IllegalTransition           an arrow the state table lacks: a bug   [ledger]
     ├── TaskContextConflict         a task bound to another principal or scope
     ├── NotAwaitingApproval         approve/deny of a call that does not wait
-    ├── OperatorError               an operator name taken or not valid
     ├── LedgerConfigError           a ledger URL or backend that cannot be used
     │   └── LedgerMissing           no ledger there, and create= was not given
     ├── LedgerReplaced              the file under an open ledger was swapped
@@ -57,7 +56,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── AmbiguousCall               a call id in several tasks; name the task
     ├── ApprovalRefused             this approver, or the policy, may not approve it
     ├── NotInDoubt                  resolve() of a call that is not in doubt
-    ├── OperatorRefused             an operator acting outside their rights [serve]
+    ├── OperatorRefused             outside an operator's rights; a name taken [serve]
     └── OutcomeUnknown              raised BY a tool: it cannot tell if it wrote
 
 ``tests/test_public_api.py`` holds this drawing to the classes defined here.
@@ -627,10 +626,6 @@ class NotAwaitingApproval(AgentGateError):
     """An approval or denial was given for a call that does not wait for one."""
 
 
-class OperatorError(AgentGateError):
-    """An operator cannot be added: the name is taken, or not a valid name."""
-
-
 class LedgerConfigError(AgentGateError):
     """The database URL cannot hold a ledger (unsupported backend, in-memory SQLite)."""
 
@@ -687,8 +682,8 @@ class GateUsageError(AgentGateError):
 
 
 class OperatorRefused(AgentGateError):
-    """An operator of ``agent-gate serve`` asked for what their rights do not cover
-    (another operator's tools, their own task's calls): refused and audited."""
+    """An operator asked for what their rights do not cover (refused and audited by
+    ``agent-gate serve``), or ``operator add`` was given a name taken or not valid."""
 
 
 class NotInDoubt(AgentGateError):

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from sqlalchemy import Engine, Table, delete, insert, select
 
-from agent_gate.errors import OperatorError
+from agent_gate.errors import OperatorRefused
 from agent_gate.ledger import audit, reads
 from agent_gate.ledger.dialect import begin_read, begin_write
 from agent_gate.ledger.models import OperatorRow
@@ -115,7 +115,7 @@ class Operators:
     ) -> tuple[Operator, str]:
         """Record a new operator; returns them and their token (shown this once)."""
         if not _NAME.fullmatch(name):
-            raise OperatorError(
+            raise OperatorRefused(
                 f"operator name {name[:40]!r} is not 1-100 letters, digits or ._@- "
                 "(starting with a letter or digit)")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -126,7 +126,7 @@ class Operators:
         with begin_write(self.engine) as conn:
             exists = conn.execute(select(_TABLE.c.id).where(_TABLE.c.name == name)).first()
             if exists is not None:
-                raise OperatorError(f"operator {name!r} exists already; remove them first")
+                raise OperatorRefused(f"operator {name!r} exists already; remove them first")
             conn.execute(insert(_TABLE).values(values))
             audit.append(conn, task_id=OPERATORS_TASK, event="operator_added", actor=actor,
                          detail={"operator": name, "approve": list(approve),

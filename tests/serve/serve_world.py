@@ -19,14 +19,14 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-import uvicorn  # noqa: E402
+import uvicorn
+from waiting import wait_until
 
-from agent_gate import Gate, OutcomeUnknown, Principal, ToolRegistry  # noqa: E402
-from agent_gate.ledger import Ledger  # noqa: E402
-from agent_gate.ledger.operators import Operators  # noqa: E402
-from agent_gate.serve import create_app  # noqa: E402
-from agent_gate.serve.auth import LoginLimiter  # noqa: E402
-from waiting import wait_until  # noqa: E402
+from agent_gate import Gate, OutcomeUnknown, Principal, ToolRegistry
+from agent_gate.ledger import Ledger
+from agent_gate.ledger.operators import Operators
+from agent_gate.serve import create_app
+from agent_gate.serve.auth import LoginLimiter
 
 POLICY = """
 version: 1
