@@ -21,7 +21,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
-from agent_gate.ledger.operators import Operator, actor_of
+from agent_gate.ledger.operators import Operator, OperatorRight, actor_of
 from agent_gate.serve.api import client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
 from agent_gate.serve.service import Answer, status_of
@@ -32,6 +32,8 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False,
                                                       sort_keys=True)
+templates.env.filters["when"] = lambda iso: (iso or "")[:19].replace("T", " ") + (
+    " UTC" if iso else "")
 
 EXPIRY_CHOICES: dict[str, float | None] = {
     "30m": 1800.0, "2h": 7200.0, "24h": 86400.0, "7d": 604800.0, "never": None}
@@ -55,7 +57,14 @@ def _page(request: Request, name: str, who: tuple[Operator, Session] | None,
           status: int = 200, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(
         request, name, {"op": who[0] if who else None, "csrf": who[1].csrf if who else "",
-                        "expiries": list(EXPIRY_CHOICES), **context}, status_code=status)
+                        "expiries": list(EXPIRY_CHOICES), "can": _rights(who), **context},
+        status_code=status)
+
+
+def _rights(who: tuple[Operator, Session] | None) -> Callable[[str, str], bool]:
+    """``can("approve", tool)`` for the templates: which forms to offer (the server
+    checks again when one is posted)."""
+    return lambda right, tool: who is not None and who[0].may(OperatorRight(right), tool)
 
 
 def _to_login() -> RedirectResponse:
@@ -108,7 +117,12 @@ def login(request: Request, token: Annotated[str, Form(max_length=200)]) -> Resp
 
 
 @router.post("/logout")
-def logout(request: Request) -> RedirectResponse:
+def logout(request: Request, csrf: Annotated[str, Form(max_length=100)] = "") -> Response:
+    """End the session (with its CSRF token, so another site cannot log one out)."""
+    who = _current(request)
+    if who is not None and _forged(request, who, csrf) is not None:
+        return _page(request, "message.html", who, status=403, title="Refused",
+                     message="Refused: the form's CSRF token is missing or wrong.")
     _sessions(request).end(request.cookies.get(COOKIE))
     response = _to_login()
     response.delete_cookie(COOKIE, path="/")
