@@ -101,9 +101,9 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    Ledger(url, create=True).close()
+def world(db_url: str, tmp_path: Path) -> World:
+    """On each ledger backend (``db_url``: SQLite, and PostgreSQL when configured)."""
+    url = db_url
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
     w = World(url, policy)
