@@ -40,6 +40,8 @@ def test_operator_add_prints_the_token_once_and_keeps_only_its_hash(tmp_path: Pa
     assert rows == [("dora", hashlib.sha256(token.encode()).hexdigest())]
     assert token.encode() not in (tmp_path / "ledger.db").read_bytes()
 
+    bad = cli("operator", "add", "no spaces", "--db", url)
+    assert bad.returncode == 1 and "is not 1-100 letters" in bad.stderr
     again = cli("operator", "add", "dora", "--db", url, "--json")
     assert again.returncode == 1
     assert "exists already" in json.loads(again.stdout)["error"]["message"]

@@ -99,3 +99,15 @@ def test_a_cross_origin_login_is_refused(world: World, server: Running) -> None:
         got = http.post("/login", data={"token": world.tokens["bob"]},
                         headers={"Origin": "http://evil.example"})
     assert got.status_code == 403 and "set-cookie" not in got.headers
+
+
+def test_logout_needs_the_csrf_token_and_ends_the_session(
+        world: World, server: Running) -> None:
+    with logged_in(server, world, "bob") as (http, csrf):
+        forged = http.post("/logout", data={})
+        still = http.get("/inbox")
+        out = http.post("/logout", data={"csrf": csrf})
+        after = http.get("/inbox")
+    assert forged.status_code == 403 and still.status_code == 200
+    assert out.status_code == 303
+    assert after.status_code == 303 and after.headers["location"] == "/login"
