@@ -27,10 +27,14 @@ def _address(listen: str) -> tuple[str, int]:
 @db_option
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="Judge approvals under this policy (its approvers, self_approval).")
+@click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
+              help="A YAML file: base_url for links, and notify: the webhooks to send "
+                   "(see agent_gate.serve.webhooks).")
 @click.option("--listen", default="127.0.0.1:8765", show_default=True, metavar="HOST:PORT",
               help="Where to listen (port 0: any free port, printed). Plain HTTP: keep it "
                    "on loopback or behind a TLS proxy.")
-def serve_command(url: str | None, policy_file: str | None, listen: str) -> None:
+def serve_command(url: str | None, policy_file: str | None, config_file: str | None,
+                  listen: str) -> None:
     """Serve the JSON API (/api, schema at /openapi.json) and the web inbox (/inbox).
 
     Every route but /health needs an operator's token: `agent-gate operator add NAME
@@ -41,6 +45,7 @@ def serve_command(url: str | None, policy_file: str | None, listen: str) -> None
         import uvicorn
 
         from agent_gate.serve import create_app
+        from agent_gate.serve.webhooks import load_config
     except ImportError as exc:
         raise CliError(f"agent-gate serve needs the serve extra ({exc.name} is missing): "
                        "pip install 'agent-gate[serve]'", ExitCode.USAGE) from None
@@ -49,7 +54,8 @@ def serve_command(url: str | None, policy_file: str | None, listen: str) -> None
     with failures():
         resolved = resolve_url(url)
         open_ledger(resolved).close()  # a missing or old ledger fails here, as one line
-        app = create_app(resolved, policy_file)
+        config = load_config(config_file) if config_file else None
+        app = create_app(resolved, policy_file, config=config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

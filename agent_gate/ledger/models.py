@@ -36,6 +36,7 @@ __all__ = [
     "QuotaCharge",
     "TaskRow",
     "ToolCallRow",
+    "WebhookCursor",
     "metadata",
 ]
 
@@ -255,3 +256,17 @@ class OperatorRow(Base):
     approve_tools: Mapped[str] = mapped_column(Text)
     resolve_tools: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookCursor(Base):
+    """How far one webhook endpoint has been sent the audit trail (its last ``seq``).
+
+    The trail is the outbox: every entry commits with the transition it records. The
+    cursor moves only after the receiver acknowledged, so delivery is at least once.
+    """
+
+    __tablename__ = "webhook_cursors"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

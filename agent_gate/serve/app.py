@@ -17,19 +17,29 @@ from agent_gate.errors import AgentGateError
 from agent_gate.serve import api, inbox
 from agent_gate.serve.auth import LoginLimiter, Sessions
 from agent_gate.serve.service import InboxService, status_of
+from agent_gate.serve.webhooks import Notifier, ServeConfig
 
 __all__ = ["create_app"]
 
 
 def create_app(url: str, policy: str | None = None, *,
-               limiter: LoginLimiter | None = None) -> FastAPI:
-    """The server for the ledger at ``url`` (answers judged under ``policy``, if given)."""
+               limiter: LoginLimiter | None = None,
+               config: ServeConfig | None = None) -> FastAPI:
+    """The server for the ledger at ``url`` (answers judged under ``policy``, if given;
+    ``config``: where links point and the webhooks to send, ``webhooks``)."""
     service = InboxService(url, policy)
+    notifier = Notifier(url, config) if config is not None and config.notify else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        service.close()
+        if notifier is not None:
+            notifier.start()
+        try:
+            yield
+        finally:
+            if notifier is not None:
+                notifier.stop()
+            service.close()
 
     app = FastAPI(title="agent-gate", summary="Operators answer the calls that wait for them.",
                   lifespan=lifespan)

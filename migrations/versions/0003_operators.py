@@ -2,7 +2,11 @@
 
 - ``operators``: one row per operator, with the SHA-256 of their token (never the
   token), the tools they may approve or deny and the tools whose in-doubt calls they
-  may resolve (JSON lists; ``*`` for every tool).
+  may resolve (JSON lists; ``*`` for every tool);
+- ``webhook_cursors``: per webhook endpoint, the last audit ``seq`` delivered. The
+  audit trail is the durable outbox (each entry commits with its transition); an
+  endpoint's cursor moves only after its receiver acknowledged, so a crash
+  re-sends, never loses.
 
 Revision ID: 0003_operators
 Revises: 0002_approvals_audit_chain
@@ -35,7 +39,15 @@ def upgrade() -> None:
         sa.UniqueConstraint("name", name="uq_operators_name"),
         sa.UniqueConstraint("token_hash", name="uq_operators_token_hash"),
     )
+    op.create_table(
+        "webhook_cursors",
+        sa.Column("name", sa.String(100), nullable=False),
+        sa.Column("seq", sa.BigInteger(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("name", name="pk_webhook_cursors"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("webhook_cursors")
     op.drop_table("operators")

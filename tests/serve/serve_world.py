@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from agent_gate.ledger import Ledger
 from agent_gate.ledger.operators import Operators
 from agent_gate.serve import create_app
 from agent_gate.serve.auth import LoginLimiter
+from agent_gate.serve.webhooks import ServeConfig
 
 POLICY = """
 version: 1
@@ -124,10 +126,11 @@ class Running:
     limiter: LoginLimiter
 
 
-@pytest.fixture
-def server(world: World) -> Iterator[Running]:
+@contextmanager
+def serving(world: World, config: ServeConfig | None = None) -> Iterator[Running]:
+    """``create_app`` under uvicorn on a loopback port of its own, until the block ends."""
     limiter = LoginLimiter()
-    app = create_app(world.url, str(world.policy), limiter=limiter)
+    app = create_app(world.url, str(world.policy), limiter=limiter, config=config)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -141,3 +144,9 @@ def server(world: World) -> Iterator[Running]:
         srv.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@pytest.fixture
+def server(world: World) -> Iterator[Running]:
+    with serving(world) as running:
+        yield running

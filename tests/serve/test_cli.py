@@ -83,3 +83,11 @@ def test_serve_listens_where_told_and_answers_with_a_token(world: World) -> None
 def test_serve_refuses_a_listen_address_it_cannot_read(world: World) -> None:
     got = cli("serve", "--db", world.url, "--listen", "8765")
     assert got.returncode == 2 and "expected HOST:PORT" in got.stderr
+
+
+def test_serve_refuses_a_webhook_whose_secret_is_not_set(world: World, tmp_path: Path) -> None:
+    conf = tmp_path / "serve.yaml"
+    conf.write_text("notify:\n  - {name: ops, url: 'http://127.0.0.1:9/h', "
+                    "secret_env: AG_UNSET_SECRET_FOR_TEST}\n")
+    got = cli("serve", "--db", world.url, "--config", str(conf), "--listen", "127.0.0.1:0")
+    assert got.returncode == 1 and "$AG_UNSET_SECRET_FOR_TEST is not set" in got.stderr
