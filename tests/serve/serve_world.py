@@ -127,10 +127,13 @@ class Running:
 
 
 @contextmanager
-def serving(world: World, config: ServeConfig | None = None) -> Iterator[Running]:
-    """``create_app`` under uvicorn on a loopback port of its own, until the block ends."""
+def serving(world: World, config: ServeConfig | None = None, *,
+            policy: bool = True) -> Iterator[Running]:
+    """``create_app`` under uvicorn on a loopback port of its own, until the block ends
+    (judging approvals under the world's policy, or with none)."""
     limiter = LoginLimiter()
-    app = create_app(world.url, str(world.policy), limiter=limiter, config=config)
+    app = create_app(world.url, str(world.policy) if policy else None, limiter=limiter,
+                     config=config)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_world import Running, World
+from serve_world import Running, World, serving
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +86,17 @@ def test_the_tasks_own_principal_may_not_approve_its_calls(
     assert got.status_code == 403 and "principal" in got.json()["detail"]
     refused = [e for e in world.audit() if e.event == "approval_refused"]
     assert [e.actor for e in refused] == ["operator:alice"]
+
+
+def test_with_no_policy_file_the_principal_is_refused_too(world: World) -> None:
+    with serving(world, policy=False) as server, httpx.Client(
+            base_url=server.base, headers=bearer(world, "alice")) as http:
+        got = http.post("/api/calls/mail-1/approve", json={"task": "t1"})
+    assert got.status_code == 403 and "may not approve its own calls" in got.json()["detail"]
+    refused = refusals(world, "operator_approve")
+    assert [(e.actor, e.call_id) for e in refused] == [("operator:alice", "mail-1")]
+    with world.gate() as gate:
+        assert [o.state.value for o in gate.resume("t1")] == ["awaiting_approval"]
 
 
 def test_approved_through_the_api_the_call_runs_once_on_resume(
