@@ -56,6 +56,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── AmbiguousCall               a call id in several tasks; name the task
     ├── ApprovalRefused             this approver, or the policy, may not approve it
     ├── NotInDoubt                  resolve() of a call that is not in doubt
+    ├── OperatorRefused             outside an operator's rights; a name taken [serve]
     └── OutcomeUnknown              raised BY a tool: it cannot tell if it wrote
 
 ``tests/test_public_api.py`` holds this drawing to the classes defined here.
@@ -678,6 +679,11 @@ class OutcomeUnknown(AgentGateError):
 
 class GateUsageError(AgentGateError):
     """The gate was called in a way it cannot honour (e.g. an async tool in a running loop)."""
+
+
+class OperatorRefused(AgentGateError):
+    """An operator asked for what their rights do not cover (refused and audited by
+    ``agent-gate serve``), or ``operator add`` was given a name taken or not valid."""
 
 
 class NotInDoubt(AgentGateError):

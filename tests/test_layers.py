@@ -87,6 +87,8 @@ LAYERS: tuple[Layer, ...] = (
         ("agent_gate.integrations",),
         "MCP and agent frameworks put behind a gate; each an optional extra",
     ),
+    Layer("serve", ("agent_gate.serve",),
+          "`agent-gate serve`: the operators' JSON API and web inbox over a gate"),
     Layer("stream_server", ("agent_gate.stream_server",),
           "a fault-injecting loopback SSE server for tests and the demo"),
     Layer("demo", ("agent_gate.demo",), "what `agent-gate demo` streams and runs"),

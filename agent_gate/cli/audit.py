@@ -34,12 +34,10 @@ def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
     return verdict, ", ".join(str(r) for r in detail.get("rule_ids") or ())
 
 
-def _json(e: AuditRecord) -> dict[str, Any]:
-    return {
-        "seq": e.seq, "at": e.at.isoformat(), "task": e.task_id, "call": e.call_id,
-        "tool": e.tool, "event": e.event, "from": e.from_state, "to": e.to_state,
-        "actor": e.actor, "detail": e.detail, "hash": e.hash,
-    }
+def _json(e: Any) -> dict[str, Any]:
+    from agent_gate.ledger.pages import audit_json
+
+    return audit_json(e)
 
 
 def _row(e: AuditRecord) -> list[Any]:

@@ -21,15 +21,10 @@ _ORDER = ("awaiting_approval", "in_doubt", "executing", "received", "authorized"
           "incomplete", "failed", "rejected", "succeeded")
 
 
-def _json(s: TaskSummary) -> dict[str, Any]:
-    return {
-        "task": s.task.id,
-        "total": s.total,
-        "counts": {state.value: n for state, n in sorted(s.counts.items())},
-        "terminal": s.task.terminal,
-        "provider": s.task.provider,
-        "updated_at": s.task.updated_at.isoformat(),
-    }
+def _json(e: Any) -> dict[str, Any]:
+    from agent_gate.ledger.pages import task_json
+
+    return task_json(e)
 
 
 @click.command(name="tasks")

@@ -32,9 +32,11 @@ __all__ = [
     "AuditChainHead",
     "AuditEvent",
     "Base",
+    "OperatorRow",
     "QuotaCharge",
     "TaskRow",
     "ToolCallRow",
+    "WebhookCursor",
     "metadata",
 ]
 
@@ -242,3 +244,35 @@ class QuotaCharge(Base):
     counter: Mapped[str] = mapped_column(String(300))
     amount: Mapped[str] = mapped_column(String(64))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class OperatorRow(Base):
+    """A person ``agent-gate serve`` lets in, and the tools they may decide.
+
+    Only the SHA-256 of the token is kept: the token itself is printed once, when
+    the operator is added, and a copy of the database lets nobody in. The tool lists
+    are JSON arrays of names, ``["*"]`` for every tool.
+    """
+
+    __tablename__ = "operators"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    approve_tools: Mapped[str] = mapped_column(Text)
+    resolve_tools: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookCursor(Base):
+    """How far one webhook endpoint has been sent the audit trail (its last ``seq``).
+
+    The trail is the outbox: every entry commits with the transition it records. The
+    cursor moves only after the receiver acknowledged, so delivery is at least once.
+    """
+
+    __tablename__ = "webhook_cursors"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -30,7 +30,8 @@ from agent_gate.ledger.models import AuditEvent
 from agent_gate.ledger.records import CALLS, TASKS, TaskSummary, task_record
 from agent_gate.ledger.states import CallState
 
-__all__ = ["MAX_PAGE", "AuditQuery", "TaskQuery", "audit_page", "tasks_page"]
+__all__ = ["MAX_PAGE", "AuditQuery", "TaskQuery", "audit_json", "audit_page", "task_json",
+           "tasks_page"]
 
 MAX_PAGE = 10_000
 """The most rows one page read returns; a listing of more streams several pages."""
@@ -148,3 +149,24 @@ def _counts(conn: Connection, task_ids: Sequence[str]) -> dict[str, dict[CallSta
     for task_id, state, n in counted:
         counts.setdefault(task_id, {})[CallState(state)] = int(n)
     return counts
+
+
+def task_json(s: TaskSummary) -> dict[str, Any]:
+    """A task of a listing as JSON (``agent-gate tasks --json``, the HTTP API)."""
+    return {
+        "task": s.task.id,
+        "total": s.total,
+        "counts": {state.value: n for state, n in sorted(s.counts.items())},
+        "terminal": s.task.terminal,
+        "provider": s.task.provider,
+        "updated_at": s.task.updated_at.isoformat(),
+    }
+
+
+def audit_json(e: AuditRecord) -> dict[str, Any]:
+    """An audit entry as JSON (``agent-gate audit --json``, the HTTP API)."""
+    return {
+        "seq": e.seq, "at": e.at.isoformat(), "task": e.task_id, "call": e.call_id,
+        "tool": e.tool, "event": e.event, "from": e.from_state, "to": e.to_state,
+        "actor": e.actor, "detail": e.detail, "hash": e.hash,
+    }

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_gate import Gate, GateUsageError, ToolRegistry
+from agent_gate.ledger.migrate import HEAD
 
 from .conftest import Capture
 
@@ -47,7 +48,7 @@ def test_a_fresh_ledger_upgrades_without_alembic_lines(
     names = [r.name for r in host_logging.records]
     assert not [n for n in names if n.startswith("alembic")], names
     (upgraded,) = [r for r in host_logging.records if r.name == "agent_gate.ledger.migrate"]
-    assert upgraded.to_revision == "0003_call_trace" and upgraded.from_revision is None
+    assert upgraded.to_revision == HEAD and upgraded.from_revision is None
     assert logging.getLogger("alembic").level == logging.NOTSET
 
 

@@ -1,0 +1,72 @@
+"""``agent-gate serve``: the JSON API and web inbox where operators answer calls.
+
+FastAPI, uvicorn and Jinja2 are imported only when the command runs (the ``serve``
+extra): ``agent-gate --help`` and every other command stay as light as before.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+from agent_gate.cli._exit import CliError, ExitCode
+from agent_gate.cli._operator import failures, open_ledger
+from agent_gate.cli._options import db_option
+
+
+def _address(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"expected HOST:PORT, e.g. 127.0.0.1:8765, not {listen!r}",
+                                 param_hint="--listen")
+    return host.strip("[]"), int(port)
+
+
+@click.command(name="serve")
+@db_option
+@click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
+              help="Judge approvals under this policy (its approvers, self_approval).")
+@click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
+              help="A YAML file: base_url for links, and notify: the webhooks to send "
+                   "(see agent_gate.serve.webhooks).")
+@click.option("--listen", default="127.0.0.1:8765", show_default=True, metavar="HOST:PORT",
+              help="Where to listen (port 0: any free port, printed). Plain HTTP: keep it "
+                   "on loopback or behind a TLS proxy.")
+def serve_command(url: str | None, policy_file: str | None, config_file: str | None,
+                  listen: str) -> None:
+    """Serve the JSON API (/api, schema at /openapi.json) and the web inbox (/inbox).
+
+    Every route but /health needs an operator's token: `agent-gate operator add NAME
+    --approve TOOLS` prints one. Stop with Ctrl-C.
+    """
+    host, port = _address(listen)
+    try:
+        import uvicorn
+
+        from agent_gate.serve import create_app
+        from agent_gate.serve.webhooks import load_config
+    except ImportError as exc:
+        raise CliError(f"agent-gate serve needs the serve extra ({exc.name} is missing): "
+                       "pip install 'agent-gate[serve]'", ExitCode.USAGE) from None
+    from agent_gate.ledger.dialect import resolve_url
+
+    with failures():
+        resolved = resolve_url(url)
+        open_ledger(resolved).close()  # a missing or old ledger fails here, as one line
+        config = load_config(config_file) if config_file else None
+        app = create_app(resolved, policy_file, config=config)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        raise CliError(f"cannot listen on {listen}: {exc.strerror}") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    click.echo(f"agent-gate serve: http://{shown}:{bound}/inbox (API /api, schema "
+               "/openapi.json); Ctrl-C stops", err=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])
+

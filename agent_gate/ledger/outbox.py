@@ -1,0 +1,94 @@
+"""The audit trail as the webhooks' durable outbox: each endpoint's cursor, and the
+entries a person should hear about.
+
+An entry is in the trail once its transition committed (the same transaction), so
+nothing that happened can be missing from it; a notifier reads after its cursor,
+delivers, and only then moves the cursor (``advance``): a crash between the two
+sends an entry again, never skips one. Entries become events here, as plain values
+carrying ids, the tool and rule ids only: never argument values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import Engine, Table, insert, select, update
+
+from agent_gate.ledger.audit import AuditRecord
+from agent_gate.ledger.dialect import begin_read, begin_write
+from agent_gate.ledger.models import WebhookCursor
+from agent_gate.ledger.pages import AuditQuery, audit_page
+
+__all__ = ["EVENT_KINDS", "Notice", "advance", "cursor", "notice_of", "notices_after"]
+
+_TABLE = cast(Table, WebhookCursor.__table__)
+EVENT_KINDS = ("awaiting_approval", "in_doubt", "resolved")
+"""What a webhook may subscribe to: a call starts waiting for a person, becomes in
+doubt, or is resolved (approved, denied, or settled out of doubt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One audit entry a person should hear about (``kind``), without any argument."""
+
+    seq: int
+    kind: str
+    task_id: str
+    call_id: str | None
+    tool: str | None
+    state: str | None
+    rule_ids: tuple[str, ...]
+    actor: str | None
+    at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.seq, "type": f"call.{self.kind}", "task_id": self.task_id,
+                "call_id": self.call_id, "tool": self.tool, "state": self.state,
+                "rule_ids": list(self.rule_ids), "actor": self.actor,
+                "at": self.at.isoformat()}
+
+
+def notice_of(e: AuditRecord) -> Notice | None:
+    """The event an entry means for people, or None (most entries mean none)."""
+    moved = e.to_state is not None and e.from_state != e.to_state
+    if moved and e.to_state in ("awaiting_approval", "in_doubt"):
+        kind = e.to_state
+    elif e.event == "approval_granted" or (
+            moved and e.from_state in ("awaiting_approval", "in_doubt")
+            and not (e.from_state == "awaiting_approval" and e.to_state == "authorized")):
+        kind = "resolved"  # an approval, a denial, or a call settled out of doubt
+    else:
+        return None
+    rules = (e.detail or {}).get("rule_ids") or ()
+    return Notice(e.seq, kind, e.task_id, e.call_id, e.tool, e.to_state,
+                  tuple(str(r) for r in rules), e.actor, e.at)
+
+
+def cursor(engine: Engine, name: str) -> int:
+    """The endpoint's cursor; a new endpoint starts at the trail's head (it hears
+    what happens from now on, not the ledger's history)."""
+    with begin_write(engine) as conn:
+        seq = conn.execute(select(_TABLE.c.seq).where(_TABLE.c.name == name)).scalar()
+        if seq is not None:
+            return int(seq)
+        last = audit_page(conn, AuditQuery(limit=1, newest=True))
+        head = last[0].seq if last else 0
+        conn.execute(insert(_TABLE).values(name=name, seq=head, updated_at=datetime.now(UTC)))
+        return head
+
+
+def notices_after(engine: Engine, seq: int, limit: int = 200) -> tuple[list[Notice], int]:
+    """The notices after ``seq`` in one page, and the last seq that page read."""
+    with begin_read(engine) as conn:
+        page = audit_page(conn, AuditQuery(after=seq, limit=limit))
+    notices = [n for n in (notice_of(e) for e in page) if n is not None]
+    return notices, (page[-1].seq if page else seq)
+
+
+def advance(engine: Engine, name: str, seq: int) -> None:
+    """Move the endpoint's cursor to ``seq`` (never back)."""
+    with begin_write(engine) as conn:
+        conn.execute(update(_TABLE).where(_TABLE.c.name == name, _TABLE.c.seq < seq)
+                     .values(seq=seq, updated_at=datetime.now(UTC)))

@@ -1,0 +1,61 @@
+"""The ``agent-gate serve`` application: the JSON API and the web inbox on one ledger.
+
+``create_app`` builds it (FastAPI: the API's OpenAPI schema comes from its typed
+routes, and Starlette underneath serves the inbox's forms); ``agent-gate serve``
+runs it with uvicorn. ``/health`` is the one route that needs no token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from agent_gate.errors import AgentGateError
+from agent_gate.serve import api, inbox
+from agent_gate.serve.auth import LoginLimiter, Sessions
+from agent_gate.serve.service import InboxService, status_of
+from agent_gate.serve.webhooks import Notifier, ServeConfig
+
+__all__ = ["create_app"]
+
+
+def create_app(url: str, policy: str | None = None, *,
+               limiter: LoginLimiter | None = None,
+               config: ServeConfig | None = None) -> FastAPI:
+    """The server for the ledger at ``url`` (answers judged under ``policy``, if given;
+    ``config``: where links point and the webhooks to send, ``webhooks``)."""
+    service = InboxService(url, policy)
+    notifier = Notifier(url, config) if config is not None and config.notify else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if notifier is not None:
+            notifier.start()
+        try:
+            yield
+        finally:
+            if notifier is not None:
+                notifier.stop()
+            service.close()
+
+    app = FastAPI(title="agent-gate", summary="Operators answer the calls that wait for them.",
+                  lifespan=lifespan)
+    app.state.service = service
+    app.state.sessions = Sessions()
+    app.state.limiter = limiter or LoginLimiter()
+
+    @app.get("/health", summary="Liveness: no token needed")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.exception_handler(AgentGateError)
+    def refused(request: Request, exc: AgentGateError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "error": type(exc).__name__},
+                            status_code=status_of(exc))
+
+    app.include_router(api.router)
+    app.include_router(inbox.router)
+    return app

@@ -1,0 +1,228 @@
+"""What an operator may do through ``agent-gate serve``, checked and audited once.
+
+The JSON API and the web inbox both call this: reading waiting calls, a call's
+details, tasks and the trail; approving, denying and resolving. Each answer is
+checked against the operator's rights (``operators``) and, for approvals, against
+the policy's approvers through ``Gate.approve``; a task's own principal may not
+approve its own calls unless the policy sets ``approvers.self_approval`` (with no
+policy file there is nothing that could set it, so it is refused). A refusal is
+appended to the audit chain under the operator's name before it is raised.
+
+One lock serializes the ledger work of the server's threads: a handful of people
+answering calls never wait on it, and the ledger's kept connections are then never
+shared between threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from agent_gate.authorize import principal_from_json
+from agent_gate.errors import (
+    AgentGateError,
+    AmbiguousCall,
+    ApprovalRefused,
+    GateUsageError,
+    NotAwaitingApproval,
+    NotInDoubt,
+    OperatorRefused,
+)
+from agent_gate.gate import DEFAULT_APPROVAL_TTL, Gate
+from agent_gate.ledger.details import CallDetails
+from agent_gate.ledger.operators import Operator, OperatorRight, Operators, actor_of
+from agent_gate.ledger.pages import AuditQuery, TaskQuery, audit_json, task_json
+from agent_gate.ledger.records import CallRecord
+from agent_gate.ledger.states import CallState
+from agent_gate.tools import ToolRegistry
+
+__all__ = ["Answer", "InboxService", "status_of"]
+
+_PAGE = 50
+
+
+def status_of(exc: AgentGateError) -> int:
+    """The HTTP status of a refused answer: 403 outside one's rights, 404 no such call,
+    409 the call is not in a state for it (or ambiguous), 400 anything else."""
+    if isinstance(exc, OperatorRefused | ApprovalRefused):
+        return 403
+    if isinstance(exc, NotAwaitingApproval | NotInDoubt | AmbiguousCall):
+        return 409
+    if isinstance(exc, GateUsageError) and str(exc).startswith("no "):
+        return 404
+    return 400
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An operator's answer to one call, as both front ends read it from a request."""
+
+    task_id: str
+    call_id: str
+    reason: str | None = None
+    expires_in: float | None = DEFAULT_APPROVAL_TTL
+    """Seconds the approval stays usable; None: no expiry."""
+
+
+class InboxService:
+    """The server's one gate on the ledger, and every operator action through it."""
+
+    def __init__(self, url: str, policy: str | None = None) -> None:
+        self.gate = Gate(ToolRegistry(), url, policy=policy)
+        self.ledger = self.gate.ledger
+        self.operators = Operators(self.ledger.engine)
+        self.has_policy = policy is not None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.gate.close()
+
+    @contextmanager
+    def _held(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    # ------------------------------------------------------------ who
+
+    def authenticate(self, token: str) -> Operator | None:
+        with self._held():
+            return self.operators.authenticate(token)
+
+    def operator(self, name: str) -> Operator | None:
+        """The operator by name, as the ledger has them now (None once removed)."""
+        with self._held():
+            return next((o for o in self.operators.list() if o.name == name), None)
+
+    def audit_refusal(self, *, actor: str, event: str, detail: dict[str, Any],
+                      task_id: str | None = None, call_id: str | None = None) -> None:
+        """Record a refused request (bad token, forged form, too many logins)."""
+        with self._held():
+            self.operators.record_action(actor=actor, event=event, allowed=False,
+                                         task_id=task_id, call_id=call_id, detail=detail)
+
+    def audit_allowed(self, *, actor: str, event: str, detail: dict[str, Any]) -> None:
+        with self._held():
+            self.operators.record_action(actor=actor, event=event, allowed=True, detail=detail)
+
+    # ------------------------------------------------------------ reads
+
+    def pending(self) -> list[CallDetails]:
+        """Every call waiting for a person, oldest first, each with its details."""
+        with self._held():
+            recs = self.ledger.calls(states=[CallState.AWAITING_APPROVAL])
+            found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
+        return sorted((d for d in found if d is not None), key=lambda d: d.call.created_at)
+
+    def in_doubt(self) -> list[CallDetails]:
+        with self._held():
+            recs = self.ledger.calls(states=[CallState.IN_DOUBT])
+            found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
+        return [d for d in found if d is not None]
+
+    def details(self, call_id: str, task_id: str | None) -> CallDetails:
+        with self._held():
+            rec = self._find(call_id, task_id)
+            found = self.ledger.call_details(rec.task_id, rec.call_id)
+        if found is None:
+            raise GateUsageError(f"no call {call_id!r} in the ledger")
+        return found
+
+    def tasks(self, *, after: str | None = None, state: str | None = None,
+              limit: int = _PAGE) -> list[dict[str, Any]]:
+        with self._held():
+            page = self.ledger.tasks_page(TaskQuery(state=state, after=after, limit=limit))
+        return [task_json(s) for s in page]
+
+    def timeline(self, task_id: str) -> dict[str, Any]:
+        """A task, its calls and its audit entries in order."""
+        with self._held():
+            task = self.ledger.task(task_id)
+            if task is None:
+                raise GateUsageError(f"no task {task_id!r} in the ledger")
+            calls = self.ledger.calls(task_id)
+            entries = self.ledger.audit_page(AuditQuery(task_id=task_id, limit=1000))
+        return {"task": task_id, "provider": task.provider, "terminal": task.terminal,
+                "principal": task.principal,
+                "calls": [{"call_id": c.call_id, "tool": c.tool, "state": c.state.value,
+                           "reason": c.reason} for c in calls],
+                "timeline": [audit_json(e) for e in entries]}
+
+    def audit(self, *, after: int | None = None, task_id: str | None = None,
+              limit: int = _PAGE) -> list[dict[str, Any]]:
+        with self._held():
+            page = self.ledger.audit_page(AuditQuery(task_id=task_id, after=after, limit=limit))
+        return [audit_json(e) for e in page]
+
+    def head(self) -> dict[str, Any]:
+        """The chain's newest link (seq and hash): what to write down and verify later."""
+        with self._held():
+            last = self.ledger.audit_page(AuditQuery(limit=1, newest=True))
+        return {"seq": last[0].seq, "hash": last[0].hash} if last else {"seq": 0, "hash": None}
+
+    def verify(self) -> dict[str, Any]:
+        with self._held():
+            return self.ledger.verify_audit().to_dict()
+
+    # ------------------------------------------------------------ answers
+
+    def approve(self, op: Operator, answer: Answer) -> dict[str, Any]:
+        with self._held():
+            rec = self._allowed(op, OperatorRight.APPROVE, "approve", answer)
+            self._not_own_call(op, rec)
+            approval, new = self.gate.approve(
+                rec.call_id, by=op.name, reason=answer.reason, task_id=rec.task_id,
+                ttl=answer.expires_in)
+        return {**approval.to_dict(), "new": new, "tool": rec.tool}
+
+    def deny(self, op: Operator, answer: Answer) -> dict[str, Any]:
+        with self._held():
+            rec = self._allowed(op, OperatorRight.APPROVE, "deny", answer)
+            outcome = self.gate.deny(rec.call_id, by=op.name, reason=answer.reason,
+                                     task_id=rec.task_id)
+        return {"task_id": outcome.task_id, **outcome.to_dict()}
+
+    def resolve(self, op: Operator, answer: Answer, as_: str,
+                result: Any = None) -> dict[str, Any]:
+        with self._held():
+            rec = self._allowed(op, OperatorRight.RESOLVE, "resolve", answer)
+            outcome = self.gate.resolve(rec.call_id, as_=as_, task_id=rec.task_id,
+                                        result=result, note=answer.reason, by=op.name)
+        return {"task_id": outcome.task_id, **outcome.to_dict()}
+
+    def _find(self, call_id: str, task_id: str | None) -> CallRecord:
+        recs = self.ledger.find(call_id, task_id or None)
+        if not recs:
+            raise GateUsageError(f"no call {call_id!r} in the ledger")
+        if len(recs) > 1:
+            raise AmbiguousCall(f"call id {call_id!r} is in {len(recs)} tasks; name the task")
+        return recs[0]
+
+    def _allowed(self, op: Operator, right: OperatorRight, action: str,
+                 answer: Answer) -> CallRecord:
+        """The call, if ``op`` holds ``right`` over its tool; else audited and refused."""
+        rec = self._find(answer.call_id, answer.task_id)
+        if not op.may(right, rec.tool):
+            why = f"operator {op.name!r} may not {action} {rec.tool!r} calls"
+            self._refuse(op, action, rec, why)
+        return rec
+
+    def _not_own_call(self, op: Operator, rec: CallRecord) -> None:
+        """With no policy file, the task's principal never approves its own calls
+        (with one, ``Gate.approve`` asks the policy, which may allow it)."""
+        if self.has_policy:
+            return
+        task = self.ledger.task(rec.task_id)
+        principal = principal_from_json(task.principal if task else None).id
+        if principal is not None and principal == op.name:
+            self._refuse(op, "approve", rec,
+                         f"{op.name!r} is the principal task {rec.task_id!r} acts for and "
+                         "may not approve its own calls (no policy sets self_approval)")
+
+    def _refuse(self, op: Operator, action: str, rec: CallRecord, why: str) -> None:
+        self.operators.record_action(actor=actor_of(op.name), event=action, allowed=False,
+                                     task_id=rec.task_id, call_id=rec.call_id,
+                                     detail={"tool": rec.tool, "reason": why})
+        raise OperatorRefused(why)

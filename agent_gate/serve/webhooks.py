@@ -1,0 +1,155 @@
+"""Webhooks: tell people a call waits for them, is in doubt, or was resolved.
+
+Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
+
+    base_url: https://gate.example.com      # for the links in each event
+    notify:
+      - name: ops-chat                      # the cursor's name in the ledger
+        url: https://hooks.example.com/agent-gate
+        secret_env: AGENT_GATE_WEBHOOK_SECRET   # the HMAC key: never in the file
+        events: [awaiting_approval, in_doubt, resolved]
+
+Each event is one POST of JSON (ids, tool, rule ids, state, links: never argument
+values) with ``X-Agent-Gate-Timestamp`` (Unix seconds) and ``X-Agent-Gate-Signature:
+sha256=HEX``, the HMAC-SHA256 of ``TIMESTAMP.BODY`` under the secret: a receiver
+recomputes it and refuses old timestamps. Delivery is at least once and in order per
+endpoint: the audit trail is the outbox (``ledger.outbox``), a failed POST is retried
+with exponential backoff, and the endpoint's cursor moves only after a 2xx.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_gate.errors import GateUsageError
+from agent_gate.ledger import outbox
+from agent_gate.ledger.store import Ledger
+
+__all__ = ["Endpoint", "Notifier", "ServeConfig", "load_config", "sign"]
+
+
+class Endpoint(BaseModel):
+    """One receiver of events."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    url: str = Field(pattern=r"^https?://")
+    secret_env: str = Field(min_length=1)
+    events: tuple[str, ...] = outbox.EVENT_KINDS
+    backoff: float = Field(default=1.0, gt=0, description="first retry delay, seconds")
+    max_backoff: float = Field(default=300.0, gt=0)
+    poll: float = Field(default=1.0, gt=0, description="how often the trail is read")
+    timeout: float = Field(default=10.0, gt=0)
+
+
+class ServeConfig(BaseModel):
+    """``agent-gate serve --config FILE``: where links point, and who to tell."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base_url: str = "http://127.0.0.1:8765"
+    notify: tuple[Endpoint, ...] = ()
+
+
+def load_config(path: str) -> ServeConfig:
+    """The file's configuration; every secret it names must be set in the environment."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        config = ServeConfig.model_validate(data)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise GateUsageError(f"{path}: not a serve configuration ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:200]})") from None
+    for e in config.notify:
+        bad = set(e.events) - set(outbox.EVENT_KINDS)
+        if bad:
+            raise GateUsageError(f"{path}: notify {e.name!r}: unknown events {sorted(bad)}; "
+                                 f"expected some of {list(outbox.EVENT_KINDS)}")
+        if not os.environ.get(e.secret_env):
+            raise GateUsageError(f"{path}: notify {e.name!r}: ${e.secret_env} is not set")
+    return config
+
+
+def sign(secret: bytes, timestamp: int, body: bytes) -> str:
+    """The signature header's value for ``body`` sent at ``timestamp``."""
+    mac = hmac.new(secret, str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+class Notifier:
+    """One thread per endpoint: read the trail after its cursor, POST, then advance."""
+
+    def __init__(self, url: str, config: ServeConfig) -> None:
+        self.url = url
+        self.config = config
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(e,), daemon=True,
+                                          name=f"agent-gate-webhook-{e.name}")
+                         for e in config.notify]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+
+    def _run(self, endpoint: Endpoint) -> None:
+        secret = os.environ[endpoint.secret_env].encode()
+        with Ledger(self.url) as ledger, httpx.Client(timeout=endpoint.timeout) as http:
+            engine = ledger.engine
+            seq = outbox.cursor(engine, endpoint.name)
+            while not self._stop.is_set():
+                notices, last = outbox.notices_after(engine, seq)
+                for notice in notices:
+                    if notice.kind in endpoint.events and not self._deliver(
+                            http, endpoint, secret, notice):
+                        return  # stopping: the cursor stays before this notice
+                    outbox.advance(engine, endpoint.name, notice.seq)
+                if last > seq:
+                    outbox.advance(engine, endpoint.name, last)
+                    seq = last
+                    continue
+                self._stop.wait(endpoint.poll)
+
+    def _deliver(self, http: httpx.Client, endpoint: Endpoint, secret: bytes,
+                 notice: outbox.Notice) -> bool:
+        """POST until a 2xx (True), backing off; False only when stopping."""
+        body = json.dumps(self._event(notice), sort_keys=True).encode()
+        delay = endpoint.backoff
+        while not self._stop.is_set():
+            stamp = int(time.time())
+            try:
+                got = http.post(endpoint.url, content=body, headers={
+                    "Content-Type": "application/json",
+                    "X-Agent-Gate-Event-Id": str(notice.seq),
+                    "X-Agent-Gate-Timestamp": str(stamp),
+                    "X-Agent-Gate-Signature": sign(secret, stamp, body)})
+                if got.is_success:
+                    return True
+            except httpx.HTTPError:
+                pass
+            self._stop.wait(delay)
+            delay = min(delay * 2, endpoint.max_backoff)
+        return False
+
+    def _event(self, notice: outbox.Notice) -> dict[str, Any]:
+        base = self.config.base_url.rstrip("/")
+        event = notice.to_dict()
+        if notice.call_id is not None:
+            task, call = quote(notice.task_id, safe=""), quote(notice.call_id, safe="")
+            event["links"] = {"inbox": f"{base}/inbox/calls/{task}/{call}",
+                              "api": f"{base}/api/calls/{call}?task={task}"}
+        return event

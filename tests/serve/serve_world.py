@@ -1,0 +1,155 @@
+"""A real ledger with calls that wait, operators, and ``agent-gate serve`` on loopback.
+
+The server is the real application under uvicorn, on a socket bound to 127.0.0.1
+port 0, in a thread of the test process; the agent side is a ``Gate`` of its own on
+the same SQLite file (as an agent process would be), whose tools count their runs.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+import uvicorn
+from waiting import wait_until
+
+from agent_gate import Gate, OutcomeUnknown, Principal, ToolRegistry
+from agent_gate.ledger import Ledger
+from agent_gate.ledger.operators import Operators
+from agent_gate.serve import create_app
+from agent_gate.serve.auth import LoginLimiter
+from agent_gate.serve.webhooks import ServeConfig
+
+POLICY = """
+version: 1
+tools:
+  send_email:
+    effect: write
+    idempotency: none
+    rules:
+      - id: mail-needs-a-person
+        effect: approve
+        reason: Every mail is read by a person first.
+  refund:
+    effect: write
+    idempotency: none
+    rules:
+      - id: refunds-need-a-person
+        effect: approve
+        reason: Refunds are approved by finance.
+  charge_card:
+    effect: write
+    idempotency: none
+    rules:
+      - {id: charges, effect: allow}
+"""
+
+
+@dataclass
+class World:
+    """The ledger, the agent's tools and what they did, and the operators' tokens."""
+
+    url: str
+    policy: Path
+    runs: list[str] = field(default_factory=list)
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def tools(self) -> ToolRegistry:
+        tools = ToolRegistry()
+        runs = self.runs
+
+        @tools.tool(effect="write", idempotency="none")
+        def send_email(to: str, subject: str, body: str) -> dict[str, Any]:
+            runs.append(f"send_email {to}")
+            return {"queued": True}
+
+        @tools.tool(effect="write", idempotency="none")
+        def refund(order: str, cents: int) -> dict[str, Any]:
+            runs.append(f"refund {order}")
+            return {"refunded": cents}
+
+        @tools.tool(effect="write", idempotency="none")
+        def charge_card(order: str) -> dict[str, Any]:
+            runs.append(f"charge_card {order}")
+            raise OutcomeUnknown("the card processor timed out")
+
+        return tools
+
+    def gate(self) -> Gate:
+        return Gate(self.tools(), self.url, policy=str(self.policy))
+
+    def call(self, task: str, call_id: str, name: str, arguments: dict[str, Any],
+             principal: str = "alice") -> str:
+        """Hand one call to the agent's gate; returns the state it is left in."""
+        with self.gate() as gate:
+            out = gate.execute(task, {"call_id": call_id, "name": name,
+                                      "arguments": arguments},
+                               principal=Principal(id=principal))
+        return out.state.value
+
+    def audit(self) -> list[Any]:
+        with Ledger(self.url) as ledger:
+            return ledger.audit()
+
+
+@pytest.fixture
+def world(db_url: str, tmp_path: Path) -> World:
+    """On each ledger backend (``db_url``: SQLite, and PostgreSQL when configured)."""
+    url = db_url
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    w = World(url, policy)
+    with Ledger(url) as ledger:
+        ops = Operators(ledger.engine)
+        w.tokens["bob"] = ops.add("bob", approve=["send_email"])[1]
+        w.tokens["carol"] = ops.add("carol", approve=["refund"], resolve=["*"])[1]
+        w.tokens["alice"] = ops.add("alice", approve=["*"])[1]
+    assert w.call("t1", "mail-1", "send_email",
+                  {"to": "ana@elsewhere.org", "subject": "Refund", "body": "Dear Ana"}) \
+        == "awaiting_approval"
+    return w
+
+
+@dataclass(frozen=True)
+class Running:
+    base: str
+    limiter: LoginLimiter
+
+
+@contextmanager
+def serving(world: World, config: ServeConfig | None = None, *,
+            policy: bool = True) -> Iterator[Running]:
+    """``create_app`` under uvicorn on a loopback port of its own, until the block ends
+    (judging approvals under the world's policy, or with none)."""
+    limiter = LoginLimiter()
+    app = create_app(world.url, str(world.policy) if policy else None, limiter=limiter,
+                     config=config)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_until(lambda: srv.started, what="uvicorn to start")
+    try:
+        yield Running(f"http://127.0.0.1:{port}", limiter)
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+@pytest.fixture
+def server(world: World) -> Iterator[Running]:
+    with serving(world) as running:
+        yield running

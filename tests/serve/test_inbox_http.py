@@ -1,0 +1,113 @@
+"""The web inbox's login, session and CSRF rules, over real HTTP (httpx, uvicorn).
+
+A browser session comes only from the login form; its cookie is HttpOnly and
+SameSite=Strict; a form that changes something needs the session's CSRF token and
+this server's origin; failed logins from one address are limited. Each refusal is
+in the audit chain.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from serve_world import Running, World
+
+pytestmark = pytest.mark.slow
+
+
+@contextmanager
+def logged_in(server: Running, world: World, name: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A client holding ``name``'s session, and the CSRF token of its forms."""
+    with httpx.Client(base_url=server.base, headers={"Origin": server.base}) as http:
+        got = http.post("/login", data={"token": world.tokens[name]})
+        assert got.status_code == 303 and got.headers["location"] == "/inbox"
+        page = http.get("/inbox")
+        match = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert match, page.text
+        yield http, match.group(1)
+
+
+def test_the_session_cookie_is_httponly_and_samesite_strict(
+        world: World, server: Running) -> None:
+    with httpx.Client(base_url=server.base) as http:
+        assert http.get("/inbox").headers["location"] == "/login"
+        got = http.post("/login", data={"token": world.tokens["bob"]},
+                        headers={"Origin": server.base})
+    cookie = got.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert world.tokens["bob"] not in cookie
+    logins = [e for e in world.audit() if e.event == "operator_login"]
+    assert [(e.actor, e.detail["allowed"]) for e in logins] == [("operator:bob", True)]
+
+
+def test_the_inbox_shows_the_waiting_call_and_its_arguments(
+        world: World, server: Running) -> None:
+    with logged_in(server, world, "bob") as (http, _):
+        page = http.get("/inbox").text
+        call = http.get("/inbox/calls/t1/mail-1").text
+        audit = http.get("/inbox/audit", params={"verify": "1"}).text
+    assert "send_email" in page and "ana@elsewhere.org" in page
+    assert "mail-needs-a-person" in call and "Every mail is read by a person first." in call
+    assert "Chain verified" in audit
+
+
+def test_a_form_without_the_csrf_token_or_from_elsewhere_is_refused(
+        world: World, server: Running) -> None:
+    with logged_in(server, world, "bob") as (http, csrf):
+        no_token = http.post("/inbox/calls/t1/mail-1/approve", data={"reason": "x"})
+        wrong = http.post("/inbox/calls/t1/mail-1/approve", data={"csrf": "guess"})
+        elsewhere = http.post("/inbox/calls/t1/mail-1/approve", data={"csrf": csrf},
+                              headers={"Origin": "http://evil.example"})
+        ok = http.post("/inbox/calls/t1/mail-1/approve",
+                       data={"csrf": csrf, "reason": "fine", "expires_in": "2h"})
+    assert (no_token.status_code, wrong.status_code, elsewhere.status_code) == (403, 403, 403)
+    assert ok.status_code == 200 and "Approved call mail-1" in ok.text
+    refused = [e for e in world.audit() if e.event == "operator_form_approve"]
+    assert [e.detail["reason"] for e in refused] == [
+        "the form's CSRF token is missing or wrong", "the form's CSRF token is missing or wrong",
+        "the form came from another origin"]
+    assert {e.actor for e in refused} == {"operator:bob"}
+    with world.gate() as gate:
+        assert [o.state.value for o in gate.resume("t1")] == ["succeeded"]
+    assert world.runs == ["send_email ana@elsewhere.org"]
+
+
+def test_outside_ones_rights_the_form_is_403(world: World, server: Running) -> None:
+    with logged_in(server, world, "carol") as (http, csrf):
+        got = http.post("/inbox/calls/t1/mail-1/deny", data={"csrf": csrf})
+    assert got.status_code == 403 and "may not deny" in got.text
+
+
+def test_failed_logins_are_limited_per_address_and_audited(
+        world: World, server: Running) -> None:
+    with httpx.Client(base_url=server.base, headers={"Origin": server.base}) as http:
+        wrong = [http.post("/login", data={"token": f"agop_wrong{i}"}).status_code
+                 for i in range(server.limiter.failures)]
+        blocked = http.post("/login", data={"token": world.tokens["bob"]})
+    assert wrong == [401] * server.limiter.failures
+    assert blocked.status_code == 429 and "set-cookie" not in blocked.headers
+    reasons = [e.detail["reason"] for e in world.audit() if e.event == "operator_login"]
+    assert reasons == ["unknown token"] * server.limiter.failures + ["too many failed logins"]
+
+
+def test_a_cross_origin_login_is_refused(world: World, server: Running) -> None:
+    with httpx.Client(base_url=server.base) as http:
+        got = http.post("/login", data={"token": world.tokens["bob"]},
+                        headers={"Origin": "http://evil.example"})
+    assert got.status_code == 403 and "set-cookie" not in got.headers
+
+
+def test_logout_needs_the_csrf_token_and_ends_the_session(
+        world: World, server: Running) -> None:
+    with logged_in(server, world, "bob") as (http, csrf):
+        forged = http.post("/logout", data={})
+        still = http.get("/inbox")
+        out = http.post("/logout", data={"csrf": csrf})
+        after = http.get("/inbox")
+    assert forged.status_code == 403 and still.status_code == 200
+    assert out.status_code == 303
+    assert after.status_code == 303 and after.headers["location"] == "/login"

@@ -1,0 +1,178 @@
+"""Webhooks from ``agent-gate serve``: signed events, retried, never lost.
+
+A real receiver on loopback records every POST; the events are checked as a
+receiver would: the HMAC-SHA256 over ``timestamp.body`` under the shared secret,
+the event's ids and links, and no argument value anywhere in the body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serve_world import World, serving
+from sqlalchemy import text
+from waiting import wait_until
+
+from agent_gate.ledger import Ledger
+from agent_gate.serve.webhooks import Endpoint, ServeConfig
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cret-for-tests"
+
+
+@dataclass
+class Receiver:
+    url: str
+    failures_left: int = 0
+    got: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    attempts: int = 0
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(body) for _, body in self.got]
+
+
+@contextmanager
+def receiver(failures: int = 0) -> Iterator[Receiver]:
+    """An HTTP receiver that answers 500 to its first ``failures`` POSTs, then 204."""
+    state = Receiver("", failures)
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                state.attempts += 1
+                failing = state.failures_left > 0
+                if failing:
+                    state.failures_left -= 1
+                else:
+                    state.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(500 if failing else 204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{http.server_address[1]}/hook"
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        http.shutdown()
+        http.server_close()
+
+
+@pytest.fixture(autouse=True)
+def secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AG_TEST_HOOK_SECRET", SECRET)
+
+
+def config(url: str) -> ServeConfig:
+    return ServeConfig(base_url="https://gate.example", notify=(Endpoint(
+        name="ops", url=url, secret_env="AG_TEST_HOOK_SECRET", backoff=0.01, poll=0.05),))
+
+
+def cursor(world: World) -> int | None:
+    with Ledger(world.url) as ledger, ledger.engine.connect() as conn:
+        return conn.execute(text("SELECT seq FROM webhook_cursors WHERE name = 'ops'")).scalar()
+
+
+def verified(headers: dict[str, str], body: bytes) -> bool:
+    stamp = headers["x-agent-gate-timestamp"]
+    want = hmac.new(SECRET.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["x-agent-gate-signature"], "sha256=" + want)
+
+
+def test_waiting_in_doubt_and_resolved_are_posted_signed_without_arguments(
+        world: World) -> None:
+    with receiver() as hook, serving(world, config(hook.url)) as server:
+        wait_until(lambda: cursor(world) is not None, what="the webhook cursor")
+        world.call("t2", "mail-2", "send_email",
+                   {"to": "bo@elsewhere.org", "subject": "Secret plan", "body": "pssst"})
+        bob = {"Authorization": f"Bearer {world.tokens['bob']}"}
+        assert httpx.post(f"{server.base}/api/calls/mail-2/deny", headers=bob,
+                          json={"task": "t2", "reason": "no"}).status_code == 200
+        world.call("t3", "charge-1", "charge_card", {"order": "o-7"})
+        wait_until(lambda: len(hook.got) >= 3, what="three events")
+    events = hook.events()
+    assert [(e["type"], e["call_id"], e["tool"]) for e in events] == [
+        ("call.awaiting_approval", "mail-2", "send_email"),
+        ("call.resolved", "mail-2", "send_email"),
+        ("call.in_doubt", "charge-1", "charge_card")]
+    assert events[0]["rule_ids"] == ["mail-needs-a-person"]
+    assert events[1]["state"] == "rejected" and events[1]["actor"] == "operator:bob"
+    assert events[0]["links"] == {"inbox": "https://gate.example/inbox/calls/t2/mail-2",
+                                  "api": "https://gate.example/api/calls/mail-2?task=t2"}
+    assert all(verified(h, b) for h, b in hook.got)
+    assert not verified({**hook.got[0][0], "x-agent-gate-timestamp": "1"}, hook.got[0][1])
+    for value in (b"bo@elsewhere.org", b"Secret plan", b"pssst", b"o-7"):
+        assert all(value not in body for _, body in hook.got)
+    assert "mail-1" not in str(events)  # it waited before the endpoint existed
+
+
+def test_a_failing_receiver_gets_the_event_again_until_it_acknowledges(
+        world: World) -> None:
+    with receiver(failures=3) as hook, serving(world, config(hook.url)):
+        wait_until(lambda: cursor(world) is not None, what="the webhook cursor")
+        start = cursor(world)
+        world.call("t2", "mail-2", "send_email", {"to": "x@y.org", "subject": "s", "body": "b"})
+        wait_until(lambda: hook.got, what="the event, after three failures")
+        wait_until(lambda: (cursor(world) or 0) > (start or 0), what="the cursor to move")
+    assert hook.attempts == 4
+    assert [e["call_id"] for e in hook.events()] == ["mail-2"]
+
+
+def test_a_crash_before_delivery_loses_nothing(world: World, tmp_path: Path) -> None:
+    conf = tmp_path / "serve.yaml"
+
+    def start(url: str) -> subprocess.Popen[str]:
+        conf.write_text(f"base_url: http://gate\nnotify:\n  - name: ops\n    url: {url}\n"
+                        "    secret_env: AG_TEST_HOOK_SECRET\n    backoff: 0.01\n"
+                        "    poll: 0.05\n")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_gate", "serve", "--db", world.url, "--config",
+             str(conf), "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True,
+            env=os.environ.copy())
+        assert proc.stderr is not None
+        assert re.search(r"http://127\.0\.0\.1:\d+/inbox", proc.stderr.readline())
+        return proc
+
+    with receiver(failures=10**6) as down:
+        proc = start(down.url)
+        try:
+            wait_until(lambda: cursor(world) is not None, what="the webhook cursor")
+            world.call("t2", "mail-2", "send_email",
+                       {"to": "x@y.org", "subject": "s", "body": "b"})
+            wait_until(lambda: down.attempts >= 2, what="failed deliveries")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+    with receiver() as up:
+        proc = start(up.url)
+        try:
+            wait_until(lambda: up.got, what="the event, after the restart")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert [(e["type"], e["call_id"]) for e in up.events()] == [
+        ("call.awaiting_approval", "mail-2")]
