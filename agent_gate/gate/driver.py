@@ -23,9 +23,9 @@ what differs between sync and async callers (``runner.RunTool``,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -43,6 +43,7 @@ from agent_gate.gate.runner import (
     Reconcile,
     Request,
     RunTool,
+    loop_running,
     refuse_async_in_loop,
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
@@ -52,7 +53,10 @@ from agent_gate.ledger.states import LEASE_ENDS, CallState, Event, LeaseEnd
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.telemetry import CallTrace, Observer
-from agent_gate.tools import Idempotency, Reconciled, Reconciliation, ToolRegistry
+from agent_gate.tools import Idempotency, Reconciled, Reconciliation, Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = ["CallDriver", "lease_end"]
 
@@ -155,20 +159,30 @@ class CallDriver:
         if trace.ids is not None:
             new = replace(new, trace_id=trace.ids[0], span_id=trace.ids[1])
         failed: list[BaseException] = []
+        runs: list[tuple[Tool, Mapping[str, Any] | BaseModel]] = []
 
         def decide(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
             # Deciding a call that was just inserted commits with the insert (one
-            # commit fewer per call). If deciding fails, the row still commits as
-            # ``received`` (as when it was two transactions) and the error is raised
-            # after that commit: nothing recorded is lost. A database error is raised
-            # at once: the transaction cannot commit anything after it.
+            # commit fewer per call), and so does its claim when it runs at once
+            # (``_claim_now``): two commits a call, the outcome's the second. If
+            # deciding fails, the row still commits as ``received`` (as when it was
+            # two transactions) and the error is raised after that commit: nothing
+            # recorded is lost. A database error is raised at once: the transaction
+            # cannot commit anything after it.
             try:
-                return self.decider.ruling_in(txn, rec, early)
+                ruling = self.decider.ruling_in(txn, rec, early)
             except SQLAlchemyError:
                 raise
             except Exception as exc:
                 failed.append(exc)
                 return None
+            if decide_only or ruling is None or ruling.event is not Event.ALLOW:
+                return ruling
+            runnable = self._claim_now(rec)
+            if runnable is None:
+                return ruling
+            runs.append(runnable)
+            return replace(ruling, claim=(this_owner(), self.lease_ms))
 
         policy = self.decider.policy
         rec, inserted = self.ledger.record(
@@ -180,9 +194,20 @@ class CallDriver:
             decide=decide if policy is None or self.rules is not None else None,
             lock=self.rules is not None,
         )
-        trace.seen(rec, inserted)
         if failed:
+            trace.seen(rec, inserted)
             raise failed[0]
+        if inserted and runs and rec.state is CallState.EXECUTING:
+            # Decided and claimed in the insert's commit: the decision is seen, then the claim.
+            trace.seen(replace(rec, state=CallState.AUTHORIZED), True)
+            tool, validated = runs[0]
+            claimed = Claimed(rec, tool, validated, self.decider.info(rec),
+                              admitted.asked_id, None)
+            claimed.trace = trace
+            trace.seen(rec, True)
+            ran = yield RunTool(claimed)
+            return self.finisher.finish(claimed, ran)
+        trace.seen(rec, inserted)
         duplicate_of = rec.call_id if rec.call_id != call.call_id else None
         conflict = rec.tool != call.name or (
             call.complete
@@ -219,6 +244,15 @@ class CallDriver:
         return (yield from _traced(trace, self.advance(
             rec, early=None, call_id=rec.call_id, duplicate_of=None, trace=trace
         )))
+
+    def _claim_now(self, rec: CallRecord) -> tuple[Tool, Mapping[str, Any] | BaseModel] | None:
+        """The tool and input of a call just authorized, if this invocation runs it now
+        (so its claim may commit with the decision); None leaves the claim to ``advance``,
+        which says why it cannot run (tool missing, an async tool under a running loop)."""
+        runnable = self.decider.runnable(rec)
+        if isinstance(runnable, str) or (runnable[0].is_async and loop_running()):
+            return None
+        return runnable
 
     def _conflict(
         self,

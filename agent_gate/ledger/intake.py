@@ -5,7 +5,8 @@ key; seeing it again returns the stored row. Its task row is created on first us
 and bound to the principal and scope it was started with, which never change
 afterwards (``TaskContextConflict``). A caller may decide the new call in the same
 transaction (one commit instead of two): the decision goes through
-``flows.apply_ruling`` like every other arrow.
+``flows.apply_ruling`` like every other arrow, and a ruling that authorizes a call
+about to run carries its claim (``Ruling.claim``) into that same commit.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlalchemy import Connection, Engine, bindparam, select, update
 from agent_gate.ledger import audit
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
-from agent_gate.ledger.flows import Lost, apply_ruling, lock_task, write
+from agent_gate.ledger.flows import Lost, apply, apply_ruling, lock_task, write
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.records import (
@@ -31,7 +32,7 @@ from agent_gate.ledger.records import (
     TaskContextConflict,
     driver_call_record,
 )
-from agent_gate.ledger.states import CallState
+from agent_gate.ledger.states import CallState, Event
 from agent_gate.ledger.txn import LedgerTxn
 
 __all__ = ["ensure_task", "record"]
@@ -165,6 +166,13 @@ def record(
             if ruling is not None and ruling.event is not None:
                 try:
                     rec = apply_ruling(conn, rec, ruling, actor=actor)
+                    if ruling.claim is not None and rec.state is CallState.AUTHORIZED:
+                        # Runs at once: claimed in this commit (two commits a call).
+                        claimed = apply(conn, rec, Event.CLAIM, actor=actor,
+                                        lease=ruling.claim)
+                        if claimed is None:
+                            raise Lost
+                        rec = claimed
                 except Lost:  # pragma: no cover - the row is ours until commit
                     raise RuntimeError(
                         f"ledger row {rec.row_id} changed under its insert"

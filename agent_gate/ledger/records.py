@@ -323,7 +323,9 @@ class Ruling:
     ``event`` None means "no change" (the call keeps waiting, ``reason`` says why).
     ``charges`` are the quota amounts the call adds when it becomes authorized;
     ``changes`` extra columns (the deciding policy hash and rule ids); ``approval_id``
-    the approval a claim consumes.
+    the approval a claim consumes. ``claim``: (owner, lease milliseconds) to take the
+    CLAIM arrow in the same transaction when the ruling authorizes the call (a new
+    call that runs at once: its decision and its claim are one commit).
     """
 
     event: Event | None
@@ -333,6 +335,7 @@ class Ruling:
     charges: Mapping[str, Decimal] = field(default_factory=dict)
     changes: Mapping[str, Any] = field(default_factory=dict)
     approval_id: int | None = None
+    claim: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
