@@ -11,11 +11,25 @@ on the default path: their storage is what the modules here already hold equal.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from agent_gate.ledger.backend import BACKENDS, ENV_BACKEND, FAST, default
+
+# The approvals, audit and quota folders drive their flows through the gate and the
+# CLI, with the operator tests' fixtures (tests/cli/shared_fixtures.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+
+from shared_fixtures import (
+    effects_file,
+    seal_key_env,
+    sqlite_url,
+    support_tools,
+)
+
+__all__ = ["effects_file", "seal_key_env", "sqlite_url", "support_tools"]
 
 FAST_ONLY = frozenset({"test_fast_paths.py", "test_prepared.py", "test_idle_connections.py"})
 """Modules about the fast path itself (kept connections, the driver cursor)."""
