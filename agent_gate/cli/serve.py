@@ -61,6 +61,9 @@ def serve_command(url: str | None, policy_file: str | None, config_file: str | N
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        # Listening before the address is printed: a client that reads the line and
+        # connects at once waits in the backlog until uvicorn accepts, never refused.
+        sock.listen(2048)
     except OSError as exc:
         raise CliError(f"cannot listen on {listen}: {exc.strerror}") from None
     bound = sock.getsockname()[1]
