@@ -191,7 +191,7 @@ def read_details(
     history = tuple(
         record_of(r) for r in conn.execute(
             select(_EVENTS)
-            .where(_EVENTS.c.task_id == task_id, _EVENTS.c.call_row_id == rec.row_id)
+            .where(_EVENTS.c.call_row_id == rec.row_id)  # the (call_row_id, id) index
             .order_by(_EVENTS.c.id)
         ).mappings()
     )

@@ -67,6 +67,7 @@ class TaskRow(Base):
     """One agent task: the unit a call id is unique within, and what ``recover`` sweeps."""
 
     __tablename__ = "tasks"
+    __table_args__ = (Index(None, "updated_at", "id"),)  # listings, newest first
 
     id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -151,7 +152,7 @@ class AuditEvent(Base):
     """Append-only history: every transition, and every time a call was seen again."""
 
     __tablename__ = "audit_events"
-    __table_args__ = (Index(None, "task_id", "id"),)
+    __table_args__ = (Index(None, "task_id", "id"), Index(None, "call_row_id", "id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

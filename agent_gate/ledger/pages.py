@@ -5,14 +5,15 @@ one indexed range read (``LIMIT`` over an index in the listing's order), and the
 page starts where the last one ended (keyset paging, never ``OFFSET``). The audit
 trail is paged by ``seq``, the position every entry prints; tasks by recency.
 
-Which filters stay O(page) depends on the indexes of revisions 0001-0002:
+Which filters stay O(page) depends on the indexes of revisions 0001-0005:
 
 * audit, unfiltered or by task: the primary key, or ``(task_id, id)`` (ids rise with
   ``seq``: both are assigned under the one chain-head lock, ``audit``);
-* audit by call, tool, state or time: the same range read, filtered as it goes (no
-  index on those columns): it reads until the page is full;
-* tasks: ordered by ``updated_at`` (no index: the tasks table is sorted, which is
-  small next to the trail), their calls counted for the page's tasks only through
+* audit by tool, state or time: the same range read, filtered as it goes (no index
+  on those columns): it reads until the page is full; one call's history (``call
+  show``) through ``(call_row_id, id)``;
+* tasks: newest first through ``(updated_at, id)`` read backwards (ties by id,
+  descending), their calls counted for the page's tasks only through
   ``(task_id, state)``.
 """
 
@@ -121,7 +122,7 @@ def tasks_page(conn: Connection, query: TaskQuery) -> list[TaskSummary]:
         if last is None:
             return []
         stmt = stmt.where(or_(t.c.updated_at < last,
-                              and_(t.c.updated_at == last, t.c.id > query.after)))
+                              and_(t.c.updated_at == last, t.c.id < query.after)))
     if query.since is not None:
         stmt = stmt.where(t.c.updated_at >= query.since)
     if query.state is not None:
@@ -130,7 +131,8 @@ def tasks_page(conn: Connection, query: TaskQuery) -> list[TaskSummary]:
     if query.tool is not None:
         stmt = stmt.where(exists().where(CALLS.c.task_id == t.c.id, CALLS.c.tool == query.tool))
     rows = conn.execute(
-        stmt.order_by(t.c.updated_at.desc(), t.c.id).limit(_limit(query.limit))
+        # Both keys descending: the ``(updated_at, id)`` index read backwards, no sort.
+        stmt.order_by(t.c.updated_at.desc(), t.c.id.desc()).limit(_limit(query.limit))
     ).mappings().all()
     counts = _counts(conn, [r["id"] for r in rows])
     return [TaskSummary(task_record(r), counts.get(r["id"], {})) for r in rows]

@@ -203,6 +203,8 @@ def test_a_page_is_an_indexed_range_read(ledger_url: str) -> None:
         ledger.audit_page(AuditQuery(task_id="support-1", after=3, limit=50))
         ledger.audit_page(AuditQuery(newest=True, limit=10))
         ledger.tasks_page(TaskQuery(limit=50))
+        ledger.tasks_page(TaskQuery(after="support-1", limit=50))
+        ledger.call_details("support-1", "m1")
     finally:
         event.remove(ledger.engine, "before_cursor_execute", record)
     plans: list[str] = []
@@ -221,6 +223,11 @@ def test_a_page_is_an_indexed_range_read(ledger_url: str) -> None:
                for p in trail), trail
     counts = next(p for p in plans if "tool_calls" in p and "audit_events" not in p)
     assert "USING" in counts and "INDEX" in counts, counts
+    # Tasks newest first: their (updated_at, id) index read backwards, never sorted.
+    tasks = [p for p in plans if "ix_tasks_updated_at_id" in p]
+    assert len(tasks) == 2 and all("TEMP B-TREE" not in p for p in tasks), plans
+    # One call's history through its own index, not every entry of its task.
+    assert any("ix_audit_events_call_row_id_id" in p for p in trail), trail
 
 
 def test_ids_are_never_cut_on_a_narrow_terminal() -> None:
