@@ -34,6 +34,7 @@ from agent_gate.accumulate import (
 from agent_gate.calls import Terminal, TerminalKind, ToolCall
 from agent_gate.errors import ProtocolNotDetected
 from agent_gate.providers import AUTO
+from agent_gate.providers.base import dump_sdk_event
 from agent_gate.turn import Turn
 
 __all__ = ["AUTO", "DetectingAccumulator", "ProtocolNotDetected", "accumulator", "detect"]
@@ -57,15 +58,10 @@ def _payload(event: object) -> Mapping[str, Any] | str | None:
     """The event's JSON object (or the ``[DONE]`` sentinel); None for a heartbeat."""
     if isinstance(event, Mapping):
         return event
-    module = type(event).__module__
-    if module.startswith(("openai.", "anthropic.", "google.")):
-        dump = getattr(event, "model_dump", None)
-        if callable(dump):
-            try:
-                dumped = dump(mode="json", by_alias=True, exclude_none=True, warnings=False)
-            except TypeError:  # not a pydantic v2 model after all
-                dumped = dump()
-            return dumped if isinstance(dumped, Mapping) else {}
+    sdk = type(event).__module__.startswith(("openai.", "anthropic.", "google."))
+    if sdk and callable(getattr(event, "model_dump", None)):
+        dumped = dump_sdk_event(event)
+        return dumped if isinstance(dumped, Mapping) else {}
     data = getattr(event, "data", None)
     if not isinstance(data, str) or not data.strip():
         return None

@@ -270,7 +270,7 @@ def _is_sse_like(event: object) -> bool:
     return (etype is None or isinstance(etype, str)) and (eid is None or isinstance(eid, str))
 
 
-def _dump(event: Any) -> Any:
+def dump_sdk_event(event: Any) -> Any:
     """Dump an SDK object as its wire JSON would look (aliases, enums as strings).
 
     ``warnings=False``: the OpenAI SDK's stream helpers build their events without
@@ -302,7 +302,7 @@ class ProviderAdapter(ABC):
         if type(event) is dict or isinstance(event, Mapping):
             return WireEvent(WireKind.PAYLOAD, event, "message", "", None)
         if hasattr(event, "model_dump") and callable(event.model_dump):
-            dumped = _dump(event)
+            dumped = dump_sdk_event(event)
             if not isinstance(dumped, Mapping):
                 raise self.malformed(index, "SDK object did not dump to a mapping")
             return WireEvent(WireKind.PAYLOAD, dumped, "message", "", None)
