@@ -43,7 +43,7 @@ from agent_gate.gate.runner import (
     Reconcile,
     Request,
     RunTool,
-    loop_running,
+    async_in_loop,
     refuse_async_in_loop,
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
@@ -201,12 +201,9 @@ class CallDriver:
             # Decided and claimed in the insert's commit: the decision is seen, then the claim.
             trace.seen(replace(rec, state=CallState.AUTHORIZED), True)
             tool, validated = runs[0]
-            claimed = Claimed(rec, tool, validated, self.decider.info(rec),
-                              admitted.asked_id, None)
-            claimed.trace = trace
-            trace.seen(rec, True)
-            ran = yield RunTool(claimed)
-            return self.finisher.finish(claimed, ran)
+            return (yield from self._run(Claimed(
+                rec, tool, validated, self.decider.info(rec), admitted.asked_id, None
+            ), trace))
         trace.seen(rec, inserted)
         duplicate_of = rec.call_id if rec.call_id != call.call_id else None
         conflict = rec.tool != call.name or (
@@ -245,12 +242,20 @@ class CallDriver:
             rec, early=None, call_id=rec.call_id, duplicate_of=None, trace=trace
         )))
 
+    def _run(self, claimed: Claimed, trace: CallTrace) -> Driver:
+        """Run a call this invocation claimed (``executing`` is committed) and record
+        what the run ended in."""
+        claimed.trace = trace
+        trace.seen(claimed.rec, True)
+        ran = yield RunTool(claimed)
+        return self.finisher.finish(claimed, ran)
+
     def _claim_now(self, rec: CallRecord) -> tuple[Tool, Mapping[str, Any] | BaseModel] | None:
         """The tool and input of a call just authorized, if this invocation runs it now
         (so its claim may commit with the decision); None leaves the claim to ``advance``,
         which says why it cannot run (tool missing, an async tool under a running loop)."""
         runnable = self.decider.runnable(rec)
-        if isinstance(runnable, str) or (runnable[0].is_async and loop_running()):
+        if isinstance(runnable, str) or async_in_loop(runnable[0]):
             return None
         return runnable
 
@@ -347,10 +352,7 @@ class CallDriver:
             if state is CallState.AWAITING_APPROVAL:
                 approved = self._claim_approved(rec, call_id, duplicate_of)
                 if isinstance(approved, Claimed):
-                    approved.trace = trace
-                    trace.seen(approved.rec, True)
-                    ran = yield RunTool(approved)
-                    return self.finisher.finish(approved, ran)
+                    return (yield from self._run(approved, trace))
                 now, waiting, won = approved
                 if now.state is CallState.AWAITING_APPROVAL:
                     return outcome_of(
@@ -373,10 +375,7 @@ class CallDriver:
                     # Lost the claim to someone else, or the re-check moved the call.
                     rec, acted = claimed.record, claimed.won
                     continue
-                claimed.trace = trace
-                trace.seen(claimed.rec, True)
-                ran = yield RunTool(claimed)
-                return self.finisher.finish(claimed, ran)
+                return (yield from self._run(claimed, trace))
             if state is CallState.EXECUTING:
                 ended = lease_end(rec)
                 if ended is None:

@@ -103,9 +103,14 @@ def loop_running() -> bool:
     return True
 
 
+def async_in_loop(tool: Tool) -> bool:
+    """An async tool while a loop runs on this thread: a sync entry point cannot await it."""
+    return tool.is_async and loop_running()
+
+
 def refuse_async_in_loop(tool: Tool) -> None:
     """A sync entry point cannot await an async tool while a loop runs on this thread."""
-    if tool.is_async and loop_running():
+    if async_in_loop(tool):
         raise GateUsageError(
             f"tool {tool.name!r} is async and an event loop is running: use aexecute"
         )
