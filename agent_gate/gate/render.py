@@ -31,6 +31,7 @@ _FIXED_REASONS: dict[str, str] = {
     R.AWAITING_APPROVAL: "this call waits for a person's approval; it has not run",
     R.DENIED_BY_OPERATOR: "a person denied this call; it was not run",
     R.APPROVED: "a person approved this call",
+    R.APPROVAL_REFUSED: "the approval given is not one the policy accepts; the call still waits",
     R.ARGUMENTS_SEALED: "this call cannot be decided here; it has not run",
     R.ARGUMENTS_CHANGED: "the recorded arguments changed after the decision; it was not run",
     R.CONFLICT: "this call id was already used for another call; it was not run",

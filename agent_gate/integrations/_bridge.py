@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_gate.errors import (
@@ -31,6 +30,7 @@ from agent_gate.errors import (
 )
 from agent_gate.gate import Gate, Outcome
 from agent_gate.gate.render import tool_output
+from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
 from agent_gate.tools import Effect, Idempotency, ToolOptions, ToolSpec
 
@@ -144,7 +144,7 @@ def approve_waiting(gate: Gate, outcome: Outcome, by: str) -> Refusal | None:
     try:
         gate.approve(outcome.call_id, by=by, task_id=outcome.task_id)
     except ApprovalRefused:
-        return _refused_approval(outcome)
+        return refusal(replace(outcome, code=R.APPROVAL_REFUSED, reason=None))
     except NotAwaitingApproval:
         pass  # answered meanwhile (another worker ran or denied it): execute reports it
     return None
@@ -163,26 +163,11 @@ class Refusal:
     reason_id: str
     state: CallState
     call_id: str
-    body: str
+    text: str
 
     @property
     def waiting(self) -> bool:
         return self.state is CallState.AWAITING_APPROVAL
-
-    def text(self) -> str:
-        return self.body
-
-
-_APPROVAL_REFUSED = "the approval given is not one the policy accepts; the call still waits"
-
-
-def _refused_approval(outcome: Outcome) -> Refusal:
-    """The refusal of an approval the policy does not accept (no outcome of its own:
-    the call goes on waiting), in the shape ``render.tool_output`` gives the rest."""
-    body = {"status": CallState.AWAITING_APPROVAL.value, "executed": False,
-            "reason_id": "approval_refused", "reason": _APPROVAL_REFUSED}
-    return Refusal("approval_refused", CallState.AWAITING_APPROVAL, outcome.call_id,
-                   json.dumps(body, ensure_ascii=False))
 
 
 def refusal(outcome: Outcome) -> Refusal | None:

@@ -158,7 +158,7 @@ class GateToolCalls:
             else:
                 refused = _bridge.approve_waiting(self.gate, outcome, by or self.approved_by)
                 if refused is not None:
-                    return _error(name, call_id, refused.text()), None
+                    return _error(name, call_id, refused.text), None
                 outcome = yield call
         return _message(name, call_id, outcome), outcome
 
@@ -239,7 +239,7 @@ def _message(name: str, call_id: str, outcome: Outcome) -> ToolMessage:
     if why is None:
         content = outcome.result if outcome.result is not None else ""
         return ToolMessage(content=content, name=name, tool_call_id=call_id)
-    return _error(name, call_id, why.text())
+    return _error(name, call_id, why.text)
 
 
 def _error(name: str, call_id: str, text: str) -> ToolMessage:

@@ -107,7 +107,7 @@ class _Gated:
                     _bridge.approve_waiting, self.gate, outcome, self.approved_by
                 )
                 if refused is not None:
-                    return refused.text()
+                    return refused.text
                 outcome = await self.gate.aexecute(self.task_id, call)
         return _answer(outcome)
 
@@ -122,7 +122,7 @@ def _answer(outcome: Outcome) -> Any:
         and isinstance(outcome.exception, Exception)
     ):
         raise outcome.exception  # the SDK fails the run, as it would without a gate
-    return why.text()
+    return why.text
 
 
 def record_rejection(

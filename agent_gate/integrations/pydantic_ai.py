@@ -98,7 +98,7 @@ class GatedToolset(WrapperToolset[Any]):
                     _bridge.approve_waiting, self.gate, outcome, self._approver(ctx)
                 )
                 if refused is not None:
-                    raise ToolFailed(refused.text())
+                    raise ToolFailed(refused.text)
                 outcome = await self.gate.aexecute(self.task_id, call)
         return _answer(outcome)
 
@@ -139,4 +139,4 @@ def _answer(outcome: Outcome) -> Any:
         )
     if isinstance(outcome.exception, ModelRetry | ToolFailed) and not outcome.replayed:
         raise outcome.exception  # the tool's own request to the model, this very run
-    raise ToolFailed(why.text())
+    raise ToolFailed(why.text)
