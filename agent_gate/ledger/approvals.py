@@ -26,15 +26,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from agent_gate.errors import NotAwaitingApproval
 from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
-from agent_gate.ledger.models import ApprovalRow
+from agent_gate.ledger.models import APPROVALS
 from agent_gate.ledger.notify import announce
 from agent_gate.ledger.records import from_row
 
@@ -54,7 +54,7 @@ __all__ = [
 
 APPROVED = "approved"
 DENIED = "denied"
-_APPROVALS = cast(Table, ApprovalRow.__table__)
+_APPROVALS = APPROVALS
 MAX_TTL_SECONDS = 366 * 86400
 """The longest an approval may stay usable (a year and a day): a person approves a
 call for now-ish, and a longer ttl is almost always a unit mistake (ms for s)."""

@@ -48,11 +48,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Table,
     bindparam,
     insert,
     literal_column,
@@ -63,7 +62,7 @@ from sqlalchemy import (
 
 from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
 from agent_gate.ledger.dialect import for_update
-from agent_gate.ledger.models import AuditChainHead, AuditEvent, ToolCallRow
+from agent_gate.ledger.models import AUDIT_CHAIN, AUDIT_EVENTS, TOOL_CALLS
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.records import from_row
@@ -85,11 +84,11 @@ __all__ = [
 ]
 
 MAX_DETAIL_CHARS = 2000
-_EVENTS = cast(Table, AuditEvent.__table__)
-_HEAD = cast(Table, AuditChainHead.__table__)
+_EVENTS = AUDIT_EVENTS
+_HEAD = AUDIT_CHAIN
 _STAGE_KEY = "agent_gate_audit_stage"
 _HEAD_ID = 1
-_CALLS = cast(Table, ToolCallRow.__table__)
+_CALLS = TOOL_CALLS
 
 
 def _is_transition(from_state: str | None, to_state: str | None) -> bool:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, select
 
 from agent_gate.ledger import approvals
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
-from agent_gate.ledger.models import AuditEvent
+from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode
@@ -39,7 +39,7 @@ __all__ = [
 DEFAULT_MAX_SHOWN = 4000
 """Characters of a stored result's JSON text shown; past it only a preview and its size."""
 
-_EVENTS = cast(Table, AuditEvent.__table__)
+_EVENTS = AUDIT_EVENTS
 REDACTED_KEY = "redacted"
 """The key that marks a stand-in (``policy.redaction.REDACTED_KEY``; not imported from
 there: a ledger reader such as ``agent-gate tasks`` must not load the policy layer)."""

@@ -1,8 +1,12 @@
-"""The ledger's tables, as SQLAlchemy models.
+"""The ledger's tables, as SQLAlchemy Core ``Table`` definitions.
 
-These classes describe the schema for code and for ``alembic check``; they never
-create it. The schema is created and changed only by the Alembic revisions in
-``migrations/``, and a test compares the two so they cannot drift apart.
+These describe the schema for code and for ``alembic check``; they never create it.
+The schema is created and changed only by the Alembic revisions in ``migrations/``,
+and a test compares the two so they cannot drift apart.
+
+Core tables, not ORM classes: the ledger only ever runs Core statements, and the ORM
+(``sqlalchemy.orm`` and declarative class building) is a quarter of what a CLI
+command such as ``agent-gate tasks`` spends starting.
 
 Types are chosen to mean the same on SQLite and PostgreSQL: strings with explicit
 lengths, JSON stored as text (the ledger compares hashes, not JSON values), lease
@@ -12,31 +16,29 @@ comparison in SQL on every dialect.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from sqlalchemy import (
     BigInteger,
+    Column,
     DateTime,
     ForeignKey,
     Index,
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
-    "ApprovalRow",
-    "AuditChainHead",
-    "AuditEvent",
-    "Base",
-    "OperatorRow",
-    "QuotaCharge",
-    "TaskRow",
-    "ToolCallRow",
-    "WebhookCursor",
+    "APPROVALS",
+    "AUDIT_CHAIN",
+    "AUDIT_EVENTS",
+    "OPERATORS",
+    "QUOTA_CHARGES",
+    "TASKS",
+    "TOOL_CALLS",
+    "WEBHOOK_CURSORS",
     "metadata",
 ]
 
@@ -55,225 +57,211 @@ provider's id format with room to spare."""
 TOOL_NAME_LEN = 200
 """Characters of a tool name the ledger keeps (``tool_calls.tool``)."""
 
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
+metadata = MetaData(naming_convention=NAMING)
 
 
-metadata = Base.metadata
+def _at(name: str, *, nullable: bool = False) -> Column[object]:
+    return Column(name, DateTime(timezone=True), nullable=nullable)
 
 
-class TaskRow(Base):
-    """One agent task: the unit a call id is unique within, and what ``recover`` sweeps."""
-
-    __tablename__ = "tasks"
-    __table_args__ = (Index(None, "updated_at", "id"),)  # listings, newest first
-
-    id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    provider: Mapped[str | None] = mapped_column(String(64))
-    terminal: Mapped[str | None] = mapped_column(String(64))
-    """How the last response of the task ended (``completed``, ``truncated``...)."""
-    terminal_reason: Mapped[str | None] = mapped_column(String(500))
-    principal: Mapped[str | None] = mapped_column(Text)
-    """Canonical JSON of the ``Principal`` the task acts for, fixed when first given, so
-    that a resume without the application decides exactly as the application would."""
-    scope: Mapped[str | None] = mapped_column(Text)
-    """Canonical JSON of the task's ``TaskScope`` (name, tools, attributes), likewise."""
-
-
-class ToolCallRow(Base):
-    """One tool call and its side-effect state; see ``agent_gate.ledger.states``."""
-
-    __tablename__ = "tool_calls"
-    __table_args__ = (
-        UniqueConstraint("task_id", "call_id"),
-        UniqueConstraint("task_id", "idem_key"),
-        Index(None, "task_id", "state"),
-        Index(None, "state", "lease_expires_ms"),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    task_id: Mapped[str] = mapped_column(
-        String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT")
-    )
-    call_id: Mapped[str] = mapped_column(String(ID_LEN))
-    """The provider's call id, as the stream carried it."""
-    idem_key: Mapped[str] = mapped_column(String(300))
-    """``call:<call id>`` by default, ``dedupe:<tool>:<hash>`` for tools that declare
-    argument names; unique within the task, so a second row for the same write cannot
-    be inserted even by a racing process."""
-    tool: Mapped[str] = mapped_column(String(TOOL_NAME_LEN))
-    effect: Mapped[str] = mapped_column(String(16))
-    idempotency: Mapped[str] = mapped_column(String(16))
-    args_hash: Mapped[str] = mapped_column(String(64))
-    arguments: Mapped[str | None] = mapped_column(Text)
-    """Canonical JSON of the arguments, kept so that recovery, approval and resume can
-    run the call without the stream; NULL when they never formed a JSON object. Fields
-    the policy redacts appear here only as their redacted stand-ins; the whole object is
-    then in ``sealed_arguments`` (see ``agent_gate.ledger.seal``)."""
-    sealed_arguments: Mapped[str | None] = mapped_column(Text)
-    """The full arguments encrypted with the operator's seal key (AES-256-GCM, bound to
-    this row's task, call id and argument hash); NULL when nothing was redacted."""
-    policy_hash: Mapped[str | None] = mapped_column(String(80))
-    """Hash of the policy that decided the call (an approval must name the same one)."""
-    rule_ids: Mapped[str | None] = mapped_column(Text)
-    """JSON list of the rule ids that decided the call."""
-
-    state: Mapped[str] = mapped_column(String(32))
-    version: Mapped[int] = mapped_column(Integer)
-    attempt: Mapped[int] = mapped_column(Integer)
-    lease_owner: Mapped[str | None] = mapped_column(String(200))
-    lease_expires_ms: Mapped[int | None] = mapped_column(BigInteger)
-
-    result: Mapped[str | None] = mapped_column(Text)
-    """JSON of what the tool returned; NULL with ``result_sha256`` set when too large."""
-    result_sha256: Mapped[str | None] = mapped_column(String(64))
-    result_bytes: Mapped[int | None] = mapped_column(Integer)
-    error: Mapped[str | None] = mapped_column(Text)
-    """JSON ``{"type", "message"}``, bounded and scrubbed (``ledger.privacy``)."""
-    reason_code: Mapped[str | None] = mapped_column(String(64))
-    reason: Mapped[str | None] = mapped_column(String(1000))
-
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-    trace_id: Mapped[str | None] = mapped_column(String(32))
-    """The OpenTelemetry trace the call was first seen in (32 hex digits), so that an
-    operator goes from the call to its trace; NULL without a sampled trace."""
-    span_id: Mapped[str | None] = mapped_column(String(16))
-    """The call's own span in that trace (16 hex digits): what a resume links to."""
+TASKS = Table(
+    "tasks",
+    metadata,
+    Column("id", String(ID_LEN), primary_key=True),
+    _at("created_at"),
+    _at("updated_at"),
+    Column("provider", String(64)),
+    # How the last response of the task ended (``completed``, ``truncated``...).
+    Column("terminal", String(64)),
+    Column("terminal_reason", String(500)),
+    # Canonical JSON of the ``Principal`` the task acts for, fixed when first given, so
+    # that a resume without the application decides exactly as the application would.
+    Column("principal", Text),
+    # Canonical JSON of the task's ``TaskScope`` (name, tools, attributes), likewise.
+    Column("scope", Text),
+    Index(None, "updated_at", "id"),  # listings, newest first
+)
+"""One agent task: the unit a call id is unique within, and what ``recover`` sweeps."""
 
 
-class AuditEvent(Base):
-    """Append-only history: every transition, and every time a call was seen again."""
-
-    __tablename__ = "audit_events"
-    __table_args__ = (Index(None, "task_id", "id"), Index(None, "call_row_id", "id"))
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    task_id: Mapped[str] = mapped_column(String(ID_LEN))
-    call_row_id: Mapped[int | None] = mapped_column(
-        Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT")
-    )
-    call_id: Mapped[str | None] = mapped_column(String(ID_LEN))
-    event: Mapped[str] = mapped_column(String(64))
-    from_state: Mapped[str | None] = mapped_column(String(32))
-    to_state: Mapped[str | None] = mapped_column(String(32))
-    actor: Mapped[str | None] = mapped_column(String(200))
-    detail: Mapped[str | None] = mapped_column(Text)
-    """Bounded JSON of ids, codes and hashes: never argument values."""
-    seq: Mapped[int] = mapped_column(BigInteger, unique=True)
-    """Position in the one audit hash chain: 1, 2, 3... with no gaps."""
-    prev_hash: Mapped[str] = mapped_column(String(64))
-    hash: Mapped[str] = mapped_column(String(64))
-    """SHA-256 over this entry's fields and ``prev_hash`` (``agent_gate.ledger.chain``)."""
-
-
-class AuditChainHead(Base):
-    """The last link of the audit hash chain: one row, locked by every append.
-
-    Appending reads this row under a row lock (``FOR UPDATE`` on PostgreSQL; the
-    database write lock on SQLite), links the new events to it and moves it on, in
-    the transaction that writes them. Two writers therefore can never link to the
-    same predecessor: the chain stays one chain. It also records how long the chain
-    is, so that deleting its newest entries is noticed.
-    """
-
-    __tablename__ = "audit_chain"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    seq: Mapped[int] = mapped_column(BigInteger)
-    hash: Mapped[str] = mapped_column(String(64))
-
-
-class ApprovalRow(Base):
-    """A person's answer to a call that waits for approval.
-
-    An approval is bound to the call's argument hash, to the hash of the policy it was
-    given under and to an expiry; it is consumed (``consumed_at``) in the transaction
-    that moves the call to ``executing``, and only then. A denial is recorded here too.
-    """
-
-    __tablename__ = "approvals"
-    __table_args__ = (Index(None, "call_row_id", "id"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    call_row_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT")
-    )
-    task_id: Mapped[str] = mapped_column(String(ID_LEN))
-    call_id: Mapped[str] = mapped_column(String(ID_LEN))
-    verdict: Mapped[str] = mapped_column(String(16))
-    """``approved`` or ``denied``."""
-    args_hash: Mapped[str] = mapped_column(String(64))
-    policy_hash: Mapped[str | None] = mapped_column(String(80))
-    decided_by: Mapped[str] = mapped_column(String(200))
-    reason: Mapped[str | None] = mapped_column(String(1000))
-    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    expires_ms: Mapped[int | None] = mapped_column(BigInteger)
-    consumed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    consumed_attempt: Mapped[int | None] = mapped_column(Integer)
+TOOL_CALLS = Table(
+    "tool_calls",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT"),
+           nullable=False),
+    # The provider's call id, as the stream carried it.
+    Column("call_id", String(ID_LEN), nullable=False),
+    # ``call:<call id>`` by default, ``dedupe:<tool>:<hash>`` for tools that declare
+    # argument names; unique within the task, so a second row for the same write
+    # cannot be inserted even by a racing process.
+    Column("idem_key", String(300), nullable=False),
+    Column("tool", String(TOOL_NAME_LEN), nullable=False),
+    Column("effect", String(16), nullable=False),
+    Column("idempotency", String(16), nullable=False),
+    Column("args_hash", String(64), nullable=False),
+    # Canonical JSON of the arguments, kept so that recovery, approval and resume can
+    # run the call without the stream; NULL when they never formed a JSON object.
+    # Fields the policy redacts appear here only as their redacted stand-ins; the
+    # whole object is then in ``sealed_arguments`` (see ``agent_gate.ledger.seal``).
+    Column("arguments", Text),
+    # The full arguments encrypted with the operator's seal key (AES-256-GCM, bound to
+    # this row's task, call id and argument hash); NULL when nothing was redacted.
+    Column("sealed_arguments", Text),
+    # Hash of the policy that decided the call (an approval must name the same one).
+    Column("policy_hash", String(80)),
+    # JSON list of the rule ids that decided the call.
+    Column("rule_ids", Text),
+    Column("state", String(32), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("lease_owner", String(200)),
+    Column("lease_expires_ms", BigInteger),
+    # JSON of what the tool returned; NULL with ``result_sha256`` set when too large.
+    Column("result", Text),
+    Column("result_sha256", String(64)),
+    Column("result_bytes", Integer),
+    # JSON ``{"type", "message"}``, bounded and scrubbed (``ledger.privacy``).
+    Column("error", Text),
+    Column("reason_code", String(64)),
+    Column("reason", String(1000)),
+    _at("created_at"),
+    _at("updated_at"),
+    _at("started_at", nullable=True),
+    _at("finished_at", nullable=True),
+    # The OpenTelemetry trace the call was first seen in (32 hex digits), so that an
+    # operator goes from the call to its trace; NULL without a sampled trace.
+    Column("trace_id", String(32)),
+    # The call's own span in that trace (16 hex digits): what a resume links to.
+    Column("span_id", String(16)),
+    UniqueConstraint("task_id", "call_id"),
+    UniqueConstraint("task_id", "idem_key"),
+    Index(None, "task_id", "state"),
+    Index(None, "state", "lease_expires_ms"),
+)
+"""One tool call and its side-effect state; see ``agent_gate.ledger.states``."""
 
 
-class QuotaCharge(Base):
-    """What one authorized call added to one per-task counter of the policy's limits.
-
-    Charged in the transaction that authorizes the call, never refunded: a call that
-    reached ``authorized`` counts even if it later failed or is in doubt, because
-    nobody can prove it did not spend the budget. Amounts are decimal strings, summed
-    exactly in Python.
-    """
-
-    __tablename__ = "quota_charges"
-    __table_args__ = (
-        UniqueConstraint("call_row_id", "counter"),
-        Index(None, "task_id", "counter"),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    task_id: Mapped[str] = mapped_column(
-        String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT")
-    )
-    call_row_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT")
-    )
-    counter: Mapped[str] = mapped_column(String(300))
-    amount: Mapped[str] = mapped_column(String(64))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+AUDIT_EVENTS = Table(
+    "audit_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    _at("at"),
+    Column("task_id", String(ID_LEN), nullable=False),
+    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT")),
+    Column("call_id", String(ID_LEN)),
+    Column("event", String(64), nullable=False),
+    Column("from_state", String(32)),
+    Column("to_state", String(32)),
+    Column("actor", String(200)),
+    # Bounded JSON of ids, codes and hashes: never argument values.
+    Column("detail", Text),
+    # Position in the one audit hash chain: 1, 2, 3... with no gaps.
+    Column("seq", BigInteger, unique=True, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    # SHA-256 over this entry's fields and ``prev_hash`` (``agent_gate.ledger.chain``).
+    Column("hash", String(64), nullable=False),
+    Index(None, "task_id", "id"),
+    Index(None, "call_row_id", "id"),
+)
+"""Append-only history: every transition, and every time a call was seen again."""
 
 
-class OperatorRow(Base):
-    """A person ``agent-gate serve`` lets in, and the tools they may decide.
+AUDIT_CHAIN = Table(
+    "audit_chain",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+)
+"""The last link of the audit hash chain: one row, locked by every append.
 
-    Only the SHA-256 of the token is kept: the token itself is printed once, when
-    the operator is added, and a copy of the database lets nobody in. The tool lists
-    are JSON arrays of names, ``["*"]`` for every tool.
-    """
-
-    __tablename__ = "operators"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    approve_tools: Mapped[str] = mapped_column(Text)
-    resolve_tools: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+Appending reads this row under a row lock (``FOR UPDATE`` on PostgreSQL; the
+database write lock on SQLite), links the new events to it and moves it on, in
+the transaction that writes them. Two writers therefore can never link to the
+same predecessor: the chain stays one chain. It also records how long the chain
+is, so that deleting its newest entries is noticed.
+"""
 
 
-class WebhookCursor(Base):
-    """How far one webhook endpoint has been sent the audit trail (its last ``seq``).
+APPROVALS = Table(
+    "approvals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+           nullable=False),
+    Column("task_id", String(ID_LEN), nullable=False),
+    Column("call_id", String(ID_LEN), nullable=False),
+    # ``approved`` or ``denied``.
+    Column("verdict", String(16), nullable=False),
+    Column("args_hash", String(64), nullable=False),
+    Column("policy_hash", String(80)),
+    Column("decided_by", String(200), nullable=False),
+    Column("reason", String(1000)),
+    _at("decided_at"),
+    Column("expires_ms", BigInteger),
+    _at("consumed_at", nullable=True),
+    Column("consumed_attempt", Integer),
+    Index(None, "call_row_id", "id"),
+)
+"""A person's answer to a call that waits for approval.
 
-    The trail is the outbox: every entry commits with the transition it records. The
-    cursor moves only after the receiver acknowledged, so delivery is at least once.
-    """
+An approval is bound to the call's argument hash, to the hash of the policy it was
+given under and to an expiry; it is consumed (``consumed_at``) in the transaction
+that moves the call to ``executing``, and only then. A denial is recorded here too.
+"""
 
-    __tablename__ = "webhook_cursors"
 
-    name: Mapped[str] = mapped_column(String(100), primary_key=True)
-    seq: Mapped[int] = mapped_column(BigInteger)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+QUOTA_CHARGES = Table(
+    "quota_charges",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT"),
+           nullable=False),
+    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+           nullable=False),
+    Column("counter", String(300), nullable=False),
+    Column("amount", String(64), nullable=False),
+    _at("at"),
+    UniqueConstraint("call_row_id", "counter"),
+    Index(None, "task_id", "counter"),
+)
+"""What one authorized call added to one per-task counter of the policy's limits.
+
+Charged in the transaction that authorizes the call, never refunded: a call that
+reached ``authorized`` counts even if it later failed or is in doubt, because
+nobody can prove it did not spend the budget. Amounts are decimal strings, summed
+exactly in Python.
+"""
+
+
+OPERATORS = Table(
+    "operators",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), unique=True, nullable=False),
+    Column("token_hash", String(64), unique=True, nullable=False),
+    Column("approve_tools", Text, nullable=False),
+    Column("resolve_tools", Text, nullable=False),
+    _at("created_at"),
+)
+"""A person ``agent-gate serve`` lets in, and the tools they may decide.
+
+Only the SHA-256 of the token is kept: the token itself is printed once, when
+the operator is added, and a copy of the database lets nobody in. The tool lists
+are JSON arrays of names, ``["*"]`` for every tool.
+"""
+
+
+WEBHOOK_CURSORS = Table(
+    "webhook_cursors",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    _at("updated_at"),
+)
+"""How far one webhook endpoint has been sent the audit trail (its last ``seq``).
+
+The trail is the outbox: every entry commits with the transition it records. The
+cursor moves only after the receiver acknowledged, so delivery is at least once.
+"""

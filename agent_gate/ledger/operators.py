@@ -21,14 +21,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Engine, Table, delete, insert, select
+from sqlalchemy import Engine, delete, insert, select
 
 from agent_gate.errors import OperatorRefused
 from agent_gate.ledger import audit, reads
 from agent_gate.ledger.dialect import begin_read, begin_write
-from agent_gate.ledger.models import OperatorRow
+from agent_gate.ledger.models import OPERATORS
 
 __all__ = [
     "ALL_TOOLS",
@@ -41,7 +41,7 @@ __all__ = [
     "parse_tools",
 ]
 
-_TABLE = cast(Table, OperatorRow.__table__)
+_TABLE = OPERATORS
 ALL_TOOLS = "*"
 TOKEN_PREFIX = "agop_"
 """Tokens start with this, so a secret scanner (and a person) can tell one apart."""

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Engine, Table, insert, select, update
+from sqlalchemy import Engine, insert, select, update
 
 from agent_gate.ledger.audit import AuditRecord
 from agent_gate.ledger.dialect import begin_read, begin_write
-from agent_gate.ledger.models import WebhookCursor
+from agent_gate.ledger.models import WEBHOOK_CURSORS
 from agent_gate.ledger.pages import AuditQuery, audit_page
 
 __all__ = ["EVENT_KINDS", "Notice", "advance", "cursor", "notice_of", "notices_after"]
 
-_TABLE = cast(Table, WebhookCursor.__table__)
+_TABLE = WEBHOOK_CURSORS
 EVENT_KINDS = ("awaiting_approval", "in_doubt", "resolved")
 """What a webhook may subscribe to: a call starts waiting for a person, becomes in
 doubt, or is resolved (approved, denied, or settled out of doubt)."""

@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, and_, exists, func, or_, select
+from sqlalchemy import Connection, and_, exists, func, or_, select
 
 from agent_gate.ledger.audit import AuditRecord, record_of
-from agent_gate.ledger.models import AuditEvent
+from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.records import CALLS, TASKS, TaskSummary, task_record
 from agent_gate.ledger.states import CallState
 
@@ -37,7 +37,7 @@ __all__ = ["MAX_PAGE", "AuditQuery", "TaskQuery", "audit_json", "audit_page", "t
 MAX_PAGE = 10_000
 """The most rows one page read returns; a listing of more streams several pages."""
 
-_EVENTS = cast(Table, AuditEvent.__table__)
+_EVENTS = AUDIT_EVENTS
 
 
 @dataclass(frozen=True, slots=True)

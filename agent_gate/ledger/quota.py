@@ -18,16 +18,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import cast
 
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, select
 
 from agent_gate.ledger.dialect import insert_ignore
-from agent_gate.ledger.models import QuotaCharge
+from agent_gate.ledger.models import QUOTA_CHARGES
 
 __all__ = ["charge", "charges_of", "usage"]
 
-_CHARGES = cast(Table, QuotaCharge.__table__)
+_CHARGES = QUOTA_CHARGES
 
 
 def usage(

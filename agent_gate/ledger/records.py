@@ -15,14 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 
 from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
-from agent_gate.ledger.models import TaskRow, ToolCallRow
+from agent_gate.ledger.models import TASKS, TOOL_CALLS
 from agent_gate.ledger.prepared import result_processors
 from agent_gate.ledger.states import CallState, Event
 
@@ -47,8 +46,8 @@ __all__ = [
 ]
 
 # The mapped classes' tables, typed as the Core ``Table`` they are.
-CALLS = cast(Table, ToolCallRow.__table__)
-TASKS = cast(Table, TaskRow.__table__)
+CALLS = TOOL_CALLS
+TASKS = TASKS
 CALL_COLUMNS = tuple(CALLS.c)
 """Every ``tool_calls`` column, in the order ``call_record`` unpacks a row."""
 _FIELD_ORDER = (

@@ -23,7 +23,7 @@ from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger import Ledger, TaskRecord
 from agent_gate.ledger.chain import CHAIN_VERSION, GENESIS, _body_text, entry_hash, timestamp_us
 from agent_gate.ledger.dialect import begin_write
-from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger.models import TASKS
 from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
 
@@ -193,7 +193,7 @@ def test_a_known_task_still_refuses_another_principal_and_binds_a_first_one(
         with pytest.raises(TaskContextConflict):
             ledger.record(_new("c5", principal='{"p":"mallory"}'))
         with begin_write(ledger.engine) as conn:
-            stored = conn.execute(select(TaskRow.principal).where(TaskRow.id == "t1")).scalar()
+            stored = conn.execute(select(TASKS.c.principal).where(TASKS.c.id == "t1")).scalar()
         assert stored == '{"p":"alice"}'
         assert [c.call_id for c in ledger.calls("t1")] == ["c1", "c2", "c3", "c4"]
         assert ledger.verify_audit().ok

@@ -15,12 +15,12 @@ from sqlalchemy import bindparam, event, exc, insert, select
 
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.dialect import begin_read, begin_write
-from agent_gate.ledger.models import TaskRow
+from agent_gate.ledger.models import TASKS
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
 
-_TASKS = TaskRow.__table__
+_TASKS = TASKS
 
 
 def _new(call_id: str = "c1") -> NewCall:
@@ -94,9 +94,9 @@ def test_statement_listeners_see_the_hot_statements(db_url: str) -> None:
 
 
 def ledger_table() -> Any:
-    from agent_gate.ledger.models import ToolCallRow
+    from agent_gate.ledger.models import TOOL_CALLS
 
-    return ToolCallRow.__table__
+    return TOOL_CALLS
 
 
 def _aware(value: datetime) -> datetime:
