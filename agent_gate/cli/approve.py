@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from agent_gate.cli._operator import failures, find_call, open_gate, person
+from agent_gate.cli._operator import failures, find_call, open_gate, open_ledger, person
 from agent_gate.cli._options import call_options, decided_by_options, parse_duration
 from agent_gate.cli._output import emit_json, when
 
@@ -31,10 +31,22 @@ def approve_command(
     ttl = parse_duration(expires_in)
     who = person(by)
     assert who is not None
-    with failures(), open_gate(url, policy=policy_file) as gate:
-        task_id = find_call(gate.ledger, call_id, task_id).task_id
-        approval, new = gate.approve(call_id, by=who, reason=reason, task_id=task_id, ttl=ttl)
-        rec = gate.ledger.get(approval.task_id, approval.call_id)
+    with failures():
+        if policy_file is None:
+            # The ledger alone: the approval binds to the policy that asked for it.
+            from agent_gate.gate import desk
+
+            with open_ledger(url) as ledger:
+                task_id = find_call(ledger, call_id, task_id).task_id
+                approval, new = desk.approve(ledger, call_id, by=who, task_id=task_id,
+                                             reason=reason, ttl=ttl)
+                rec = ledger.get(approval.task_id, approval.call_id)
+        else:
+            with open_gate(url, policy=policy_file) as gate:
+                task_id = find_call(gate.ledger, call_id, task_id).task_id
+                approval, new = gate.approve(call_id, by=who, reason=reason, task_id=task_id,
+                                             ttl=ttl)
+                rec = gate.ledger.get(approval.task_id, approval.call_id)
     if as_json:
         emit_json({**approval.to_dict(), "new": new, "tool": rec.tool if rec else None})
         return
@@ -60,11 +72,17 @@ def deny_command(
     """Deny CALL_ID, which waits for approval: it is rejected and never runs."""
     who = person(by)
     assert who is not None
-    with failures(), open_gate(url) as gate:
-        task_id = find_call(gate.ledger, call_id, task_id).task_id
-        outcome = gate.deny(call_id, by=who, reason=reason, task_id=task_id)
+    from agent_gate.gate import desk
+    from agent_gate.telemetry import observer
+
+    with failures(), open_ledger(url) as ledger:
+        task_id = find_call(ledger, call_id, task_id).task_id
+        rec = desk.deny(ledger, call_id, by=who, task_id=task_id, reason=reason,
+                        observer=observer()).record
     if as_json:
-        emit_json({"task_id": outcome.task_id, **outcome.to_dict()})
+        from agent_gate.gate.outcome import outcome_of
+
+        emit_json({"task_id": rec.task_id, **outcome_of(rec, replayed=False).to_dict()})
         return
-    click.echo(f"denied: call {outcome.call_id} ({outcome.tool}) of task {outcome.task_id} "
-               f"is {outcome.state.value}; it will not run")
+    click.echo(f"denied: call {rec.call_id} ({rec.tool}) of task {rec.task_id} "
+               f"is {rec.state.value}; it will not run")

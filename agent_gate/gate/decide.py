@@ -334,6 +334,21 @@ class Decider:
             principal_id = principal_from_json(task.principal if task else None).id
         return self.rules.policy.approval_refusal(rec.tool, approver, principal_id)
 
+    @property
+    def policy_hash(self) -> str:
+        """The hash approvals under this gate's policy file are bound to."""
+        assert self.rules is not None
+        return self.rules.hash
+
+    def rebinding_refusal(self, rec: CallRecord) -> str | None:
+        """Why this gate's policy will not take over the approval of ``rec``, which
+        another policy asked for: it denies the call (None: it does not)."""
+        decision = self.evaluate_now(rec)
+        if decision.effect is not DecisionEffect.DENY:
+            return None
+        return (f"policy {self.policy_hash} denies call {rec.call_id!r} "
+                f"({', '.join(decision.rule_ids)}); deny it instead")
+
     def evaluate_now(self, rec: CallRecord) -> PolicyDecision:
         """The policy's decision for ``rec`` as the ledger stands (outside a write)."""
         arguments, why = self.keys.of(rec)

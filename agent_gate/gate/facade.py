@@ -29,13 +29,10 @@ from agent_gate.autodetect import DetectingAccumulator, accumulator
 from agent_gate.calls import ToolCall
 from agent_gate.errors import (
     AgentGateError,
-    AmbiguousCall,
-    ApprovalRefused,
     GateUsageError,
-    NotAwaitingApproval,
     NotInDoubt,
 )
-from agent_gate.gate import waiting
+from agent_gate.gate import desk, waiting
 from agent_gate.gate.decide import Authorizer, Decider
 from agent_gate.gate.driver import CallDriver, lease_end
 from agent_gate.gate.finish import Finisher
@@ -53,7 +50,7 @@ from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import CallRecord, StoredResult
 from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
 from agent_gate.ledger.store import Ledger
-from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
+from agent_gate.policy import Policy, Principal, TaskScope
 from agent_gate.telemetry import Observer
 from agent_gate.telemetry import observer as default_observer
 from agent_gate.tools import Effect, Reconciliation, ToolRegistry
@@ -327,39 +324,10 @@ class Gate:
         that one (``ApprovalRefused`` if that policy denies the call). The call runs
         when a gate with that same policy next sees it (``resume``, ``execute``).
         """
-        if not by or not by.strip():
-            raise GateUsageError("an approval names who gives it (by=)")
-        why = self.ledger.approval_ttl_problem(ttl)
-        if why is not None:
-            raise GateUsageError(f"ttl: {why} (or None: no expiry)")
-        rec = self._find_one(call, task_id)
-        refusal = self._decider.approver_refusal(rec, by.strip())
-        if refusal is not None:
-            self.ledger.note(
-                rec,
-                "approval_refused",
-                actor=f"operator:{by.strip()}",
-                detail={"reason": refusal, "policy_hash": self.rules.hash if self.rules else None},
-            )
-            raise ApprovalRefused(refusal)
-        policy_hash: str | None = None
-        if self.rules is not None and rec.policy_hash != self.rules.hash:
-            if rec.state is not CallState.AWAITING_APPROVAL:
-                raise NotAwaitingApproval(
-                    f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
-                    "not awaiting approval"
-                )
-            decision = self._decider.evaluate_now(rec)
-            if decision.effect is DecisionEffect.DENY:
-                raise ApprovalRefused(
-                    f"policy {self.rules.hash} denies call {rec.call_id!r} "
-                    f"({', '.join(decision.rule_ids)}); deny it instead"
-                )
-            policy_hash = self.rules.hash
-        return self.ledger.approve(
-            rec, by=by.strip(), reason=reason, policy_hash=policy_hash,
-            ttl_ms=int(ttl * 1000) if ttl is not None else None,  # from the database's clock
-        )
+        call_id, task_id = self._name(call, task_id)
+        check = self._decider if self.rules is not None else None
+        return desk.approve(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
+                            ttl=ttl, check=check)
 
     def deny(
         self,
@@ -370,13 +338,9 @@ class Gate:
         task_id: str | None = None,
     ) -> Outcome:
         """A person denies a call that waits for approval: it is rejected, never run."""
-        if not by or not by.strip():
-            raise GateUsageError("a denial names who gives it (by=)")
-        rec = self._find_one(call, task_id)
-        tr = self.ledger.deny(rec, by=by.strip(), reason=reason)
-        if tr.won:
-            self.telemetry.operator(rec.task_id, rec.call_id, rec.tool, rec.state.value,
-                                    tr.record.state.value, f"operator:{by.strip()}")
+        call_id, task_id = self._name(call, task_id)
+        tr = desk.deny(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
+                       observer=self.telemetry)
         return outcome_of(tr.record, replayed=False)
 
     def resolve(
@@ -461,17 +425,15 @@ class Gate:
         rec = await asyncio.to_thread(self._find_one, call, task_id)
         return await waiting.await_answer(self.ledger, rec, timeout)
 
+    @staticmethod
+    def _name(call: str | Outcome, task_id: str | None) -> tuple[str, str | None]:
+        """The call id and task an argument names (an ``Outcome`` carries its task)."""
+        if isinstance(call, str):
+            return call, task_id
+        return call.call_id, task_id if task_id is not None else call.task_id
+
     def _find_one(self, call: str | Outcome, task_id: str | None) -> CallRecord:
-        call_id = call if isinstance(call, str) else call.call_id
-        if task_id is None and isinstance(call, Outcome):
-            task_id = call.task_id
-        recs = self.ledger.find(call_id, task_id)
-        if not recs:
-            where = f" in task {task_id!r}" if task_id is not None else ""
-            raise GateUsageError(f"no call {call_id!r}{where} in the ledger")
-        if len(recs) > 1:
-            raise AmbiguousCall(f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id")
-        return recs[0]
+        return desk.find_one(self.ledger, *self._name(call, task_id))
 
     # ------------------------------------------------------------ streams
 

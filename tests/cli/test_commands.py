@@ -105,3 +105,36 @@ def test_tasks_imports_the_ledger_alone(argv: tuple[str, ...], tmp_path: Path) -
     modules = _modules_after(*argv, "--db", url)
     assert _loaded(modules, "agent_gate.ledger")
     assert [m for m in HEAVY if _loaded(modules, m)] == []
+
+
+def _waiting_call(tmp_path: Path) -> tuple[str, str]:
+    """A ledger with the demo's calls, one of them waiting for approval: (url, call id)."""
+    from agent_gate.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with pytest.raises(SystemExit) as done:
+        main(["demo", "--db", url])
+    assert done.value.code in (0, None)
+    with Ledger(url) as ledger:
+        waiting = [c for c in ledger.calls("demo") if c.state.value == "awaiting_approval"]
+    assert len(waiting) == 1
+    return url, waiting[0].call_id
+
+
+@pytest.mark.parametrize("verb", ["approve", "deny"])
+def test_an_answer_without_a_policy_imports_the_ledger_alone(verb: str, tmp_path: Path) -> None:
+    """``approve``/``deny`` without ``--policy`` answer through ``gate.desk``: neither
+    the ``Gate`` nor the policy, schema or provider code it brings is imported."""
+    from agent_gate.ledger import Ledger
+
+    url, call_id = _waiting_call(tmp_path)
+    modules = _modules_after(verb, call_id, "--by", "alice", "--db", url)
+    assert "agent_gate.gate.desk" in modules
+    heavy = [m for m in HEAVY if m != "agent_gate.gate"] + ["agent_gate.gate.facade"]
+    assert [m for m in heavy if _loaded(modules, m)] == []
+    with Ledger(url) as ledger:
+        (rec,) = ledger.find(call_id, "demo")
+        answered = ledger.approval(rec) if verb == "approve" else None
+    assert rec.state.value == ("awaiting_approval" if verb == "approve" else "rejected")
+    if verb == "approve":
+        assert answered is not None and answered.decided_by == "alice"

@@ -1,0 +1,119 @@
+"""A person's answer to a call that waits: find it, approve it or deny it.
+
+Why a module apart from the facade: ``agent-gate approve`` and ``deny`` without
+``--policy`` need the ledger and nothing else, and importing the ``Gate`` (the policy
+models, jsonschema, the providers) was most of what those commands spent starting.
+``Gate.approve``/``Gate.deny`` call these same functions, passing their policy as the
+``ApprovalCheck``: one body whichever way an answer arrives.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from agent_gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, NotAwaitingApproval
+from agent_gate.ledger.states import CallState
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.approvals import ApprovalRecord
+    from agent_gate.ledger.records import CallRecord, Transition
+    from agent_gate.ledger.store import Ledger
+    from agent_gate.telemetry import Observer
+
+__all__ = ["ApprovalCheck", "approve", "deny", "find_one"]
+
+
+class ApprovalCheck(Protocol):
+    """What a gate's policy file adds to an approval (``decide.Decider`` with rules)."""
+
+    @property
+    def policy_hash(self) -> str:
+        """The hash an approval given under this policy is bound to."""
+        ...
+
+    def approver_refusal(self, rec: CallRecord, approver: str) -> str | None:
+        """Why ``approver`` may not approve ``rec`` (None: they may)."""
+        ...
+
+    def rebinding_refusal(self, rec: CallRecord) -> str | None:
+        """Why this policy will not take over the approval of ``rec``, which another
+        policy asked for (None: it allows or asks too)."""
+        ...
+
+
+def find_one(ledger: Ledger, call_id: str, task_id: str | None) -> CallRecord:
+    """The one call ``call_id`` (of ``task_id``) names."""
+    recs = ledger.find(call_id, task_id)
+    if not recs:
+        where = f" in task {task_id!r}" if task_id is not None else ""
+        raise GateUsageError(f"no call {call_id!r}{where} in the ledger")
+    if len(recs) > 1:
+        raise AmbiguousCall(f"call id {call_id!r} exists in {len(recs)} tasks; pass task_id")
+    return recs[0]
+
+
+def approve(
+    ledger: Ledger,
+    call_id: str,
+    *,
+    by: str,
+    task_id: str | None,
+    reason: str | None,
+    ttl: float | None,
+    check: ApprovalCheck | None = None,
+) -> tuple[ApprovalRecord, bool]:
+    """Approve a waiting call; returns the approval and whether it is new.
+
+    Bound to the call's argument hash, to the hash of the policy that asked for it
+    (or, with ``check``, of that policy once it re-evaluated the call) and to an
+    expiry ``ttl`` seconds from the database's clock (None: none).
+    """
+    if not by or not by.strip():
+        raise GateUsageError("an approval names who gives it (by=)")
+    why = ledger.approval_ttl_problem(ttl)
+    if why is not None:
+        raise GateUsageError(f"ttl: {why} (or None: no expiry)")
+    who = by.strip()
+    rec = find_one(ledger, call_id, task_id)
+    policy_hash: str | None = None
+    if check is not None:
+        refusal = check.approver_refusal(rec, who)
+        if refusal is not None:
+            ledger.note(rec, "approval_refused", actor=f"operator:{who}",
+                        detail={"reason": refusal, "policy_hash": check.policy_hash})
+            raise ApprovalRefused(refusal)
+        if rec.policy_hash != check.policy_hash:
+            if rec.state is not CallState.AWAITING_APPROVAL:
+                raise NotAwaitingApproval(
+                    f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
+                    "not awaiting approval"
+                )
+            refusal = check.rebinding_refusal(rec)
+            if refusal is not None:
+                raise ApprovalRefused(refusal)
+            policy_hash = check.policy_hash
+    return ledger.approve(
+        rec, by=who, reason=reason, policy_hash=policy_hash,
+        ttl_ms=int(ttl * 1000) if ttl is not None else None,
+    )
+
+
+def deny(
+    ledger: Ledger,
+    call_id: str,
+    *,
+    by: str,
+    task_id: str | None,
+    reason: str | None,
+    observer: Observer,
+) -> Transition:
+    """Deny a waiting call: ``awaiting_approval -> rejected``; it never runs."""
+    if not by or not by.strip():
+        raise GateUsageError("a denial names who gives it (by=)")
+    who = by.strip()
+    rec = find_one(ledger, call_id, task_id)
+    tr = ledger.deny(rec, by=who, reason=reason)
+    if tr.won:
+        observer.operator(rec.task_id, rec.call_id, rec.tool, rec.state.value,
+                          tr.record.state.value, f"operator:{who}")
+    return tr
