@@ -15,8 +15,13 @@ excluded.
 
 On PostgreSQL (``AGENT_GATE_TEST_POSTGRES_URL``, or a server that trusts local
 connections on 127.0.0.1:5432), 1, 2, 4 and 8 worker processes execute
-disjoint calls (throughput), then all of them race on the same calls, and every
-run of the tool is logged: each call must have run exactly once.
+disjoint calls of a task each (throughput), then all of them race on the same
+calls, and every run of the tool is logged: each call must have run exactly once.
+Then the throughput run again behind ``netproxy``, which adds a fixed delay each
+way: on one machine the server answers in microseconds and workers contend for its
+two cores; across a network each round trip costs milliseconds, workers wait on it,
+and what bounds scaling is rows they all lock (the audit chain's head) and the
+round trips each call spends (counted by the proxy).
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness import paired, paired_ratio
+from netproxy import Proxy
 from sqlalchemy import event
 
 from agent_gate import Gate, ToolRegistry
@@ -265,8 +272,14 @@ def _postgres_url() -> str | None:
     return "postgresql+psycopg://postgres@127.0.0.1:5432/agent_gate_bench"
 
 
-def _workers(url: str, task: str, shares: list[tuple[int, int]], log: Path) -> float:
-    """Start one process per share, release them together, return the wall time."""
+def _workers(
+    url: str,
+    shares: list[tuple[str, int, int]],
+    log: Path,
+    on_ready: Callable[[], None] | None = None,
+) -> float:
+    """Start one process per share (task, first call, count), release them together
+    (``on_ready`` runs once all are connected, before the release), return the wall time."""
     go = log.with_suffix(".go")
     procs = [
         subprocess.Popen(
@@ -283,12 +296,14 @@ def _workers(url: str, task: str, shares: list[tuple[int, int]], log: Path) -> f
             stdout=subprocess.PIPE,
             text=True,
         )
-        for a, n in shares
+        for task, a, n in shares
     ]
     while len(list(go.parent.glob(go.name + ".*.ready"))) < len(procs):
         if any(p.poll() not in (None, 0) for p in procs):
             raise RuntimeError("a gate worker failed to start")
         time.sleep(0.02)
+    if on_ready is not None:
+        on_ready()
     go.touch()
     times = []
     for proc in procs:
@@ -296,6 +311,45 @@ def _workers(url: str, task: str, shares: list[tuple[int, int]], log: Path) -> f
         assert proc.returncode == 0, "gate worker failed"
         times.append(json.loads(stdout.strip().splitlines()[-1])["seconds"])
     return max(times)
+
+
+def _ran(*logs: Path) -> list[Counter[str]]:
+    return [Counter(path.read_text().split()) for path in logs]
+
+
+NET_DELAY_MS = 1.5
+"""Added by the proxy in each direction: a round trip costs at least 3 ms, as between
+machines of one region, so that workers wait on the network rather than on this
+machine's two cores."""
+
+
+def _networked(url: str, quick: bool, tmp: Path) -> dict[str, Any]:
+    """Workers on distinct tasks behind a delaying proxy: how throughput scales when
+    the database is across a network, and the round trips each call costs."""
+    from sqlalchemy.engine import make_url
+
+    per = 15 if quick else 60
+    target = make_url(url)
+    rows = []
+    with Proxy((target.host or "127.0.0.1", target.port or 5432),
+               delay_ms=NET_DELAY_MS) as proxy:
+        proxied = target.set(host="127.0.0.1", port=proxy.port).render_as_string(
+            hide_password=False)
+        for workers in (1, 2, 4, 8):
+            log = tmp / f"net-{workers}.log"
+            shares = [(f"net-{workers}-{k}", k * per, per) for k in range(workers)]
+            wall = _workers(proxied, shares, log, on_ready=proxy.reset)
+            trips = proxy.round_trips()
+            (ran,) = _ran(log)
+            rows.append({
+                "workers": workers,
+                "calls": per * workers,
+                "calls_per_s": per * workers / wall,
+                "round_trips_per_call": trips / (per * workers),
+                "duplicate_executions": sum(n - 1 for n in ran.values() if n > 1),
+                "calls_never_run": per * workers - len(ran),
+            })
+    return {"delay_ms": NET_DELAY_MS, "rows": rows}
 
 
 def _postgres(quick: bool) -> dict[str, Any] | None:
@@ -309,12 +363,15 @@ def _postgres(quick: bool) -> dict[str, Any] | None:
         for workers in (1, 2, 4, 8):
             per = calls // workers
             log = Path(tmp) / f"run-{workers}.log"
-            wall = _workers(url, f"tp-{workers}", [(k * per, per) for k in range(workers)], log)
+            # Each worker its own task, as each agent run is: calls of one task share
+            # that task's audit chain head, calls of different tasks share no row.
+            wall = _workers(url, [(f"tp-{workers}-{k}", k * per, per) for k in range(workers)],
+                            log)
             race_log = Path(tmp) / f"race-{workers}.log"
             race_calls = calls // 4
-            _workers(url, f"race-{workers}", [(0, race_calls)] * workers, race_log)
-            # Each phase has its own task, so a call number may appear once per log.
-            runs = [Counter(path.read_text().split()) for path in (log, race_log)]
+            _workers(url, [(f"race-{workers}", 0, race_calls)] * workers, race_log)
+            # Each phase has its own tasks, so a call number may appear once per log.
+            runs = _ran(log, race_log)
             duplicates = sum(n - 1 for ran in runs for n in ran.values() if n > 1)
             missing = (per * workers - len(runs[0])) + (race_calls - len(runs[1]))
             rows.append(
@@ -327,7 +384,8 @@ def _postgres(quick: bool) -> dict[str, Any] | None:
                     "calls_never_run": missing,
                 }
             )
-    return {"url": url.split("@")[-1], "rows": rows}
+        networked = _networked(url, quick, Path(tmp))
+    return {"url": url.split("@")[-1], "rows": rows, "networked": networked}
 
 
 def run_section(quick: bool) -> dict[str, Any]:
@@ -374,6 +432,24 @@ def markdown(section: dict[str, Any]) -> list[str]:
             f"{row['race_calls']} | {row['duplicate_executions']} | {row['calls_never_run']} |"
         )
     lines.append("")
+    net = pg["networked"]
+    lines += [
+        f"Behind a loopback proxy adding {net['delay_ms']} ms each way (a round trip costs "
+        f"{2 * net['delay_ms']:.0f} ms or more, as across a network): workers on distinct "
+        "tasks, round trips counted by the proxy.",
+        "",
+        "| workers | calls | calls/s | vs 1 worker | round trips per call "
+        "| duplicate executions | calls never run |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    one = net["rows"][0]["calls_per_s"]
+    for row in net["rows"]:
+        lines.append(
+            f"| {row['workers']} | {row['calls']} | {row['calls_per_s']:,.0f} | "
+            f"{row['calls_per_s'] / one:.1f}x | {row['round_trips_per_call']:.1f} | "
+            f"{row['duplicate_executions']} | {row['calls_never_run']} |"
+        )
+    lines.append("")
     return lines
 
 
@@ -391,7 +467,8 @@ def targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
         (
             "Gate on SQLite synchronous=FULL >= 0.8x the two-commit floor (paired)",
             full["gate_vs_floor"] >= 0.8,
-            f"{full['gate_vs_floor']:.2f}x ({full['gate_commits_per_call']:.1f} commits vs {COMMITS}); "
+            f"{full['gate_vs_floor']:.2f}x ({full['gate_commits_per_call']:.1f} commits vs "
+            f"{COMMITS}); "
             f"bound: 0.8x leaves {budget:.0f} us of CPU per transition beyond what the floor "
             f"spends (the CPU target allows 150); the ledger's own statements on raw sqlite3 "
             f"reach {full['statements_vs_floor']:.2f}x",
@@ -417,7 +494,18 @@ def targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
                 " -> ".join(f"{r['calls_per_s']:,.0f}" for r in rows) + " calls/s",
             )
         )
-        dups = sum(r["duplicate_executions"] for r in rows)
+        net = pg["networked"]["rows"]
+        scale = net[-1]["calls_per_s"] / net[0]["calls_per_s"]
+        verdicts.append(
+            (
+                f"PostgreSQL behind {pg['networked']['delay_ms']} ms each way: "
+                f"{net[-1]['workers']} workers >= 5x one",
+                scale >= 5,
+                f"{scale:.1f}x ({net[0]['calls_per_s']:,.0f} -> {net[-1]['calls_per_s']:,.0f} "
+                f"calls/s; {net[0]['round_trips_per_call']:.1f} round trips per call)",
+            )
+        )
+        dups = sum(r["duplicate_executions"] for r in rows + net)
         verdicts.append(
             ("PostgreSQL: zero duplicate executions in every run", dups == 0, f"{dups}")
         )
