@@ -103,7 +103,7 @@ class Worker:
     ) -> None:
         command = [sys.executable, str(WORKER), peer, where, str(runs)]
         if trace is not None:
-            syscalls = "trace=fsync,fdatasync,chdir"
+            syscalls = "trace=fsync,fdatasync,sendto,chdir"
             command = [
                 "strace",
                 "-f",
@@ -221,22 +221,26 @@ def _once(worker: Worker) -> dict[str, int]:
     }
 
 
+TRACED_FIRST_CALL = 1_000_000
 _SYNC = re.compile(r"^\d+\s+(fsync|fdatasync)\(")
+_SEND = re.compile(r"^\d+\s+sendto\(")
 _MARK = re.compile(r"^\d+\s+chdir\(")
 
 
-def _syncs_between_marks(trace: Path) -> int:
+def _between_marks(trace: Path, syscall: re.Pattern[str]) -> int:
     inside, count = False, 0
     for line in trace.read_text().splitlines():
         if _MARK.match(line):
             inside = not inside
-        elif inside and _SYNC.match(line):
+        elif inside and syscall.match(line):
             count += 1
     return count
 
 
-def _fsyncs(wheres: dict[str, str], tmp: Path, calls: int) -> dict[str, float]:
-    """fsync + fdatasync per call of each candidate's process, warm, under strace.
+def _counts(wheres: dict[str, str], tmp: Path, calls: int) -> dict[str, dict[str, float]]:
+    """Per call of each candidate's process, warm, under strace: fsync + fdatasync,
+    and ``sendto`` (libpq sends each request once and waits for the answer, so on
+    PostgreSQL a send is a round trip; background threads' sends count too).
 
     The processes start together (imports are the slow part) and are driven one
     at a time; only the syscalls between the two ``mark`` commands count.
@@ -249,7 +253,9 @@ def _fsyncs(wheres: dict[str, str], tmp: Path, calls: int) -> dict[str, float]:
         for worker in workers.values():
             worker.wait()
         for worker in workers.values():
-            worker.batch(3)
+            # New call ids: on PostgreSQL the timed run's calls are still in the database.
+            worker.issued = TRACED_FIRST_CALL
+            worker.batch(10)  # warm: psycopg prepares a statement at its fifth run
             worker.ask("mark")
             worker.batch(calls)
             worker.ask("mark")
@@ -257,7 +263,13 @@ def _fsyncs(wheres: dict[str, str], tmp: Path, calls: int) -> dict[str, float]:
     finally:
         for worker in workers.values():
             worker.kill()
-    return {peer: _syncs_between_marks(tmp / f"{peer}.strace") / calls for peer in workers}
+    return {
+        peer: {
+            "fsyncs_per_call": _between_marks(tmp / f"{peer}.strace", _SYNC) / calls,
+            "sends_per_call": _between_marks(tmp / f"{peer}.strace", _SEND) / calls,
+        }
+        for peer in workers
+    }
 
 
 def _redis_fsyncs(tmp: Path, calls: int) -> float:
@@ -327,15 +339,22 @@ def _measure(
     if count:
         traced = tmp / "traced"
         traced.mkdir()
-        # Fresh files for SQLite; PostgreSQL's fsyncs are the server's, not this process's.
-        fresh = {name: traced / name for name in wheres if store == SQLITE and name != "powertools"}
-        for directory in fresh.values():
-            directory.mkdir()
-        counted = _fsyncs({n: str(d) for n, d in fresh.items()}, traced, max(batch, 10))
+        # Fresh files for SQLite; PostgreSQL's fsyncs are the server's, its round trips
+        # this process's. Powertools' fsyncs are its Redis server's, counted apart.
+        where = {name: url for name, url in wheres.items() if name != "powertools"}
+        if store == SQLITE:
+            for name in where:
+                (traced / name).mkdir()
+                where[name] = str(traced / name)
+        counted = _counts(where, traced, max(batch, 10))
         if "powertools" in wheres:
-            counted["powertools"] = _redis_fsyncs(traced, max(batch, 10))
+            counted["powertools"] = {"fsyncs_per_call": _redis_fsyncs(traced, max(batch, 10))}
         for row in rows:
-            row["fsyncs_per_call"] = counted.get(row["candidate"])
+            got = counted.get(row["candidate"], {})
+            if store == SQLITE:
+                row["fsyncs_per_call"] = got.get("fsyncs_per_call")
+            else:
+                row["round_trips_per_call"] = got.get("sends_per_call")
     return {"store": store, "rows": rows}
 
 
@@ -463,15 +482,18 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "",
     ]
     for store, result in section["stores"].items():
+        count = "fsyncs per call" if store == SQLITE else "round trips per call"
+        key = "fsyncs_per_call" if store == SQLITE else "round_trips_per_call"
         lines += [
             f"**{STORE_TITLE[store]}**",
             "",
-            "| candidate | calls/s | per call (min-max) | ratio | fsyncs per call | ran once |",
+            f"| candidate | calls/s | per call (min-max) | ratio | {count} | ran once |",
             "|---|---:|---:|---:|---:|---|",
         ]
-        for row in sorted(result["rows"], key=lambda r: -r["calls_per_s"]):
+        # agent-gate first, then by the paired ratio (the comparison that saw the same moments)
+        for row in sorted(result["rows"], key=lambda r: -(r["ratio_vs_agent_gate"] or 0)):
             ratio = row["ratio_vs_agent_gate"]
-            fsyncs = row.get("fsyncs_per_call")
+            counted = row.get(key)
             once = (
                 f"yes, {row['issued']} of {row['issued']}"
                 if row["exactly_once"]
@@ -481,12 +503,15 @@ def markdown(section: dict[str, Any]) -> list[str]:
                 f"| {_label(row['candidate'], batch, store)} | {row['calls_per_s']:,.0f} | "
                 f"{row['us_per_call'] / 1000:,.2f} ms ({row['min_us'] / 1000:,.2f}-"
                 f"{row['max_us'] / 1000:,.2f}) | {f'{ratio:.2f}x' if ratio else '-'} | "
-                f"{'-' if fsyncs is None else f'{fsyncs:.1f}'} | {once} |"
+                f"{'-' if counted is None else f'{counted:.1f}'} | {once} |"
             )
         lines.append("")
-    if POSTGRES in section["stores"]:
+    if section["fsyncs_counted"]:
         lines += [
-            "fsyncs on PostgreSQL are the server's (shared with other clients here), not counted.",
+            "Counted by `strace` on a separate warm run of each process: fsync and fdatasync "
+            "(Powertools: its Redis server's); on PostgreSQL the client's `sendto` calls, one "
+            "per round trip with libpq (the server's fsyncs are shared with its other clients "
+            "and not counted).",
             "",
         ]
     for note in section["skipped"]:
