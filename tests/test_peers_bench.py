@@ -23,9 +23,8 @@ try:
 finally:
     sys.path.remove(BENCHMARKS)
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_every_installed_peer_runs_every_call_exactly_once() -> None:
     section = peers_bench.run_section(quick=True, stores=(peers_bench.SQLITE,))
 
@@ -50,3 +49,31 @@ def test_every_installed_peer_runs_every_call_exactly_once() -> None:
             assert rows["powertools"]["fsyncs_per_call"] == 2.0
     table = "\n".join(peers_bench.markdown(section))
     assert f"yes, {calls} of {calls}" in table
+
+
+def test_the_run_count_sees_a_call_run_twice_or_never(tmp_path: Path) -> None:
+    """What makes "ran once" mean something: the count is of the tool's own file."""
+
+    class Ran:
+        issued = 4
+        runs = tmp_path / "runs"
+
+    Ran.runs.write_text("0\n1\n1\n3\n")  # 1 twice, 2 never
+    once = peers_bench._once(Ran())  # type: ignore[arg-type]
+    assert once == {"issued": 4, "ran_once": 2, "ran_more": 1, "never_ran": 1, "strays": 0}
+
+
+def test_fsyncs_count_only_between_the_marks(tmp_path: Path) -> None:
+    trace = tmp_path / "strace"
+    trace.write_text(
+        "11 fdatasync(3) = 0\n"  # setup: not counted
+        '11 chdir(".") = 0\n'
+        "11 fdatasync(3) = 0\n"
+        "12 fsync(5 <unfinished ...>\n"
+        "12 <... fsync resumed>) = 0\n"  # the same call, finished: counted once
+        '11 sendto(4, "P", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'
+        '11 chdir(".") = 0\n'
+        "11 fdatasync(3) = 0\n"  # teardown: not counted
+    )
+    assert peers_bench._between_marks(trace, peers_bench._SYNC) == 2
+    assert peers_bench._between_marks(trace, peers_bench._SEND) == 1

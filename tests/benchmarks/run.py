@@ -203,6 +203,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
     command = "python tests/benchmarks/run.py" + (" --quick" if args.quick else "")
+    command += "".join(f" --only {name}" for name in args.only or [])
     head = [
         f"Made by `{command}` on {report['when']} (Python {report['python']}, "
         f"{report['machine']}, {report['cpus']} CPUs; every figure a median over rounds, "
