@@ -478,7 +478,8 @@ def markdown(section: dict[str, Any]) -> list[str]:
         f"round, {section['rounds']} rounds, every candidate in its own process; ratio = "
         'paired speed-up over agent-gate (above 1 is faster). "Ran once" is read from a file '
         "the tool appends to outside every framework, after each candidate was also handed "
-        "two finished calls again (same call id, workflow id, thread or payload).",
+        "two finished calls again (same call id, workflow id, thread or payload); the floor, "
+        "only its two commits, has nothing to hand them to.",
         "",
     ]
     for store, result in section["stores"].items():
