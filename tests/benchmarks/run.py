@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE))
 import decision_bench  # noqa: E402
 import gate_bench  # noqa: E402
 import memory_bench  # noqa: E402
+import peers_bench  # noqa: E402
 import sse_bench  # noqa: E402
 import tricks_bench  # noqa: E402
 
@@ -148,12 +149,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument(
         "--only",
-        choices=["sse", "decision", "memory", "gate", "tricks"],
+        choices=["sse", "decision", "memory", "gate", "tricks", "peers"],
         action="append",
         default=None,
     )
     args = parser.parse_args()
-    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks"])
+    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks", "peers"])
 
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -193,10 +194,16 @@ def main() -> None:
         tricks = tricks_bench.run_section(args.quick)
         report["tricks"] = tricks
         md += ["### 5. What each shortcut buys", "", *tricks_bench.markdown(tricks)]
+    if "peers" in only:
+        peers = peers_bench.run_section(args.quick)
+        report["peers"] = peers
+        verdicts += peers_bench.targets(peers)
+        md += ["### 6. Beside the durable-execution peers", "", *peers_bench.markdown(peers)]
     report["targets"] = [{"target": t, "met": met, "measured": m} for t, met, m in verdicts]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
     command = "python tests/benchmarks/run.py" + (" --quick" if args.quick else "")
+    command += "".join(f" --only {name}" for name in args.only or [])
     head = [
         f"Made by `{command}` on {report['when']} (Python {report['python']}, "
         f"{report['machine']}, {report['cpus']} CPUs; every figure a median over rounds, "

@@ -1,0 +1,1 @@
+"""Section 6's peers: each framework's durable call, one interface, own process."""
