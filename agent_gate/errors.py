@@ -49,6 +49,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     │   └── LedgerMissing           no ledger there, and create= was not given
     ├── LedgerReplaced              the file under an open ledger was swapped
     ├── LedgerSchemaError           the schema is not this version's
+    ├── AuditCheckpointRefused      a checkpoint would bind a trail that lost heads
     ├── SealError                   sealed arguments cannot be opened
     ├── SealKeyMissing              no seal key where one is needed
     │   └── SealKeyUnsafe           a key file others can read
@@ -647,6 +648,11 @@ class LedgerReplaced(AgentGateError):
 
 class LedgerSchemaError(AgentGateError):
     """The database's schema is not the one this code was written for."""
+
+
+class AuditCheckpointRefused(AgentGateError):
+    """A checkpoint would bind task heads that are gone or moved backwards since the
+    previous checkpoint: writing it would hide a deletion, so ``audit verify`` first."""
 
 
 class SealError(AgentGateError):

@@ -29,8 +29,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "ApprovalRow",
-    "AuditChainHead",
+    "AuditCheckpoint",
+    "AuditCheckpointHead",
     "AuditEvent",
+    "AuditHead",
     "Base",
     "OperatorRow",
     "QuotaCharge",
@@ -152,7 +154,11 @@ class AuditEvent(Base):
     """Append-only history: every transition, and every time a call was seen again."""
 
     __tablename__ = "audit_events"
-    __table_args__ = (Index(None, "task_id", "id"), Index(None, "call_row_id", "id"))
+    __table_args__ = (
+        Index(None, "task_id", "id"),
+        Index(None, "call_row_id", "id"),
+        UniqueConstraint("task_id", "seq"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -167,26 +173,67 @@ class AuditEvent(Base):
     actor: Mapped[str | None] = mapped_column(String(200))
     detail: Mapped[str | None] = mapped_column(Text)
     """Bounded JSON of ids, codes and hashes: never argument values."""
-    seq: Mapped[int] = mapped_column(BigInteger, unique=True)
-    """Position in the one audit hash chain: 1, 2, 3... with no gaps."""
+    seq: Mapped[int] = mapped_column(BigInteger)
+    """Position in the task's audit hash chain: 1, 2, 3... with no gaps per task."""
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
     """SHA-256 over this entry's fields and ``prev_hash`` (``agent_gate.ledger.chain``)."""
 
 
-class AuditChainHead(Base):
-    """The last link of the audit hash chain: one row, locked by every append.
+class AuditHead(Base):
+    """The last link of one task's audit hash chain, locked by every append to the task.
 
-    Appending reads this row under a row lock (``FOR UPDATE`` on PostgreSQL; the
-    database write lock on SQLite), links the new events to it and moves it on, in
-    the transaction that writes them. Two writers therefore can never link to the
-    same predecessor: the chain stays one chain. It also records how long the chain
-    is, so that deleting its newest entries is noticed.
+    Appending reads the task's row under a row lock (``FOR UPDATE`` on PostgreSQL;
+    the database write lock on SQLite), links the new events to it and moves it on,
+    in the transaction that writes them. Two writers of one task therefore can never
+    link to the same predecessor, and writers of different tasks never wait for each
+    other. It also records how long the task's chain is, so that deleting its newest
+    entries is noticed.
     """
 
-    __tablename__ = "audit_chain"
+    __tablename__ = "audit_heads"
+
+    task_id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditCheckpoint(Base):
+    """One checkpoint: a root hash over every task's head, linked to the previous one.
+
+    ``id`` is the checkpoint's position (1, 2, 3... without gaps; two writers racing
+    for the same position collide on the key). Only the heads that changed since the
+    previous checkpoint are stored (``audit_checkpoint_heads``): the full set at
+    checkpoint N is every head stored at N or before, newest per task.
+    """
+
+    __tablename__ = "audit_checkpoints"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    tasks: Mapped[int] = mapped_column(BigInteger)
+    """How many task heads the root binds."""
+    root: Mapped[str] = mapped_column(String(64))
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+    legacy_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """On the checkpoint the upgrade to per-task chains wrote: the old global chain's
+    head (its length), so anchors exported before the upgrade are still recognised."""
+    legacy_hash: Mapped[str | None] = mapped_column(String(64))
+    legacy_last_id: Mapped[int | None] = mapped_column(Integer)
+    """``audit_events.id`` of the old global chain's newest entry."""
+
+
+class AuditCheckpointHead(Base):
+    """A task head a checkpoint binds that differs from the previous checkpoint's."""
+
+    __tablename__ = "audit_checkpoint_heads"
+    __table_args__ = (Index(None, "task_id", "checkpoint_id"),)
+
+    checkpoint_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("audit_checkpoints.id", ondelete="RESTRICT"), primary_key=True
+    )
+    task_id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger)
     hash: Mapped[str] = mapped_column(String(64))
 
