@@ -216,7 +216,7 @@ def _entry_problem(
         chain.rewritten = ChainProblem(
             "rewritten", seq, row_id,
             f"{where} is not the entry checkpoint #{pinned[1]} bound: the task's chain "
-            "was rewritten after that checkpoint", task,
+            "up to it was rewritten after that checkpoint was taken", task,
         )
     chain.seq, chain.hash, chain.row_id = seq, row["hash"], row_id
     return None
