@@ -7,15 +7,15 @@ import sqlite3
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, select, text
+from audit_tamper import reseal
+from sqlalchemy import text
 
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger import Event, Ledger, NewCall
 from agent_gate.ledger.audit import ChainReport
-from agent_gate.ledger.chain import GENESIS, entry_hash
+from agent_gate.ledger.chain import GENESIS
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take, write
 from agent_gate.ledger.dialect import begin_write
-from agent_gate.ledger.models import AuditEvent
 
 
 def new_call(call_id: str, task: str = "t") -> NewCall:
@@ -52,26 +52,6 @@ def problem_of(url: str, anchor: tuple[int, str] | None = None) -> tuple[Any, ..
     problem = verify(url, anchor).problem
     assert problem is not None
     return problem.kind, problem.task_id, problem.seq, problem.row_id
-
-
-def reseal(conn: Connection) -> None:
-    """What an attacker who can write the database does after editing entries: hash
-    every task's chain again from the stored fields and move the heads to match."""
-    events = AuditEvent.__table__
-    heads: dict[str, tuple[int, str]] = {}
-    for row in conn.execute(select(events).order_by(events.c.id)).mappings().all():
-        seq, prev = heads.get(row["task_id"], (0, GENESIS))
-        digest = entry_hash(seq=seq + 1, prev_hash=prev, **{
-            k: row[k] for k in ("at", "task_id", "call_row_id", "call_id", "event",
-                                "from_state", "to_state", "actor", "detail")})
-        conn.execute(text("UPDATE audit_events SET seq = :s, prev_hash = :p, hash = :h "
-                          "WHERE id = :id"), {"s": seq + 1, "p": prev, "h": digest,
-                                              "id": row["id"]})
-        heads[row["task_id"]] = (seq + 1, digest)
-    conn.execute(text("DELETE FROM audit_heads"))
-    for task, (seq, digest) in heads.items():
-        conn.execute(text("INSERT INTO audit_heads (task_id, seq, hash) VALUES (:t, :s, :h)"),
-                     {"t": task, "s": seq, "h": digest})
 
 
 def test_interleaved_tasks_get_independent_chains(ledger_with_history: str) -> None:
@@ -241,8 +221,8 @@ def test_a_trail_rewritten_wholesale_fails_only_against_an_anchor(
         conn.execute(text("DELETE FROM audit_checkpoint_heads"))
         conn.execute(text("DELETE FROM audit_checkpoints"))
         write(conn)
-    assert verify(ledger_with_history).ok  # consistent with itself...
-    assert problem_of(ledger_with_history, anchor) == ("anchor", None, 1, None)  # ...not with the anchor
+    assert verify(ledger_with_history).ok  # consistent with itself, not with the anchor:
+    assert problem_of(ledger_with_history, anchor) == ("anchor", None, 1, None)
 
 
 def test_concurrent_checkpoint_writers_on_sqlite_never_fork(sqlite_url: str) -> None:
