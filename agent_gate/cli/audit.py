@@ -124,7 +124,10 @@ def audit_group(
 
 def _follow(ledger: Ledger, query: AuditQuery, start: int | None, limit: int | None,
             show: Callable[[list[AuditRecord]], None]) -> None:
-    """Print what is there, then poll for new entries (backing off while idle)."""
+    """Print what is there, then poll for new entries (backing off while idle), never
+    past an entry a later commit could still precede (``audit.settled``)."""
+    from agent_gate.ledger.audit import settled
+
     if start is None:
         backlog = ledger.audit_page(replace(query, newest=True, limit=limit or 10))
         if backlog:
@@ -136,7 +139,8 @@ def _follow(ledger: Ledger, query: AuditQuery, start: int | None, limit: int | N
     pause = _FOLLOW_MIN
     try:
         while True:
-            page = ledger.audit_page(replace(query, after=start, limit=PAGE))
+            page = ledger.audit_page(replace(query, after=start, limit=PAGE,
+                                             upto=settled(ledger.engine)))
             if page:
                 show(page)
                 start = page[-1].seq

@@ -62,8 +62,10 @@ from typing import Any, cast
 
 from sqlalchemy import (
     Connection,
+    Engine,
     Table,
     bindparam,
+    func,
     insert,
     literal_column,
     or_,
@@ -72,7 +74,7 @@ from sqlalchemy import (
 )
 
 from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
-from agent_gate.ledger.dialect import for_update, insert_ignore
+from agent_gate.ledger.dialect import begin_write, for_update, insert_ignore
 from agent_gate.ledger.models import AuditEvent, AuditHead
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
@@ -90,6 +92,7 @@ __all__ = [
     "open_stage",
     "read",
     "record_of",
+    "settled",
     "staged",
     "verify",
 ]
@@ -317,6 +320,41 @@ def read(
     if call_id is not None:
         stmt = stmt.where(_EVENTS.c.call_id == call_id)
     return [record_of(row) for row in conn.execute(stmt).mappings()]
+
+
+_SETTLE_WAIT = "250ms"
+"""How long ``settled`` waits for inserting transactions before giving up for now."""
+
+
+def settled(engine: Engine) -> int | None:
+    """The id up to which the trail can no longer change: every entry with a smaller
+    or equal id is committed or will never be. None: no bound needed (SQLite).
+
+    Why: ids are given out at ``INSERT`` and, with one chain per task, transactions
+    of different tasks on PostgreSQL commit in any order, so a reader going forward
+    by id (``audit --follow``, webhooks) could pass an id whose entry commits a moment
+    later, and never see it. An ``INSERT`` holds the table's ROW EXCLUSIVE lock from
+    before its ids are drawn until its transaction ends, so taking SHARE on the table
+    waits for every transaction that drew ids and lets none draw more until the
+    highest id is read; the lock is held only for that read. When inserting
+    transactions hold it longer than ``_SETTLE_WAIT``, the answer is 0 (nothing new
+    is settled yet: the reader asks again at its next poll), so a reader never holds
+    writers up longer than that. On SQLite every write transaction holds the database
+    lock from its first statement to its commit: ids commit in order.
+    """
+    if engine.dialect.name != "postgresql":
+        return None
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        with begin_write(engine) as conn:
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_SETTLE_WAIT}'")
+            conn.exec_driver_sql(f"LOCK TABLE {_EVENTS.name} IN SHARE MODE")
+            return int(conn.execute(select(func.coalesce(func.max(_EVENTS.c.id), 0))).scalar_one())
+    except OperationalError as error:
+        if getattr(error.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            return 0
+        raise
 
 
 def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | None:

@@ -16,9 +16,11 @@ Who writes them: ``agent-gate audit checkpoint`` (cron, an operator, or after a
 batch), or an application through ``take``. The ledger's write path never does,
 so no transaction of a call waits on one or reads every head. Writing one takes no lock
 that a call's transaction takes: on PostgreSQL it reads heads in its own snapshot
-while calls go on; two checkpoint writers racing for the same position collide on
-its key, and the loser tries again on top of the winner. On SQLite it holds the
-database's write lock for the read, as every write does.
+while calls go on. Checkpoint writers take turns among themselves (``take`` holds
+the named lock ``audit_checkpoint``, which no call's transaction takes); a writer
+that bypasses it and races for the same position collides on its key instead, and
+``take`` tries again on top of the winner. On SQLite it holds the database's write
+lock for the read, as every write does.
 
 A checkpoint never launders a deletion: if a head bound by the previous checkpoint
 is missing, or has moved backwards or sideways, the writer refuses
@@ -36,10 +38,11 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
-from agent_gate.ledger.dialect import begin_read, begin_write
+from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
 from agent_gate.ledger.models import AuditCheckpoint, AuditCheckpointHead, AuditHead
 
 __all__ = [
+    "CHECKPOINT_LOCK",
     "Checkpoint",
     "checkpoints",
     "current_heads",
@@ -53,6 +56,8 @@ __all__ = [
 _CHECKPOINTS = cast(Table, AuditCheckpoint.__table__)
 _BOUND = cast(Table, AuditCheckpointHead.__table__)
 _HEADS = cast(Table, AuditHead.__table__)
+CHECKPOINT_LOCK = "audit_checkpoint"
+"""The ``dialect.lock_named`` lock checkpoint writers take turns on."""
 _RACES = 5
 """Times ``take`` tries again after another writer took the same position."""
 
@@ -198,6 +203,7 @@ def take(engine: Engine) -> Checkpoint:
     for attempt in range(_RACES):
         try:
             with begin_write(engine) as conn:
+                lock_named(conn, CHECKPOINT_LOCK)
                 return write(conn)
         except IntegrityError:
             if attempt == _RACES - 1:

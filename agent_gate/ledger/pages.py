@@ -59,6 +59,9 @@ class AuditQuery:
     after: int | None = None
     limit: int = 100
     newest: bool = False
+    upto: int | None = None
+    """Only entries up to this position (``audit.settled``: readers going forward on
+    PostgreSQL stop where a later commit could still add an entry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,8 @@ def audit_page(conn: Connection, query: AuditQuery) -> list[AuditRecord]:
         # The cursor is a position in the whole trail (``AuditRecord.seq``, the id),
         # so a task's page reads (task_id, id) from there.
         stmt = stmt.where(e.c.id > query.after)
+    if query.upto is not None:
+        stmt = stmt.where(e.c.id <= query.upto)
     if query.task_id is not None:
         stmt = stmt.where(e.c.task_id == query.task_id)
     if query.call_id is not None:

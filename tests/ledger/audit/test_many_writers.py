@@ -15,8 +15,10 @@ from sqlalchemy import Engine, text
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger, audit
+from agent_gate.ledger.audit import settled
 from agent_gate.ledger.checkpoints import Checkpoint, take
 from agent_gate.ledger.dialect import begin_write
+from agent_gate.ledger.pages import AuditQuery
 
 pytestmark = pytest.mark.backends("postgresql")
 
@@ -35,16 +37,21 @@ def test_processes_appending_to_their_own_and_a_shared_task_leave_every_chain_wh
         # Checkpoints taken while the workers append, by two takers racing for each
         # position (the loser takes the next one): each binds one snapshot of heads.
         rival: list[Checkpoint] = []
+        failed: list[BaseException] = []
 
         def take_while_running() -> None:
-            while any(p.poll() is None for p in procs):
-                rival.append(take(ledger.engine))
+            try:
+                while any(p.poll() is None for p in procs):
+                    rival.append(take(ledger.engine))
+            except BaseException as error:  # reported by the test, not lost in a thread
+                failed.append(error)
 
         second = threading.Thread(target=take_while_running)
         second.start()
         while any(p.poll() is None for p in procs):
             taken.append(take(ledger.engine))
         second.join()
+        assert failed == []
         errors = [p.stderr.read() if p.stderr else "" for p in procs]
         assert [p.returncode for p in procs] == [0] * WORKERS, errors
         taken.append(take(ledger.engine))
@@ -117,3 +124,27 @@ def test_an_append_locks_only_its_own_task(db_url: str, pg_admin: Engine) -> Non
         assert [e.event for e in ledger.audit(task_id="x")] == [
             "task_created", "held", "response_ended"]
         assert ledger.verify_audit().ok
+
+
+def test_readers_going_forward_never_pass_an_entry_still_to_commit(db_url: str) -> None:
+    """Ids are drawn at INSERT, so with one chain per task a later id can commit first.
+    ``audit.settled`` bounds a forward reader (follow, webhooks) below any entry a
+    transaction still holds, so nothing is skipped."""
+    with Ledger(db_url) as ledger:
+        ledger.ensure_task("x")
+        ledger.ensure_task("y")
+        before = ledger.audit_page(AuditQuery(newest=True, limit=1))[-1].seq
+        with begin_write(ledger.engine) as conn:
+            audit.append(conn, task_id="x", event="held")  # id before+1, not committed
+            other = threading.Thread(target=ledger.record_terminal, args=("y", "completed"))
+            other.start()
+            other.join()  # id before+2, committed
+            unbounded = ledger.audit_page(AuditQuery(after=before))
+            assert [e.seq for e in unbounded] == [before + 2]  # the hazard
+            bound = settled(ledger.engine)
+            assert bound == 0  # a transaction that drew an id is still open
+            assert ledger.audit_page(AuditQuery(after=before, upto=bound)) == []
+        bound = settled(ledger.engine)
+        assert bound == before + 2
+        page = ledger.audit_page(AuditQuery(after=before, upto=bound))
+        assert [(e.seq, e.task_id) for e in page] == [(before + 1, "x"), (before + 2, "y")]
