@@ -632,18 +632,14 @@ class LedgerConfigError(AgentGateError):
 
 
 class LedgerMissing(LedgerConfigError):
-    """No SQLite ledger file at the path, and creating one was not asked for.
-
-    A missing ledger is not an empty one: every call it recorded would run again.
-    """
+    """No SQLite ledger file at the path, and creating one was not asked for (a missing
+    ledger is not an empty one: every call it recorded would run again)."""
 
 
 class LedgerReplaced(AgentGateError):
-    """The SQLite file this ledger opened was deleted or replaced by another file.
-
-    Nothing more is committed through this ledger: its writes would go to a file
-    nobody reads, or to a ledger that never saw its calls.
-    """
+    """The SQLite file this ledger opened was deleted or replaced by another file:
+    nothing more is committed through this ledger (its writes would go to a file
+    nobody reads, or to a ledger that never saw its calls)."""
 
 
 class LedgerSchemaError(AgentGateError):
@@ -651,8 +647,7 @@ class LedgerSchemaError(AgentGateError):
 
 
 class AuditCheckpointRefused(AgentGateError):
-    """A checkpoint would bind task heads that are gone or moved backwards since the
-    previous checkpoint: writing it would hide a deletion, so ``audit verify`` first."""
+    """A checkpoint would hide task heads lost since the last one: ``audit verify``."""
 
 
 class SealError(AgentGateError):
