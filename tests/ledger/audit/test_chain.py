@@ -233,3 +233,42 @@ def test_concurrent_checkpoint_writers_on_sqlite_never_fork(sqlite_url: str) -> 
             one = write(conn)
             two = write(conn)
         assert one == two and one.id == 1
+
+
+def test_each_format_hashes_the_same_through_the_fast_path_and_through_json() -> None:
+    """The string-built body (fast path) and json.dumps (reference) agree for both
+    formats, and the version is part of what is hashed."""
+    import hashlib
+    import json
+    from datetime import UTC, datetime
+
+    from agent_gate.ledger.chain import CHAIN_VERSION, LEGACY_VERSION, entry_hash, root_hash
+
+    def reference(body: dict[str, Any]) -> str:
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    at = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    fields = {"at": at, "task_id": "tâsk", "call_row_id": 3, "call_id": "c", "event": "claim",
+              "from_state": "authorized", "to_state": "executing", "actor": None,
+              "detail": '{"a":"\\u00e9"}'}
+    digests = set()
+    for version in (LEGACY_VERSION, CHAIN_VERSION):
+        body = {"v": version, "seq": 7, "prev": GENESIS, "at_us": 1767268800123456,
+                "task": "tâsk", "call_row": 3, "call": "c", "event": "claim",
+                "from": "authorized", "to": "executing", "actor": None,
+                "detail": '{"a":"\\u00e9"}'}
+        fast = entry_hash(seq=7, prev_hash=GENESIS, version=version,
+                          **fields)  # type: ignore[arg-type]
+        assert fast == reference(body)
+        # A bool is not an int to the fast path: json.dumps writes it, same result.
+        odd = entry_hash(seq=7, prev_hash=GENESIS, version=version,
+                         **{**fields, "call_row_id": True})  # type: ignore[arg-type]
+        assert odd == reference({**body, "call_row": True})
+        digests.add(fast)
+    assert len(digests) == 2
+    heads = [("b", 2, "f" * 64), ("a", 10, "e" * 64), ("é", 1, "d" * 64)]
+    listed = json.dumps([list(h) for h in sorted(heads)], separators=(",", ":"),
+                        ensure_ascii=False)
+    assert root_hash(heads) == hashlib.sha256(listed.encode()).hexdigest()
+    assert root_hash([]) == hashlib.sha256(b"[]").hexdigest()
