@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 from waiting import wait_until
 
-from agent_gate.ledger import Ledger, audit
+from agent_gate.ledger import Ledger, audit, outbox
 from agent_gate.ledger.audit import settled
 from agent_gate.ledger.checkpoints import Checkpoint, take
 from agent_gate.ledger.dialect import begin_write
@@ -144,7 +144,10 @@ def test_readers_going_forward_never_pass_an_entry_still_to_commit(db_url: str) 
             bound = settled(ledger.engine)
             assert bound == 0  # a transaction that drew an id is still open
             assert ledger.audit_page(AuditQuery(after=before, upto=bound)) == []
+            # The webhooks' outbox reads the same way: its cursor stays where it was.
+            assert outbox.notices_after(ledger.engine, before) == ([], before)
         bound = settled(ledger.engine)
         assert bound == before + 2
         page = ledger.audit_page(AuditQuery(after=before, upto=bound))
         assert [(e.seq, e.task_id) for e in page] == [(before + 1, "x"), (before + 2, "y")]
+        assert outbox.notices_after(ledger.engine, before)[1] == before + 2
