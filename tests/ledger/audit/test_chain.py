@@ -272,3 +272,18 @@ def test_each_format_hashes_the_same_through_the_fast_path_and_through_json() ->
                         ensure_ascii=False)
     assert root_hash(heads) == hashlib.sha256(listed.encode()).hexdigest()
     assert root_hash([]) == hashlib.sha256(b"[]").hexdigest()
+
+
+def test_one_transaction_appending_to_several_tasks_links_each_chain(sqlite_url: str) -> None:
+    from agent_gate.ledger import audit
+
+    with Ledger(sqlite_url) as ledger:
+        ledger.ensure_task("a")
+        with begin_write(ledger.engine) as conn, audit.staged(conn):
+            for task in ("b", "a", "b", "c"):
+                audit.append(conn, task_id=task, event="bulk")
+        entries = ledger.audit()
+        assert [(e.task_id, e.task_seq) for e in entries] == [
+            ("a", 1), ("b", 1), ("a", 2), ("b", 2), ("c", 1)]
+        report = ledger.verify_audit()
+        assert report.ok and report.tasks == 3
