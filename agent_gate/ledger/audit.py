@@ -221,6 +221,9 @@ def flush(conn: Connection) -> None:
         _link(conn, pending)
 
 
+_ROWS_PER_INSERT = 64
+"""Entries per ``INSERT`` (a call's transaction writes one to four): 768 parameters,
+under every SQLite build's limit, and one statement per transaction in practice."""
 _ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state",
                   "to_state", "actor", "detail", "seq", "prev_hash", "hash")
 
@@ -241,13 +244,16 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
         digest = entry_hash(seq=seq, prev_hash=prev, **values)
         values["seq"], values["prev_hash"], values["hash"] = seq, prev, digest
         heads[task] = (seq, digest)
-    count = len(entries)
-    insert_all = prepare(conn, ("audit_insert", count), lambda: _insert_rows(count))
-    if count == 1:
-        insert_all.run(conn, entries[0])
-    else:
-        insert_all.run(conn, {f"{k}_{i}": values[k]
-                              for i, values in enumerate(entries) for k in _ENTRY_COLUMNS})
+    for start in range(0, len(entries), _ROWS_PER_INSERT):
+        chunk = entries[start:start + _ROWS_PER_INSERT]
+        count = len(chunk)
+        insert_all = prepare(conn, ("audit_insert", count),
+                             lambda count=count: _insert_rows(count))
+        if count == 1:
+            insert_all.run(conn, chunk[0])
+        else:
+            insert_all.run(conn, {f"{k}_{i}": values[k]
+                                  for i, values in enumerate(chunk) for k in _ENTRY_COLUMNS})
     move = prepare(
         conn,
         "audit_move_head",

@@ -287,3 +287,18 @@ def test_one_transaction_appending_to_several_tasks_links_each_chain(sqlite_url:
             ("a", 1), ("b", 1), ("a", 2), ("b", 2), ("c", 1)]
         report = ledger.verify_audit()
         assert report.ok and report.tasks == 3
+
+
+def test_a_transaction_with_more_entries_than_one_insert_holds_stays_in_order(
+    sqlite_url: str,
+) -> None:
+    from agent_gate.ledger import audit
+
+    with Ledger(sqlite_url) as ledger:
+        with begin_write(ledger.engine) as conn, audit.staged(conn):
+            for i in range(150):  # three INSERT statements of up to 64 rows
+                audit.append(conn, task_id="many", event="bulk", detail={"i": i})
+        entries = ledger.audit(task_id="many")
+        assert [e.task_seq for e in entries] == list(range(1, 151))
+        assert [e.detail["i"] for e in entries] == list(range(150))  # type: ignore[index]
+        assert ledger.verify_audit().ok
