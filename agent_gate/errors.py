@@ -49,6 +49,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     │   └── LedgerMissing           no ledger there, and create= was not given
     ├── LedgerReplaced              the file under an open ledger was swapped
     ├── LedgerSchemaError           the schema is not this version's
+    ├── AuditCheckpointRefused      a checkpoint would bind a trail that lost heads
     ├── SealError                   sealed arguments cannot be opened
     ├── SealKeyMissing              no seal key where one is needed
     │   └── SealKeyUnsafe           a key file others can read
@@ -631,22 +632,22 @@ class LedgerConfigError(AgentGateError):
 
 
 class LedgerMissing(LedgerConfigError):
-    """No SQLite ledger file at the path, and creating one was not asked for.
-
-    A missing ledger is not an empty one: every call it recorded would run again.
-    """
+    """No SQLite ledger file at the path, and creating one was not asked for (a missing
+    ledger is not an empty one: every call it recorded would run again)."""
 
 
 class LedgerReplaced(AgentGateError):
-    """The SQLite file this ledger opened was deleted or replaced by another file.
-
-    Nothing more is committed through this ledger: its writes would go to a file
-    nobody reads, or to a ledger that never saw its calls.
-    """
+    """The SQLite file this ledger opened was deleted or replaced by another file:
+    nothing more is committed through this ledger (its writes would go to a file
+    nobody reads, or to a ledger that never saw its calls)."""
 
 
 class LedgerSchemaError(AgentGateError):
     """The database's schema is not the one this code was written for."""
+
+
+class AuditCheckpointRefused(AgentGateError):
+    """A checkpoint would hide task heads lost since the last one: ``audit verify``."""
 
 
 class SealError(AgentGateError):

@@ -1,4 +1,5 @@
-"""``agent-gate audit``: read the audit trail; ``agent-gate audit verify``: check its chain."""
+"""``agent-gate audit``: read the audit trail; ``audit verify``: check its chains and
+checkpoints; ``audit checkpoint``: bind every task's chain into one root now."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def audit_group(
 ) -> None:
     """Show the audit trail: every transition and decision, oldest first, streamed.
 
-    Each entry is linked into one hash chain; `agent-gate audit verify` checks it.
+    Each entry is linked into its task's hash chain, and checkpoints bind every
+    chain into one root; `agent-gate audit verify` checks both.
     Redacted argument fields appear only as digests and short previews; `agent-gate
     call show CALL` shows one call whole. With --limit N one page is shown; the
     next starts with --after and the last # shown.
@@ -122,7 +124,10 @@ def audit_group(
 
 def _follow(ledger: Ledger, query: AuditQuery, start: int | None, limit: int | None,
             show: Callable[[list[AuditRecord]], None]) -> None:
-    """Print what is there, then poll for new entries (backing off while idle)."""
+    """Print what is there, then poll for new entries (backing off while idle), never
+    past an entry a later commit could still precede (``audit.settled``)."""
+    from agent_gate.ledger.audit import settled
+
     if start is None:
         backlog = ledger.audit_page(replace(query, newest=True, limit=limit or 10))
         if backlog:
@@ -134,7 +139,8 @@ def _follow(ledger: Ledger, query: AuditQuery, start: int | None, limit: int | N
     pause = _FOLLOW_MIN
     try:
         while True:
-            page = ledger.audit_page(replace(query, after=start, limit=PAGE))
+            page = ledger.audit_page(replace(query, after=start, limit=PAGE,
+                                             upto=settled(ledger.engine)))
             if page:
                 show(page)
                 start = page[-1].seq
@@ -150,32 +156,59 @@ _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")
 
 
 @audit_group.command(name="verify")
-@click.option("--anchor", default=None, metavar="SEQ:HASH",
-              help="A head printed by an earlier verify and kept elsewhere; it must still "
-                   "be in the chain (catches a chain rewritten from some point on).")
+@click.option("--anchor", default=None, metavar="ID:HASH",
+              help="A checkpoint printed by an earlier verify or checkpoint and kept "
+                   "elsewhere (or a SEQ:HASH head printed before the upgrade to per-task "
+                   "chains); it must still be there (catches a trail rewritten wholesale).")
 @ledger_options
 def verify_command(anchor: str | None, url: str | None, as_json: bool) -> None:
-    """Check the audit hash chain; name the first entry edited, deleted or reordered.
+    """Check every task's hash chain and every checkpoint; name the first entry edited,
+    deleted, reordered or truncated.
 
-    Exit status 0 when the chain is whole, 1 when it is not.
+    Exit status 0 when the trail is whole, 1 when it is not.
     """
     pinned: tuple[int, str] | None = None
     if anchor is not None:
         match = _ANCHOR.match(anchor.strip().lower())
         if match is None:
-            raise click.BadParameter("expected SEQ:HASH (64 hex digits)", param_hint="--anchor")
+            raise click.BadParameter("expected ID:HASH (64 hex digits)", param_hint="--anchor")
         pinned = (int(match.group(1)), match.group(2))
     with failures(), open_ledger(url) as ledger:
         report = ledger.verify_audit(anchor=pinned)
     if as_json:
         emit_json(report.to_dict())
     elif report.ok:
-        click.echo(f"audit chain ok: {report.entries} entries")
-        click.echo(f"head: {report.head_seq}:{report.head_hash}")
-        click.echo("keep the head elsewhere; `agent-gate audit verify --anchor SEQ:HASH` "
-                   "later proves the chain was not rewritten up to it")
+        click.echo(f"audit trail ok: {report.entries} entries in {report.tasks} task chains")
+        newest = report.checkpoint
+        if newest is None:
+            click.echo("no checkpoint yet: `agent-gate audit checkpoint` writes one")
+        else:
+            click.echo(f"checkpoint: {newest.anchor}")
+            click.echo(f"  taken {when(newest.at)} over {newest.tasks} task heads")
+            click.echo("keep it elsewhere; `agent-gate audit verify --anchor ID:HASH` later "
+                       "proves the trail was not rewritten up to it")
     else:
         assert report.problem is not None
-        click.echo(f"audit chain BROKEN: {report.problem.message}", err=True)
+        click.echo(f"audit trail BROKEN: {report.problem.message}", err=True)
     if not report.ok:
         raise SystemExit(1)
+
+
+@audit_group.command(name="checkpoint")
+@ledger_options
+def checkpoint_command(url: str | None, as_json: bool) -> None:
+    """Write a checkpoint: one root hash over every task's chain head, linked to the
+    previous checkpoint (none is written when no task moved since the last one).
+
+    Run it from cron or after a batch; keep the ID:HASH it prints elsewhere. Entries
+    newer than the newest checkpoint are protected by their task's chain only.
+    """
+    from agent_gate.ledger.checkpoints import take
+
+    with failures(), open_ledger(url) as ledger:
+        made = take(ledger.engine)
+    if as_json:
+        emit_json(made.to_dict())
+    else:
+        click.echo(f"checkpoint: {made.anchor}")
+        click.echo(f"  taken {when(made.at)} over {made.tasks} task heads")

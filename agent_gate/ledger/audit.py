@@ -1,30 +1,40 @@
 """Appending to the audit trail, always inside the transaction that changed state,
-and linking every entry into one hash chain.
+and linking every entry into its task's hash chain.
 
 A transition and its audit event commit together or not at all, so the trail can
 never miss a transition nor describe one that did not happen. Details are bounded
 JSON of ids, codes and hashes; callers never pass argument values here (redacted
 stand-ins at most). ``append`` is the only writer of ``audit_events``.
 
-One chain under concurrent writers
-==================================
+One chain per task, many writers
+================================
 
-Each entry's hash covers its predecessor's (``agent_gate.ledger.chain``). Linking
-needs "read the newest link, write the next one" to be atomic across processes,
-so the newest link lives in the one-row table ``audit_chain`` and every append
-locks that row (``dialect.for_update``: ``SELECT ... FOR UPDATE`` on PostgreSQL;
-on SQLite every write transaction already holds the database write lock from its
-``BEGIN IMMEDIATE``). A second writer waits for the first to commit and then reads
-the link the first one wrote, so two entries can never share a predecessor (no
-fork) and ``seq`` has no gaps: a rolled-back transaction rolls back its entries
-and its move of the head together.
+Each entry's hash covers its predecessor's in the same task
+(``agent_gate.ledger.chain``). Linking needs "read the task's newest link, write
+the next one" to be atomic across processes, so each task's newest link lives in
+its row of ``audit_heads`` and an append locks that row only
+(``dialect.for_update``: ``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite every
+write transaction already holds the database write lock from its ``BEGIN
+IMMEDIATE``). A second writer of the same task waits for the first to commit and
+then reads the link the first one wrote, so two entries can never share a
+predecessor (no fork) and ``seq`` has no gaps within a task: a rolled-back
+transaction rolls back its entries and its move of the head together. Writers of
+different tasks lock different rows and never wait for each other: no global row
+is on the write path. ``agent_gate.ledger.checkpoints`` binds every task's head
+into one root from time to time.
+
+``_link`` is three statements, shaped so a pipelining driver can send them in one
+go: one read of the task's head ``FOR UPDATE`` (the only result it reads), one
+multi-row ``INSERT`` of every entry of the transaction, one ``UPDATE`` of the head.
+A task's first entry finds no head row; it inserts one (seq 0, genesis) unless a
+racing writer did, and reads it again under the lock: once per task.
 
 The head lock is the last lock a write transaction takes: a transaction opened
 with ``staged(conn)`` collects its events and ``flush`` links them right before
-commit. A transaction that holds the head never waits for any other row, so the
-head cannot take part in a deadlock, and it is held only for the few statements
-of the flush. (It does serialize the commits of all writers of one ledger: that is
-the price of one chain, and it is small next to an fsync per commit.)
+commit. A transaction that holds a head never waits for any other row (a
+transaction touching several tasks locks their heads in task id order), so heads
+cannot take part in a deadlock, and each is held only for the statements of the
+flush.
 
 The chain also vouches for each call's current state
 =====================================================
@@ -52,7 +62,9 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Engine,
     bindparam,
+    func,
     insert,
     literal_column,
     or_,
@@ -61,8 +73,8 @@ from sqlalchemy import (
 )
 
 from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
-from agent_gate.ledger.dialect import for_update
-from agent_gate.ledger.models import AUDIT_CHAIN, AUDIT_EVENTS, TOOL_CALLS
+from agent_gate.ledger.dialect import begin_write, for_update, insert_ignore
+from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.records import from_row
@@ -79,23 +91,15 @@ __all__ = [
     "open_stage",
     "read",
     "record_of",
+    "settled",
     "staged",
     "verify",
 ]
 
 MAX_DETAIL_CHARS = 2000
 _EVENTS = AUDIT_EVENTS
-_HEAD = AUDIT_CHAIN
+_HEAD = AUDIT_HEADS
 _STAGE_KEY = "agent_gate_audit_stage"
-_HEAD_ID = 1
-_CALLS = TOOL_CALLS
-
-
-def _is_transition(from_state: str | None, to_state: str | None) -> bool:
-    """Whether an entry records a change of a call's state: ``received`` (from
-    nothing) or an arrow of the state machine, none of which ends where it began.
-    Audit-only entries (seen again, approval granted...) repeat one state."""
-    return to_state is not None and from_state != to_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +115,13 @@ class AuditRecord:
     actor: str | None
     detail: dict[str, Any] | None
     seq: int = 0
+    """The entry's position in the whole trail (``audit_events.id``): insertion order,
+    the cursor of pages, ``audit --follow`` and webhooks."""
     hash: str = ""
     tool: str | None = None
     """The call's tool, when the entry was read with it (``pages.audit_page``)."""
+    task_seq: int = 0
+    """The entry's position in its task's hash chain (``audit_events.seq``)."""
 
 
 _DETAIL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
@@ -212,54 +220,93 @@ def flush(conn: Connection) -> None:
         _link(conn, pending)
 
 
+_ROWS_PER_INSERT = 64
+"""Entries per ``INSERT`` (a call's transaction writes one to four): 768 parameters,
+under every SQLite build's limit, and one statement per transaction in practice."""
 _ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state",
                   "to_state", "actor", "detail", "seq", "prev_hash", "hash")
 
 
 def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
-    # Every transaction that changes a call ends here, so the three statements are
-    # compiled once and run on the driver (``agent_gate.ledger.prepared``).
-    head = prepare(
-        conn,
-        "audit_head",
-        lambda: for_update(
-            conn, select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == bindparam("id"))
-        ),
-    ).run(conn, {"id": _HEAD_ID}).rows
-    if not head:
-        # Only a database upgraded without the 0002 revision's seed row: refuse
-        # rather than start a second chain.
-        raise RuntimeError("the audit chain head row is missing; run `agent-gate db upgrade`")
-    seq, prev = int(head[0][0]), str(head[0][1])
-    add = prepare(
-        conn,
-        "audit_insert",
-        lambda: insert(_EVENTS).values(
-            {k: bindparam(k, type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
-        ),
-    )
+    # Every transaction that changes a call ends here, so the statements are compiled
+    # once and run on the driver (``agent_gate.ledger.prepared``).
+    task_id = entries[0]["task_id"]
+    if any(values["task_id"] != task_id for values in entries):
+        heads = {task: _lock_head(conn, task)
+                 for task in sorted({values["task_id"] for values in entries})}
+    else:
+        heads = {task_id: _lock_head(conn, task_id)}
     for values in entries:  # each dict is append's own: completed in place
+        task = values["task_id"]
+        seq, prev = heads[task]
         seq += 1
         digest = entry_hash(seq=seq, prev_hash=prev, **values)
         values["seq"], values["prev_hash"], values["hash"] = seq, prev, digest
-        add.run(conn, values)
-        prev = digest
-    prepare(
+        heads[task] = (seq, digest)
+    for start in range(0, len(entries), _ROWS_PER_INSERT):
+        chunk = entries[start:start + _ROWS_PER_INSERT]
+        count = len(chunk)
+        insert_all = prepare(conn, ("audit_insert", count),
+                             lambda count=count: _insert_rows(count))
+        if count == 1:
+            insert_all.run(conn, chunk[0])
+        else:
+            insert_all.run(conn, {f"{k}_{i}": values[k]
+                                  for i, values in enumerate(chunk) for k in _ENTRY_COLUMNS})
+    move = prepare(
         conn,
         "audit_move_head",
         lambda: update(_HEAD)
-        # Not "id": Core reserves a column's name for the SET clause of an UPDATE.
-        .where(_HEAD.c.id == bindparam("head_id"))
+        # Not "task_id": Core reserves a column's name for the SET clause of an UPDATE.
+        .where(_HEAD.c.task_id == bindparam("head_task", type_=_HEAD.c.task_id.type))
         .values(seq=bindparam("seq", type_=_HEAD.c.seq.type),
                 hash=bindparam("hash", type_=_HEAD.c.hash.type)),
-    ).run(conn, {"head_id": _HEAD_ID, "seq": seq, "hash": prev})
+    )
+    for task, (seq, digest) in heads.items():
+        move.run(conn, {"head_task": task, "seq": seq, "hash": digest})
+
+
+def _insert_rows(count: int) -> Any:
+    """One ``INSERT`` of ``count`` entries (parameters ``column_i``; plain ``column``
+    for one entry): a transaction's entries in one statement, in order, so their ids
+    follow their chain order."""
+    if count == 1:
+        return insert(_EVENTS).values(
+            {k: bindparam(k, type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS})
+    return insert(_EVENTS).values([
+        {k: bindparam(f"{k}_{i}", type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
+        for i in range(count)
+    ])
+
+
+def _lock_head(conn: Connection, task_id: str) -> tuple[int, str]:
+    """The task's newest link, locked until the transaction ends."""
+    read = prepare(
+        conn,
+        "audit_head",
+        lambda: for_update(
+            conn,
+            select(_HEAD.c.seq, _HEAD.c.hash)
+            .where(_HEAD.c.task_id == bindparam("task_id", type_=_HEAD.c.task_id.type)),
+        ),
+    )
+    head = read.run(conn, {"task_id": task_id}).rows
+    if head:
+        return int(head[0][0]), str(head[0][1])
+    # The task's first entry. The row inserted here is this transaction's until it
+    # commits (a racing writer waits on its key); if a racing writer inserted it
+    # first, read theirs, committed by then, under the lock.
+    if insert_ignore(conn, _HEAD, {"task_id": task_id, "seq": 0, "hash": GENESIS}):
+        return 0, GENESIS
+    head = read.run(conn, {"task_id": task_id}).rows
+    return int(head[0][0]), str(head[0][1])
 
 
 def record_of(row: Mapping[str, Any]) -> AuditRecord:
     detail = row["detail"]
     return from_row(
         AuditRecord, row, at=as_utc(row["at"]), detail=json.loads(detail) if detail else None,
-        tool=row.get("tool"),
+        tool=row.get("tool"), seq=row["id"], task_seq=row["seq"],
     )
 
 
@@ -270,7 +317,7 @@ def read(
     call_row_id: int | None = None,
     call_id: str | None = None,
 ) -> list[AuditRecord]:
-    stmt = select(_EVENTS).order_by(_EVENTS.c.seq)
+    stmt = select(_EVENTS).order_by(_EVENTS.c.id)
     if task_id is not None:
         stmt = stmt.where(_EVENTS.c.task_id == task_id)
     if call_row_id is not None:
@@ -278,6 +325,41 @@ def read(
     if call_id is not None:
         stmt = stmt.where(_EVENTS.c.call_id == call_id)
     return [record_of(row) for row in conn.execute(stmt).mappings()]
+
+
+_SETTLE_WAIT = "250ms"
+"""How long ``settled`` waits for inserting transactions before giving up for now."""
+
+
+def settled(engine: Engine) -> int | None:
+    """The id up to which the trail can no longer change: every entry with a smaller
+    or equal id is committed or will never be. None: no bound needed (SQLite).
+
+    Why: ids are given out at ``INSERT`` and, with one chain per task, transactions
+    of different tasks on PostgreSQL commit in any order, so a reader going forward
+    by id (``audit --follow``, webhooks) could pass an id whose entry commits a moment
+    later, and never see it. An ``INSERT`` holds the table's ROW EXCLUSIVE lock from
+    before its ids are drawn until its transaction ends, so taking SHARE on the table
+    waits for every transaction that drew ids and lets none draw more until the
+    highest id is read; the lock is held only for that read. When inserting
+    transactions hold it longer than ``_SETTLE_WAIT``, the answer is 0 (nothing new
+    is settled yet: the reader asks again at its next poll), so a reader never holds
+    writers up longer than that. On SQLite every write transaction holds the database
+    lock from its first statement to its commit: ids commit in order.
+    """
+    if engine.dialect.name != "postgresql":
+        return None
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        with begin_write(engine) as conn:
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_SETTLE_WAIT}'")
+            conn.exec_driver_sql(f"LOCK TABLE {_EVENTS.name} IN SHARE MODE")
+            return int(conn.execute(select(func.coalesce(func.max(_EVENTS.c.id), 0))).scalar_one())
+    except OperationalError as error:
+        if getattr(error.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            return 0
+        raise
 
 
 def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | None:
@@ -306,162 +388,6 @@ def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | Non
 
 
 # ------------------------------------------------------------------- verification
+# In their own module (the longest part of the trail's code); named here too.
 
-
-@dataclass(frozen=True, slots=True)
-class ChainProblem:
-    """The first place where the stored chain is not the chain that was written."""
-
-    kind: str
-    """``edited``, ``deleted``, ``reordered``, ``anchor``, or ``state_rewritten`` (a
-    call's row is not in the state its trail last recorded)."""
-    seq: int
-    """The chain position where the problem shows."""
-    row_id: int | None
-    """``audit_events.id`` of the entry named (None when the entry is gone)."""
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "seq": self.seq, "row_id": self.row_id,
-                "message": self.message}
-
-
-@dataclass(frozen=True, slots=True)
-class ChainReport:
-    entries: int
-    head_seq: int
-    head_hash: str
-    problem: ChainProblem | None
-
-    @property
-    def ok(self) -> bool:
-        return self.problem is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "entries": self.entries,
-            "head": {"seq": self.head_seq, "hash": self.head_hash},
-            "problem": self.problem.to_dict() if self.problem else None,
-        }
-
-
-def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainReport:
-    """Walk the whole chain in one snapshot and name the first entry that is wrong.
-
-    Entries are read in insertion order (``id``, which the head lock makes the same
-    as chain order). An entry whose stored hash is not the hash of its stored fields
-    was *edited*; a ``seq`` that does not follow its predecessor's means entries were
-    *deleted* (a jump forward) or *reordered* (anything else); an entry whose
-    ``prev_hash`` is not its predecessor's hash means its predecessor was deleted or
-    replaced. ``anchor`` (seq, hash), a head printed earlier and kept elsewhere, must
-    still be in the chain: that catches a chain rewritten from some point on. Then
-    every call's row must be in the state its newest transition entry recorded
-    (``state_rewritten``, naming the first such call and how many there are).
-    """
-    head = conn.execute(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID)).first()
-    head_seq, head_hash = (int(head.seq), str(head.hash)) if head else (0, GENESIS)
-    expected_seq, prev = 1, GENESIS
-    count = 0
-    problem: ChainProblem | None = None
-    anchored = anchor is None or anchor == (0, GENESIS)
-    audited: dict[int, str] = {}
-    rows = conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings()
-    for row in rows:
-        count += 1
-        if row["call_row_id"] is not None and _is_transition(row["from_state"],
-                                                              row["to_state"]):
-            audited[int(row["call_row_id"])] = row["to_state"]
-        seq, row_id = int(row["seq"]), int(row["id"])
-        fields = {k: row[k] for k in ("at", "task_id", "call_row_id", "call_id", "event",
-                                      "from_state", "to_state", "actor", "detail")}
-        recomputed = entry_hash(seq=seq, prev_hash=row["prev_hash"], **fields)
-        if recomputed != row["hash"] and seq != expected_seq and entry_hash(
-            seq=expected_seq, prev_hash=row["prev_hash"], **fields
-        ) == row["hash"]:
-            problem = ChainProblem(
-                "reordered", expected_seq, row_id,
-                f"audit entry #{expected_seq} (row {row_id}, event {row['event']!r}) was "
-                f"moved to position #{seq}: the entries were reordered",
-            )
-            break
-        if recomputed != row["hash"]:
-            problem = ChainProblem(
-                "edited", seq, row_id,
-                f"audit entry #{seq} (row {row_id}, event {row['event']!r}) was edited: "
-                "its fields no longer match its hash",
-            )
-            break
-        if seq != expected_seq:
-            if seq > expected_seq:
-                missing = (f"#{expected_seq}" if seq == expected_seq + 1
-                           else f"#{expected_seq}..#{seq - 1}")
-                problem = ChainProblem(
-                    "deleted", expected_seq, None,
-                    f"audit entry {missing} was deleted: the chain jumps from "
-                    f"#{expected_seq - 1} to #{seq} (row {row_id})",
-                )
-            else:
-                problem = ChainProblem(
-                    "reordered", seq, row_id,
-                    f"audit entry #{seq} (row {row_id}) is out of order: expected "
-                    f"#{expected_seq} at this place",
-                )
-            break
-        if row["prev_hash"] != prev:
-            problem = ChainProblem(
-                "deleted", seq, row_id,
-                f"audit entry #{seq} (row {row_id}) does not link to the entry before it: "
-                f"entry #{seq - 1} was replaced or deleted",
-            )
-            break
-        if anchor is not None and anchor == (seq, row["hash"]):
-            anchored = True
-        expected_seq, prev = seq + 1, row["hash"]
-    if problem is None and (expected_seq - 1, prev) != (head_seq, head_hash):
-        if head_seq >= expected_seq:
-            problem = ChainProblem(
-                "deleted", expected_seq, None,
-                f"audit entries #{expected_seq}..#{head_seq} were deleted: the chain ends at "
-                f"#{expected_seq - 1} but its head records #{head_seq}",
-            )
-        else:
-            problem = ChainProblem(
-                "edited", head_seq, None,
-                f"the chain head records #{head_seq} but the entries run to "
-                f"#{expected_seq - 1}: the head or the newest entries were altered",
-            )
-    if problem is None and not anchored:
-        assert anchor is not None
-        problem = ChainProblem(
-            "anchor", anchor[0], None,
-            f"the anchor #{anchor[0]} {anchor[1][:16]}… is not in the chain: the chain was "
-            "rewritten at or before that entry",
-        )
-    if problem is None:
-        problem = _state_problem(conn, audited, expected_seq - 1)
-    return ChainReport(count, head_seq, head_hash, problem)
-
-
-def _state_problem(conn: Connection, audited: dict[int, str], seq: int) -> ChainProblem | None:
-    """The first call whose row state is not the state its trail last recorded."""
-    wrong: list[tuple[int, str, str, str, str | None]] = []
-    calls = conn.execute(
-        select(_CALLS.c.id, _CALLS.c.task_id, _CALLS.c.call_id, _CALLS.c.state)
-        .order_by(_CALLS.c.id)
-    )
-    for row_id, task_id, call_id, state in calls:
-        trail = audited.get(int(row_id))
-        if trail != state:
-            wrong.append((int(row_id), task_id, call_id, state, trail))
-    if not wrong:
-        return None
-    row_id, task_id, call_id, state, trail = wrong[0]
-    more = f" ({len(wrong) - 1} more calls like it)" if len(wrong) > 1 else ""
-    recorded = (f"its audit trail last recorded {trail!r}" if trail is not None
-                else "its audit trail has no transition for it")
-    return ChainProblem(
-        "state_rewritten", seq, None,
-        f"call {call_id!r} of task {task_id!r} (tool_calls row {row_id}) is {state!r} but "
-        f"{recorded}: its state was rewritten outside agent-gate{more}",
-    )
+from agent_gate.ledger.trail_verify import ChainProblem, ChainReport, verify  # noqa: E402

@@ -32,8 +32,10 @@ from sqlalchemy import (
 
 __all__ = [
     "APPROVALS",
-    "AUDIT_CHAIN",
+    "AUDIT_CHECKPOINTS",
+    "AUDIT_CHECKPOINT_HEADS",
     "AUDIT_EVENTS",
+    "AUDIT_HEADS",
     "OPERATORS",
     "QUOTA_CHARGES",
     "TASKS",
@@ -156,32 +158,73 @@ AUDIT_EVENTS = Table(
     Column("actor", String(200)),
     # Bounded JSON of ids, codes and hashes: never argument values.
     Column("detail", Text),
-    # Position in the one audit hash chain: 1, 2, 3... with no gaps.
-    Column("seq", BigInteger, unique=True, nullable=False),
+    # Position in the task's audit hash chain: 1, 2, 3... with no gaps per task.
+    Column("seq", BigInteger, nullable=False),
     Column("prev_hash", String(64), nullable=False),
     # SHA-256 over this entry's fields and ``prev_hash`` (``agent_gate.ledger.chain``).
     Column("hash", String(64), nullable=False),
     Index(None, "task_id", "id"),
     Index(None, "call_row_id", "id"),
+    UniqueConstraint("task_id", "seq"),
 )
 """Append-only history: every transition, and every time a call was seen again."""
 
 
-AUDIT_CHAIN = Table(
-    "audit_chain",
+AUDIT_HEADS = Table(
+    "audit_heads",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("task_id", String(ID_LEN), primary_key=True),
     Column("seq", BigInteger, nullable=False),
     Column("hash", String(64), nullable=False),
 )
-"""The last link of the audit hash chain: one row, locked by every append.
+"""The last link of one task's audit hash chain, locked by every append to the task.
 
-Appending reads this row under a row lock (``FOR UPDATE`` on PostgreSQL; the
-database write lock on SQLite), links the new events to it and moves it on, in
-the transaction that writes them. Two writers therefore can never link to the
-same predecessor: the chain stays one chain. It also records how long the chain
-is, so that deleting its newest entries is noticed.
+Appending reads the task's row under a row lock (``FOR UPDATE`` on PostgreSQL;
+the database write lock on SQLite), links the new events to it and moves it on,
+in the transaction that writes them. Two writers of one task therefore can never
+link to the same predecessor, and writers of different tasks never wait for each
+other. It also records how long the task's chain is, so that deleting its newest
+entries is noticed.
 """
+
+
+AUDIT_CHECKPOINTS = Table(
+    "audit_checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    _at("at"),
+    # How many task heads the root binds.
+    Column("tasks", BigInteger, nullable=False),
+    Column("root", String(64), nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    # On the checkpoint the upgrade to per-task chains wrote: the old global chain's
+    # head (its length), so anchors exported before the upgrade are still recognised.
+    Column("legacy_seq", BigInteger),
+    Column("legacy_hash", String(64)),
+    # ``audit_events.id`` of the old global chain's newest entry.
+    Column("legacy_last_id", Integer),
+)
+"""One checkpoint: a root hash over every task's head, linked to the previous one.
+
+``id`` is the checkpoint's position (1, 2, 3... without gaps; two writers racing
+for the same position collide on the key). Only the heads that changed since the
+previous checkpoint are stored (``audit_checkpoint_heads``): the full set at
+checkpoint N is every head stored at N or before, newest per task.
+"""
+
+
+AUDIT_CHECKPOINT_HEADS = Table(
+    "audit_checkpoint_heads",
+    metadata,
+    Column("checkpoint_id", Integer, ForeignKey("audit_checkpoints.id", ondelete="RESTRICT"),
+           primary_key=True),
+    Column("task_id", String(ID_LEN), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index(None, "task_id", "checkpoint_id"),
+)
+"""A task head a checkpoint binds that differs from the previous checkpoint's."""
 
 
 APPROVALS = Table(

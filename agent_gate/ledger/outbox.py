@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
-from agent_gate.ledger.audit import AuditRecord
+from agent_gate.ledger.audit import AuditRecord, settled
 from agent_gate.ledger.dialect import begin_read, begin_write
 from agent_gate.ledger.models import WEBHOOK_CURSORS
 from agent_gate.ledger.pages import AuditQuery, audit_page
@@ -81,8 +81,9 @@ def cursor(engine: Engine, name: str) -> int:
 
 def notices_after(engine: Engine, seq: int, limit: int = 200) -> tuple[list[Notice], int]:
     """The notices after ``seq`` in one page, and the last seq that page read."""
+    upto = settled(engine)  # before the snapshot: everything up to it is in it
     with begin_read(engine) as conn:
-        page = audit_page(conn, AuditQuery(after=seq, limit=limit))
+        page = audit_page(conn, AuditQuery(after=seq, limit=limit, upto=upto))
     notices = [n for n in (notice_of(e) for e in page) if n is not None]
     return notices, (page[-1].seq if page else seq)
 

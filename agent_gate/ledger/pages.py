@@ -44,7 +44,8 @@ _EVENTS = AUDIT_EVENTS
 class AuditQuery:
     """Which audit entries, and which page of them.
 
-    ``after``: only entries after this ``seq`` (the last one a previous page showed).
+    ``after``: only entries after this position (``AuditRecord.seq``, the entry id;
+    the last one a previous page showed).
     ``state``: entries that left the call in this state. ``since``: entries at or
     after this time. ``newest``: the last ``limit`` matching entries instead of the
     first (still returned oldest first), for ``audit --follow``.
@@ -58,6 +59,9 @@ class AuditQuery:
     after: int | None = None
     limit: int = 100
     newest: bool = False
+    upto: int | None = None
+    """Only entries up to this position (``audit.settled``: readers going forward on
+    PostgreSQL stop where a later commit could still add an entry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +90,11 @@ def audit_page(conn: Connection, query: AuditQuery) -> list[AuditRecord]:
         e.outerjoin(CALLS, CALLS.c.id == e.c.call_row_id)
     )
     if query.after is not None:
-        # The range starts at the entry the cursor names (the unique seq index), so
-        # a task's page reads (task_id, id) from there, not the task from its start.
-        start = conn.execute(
-            select(e.c.id).where(e.c.seq <= query.after).order_by(e.c.seq.desc()).limit(1)
-        ).scalar()
-        stmt = stmt.where(e.c.seq > query.after)
-        if start is not None:
-            stmt = stmt.where(e.c.id > start)
+        # The cursor is a position in the whole trail (``AuditRecord.seq``, the id),
+        # so a task's page reads (task_id, id) from there.
+        stmt = stmt.where(e.c.id > query.after)
+    if query.upto is not None:
+        stmt = stmt.where(e.c.id <= query.upto)
     if query.task_id is not None:
         stmt = stmt.where(e.c.task_id == query.task_id)
     if query.call_id is not None:

@@ -128,11 +128,11 @@ def audit(op: Op, service: Service,
     return service.audit(after=after, task_id=task, limit=limit)
 
 
-@router.get("/audit/head", summary="The newest link of the audit chain")
+@router.get("/audit/head", summary="The newest checkpoint of the audit trail")
 def audit_head(op: Op, service: Service) -> dict[str, Any]:
     return service.head()
 
 
-@router.get("/audit/verify", summary="Check the whole audit hash chain")
+@router.get("/audit/verify", summary="Check every audit hash chain and checkpoint")
 def audit_verify(op: Op, service: Service) -> dict[str, Any]:
     return service.verify()

@@ -32,6 +32,7 @@ from agent_gate.errors import (
     OperatorRefused,
 )
 from agent_gate.gate import DEFAULT_APPROVAL_TTL, Gate
+from agent_gate.ledger.audit import settled
 from agent_gate.ledger.details import CallDetails
 from agent_gate.ledger.operators import Operator, OperatorRight, Operators, actor_of
 from agent_gate.ledger.pages import AuditQuery, TaskQuery, audit_json, task_json
@@ -153,14 +154,20 @@ class InboxService:
     def audit(self, *, after: int | None = None, task_id: str | None = None,
               limit: int = _PAGE) -> list[dict[str, Any]]:
         with self._held():
-            page = self.ledger.audit_page(AuditQuery(task_id=task_id, after=after, limit=limit))
+            # Paging forward stops below any entry a transaction still holds (PostgreSQL).
+            upto = settled(self.ledger.engine) if after is not None else None
+            page = self.ledger.audit_page(AuditQuery(task_id=task_id, after=after, limit=limit,
+                                                     upto=upto))
         return [audit_json(e) for e in page]
 
     def head(self) -> dict[str, Any]:
-        """The chain's newest link (seq and hash): what to write down and verify later."""
+        """The newest checkpoint (``id``, ``hash``, ``anchor``): what to write down and
+        pass to ``audit verify --anchor`` later; id 0 before the first checkpoint."""
+        from agent_gate.ledger.checkpoints import newest_of
+
         with self._held():
-            last = self.ledger.audit_page(AuditQuery(limit=1, newest=True))
-        return {"seq": last[0].seq, "hash": last[0].hash} if last else {"seq": 0, "hash": None}
+            newest = newest_of(self.ledger.engine)
+        return newest.to_dict() if newest is not None else {"id": 0, "hash": None}
 
     def verify(self) -> dict[str, Any]:
         with self._held():

@@ -7,7 +7,8 @@
 - ``quota_charges``: what each authorized call added to each per-task counter;
 - ``audit_events.seq`` / ``prev_hash`` / ``hash`` and the one-row ``audit_chain``
   head. Events written before this revision are linked into the chain here, in id
-  order, so an upgraded ledger verifies from its first entry.
+  order, so an upgraded ledger verifies from its first entry (in format 1, the one
+  global chain, which revision 0006 splits by task).
 
 Revision ID: 0002_approvals_audit_chain
 Revises: 0001_ledger
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from agent_gate.ledger.chain import GENESIS, entry_hash
+from agent_gate.ledger.chain import GENESIS, LEGACY_VERSION, entry_hash
 
 revision: str = "0002_approvals_audit_chain"
 down_revision: str | Sequence[str] | None = "0001_ledger"
@@ -114,7 +115,7 @@ def upgrade() -> None:
             seq=seq, prev_hash=prev, at=row["at"], task_id=row["task_id"],
             call_row_id=row["call_row_id"], call_id=row["call_id"], event=row["event"],
             from_state=row["from_state"], to_state=row["to_state"], actor=row["actor"],
-            detail=row["detail"],
+            detail=row["detail"], version=LEGACY_VERSION,
         )
         conn.execute(
             sa.update(events).where(events.c.id == row["id"])

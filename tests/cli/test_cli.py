@@ -152,22 +152,41 @@ def test_audit_verify_through_the_console_script_names_the_edited_entry(
     with Gate(support_tools.tools, sqlite_url, policy=EXAMPLE_POLICY) as gate:
         gate.execute("t", call("w", "get_weather", city="Oslo"))
     ok = script("audit", "verify", "--db", sqlite_url)
-    assert ok.returncode == 0 and "audit chain ok: 5 entries" in ok.stdout
-    head = ok.stdout.splitlines()[1].removeprefix("head: ")
+    assert ok.returncode == 0, ok.stderr
+    assert "audit trail ok: 5 entries in 1 task chains" in ok.stdout
+    assert "no checkpoint yet" in ok.stdout
+    taken = script("audit", "checkpoint", "--db", sqlite_url)
+    assert taken.returncode == 0, taken.stderr
+    anchor = taken.stdout.splitlines()[0].removeprefix("checkpoint: ")
+    assert anchor.startswith("1:") and "over 1 task heads" in taken.stdout
+    ok = script("audit", "verify", "--db", sqlite_url, "--anchor", anchor)
+    assert ok.returncode == 0 and f"checkpoint: {anchor}" in ok.stdout
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
         db.execute("UPDATE audit_events SET detail = replace(detail, 'weather-for-anyone', "
-                   "'x') WHERE seq = 3")
+                   "'x') WHERE task_id = 't' AND seq = 3")
     broken = script("audit", "verify", "--db", sqlite_url)
     assert broken.returncode == 1
-    assert "audit chain BROKEN: audit entry #3" in broken.stderr and "edited" in broken.stderr
+    assert "audit trail BROKEN: audit entry #3 of task 't'" in broken.stderr
+    assert "edited" in broken.stderr
     as_json = json.loads(script("audit", "verify", "--db", sqlite_url, "--json").stdout)
-    assert as_json["ok"] is False and as_json["problem"]["seq"] == 3
-    # An anchor kept from before: a chain rewritten behind it no longer contains it.
+    assert as_json["ok"] is False
+    assert (as_json["problem"]["task"], as_json["problem"]["seq"]) == ("t", 3)
+    again = script("audit", "checkpoint", "--db", sqlite_url)
+    assert again.returncode == 0 and anchor in again.stdout  # no head moved: the same one
+    # A trail emptied behind a checkpoint: no new checkpoint papers over it...
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
         db.execute("DELETE FROM audit_events")
-        db.execute("UPDATE audit_chain SET seq = 0, hash = ?", ("0" * 64,))
-    emptied = script("audit", "verify", "--db", sqlite_url, "--anchor", head)
-    assert emptied.returncode == 1 and "is not in the chain" in emptied.stderr
+        db.execute("DELETE FROM audit_heads")
+    refused = script("audit", "checkpoint", "--db", sqlite_url)
+    assert refused.returncode == 1 and "task 't', which now has no head" in refused.stderr
+    # ...and once the checkpoints are gone too, the anchor kept elsewhere tells.
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        db.execute("DELETE FROM audit_checkpoint_heads")
+        db.execute("DELETE FROM audit_checkpoints")
+    emptied = script("audit", "verify", "--db", sqlite_url, "--anchor", anchor)
+    assert emptied.returncode == 1 and "is neither a checkpoint" in emptied.stderr
+    bad = script("audit", "verify", "--db", sqlite_url, "--anchor", "1:xyz")
+    assert bad.returncode == 2 and "ID:HASH" in bad.stderr
 
 
 @pytest.mark.slow

@@ -13,6 +13,9 @@ import httpx
 import pytest
 from serve_world import Running, World, serving
 
+from agent_gate.ledger import Ledger
+from agent_gate.ledger.checkpoints import take
+
 pytestmark = pytest.mark.slow
 
 
@@ -152,12 +155,16 @@ def test_the_audit_trail_pages_verifies_and_shows_its_head(
     with httpx.Client(base_url=server.base, headers=bearer(world, "bob")) as http:
         first = http.get("/api/audit", params={"limit": 2}).json()
         rest = http.get("/api/audit", params={"after": first[-1]["seq"]}).json()
+        none_yet = http.get("/api/audit/head").json()
+        with Ledger(world.url) as ledger:
+            taken = take(ledger.engine)
         head = http.get("/api/audit/head").json()
         verified = http.get("/api/audit/verify").json()
     seqs = [e["seq"] for e in first + rest]
     assert seqs == list(range(1, len(seqs) + 1))
-    assert head == {"seq": seqs[-1], "hash": rest[-1]["hash"]}
-    assert verified["ok"] is True and verified["head"] == head
+    assert none_yet == {"id": 0, "hash": None}
+    assert head == taken.to_dict() and head["anchor"] == f"{taken.id}:{taken.hash}"
+    assert verified["ok"] is True and verified["checkpoint"] == head
 
 
 def test_a_removed_operator_is_out_at_once(world: World, server: Running) -> None:

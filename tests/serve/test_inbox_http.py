@@ -52,7 +52,7 @@ def test_the_inbox_shows_the_waiting_call_and_its_arguments(
         audit = http.get("/inbox/audit", params={"verify": "1"}).text
     assert "send_email" in page and "ana@elsewhere.org" in page
     assert "mail-needs-a-person" in call and "Every mail is read by a person first." in call
-    assert "Chain verified" in audit
+    assert "Trail verified" in audit
 
 
 def test_a_form_without_the_csrf_token_or_from_elsewhere_is_refused(

@@ -1,17 +1,21 @@
-"""The audit trail is one hash chain: edits, deletions and reorderings are named."""
+"""The audit trail is one hash chain per task, bound by checkpoints: edits, deletions,
+reorderings and truncations are named with their task, position and row."""
 
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
+from typing import Any
 
 import pytest
-from alembic import command
+from audit_tamper import reseal
+from sqlalchemy import text
 
+from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger import Event, Ledger, NewCall
+from agent_gate.ledger.audit import ChainReport
 from agent_gate.ledger.chain import GENESIS
-from agent_gate.ledger.dialect import begin_write, create_ledger_engine
-from agent_gate.ledger.migrate import alembic_config
+from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take, write
+from agent_gate.ledger.dialect import begin_write
 
 
 def new_call(call_id: str, task: str = "t") -> NewCall:
@@ -21,98 +25,280 @@ def new_call(call_id: str, task: str = "t") -> NewCall:
 
 @pytest.fixture
 def ledger_with_history(sqlite_url: str) -> str:
-    """A SQLite file, so the test can tamper with it directly."""
-    db_url = sqlite_url
-    with Ledger(db_url) as ledger:
+    """A SQLite file, so the test can tamper with it directly. Two tasks, interleaved:
+    ids 1-3 and 7-8 are task t0's #1..#5, ids 4-6 are task t1's #1..#3."""
+    with Ledger(sqlite_url) as ledger:
         for i in range(3):
             rec, _ = ledger.record(new_call(f"c{i}", task=f"t{i % 2}"))
             ledger.transition(rec, Event.ALLOW, actor="test")
-    return db_url
+    return sqlite_url
 
 
 def raw(url: str) -> sqlite3.Connection:
     return sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
 
 
-def verify(url: str):  # type: ignore[no-untyped-def]
+def verify(url: str, anchor: tuple[int, str] | None = None) -> ChainReport:
     with Ledger(url) as ledger:
-        return ledger.verify_audit()
+        return ledger.verify_audit(anchor=anchor)
 
 
-def test_an_untouched_chain_verifies_and_links_every_entry(ledger_with_history: str) -> None:
+def checkpoint(url: str) -> Checkpoint:
+    with Ledger(url) as ledger:
+        return take(ledger.engine)
+
+
+def problem_of(url: str, anchor: tuple[int, str] | None = None) -> tuple[Any, ...]:
+    problem = verify(url, anchor).problem
+    assert problem is not None
+    return problem.kind, problem.task_id, problem.seq, problem.row_id
+
+
+def test_interleaved_tasks_get_independent_chains(ledger_with_history: str) -> None:
     report = verify(ledger_with_history)
-    assert report.ok and report.entries == 8  # 2 task_created + 3 received + 3 allow
+    assert report.ok and report.entries == 8 and report.tasks == 2
     with Ledger(ledger_with_history) as ledger:
         entries = ledger.audit()
+    # The position in the whole trail is the insertion order; each task counts its own.
     assert [e.seq for e in entries] == list(range(1, 9))
+    assert [(e.task_id, e.task_seq) for e in entries] == [
+        ("t0", 1), ("t0", 2), ("t0", 3), ("t1", 1), ("t1", 2), ("t1", 3), ("t0", 4), ("t0", 5)]
     with raw(ledger_with_history) as db:
-        links = db.execute("SELECT seq, prev_hash, hash FROM audit_events ORDER BY seq").fetchall()
-        head = db.execute("SELECT seq, hash FROM audit_chain").fetchall()
-    assert links[0][1] == GENESIS
-    assert all(links[i][1] == links[i - 1][2] for i in range(1, len(links)))
-    assert head == [(8, links[-1][2])] == [(report.head_seq, report.head_hash)]
+        heads = dict((t, (s, h)) for t, s, h in db.execute("SELECT * FROM audit_heads"))
+        for task in ("t0", "t1"):
+            links = db.execute("SELECT seq, prev_hash, hash FROM audit_events WHERE task_id = ?"
+                               " ORDER BY seq", (task,)).fetchall()
+            assert links[0][1] == GENESIS
+            assert all(links[i][1] == links[i - 1][2] for i in range(1, len(links)))
+            assert heads[task] == (links[-1][0], links[-1][2])
+    # Appending to one task leaves the other's head where it was.
+    with Ledger(ledger_with_history) as ledger:
+        ledger.ensure_task("t2")
+        ledger.record_terminal("t1", "completed")
+    with raw(ledger_with_history) as db:
+        after = dict((t, (s, h)) for t, s, h in db.execute("SELECT * FROM audit_heads"))
+    assert after["t0"] == heads["t0"] and after["t1"][0] == 4 and after["t2"][0] == 1
+    assert verify(ledger_with_history).ok
 
 
 def test_an_edited_entry_is_named(ledger_with_history: str) -> None:
     with raw(ledger_with_history) as db:
-        db.execute("UPDATE audit_events SET actor = 'someone-else' WHERE seq = 5")
-    report = verify(ledger_with_history)
-    assert report.problem is not None
-    assert (report.problem.kind, report.problem.seq) == ("edited", 5)
-    assert "audit entry #5" in report.problem.message and "edited" in report.problem.message
+        db.execute("UPDATE audit_events SET actor = 'someone-else' WHERE id = 7")
+    assert problem_of(ledger_with_history) == ("edited", "t0", 4, 7)
+    message = verify(ledger_with_history).problem.message  # type: ignore[union-attr]
+    assert "audit entry #4 of task 't0' (row 7" in message and "edited" in message
 
 
 def test_a_deleted_entry_is_named(ledger_with_history: str) -> None:
     with raw(ledger_with_history) as db:
-        db.execute("DELETE FROM audit_events WHERE seq = 4")
-    report = verify(ledger_with_history)
-    assert report.problem is not None
-    assert (report.problem.kind, report.problem.seq) == ("deleted", 4)
-    assert "#4 was deleted" in report.problem.message
+        db.execute("DELETE FROM audit_events WHERE task_id = 't1' AND seq = 2")
+    assert problem_of(ledger_with_history) == ("deleted", "t1", 2, None)
+    assert "#2 of task 't1' was deleted" in verify(ledger_with_history).problem.message  # type: ignore[union-attr]
 
 
-def test_deleting_the_newest_entries_is_noticed(ledger_with_history: str) -> None:
+def test_deleting_the_newest_entries_of_a_task_is_noticed(ledger_with_history: str) -> None:
     with raw(ledger_with_history) as db:
-        db.execute("DELETE FROM audit_events WHERE seq >= 7")
-    report = verify(ledger_with_history)
-    assert report.problem is not None
-    assert (report.problem.kind, report.problem.seq) == ("deleted", 7)
+        db.execute("DELETE FROM audit_events WHERE task_id = 't0' AND seq >= 4")
+    assert problem_of(ledger_with_history) == ("deleted", "t0", 4, None)
 
 
 def test_reordered_entries_are_named(ledger_with_history: str) -> None:
-    # Swap the positions of two entries (their seq numbers): chain order != write order.
+    # Swap the positions of two entries of t0: chain order != write order.
     with raw(ledger_with_history) as db:
-        db.execute("UPDATE audit_events SET seq = -1 WHERE seq = 3")
-        db.execute("UPDATE audit_events SET seq = 3 WHERE seq = 6")
-        db.execute("UPDATE audit_events SET seq = 6 WHERE seq = -1")
-    report = verify(ledger_with_history)
-    assert report.problem is not None
-    assert (report.problem.kind, report.problem.seq) == ("reordered", 3)
-    assert "audit entry #3" in report.problem.message and "reordered" in report.problem.message
+        db.execute("UPDATE audit_events SET seq = -1 WHERE task_id = 't0' AND seq = 2")
+        db.execute("UPDATE audit_events SET seq = 2 WHERE task_id = 't0' AND seq = 4")
+        db.execute("UPDATE audit_events SET seq = 4 WHERE task_id = 't0' AND seq = -1")
+    kind, task, seq, _ = problem_of(ledger_with_history)
+    assert (kind, task, seq) == ("reordered", "t0", 2)
 
 
-def test_a_rewritten_chain_fails_against_an_anchor(ledger_with_history: str) -> None:
-    anchor = (verify(ledger_with_history).head_seq, verify(ledger_with_history).head_hash)
+def test_an_entry_moved_to_another_task_is_an_edit(ledger_with_history: str) -> None:
+    with raw(ledger_with_history) as db:
+        db.execute("UPDATE audit_events SET task_id = 't1', seq = 4 WHERE id = 8")
+    assert problem_of(ledger_with_history)[0] == "edited"
+
+
+def test_a_checkpoint_stores_only_the_heads_that_moved(ledger_with_history: str) -> None:
+    first = checkpoint(ledger_with_history)
+    assert (first.id, first.tasks, first.prev_hash) == (1, 2, GENESIS)
+    assert checkpoint(ledger_with_history) == first  # nothing moved: no new checkpoint
     with Ledger(ledger_with_history) as ledger:
-        assert ledger.verify_audit(anchor=anchor).ok
-        assert not ledger.verify_audit(anchor=(anchor[0], "f" * 64)).ok
+        ledger.record_terminal("t1", "completed")
+    second = checkpoint(ledger_with_history)
+    assert (second.id, second.tasks, second.prev_hash) == (2, 2, first.hash)
+    with raw(ledger_with_history) as db:
+        stored = db.execute("SELECT checkpoint_id, task_id, seq FROM audit_checkpoint_heads "
+                            "ORDER BY checkpoint_id, task_id").fetchall()
+    assert stored == [(1, "t0", 5), (1, "t1", 3), (2, "t1", 4)]
+    report = verify(ledger_with_history, anchor=(first.id, first.hash))
+    assert report.ok and report.checkpoint == second
 
 
-def test_upgrading_an_old_ledger_links_its_existing_events(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = create_ledger_engine(url)
-    try:
-        with begin_write(engine) as conn:
-            command.upgrade(alembic_config(conn), "0001_ledger")
-            conn.exec_driver_sql(
-                "INSERT INTO audit_events (at, task_id, event) VALUES "
-                "('2025-01-01 10:00:00.000000', 'old', 'task_created'), "
-                "('2025-01-01 10:00:01.500000', 'old', 'response_ended')"
-            )
-    finally:
-        engine.dispose()
-    with Ledger(url, auto_upgrade=True) as ledger:
-        ledger.ensure_task("new")
+def test_deleting_a_whole_task_after_a_checkpoint_is_caught(ledger_with_history: str) -> None:
+    checkpoint(ledger_with_history)
+    with raw(ledger_with_history) as db:
+        db.execute("DELETE FROM audit_events WHERE task_id = 't1'")
+        db.execute("DELETE FROM audit_heads WHERE task_id = 't1'")
+    assert problem_of(ledger_with_history) == ("deleted", "t1", 3, None)
+    assert "the whole task was deleted" in verify(ledger_with_history).problem.message  # type: ignore[union-attr]
+    # And the next checkpoint does not paper over it.
+    with pytest.raises(AuditCheckpointRefused, match="task 't1', which now has no head"):
+        checkpoint(ledger_with_history)
+
+
+def test_truncating_a_chain_below_its_checkpointed_head_is_caught(
+    ledger_with_history: str,
+) -> None:
+    checkpoint(ledger_with_history)
+    with raw(ledger_with_history) as db:
+        db.execute("DELETE FROM audit_events WHERE task_id = 't0' AND seq = 5")
+        (seq, digest), = db.execute("SELECT seq, hash FROM audit_events WHERE task_id = 't0' "
+                                    "AND seq = 4").fetchall()
+        db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = 't0'",
+                   (seq, digest))
+    assert problem_of(ledger_with_history) == ("truncated", "t0", 5, None)
+    with pytest.raises(AuditCheckpointRefused, match="now has its head at #4"):
+        checkpoint(ledger_with_history)
+
+
+def test_a_chain_rewritten_after_a_checkpoint_is_caught(ledger_with_history: str) -> None:
+    checkpoint(ledger_with_history)
+    with Ledger(ledger_with_history) as ledger, begin_write(ledger.engine) as conn:
+        conn.execute(text("UPDATE audit_events SET actor = 'someone-else' WHERE id = 2"))
+        reseal(conn)
+    # The checkpoint bound t0's head (#5, row 8), whose hash covers #2 through the links.
+    assert problem_of(ledger_with_history) == ("rewritten", "t0", 5, 8)
+
+
+def test_an_edited_checkpoint_is_caught(ledger_with_history: str) -> None:
+    checkpoint(ledger_with_history)
+    with Ledger(ledger_with_history) as ledger:
+        ledger.ensure_task("t2")
+    checkpoint(ledger_with_history)
+    with raw(ledger_with_history) as db:
+        db.execute("UPDATE audit_checkpoints SET at = '2020-01-01 00:00:00.000000' WHERE id = 1")
+    assert problem_of(ledger_with_history) == ("checkpoint", None, 1, None)
+    # Its hash recomputed as well: then the next checkpoint's link to it breaks.
+    with Ledger(ledger_with_history) as ledger, begin_write(ledger.engine) as conn:
+        edited = checkpoints(conn)[0]
+        conn.execute(text("UPDATE audit_checkpoints SET hash = :h WHERE id = 1"),
+                     {"h": edited.recomputed_hash()})
+    assert problem_of(ledger_with_history) == ("checkpoint", None, 2, None)
+    assert "does not link to checkpoint #1" in verify(ledger_with_history).problem.message  # type: ignore[union-attr]
+
+
+def test_an_edited_checkpoint_head_is_caught(ledger_with_history: str) -> None:
+    checkpoint(ledger_with_history)
+    with raw(ledger_with_history) as db:
+        db.execute("UPDATE audit_checkpoint_heads SET seq = 2 WHERE task_id = 't1'")
+    kind, _, seq, _ = problem_of(ledger_with_history)
+    assert (kind, seq) == ("checkpoint", 1)
+    assert "root is not the hash of the 2 task heads" in verify(ledger_with_history).problem.message  # type: ignore[union-attr]
+
+
+def test_a_deleted_checkpoint_is_caught(ledger_with_history: str) -> None:
+    checkpoint(ledger_with_history)
+    with Ledger(ledger_with_history) as ledger:
+        ledger.ensure_task("t2")
+    checkpoint(ledger_with_history)
+    with raw(ledger_with_history) as db:
+        db.execute("DELETE FROM audit_checkpoint_heads WHERE checkpoint_id = 1")
+        db.execute("DELETE FROM audit_checkpoints WHERE id = 1")
+    assert problem_of(ledger_with_history) == ("checkpoint", None, 1, None)
+
+
+def test_a_trail_rewritten_wholesale_fails_only_against_an_anchor(
+    ledger_with_history: str,
+) -> None:
+    kept = checkpoint(ledger_with_history)
+    anchor = (kept.id, kept.hash)
+    assert verify(ledger_with_history, anchor).ok
+    assert problem_of(ledger_with_history, (kept.id, "f" * 64))[0] == "anchor"
+    # Rewrite everything an attacker can: entries, heads and the checkpoints.
+    with Ledger(ledger_with_history) as ledger, begin_write(ledger.engine) as conn:
+        conn.execute(text("UPDATE audit_events SET actor = 'someone-else' WHERE id = 2"))
+        reseal(conn)
+        conn.execute(text("DELETE FROM audit_checkpoint_heads"))
+        conn.execute(text("DELETE FROM audit_checkpoints"))
+        write(conn)
+    assert verify(ledger_with_history).ok  # consistent with itself, not with the anchor:
+    assert problem_of(ledger_with_history, anchor) == ("anchor", None, 1, None)
+
+
+def test_concurrent_checkpoint_writers_on_sqlite_never_fork(sqlite_url: str) -> None:
+    """``write`` inside one transaction twice: the second sees the first's position."""
+    with Ledger(sqlite_url) as ledger:
+        ledger.ensure_task("a")
+        with begin_write(ledger.engine) as conn:
+            one = write(conn)
+            two = write(conn)
+        assert one == two and one.id == 1
+
+
+def test_each_format_hashes_the_same_through_the_fast_path_and_through_json() -> None:
+    """The string-built body (fast path) and json.dumps (reference) agree for both
+    formats, and the version is part of what is hashed."""
+    import hashlib
+    import json
+    from datetime import UTC, datetime
+
+    from agent_gate.ledger.chain import CHAIN_VERSION, LEGACY_VERSION, entry_hash, root_hash
+
+    def reference(body: dict[str, Any]) -> str:
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    at = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    fields = {"at": at, "task_id": "tâsk", "call_row_id": 3, "call_id": "c", "event": "claim",
+              "from_state": "authorized", "to_state": "executing", "actor": None,
+              "detail": '{"a":"\\u00e9"}'}
+    digests = set()
+    for version in (LEGACY_VERSION, CHAIN_VERSION):
+        body = {"v": version, "seq": 7, "prev": GENESIS, "at_us": 1767268800123456,
+                "task": "tâsk", "call_row": 3, "call": "c", "event": "claim",
+                "from": "authorized", "to": "executing", "actor": None,
+                "detail": '{"a":"\\u00e9"}'}
+        fast = entry_hash(seq=7, prev_hash=GENESIS, version=version,
+                          **fields)  # type: ignore[arg-type]
+        assert fast == reference(body)
+        # A bool is not an int to the fast path: json.dumps writes it, same result.
+        odd = entry_hash(seq=7, prev_hash=GENESIS, version=version,
+                         **{**fields, "call_row_id": True})  # type: ignore[arg-type]
+        assert odd == reference({**body, "call_row": True})
+        digests.add(fast)
+    assert len(digests) == 2
+    heads = [("b", 2, "f" * 64), ("a", 10, "e" * 64), ("é", 1, "d" * 64)]
+    listed = json.dumps([list(h) for h in sorted(heads)], separators=(",", ":"),
+                        ensure_ascii=False)
+    assert root_hash(heads) == hashlib.sha256(listed.encode()).hexdigest()
+    assert root_hash([]) == hashlib.sha256(b"[]").hexdigest()
+
+
+def test_one_transaction_appending_to_several_tasks_links_each_chain(sqlite_url: str) -> None:
+    from agent_gate.ledger import audit
+
+    with Ledger(sqlite_url) as ledger:
+        ledger.ensure_task("a")
+        with begin_write(ledger.engine) as conn, audit.staged(conn):
+            for task in ("b", "a", "b", "c"):
+                audit.append(conn, task_id=task, event="bulk")
+        entries = ledger.audit()
+        assert [(e.task_id, e.task_seq) for e in entries] == [
+            ("a", 1), ("b", 1), ("a", 2), ("b", 2), ("c", 1)]
         report = ledger.verify_audit()
-        assert report.ok and report.entries == 3
-        assert [e.seq for e in ledger.audit()] == [1, 2, 3]
+        assert report.ok and report.tasks == 3
+
+
+def test_a_transaction_with_more_entries_than_one_insert_holds_stays_in_order(
+    sqlite_url: str,
+) -> None:
+    from agent_gate.ledger import audit
+
+    with Ledger(sqlite_url) as ledger:
+        with begin_write(ledger.engine) as conn, audit.staged(conn):
+            for i in range(150):  # three INSERT statements of up to 64 rows
+                audit.append(conn, task_id="many", event="bulk", detail={"i": i})
+        entries = ledger.audit(task_id="many")
+        assert [e.task_seq for e in entries] == list(range(1, 151))
+        assert [e.detail["i"] for e in entries] == list(range(150))  # type: ignore[index]
+        assert ledger.verify_audit().ok

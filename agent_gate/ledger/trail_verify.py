@@ -1,0 +1,367 @@
+"""``audit verify``: proving the stored trail is the trail that was written.
+
+What is checked, in one snapshot, and in this order (the first problem is named:
+kind, task, chain position and ``audit_events`` row):
+
+1. Every entry, in insertion order (``id``), against its task's chain: its hash is
+   the hash of its fields (else *edited*), its ``seq`` follows the task's previous
+   entry (a jump forward: *deleted*; anything else: *reordered*), its ``prev_hash``
+   is the previous entry's hash (else that entry was *deleted* or replaced).
+2. Every task's head row (``audit_heads``) names the task's newest entry: a head
+   ahead of its entries means the newest entries were *deleted*.
+3. The checkpoints: positions without gaps, each linked to the previous one's hash,
+   each hash recomputed, each root recomputed over the heads it binds
+   (*checkpoint*).
+   Then every head a checkpoint bound is still in its task's chain, as bound: an
+   entry with another hash at that position means the chain was *rewritten* after
+   the checkpoint, a chain cut below it is *truncated*, a task gone entirely is
+   *deleted*.
+4. The pre-upgrade entries still hash, in format 1, to the old global head the
+   upgrade recorded on checkpoint #1 (*legacy*).
+5. ``anchor``, a checkpoint (id, hash) printed earlier and kept elsewhere, is still
+   there (or, for an anchor exported before the upgrade, a position of the old
+   global chain): that catches a trail rewritten wholesale, checkpoints included
+   (*anchor*).
+6. Every call's row is in the state its newest transition entry recorded
+   (*state_rewritten*).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from agent_gate.ledger.chain import GENESIS, LEGACY_VERSION, entry_hash, root_hash
+from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, current_heads
+from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_EVENTS, TOOL_CALLS
+
+__all__ = ["ChainProblem", "ChainReport", "verify"]
+
+_EVENTS = AUDIT_EVENTS
+_BOUND = AUDIT_CHECKPOINT_HEADS
+_CALLS = TOOL_CALLS
+_FIELDS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state", "to_state",
+           "actor", "detail")
+
+
+def is_transition(from_state: str | None, to_state: str | None) -> bool:
+    """Whether an entry records a change of a call's state: ``received`` (from
+    nothing) or an arrow of the state machine, none of which ends where it began.
+    Audit-only entries (seen again, approval granted...) repeat one state."""
+    return to_state is not None and from_state != to_state
+
+
+@dataclass(frozen=True, slots=True)
+class ChainProblem:
+    """The first place where the stored trail is not the trail that was written."""
+
+    kind: str
+    """``edited``, ``deleted``, ``reordered``, ``truncated`` (a task's chain ends below
+    a head a checkpoint bound), ``rewritten`` (an entry differs from the one a
+    checkpoint bound), ``legacy`` (pre-upgrade entries no longer hash to the old
+    global head), ``checkpoint`` (a checkpoint edited, deleted or unlinked),
+    ``anchor``, or ``state_rewritten`` (a call's row is not in the state its trail
+    last recorded)."""
+    seq: int
+    """The position where the problem shows: in the task's chain, or the checkpoint's
+    number for ``checkpoint``/``anchor`` problems."""
+    row_id: int | None
+    """``audit_events.id`` of the entry named (None when the entry is gone)."""
+    message: str
+    task_id: str | None = None
+    """The task whose chain is wrong (None for checkpoint and anchor problems)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "task": self.task_id, "seq": self.seq,
+                "row_id": self.row_id, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    entries: int
+    tasks: int
+    checkpoint: Checkpoint | None
+    """The newest checkpoint (what to keep elsewhere as the next anchor)."""
+    problem: ChainProblem | None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "entries": self.entries,
+            "tasks": self.tasks,
+            "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+            "problem": self.problem.to_dict() if self.problem else None,
+        }
+
+
+@dataclass(slots=True)
+class _Chain:
+    """How far one task's chain has been walked."""
+
+    seq: int = 0
+    hash: str = GENESIS
+    row_id: int | None = None
+    rewritten: ChainProblem | None = None
+    """The first entry that differs from the one a checkpoint bound (reported once
+    the checkpoints themselves are known to be whole)."""
+
+
+@dataclass(slots=True)
+class _Legacy:
+    """The old global chain (format 1), recomputed over the pre-upgrade entries."""
+
+    last_id: int
+    seq: int = 0
+    hash: str = GENESIS
+    anchored: bool = False
+
+
+def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainReport:
+    """Walk the whole trail in one snapshot and name the first thing that is wrong
+    (see the module docstring for what is proved, in what order)."""
+    heads = current_heads(conn)
+    stored = checkpoints(conn)
+    bound: dict[tuple[str, int], tuple[str, int]] = {}
+    for cp_id, task, seq, digest in conn.execute(
+        select(_BOUND.c.checkpoint_id, _BOUND.c.task_id, _BOUND.c.seq, _BOUND.c.hash)
+        .order_by(_BOUND.c.checkpoint_id)
+    ):
+        bound.setdefault((task, int(seq)), (digest, int(cp_id)))
+    first = stored[0] if stored else None
+    legacy = (_Legacy(first.legacy_last_id) if first is not None
+              and first.legacy_last_id is not None else None)
+    legacy_anchor = anchor if anchor is not None and legacy is not None else None
+    chains: dict[str, _Chain] = {}
+    audited: dict[int, str] = {}
+    count = 0
+    problem: ChainProblem | None = None
+    for row in conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings():
+        count += 1
+        if row["call_row_id"] is not None and is_transition(row["from_state"], row["to_state"]):
+            audited[int(row["call_row_id"])] = row["to_state"]
+        fields = {k: row[k] for k in _FIELDS}
+        if legacy is not None and row["id"] <= legacy.last_id:
+            legacy.seq += 1
+            legacy.hash = entry_hash(seq=legacy.seq, prev_hash=legacy.hash,
+                                     version=LEGACY_VERSION, **fields)
+            if legacy_anchor == (legacy.seq, legacy.hash):
+                legacy.anchored = True
+        if problem is None:
+            chain = chains.setdefault(row["task_id"], _Chain())
+            problem = _entry_problem(row, fields, chain, bound)
+    if problem is None:
+        problem = _head_problem(chains, heads)
+    if problem is None:
+        problem = _checkpoint_problem(conn, stored)
+    if problem is None:
+        problem = next((c.rewritten for _, c in sorted(chains.items()) if c.rewritten), None)
+    if problem is None:
+        problem = _bound_problem(chains, bound)
+    if problem is None and legacy is not None:
+        problem = _legacy_problem(legacy, first)
+    if problem is None and anchor is not None:
+        problem = _anchor_problem(anchor, stored, legacy)
+    if problem is None:
+        problem = _state_problem(conn, audited)
+    return ChainReport(count, len(heads), stored[-1] if stored else None, problem)
+
+
+def _entry_problem(
+    row: Any, fields: dict[str, Any], chain: _Chain,
+    bound: dict[tuple[str, int], tuple[str, int]],
+) -> ChainProblem | None:
+    task, expected = row["task_id"], chain.seq + 1
+    seq, row_id = int(row["seq"]), int(row["id"])
+    where = f"audit entry #{seq} of task {task!r} (row {row_id}, event {row['event']!r})"
+    recomputed = entry_hash(seq=seq, prev_hash=row["prev_hash"], **fields)
+    if recomputed != row["hash"] and seq != expected and entry_hash(
+        seq=expected, prev_hash=row["prev_hash"], **fields
+    ) == row["hash"]:
+        return ChainProblem(
+            "reordered", expected, row_id,
+            f"audit entry #{expected} of task {task!r} (row {row_id}, event "
+            f"{row['event']!r}) was moved to position #{seq}: the entries were reordered",
+            task,
+        )
+    if recomputed != row["hash"]:
+        return ChainProblem("edited", seq, row_id,
+                            f"{where} was edited: its fields no longer match its hash", task)
+    if seq != expected:
+        if seq > expected:
+            missing = f"#{expected}" if seq == expected + 1 else f"#{expected}..#{seq - 1}"
+            return ChainProblem(
+                "deleted", expected, None,
+                f"audit entry {missing} of task {task!r} was deleted: the task's chain "
+                f"jumps from #{expected - 1} to #{seq} (row {row_id})", task,
+            )
+        return ChainProblem(
+            "reordered", seq, row_id,
+            f"audit entry #{seq} of task {task!r} (row {row_id}) is out of order: expected "
+            f"#{expected} at this place", task,
+        )
+    if row["prev_hash"] != chain.hash:
+        return ChainProblem(
+            "deleted", seq, row_id,
+            f"audit entry #{seq} of task {task!r} (row {row_id}) does not link to the "
+            f"entry before it: entry #{seq - 1} was replaced or deleted", task,
+        )
+    pinned = bound.get((task, seq))
+    if pinned is not None and pinned[0] != row["hash"] and chain.rewritten is None:
+        chain.rewritten = ChainProblem(
+            "rewritten", seq, row_id,
+            f"{where} is not the entry checkpoint #{pinned[1]} bound: the task's chain "
+            "up to it was rewritten after that checkpoint was taken", task,
+        )
+    chain.seq, chain.hash, chain.row_id = seq, row["hash"], row_id
+    return None
+
+
+def _head_problem(
+    chains: dict[str, _Chain], heads: dict[str, tuple[int, str]]
+) -> ChainProblem | None:
+    for task in sorted(set(chains) | set(heads)):
+        chain = chains.get(task, _Chain())
+        head = heads.get(task)
+        if head is None:
+            return ChainProblem(
+                "deleted", chain.seq, chain.row_id,
+                f"task {task!r} has entries up to #{chain.seq} but no chain head: its head "
+                "row was deleted", task,
+            )
+        seq, digest = head
+        if (seq, digest) == (chain.seq, chain.hash):
+            continue
+        if seq > chain.seq:
+            return ChainProblem(
+                "deleted", chain.seq + 1, None,
+                f"audit entries #{chain.seq + 1}..#{seq} of task {task!r} were deleted: the "
+                f"task's chain ends at #{chain.seq} but its head records #{seq}", task,
+            )
+        return ChainProblem(
+            "edited", seq, chain.row_id,
+            f"the head of task {task!r} records #{seq} but its entries run to "
+            f"#{chain.seq}: the head or the newest entries were altered", task,
+        )
+    return None
+
+
+def _bound_problem(
+    chains: dict[str, _Chain], bound: dict[tuple[str, int], tuple[str, int]]
+) -> ChainProblem | None:
+    for (task, seq), (_, cp_id) in sorted(bound.items()):
+        chain = chains.get(task)
+        if chain is None:
+            return ChainProblem(
+                "deleted", seq, None,
+                f"checkpoint #{cp_id} bound task {task!r} at #{seq}, but the task has no "
+                "entries and no head any more: the whole task was deleted", task,
+            )
+        if chain.seq < seq:
+            return ChainProblem(
+                "truncated", chain.seq + 1, None,
+                f"the chain of task {task!r} ends at #{chain.seq}, below entry #{seq} that "
+                f"checkpoint #{cp_id} bound: entries #{chain.seq + 1}..#{seq} were deleted",
+                task,
+            )
+    return None
+
+
+def _legacy_problem(legacy: _Legacy, first: Checkpoint | None) -> ChainProblem | None:
+    assert first is not None
+    if (legacy.seq, legacy.hash) == (first.legacy_seq, first.legacy_hash):
+        return None
+    return ChainProblem(
+        "legacy", legacy.seq, None,
+        f"the {legacy.seq} entries written before the upgrade to per-task chains no longer "
+        f"hash to the old chain's head #{first.legacy_seq} recorded by checkpoint #1: "
+        "they were edited, deleted or reordered (or the old chain was already broken "
+        "when the ledger was upgraded)",
+    )
+
+
+def _checkpoint_problem(conn: Connection, stored: list[Checkpoint]) -> ChainProblem | None:
+    if not stored:
+        return None
+    # Every head stored, oldest checkpoint first, folded into the set each one binds.
+    changed: dict[int, list[tuple[str, int, str]]] = {}
+    for cp_id, task, seq, digest in conn.execute(
+        select(_BOUND.c.checkpoint_id, _BOUND.c.task_id, _BOUND.c.seq, _BOUND.c.hash)
+    ):
+        changed.setdefault(int(cp_id), []).append((task, int(seq), digest))
+    heads: dict[str, tuple[int, str]] = {}
+    prev = GENESIS
+    for position, cp in enumerate(stored, start=1):
+        if cp.id != position:
+            return ChainProblem(
+                "checkpoint", position, None,
+                f"checkpoint #{position} was deleted: the checkpoints jump to #{cp.id}",
+            )
+        for task, seq, digest in changed.get(cp.id, ()):
+            heads[task] = (seq, digest)
+        if cp.prev_hash != prev:
+            return ChainProblem(
+                "checkpoint", cp.id, None,
+                f"checkpoint #{cp.id} does not link to checkpoint #{cp.id - 1}: the one "
+                "before it was replaced",
+            )
+        if cp.recomputed_hash() != cp.hash:
+            return ChainProblem("checkpoint", cp.id, None,
+                                f"checkpoint #{cp.id} was edited: its fields no longer "
+                                "match its hash")
+        root = root_hash((task, seq, digest) for task, (seq, digest) in heads.items())
+        if root != cp.root or len(heads) != cp.tasks:
+            return ChainProblem(
+                "checkpoint", cp.id, None,
+                f"checkpoint #{cp.id}'s root is not the hash of the {len(heads)} task heads "
+                "it binds: its stored heads were edited, added or deleted",
+            )
+        prev = cp.hash
+    for cp_id in sorted(set(changed) - {cp.id for cp in stored}):
+        return ChainProblem("checkpoint", cp_id, None,
+                            f"heads are stored for checkpoint #{cp_id}, which does not exist")
+    return None
+
+
+def _anchor_problem(
+    anchor: tuple[int, str], stored: list[Checkpoint], legacy: _Legacy | None
+) -> ChainProblem | None:
+    number, digest = anchor
+    if any((cp.id, cp.hash) == (number, digest) for cp in stored):
+        return None
+    if legacy is not None and legacy.anchored:
+        return None
+    return ChainProblem(
+        "anchor", number, None,
+        f"the anchor #{number} {digest[:16]}… is neither a checkpoint of this ledger nor a "
+        "head of its chain from before the upgrade: the trail was rewritten at or before it",
+    )
+
+
+def _state_problem(conn: Connection, audited: dict[int, str]) -> ChainProblem | None:
+    """The first call whose row state is not the state its trail last recorded."""
+    wrong: list[tuple[int, str, str, str, str | None]] = []
+    calls = conn.execute(
+        select(_CALLS.c.id, _CALLS.c.task_id, _CALLS.c.call_id, _CALLS.c.state)
+        .order_by(_CALLS.c.id)
+    )
+    for row_id, task_id, call_id, state in calls:
+        trail = audited.get(int(row_id))
+        if trail != state:
+            wrong.append((int(row_id), task_id, call_id, state, trail))
+    if not wrong:
+        return None
+    row_id, task_id, call_id, state, trail = wrong[0]
+    more = f" ({len(wrong) - 1} more calls like it)" if len(wrong) > 1 else ""
+    recorded = (f"its audit trail last recorded {trail!r}" if trail is not None
+                else "its audit trail has no transition for it")
+    return ChainProblem(
+        "state_rewritten", 0, None,
+        f"call {call_id!r} of task {task_id!r} (tool_calls row {row_id}) is {state!r} but "
+        f"{recorded}: its state was rewritten outside agent-gate{more}", task_id,
+    )
