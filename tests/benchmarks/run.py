@@ -24,6 +24,7 @@ import decision_bench  # noqa: E402
 import gate_bench  # noqa: E402
 import memory_bench  # noqa: E402
 import sse_bench  # noqa: E402
+import stream_cost_bench  # noqa: E402
 import tricks_bench  # noqa: E402
 
 
@@ -148,12 +149,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument(
         "--only",
-        choices=["sse", "decision", "memory", "gate", "tricks"],
+        choices=["sse", "decision", "memory", "gate", "tricks", "stream"],
         action="append",
         default=None,
     )
     args = parser.parse_args()
-    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks"])
+    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks", "stream"])
 
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -193,6 +194,15 @@ def main() -> None:
         tricks = tricks_bench.run_section(args.quick)
         report["tricks"] = tricks
         md += ["### 5. What each shortcut buys", "", *tricks_bench.markdown(tricks)]
+    if "stream" in only:
+        stream = stream_cost_bench.run_section(args.quick)
+        report["stream"] = stream
+        verdicts += stream_cost_bench.targets(stream)
+        md += [
+            "### 6. CPU per KB of arguments, streamed vs handed in",
+            "",
+            *stream_cost_bench.markdown(stream),
+        ]
     report["targets"] = [{"target": t, "met": met, "measured": m} for t, met, m in verdicts]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
