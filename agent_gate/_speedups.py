@@ -13,6 +13,7 @@ jsonschema-rs accept (``schema``)             python-jsonschema
 SSE short path (``sse.decoder``)              the decoder's line machinery; both are
                                               checked against ``sse._reference``
 known-adapter path (``accumulate``)           ``Accumulator._feed_any``
+strict parse short path (``strict_json``)     ``parse_arguments_reference``
 ============================================  ============================================
 
 ``PURE_PYTHON`` decides, for the whole process, which one runs:
