@@ -13,6 +13,7 @@ jsonschema-rs accept (``schema``)             python-jsonschema
 SSE short path (``sse.decoder``)              the decoder's line machinery; both are
                                               checked against ``sse._reference``
 known-adapter path (``accumulate``)           ``Accumulator._feed_any``
+seeded replay digest (``providers.base``)     ``content_digest``
 strict parse short path (``strict_json``)     ``parse_arguments_reference``
 ============================================  ============================================
 

@@ -38,13 +38,15 @@ from agent_gate.errors import (
     safe_name,
 )
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
+from agent_gate.providers import base as providers_base
 from agent_gate.providers import events as ev
 from agent_gate.providers.base import (
     ProviderAdapter,
     WireEvent,
     WireKind,
     content_digest,
-    event_content,
+    mapping_content,
+    sse_digest,
 )
 from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
@@ -271,18 +273,28 @@ class Accumulator:
         data) takes ``_feed_any``.
         """
         cls = type(event)
-        if cls is dict:
-            data: Mapping[str, Any] = event  # type: ignore[assignment]
-            raw: str | None = None
-            sse_type = "message"
-            sse_id = ""
-        elif cls is ServerSentEvent:
-            raw = event.data  # type: ignore[attr-defined]
+        if cls is ServerSentEvent:
+            sse_type, raw, sse_id = event  # type: ignore[misc]
             if raw[:1] != "{":
                 return self._feed_any(event, index)
-            sse_type = event.event or "message"  # type: ignore[attr-defined]
-            sse_id = event.id or ""  # type: ignore[attr-defined]
-            data = self._adapter.load_payload(raw, index)
+            sse_type = sse_type or "message"
+            sse_id = sse_id or ""
+            # ``load_payload``'s answer: msgspec's value when it decodes (always an
+            # object here, the text starts with "{"), else ``load_payload`` decides
+            # (json.loads, or the error) as the long way does.
+            loads = providers_base._fast_loads
+            if loads is None:
+                data: Mapping[str, Any] = self._adapter.load_payload(raw, index)
+            else:
+                try:
+                    data = loads(raw)
+                except Exception:  # msgspec's errors, RecursionError: the reference decides
+                    data = self._adapter.load_payload(raw, index)
+        elif cls is dict:
+            data = event  # type: ignore[assignment]
+            raw = None
+            sse_type = "message"
+            sse_id = ""
         else:
             return self._feed_any(event, index)
         seq: int | None = None
@@ -295,14 +307,16 @@ class Accumulator:
         # sequence number): its digest is remembered at once, never the event itself
         # (``agent_gate.providers.replay`` states what is kept and the bound).
         replay = self._replay
-        if seq is not None and not replay.seen_sequence(seq):
-            replay.remember_sequence(seq, content_digest(event_content(sse_type, raw, data)), index)
-        elif seq is not None or sse_id:
-            key = None if seq is None else (field, seq)
-            digest = content_digest(event_content(sse_type, raw, data))
-            if replay.check(key, sse_id, digest, index):
-                self._replayed += 1
-                return []
+        if seq is not None or sse_id:
+            if raw is None:
+                digest = content_digest(mapping_content(data))
+            else:
+                digest = sse_digest(sse_type, raw)
+            if seq is None or not replay.first_sight(seq, digest, index):
+                key = None if seq is None else (field, seq)
+                if replay.check(key, sse_id, digest, index):
+                    self._replayed += 1
+                    return []
         else:
             replay.unpositioned()
         if self._terminal is not None:

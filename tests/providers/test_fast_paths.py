@@ -446,3 +446,33 @@ def _loads_verdict_any(loads: Any, text: str) -> object:
         return ("ok", loads(text))
     except ValueError as exc:
         return ("error", type(exc).__name__, str(exc))
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sse_type=st.sampled_from(["message", "response.function_call_arguments.delta", "é", "x"])
+    | st.text(alphabet=st.characters(blacklist_characters="\n\r"), min_size=1, max_size=8),
+    raw=st.text(max_size=300),
+)
+def test_sse_digest_is_content_digest_of_the_event_content(
+    monkeypatch: pytest.MonkeyPatch, sse_type: str, raw: str
+) -> None:
+    """The replay guard's per-event digest (a kept state per SSE type, copied and fed
+    the text) is the reference's digest of the same content, whatever the text holds
+    (lone surrogates included) and however many types were seen."""
+    monkeypatch.setattr(base, "_SEEDED_DIGEST", True)
+    expected = base.content_digest(base.event_content(sse_type, raw, {}))
+    assert base.sse_digest(sse_type, raw) == expected
+    assert base.sse_digest(sse_type, raw) == expected  # the kept state is not consumed
+
+
+def test_sse_digest_beyond_the_kept_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "_SEEDED", {})
+    monkeypatch.setattr(base, "_SEEDED_DIGEST", True)
+    for n in range(base._MAX_SEEDED + 5):
+        sse_type = f"type-{n}"
+        expected = base.content_digest(base.event_content(sse_type, '{"a":1}', {}))
+        assert base.sse_digest(sse_type, '{"a":1}') == expected
+    assert len(base._SEEDED) == base._MAX_SEEDED
