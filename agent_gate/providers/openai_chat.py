@@ -110,6 +110,8 @@ class OpenAIChatAdapter(ProviderAdapter):
         delta = choice.get("delta")
         if type(delta) is not dict or delta.get("content") or "function_call" in delta:
             return None
+        if type(delta.get("reasoning_content")) is str:  # grows the turn: the long way
+            return None
         tool_calls = delta.get("tool_calls")
         if type(tool_calls) is not list or len(tool_calls) != 1:
             return None

@@ -90,7 +90,7 @@ def outcome(
         seen.append(acc.close())
     except Exception as exc:
         seen.append((type(exc).__name__, str(exc)))
-    seen += [acc.terminal, acc.anomalies, acc.stats]
+    seen += [acc.terminal, acc.anomalies, acc.stats, acc.turn]
     return seen
 
 
@@ -111,6 +111,41 @@ def test_every_transcript_gives_the_same_outcome_both_ways(case: str) -> None:
     mixed = [d if i % 2 else e for i, (e, d) in enumerate(zip(events, dicts, strict=True))]
     for feed in (events, dicts, mixed):
         both_ways(provider, list(feed))
+
+
+@pytest.mark.parametrize("reasoning", ["think", ""])
+def test_chat_reasoning_beside_a_fragment_is_kept_for_the_next_turn_both_ways(
+    reasoning: str,
+) -> None:
+    """DeepSeek's ``reasoning_content`` in the chunk that carries an argument fragment
+    is part of the turn sent back; the short path once dropped it (it only looked at
+    ``content`` and ``function_call`` beside the fragment)."""
+    start = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "f", "arguments": ""},
+    }
+    chunks = [
+        {"tool_calls": [start]},
+        {
+            "reasoning_content": reasoning,
+            "tool_calls": [{"index": 0, "function": {"arguments": "{}"}}],
+        },
+    ]
+    events: list[object] = [
+        {"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        for delta in chunks
+    ]
+    events.append(
+        {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    )
+    both_ways("openai-chat", events)
+    acc = Accumulator("openai-chat")
+    for event in events:
+        acc.feed(event)
+    acc.close()
+    assert acc.turn.entries[0].part == {"reasoning_content": reasoning}
 
 
 def _mutations(value: object) -> Iterator[object]:
@@ -421,7 +456,7 @@ def test_a_limit_hit_by_a_fragment_leaves_the_same_counters_both_ways(as_sse: bo
     if as_sse:
         events = [ServerSentEvent("message", json.dumps(e), "") for e in events]
     short = outcome("openai-responses", events, None)
-    assert short[-4] == (
+    assert short[-5] == (
         "AccumulatorLimitExceeded",
         "limit max_call_argument_bytes=400 exceeded at event index 3",
     )
