@@ -163,6 +163,11 @@ class Accumulator:
         # way, and so does every adapter with AGENT_GATE_PURE_PYTHON=1.
         self._fast = _KNOWN_ADAPTER_PATH and type(self._adapter) in ADAPTERS.values()
         self._sequence_field = self._adapter.sequence_field
+        # A typed decode of the dominant event (``ProviderAdapter.hot_decode``) only
+        # where the replay guard needs the text alone: no sequence field to read.
+        self._hot_decode = (
+            self._adapter.hot_decode if self._fast and self._sequence_field is None else None
+        )
         if dispatch is None:
             self._dispatch: Callable[[str], DispatchMode] = _always_after_response
         elif isinstance(dispatch, DispatchMode):
@@ -279,6 +284,16 @@ class Accumulator:
                 return self._feed_any(event, index)
             sse_type = sse_type or "message"
             sse_id = sse_id or ""
+            # Under 640 characters no integer can pass ``sys.get_int_max_str_digits``
+            # (0 or at least 640), which json.loads enforces and a skipping decoder
+            # does not: so a typed decode that succeeds is one json.loads agrees with.
+            if self._hot_decode is not None and len(raw) < 640:
+                try:
+                    typed = self._hot_decode(raw)
+                except Exception:  # not the hot shape, or not JSON: the dict decides
+                    pass
+                else:
+                    return self._feed_typed(typed, raw, sse_type, sse_id, index)
             # ``load_payload``'s answer: msgspec's value when it decodes (always an
             # object here, the text starts with "{"), else ``load_payload`` decides
             # (json.loads, or the error) as the long way does.
@@ -325,7 +340,35 @@ class Accumulator:
         hot = self._adapter.hot_delta(data, sse_type)
         if hot is None:
             return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
-        call_id, delta = hot
+        return self._fragment(*hot)
+
+    def _feed_typed(
+        self, typed: object, raw: str, sse_type: str, sse_id: str, index: int
+    ) -> list[ToolCall]:
+        """``_feed_known`` for an event ``hot_decode`` read: the same replay and
+        terminal decisions (positioned by its SSE id alone, the adapter having no
+        sequence field), then ``hot_fragment`` where ``hot_delta`` was asked; an
+        event that is not a fragment after all is decoded to a dict and translated.
+        """
+        replay = self._replay
+        if sse_id:
+            if replay.check(None, sse_id, sse_digest(sse_type, raw), index):
+                self._replayed += 1
+                return []
+        else:
+            replay.unpositioned()
+        if self._terminal is not None:
+            self._after_terminal += 1
+            return []
+        hot = self._adapter.hot_fragment(typed)
+        if hot is None:
+            data = self._adapter.load_payload(raw, index)
+            return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
+        return self._fragment(*hot)
+
+    def _fragment(self, call_id: str, delta: str) -> list[ToolCall]:
+        """Apply one argument fragment the adapter recorded (``hot_delta``): appended
+        to its open call, the limits counted; O(1) plus the fragment's length."""
         call = self._calls.get(call_id)
         if call is None or call.phase is not _Phase.OPEN:
             released: list[ToolCall] = []

@@ -14,7 +14,7 @@ import json
 import json.encoder
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
@@ -404,6 +404,20 @@ class ProviderAdapter(ABC):
         the adapter saw it. Anything else returns ``None`` having changed nothing, and
         the caller takes ``translate``, which decides (and raises) as always.
         """
+        return None
+
+    hot_decode: ClassVar[Callable[[str], Any] | None] = None
+    """A compiled decoder of the dominant event's text into a typed value, or None.
+
+    Where it decodes (no error), the text is an object that ``json.loads`` reads
+    with the same values in every field the type names; ``hot_fragment`` then
+    decides on that value alone, as ``hot_delta`` would on the dict. Anything it
+    refuses is decoded to a dict the ordinary way. Only for an adapter without a
+    ``sequence_field`` (the replay guard then needs the text alone)."""
+
+    def hot_fragment(self, event: Any) -> tuple[str, str] | None:
+        """``hot_delta`` for a value ``hot_decode`` made: the same answer, the same
+        record of the fragment; None having changed nothing."""
         return None
 
     def replay_key(self, wire: WireEvent) -> Hashable | None:

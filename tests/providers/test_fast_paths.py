@@ -511,3 +511,61 @@ def test_sse_digest_beyond_the_kept_types(monkeypatch: pytest.MonkeyPatch) -> No
         expected = base.content_digest(base.event_content(sse_type, '{"a":1}', {}))
         assert base.sse_digest(sse_type, '{"a":1}') == expected
     assert len(base._SEEDED) == base._MAX_SEEDED
+
+
+def _chat_chunk(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": None}], **extra}
+
+
+_CHAT_START = _chat_chunk(
+    {"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "f", "arguments": ""}}]}
+)
+_CHAT_FRAGMENT = {"tool_calls": [{"index": 0, "function": {"arguments": '{"a":'}}]}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        '"created": ' + "9" * 700,  # past sys.get_int_max_str_digits: json.loads refuses
+        '"created": NaN',  # json.loads takes it, msgspec does not
+        '"note": "\\ud800"',
+        '"type": null',
+        '"error": {}',
+        '"choices": []',
+        '"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": '
+        '{"arguments": "1", "name": "g"}}]}}]',
+        '"choices": [{"index": 0, "delta": {"content": "hi", "tool_calls": [{"index": 0, '
+        '"function": {"arguments": "1"}}]}}]',
+        '"choices": [{"index": 0.0, "delta": {"tool_calls": [{"index": 0, "function": '
+        '{"arguments": "1"}}]}}]',
+    ],
+)
+def test_chat_typed_decode_decides_as_the_dict_both_ways(odd: str) -> None:
+    """A Chat fragment chunk read by the typed decoder (``hot_decode``) gives what
+    the dict and the long way give, when it carries what json.loads refuses, what
+    msgspec refuses, or a field that makes it no plain fragment. The last key wins
+    in both, so ``odd`` (appended last) replaces a field it names."""
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        head = json.dumps(_chat_chunk(_CHAT_FRAGMENT))[:-1]
+        events: list[object] = [
+            ServerSentEvent("message", json.dumps(_CHAT_START), ""),
+            ServerSentEvent("message", f"{head}, {odd}}}", ""),
+            ServerSentEvent("message", json.dumps(_chat_chunk(_CHAT_FRAGMENT)), ""),
+        ]
+        both_ways("openai-chat", events)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_chat_fragments_take_the_typed_decode() -> None:
+    """The typed decoder is the one that reads a plain fragment chunk (the test above
+    would pass without it): with msgspec and the switch on."""
+    if base._speedups.msgspec is None:
+        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
+    acc = Accumulator("openai-chat")
+    assert acc._hot_decode is not None
+    typed = acc._hot_decode(json.dumps(_chat_chunk(_CHAT_FRAGMENT)))
+    acc.feed(_CHAT_START)
+    assert acc._adapter.hot_fragment(typed) == ("call_1", '{"a":')
