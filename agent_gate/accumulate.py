@@ -161,6 +161,7 @@ class Accumulator(KnownPath):
         self._hot_decode = (
             self._adapter.hot_decode if self._fast and self._sequence_field is None else None
         )
+        self._hot_marker = self._adapter.hot_marker
         if dispatch is None:
             self._dispatch: Callable[[str], DispatchMode] = _always_after_response
         elif isinstance(dispatch, DispatchMode):

@@ -39,6 +39,7 @@ class KnownPath:
 
     _adapter: ProviderAdapter
     _hot_decode: Callable[[str], Any] | None
+    _hot_marker: str
     _sequence_field: str | None
     _replay: ReplayGuard
     _replayed: int
@@ -71,7 +72,11 @@ class KnownPath:
             # Under 640 characters no integer can pass ``sys.get_int_max_str_digits``
             # (0 or at least 640), which json.loads enforces and a skipping decoder
             # does not: so a typed decode that succeeds is one json.loads agrees with.
-            if self._hot_decode is not None and len(raw) < 640:
+            if (
+                self._hot_decode is not None
+                and len(raw) < 640
+                and self._hot_marker in raw
+            ):
                 try:
                     typed = self._hot_decode(raw)
                 except Exception:  # not the hot shape, or not JSON: the dict decides

@@ -415,6 +415,11 @@ class ProviderAdapter(ABC):
     refuses is decoded to a dict the ordinary way. Only for an adapter without a
     ``sequence_field`` (the replay guard then needs the text alone)."""
 
+    hot_marker: ClassVar[str] = ""
+    """Text every event ``hot_decode`` reads as a fragment contains: an event
+    without it is not tried (a failed typed decode would cost as much as the dict's;
+    the marker only skips, it never decides)."""
+
     def hot_fragment(self, event: Any) -> tuple[str, str] | None:
         """``hot_delta`` for a value ``hot_decode`` made: the same answer, the same
         record of the fragment; None having changed nothing."""

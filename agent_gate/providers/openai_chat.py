@@ -133,6 +133,7 @@ class OpenAIChatAdapter(ProviderAdapter):
 
     name = "openai-chat"
     hot_decode = _fragment_decoder()
+    hot_marker = '"tool_calls"'
 
     def __init__(self, *, choice: int = 0) -> None:
         self._choice = choice

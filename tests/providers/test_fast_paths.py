@@ -569,3 +569,25 @@ def test_chat_fragments_take_the_typed_decode() -> None:
     typed = acc._hot_decode(json.dumps(_chat_chunk(_CHAT_FRAGMENT)))
     acc.feed(_CHAT_START)
     assert acc._adapter.hot_fragment(typed) == ("call_1", '{"a":')
+
+
+def test_chat_chunks_without_tool_calls_skip_the_typed_decode() -> None:
+    """A text chunk (most of a Chat stream) cannot be a fragment: it is not tried by
+    the typed decoder, whose failure would cost as much as the dict decode after it."""
+    acc = Accumulator("openai-chat")
+    real = acc._hot_decode
+    if real is None:
+        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
+    tried: list[str] = []
+
+    def counting(raw: str) -> Any:
+        tried.append(raw)
+        return real(raw)
+
+    acc._hot_decode = counting
+    text = json.dumps(_chat_chunk({"content": "hello"}))
+    fragment = json.dumps(_chat_chunk(_CHAT_FRAGMENT))
+    for data in (json.dumps(_CHAT_START), text, fragment):
+        acc.feed(ServerSentEvent("message", data, ""))
+    assert tried == [json.dumps(_CHAT_START), fragment]
+    assert acc.turn.entries[0].part == {"content": "hello"}
