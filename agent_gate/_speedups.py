@@ -13,6 +13,10 @@ jsonschema-rs accept (``schema``)             python-jsonschema
 SSE short path (``sse.decoder``)              the decoder's line machinery; both are
                                               checked against ``sse._reference``
 known-adapter path (``accumulate``)           ``Accumulator._feed_any``
+typed Chat fragment decode                    the payload decoded to a dict, then
+(``providers.openai_chat``)                   ``hot_delta`` (``accumulate``'s known path)
+seeded replay digest (``providers.base``)     ``content_digest``
+strict parse short path (``strict_json``)     ``parse_arguments_reference``
 ============================================  ============================================
 
 ``PURE_PYTHON`` decides, for the whole process, which one runs:
@@ -39,6 +43,7 @@ from typing import Any
 __all__ = [
     "ORJSON_SNAPSHOT_OPTION",
     "PURE_PYTHON",
+    "msgspec",
     "msgspec_decode",
     "orjson_dumps",
 ]
@@ -59,6 +64,8 @@ def _compiled(name: str) -> ModuleType | None:
 
 _msgspec_json = _compiled("msgspec.json")
 _orjson = _compiled("orjson")
+msgspec: ModuleType | None = _compiled("msgspec")
+"""msgspec itself, for the typed decoders of ``providers.openai_chat`` (None: off)."""
 
 msgspec_decode: Callable[[str], Any] | None = (
     _msgspec_json.Decoder().decode if _msgspec_json is not None else None

@@ -37,18 +37,13 @@ from agent_gate.errors import (
     UnrecognizedStream,
     safe_name,
 )
+from agent_gate.known_path import KnownPath
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH
 from agent_gate.providers import events as ev
-from agent_gate.providers.base import (
-    ProviderAdapter,
-    WireEvent,
-    WireKind,
-    content_digest,
-    event_content,
-)
+from agent_gate.providers.base import ProviderAdapter, WireEvent
 from agent_gate.providers.registry import ADAPTERS, adapter_for
 from agent_gate.providers.replay import DEFAULT_MAX_REPLAY_POSITIONS, ReplayGuard
-from agent_gate.sse import ServerSentEvent, SSEDecoder, SSELimitExceeded
+from agent_gate.sse import SSEDecoder, SSELimitExceeded
 from agent_gate.strict_json import parse_arguments
 from agent_gate.turn import DEFAULT_MAX_TURN_CHARS, Turn, TurnRecorder
 
@@ -129,7 +124,7 @@ def _always_after_response(_name: str) -> DispatchMode:
     return DispatchMode.ON_RESPONSE_COMPLETE
 
 
-class Accumulator:
+class Accumulator(KnownPath):
     """Correlates one response's events into complete tool calls and a terminal state.
 
     ``provider`` is a registered name (a fresh adapter is made) or an adapter
@@ -161,6 +156,12 @@ class Accumulator:
         # way, and so does every adapter with AGENT_GATE_PURE_PYTHON=1.
         self._fast = _KNOWN_ADAPTER_PATH and type(self._adapter) in ADAPTERS.values()
         self._sequence_field = self._adapter.sequence_field
+        # A typed decode of the dominant event (``ProviderAdapter.hot_decode``) only
+        # where the replay guard needs the text alone: no sequence field to read.
+        self._hot_decode = (
+            self._adapter.hot_decode if self._fast and self._sequence_field is None else None
+        )
+        self._hot_marker = self._adapter.hot_marker
         if dispatch is None:
             self._dispatch: Callable[[str], DispatchMode] = _always_after_response
         elif isinstance(dispatch, DispatchMode):
@@ -258,60 +259,9 @@ class Accumulator:
         """The reference: any adapter's decode, the replay guard, translate, apply."""
         return self._feed_wire(self._adapter.decode(event, index), index)
 
-    def _feed_known(self, event: object, index: int) -> list[ToolCall]:
-        """The short path of a built-in adapter, with ``_feed_any``'s interface and
-        decisions (``tests/providers/test_fast_paths.py`` holds them equal).
-
-        Plain dicts (an SDK's dump, a parsed event) and agent-gate's own
-        ``ServerSentEvent`` carrying a JSON object: it makes the same decisions as
-        decode -> replay guard -> translate -> _apply without building the
-        intermediate objects, and an argument fragment of a call still streaming
-        (the adapter's ``hot_delta``) is appended without a normalized event.
-        Anything else (heartbeats, [DONE], SDK objects, other SSE libraries, broken
-        data) takes ``_feed_any``.
-        """
-        cls = type(event)
-        if cls is dict:
-            data: Mapping[str, Any] = event  # type: ignore[assignment]
-            raw: str | None = None
-            sse_type = "message"
-            sse_id = ""
-        elif cls is ServerSentEvent:
-            raw = event.data  # type: ignore[attr-defined]
-            if raw[:1] != "{":
-                return self._feed_any(event, index)
-            sse_type = event.event or "message"  # type: ignore[attr-defined]
-            sse_id = event.id or ""  # type: ignore[attr-defined]
-            data = self._adapter.load_payload(raw, index)
-        else:
-            return self._feed_any(event, index)
-        seq: int | None = None
-        field = self._sequence_field
-        if field is not None:
-            value = data.get(field)
-            if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
-                seq = int(value)
-        # A position never seen is the common case (every Responses event carries a new
-        # sequence number): its digest is remembered at once, never the event itself
-        # (``agent_gate.providers.replay`` states what is kept and the bound).
-        replay = self._replay
-        if seq is not None and not replay.seen_sequence(seq):
-            replay.remember_sequence(seq, content_digest(event_content(sse_type, raw, data)), index)
-        elif seq is not None or sse_id:
-            key = None if seq is None else (field, seq)
-            digest = content_digest(event_content(sse_type, raw, data))
-            if replay.check(key, sse_id, digest, index):
-                self._replayed += 1
-                return []
-        else:
-            replay.unpositioned()
-        if self._terminal is not None:
-            self._after_terminal += 1
-            return []
-        hot = self._adapter.hot_delta(data, sse_type)
-        if hot is None:
-            return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
-        call_id, delta = hot
+    def _fragment(self, call_id: str, delta: str) -> list[ToolCall]:
+        """Apply one argument fragment the adapter recorded (``hot_delta``): appended
+        to its open call, the limits counted; O(1) plus the fragment's length."""
         call = self._calls.get(call_id)
         if call is None or call.phase is not _Phase.OPEN:
             released: list[ToolCall] = []

@@ -66,8 +66,8 @@ LAYERS: tuple[Layer, ...] = (
           "one module per wire protocol, all emitting the same normalized events"),
     Layer(
         "accumulate",
-        ("agent_gate.calls", "agent_gate.turn", "agent_gate.accumulate",
-         "agent_gate.autodetect"),
+        ("agent_gate.calls", "agent_gate.turn", "agent_gate.known_path",
+         "agent_gate.accumulate", "agent_gate.autodetect"),
         "normalized events to tool calls known to be complete, and the response's end",
     ),
     Layer("tools", ("agent_gate.tools", "agent_gate.schema"),

@@ -473,7 +473,9 @@ class Gate:
         serve = self._runner.serve_sync
         try:
             for event in _events(events, stream):
-                stream.outcomes.extend(serve(d) for d in stream.feed(event))
+                drivers = stream.feed(event)
+                if drivers:  # most events release nothing: no generator for them
+                    stream.outcomes.extend(serve(d) for d in drivers)
         finally:
             stream.outcomes.extend(serve(d) for d in stream.close())
             stream.after()

@@ -42,12 +42,12 @@ feed raw SSE events (or an explicit ``[DONE]`` event) to get a terminal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from agent_gate import strict_json
+from agent_gate import _speedups, strict_json
 from agent_gate.providers import events as ev
 from agent_gate.providers.base import ProviderAdapter, WireEvent, provider_error_code
 
@@ -80,10 +80,60 @@ class _Call:
         return True
 
 
+_ABSENT: Any = _speedups.msgspec.UNSET if _speedups.msgspec is not None else object()
+"""msgspec's mark for a field the text did not have (``"type" in data`` is False)."""
+
+
+def _fragment_decoder() -> Callable[[str], Any] | None:
+    """msgspec's decoder of exactly the chunk ``hot_delta`` accepts, typed.
+
+    Each field ``hot_delta`` reads is declared: with its type where ``hot_delta``
+    requires one (a wrong or missing one is then a decode error, and the chunk takes
+    the ordinary way, where ``hot_delta`` says no for the same reason), as ``Any``
+    where it only looks at the value (``finish_reason``, ``content``, ``id``,
+    ``name``, ``reasoning_content``), with ``_ABSENT`` where only presence counts
+    (``type``, ``error``, ``function_call``). Unknown fields are skipped, as
+    ``hot_delta`` ignores them; msgspec still checks that they are well-formed JSON.
+    It builds four small structs instead of a dict per object of the chunk, about
+    0.9 us against 1.4 for a 330-byte chunk, and reads attributes instead of
+    ``dict.get``. None without msgspec or with AGENT_GATE_PURE_PYTHON=1.
+    """
+    ms = _speedups.msgspec
+    if ms is None:
+        return None
+    function = ms.defstruct("HotFunction", [("arguments", str), ("name", Any, None)])
+    fragment = ms.defstruct(
+        "HotFragment", [("index", int), ("function", function), ("id", Any, None)]
+    )
+    delta = ms.defstruct(
+        "HotDelta",
+        [
+            ("tool_calls", list[fragment]),  # type: ignore[valid-type]
+            ("content", Any, None),
+            ("function_call", Any, _ABSENT),
+            ("reasoning_content", Any, None),
+        ],
+    )
+    choice = ms.defstruct(
+        "HotChoice", [("index", int), ("delta", delta), ("finish_reason", Any, None)]
+    )
+    chunk = ms.defstruct(
+        "HotChunk",
+        [
+            ("choices", list[choice]),  # type: ignore[valid-type]
+            ("type", Any, _ABSENT),
+            ("error", Any, _ABSENT),
+        ],
+    )
+    return ms.json.Decoder(chunk).decode  # type: ignore[no-any-return]
+
+
 class OpenAIChatAdapter(ProviderAdapter):
     """State machine for the selected choice of one Chat Completions stream."""
 
     name = "openai-chat"
+    hot_decode = _fragment_decoder()
+    hot_marker = '"tool_calls"'
 
     def __init__(self, *, choice: int = 0) -> None:
         self._choice = choice
@@ -110,6 +160,8 @@ class OpenAIChatAdapter(ProviderAdapter):
         delta = choice.get("delta")
         if type(delta) is not dict or delta.get("content") or "function_call" in delta:
             return None
+        if type(delta.get("reasoning_content")) is str:  # grows the turn: the long way
+            return None
         tool_calls = delta.get("tool_calls")
         if type(tool_calls) is not list or len(tool_calls) != 1:
             return None
@@ -133,6 +185,43 @@ class OpenAIChatAdapter(ProviderAdapter):
             return None
         arguments = function.get("arguments")
         if type(arguments) is not str or not arguments:
+            return None
+        call.parts.append(arguments)
+        return call.call_id, arguments
+
+    def hot_fragment(self, event: Any) -> tuple[str, str] | None:
+        # ``hot_delta``'s checks in its order, on the typed chunk: what the type
+        # already required (lists, objects, integer indexes, a string of arguments)
+        # is not checked again.
+        if event.type is not _ABSENT or event.error is not _ABSENT:
+            return None
+        choices = event.choices
+        if len(choices) != 1:
+            return None
+        choice = choices[0]
+        if choice.finish_reason is not None or choice.index != self._choice:
+            return None
+        delta = choice.delta
+        if delta.content or delta.function_call is not _ABSENT:
+            return None
+        if type(delta.reasoning_content) is str:
+            return None
+        tool_calls = delta.tool_calls
+        if len(tool_calls) != 1:
+            return None
+        fragment = tool_calls[0]
+        call = self._calls.get(fragment.index)
+        if call is None:
+            return None
+        frag_id = fragment.id
+        if frag_id is not None and (type(frag_id) is not str or frag_id not in ("", call.call_id)):
+            return None
+        function = fragment.function
+        name = function.name
+        if name is not None and (type(name) is not str or name not in ("", call.name)):
+            return None
+        arguments = function.arguments
+        if not arguments:
             return None
         call.parts.append(arguments)
         return call.call_id, arguments

@@ -98,14 +98,20 @@ class ReplayGuard:
             raise ReplayLimitExceeded("max_replay_positions", self._limit, event_index)
         self._count += 1
 
-    def seen_sequence(self, seq: int) -> bool:
-        """Whether sequence number ``seq`` was remembered (the caller's short path)."""
-        return seq in self._by_key
+    def first_sight(self, seq: int, digest: bytes, event_index: int) -> bool:
+        """Remember sequence number ``seq`` with ``digest`` if it was never seen and
+        return True; False (nothing changed) if it was: then ``check`` compares.
 
-    def remember_sequence(self, seq: int, digest: bytes, event_index: int) -> None:
-        """Remember a sequence number seen for the first time (``seen_sequence`` said no)."""
-        self._grow(event_index)
-        self._by_key[seq] = digest
+        The caller's short path for the common event, in one call: what
+        ``check((sequence_field, seq), ...)`` does for a new position, no more."""
+        by_key = self._by_key
+        if seq in by_key:
+            return False
+        if self._count >= self._limit:
+            raise ReplayLimitExceeded("max_replay_positions", self._limit, event_index)
+        self._count += 1
+        by_key[seq] = digest
+        return True
 
     def reconnected(self) -> None:
         """The transport opened a new connection: the next event starts a new run."""

@@ -16,11 +16,12 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent_gate import strict_json
 from agent_gate.errors import StrictParseError
-from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, depth_exceeds
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, depth_exceeds, text_depth_exceeds
 from agent_gate.strict_json import parse_arguments
 
 _keys = st.text(alphabet='ab:é\\"', max_size=3)
@@ -176,3 +177,60 @@ def test_big_integers_stay_exact() -> None:
     assert parse_arguments('{"n": 123456789012345678901234567890}') == {
         "n": 123456789012345678901234567890
     }
+
+
+# -- the short path beside its reference ------------------------------------------------
+
+
+@pytest.fixture
+def fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The short path on, even under AGENT_GATE_PURE_PYTHON=1 (it is pure Python)."""
+    monkeypatch.setattr(strict_json, "_FAST_PATH", True)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=_texts(), depth=st.sampled_from([MAX_ARGUMENT_DEPTH, 0, 1, 3, 2000]))
+def test_short_path_gives_the_reference_verdict_and_reason(
+    fast_path: None, text: str, depth: int
+) -> None:
+    fast = verdict(lambda t: parse_arguments(t, depth), text)
+    reference = verdict(lambda t: strict_json.parse_arguments_reference(t, depth), text)
+    assert fast[0] == reference[0] and (
+        same(fast[1], reference[1]) if fast[0] == "ok" else fast[1] == reference[1]
+    ), (text, fast, reference)
+
+
+# Brackets, quotes and backslashes in every arrangement: strings that never end,
+# escaped quotes, closers before openers, brackets inside strings.
+_structure = st.text(alphabet='[]{}"\\a:', max_size=60)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(text=_structure | _texts(), limit=st.integers(-1, 6))
+def test_depth_scan_agrees_with_plainjson(text: str, limit: int) -> None:
+    assert strict_json._depth_exceeds(text, limit) == text_depth_exceeds(text, limit)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"a": "\\ud800"}', "invalid_unicode"),
+        ('{"a": "\\uDBFF"}', "invalid_unicode"),
+        ('{"\\udc00": 1}', "invalid_unicode"),
+        ('{"a": "x\ud800"}', "invalid_unicode"),  # a raw surrogate in the text itself
+        ('{"a": "\\ud83d\\ude00", "b": "\\udfff"}', "invalid_unicode"),
+        ('{"a": [' + "[" * 70 + "]" * 70 + "]}", "arguments_too_deep"),
+        ('{"a": "' + "[" * 70 + '"}', None),  # brackets in a string do not nest
+        ('{"a": "\\\\ud800"}', None),  # an escaped backslash, then plain text
+        ('{"a": "\\ud83d\\ude00 \u00e9"}', None),  # a pair is one character
+    ],
+)
+def test_surrogates_and_depth_on_the_short_path(
+    fast_path: None, text: str, reason: str | None
+) -> None:
+    expected = ("rejected", reason) if reason else ("ok", json.loads(text))
+    assert verdict(parse_arguments, text) == expected
+    assert verdict(strict_json.parse_arguments_reference, text) == expected

@@ -25,6 +25,7 @@ import gate_bench  # noqa: E402
 import memory_bench  # noqa: E402
 import peers_bench  # noqa: E402
 import sse_bench  # noqa: E402
+import stream_cost_bench  # noqa: E402
 import tricks_bench  # noqa: E402
 
 
@@ -149,12 +150,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument(
         "--only",
-        choices=["sse", "decision", "memory", "gate", "tricks", "peers"],
+        choices=["sse", "decision", "memory", "gate", "tricks", "peers", "stream"],
         action="append",
         default=None,
     )
     args = parser.parse_args()
-    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks", "peers"])
+    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks", "peers", "stream"])
 
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -199,6 +200,15 @@ def main() -> None:
         report["peers"] = peers
         verdicts += peers_bench.targets(peers)
         md += ["### 6. Beside the durable-execution peers", "", *peers_bench.markdown(peers)]
+    if "stream" in only:
+        stream = stream_cost_bench.run_section(args.quick)
+        report["stream"] = stream
+        verdicts += stream_cost_bench.targets(stream)
+        md += [
+            "### 7. CPU per KB of arguments, streamed vs handed in",
+            "",
+            *stream_cost_bench.markdown(stream),
+        ]
     report["targets"] = [{"target": t, "met": met, "measured": m} for t, met, m in verdicts]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")

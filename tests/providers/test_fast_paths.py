@@ -90,7 +90,7 @@ def outcome(
         seen.append(acc.close())
     except Exception as exc:
         seen.append((type(exc).__name__, str(exc)))
-    seen += [acc.terminal, acc.anomalies, acc.stats]
+    seen += [acc.terminal, acc.anomalies, acc.stats, acc.turn]
     return seen
 
 
@@ -111,6 +111,41 @@ def test_every_transcript_gives_the_same_outcome_both_ways(case: str) -> None:
     mixed = [d if i % 2 else e for i, (e, d) in enumerate(zip(events, dicts, strict=True))]
     for feed in (events, dicts, mixed):
         both_ways(provider, list(feed))
+
+
+@pytest.mark.parametrize("reasoning", ["think", ""])
+def test_chat_reasoning_beside_a_fragment_is_kept_for_the_next_turn_both_ways(
+    reasoning: str,
+) -> None:
+    """DeepSeek's ``reasoning_content`` in the chunk that carries an argument fragment
+    is part of the turn sent back; the short path once dropped it (it only looked at
+    ``content`` and ``function_call`` beside the fragment)."""
+    start = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "f", "arguments": ""},
+    }
+    chunks = [
+        {"tool_calls": [start]},
+        {
+            "reasoning_content": reasoning,
+            "tool_calls": [{"index": 0, "function": {"arguments": "{}"}}],
+        },
+    ]
+    events: list[object] = [
+        {"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        for delta in chunks
+    ]
+    events.append(
+        {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    )
+    both_ways("openai-chat", events)
+    acc = Accumulator("openai-chat")
+    for event in events:
+        acc.feed(event)
+    acc.close()
+    assert acc.turn.entries[0].part == {"reasoning_content": reasoning}
 
 
 def _mutations(value: object) -> Iterator[object]:
@@ -421,7 +456,7 @@ def test_a_limit_hit_by_a_fragment_leaves_the_same_counters_both_ways(as_sse: bo
     if as_sse:
         events = [ServerSentEvent("message", json.dumps(e), "") for e in events]
     short = outcome("openai-responses", events, None)
-    assert short[-4] == (
+    assert short[-5] == (
         "AccumulatorLimitExceeded",
         "limit max_call_argument_bytes=400 exceeded at event index 3",
     )
@@ -446,3 +481,113 @@ def _loads_verdict_any(loads: Any, text: str) -> object:
         return ("ok", loads(text))
     except ValueError as exc:
         return ("error", type(exc).__name__, str(exc))
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sse_type=st.sampled_from(["message", "response.function_call_arguments.delta", "é", "x"])
+    | st.text(alphabet=st.characters(blacklist_characters="\n\r"), min_size=1, max_size=8),
+    raw=st.text(max_size=300),
+)
+def test_sse_digest_is_content_digest_of_the_event_content(
+    monkeypatch: pytest.MonkeyPatch, sse_type: str, raw: str
+) -> None:
+    """The replay guard's per-event digest (a kept state per SSE type, copied and fed
+    the text) is the reference's digest of the same content, whatever the text holds
+    (lone surrogates included) and however many types were seen."""
+    monkeypatch.setattr(base, "_SEEDED_DIGEST", True)
+    expected = base.content_digest(base.event_content(sse_type, raw, {}))
+    assert base.sse_digest(sse_type, raw) == expected
+    assert base.sse_digest(sse_type, raw) == expected  # the kept state is not consumed
+
+
+def test_sse_digest_beyond_the_kept_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "_SEEDED", {})
+    monkeypatch.setattr(base, "_SEEDED_DIGEST", True)
+    for n in range(base._MAX_SEEDED + 5):
+        sse_type = f"type-{n}"
+        expected = base.content_digest(base.event_content(sse_type, '{"a":1}', {}))
+        assert base.sse_digest(sse_type, '{"a":1}') == expected
+    assert len(base._SEEDED) == base._MAX_SEEDED
+
+
+def _chat_chunk(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": "c1", "choices": [{"index": 0, "delta": delta, "finish_reason": None}], **extra}
+
+
+_CHAT_START = _chat_chunk(
+    {"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "f", "arguments": ""}}]}
+)
+_CHAT_FRAGMENT = {"tool_calls": [{"index": 0, "function": {"arguments": '{"a":'}}]}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        '"created": ' + "9" * 700,  # past sys.get_int_max_str_digits: json.loads refuses
+        '"created": NaN',  # json.loads takes it, msgspec does not
+        '"note": "\\ud800"',
+        '"type": null',
+        '"error": {}',
+        '"choices": []',
+        '"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": '
+        '{"arguments": "1", "name": "g"}}]}}]',
+        '"choices": [{"index": 0, "delta": {"content": "hi", "tool_calls": [{"index": 0, '
+        '"function": {"arguments": "1"}}]}}]',
+        '"choices": [{"index": 0.0, "delta": {"tool_calls": [{"index": 0, "function": '
+        '{"arguments": "1"}}]}}]',
+    ],
+)
+def test_chat_typed_decode_decides_as_the_dict_both_ways(odd: str) -> None:
+    """A Chat fragment chunk read by the typed decoder (``hot_decode``) gives what
+    the dict and the long way give, when it carries what json.loads refuses, what
+    msgspec refuses, or a field that makes it no plain fragment. The last key wins
+    in both, so ``odd`` (appended last) replaces a field it names."""
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        head = json.dumps(_chat_chunk(_CHAT_FRAGMENT))[:-1]
+        events: list[object] = [
+            ServerSentEvent("message", json.dumps(_CHAT_START), ""),
+            ServerSentEvent("message", f"{head}, {odd}}}", ""),
+            ServerSentEvent("message", json.dumps(_chat_chunk(_CHAT_FRAGMENT)), ""),
+        ]
+        both_ways("openai-chat", events)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_chat_fragments_take_the_typed_decode() -> None:
+    """The typed decoder is the one that reads a plain fragment chunk (the test above
+    would pass without it): with msgspec and the switch on."""
+    if base._speedups.msgspec is None:
+        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
+    acc = Accumulator("openai-chat")
+    assert acc._hot_decode is not None
+    typed = acc._hot_decode(json.dumps(_chat_chunk(_CHAT_FRAGMENT)))
+    acc.feed(_CHAT_START)
+    assert acc._adapter.hot_fragment(typed) == ("call_1", '{"a":')
+
+
+def test_chat_chunks_without_tool_calls_skip_the_typed_decode() -> None:
+    """A text chunk (most of a Chat stream) cannot be a fragment: it is not tried by
+    the typed decoder, whose failure would cost as much as the dict decode after it."""
+    acc = Accumulator("openai-chat")
+    real = acc._hot_decode
+    if real is None:
+        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
+    tried: list[str] = []
+
+    def counting(raw: str) -> Any:
+        tried.append(raw)
+        return real(raw)
+
+    acc._hot_decode = counting
+    text = json.dumps(_chat_chunk({"content": "hello"}))
+    fragment = json.dumps(_chat_chunk(_CHAT_FRAGMENT))
+    for data in (json.dumps(_CHAT_START), text, fragment):
+        acc.feed(ServerSentEvent("message", data, ""))
+    assert tried == [json.dumps(_CHAT_START), fragment]
+    assert acc.turn.entries[0].part == {"content": "hello"}
