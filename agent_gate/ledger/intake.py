@@ -20,7 +20,8 @@ from sqlalchemy import Connection, Engine, bindparam, select, update
 from agent_gate.ledger import audit
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
-from agent_gate.ledger.flows import Lost, apply, apply_ruling, lock_task, write
+from agent_gate.ledger.flows import Later, Lost, apply, apply_ruling, lock_task, write
+from agent_gate.ledger.pipeline import Unexpected
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.records import (
@@ -112,6 +113,31 @@ def record(
     with ``decide`` apply its decision in the same transaction. ``task_known``: the
     task row is known to exist bound to this principal and scope (skip ``ensure_task``)."""
     now = datetime.now(UTC)
+    # The arrows applied to a row inserted in this very transaction cannot lose:
+    # in a pipelined transaction they are not waited for (``flows.apply``'s
+    # ``later``), and the row they leave is read after the commit.
+    later: list[Later] = []
+    try:
+        rec, inserted = _record(engine, new, now, provider=provider, actor=actor,
+                                decide=decide, lock=lock, task_known=task_known,
+                                later=later)
+    except Unexpected:  # pragma: no cover - the row is ours until commit
+        raise RuntimeError("a ledger row changed under its insert") from None
+    return (later[-1].record() if later else rec), inserted
+
+
+def _record(
+    engine: Engine,
+    new: NewCall,
+    now: datetime,
+    *,
+    provider: str | None,
+    actor: str | None,
+    decide: Callable[[LedgerTxn, CallRecord], Ruling | None] | None,
+    lock: bool,
+    task_known: bool,
+    later: list[Later],
+) -> tuple[CallRecord, bool]:
     with write(engine) as conn:
         if not task_known:
             ensure_task(conn, new.task_id, provider, new.principal, new.scope)
@@ -165,11 +191,11 @@ def record(
             ruling = decide(LedgerTxn(conn), rec) if decide is not None else None
             if ruling is not None and ruling.event is not None:
                 try:
-                    rec = apply_ruling(conn, rec, ruling, actor=actor)
+                    rec = apply_ruling(conn, rec, ruling, actor=actor, later=later)
                     if ruling.claim is not None and rec.state is CallState.AUTHORIZED:
                         # Runs at once: claimed in this commit (two commits a call).
                         claimed = apply(conn, rec, Event.CLAIM, actor=actor,
-                                        lease=ruling.claim)
+                                        lease=ruling.claim, later=later)
                         if claimed is None:
                             raise Lost
                         rec = claimed

@@ -53,7 +53,21 @@ from sqlalchemy import Connection, Engine, event, exc
 from agent_gate.ledger._sa_private import transaction_watched
 from agent_gate.ledger.prepared import driver_error, opened, track, untrack
 
-__all__ = ["Pending", "PipelinedTxn", "alive", "install", "supported", "transaction", "usable"]
+__all__ = [
+    "Pending",
+    "PipelinedTxn",
+    "Unexpected",
+    "alive",
+    "install",
+    "supported",
+    "transaction",
+    "usable",
+]
+
+
+class Unexpected(Exception):
+    """Internal: a statement sent without waiting did not match the rows it was
+    expected to (``PipelinedTxn.expect``); the transaction was rolled back."""
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 """What psycopg itself sends before a write transaction of the ledger's engine
@@ -131,6 +145,14 @@ def transaction(conn: Connection) -> Iterator[Connection]:
                 txn.rollback()
             raise
         state.pipe = None
+        try:
+            txn.check()
+        except Unexpected:
+            if conn.in_transaction():
+                conn.rollback()
+            else:
+                txn.rollback()
+            raise
         if conn.in_transaction():
             conn.commit()
         else:
@@ -202,8 +224,8 @@ class Pending:
 class PipelinedTxn:
     """One write transaction on a psycopg connection in pipeline mode."""
 
-    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "pending", "pipe",
-                 "replayed")
+    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "expected", "pending",
+                 "pipe", "replayed")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -212,6 +234,7 @@ class PipelinedTxn:
         self.answered = False
         """A round trip was answered: a caller may have read something (no replay)."""
         self.replayed = False
+        self.expected: list[tuple[Pending, int]] = []
         self.driver: Any = None
         self.ctx: Any = None
         self.pipe: Any = None
@@ -267,6 +290,19 @@ class PipelinedTxn:
             self._on_error(error, committing=False)
             return
         self._answered()
+
+    def expect(self, pending: Pending, rowcount: int) -> None:
+        """``pending`` must have matched ``rowcount`` rows, or nothing commits
+        (``check``, before the COMMIT is sent)."""
+        self.expected.append((pending, rowcount))
+
+    def check(self) -> None:
+        """``Unexpected`` unless every expectation held. Their answers normally came
+        with an earlier round trip (the audit head's read); if not, one is made."""
+        expected, self.expected = self.expected, []
+        for pending, rowcount in expected:
+            if pending.rowcount != rowcount:
+                raise Unexpected(pending.sql)
 
     def commit(self) -> None:
         """Send ``COMMIT`` behind everything unanswered and leave pipeline mode: the
