@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE))
 import decision_bench  # noqa: E402
 import gate_bench  # noqa: E402
 import memory_bench  # noqa: E402
+import pg_round_trips  # noqa: E402
 import sse_bench  # noqa: E402
 import tricks_bench  # noqa: E402
 
@@ -148,12 +149,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument(
         "--only",
-        choices=["sse", "decision", "memory", "gate", "tricks"],
+        choices=["sse", "decision", "memory", "gate", "tricks", "pg_round_trips"],
         action="append",
         default=None,
     )
     args = parser.parse_args()
-    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks"])
+    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks", "pg_round_trips"])
 
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -193,6 +194,11 @@ def main() -> None:
         tricks = tricks_bench.run_section(args.quick)
         report["tricks"] = tricks
         md += ["### 5. What each shortcut buys", "", *tricks_bench.markdown(tricks)]
+    if "pg_round_trips" in only:
+        trips = pg_round_trips.run_section(args.quick)
+        report["pg_round_trips"] = trips
+        verdicts += pg_round_trips.targets(trips)
+        md += ["### 6. PostgreSQL round trips per call", "", *pg_round_trips.markdown(trips)]
     report["targets"] = [{"target": t, "met": met, "measured": m} for t, met, m in verdicts]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
