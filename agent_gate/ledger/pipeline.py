@@ -17,6 +17,19 @@ backend) does not wait for anything it does not read:
   whose results nobody reads, go out with the ``COMMIT``;
 * ``COMMIT`` is one round trip with whatever is still unanswered.
 
+Statements that are sent without being read but whose outcome decides whether the
+transaction may commit (a compare-and-set the caller assumes won: ``flows.apply``'s
+``later``) register an expectation (``PipelinedTxn.expect``); it is checked before
+the ``COMMIT`` is sent, from answers that came with an earlier round trip, and one
+that fails rolls the transaction back (``Unexpected``).
+
+A gate call that runs at once then costs four round trips (the count
+``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert,
+decision, claim and audit head read in one (the insert under an id handed out in
+the previous call's transaction, ``intake._SpareIds``), its audit entries, head
+update and ``COMMIT`` in a second; the outcome's ``BEGIN``, update and head read in
+a third, its entries and ``COMMIT`` in a fourth.
+
 The server runs the statements in the order sent, so locks are taken in the order
 the code asks for them (the audit head stays the last, ``audit``'s docstring), and
 a statement that fails aborts the ones after it: the ``COMMIT`` sent behind a

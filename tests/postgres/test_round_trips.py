@@ -27,7 +27,7 @@ from netproxy import Proxy
 
 pytestmark = pytest.mark.backends("postgresql")
 
-MAX_ROUND_TRIPS_PER_CALL = 5
+MAX_ROUND_TRIPS_PER_CALL = 4
 """The common path's bound (it was 18: a pre-ping, BEGIN, each statement and
 COMMIT one by one, in both transactions)."""
 
@@ -86,3 +86,30 @@ def test_the_core_backend_is_counted_too_and_takes_more(
         per_call(gate, proxy, 0, 3)
         trips = per_call(gate, proxy, 100, 5)
     assert trips >= 3 * MAX_ROUND_TRIPS_PER_CALL
+
+
+def test_a_replay_on_the_guessed_id_path_is_recorded_anew_and_not_run_again(
+    pg: PgSchema, proxied: tuple[Proxy, str]
+) -> None:
+    """A new call is inserted under an id the sequence handed out in the previous
+    call's transaction, without waiting for the insert. A call recorded before
+    fails that insert (and everything sent after it, the COMMIT included), and is
+    recorded the usual way: replayed, its tool not run again, the trail intact."""
+    from agent_gate.ledger import intake
+
+    proxy, url = proxied
+    ran: list[int] = []
+    with Gate(noop_tools(ran), Ledger(url, storage="fast")) as gate:
+        per_call(gate, proxy, 0, 2)
+        spare = intake._spare_ids(gate.ledger.engine)
+        assert len(spare.ids) == 1  # the next call's id, asked for by the last one
+        again = gate.execute("task", {"call_id": "c1", "name": "noop", "arguments": {"n": 1}})
+        assert again.state is CallState.SUCCEEDED and again.replayed
+        fresh = gate.execute("task", {"call_id": "c9", "name": "noop", "arguments": {"n": 9}})
+        assert fresh.state is CallState.SUCCEEDED and not fresh.replayed
+        listed = [o.call_id for o in gate.calls("task")]
+        events = [e.event for e in gate.ledger.audit("task") if e.call_id == "c1"]
+        assert gate.ledger.verify_audit().ok
+    assert ran == [0, 1, 9]
+    assert listed == ["c0", "c1", "c9"]  # in the order they were recorded
+    assert events == ["received", "allow", "claim", "succeed", "seen_again"]
