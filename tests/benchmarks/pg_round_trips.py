@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from harness import paired, paired_ratio  # noqa: E402
-from netproxy import Proxy  # noqa: E402
+from netproxy import ProxyProcess  # noqa: E402
 
 DELAY_MS = 1.0
 """Added to each direction in the networked measurement (2 ms a round trip)."""
@@ -119,8 +119,9 @@ def _measure(url: str, conninfo: str, delay_ms: float, quick: bool) -> dict[str,
     calls = 20 if quick else 50
     counted = 10 if quick else 30
     gate_ran: list[str] = []
-    with Proxy(upstream, delay_ms=delay_ms) as gate_proxy, \
-            Proxy(upstream, delay_ms=delay_ms) as floor_proxy:
+    # Each proxy in a process of its own: not competing for this one's GIL.
+    with ProxyProcess(upstream, delay_ms=delay_ms) as gate_proxy, \
+            ProxyProcess(upstream, delay_ms=delay_ms) as floor_proxy:
         gate = _gate(url, gate_proxy.port, gate_ran)
         floor = Floor(conninfo, floor_proxy.port)
         task = f"rt-{delay_ms}"
