@@ -168,7 +168,11 @@ class CallDriver:
             # deciding fails, the row still commits as ``received`` (as when it was
             # two transactions) and the error is raised after that commit: nothing
             # recorded is lost. A database error is raised at once: the transaction
-            # cannot commit anything after it.
+            # cannot commit anything after it. The ledger may ask again (a pipelined
+            # intake that guessed the row's id wrong records it anew): only the
+            # last asking counts, and only for a call it then inserted.
+            failed.clear()
+            runs.clear()
             try:
                 ruling = self.decider.ruling_in(txn, rec, early)
             except SQLAlchemyError:
@@ -194,7 +198,7 @@ class CallDriver:
             decide=decide if policy is None or self.rules is not None else None,
             lock=self.rules is not None,
         )
-        if failed:
+        if failed and inserted:
             trace.seen(rec, inserted)
             raise failed[0]
         if inserted and runs and rec.state is CallState.EXECUTING:

@@ -72,8 +72,9 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import LedgerConfigError, LedgerMissing, LedgerReplaced
+from agent_gate.ledger import pipeline
 from agent_gate.ledger._sa_private import transaction_watched
-from agent_gate.ledger.backend import choose, is_fast, resolve
+from agent_gate.ledger.backend import FAST, choose, is_fast, resolve
 from agent_gate.ledger.prepared import (
     Rows,
     driver_error,
@@ -197,7 +198,7 @@ def create_ledger_engine(
     if backend == "sqlite":
         engine = _sqlite_engine(parsed, busy_timeout, create)
     elif backend == "postgresql":
-        engine = _postgresql_engine(parsed, busy_timeout)
+        engine = _postgresql_engine(parsed, busy_timeout, storage == FAST)
     else:
         raise LedgerConfigError(
             f"unsupported ledger backend {backend!r}: use sqlite or postgresql"
@@ -334,7 +335,7 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
     return engine
 
 
-def _postgresql_engine(url: URL, busy_timeout: float) -> Engine:
+def _postgresql_engine(url: URL, busy_timeout: float, fast: bool) -> Engine:
     """psycopg 3, READ COMMITTED, bounded lock waits, dropped connections replaced.
 
     ``pool_pre_ping`` tests a pooled connection before each transaction, so a session
@@ -367,12 +368,19 @@ def _postgresql_engine(url: URL, busy_timeout: float) -> Engine:
         connect_args["application_name"] = DEFAULT_APPLICATION_NAME
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = max(1, int(busy_timeout))
-    return create_engine(
+    engine = create_engine(
         url,
-        pool_pre_ping=True,
+        # The Core backend, the plain reference, pings each pooled connection
+        # before a transaction (a round trip). The fast one checks the socket
+        # instead (``pipeline.alive``) and replays a transaction whose first round
+        # trip found the connection gone (``pipeline``): no round trip.
+        pool_pre_ping=not fast,
         isolation_level="READ COMMITTED",
         connect_args=connect_args,
     )
+    if fast and pipeline.supported():
+        pipeline.install(engine)
+    return engine
 
 
 def begin_write(engine: Engine, *, reuse: bool = True) -> AbstractContextManager[Connection]:
@@ -386,7 +394,7 @@ def begin_write(engine: Engine, *, reuse: bool = True) -> AbstractContextManager
     # transactions per gate call.
     if reuse and engine.dialect.name == "sqlite" and is_fast(engine.dialect):
         return _sqlite_transaction(engine, write=True)
-    return _pooled_write(engine)
+    return _pooled_write(engine, pipelined=reuse)
 
 
 @contextmanager
@@ -406,8 +414,12 @@ def _core_transaction(conn: Connection) -> Iterator[None]:
 
 
 @contextmanager
-def _pooled_write(engine: Engine) -> Iterator[Connection]:
+def _pooled_write(engine: Engine, *, pipelined: bool) -> Iterator[Connection]:
     with engine.connect() as conn:
+        if pipelined and pipeline.usable(conn) and is_fast(conn.dialect):
+            with pipeline.transaction(conn):
+                yield conn
+            return
         conn = conn.execution_options(**{_WRITE_OPTION: True})
         with _core_transaction(conn):
             yield conn

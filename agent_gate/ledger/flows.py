@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import BigInteger, Connection, Engine, bindparam, select, update
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
 
 from agent_gate.errors import NotAwaitingApproval
@@ -28,6 +30,7 @@ from agent_gate.ledger.dialect import (
     db_now_ms,
     for_update,
 )
+from agent_gate.ledger.pipeline import Pending, Unexpected
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
@@ -51,6 +54,7 @@ __all__ = [
     "MAX_REASON_CHARS",
     "STATE_NOT_IN_AUDIT",
     "Decide",
+    "Later",
     "Lost",
     "apply",
     "apply_ruling",
@@ -136,7 +140,12 @@ def lock_task(conn: Connection, task_id: str) -> None:
 
 
 def compare_and_set(
-    conn: Connection, rec: CallRecord, values: Mapping[str, Any], guard: Guard
+    conn: Connection,
+    rec: CallRecord,
+    values: Mapping[str, Any],
+    guard: Guard,
+    *,
+    later: list[Later] | None = None,
 ) -> tuple[int, CallRecord | None]:
     """``UPDATE tool_calls SET values WHERE id, state, version (and guard)``.
 
@@ -146,6 +155,12 @@ def compare_and_set(
     (PostgreSQL; SQLite 3.35+), the row as updated: one statement fewer per
     transition. Compiled once per set of columns and guard (``prepared``). A
     ``DbNowPlus`` value is computed by the database.
+
+    ``later``: in a pipelined transaction (``pipeline``) the update is only sent,
+    not waited for: it is expected to match one row (else the transaction rolls
+    back before its COMMIT, ``pipeline.Unexpected``), reported as matched, and its
+    row is read after the commit (``Later``, appended to ``later``). Elsewhere
+    ``later`` changes nothing.
     """
     returning = conn.dialect.update_returning
     # The columns in the caller's order: a call site always sets them in one order,
@@ -191,11 +206,42 @@ def compare_and_set(
     if owner_guard:
         params["w_owner"] = guard.lease_owner
     done = prepare(conn, shape, build).run(conn, params)
+    if later is not None and isinstance(done, Pending) and returning:
+        done.txn.expect(done, 1)
+        later.append(Later(conn.dialect, done))
+        return 1, None
     if not returning:
         return done.rowcount, None
     if not done.rows:
         return 0, None
     return len(done.rows), driver_call_record(conn.dialect, done.rows[0], done.processed)
+
+
+class Later:
+    """The row a compare-and-set sent in a pipeline returns: read after the commit
+    (the answer came with the round trip that read the audit head)."""
+
+    __slots__ = ("dialect", "pending")
+
+    def __init__(self, dialect: Dialect, pending: Pending) -> None:
+        self.dialect = dialect
+        self.pending = pending
+
+    def record(self) -> CallRecord:
+        rows = self.pending.rows
+        if not rows:  # pragma: no cover - the commit checked that it matched
+            raise RuntimeError("a deferred compare-and-set returned no row")
+        return driver_call_record(self.dialect, rows[0], False)
+
+
+def _predicted(rec: CallRecord, values: Mapping[str, Any]) -> CallRecord:
+    """What a deferred arrow leaves of the row for the next arrow of the same
+    transaction to name (its state, version and attempt); the row itself is read
+    after the commit (``Later``)."""
+    return replace(
+        rec, state=CallState(values["state"]), version=values["version"],
+        attempt=values.get("attempt", rec.attempt),
+    )
 
 
 def _row(conn: Connection, row_id: int) -> CallRecord:
@@ -217,6 +263,7 @@ def apply(
     guard: Guard | None = None,
     detail: Mapping[str, Any] | None = None,
     lease: Lease | None = None,
+    later: list[Later] | None = None,
 ) -> CallRecord | None:
     """One compare-and-set and its audit event in ``conn``'s transaction.
 
@@ -224,6 +271,11 @@ def apply(
     (owner, milliseconds) of an arrow that takes one (CLAIM). ``changes`` adds the
     caller's own (an outcome, the deciding policy). Returns the updated row, or None
     when the row was no longer at ``rec.state``/``rec.version`` (nothing written).
+
+    ``later`` (``compare_and_set``): in a pipelined transaction the arrow is sent
+    and its event appended without waiting; what is returned is only the row's
+    next state, version and attempt (``_predicted``), the row is ``later[-1]``'s
+    after the commit, and a row that had moved on rolls the transaction back.
     """
     target, effects = arrow(rec.state, event)
     now = datetime.now(UTC)
@@ -246,9 +298,12 @@ def apply(
     if effects.finishes:
         values["finished_at"] = now
     values.update(changes or {})
-    matched, current = compare_and_set(conn, rec, values, guard or _NO_GUARD)
+    sent = len(later) if later is not None else 0
+    matched, current = compare_and_set(conn, rec, values, guard or _NO_GUARD, later=later)
     if matched != 1:
         return None
+    if later is not None and len(later) > sent:
+        current = _predicted(rec, values)
     info: dict[str, Any] = {"version": rec.version + 1}
     if code:
         info["code"] = code
@@ -287,14 +342,15 @@ def apply_ruling(
     actor: str | None,
     lease: Lease | None = None,
     detail: Mapping[str, Any] | None = None,
+    later: list[Later] | None = None,
 ) -> CallRecord:
     """Apply a decision's arrow and what the table says commits with it: the approval
-    it consumes (APPROVE), the quota charges (ALLOW, APPROVE)."""
+    it consumes (APPROVE), the quota charges (ALLOW, APPROVE). ``later``: ``apply``."""
     assert ruling.event is not None
     applied = _applied(
         conn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
         changes=ruling.changes, detail=ruling.detail if detail is None else detail,
-        lease=lease,
+        lease=lease, later=later,
     )
     effects = arrow(rec.state, ruling.event).effects
     if effects.consumes_approval and (
@@ -399,18 +455,26 @@ def transition(
     audited_only: bool = False,
     **step: Unpack[Step],
 ) -> Transition:
-    """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it."""
-    with write(engine) as conn:
-        if audited_only:
-            refused = refuse_unaudited(conn, rec, step.get("actor"))
-            if refused is not None:
-                return Transition(False, refused)
-        current = apply(conn, rec, event, **step)
-        if current is None:
-            return Transition(False, _row(conn, rec.row_id))
-        if within is not None:
-            within(conn, current)
-    return Transition(True, current)
+    """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it.
+
+    Without ``within`` nothing in the transaction reads the updated row, so in a
+    pipelined one the arrow is not waited for (``apply``'s ``later``): it is
+    answered with the audit head's read, and one that lost rolls it all back."""
+    later: list[Later] | None = [] if within is None else None
+    try:
+        with write(engine) as conn:
+            if audited_only:
+                refused = refuse_unaudited(conn, rec, step.get("actor"))
+                if refused is not None:
+                    return Transition(False, refused)
+            current = apply(conn, rec, event, later=later, **step)
+            if current is None:
+                return Transition(False, _row(conn, rec.row_id))
+            if within is not None:
+                within(conn, current)
+    except Unexpected:  # the row had moved on: nothing was committed
+        return Transition(False, _reread(engine, rec))
+    return Transition(True, later[-1].record() if later else current)
 
 
 def authorize(

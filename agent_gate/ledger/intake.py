@@ -7,29 +7,54 @@ afterwards (``TaskContextConflict``). A caller may decide the new call in the sa
 transaction (one commit instead of two): the decision goes through
 ``flows.apply_ruling`` like every other arrow, and a ruling that authorizes a call
 about to run carries its claim (``Ruling.claim``) into that same commit.
+
+On PostgreSQL's pipelined transactions (``pipeline``) the insert is not waited for
+when this process holds a spare row id (``_SpareIds``, asked of the sequence in the
+previous intake's round trips): the call is inserted under it with a plain
+``INSERT``, decided and claimed at once, and its rows read with the audit head's
+answer. A call recorded before fails that insert, nothing of the transaction
+commits, and it is recorded again the usual way (``ON CONFLICT DO NOTHING``, the
+insert's answer read before anything is decided).
 """
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Callable
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Insert,
+    TextClause,
+    bindparam,
+    exc,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql
 
 from agent_gate.ledger import audit
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
-from agent_gate.ledger.flows import Lost, apply, apply_ruling, lock_task, write
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.flows import Later, Lost, apply, apply_ruling, lock_task, write
+from agent_gate.ledger.pipeline import Pending, Unexpected
+from agent_gate.ledger.prepared import Rows, opened, prepare
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.records import (
+    CALL_COLUMNS,
     CALLS,
     TASKS,
     CallRecord,
     NewCall,
     Ruling,
     TaskContextConflict,
+    call_record,
     driver_call_record,
 )
 from agent_gate.ledger.states import CallState, Event
@@ -38,6 +63,37 @@ from agent_gate.ledger.txn import LedgerTxn
 __all__ = ["ensure_task", "record"]
 
 _RECEIVED = CallState.RECEIVED.value
+
+
+def _insert_guessed(conn: Connection, values: dict[str, Any]) -> Rows:
+    """The call's row under a spare id, sent without waiting: a plain ``INSERT``
+    (no ``ON CONFLICT``), so that a call recorded before (or an id taken) fails it,
+    and with it every statement after it, up to and including the ``COMMIT``.
+    ``record`` then records the call anew (``_guess_failed``)."""
+    keys = tuple(sorted(values))
+
+    def build() -> Insert:
+        row = {k: bindparam(k, type_=CALLS.c[k].type) for k in keys}
+        return postgresql.insert(CALLS).values(row).returning(*CALLS.c)
+
+    return prepare(conn, ("insert_guessed", keys), build).run(conn, values)
+
+
+def _guess_failed(error: exc.IntegrityError) -> bool:
+    """Whether ``error`` is ``_insert_guessed``'s unique-key violation: the first
+    error of its pipeline, so nothing after it ran."""
+    return (
+        getattr(error.orig, "sqlstate", None) == _UNIQUE_VIOLATION
+        and (error.statement or "").startswith("INSERT INTO tool_calls ")
+    )
+
+
+_UNIQUE_VIOLATION = "23505"
+
+
+def _next_call_id() -> TextClause:
+    # Not rolled back with the transaction: an id asked for is never handed twice.
+    return text("SELECT nextval(pg_get_serial_sequence('tool_calls', 'id'))")
 
 
 def _context_detail(principal: str | None, scope: str | None) -> dict[str, Any] | None:
@@ -112,7 +168,84 @@ def record(
     with ``decide`` apply its decision in the same transaction. ``task_known``: the
     task row is known to exist bound to this principal and scope (skip ``ensure_task``)."""
     now = datetime.now(UTC)
+    # The arrows applied to a row inserted in this very transaction cannot lose:
+    # in a pipelined transaction they are not waited for (``flows.apply``'s
+    # ``later``), and the row they leave is read after the commit.
+    spare = _spare_ids(engine) if engine.dialect.name == "postgresql" else None
+    row_id: int | None = None
+    if spare is not None and spare.ids:
+        with suppress(IndexError):  # another thread took the last one
+            row_id = spare.ids.popleft()
+    kw: dict[str, Any] = {"provider": provider, "actor": actor, "decide": decide,
+                          "lock": lock, "task_known": task_known}
+    later: list[Later] = []
+    asked: list[Rows] = []
+    try:
+        try:
+            rec, inserted = _record(engine, new, now, later=later, row_id=row_id,
+                                    ask=asked if spare is not None else None, **kw)
+        except exc.IntegrityError as error:
+            if row_id is None or not _guess_failed(error):
+                raise
+            # The guess was wrong (the call was recorded before, or the id was
+            # taken): that transaction committed nothing. Record it the usual way.
+            later, asked = [], []
+            rec, inserted = _record(engine, new, now, later=later, row_id=None, ask=None,
+                                    **kw)
+    except Unexpected:  # pragma: no cover - the row is ours until commit
+        raise RuntimeError("a ledger row changed under its insert") from None
+    if spare is not None:
+        spare.ids.extend(int(got.rows[0][0]) for got in asked)
+    return (later[-1].record() if later else rec), inserted
+
+
+class _SpareIds:
+    """Row ids the ``tool_calls`` sequence handed this process for its next calls.
+
+    A call on a task already known is inserted under one (``_record``'s ``row_id``),
+    so that deciding and claiming it need not wait for the insert's answer: its
+    ``RETURNING`` row comes with the audit head's read, and one that inserted
+    nothing (the call was recorded before) rolls the transaction back. Each
+    pipelined intake asks the sequence for the next id in its own round trips.
+    Kept per process (a forked child must not reuse its parent's).
+    """
+
+    __slots__ = ("ids", "pid")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.ids: deque[int] = deque()
+
+
+_SPARE_ATTR = "_agent_gate_spare_call_ids"
+
+
+def _spare_ids(engine: Engine) -> _SpareIds:
+    spare: _SpareIds | None = engine.__dict__.get(_SPARE_ATTR)
+    if spare is None or spare.pid != os.getpid():
+        spare = engine.__dict__[_SPARE_ATTR] = _SpareIds()
+    return spare
+
+
+def _record(
+    engine: Engine,
+    new: NewCall,
+    now: datetime,
+    *,
+    provider: str | None,
+    actor: str | None,
+    decide: Callable[[LedgerTxn, CallRecord], Ruling | None] | None,
+    lock: bool,
+    task_known: bool,
+    later: list[Later],
+    row_id: int | None,
+    ask: list[Rows] | None,
+) -> tuple[CallRecord, bool]:
+    """One intake transaction. In a pipelined one, ``row_id``: insert under this id
+    without waiting (``_SpareIds``); ``ask``: append the sequence's next id to it."""
     with write(engine) as conn:
+        state = opened(conn)
+        pipelined = state is not None and state.pipe is not None
         if not task_known:
             ensure_task(conn, new.task_id, provider, new.principal, new.scope)
         if decide is not None and lock:
@@ -137,8 +270,21 @@ def record(
             "trace_id": new.trace_id,
             "span_id": new.span_id,
         }
-        returned = insert_returning(conn, CALLS, values)
-        if returned is None:  # the dialect cannot: insert, then read the row
+        returned = (
+            _insert_guessed(conn, {**values, "id": row_id})
+            if row_id is not None and pipelined
+            else insert_returning(conn, CALLS, values)
+        )
+        if ask is not None and pipelined:
+            # After the insert: the next call's id is above this one's (a process's
+            # calls keep their order by id).
+            ask.append(prepare(conn, "next_call_id", _next_call_id).run(conn, {}))
+        if isinstance(returned, Pending) and row_id is not None:
+            later.append(Later(conn.dialect, returned))
+            inserted = True
+            rec = call_record(tuple([row_id if c.name == "id" else values.get(c.name)
+                                     for c in CALL_COLUMNS]))
+        elif returned is None:  # the dialect cannot: insert, then read the row
             inserted = insert_ignore(conn, CALLS, values)
             rec = call_by(conn, task_id=new.task_id, call_id=new.call_id)
         else:
@@ -165,14 +311,20 @@ def record(
             ruling = decide(LedgerTxn(conn), rec) if decide is not None else None
             if ruling is not None and ruling.event is not None:
                 try:
-                    rec = apply_ruling(conn, rec, ruling, actor=actor)
+                    sent = len(later)
+                    rec = apply_ruling(conn, rec, ruling, actor=actor, later=later)
                     if ruling.claim is not None and rec.state is CallState.AUTHORIZED:
                         # Runs at once: claimed in this commit (two commits a call).
+                        sent = len(later)
                         claimed = apply(conn, rec, Event.CLAIM, actor=actor,
-                                        lease=ruling.claim)
+                                        lease=ruling.claim, later=later)
                         if claimed is None:
                             raise Lost
                         rec = claimed
+                    # The last arrow was applied at once (Core joined the transaction
+                    # in between): its row is the one read, not a deferred one.
+                    if len(later) == sent:
+                        later.clear()
                 except Lost:  # pragma: no cover - the row is ours until commit
                     raise RuntimeError(
                         f"ledger row {rec.row_id} changed under its insert"

@@ -109,11 +109,14 @@ class Open:
     again (and sees it invalidated, as Core would).
     """
 
-    __slots__ = ("cursor", "raw", "watched")
+    __slots__ = ("cursor", "pipe", "raw", "watched")
 
     def __init__(self, watched: bool) -> None:
         self.watched = watched
         self.cursor: Any = None
+        self.pipe: Any = None
+        """A PostgreSQL transaction in pipeline mode (``pipeline.PipelinedTxn``):
+        statements are sent through it and answered when read."""
         self.raw = False
         """Begun on the driver, not through Core (``dialect``): a Core transaction that
         starts inside it (a ``conn.execute``) adopts it instead of beginning another."""
@@ -165,6 +168,9 @@ class Prepared:
     """Parameters whose type converts the Python value for this driver."""
     plan: tuple[tuple[str, _Processor | None], ...] = ()
     """Positional paramstyles: per placeholder, its name and its bind processor."""
+    returns_rows: bool = True
+    """Whether the statement returns rows (a ``SELECT``, a ``RETURNING``): in a
+    pipeline the cursor cannot tell before the answer arrives."""
 
     def args(self, params: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
         """The driver's parameters: bind-processed, in placeholder order if positional."""
@@ -183,6 +189,9 @@ class Prepared:
         return params
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
+        """Run the statement in ``conn``'s transaction. In a pipelined PostgreSQL
+        transaction it is only sent: the ``Rows`` returned is a ``pipeline.Pending``
+        (same attributes) answered when first read."""
         args: Sequence[Any] | Mapping[str, Any]
         if self.positional:  # self.args(params), inlined: fourteen statements per call
             args = tuple([
@@ -193,6 +202,8 @@ class Prepared:
         else:
             args = self.args(params)
         state = _OPEN.get(id(conn))
+        if state is not None and state.pipe is not None:
+            return state.pipe.send(self.sql, args, fetch=self.returns_rows)  # type: ignore[no-any-return]
         if state.watched if state is not None else observed(conn):
             # Someone watches the statements (tracing, echo, a test's fault hook): go
             # through Core's execution so they see these too.
@@ -290,6 +301,8 @@ def prepare(
     by_name = dict(binds)
     prepared = Prepared(
         sql=compiled.string,
+        returns_rows=bool(compiled.effective_returning)
+        or not (compiled.isinsert or compiled.isupdate or compiled.isdelete),
         names=names,
         positional=bool(compiled.positional),
         binds=tuple(binds),

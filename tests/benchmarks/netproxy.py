@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
 import signal
 import sys
 import threading
@@ -36,7 +38,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["ConnStats", "Proxy", "main"]
+__all__ = ["ConnStats", "Proxy", "ProxyProcess", "main"]
 
 
 @dataclass
@@ -325,6 +327,69 @@ class Proxy:
             "round_trips": sum(c.round_trips for c in conns),
             "connections": [asdict(c) for c in conns],
         }
+
+
+class ProxyProcess:
+    """``Proxy`` in a process of its own, driven over a pipe (``port``, ``reset``,
+    ``round_trips``, ``close``).
+
+    In the measuring process the proxy's loop thread would compete for the GIL
+    with the client it measures, billing the proxy's CPU to the client (more so
+    to a client that sends more chunks); in its own process it does not.
+    """
+
+    def __init__(self, upstream: tuple[str, int], *, delay_ms: float = 0.0) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve_pipe, args=(child, upstream, delay_ms),
+                                 daemon=True, name="netproxy")
+        self._proc.start()
+        child.close()
+        self.port: int = self._conn.recv()
+
+    def _ask(self, command: str) -> Any:
+        self._conn.send(command)
+        return self._conn.recv()
+
+    def reset(self) -> None:
+        self._ask("reset")
+
+    def round_trips(self) -> int:
+        return int(self._ask("round_trips"))
+
+    def report(self) -> dict[str, Any]:
+        return dict(self._ask("report"))
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            with contextlib.suppress(EOFError, OSError):
+                self._ask("stop")
+            self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._conn.close()
+
+    def __enter__(self) -> ProxyProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _serve_pipe(conn: Any, upstream: tuple[str, int], delay_ms: float) -> None:
+    proxy = Proxy(upstream, delay_ms=delay_ms).start()
+    conn.send(proxy.port)
+    answers = {"reset": proxy.reset, "round_trips": proxy.round_trips, "report": proxy.report}
+    while True:
+        try:
+            command = conn.recv()
+        except EOFError:
+            break
+        if command == "stop":
+            conn.send(None)
+            break
+        conn.send(answers[command]())
+    proxy.stop()
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -24,6 +24,7 @@ import decision_bench  # noqa: E402
 import gate_bench  # noqa: E402
 import memory_bench  # noqa: E402
 import peers_bench  # noqa: E402
+import pg_round_trips  # noqa: E402
 import sse_bench  # noqa: E402
 import stream_cost_bench  # noqa: E402
 import tricks_bench  # noqa: E402
@@ -150,12 +151,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument(
         "--only",
-        choices=["sse", "decision", "memory", "gate", "tricks", "peers", "stream"],
+        choices=["sse", "decision", "memory", "gate", "pg_round_trips", "tricks", "peers",
+                 "stream"],
         action="append",
         default=None,
     )
     args = parser.parse_args()
-    only = set(args.only or ["sse", "decision", "memory", "gate", "tricks", "peers", "stream"])
+    only = set(args.only or ["sse", "decision", "memory", "gate", "pg_round_trips", "tricks",
+                             "peers", "stream"])
 
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -209,6 +212,11 @@ def main() -> None:
             "",
             *stream_cost_bench.markdown(stream),
         ]
+    if "pg_round_trips" in only:
+        trips = pg_round_trips.run_section(args.quick)
+        report["pg_round_trips"] = trips
+        verdicts += pg_round_trips.targets(trips)
+        md += ["### 8. PostgreSQL round trips per call", "", *pg_round_trips.markdown(trips)]
     report["targets"] = [{"target": t, "met": met, "measured": m} for t, met, m in verdicts]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")

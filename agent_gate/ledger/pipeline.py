@@ -1,0 +1,424 @@
+"""PostgreSQL write transactions in a few round trips: psycopg's pipeline mode.
+
+Why this exists
+===============
+
+On a networked PostgreSQL a ledger transaction costs what it waits for, not what it
+computes: each statement sent alone is a round trip (a pool pre-ping, ``BEGIN``,
+each ``INSERT``/``UPDATE``, ``COMMIT``), about twenty per gate call. In pipeline
+mode the client sends statements without waiting for their answers and waits only
+when it needs one. So a transaction begun here (``dialect.begin_write`` on the fast
+backend) does not wait for anything it does not read:
+
+* ``BEGIN`` is sent with the first statement, not answered on its own;
+* ``prepared.Prepared.run`` sends its statement and returns ``Pending`` rows: the
+  transaction waits (one round trip for everything sent so far) only when a caller
+  reads ``rows`` or ``rowcount``. The audit entries and the chain head's update,
+  whose results nobody reads, go out with the ``COMMIT``;
+* ``COMMIT`` is one round trip with whatever is still unanswered.
+
+Statements that are sent without being read but whose outcome decides whether the
+transaction may commit (a compare-and-set the caller assumes won: ``flows.apply``'s
+``later``) register an expectation (``PipelinedTxn.expect``); it is checked before
+the ``COMMIT`` is sent, from answers that came with an earlier round trip, and one
+that fails rolls the transaction back (``Unexpected``).
+
+A gate call that runs at once then costs four round trips (the count
+``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert,
+decision, claim and audit head read in one (the insert under an id handed out in
+the previous call's transaction, ``intake._SpareIds``), its audit entries, head
+update and ``COMMIT`` in a second; the outcome's ``BEGIN``, update and head read in
+a third, its entries and ``COMMIT`` in a fourth.
+
+The server runs the statements in the order sent, so locks are taken in the order
+the code asks for them (the audit head stays the last, ``audit``'s docstring), and
+a statement that fails aborts the ones after it: the ``COMMIT`` sent behind a
+failing statement never commits. The error is raised as the ``DBAPIError`` subclass
+Core would raise for that statement (``prepared.driver_error``, parameters hidden),
+where the caller reads a result or at the commit.
+
+A connection the server dropped while it sat in the pool
+========================================================
+
+Without a pre-ping such a connection is found out when the first round trip fails.
+If that round trip did not carry the ``COMMIT``, nothing of the transaction can
+have committed, and no caller has read anything yet: the statements sent so far are
+sent again, in order, on a fresh connection (``_replay``), once. A connection lost
+at any later round trip, or at the one that carries the ``COMMIT``, is raised as
+lost (the ledger never acts on a write it did not see commit).
+
+A statement run through Core inside the transaction (``conn.execute``: rare, off
+the per-call path) first collects every pending answer and leaves pipeline mode
+(``leave``, from the engine's ``begin`` listener): Core reads results as soon as it
+executes, which pipeline mode cannot give it. The transaction continues outside the
+pipeline and Core commits it.
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event, exc
+
+from agent_gate.ledger._sa_private import transaction_watched
+from agent_gate.ledger.prepared import driver_error, opened, track, untrack
+
+__all__ = [
+    "Pending",
+    "PipelinedTxn",
+    "Unexpected",
+    "alive",
+    "install",
+    "supported",
+    "transaction",
+    "usable",
+]
+
+
+class Unexpected(Exception):
+    """Internal: a statement sent without waiting did not match the rows it was
+    expected to (``PipelinedTxn.expect``); the transaction was rolled back."""
+
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+"""What psycopg itself sends before a write transaction of the ledger's engine
+(``dialect._postgresql_engine`` sets READ COMMITTED)."""
+
+
+_OWN_BEGIN_ATTR = "_agent_gate_pg_on_begin"
+"""Where a PostgreSQL ledger engine keeps its ``begin`` listener (``usable`` must
+tell it from anyone else's)."""
+
+
+def install(engine: Engine) -> None:
+    """Give a PostgreSQL ledger engine what pipelined transactions need: a check at
+    every pool checkout that the server has not dropped the connection (no round
+    trip), and a ``begin`` listener that takes a transaction out of pipeline mode
+    when Core joins it."""
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if not alive(dbapi_connection):
+            # The pool replaces the connection and checks the new one out instead.
+            raise exc.DisconnectionError("the server closed this pooled connection")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        state = opened(conn)
+        if state is not None and state.pipe is not None:
+            txn, state.pipe = state.pipe, None
+            txn.leave()
+
+    engine.__dict__[_OWN_BEGIN_ATTR] = _on_begin
+
+
+def usable(conn: Connection) -> bool:
+    """Whether a write transaction on ``conn`` may be pipelined: nobody but the
+    ledger listens for its transactions, statements or errors, nor echoes (they
+    must see each statement as Core runs it), and the engine was made for it."""
+    own = conn.engine.__dict__.get(_OWN_BEGIN_ATTR)
+    return own is not None and not transaction_watched(conn, own)
+
+
+def alive(driver: Any) -> bool:
+    """Whether a psycopg connection sitting idle in the pool may be used, without a
+    round trip. A server that ended the session (a restart, ``pg_terminate_backend``,
+    an idle timeout) sends its last words and closes the socket, which is then
+    readable; an idle session of the ledger is sent nothing else it needs (it
+    listens for no notifications), so a readable socket counts as gone: at worst a
+    needless reconnect. A session dropped silently (a partition) looks alive: the
+    first round trip finds it out and ``PipelinedTxn`` replays the transaction,
+    which had committed nothing."""
+    if driver.closed or driver.broken:
+        return False
+    try:
+        readable, _, _ = select.select([driver.pgconn.socket], [], [], 0)
+    except Exception:  # no socket any more: not usable either way
+        return False
+    return not readable
+
+
+@contextmanager
+def transaction(conn: Connection) -> Iterator[Connection]:
+    """A write transaction on ``conn`` in pipeline mode (``usable(conn)`` is true)."""
+    state = track(conn, watched=False)
+    txn = PipelinedTxn(conn)
+    try:
+        txn.begin()
+        state.pipe = txn
+        try:
+            yield conn
+        except BaseException:
+            state.pipe = None
+            if conn.in_transaction():  # Core joined (``install``'s begin listener)
+                conn.rollback()
+            else:
+                txn.rollback()
+            raise
+        state.pipe = None
+        try:
+            txn.check()
+        except Unexpected:
+            if conn.in_transaction():
+                conn.rollback()
+            else:
+                txn.rollback()
+            raise
+        if conn.in_transaction():
+            conn.commit()
+        else:
+            try:
+                txn.commit()
+            except BaseException:
+                txn.rollback()
+                raise
+    finally:
+        state.pipe = None
+        txn.close()
+        untrack(conn, state)
+
+
+def supported() -> bool:
+    """Whether this psycopg's libpq has pipeline mode (libpq 14 and later)."""
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the engine refuses to start without it
+        return False
+    return bool(psycopg.Pipeline.is_supported())
+
+
+class Pending:
+    """The answer to one statement sent in a pipeline: read on first use.
+
+    The attributes of ``prepared.Rows``: ``rows`` (fetched rows), ``rowcount``,
+    ``processed`` (always False: the driver's values). Reading either waits for
+    every statement sent so far (one round trip) unless the answer is already in.
+    """
+
+    __slots__ = ("_rowcount", "_rows", "args", "cursor", "done", "fetch", "sql", "txn")
+
+    processed = False
+
+    def __init__(
+        self, txn: PipelinedTxn, cursor: Any, sql: str, args: Any, fetch: bool
+    ) -> None:
+        self.txn = txn
+        self.cursor = cursor
+        self.sql = sql
+        self.args = args
+        self.fetch = fetch
+        self.done = False
+        self._rows: list[tuple[Any, ...]] = []
+        self._rowcount = -1
+
+    def collect(self) -> None:
+        """Take the answer from the cursor (already received: no round trip)."""
+        cursor = self.cursor
+        if self.fetch:
+            self._rows = cursor.fetchall()
+        self._rowcount = cursor.rowcount
+        self.done = True
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:
+        if not self.done:
+            self.txn.wait()
+        return self._rows
+
+    @property
+    def rowcount(self) -> int:
+        if not self.done:
+            self.txn.wait()
+        return self._rowcount
+
+
+class PipelinedTxn:
+    """One write transaction on a psycopg connection in pipeline mode."""
+
+    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "expected", "pending",
+                 "pipe", "replayed")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.error_class: type[Exception] = conn.dialect.loaded_dbapi.Error
+        self.pending: list[Pending] = []
+        self.answered = False
+        """A round trip was answered: a caller may have read something (no replay)."""
+        self.replayed = False
+        self.expected: list[tuple[Pending, int]] = []
+        self.driver: Any = None
+        self.ctx: Any = None
+        self.pipe: Any = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def begin(self) -> None:
+        """Enter pipeline mode and send ``BEGIN`` (answered with the first wait)."""
+        conn = self.conn
+        try:
+            self._enter(conn.connection.driver_connection)
+        except self.error_class as error:  # known dead before anything was sent
+            if not conn.invalidated:
+                conn.invalidate(error)
+            try:
+                self._enter(conn.connection.driver_connection)
+            except self.error_class as again:
+                raise driver_error(conn, again, _BEGIN, None, None) from again
+        self.send(_BEGIN, None, fetch=False)
+
+    def _enter(self, driver: Any) -> None:
+        # autocommit: psycopg must not send (and wait for) a BEGIN of its own; ours
+        # goes out with the first statement.
+        driver.autocommit = True
+        ctx = driver.pipeline()
+        self.pipe = ctx.__enter__()
+        self.driver, self.ctx = driver, ctx
+
+    @property
+    def in_pipeline(self) -> bool:
+        return self.ctx is not None
+
+    def send(
+        self, sql: str, args: Sequence[Any] | Mapping[str, Any] | None, *, fetch: bool
+    ) -> Pending:
+        """Send one statement; its answer is read when needed (``Pending``)."""
+        pending = Pending(self, None, sql, args, fetch)
+        self.pending.append(pending)
+        try:
+            pending.cursor = cursor = self.driver.cursor()
+            cursor.execute(sql, args)
+        except self.error_class as error:
+            # Sending fails when the connection is gone, or when an answer that
+            # arrived meanwhile is an error.
+            self._on_error(error, committing=sql == "COMMIT")
+        return pending
+
+    def wait(self) -> None:
+        """One round trip: every statement sent so far answered, or its error raised."""
+        try:
+            self.pipe.sync()
+        except self.error_class as error:
+            self._on_error(error, committing=False)
+            return
+        self._answered()
+
+    def expect(self, pending: Pending, rowcount: int) -> None:
+        """``pending`` must have matched ``rowcount`` rows, or nothing commits
+        (``check``, before the COMMIT is sent)."""
+        self.expected.append((pending, rowcount))
+
+    def check(self) -> None:
+        """``Unexpected`` unless every expectation held. Their answers normally came
+        with an earlier round trip (the audit head's read); if not, one is made."""
+        expected, self.expected = self.expected, []
+        for pending, rowcount in expected:
+            if pending.rowcount != rowcount:
+                raise Unexpected(pending.sql)
+
+    def commit(self) -> None:
+        """Send ``COMMIT`` behind everything unanswered and leave pipeline mode: the
+        one round trip answers all of it (leaving syncs)."""
+        self.send("COMMIT", None, fetch=False)
+        self._leave(committing=True)
+
+    def leave(self) -> None:
+        """Core joins the transaction (a ``conn.execute``): answer everything and
+        leave pipeline mode; the transaction goes on in the plain protocol."""
+        if self.ctx is not None:
+            self._leave(committing=False)
+
+    def _leave(self, *, committing: bool) -> None:
+        ctx, self.ctx, self.pipe = self.ctx, None, None
+        try:
+            ctx.__exit__(None, None, None)
+        except self.error_class as error:
+            self._on_error(error, committing=committing)
+            return
+        self._answered()
+
+    def _answered(self) -> None:
+        self.answered = True
+        pending, self.pending = self.pending, []
+        for item in pending:
+            item.collect()
+
+    def rollback(self) -> None:
+        """End a failed transaction: nothing of it commits.
+
+        Pipeline mode is left (the answers of a failed pipeline are aborted ones),
+        then ``ROLLBACK`` is sent plainly; a connection that is gone is left to be
+        invalidated (the server ends its transaction with it).
+        """
+        self.pending = []
+        self._drop_pipeline()
+        driver = self.driver
+        if driver is None or driver.closed or driver.broken:
+            return
+        try:
+            driver.rollback()
+        except self.error_class as error:
+            raise driver_error(self.conn, error, "ROLLBACK", None, None) from error
+
+    def close(self) -> None:
+        """Leave pipeline mode if still in it; give psycopg its own transactions back.
+
+        A connection that cannot be put back as psycopg expects it (idle, not in
+        autocommit) is invalidated rather than pooled."""
+        self._drop_pipeline()
+        driver = self.driver
+        if driver is None or driver.closed or driver.broken:
+            return
+        try:
+            if driver.info.transaction_status != 0:  # not IDLE: end it, commit nothing
+                driver.rollback()
+            driver.autocommit = False
+        except self.error_class as error:
+            if not self.conn.invalidated:
+                self.conn.invalidate(error)
+
+    def _drop_pipeline(self) -> None:
+        ctx, self.ctx, self.pipe = self.ctx, None, None
+        if ctx is not None:
+            with suppress(self.error_class):
+                ctx.__exit__(None, None, None)
+
+    # ------------------------------------------------------------ failures
+
+    def _on_error(self, error: Exception, *, committing: bool) -> None:
+        driver = self.driver
+        lost = driver is None or driver.closed or driver.broken
+        if lost and not (self.answered or committing or self.replayed):
+            self._replay(error)
+            return
+        self._failed(error)
+
+    def _failed(self, error: Exception) -> None:
+        """Raise ``error`` as Core would, naming the statement that failed."""
+        failed = next(
+            (p for p in self.pending if p.cursor is None or p.cursor.pgresult is None), None
+        )
+        sql, args = (failed.sql, failed.args) if failed is not None else (None, None)
+        cursor = failed.cursor if failed is not None else None
+        self.pending = []
+        raise driver_error(self.conn, error, sql, args, cursor) from error
+
+    def _replay(self, error: Exception) -> None:
+        """The connection was found gone before any answer, with no ``COMMIT`` sent:
+        nothing of this transaction can have committed and nobody has read anything.
+        Send the same statements again, in order, on a fresh connection (once)."""
+        conn = self.conn
+        self.replayed = True
+        self.ctx = self.pipe = None  # gone with the old connection
+        if not conn.invalidated:
+            conn.invalidate(error)
+        try:
+            self._enter(conn.connection.driver_connection)  # the pool connects anew
+            for item in self.pending:
+                cursor = self.driver.cursor()
+                item.cursor = cursor
+                cursor.execute(item.sql, item.args)
+        except self.error_class as again:
+            self._failed(again)
+        self.wait()

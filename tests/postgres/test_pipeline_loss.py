@@ -1,0 +1,157 @@
+"""A lost connection on the pipelined path (``agent_gate.ledger.pipeline``).
+
+No pool pre-ping: a session the server ended while its connection sat in the pool
+is found out at checkout (its socket is readable) or, when that cannot see it, by
+the first round trip of the next transaction, which committed nothing and is sent
+again on a new connection. A connection lost at a later round trip, or at the one
+that carries the COMMIT, is never retried: the ledger never acts on a write it did
+not see commit. The tools count their runs in this process; the sessions are ended
+with ``pg_terminate_backend`` from another connection.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from ledger_backends import PgSchema
+from sqlalchemy import Insert, bindparam, exc, insert
+
+from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate.ledger import Ledger, pipeline
+from agent_gate.ledger.dialect import begin_write
+from agent_gate.ledger.pipeline import PipelinedTxn
+from agent_gate.ledger.prepared import opened, prepare
+from agent_gate.ledger.records import TASKS
+
+pytestmark = pytest.mark.backends("postgresql")
+
+
+def terminate(pg: PgSchema, pids: list[int]) -> None:
+    """End these sessions and wait (bounded) until the server has let them go."""
+    with pg.admin.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        for pid in pids:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+        deadline = time.monotonic() + 20
+        while conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%(p)s)", {"p": pids}
+        ).scalar():
+            assert time.monotonic() < deadline, "terminated sessions never went away"
+            time.sleep(0.01)
+
+
+def counting_tools(ran: list[str]) -> ToolRegistry:
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write", idempotency="none", name="post")
+    def post(text: str) -> dict[str, Any]:
+        ran.append(text)
+        return {"posted": text}
+
+    return tools
+
+
+def pooled_pids(ledger: Ledger) -> list[int]:
+    """The server pids of the connections idle in the ledger's pool."""
+    with ledger.engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        return [driver.info.backend_pid]
+
+
+@pytest.mark.parametrize("socket_check", [True, False], ids=["checkout", "first_round_trip"])
+def test_a_session_ended_in_the_pool_is_replaced_and_the_next_call_runs_once(
+    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch, socket_check: bool
+) -> None:
+    """``first_round_trip``: the checkout's socket check is switched off, as for a
+    session dropped silently: the error at the first round trip is what finds it,
+    and the transaction (nothing of it committed) is sent again."""
+    ran: list[str] = []
+    ledger = Ledger(db_url, storage="fast")
+    with Gate(counting_tools(ran), ledger) as gate:
+        first = gate.execute("t", {"call_id": "c1", "name": "post", "arguments": {"text": "a"}})
+        assert first.state is CallState.SUCCEEDED
+        pids = pooled_pids(ledger)
+        if not socket_check:
+            monkeypatch.setattr(pipeline, "alive", lambda _driver: True)
+        terminate(pg, pids)
+        replays: list[bool] = []
+        real = PipelinedTxn._replay
+
+        def replay(self: PipelinedTxn, error: Exception) -> None:
+            replays.append(True)
+            real(self, error)
+
+        monkeypatch.setattr(PipelinedTxn, "_replay", replay)
+        second = gate.execute("t", {"call_id": "c2", "name": "post", "arguments": {"text": "b"}})
+        assert second.state is CallState.SUCCEEDED and second.attempt == 1
+        assert not second.replayed
+        assert pooled_pids(ledger) != pids
+    assert ran == ["a", "b"]
+    assert replays == ([] if socket_check else [True])
+    with Ledger(db_url) as again:
+        assert again.verify_audit().ok
+        assert [e.event for e in again.audit("t") if e.call_id == "c2"] == [
+            "received", "allow", "claim", "succeed"]
+
+
+def test_a_session_lost_at_the_outcome_commit_is_not_retried(
+    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcome's COMMIT goes out on a session the server has just ended: the
+    error reaches the caller, the outcome is not sent again, and the call stays
+    ``executing`` (a sweeper later judges it in doubt): its tool ran once."""
+    ran: list[str] = []
+    commits: list[int] = []
+    real = PipelinedTxn.commit
+
+    def commit(self: PipelinedTxn) -> None:
+        commits.append(1)
+        if len(commits) == 2:  # the first commits the claim, the second the outcome
+            terminate(pg, [self.driver.info.backend_pid])
+        real(self)
+
+    monkeypatch.setattr(PipelinedTxn, "commit", commit)
+    gate = Gate(counting_tools(ran), Ledger(db_url, storage="fast"))
+    with gate, pytest.raises(exc.OperationalError) as caught:
+        gate.execute("t", {"call_id": "c1", "name": "post", "arguments": {"text": "x"}})
+    assert caught.value.connection_invalidated
+    assert "'x'" not in str(caught.value)  # parameters are hidden
+    assert ran == ["x"] and len(commits) == 2
+    with Ledger(db_url) as ledger:
+        rec = ledger.get("t", "c1")
+        assert rec is not None and rec.state is CallState.EXECUTING and rec.attempt == 1
+        assert ledger.verify_audit().ok
+
+
+def test_an_error_in_a_pipelined_statement_is_the_typed_error_and_commits_nothing(
+    db_url: str, pg: PgSchema
+) -> None:
+    """A statement whose answer nobody reads fails (a unique key): the COMMIT sent
+    behind it does not commit, and the error raised is Core's IntegrityError for
+    that statement, parameters hidden."""
+    ledger = Ledger(db_url, storage="fast")
+
+    def stmt() -> Insert:
+        return insert(TASKS).values(
+            id=bindparam("id"), created_at=bindparam("at"), updated_at=bindparam("at"))
+
+    now = datetime.now(UTC)
+    try:
+        with pytest.raises(exc.IntegrityError) as caught, begin_write(ledger.engine) as conn:
+            state = opened(conn)
+            assert state is not None and state.pipe is not None  # pipelined
+            prepare(conn, "t_task", stmt).run(conn, {"id": "secret-task", "at": now})
+            prepare(conn, "t_task", stmt).run(conn, {"id": "secret-task", "at": now})
+        assert "INSERT INTO tasks" in str(caught.value)
+        assert "[SQL parameters hidden" in str(caught.value)
+        assert ledger.task("secret-task") is None
+        with begin_write(ledger.engine) as conn:  # the pooled connection still works
+            prepare(conn, "t_task", stmt).run(conn, {"id": "other", "at": now})
+        assert ledger.task("other") is not None
+    finally:
+        ledger.close()

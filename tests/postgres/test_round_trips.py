@@ -1,0 +1,115 @@
+"""Network round trips per gate call on PostgreSQL, counted through a proxy.
+
+A call that runs at once and succeeds is recorded, decided and claimed in one
+transaction and finished in a second; on the fast backend each transaction is
+pipelined (``agent_gate.ledger.pipeline``), so the count is what the code waits
+for, not how many statements it sends. Counts are exact, unlike timings: the
+proxy (``tests/benchmarks/netproxy.py``) counts a client burst answered by the
+server as one round trip.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ledger_backends import PgSchema
+from sqlalchemy.engine import make_url
+
+from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate.ledger import Ledger
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from netproxy import Proxy
+
+pytestmark = pytest.mark.backends("postgresql")
+
+MAX_ROUND_TRIPS_PER_CALL = 4
+"""The common path's bound (it was 18: a pre-ping, BEGIN, each statement and
+COMMIT one by one, in both transactions)."""
+
+
+@pytest.fixture
+def proxied(db_url: str) -> Iterator[tuple[Proxy, str]]:
+    """The test's ledger URL, through a counting proxy."""
+    url = make_url(db_url)
+    with Proxy((url.host or "127.0.0.1", url.port or 5432)) as proxy:
+        yield proxy, url.set(host="127.0.0.1", port=proxy.port).render_as_string(
+            hide_password=False
+        )
+
+
+def noop_tools(ran: list[int]) -> ToolRegistry:
+    tools = ToolRegistry()
+
+    def noop(n: int) -> dict[str, Any]:
+        ran.append(n)
+        return {"ok": True}
+
+    tools.register(noop, schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+    return tools
+
+
+def per_call(gate: Gate, proxy: Proxy, first: int, calls: int) -> float:
+    proxy.reset()
+    for n in range(first, first + calls):
+        outcome = gate.execute("task", {"call_id": f"c{n}", "name": "noop",
+                                        "arguments": {"n": n}})
+        assert outcome.state is CallState.SUCCEEDED and not outcome.replayed
+    return proxy.round_trips() / calls
+
+
+def test_a_call_that_runs_at_once_takes_a_bounded_number_of_round_trips(
+    pg: PgSchema, proxied: tuple[Proxy, str]
+) -> None:
+    proxy, url = proxied
+    ran: list[int] = []
+    with Gate(noop_tools(ran), Ledger(url, storage="fast")) as gate:
+        per_call(gate, proxy, 0, 3)  # the task row, the pool's connection, prepared statements
+        trips = per_call(gate, proxy, 100, 10)
+    assert ran == [0, 1, 2, *range(100, 110)]
+    assert trips <= MAX_ROUND_TRIPS_PER_CALL, f"{trips} round trips per call"
+
+
+def test_the_core_backend_is_counted_too_and_takes_more(
+    pg: PgSchema, proxied: tuple[Proxy, str]
+) -> None:
+    """The reference path keeps its plain transactions (a pre-ping, BEGIN, one
+    statement at a time): the proxy sees each of them, so the bound above is the
+    fast path's doing, not the proxy's blindness."""
+    proxy, url = proxied
+    ran: list[int] = []
+    with Gate(noop_tools(ran), Ledger(url, storage="core")) as gate:
+        per_call(gate, proxy, 0, 3)
+        trips = per_call(gate, proxy, 100, 5)
+    assert trips >= 3 * MAX_ROUND_TRIPS_PER_CALL
+
+
+def test_a_replay_on_the_guessed_id_path_is_recorded_anew_and_not_run_again(
+    pg: PgSchema, proxied: tuple[Proxy, str]
+) -> None:
+    """A new call is inserted under an id the sequence handed out in the previous
+    call's transaction, without waiting for the insert. A call recorded before
+    fails that insert (and everything sent after it, the COMMIT included), and is
+    recorded the usual way: replayed, its tool not run again, the trail intact."""
+    from agent_gate.ledger import intake
+
+    proxy, url = proxied
+    ran: list[int] = []
+    with Gate(noop_tools(ran), Ledger(url, storage="fast")) as gate:
+        per_call(gate, proxy, 0, 2)
+        spare = intake._spare_ids(gate.ledger.engine)
+        assert len(spare.ids) == 1  # the next call's id, asked for by the last one
+        again = gate.execute("task", {"call_id": "c1", "name": "noop", "arguments": {"n": 1}})
+        assert again.state is CallState.SUCCEEDED and again.replayed
+        fresh = gate.execute("task", {"call_id": "c9", "name": "noop", "arguments": {"n": 9}})
+        assert fresh.state is CallState.SUCCEEDED and not fresh.replayed
+        listed = [o.call_id for o in gate.calls("task")]
+        events = [e.event for e in gate.ledger.audit("task") if e.call_id == "c1"]
+        assert gate.ledger.verify_audit().ok
+    assert ran == [0, 1, 9]
+    assert listed == ["c0", "c1", "c9"]  # in the order they were recorded
+    assert events == ["received", "allow", "claim", "succeed", "seen_again"]
