@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ from sqlalchemy import (
     literal_column,
     text,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -601,7 +601,7 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
         # psycopg's INSERT rowcount is not relied on: a RETURNING row exists exactly
         # when the row was inserted.
         return (
-            postgresql.insert(table)
+            dialect_insert(name)(table)
             .values(row)
             .on_conflict_do_nothing()
             .returning(literal_column("1"))
@@ -609,6 +609,14 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
 
     done = prepare(conn, ("insert_ignore", table.name, keys), build).run(conn, values)
     return done.rowcount == 1 if name == "sqlite" else bool(done.rows)
+
+
+def dialect_insert(name: str) -> Callable[[Table], Insert]:
+    """The dialect's ``insert`` (``ON CONFLICT``); PostgreSQL's imported only if used."""
+    if name == "sqlite":
+        return sqlite.insert
+    from sqlalchemy.dialects import postgresql
+    return postgresql.insert
 
 
 def insert_returning(conn: Connection, table: Table, values: dict[str, Any]) -> Rows | None:
@@ -630,8 +638,7 @@ def insert_returning(conn: Connection, table: Table, values: dict[str, Any]) -> 
 
     def build() -> Insert:
         row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
-        make = sqlite.insert if name == "sqlite" else postgresql.insert
-        return make(table).values(row).on_conflict_do_nothing().returning(*table.c)
+        return dialect_insert(name)(table).values(row).on_conflict_do_nothing().returning(*table.c)
 
     return prepare(conn, ("insert_returning", table.name, keys), build).run(conn, values)
 

@@ -105,6 +105,9 @@ def test_tasks_imports_the_ledger_alone(argv: tuple[str, ...], tmp_path: Path) -
     modules = _modules_after(*argv, "--db", url)
     assert _loaded(modules, "agent_gate.ledger")
     assert [m for m in HEAVY if _loaded(modules, m)] == []
+    # nor another database's dialect, nor the ORM (the ledger's tables are Core tables)
+    assert not _loaded(modules, "sqlalchemy.dialects.postgresql")
+    assert not _loaded(modules, "sqlalchemy.orm")
 
 
 def _waiting_call(tmp_path: Path) -> tuple[str, str]:
