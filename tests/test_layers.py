@@ -45,9 +45,10 @@ class Layer:
 LAYERS: tuple[Layer, ...] = (
     Layer(
         "base",
-        ("agent_gate.errors", "agent_gate._speedups", "agent_gate.plainjson",
-         "agent_gate.strict_json"),
-        "the base error, the one fast-path switch, plain and strict JSON: used everywhere",
+        ("agent_gate.errors", "agent_gate._lazy", "agent_gate._speedups",
+         "agent_gate.plainjson", "agent_gate.strict_json"),
+        "the base error, lazy package names, the one fast-path switch, plain and strict "
+        "JSON: used everywhere",
     ),
     Layer(
         "telemetry",
