@@ -75,6 +75,12 @@ def test_a_session_ended_in_the_pool_is_replaced_and_the_next_call_runs_once(
     with Gate(counting_tools(ran), ledger) as gate:
         first = gate.execute("t", {"call_id": "c1", "name": "post", "arguments": {"text": "a"}})
         assert first.state is CallState.SUCCEEDED
+        # Exactly one session in the pool, the one ended below: a second one (opened
+        # while the first was busy, on a loaded machine) would serve the next call
+        # alive, and the test would not see what it is about.
+        ledger.engine.pool.dispose()
+        assert ledger.get("t", "c1") is not None
+        assert ledger.engine.pool.checkedin() == 1
         pids = pooled_pids(ledger)
         if not socket_check:
             monkeypatch.setattr(pipeline, "alive", lambda _driver: True)
