@@ -407,12 +407,17 @@ class PipelinedTxn:
     def _replay(self, error: Exception) -> None:
         """The connection was found gone before any answer, with no ``COMMIT`` sent:
         nothing of this transaction can have committed and nobody has read anything.
-        Send the same statements again, in order, on a fresh connection (once)."""
+        Send the same statements again, in order, on a new connection (once)."""
         conn = self.conn
         self.replayed = True
         self.ctx = self.pipe = None  # gone with the old connection
         if not conn.invalidated:
             conn.invalidate(error)
+        # A session that died silently (a partition, a failover) rarely dies alone:
+        # the others idle in the pool are as old, and the replay must not be handed
+        # one of them. A new pool, as SQLAlchemy itself starts after a disconnect;
+        # the old one's idle connections are dropped, not closed over the network.
+        conn.engine.dispose(close=False)
         try:
             self._enter(conn.connection.driver_connection)  # the pool connects anew
             for item in self.pending:
