@@ -12,7 +12,7 @@ import click
 
 from agent_gate.cli._exit import CliError, ExitCode
 from agent_gate.cli._operator import failures, open_ledger
-from agent_gate.cli._options import db_option
+from agent_gate.cli._options import db_option, parse_duration
 
 
 def _address(listen: str) -> tuple[str, int]:
@@ -33,19 +33,23 @@ def _address(listen: str) -> tuple[str, int]:
 @click.option("--listen", default="127.0.0.1:8765", show_default=True, metavar="HOST:PORT",
               help="Where to listen (port 0: any free port, printed). Plain HTTP: keep it "
                    "on loopback or behind a TLS proxy.")
+@click.option("--checkpoint-every", "checkpoint_every", default=None, metavar="DURATION",
+              help="Take an audit checkpoint this often (30m, 2h, 1d) or never. Default: "
+                   "the config file's checkpoint_every, else every 10 minutes.")
 def serve_command(url: str | None, policy_file: str | None, config_file: str | None,
-                  listen: str) -> None:
+                  listen: str, checkpoint_every: str | None) -> None:
     """Serve the JSON API (/api, schema at /openapi.json) and the web inbox (/inbox).
 
     Every route but /health needs an operator's token: `agent-gate operator add NAME
-    --approve TOOLS` prints one. Stop with Ctrl-C.
+    --approve TOOLS` prints one. The server also takes the audit trail's checkpoints
+    (--checkpoint-every). Stop with Ctrl-C.
     """
     host, port = _address(listen)
     try:
         import uvicorn
 
         from agent_gate.serve import create_app
-        from agent_gate.serve.webhooks import load_config
+        from agent_gate.serve.webhooks import ServeConfig, load_config
     except ImportError as exc:
         raise CliError(f"agent-gate serve needs the serve extra ({exc.name} is missing): "
                        "pip install 'agent-gate[serve]'", ExitCode.USAGE) from None
@@ -54,7 +58,10 @@ def serve_command(url: str | None, policy_file: str | None, config_file: str | N
     with failures():
         resolved = resolve_url(url)
         open_ledger(resolved).close()  # a missing or old ledger fails here, as one line
-        config = load_config(config_file) if config_file else None
+        config = load_config(config_file) if config_file else ServeConfig()
+        if checkpoint_every is not None:
+            every = parse_duration(checkpoint_every, param_hint="--checkpoint-every")
+            config = config.model_copy(update={"checkpoint_every": every})
         app = create_app(resolved, policy_file, config=config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from agent_gate.errors import AgentGateError
 from agent_gate.serve import api, inbox
 from agent_gate.serve.auth import LoginLimiter, Sessions
+from agent_gate.serve.checkpointer import Checkpointer
 from agent_gate.serve.service import InboxService, status_of
 from agent_gate.serve.webhooks import Notifier, ServeConfig
 
@@ -26,24 +27,31 @@ def create_app(url: str, policy: str | None = None, *,
                limiter: LoginLimiter | None = None,
                config: ServeConfig | None = None) -> FastAPI:
     """The server for the ledger at ``url`` (answers judged under ``policy``, if given;
-    ``config``: where links point and the webhooks to send, ``webhooks``)."""
+    ``config``: where links point, the webhooks to send and how often to take an
+    audit checkpoint, ``webhooks.ServeConfig``; its defaults without one)."""
+    config = config if config is not None else ServeConfig()
     service = InboxService(url, policy)
-    notifier = Notifier(url, config) if config is not None and config.notify else None
+    notifier = Notifier(url, config) if config.notify else None
+    every = config.checkpoint_every
+    checkpointer = Checkpointer(url, every) if every is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if notifier is not None:
-            notifier.start()
+        for worker in (notifier, checkpointer):
+            if worker is not None:
+                worker.start()
         try:
             yield
         finally:
-            if notifier is not None:
-                notifier.stop()
+            for worker in (notifier, checkpointer):
+                if worker is not None:
+                    worker.stop()
             service.close()
 
     app = FastAPI(title="agent-gate", summary="Operators answer the calls that wait for them.",
                   lifespan=lifespan)
     app.state.service = service
+    app.state.checkpointer = checkpointer
     app.state.sessions = Sessions()
     app.state.limiter = limiter or LoginLimiter()
 

@@ -3,6 +3,7 @@
 Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
 
     base_url: https://gate.example.com      # for the links in each event
+    checkpoint_every: 600                   # seconds between audit checkpoints; null: none
     notify:
       - name: ops-chat                      # the cursor's name in the ledger
         url: https://hooks.example.com/agent-gate
@@ -60,6 +61,9 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     base_url: str = "http://127.0.0.1:8765"
     notify: tuple[Endpoint, ...] = ()
+    checkpoint_every: float | None = Field(default=600.0, gt=0)
+    """Seconds between the audit checkpoints the server takes (``checkpointer``);
+    None: none (take them with ``agent-gate audit checkpoint`` instead)."""
 
 
 def load_config(path: str) -> ServeConfig:

@@ -85,6 +85,13 @@ def test_serve_refuses_a_listen_address_it_cannot_read(world: World) -> None:
     assert got.returncode == 2 and "expected HOST:PORT" in got.stderr
 
 
+def test_serve_refuses_a_checkpoint_interval_it_cannot_read(world: World) -> None:
+    got = cli("serve", "--db", world.url, "--checkpoint-every", "soon",
+              "--listen", "127.0.0.1:0")
+    assert got.returncode == 2 and "--checkpoint-every" in got.stderr
+    assert "a duration like 30m" in got.stderr
+
+
 def test_serve_refuses_a_webhook_whose_secret_is_not_set(world: World, tmp_path: Path) -> None:
     conf = tmp_path / "serve.yaml"
     conf.write_text("notify:\n  - {name: ops, url: 'http://127.0.0.1:9/h', "
