@@ -73,11 +73,17 @@ def _decisions(gate: Gate, task_id: str) -> dict[str, str]:
     return out
 
 
+def _tag(gate: Gate) -> str:
+    from agent_gate.demo.tools import ledger_tag
+
+    return ledger_tag(str(gate.ledger.engine.url))
+
+
 def _rows(gate: Gate, task_id: str, outcomes: dict[str, Outcome] | None) -> list[_Row]:
     from agent_gate.demo.tools import outbox_counts
 
     decisions = _decisions(gate, task_id)
-    runs = outbox_counts(task_id)
+    runs = outbox_counts(task_id, _tag(gate))
     rows: list[_Row] = []
     for rec in gate.ledger.calls(task_id):
         outcome = (outcomes or {}).get(rec.call_id)
@@ -294,7 +300,7 @@ def demo_command(url: str | None, task_id: str, drip: float) -> None:
     call from the ledger and runs nothing.
     """
     from agent_gate.demo import example_policy_path
-    from agent_gate.demo.tools import outbox_counts, outbox_path, tools
+    from agent_gate.demo.tools import outbox_counts, outbox_path, recording_for, tools
     from agent_gate.gate import Gate
 
     out = console()
@@ -305,7 +311,9 @@ def demo_command(url: str | None, task_id: str, drip: float) -> None:
         f"[bold]agent-gate demo[/]  ledger: {db_shown}  task: {task_id}  policy: {shown_policy}"
     )
     with failures(), Gate(tools, url, policy=policy, create=True) as gate:
-        result = _run(out, gate, task_id, drip)
+        tag = _tag(gate)
+        with recording_for(tag):
+            result = _run(out, gate, task_id, drip)
         outcomes = {o.call_id: o for o in result.outcomes}
         rows = _rows(gate, task_id, outcomes)
         waiting = [r.call_id for r in rows if r.state == "awaiting_approval"]
@@ -324,8 +332,9 @@ def demo_command(url: str | None, task_id: str, drip: float) -> None:
         f"tools run by this invocation: {ran_now} · answered from the ledger: {from_ledger} · "
         f"calls that ever ran twice: {twice}"
     )
-    total = sum(outbox_counts(task_id).values())
-    out.print(f"outbox: {_relative(outbox_path())} ({total} line(s) for task {task_id})")
+    total = sum(outbox_counts(task_id, tag).values())
+    out.print(f"outbox: {_relative(outbox_path())} ({total} line(s) for task {task_id} "
+              "on this ledger)")
     if result.error:
         raise click.ClickException(f"the stream was abandoned: {result.error}")
 

@@ -14,16 +14,19 @@ directory writes to the same file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from agent_gate.gate import current_call
 from agent_gate.tools import ToolRegistry
 
-__all__ = ["OUTBOX_ENV", "outbox_counts", "outbox_path", "tools"]
+__all__ = ["OUTBOX_ENV", "ledger_tag", "outbox_counts", "outbox_path", "recording_for", "tools"]
 
 OUTBOX_ENV = "AGENT_GATE_DEMO_OUTBOX"
 DEFAULT_OUTBOX = Path(".agent-gate-demo") / "outbox.jsonl"
@@ -35,12 +38,36 @@ def outbox_path() -> Path:
     return Path(os.environ.get(OUTBOX_ENV) or DEFAULT_OUTBOX)
 
 
+_recording: dict[str, str | None] = {"ledger": None}
+"""The ledger the tools run under now (``recording_for``)."""
+
+
+def ledger_tag(url: str) -> str:
+    """A short name for a ledger, kept on each outbox line: the outbox belongs to a
+    directory, the runs it counts to one ledger, so a demo on another ``--db`` in the
+    same directory must not count this ledger's runs as its own (nor as runs twice)."""
+    return hashlib.sha256(url.encode("utf-8")).hexdigest()[:12]
+
+
+@contextmanager
+def recording_for(tag: str) -> Iterator[None]:
+    """The lines the tools append in the block name the ledger ``tag``."""
+    before = _recording["ledger"]
+    _recording["ledger"] = tag
+    try:
+        yield
+    finally:
+        _recording["ledger"] = before
+
+
 def _record(action: str, **details: Any) -> None:
     """Append one line, flushed and fsynced before the tool returns its result."""
     call = current_call()
     path = outbox_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     line = {"task": call.task_id, "call_id": call.call_id, "tool": call.tool, "action": action}
+    if _recording["ledger"] is not None:
+        line["ledger"] = _recording["ledger"]
     line.update(details)
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -48,8 +75,10 @@ def _record(action: str, **details: Any) -> None:
         os.fsync(f.fileno())
 
 
-def outbox_counts(task_id: str | None = None) -> Counter[str]:
-    """How many times each call id really ran (lines in the outbox), for one task or all."""
+def outbox_counts(task_id: str | None = None, ledger: str | None = None) -> Counter[str]:
+    """How many times each call id really ran (lines in the outbox), for one task or
+    all, under one ledger (its ``ledger_tag``) or any. A line without a tag (a tool
+    run by ``resume`` or ``execute`` rather than by the demo) counts for every ledger."""
     path = outbox_path()
     counts: Counter[str] = Counter()
     if not path.exists():
@@ -59,7 +88,8 @@ def outbox_counts(task_id: str | None = None) -> Counter[str]:
             line = json.loads(raw)
         except ValueError:
             continue  # a torn last line after a crash: not a completed record
-        if isinstance(line, dict) and (task_id is None or line.get("task") == task_id):
+        if (isinstance(line, dict) and (task_id is None or line.get("task") == task_id)
+                and (ledger is None or line.get("ledger") in (None, ledger))):
             counts[str(line.get("call_id"))] += 1
     return counts
 

@@ -149,3 +149,20 @@ def test_the_demo_ends_by_itself_as_a_newcomer_runs_it(tmp_path: Path) -> None:
     assert "response: completed" in done.stdout
     assert "agent-gate approve call_mail_partner --task demo" in done.stdout
     assert done.stderr == ""
+
+
+def test_a_demo_on_another_ledger_in_the_same_directory_counts_its_own_runs(
+    workdir: Path,
+) -> None:
+    """The outbox is the directory's, the runs it counts the ledger's: a second ledger's
+    demo runs each tool once and says so, never "ran twice" for the first ledger's runs."""
+    demo()
+    other = demo("--db", f"sqlite:///{workdir / 'other.db'}")
+    out = other.output
+    assert "tools run by this invocation: 2 · answered from the ledger: 0" in out
+    assert "calls that ever ran twice: 0" in out
+    rows = table_rows(out)
+    assert {c: rows[c][5] for c in ("call_weather", "call_mail_team")} == {
+        "call_weather": "1", "call_mail_team": "1"}
+    # Both ledgers' runs are in the one outbox: each tool ran once per ledger.
+    assert outbox_counts("demo") == {"call_weather": 2, "call_mail_team": 2}
