@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Runs:
@@ -40,9 +40,15 @@ class Runs:
 class Candidate(Protocol):
     def run(self, first: int, count: int) -> None: ...
 
-    def replay(self, n: int) -> None: ...
-
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Replays(Candidate, Protocol):
+    """A candidate with a store that recognises a finished call handed to it again.
+    The floors are only their two commits: they have no such store and no ``replay``."""
+
+    def replay(self, n: int) -> None: ...
 
 
 def _wal_full(db: sqlite3.Connection) -> None:
@@ -125,9 +131,6 @@ class SqliteFloor:
             )
             db.execute("COMMIT")
 
-    def replay(self, n: int) -> None:
-        raise NotImplementedError("the floor has no replay: it is only the two commits")
-
     def close(self) -> None:
         self.db.close()
 
@@ -159,9 +162,6 @@ class PostgresFloor:
                 "UPDATE peers_floor_calls SET state = 'done', result = %s WHERE id = %s",
                 ('{"ok":true}', f"c{n}"),
             )
-
-    def replay(self, n: int) -> None:
-        raise NotImplementedError("the floor has no replay: it is only the two commits")
 
     def close(self) -> None:
         self.db.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from candidates import Runs, make
+from candidates import Replays, Runs, make
 
 
 def main() -> None:
@@ -31,6 +31,8 @@ def main() -> None:
             if word == "run":
                 candidate.run(int(rest[0]), int(rest[1]))
             elif word == "replay":
+                if not isinstance(candidate, Replays):
+                    raise TypeError(f"{name} keeps no record to replay a call against")
                 candidate.replay(int(rest[0]))
             elif word == "mark":
                 os.chdir(".")
