@@ -230,12 +230,9 @@ _ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_stat
 def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
     # Every transaction that changes a call ends here, so the statements are compiled
     # once and run on the driver (``agent_gate.ledger.prepared``).
-    task_id = entries[0]["task_id"]
-    if any(values["task_id"] != task_id for values in entries):
-        heads = {task: _lock_head(conn, task)
-                 for task in sorted({values["task_id"] for values in entries})}
-    else:
-        heads = {task_id: _lock_head(conn, task_id)}
+    # In task id order, so that two transactions touching the same tasks cannot deadlock.
+    heads = {task: _lock_head(conn, task)
+             for task in sorted({values["task_id"] for values in entries})}
     for values in entries:  # each dict is append's own: completed in place
         task = values["task_id"]
         seq, prev = heads[task]
@@ -248,11 +245,8 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
         count = len(chunk)
         insert_all = prepare(conn, ("audit_insert", count),
                              lambda count=count: _insert_rows(count))
-        if count == 1:
-            insert_all.run(conn, chunk[0])
-        else:
-            insert_all.run(conn, {f"{k}_{i}": values[k]
-                                  for i, values in enumerate(chunk) for k in _ENTRY_COLUMNS})
+        insert_all.run(conn, {f"{k}_{i}": values[k]
+                              for i, values in enumerate(chunk) for k in _ENTRY_COLUMNS})
     move = prepare(
         conn,
         "audit_move_head",
@@ -267,12 +261,8 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
 
 
 def _insert_rows(count: int) -> Any:
-    """One ``INSERT`` of ``count`` entries (parameters ``column_i``; plain ``column``
-    for one entry): a transaction's entries in one statement, in order, so their ids
-    follow their chain order."""
-    if count == 1:
-        return insert(_EVENTS).values(
-            {k: bindparam(k, type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS})
+    """One ``INSERT`` of ``count`` entries (parameters ``column_i``): a transaction's
+    entries in one statement, in order, so their ids follow their chain order."""
     return insert(_EVENTS).values([
         {k: bindparam(f"{k}_{i}", type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
         for i in range(count)
