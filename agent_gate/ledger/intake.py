@@ -33,6 +33,7 @@ from sqlalchemy import (
     TextClause,
     bindparam,
     exc,
+    insert,
     select,
     text,
     update,
@@ -40,7 +41,7 @@ from sqlalchemy import (
 
 from agent_gate.ledger import audit
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
-from agent_gate.ledger.dialect import dialect_insert, for_update, insert_ignore, insert_returning
+from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
 from agent_gate.ledger.flows import Later, Lost, apply, apply_ruling, lock_task, write
 from agent_gate.ledger.pipeline import Pending, Unexpected
 from agent_gate.ledger.prepared import Rows, opened, prepare
@@ -73,7 +74,7 @@ def _insert_guessed(conn: Connection, values: dict[str, Any]) -> Rows:
 
     def build() -> Insert:
         row = {k: bindparam(k, type_=CALLS.c[k].type) for k in keys}
-        return dialect_insert("postgresql")(CALLS).values(row).returning(*CALLS.c)
+        return insert(CALLS).values(row).returning(*CALLS.c)
 
     return prepare(conn, ("insert_guessed", keys), build).run(conn, values)
 
