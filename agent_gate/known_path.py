@@ -33,6 +33,9 @@ from agent_gate.sse import ServerSentEvent
 
 __all__ = ["KnownPath"]
 
+_UNREAD: Mapping[str, Any] = {}
+"""The payload of an event ``hot_decode`` read, until (unless) it is decoded to a dict."""
+
 
 class KnownPath:
     """``Accumulator``'s short path (a mixin: ``Accumulator`` holds the state)."""
@@ -58,11 +61,13 @@ class KnownPath:
         ``ServerSentEvent`` carrying a JSON object: it makes the same decisions as
         decode -> replay guard -> translate -> _apply without building the
         intermediate objects, and an argument fragment of a call still streaming
-        (the adapter's ``hot_delta``) is appended without a normalized event.
+        (the adapter's ``hot_delta``, or its ``hot_fragment`` of what ``hot_decode``
+        read) is appended without a normalized event.
         Anything else (heartbeats, [DONE], SDK objects, other SSE libraries, broken
         data) takes ``_feed_any``.
         """
         cls = type(event)
+        typed: Any = None
         if cls is ServerSentEvent:
             sse_type, raw, sse_id = event  # type: ignore[misc]
             if raw[:1] != "{":
@@ -80,20 +85,23 @@ class KnownPath:
                 try:
                     typed = self._hot_decode(raw)
                 except Exception:  # not the hot shape, or not JSON: the dict decides
-                    pass
-                else:
-                    return self._feed_typed(typed, raw, sse_type, sse_id, index)
-            # ``load_payload``'s answer: msgspec's value when it decodes (always an
-            # object here, the text starts with "{"), else ``load_payload`` decides
-            # (json.loads, or the error) as the long way does.
-            loads = providers_base._fast_loads
-            if loads is None:
-                data: Mapping[str, Any] = self._adapter.load_payload(raw, index)
+                    typed = None
+            if typed is not None:
+                # Not decoded to a dict unless ``hot_fragment`` declines it below; an
+                # adapter with ``hot_decode`` has no sequence field to read from it.
+                data: Mapping[str, Any] = _UNREAD
             else:
-                try:
-                    data = loads(raw)
-                except Exception:  # msgspec's errors, RecursionError: the reference decides
+                # ``load_payload``'s answer: msgspec's value when it decodes (always an
+                # object here, the text starts with "{"), else ``load_payload`` decides
+                # (json.loads, or the error) as the long way does.
+                loads = providers_base._fast_loads
+                if loads is None:
                     data = self._adapter.load_payload(raw, index)
+                else:
+                    try:
+                        data = loads(raw)
+                    except Exception:  # msgspec's errors, RecursionError: the reference decides
+                        data = self._adapter.load_payload(raw, index)
         elif cls is dict:
             data = event  # type: ignore[assignment]
             raw = None
@@ -126,31 +134,12 @@ class KnownPath:
         if self._terminal is not None:
             self._after_terminal += 1
             return []
-        hot = self._adapter.hot_delta(data, sse_type)
-        if hot is None:
-            return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
-        return self._fragment(*hot)
-
-    def _feed_typed(
-        self, typed: object, raw: str, sse_type: str, sse_id: str, index: int
-    ) -> list[ToolCall]:
-        """``_feed_known`` for an event ``hot_decode`` read: the same replay and
-        terminal decisions (positioned by its SSE id alone, the adapter having no
-        sequence field), then ``hot_fragment`` where ``hot_delta`` was asked; an
-        event that is not a fragment after all is decoded to a dict and translated.
-        """
-        replay = self._replay
-        if sse_id:
-            if replay.check(None, sse_id, sse_digest(sse_type, raw), index):
-                self._replayed += 1
-                return []
+        if typed is None:
+            hot = self._adapter.hot_delta(data, sse_type)
         else:
-            replay.unpositioned()
-        if self._terminal is not None:
-            self._after_terminal += 1
-            return []
-        hot = self._adapter.hot_fragment(typed)
+            hot = self._adapter.hot_fragment(typed)
+            if hot is None:  # not a fragment after all: decoded and translated as any other
+                data = self._adapter.load_payload(raw, index)  # type: ignore[arg-type]
         if hot is None:
-            data = self._adapter.load_payload(raw, index)
             return self._translate(WireEvent(WireKind.PAYLOAD, data, sse_type, sse_id, raw), index)
         return self._fragment(*hot)

@@ -100,6 +100,15 @@ class TurnRecorder:
     def _key(self, position: int, call_id: str | None) -> int | tuple[str, str]:
         return ("call", call_id) if call_id is not None else position
 
+    def _new(
+        self, key: int | tuple[str, str], position: int, part: Mapping[str, Any],
+        call_id: str | None = None,
+    ) -> _Piece:
+        """A piece not seen before, under ``key``: it goes back after every earlier one."""
+        piece = self._pieces[key] = _Piece(position, self._seq, part, call_id)
+        self._seq += 1
+        return piece
+
     def part(self, position: int, part: Mapping[str, Any], call_id: str | None = None) -> None:
         """A whole piece; the same position (or call) again replaces it in place."""
         if not self._spend(len(dumps(part, default=str))):
@@ -109,16 +118,14 @@ class TurnRecorder:
         if known is not None:
             known.part, known.position, known.grown, known.appended = part, position, {}, {}
             return
-        self._pieces[key] = _Piece(position, self._seq, part, call_id)
-        self._seq += 1
+        self._new(key, position, part, call_id)
 
     def call_started(self, call_id: str, position: int) -> None:
         """A client call began: it has a place in the turn even if no part names it
         (Chat Completions), until a part of its own replaces the empty one."""
         key = self._key(position, call_id)
         if key not in self._pieces and self._spend(len(call_id)):
-            self._pieces[key] = _Piece(position, self._seq, {}, call_id)
-            self._seq += 1
+            self._new(key, position, {}, call_id)
 
     def grow(self, position: int, name: str, text: str) -> None:
         """Append ``text`` to field ``name`` of the piece at ``position`` (made empty
@@ -129,8 +136,7 @@ class TurnRecorder:
             return
         piece = self._pieces.get(position)
         if piece is None:
-            piece = self._pieces[position] = _Piece(position, self._seq, {})
-            self._seq += 1
+            piece = self._new(position, position, {})
         pieces = piece.grown.setdefault(name, [])
         if text:
             pieces.append(text)
@@ -141,8 +147,7 @@ class TurnRecorder:
             return
         piece = self._pieces.get(position)
         if piece is None:
-            piece = self._pieces[position] = _Piece(position, self._seq, {})
-            self._seq += 1
+            piece = self._new(position, position, {})
         piece.appended.setdefault(name, []).append(value)
 
     def turn(self, provider: str, calls: Mapping[str, ToolCall | None]) -> Turn:

@@ -75,6 +75,9 @@ BUILTIN_BAD_PATH: Final = "agent-gate:bad-path"
 
 Usage = Mapping[str, int | float | Decimal]
 
+_PRECEDENCE: Final = (DecisionEffect.DENY, DecisionEffect.APPROVE, DecisionEffect.ALLOW)
+"""Strongest first: the first effect some rule that holds asks for decides."""
+
 
 def _name(text: str) -> str:
     """A tool or scope name as it may appear in a reason: bounded and quoted."""
@@ -335,18 +338,11 @@ def decide(
         elif result.truth is Truth.ERROR and rule.effect is not DecisionEffect.ALLOW:
             by_effect[DecisionEffect.DENY].append(rule.id)
 
-    if by_effect[DecisionEffect.DENY]:
-        effect = DecisionEffect.DENY
-        ids = by_effect[DecisionEffect.DENY]
-        reasons = [sentences[i] for i in ids]
-    elif by_effect[DecisionEffect.APPROVE]:
-        effect = DecisionEffect.APPROVE
-        ids = by_effect[DecisionEffect.APPROVE]
-        reasons = [sentences[i] for i in ids]
-    elif by_effect[DecisionEffect.ALLOW]:
-        effect = DecisionEffect.ALLOW
-        ids = by_effect[DecisionEffect.ALLOW]
-        reasons = [sentences[i] for i in ids]
+    for effect in _PRECEDENCE:
+        if by_effect[effect]:
+            ids = by_effect[effect]
+            reasons = [sentences[i] for i in ids]
+            break
     else:
         effect = DecisionEffect.DENY
         ids = [BUILTIN_DEFAULT_DENY]

@@ -78,13 +78,22 @@ def redact_arguments(
     """
     result: dict[str, Any] = copy.deepcopy(dict(arguments))
     # Stand-ins are _Redacted until the end, then turned back into plain dicts.
+    _stand_in(result, rules, key)
+    return _plain(result)
+
+
+def _stand_in(copied: Any, rules: Iterable[RedactionRule], key: bytes | None) -> list[Any]:
+    """Put a marked stand-in in place of every field of ``copied`` a rule names (one
+    already standing in is left as it is); returns the clear values replaced."""
+    found: list[Any] = []
     for rule in rules:
-        for container, slot in list(iter_matches(result, rule.path)):
+        for container, slot in list(iter_matches(copied, rule.path)):
             current = container[slot]
             if isinstance(current, _Redacted):
                 continue
+            found.append(current)
             container[slot] = _Redacted(redacted_value(current, rule.preview, key))
-    return _plain(result)
+    return found
 
 
 def redact_result(
@@ -101,15 +110,7 @@ def redact_result(
     if not rules or not isinstance(result, dict | list):
         return result, []
     copied = copy.deepcopy(result)
-    found: list[Any] = []
-    for rule in rules:
-        for container, slot in list(iter_matches(copied, rule.path)):
-            current = container[slot]
-            if isinstance(current, _Redacted):
-                continue
-            found.append(current)
-            container[slot] = _Redacted(redacted_value(current, rule.preview, key))
-    return copied, found
+    return copied, _stand_in(copied, rules, key)
 
 
 def scrub_strings(value: Any, scrub: Callable[[str], str]) -> Any:

@@ -172,18 +172,18 @@ class ReplayGuard:
                 # that set the id, resending the events that inherited it.
                 self._cursor = 2
                 return True
-            self._grow(event_index)
-            run.append(digest)
-            self._cursor = None
-            return False
-        run = runs[self._run_key]
-        if type(run) is bytes:
-            run = runs[self._run_key] = [run]
-        if self._cursor is not None and self._cursor < len(run):
-            if run[self._cursor] != digest:
-                raise ReplayConflictError(event_index, f"id {safe_name(sse_id)} +{self._cursor}")
-            self._cursor += 1
-            return True
+        else:
+            run = runs[self._run_key]
+            if type(run) is bytes:
+                run = runs[self._run_key] = [run]
+            if self._cursor is not None and self._cursor < len(run):
+                if run[self._cursor] != digest:
+                    raise ReplayConflictError(
+                        event_index, f"id {safe_name(sse_id)} +{self._cursor}"
+                    )
+                self._cursor += 1
+                return True
+        # Not one the run holds: a new event of it, and no longer a resent stretch.
         self._grow(event_index)
         run.append(digest)
         self._cursor = None

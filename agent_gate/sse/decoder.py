@@ -480,12 +480,7 @@ class SSEDecoder(_EventAssembler):
         """Hand the tail plus this read (``buf``, at ``start``) to the line machinery."""
         self._fast = False
         self._tail = b""
-        out: list[ServerSentEvent] = []
-        try:
-            self._consume(buf, start, out)
-        except SSELimitExceeded as exc:
-            self._broken(exc, out)
-            raise
+        out = self._lines(buf, start)
         self._resume(size)
         return out
 
@@ -550,7 +545,7 @@ class SSEDecoder(_EventAssembler):
             if _CR in text or len(head) - len(text) != text.count(b"\n"):
                 # Not every line ends with CRLF (lone CRs, or CRLF and LF mixed):
                 # the line machinery maps such lines to their offsets.
-                return self._slow_head(head, start)
+                return self._lines(head, start)
         try:
             if self._data or self._etype:
                 # Finish the event in progress line by line; the rest starts clean.
@@ -567,15 +562,15 @@ class SSEDecoder(_EventAssembler):
             raise
         return out
 
-    def _slow_head(self, head: bytes, start: int) -> list[ServerSentEvent]:
-        """Interpret whole events with mixed line ends through the line machinery.
-
-        ``head`` ends with LF at a blank line, so nothing is left pending and the
-        short path can go on with the next read.
+    def _lines(self, data: bytes, start: int) -> list[ServerSentEvent]:
+        """Interpret ``data`` (at stream offset ``start``) through the line machinery:
+        what the short path hands over, a tail it declined (``_slow``) or whole events
+        with mixed line ends (``_dispatch``: ``data`` ends with LF at a blank line, so
+        nothing is left pending and the short path goes on with the next read).
         """
         out: list[ServerSentEvent] = []
         try:
-            self._consume(head, start, out)
+            self._consume(data, start, out)
         except SSELimitExceeded as exc:
             self._broken(exc, out)
             raise

@@ -591,3 +591,54 @@ def test_chat_chunks_without_tool_calls_skip_the_typed_decode() -> None:
         acc.feed(ServerSentEvent("message", data, ""))
     assert tried == [json.dumps(_CHAT_START), fragment]
     assert acc.turn.entries[0].part == {"content": "hello"}
+
+
+def test_chat_fragments_read_typed_keep_the_replay_and_terminal_decisions() -> None:
+    """A fragment the typed decoder reads goes through the same replay guard and
+    terminal check as one decoded to a dict: positioned by its SSE id alone, a
+    resent fragment is dropped, a resent id with other text conflicts, and a fragment
+    after the terminal is counted and ignored, both ways (the transcripts carry no
+    SSE ids, so the damaged-stream test above never replays a typed fragment)."""
+    if base._speedups.msgspec is None:
+        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
+
+    def fragment(text: str) -> str:
+        call = {"index": 0, "function": {"arguments": text}}
+        return json.dumps(_chat_chunk({"tool_calls": [call]}))
+
+    first, second, other = fragment('{"a":'), fragment("1}"), fragment("2}")
+    done = json.dumps(_chat_chunk({}) | {"choices": [
+        {"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    replayed = [
+        ServerSentEvent("message", json.dumps(_CHAT_START), "1"),
+        ServerSentEvent("message", first, "2"),
+        ServerSentEvent("message", second, "3"),
+        ServerSentEvent("message", first, "2"),  # after the reconnect: resent, same text
+        ServerSentEvent("message", second, "3"),
+        ServerSentEvent("message", done, "4"),
+        ServerSentEvent("message", "[DONE]", ""),
+        ServerSentEvent("message", second, "5"),  # after the terminal
+    ]
+    both_ways("openai-chat", list(replayed), reconnect_at=3)
+    conflicting = [*replayed[:3], ServerSentEvent("message", other, "3"), *replayed[5:]]
+    both_ways("openai-chat", conflicting, reconnect_at=3)
+
+    acc = Accumulator("openai-chat")
+    real = acc._hot_decode
+    assert real is not None
+    typed: list[str] = []
+
+    def counting(raw: str) -> Any:
+        typed.append(raw)
+        return real(raw)
+
+    acc._hot_decode = counting
+    calls = []
+    for at, event in enumerate(replayed):
+        if at == 3:
+            acc.reconnected()
+        calls += acc.feed(event)
+    calls += acc.close()
+    assert typed.count(first) == 2 and typed.count(second) == 3
+    assert [(c.call_id, c.arguments) for c in calls] == [("call_1", {"a": 1})]
+    assert (acc.stats.replayed_events, acc.stats.events_after_terminal) == (2, 1)
