@@ -312,6 +312,9 @@ class NewCall:
     trace_id: str | None = None
     """The sampled trace (and the call's span in it) the call is first seen in."""
     span_id: str | None = None
+    arguments_json: str | None = None
+    """``canonical_json(arguments)`` when the caller already wrote it (the gate does, to
+    check and hash them): the ledger stores it instead of encoding them again."""
 
 
 @dataclass(frozen=True, slots=True)
