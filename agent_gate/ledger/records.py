@@ -156,50 +156,51 @@ def call_record(values: Sequence[Any]) -> CallRecord:
      sealed_arguments, policy_hash, rule_ids, state, version, attempt, lease_owner,
      lease_expires_ms, result, result_sha256, result_bytes, error, reason_code, reason,
      created_at, updated_at, started_at, finished_at, trace_id, span_id) = values
-    # _loads and _utc inlined: four records per gate call.
+    # _loads and _utc inlined, and the fields given by position (in CallRecord's
+    # order; a test holds it to the keyword form): four records per gate call.
     return CallRecord(
-        row_id=row_id,
-        task_id=task_id,
-        call_id=call_id,
-        idem_key=idem_key,
-        tool=tool,
-        effect=effect,
-        idempotency=idempotency,
-        args_hash=args_hash,
-        arguments=None if arguments is None else _decode(arguments),
-        state=_STATES.get(state) or CallState(state),
-        version=version,
-        attempt=attempt,
-        lease_owner=lease_owner,
-        lease_expires_ms=lease_expires_ms,
-        result=None if result is None else _decode(result),
-        result_sha256=result_sha256,
-        result_bytes=result_bytes,
-        result_omitted=result is None and result_sha256 is not None,
-        error=None if error is None else _decode(error),
-        reason_code=reason_code,
-        reason=reason,
-        created_at=(
+        row_id,
+        task_id,
+        call_id,
+        idem_key,
+        tool,
+        effect,
+        idempotency,
+        args_hash,
+        None if arguments is None else _decode(arguments),
+        _STATES.get(state) or CallState(state),
+        version,
+        attempt,
+        lease_owner,
+        lease_expires_ms,
+        None if result is None else _decode(result),
+        result_sha256,
+        result_bytes,
+        result is None and result_sha256 is not None,
+        None if error is None else _decode(error),
+        reason_code,
+        reason,
+        (
             datetime.now(UTC) if created_at is None
             else created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC)
         ),
-        updated_at=(
+        (
             datetime.now(UTC) if updated_at is None
             else updated_at if updated_at.tzinfo else updated_at.replace(tzinfo=UTC)
         ),
-        started_at=(
+        (
             None if started_at is None
             else started_at if started_at.tzinfo else started_at.replace(tzinfo=UTC)
         ),
-        finished_at=(
+        (
             None if finished_at is None
             else finished_at if finished_at.tzinfo else finished_at.replace(tzinfo=UTC)
         ),
-        sealed_arguments=sealed_arguments,
-        policy_hash=policy_hash,
-        rule_ids=() if rule_ids is None else tuple(_decode(rule_ids) or ()),
-        trace_id=trace_id,
-        span_id=span_id,
+        sealed_arguments,
+        policy_hash,
+        () if rule_ids is None else tuple(_decode(rule_ids) or ()),
+        trace_id,
+        span_id,
     )
 
 
