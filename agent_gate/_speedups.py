@@ -17,6 +17,7 @@ typed Chat fragment decode                    the payload decoded to a dict, the
 (``providers.openai_chat``)                   ``hot_delta`` (``accumulate``'s known path)
 seeded replay digest (``providers.base``)     ``content_digest``
 strict parse short path (``strict_json``)     ``parse_arguments_reference``
+frozen record fill (``ledger.records``)       ``CallRecord``'s own ``__init__``
 ============================================  ============================================
 
 ``PURE_PYTHON`` decides, for the whole process, which one runs:

@@ -53,6 +53,7 @@ from agent_gate.ledger.states import LEASE_ENDS, CallState, Event, LeaseEnd
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.telemetry import CallTrace, Observer
+from agent_gate.telemetry.base import RowAs
 from agent_gate.tools import Idempotency, Reconciled, Reconciliation, Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -203,7 +204,8 @@ class CallDriver:
             raise failed[0]
         if inserted and runs and rec.state is CallState.EXECUTING:
             # Decided and claimed in the insert's commit: the decision is seen, then the claim.
-            trace.seen(replace(rec, state=CallState.AUTHORIZED), True)
+            trace.seen(RowAs(CallState.AUTHORIZED, rec.attempt, rec.rule_ids, rec.reason_code),
+                       True)
             tool, validated = runs[0]
             return (yield from self._run(Claimed(
                 rec, tool, validated, self.decider.info(rec), admitted.asked_id, None

@@ -173,7 +173,7 @@ def admit(
     one the caller already took, e.g. the response ended before a deferred write)."""
     asked_id = call.call_id
     call, unstorable = _storable_identifiers(call)
-    arguments, reject = classify(call, tool)
+    arguments, reject, text = classify(call, tool)
     early = early or unstorable or reject
     # For a tool the policy redacts fields of, the row holds the redacted form, the
     # whole object is sealed, and every hash of argument content (argument hash,
@@ -201,6 +201,8 @@ def admit(
         sealed = key_for.seal(
             canonical_json(arguments), bound_to=seal_binding(task_id, call.call_id, args_hash)
         )
+    elif text is not None:
+        args_hash = sha256_hex(text)  # arguments_hash(arguments), from the text at hand
     else:
         args_hash = _hash_of(arguments if arguments is not None else call.arguments,
                              call.raw_arguments)
@@ -219,6 +221,7 @@ def admit(
         idempotency=idempotency.value if idempotency else "unknown",
         args_hash=args_hash,
         arguments=stored,
+        arguments_json=text if stored is arguments else None,
         sealed_arguments=sealed,
         principal=context.principal,
         scope=context.scope,
@@ -230,26 +233,33 @@ def _reject(code: R, reason: str) -> Ruling:
     return Ruling(Event.REJECT, code, reason)
 
 
-def classify(call: ToolCall, tool: Tool | None) -> tuple[dict[str, Any] | None, Ruling | None]:
-    """The call's argument object (if any), and why it can never run (if so)."""
+def classify(
+    call: ToolCall, tool: Tool | None
+) -> tuple[dict[str, Any] | None, Ruling | None, str | None]:
+    """The call's argument object (if any), why it can never run (if so), and the
+    object's canonical JSON when this already wrote it (a tool without a model, whose
+    object is stored as it came): the ledger's hash and stored text are made from it,
+    not from two more encodings of the same object."""
     if call.status is CallStatus.INCOMPLETE:
         why = call.reason or "unknown"
         return None, Ruling(
             Event.MARK_INCOMPLETE,
             R.ARGUMENTS_INCOMPLETE,
             f"the arguments never completed ({why}); not run",
-        )
+        ), None
     if call.status is CallStatus.REJECTED:
         why = call.reason or "unknown"
         code = {
             "arguments_not_object": R.ARGUMENTS_NOT_OBJECT,
             ArgumentsTooDeep.reason: R.ARGUMENTS_TOO_DEEP,
         }.get(why, R.STREAM_REJECTED)
-        return None, _reject(code, f"the stream delivered this call unusably ({why}); not run")
+        return None, _reject(
+            code, f"the stream delivered this call unusably ({why}); not run"
+        ), None
     if tool is None:
         return None, _reject(
             R.UNKNOWN_TOOL, f"no tool named {call.name!r} is registered; not run"
-        )
+        ), None
     arguments: Any = call.arguments
     if arguments is None:
         if call.kind not in JSON_CALL_KINDS:
@@ -257,7 +267,7 @@ def classify(call: ToolCall, tool: Tool | None) -> tuple[dict[str, Any] | None, 
                 R.ARGUMENTS_NOT_OBJECT,
                 f"a {call.kind} call carries free text, and {call.name!r} "
                 "takes a JSON object; not run",
-            )
+            ), None
         raw = call.raw_arguments or ""
         try:
             # As strict as the accumulator: text handed in directly must not pass
@@ -269,60 +279,63 @@ def classify(call: ToolCall, tool: Tool | None) -> tuple[dict[str, Any] | None, 
                 return None, _reject(
                     R.ARGUMENTS_TOO_DEEP,
                     f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; not run",
-                )
+                ), None
             if exc.reason != "arguments_not_object":
                 why = "" if exc.reason == "invalid_json" else f" ({exc.reason})"
                 return None, _reject(
                     R.ARGUMENTS_NOT_OBJECT, f"the arguments are not valid JSON{why}; not run"
-                )
+                ), None
             arguments = json.loads(raw)  # valid JSON, not an object: named below
     if not isinstance(arguments, Mapping):
         return None, _reject(
             R.ARGUMENTS_NOT_OBJECT,
             f"the arguments are a JSON {json_type_name(arguments)}, not an object; not run",
-        )
+        ), None
     try:
         # Handed in as an object, never parsed: bounded here as text is at parsing.
         check_depth(arguments)
     except ArgumentsTooDeep as exc:
         return None, _reject(
             R.ARGUMENTS_TOO_DEEP, f"the arguments nest deeper than {exc.limit} levels; not run"
-        )
+        ), None
     try:
         # Encoded as the ledger will store it: a lone surrogate passes json.dumps but
         # no database column takes it.
-        canonical_json(arguments).encode("utf-8")
+        text = canonical_json(arguments)
+        text.encode("utf-8")
     except UnicodeEncodeError:
         return None, _reject(
             R.ARGUMENTS_NOT_JSON,
             "the arguments hold a lone surrogate (not valid Unicode text); not run",
-        )
+        ), None
     except (TypeError, ValueError):
         return None, _reject(
             R.ARGUMENTS_NOT_JSON,
             "the arguments are not JSON data (NaN, Infinity, non-string keys "
             "or other objects); not run",
-        )
+        ), None
     if tool.spec.model is None:
-        return dict(arguments), None
+        # A dict's copy writes the same text; another mapping's might not.
+        return dict(arguments), None, text if type(arguments) is dict else None
     # A tool declared with a pydantic model receives the model's coerced value (``Path``
     # normalized, strings stripped, defaults filled in). The policy must judge, the
     # ledger hash and the tool receive one value, so the call is coerced here and
     # everything after this point sees that value.
     try:
-        return tool.judged(arguments), None
+        return tool.judged(arguments), None, None
     except ArgumentsInvalid as exc:
         if any(e.keyword == COERCION_UNSTABLE for e in exc.errors):
             return None, _reject(
                 R.SCHEMA_INVALID,
                 f"the model of {call.name!r} changes its own output when validated "
                 "again, so no single value can be judged and handed over; not run",
-            )
-        return dict(arguments), None  # the decision rejects it, naming the failed fields
+            ), None
+        # The decision rejects it, naming the failed fields.
+        return dict(arguments), None, None
     except Exception:
         # A bug in the tool's own validators: the call is recorded as it came and the
         # decision raises the error after the row committed (nothing is lost).
-        return dict(arguments), None
+        return dict(arguments), None, None
 
 
 def _hash_of(parsed: Any, raw: str | None) -> str:

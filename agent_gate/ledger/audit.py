@@ -58,6 +58,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -245,8 +246,10 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
         count = len(chunk)
         insert_all = prepare(conn, ("audit_insert", count),
                              lambda count=count: _insert_rows(count))
-        insert_all.run(conn, {f"{k}_{i}": values[k]
-                              for i, values in enumerate(chunk) for k in _ENTRY_COLUMNS})
+        params: dict[str, Any] = {}
+        for i, values in enumerate(chunk):
+            params.update(zip(_entry_keys(i), _ENTRY_VALUES(values), strict=True))
+        insert_all.run(conn, params)
     move = prepare(
         conn,
         "audit_move_head",
@@ -258,6 +261,18 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
     )
     for task, (seq, digest) in heads.items():
         move.run(conn, {"head_task": task, "seq": seq, "hash": digest})
+
+
+_ENTRY_VALUES = itemgetter(*_ENTRY_COLUMNS)
+_ENTRY_KEYS: dict[int, tuple[str, ...]] = {}
+"""Per position ``i`` in an ``INSERT``, its parameters' names (``column_i``), made once."""
+
+
+def _entry_keys(i: int) -> tuple[str, ...]:
+    keys = _ENTRY_KEYS.get(i)
+    if keys is None:
+        keys = _ENTRY_KEYS.setdefault(i, tuple(f"{k}_{i}" for k in _ENTRY_COLUMNS))
+    return keys
 
 
 def _insert_rows(count: int) -> Any:

@@ -259,7 +259,9 @@ def _record(
             "idempotency": new.idempotency,
             "args_hash": new.args_hash,
             "arguments": (
-                canonical_json(dict(new.arguments)) if new.arguments is not None else None
+                new.arguments_json if new.arguments_json is not None
+                else canonical_json(dict(new.arguments)) if new.arguments is not None
+                else None
             ),
             "sealed_arguments": new.sealed_arguments,
             "state": _RECEIVED,

@@ -43,6 +43,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from operator import itemgetter
 from threading import Lock
 from typing import Any, NamedTuple
 
@@ -166,8 +167,12 @@ class Prepared:
     positional: bool
     binds: tuple[tuple[str, _Processor], ...]
     """Parameters whose type converts the Python value for this driver."""
-    plan: tuple[tuple[str, _Processor | None], ...] = ()
-    """Positional paramstyles: per placeholder, its name and its bind processor."""
+    pick: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+    """Positional paramstyles: the parameters' values in placeholder order, taken
+    from the mapping in one C call (``operator.itemgetter``), not one lookup per name."""
+    converted: tuple[tuple[int, _Processor], ...]
+    """Positional paramstyles: the placeholders whose value a bind processor converts
+    (a gate call's statements have about 130 placeholders, a dozen of them converted)."""
     returns_rows: bool = True
     """Whether the statement returns rows (a ``SELECT``, a ``RETURNING``): in a
     pipeline the cursor cannot tell before the answer arrives."""
@@ -175,11 +180,15 @@ class Prepared:
     def args(self, params: Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
         """The driver's parameters: bind-processed, in placeholder order if positional."""
         if self.positional:
-            return tuple([
-                value if process is None or value is None else process(value)
-                for name, process in self.plan
-                for value in (params[name],)
-            ])
+            values = self.pick(params)
+            if not self.converted:
+                return values
+            converting = list(values)
+            for i, process in self.converted:
+                value = converting[i]
+                if value is not None:
+                    converting[i] = process(value)
+            return tuple(converting)
         if self.binds:
             params = dict(params)
             for name, process in self.binds:
@@ -192,15 +201,10 @@ class Prepared:
         """Run the statement in ``conn``'s transaction. In a pipelined PostgreSQL
         transaction it is only sent: the ``Rows`` returned is a ``pipeline.Pending``
         (same attributes) answered when first read."""
-        args: Sequence[Any] | Mapping[str, Any]
-        if self.positional:  # self.args(params), inlined: fourteen statements per call
-            args = tuple([
-                value if process is None or value is None else process(value)
-                for name, process in self.plan
-                for value in (params[name],)
-            ])
-        else:
-            args = self.args(params)
+        # self.args(params), inlined for the common case (no value to convert).
+        args: Sequence[Any] | Mapping[str, Any] = (
+            self.pick(params) if self.positional and not self.converted else self.args(params)
+        )
         state = _OPEN.get(id(conn))
         if state is not None and state.pipe is not None:
             return state.pipe.send(self.sql, args, fetch=self.returns_rows)  # type: ignore[no-any-return]
@@ -306,12 +310,26 @@ def prepare(
         names=names,
         positional=bool(compiled.positional),
         binds=tuple(binds),
-        plan=tuple((name, by_name.get(name)) for name in names),
+        pick=_picker(names),
+        converted=tuple(
+            (i, by_name[name]) for i, name in enumerate(names) if name in by_name
+        ),
     )
     with _CACHE_LOCK:
         prepared = _CACHE.setdefault(cache_key, prepared)
     mine[key] = prepared
     return prepared
+
+
+def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """``tuple(params[name] for name in names)``, as one C call: ``itemgetter`` of one
+    name returns the bare value, so that case is wrapped to return a 1-tuple too."""
+    if not names:
+        return lambda params: ()
+    if len(names) == 1:
+        get = itemgetter(names[0])
+        return lambda params: (get(params),)
+    return itemgetter(*names)
 
 
 def _core_statement(

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 __all__ = [
     "CALL_LOG",
@@ -33,6 +33,7 @@ __all__ = [
     "CallTrace",
     "Observer",
     "OutcomeView",
+    "RowAs",
     "RowView",
     "StreamTrace",
     "StreamView",
@@ -75,6 +76,17 @@ class RowView(Protocol):
     def rule_ids(self) -> tuple[str, ...]: ...
     @property
     def reason_code(self) -> str | None: ...
+
+
+class RowAs(NamedTuple):
+    """A ``RowView`` of a row as it stood in an earlier state of the same commit: a
+    call decided and claimed at once is seen decided, with the claimed row's other
+    fields (four values, not a copy of the whole row with its state changed)."""
+
+    state: Enum
+    attempt: int
+    rule_ids: tuple[str, ...]
+    reason_code: str | None
 
 
 class OutcomeView(Protocol):
