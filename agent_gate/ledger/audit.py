@@ -72,10 +72,10 @@ from sqlalchemy import (
     update,
 )
 
-from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
+from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash, entry_parts
 from agent_gate.ledger.dialect import begin_write, for_update, insert_ignore
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.prepared import opened, prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.records import from_row
 
@@ -171,7 +171,7 @@ def append(
     if stage is not None:
         stage.append(values)
     else:
-        _link(conn, [values])
+        _link(conn, [values], now=True)
 
 
 @contextmanager
@@ -227,7 +227,15 @@ _ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_stat
                   "to_state", "actor", "detail", "seq", "prev_hash", "hash")
 
 
-def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
+def _link(conn: Connection, entries: list[dict[str, Any]], *, now: bool = False) -> None:
+    """``now``: linked (and the heads locked) before this returns, as an append
+    outside a stage promises, not only sent."""
+    state = opened(conn)
+    if state is not None and state.pipe is not None:
+        _link_in_server(state.pipe, entries)
+        if now:
+            state.pipe.wait()
+        return
     # Every transaction that changes a call ends here, so the statements are compiled
     # once and run on the driver (``agent_gate.ledger.prepared``).
     # In task id order, so that two transactions touching the same tasks cannot deadlock.
@@ -258,6 +266,36 @@ def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
     )
     for task, (seq, digest) in heads.items():
         move.run(conn, {"head_task": task, "seq": seq, "hash": digest})
+
+
+_APPEND_SQL = (
+    "SELECT agent_gate_audit_append(%s::text[], %s::text, %s::timestamptz[], %s::text[], "
+    "%s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+    "%s::bytea[], %s::bytea[])"
+)
+"""Revision 0007's function: the whole of ``_link`` in one statement."""
+_ARRAY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state",
+                  "to_state", "actor", "detail")
+
+
+def _link_in_server(pipe: Any, entries: list[dict[str, Any]]) -> None:
+    """``_link`` on a pipelined PostgreSQL transaction, computed by the server: the
+    head reads would otherwise be the one answer the transaction waits for before
+    its ``COMMIT``. The client writes each entry's hashed text around its link
+    (``chain.entry_parts``, encoded as ``entry_hash`` encodes it) and the task ids
+    in lock order; the server locks the heads, splices each link in, hashes,
+    inserts and moves the heads, in the order and with the locks ``_link`` takes.
+    Sent unanswered: it goes out with the ``COMMIT``."""
+    heads: list[bytes] = []
+    tails: list[bytes] = []
+    for values in entries:
+        head, tail = entry_parts(**values)
+        heads.append(head.encode("utf-8", "surrogatepass"))
+        tails.append(tail.encode("utf-8", "surrogatepass"))
+    args = [sorted({values["task_id"] for values in entries}), GENESIS]
+    args += [[values[k] for values in entries] for k in _ARRAY_COLUMNS]
+    args += [heads, tails]
+    pipe.send(_APPEND_SQL, args, fetch=False)
 
 
 def _insert_rows(count: int) -> Any:

@@ -57,6 +57,8 @@ pipeline and Core commits it.
 from __future__ import annotations
 
 import select
+import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -82,10 +84,34 @@ class Unexpected(Exception):
     """Internal: a statement sent without waiting did not match the rows it was
     expected to (``PipelinedTxn.expect``); the transaction was rolled back."""
 
+
+EXPECTATION_FAILED = "AG001"
+"""The SQLSTATE of ``agent_gate_expect`` (installed by revision 0007): a statement
+did not match the rows its transaction assumed, and the server aborted it."""
+
+_EXPECT_HEAD = "WITH expected AS ("
+_EXPECT_TAIL = (
+    ") SELECT expected.* FROM (SELECT agent_gate_expect(count(*), {rows}) AS ok "
+    "FROM expected) AS matched LEFT JOIN expected ON matched.ok"
+)
+"""How ``expect`` wraps a statement with ``RETURNING``: its rows, unchanged, unless
+it returned another number of them, which raises ``EXPECTATION_FAILED`` in the
+server. The count is the outer side of the join, so it is evaluated even when the
+statement returned nothing."""
+
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 """What psycopg itself sends before a write transaction of the ledger's engine
 (``dialect._postgresql_engine`` sets READ COMMITTED)."""
 
+
+PROBE_AFTER_IDLE_S = 1.0
+"""A connection that has not answered for this long sends its transaction's first
+round trip without the ``COMMIT`` (two round trips instead of one), so that finding
+it dead there leaves nothing in doubt and the transaction can be sent again
+(``_replay``). A connection in steady use commits in its first round trip."""
+
+_LAST_ANSWER: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+"""When each psycopg connection last answered a round trip (``time.monotonic``)."""
 
 _OWN_BEGIN_ATTR = "_agent_gate_pg_on_begin"
 """Where a PostgreSQL ledger engine keeps its ``begin`` listener (``usable`` must
@@ -158,14 +184,6 @@ def transaction(conn: Connection) -> Iterator[Connection]:
                 txn.rollback()
             raise
         state.pipe = None
-        try:
-            txn.check()
-        except Unexpected:
-            if conn.in_transaction():
-                conn.rollback()
-            else:
-                txn.rollback()
-            raise
         if conn.in_transaction():
             conn.commit()
         else:
@@ -237,7 +255,7 @@ class Pending:
 class PipelinedTxn:
     """One write transaction on a psycopg connection in pipeline mode."""
 
-    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "expected", "pending",
+    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "held", "pending",
                  "pipe", "replayed")
 
     def __init__(self, conn: Connection) -> None:
@@ -247,7 +265,9 @@ class PipelinedTxn:
         self.answered = False
         """A round trip was answered: a caller may have read something (no replay)."""
         self.replayed = False
-        self.expected: list[tuple[Pending, int]] = []
+        self.held: Pending | None = None
+        """The statement last sent, not yet handed to the driver: ``expect`` may still
+        wrap it. It goes out with the next statement or round trip."""
         self.driver: Any = None
         self.ctx: Any = None
         self.pipe: Any = None
@@ -284,19 +304,30 @@ class PipelinedTxn:
         self, sql: str, args: Sequence[Any] | Mapping[str, Any] | None, *, fetch: bool
     ) -> Pending:
         """Send one statement; its answer is read when needed (``Pending``)."""
+        if self.held is not None:
+            self._push()
         pending = Pending(self, None, sql, args, fetch)
         self.pending.append(pending)
+        self.held = pending
+        return pending
+
+    def _push(self, *, committing: bool = False) -> None:
+        """Hand the held statement to the driver (psycopg queues it for the next
+        round trip)."""
+        pending, self.held = self.held, None
+        if pending is None:
+            return
         try:
             pending.cursor = cursor = self.driver.cursor()
-            cursor.execute(sql, args)
+            cursor.execute(pending.sql, pending.args)
         except self.error_class as error:
             # Sending fails when the connection is gone, or when an answer that
             # arrived meanwhile is an error.
-            self._on_error(error, committing=sql == "COMMIT")
-        return pending
+            self._on_error(error, committing=committing)
 
     def wait(self) -> None:
         """One round trip: every statement sent so far answered, or its error raised."""
+        self._push()
         try:
             self.pipe.sync()
         except self.error_class as error:
@@ -305,28 +336,35 @@ class PipelinedTxn:
         self._answered()
 
     def expect(self, pending: Pending, rowcount: int) -> None:
-        """``pending`` must have matched ``rowcount`` rows, or nothing commits
-        (``check``, before the COMMIT is sent)."""
-        self.expected.append((pending, rowcount))
-
-    def check(self) -> None:
-        """``Unexpected`` unless every expectation held. Their answers normally came
-        with an earlier round trip (the audit head's read); if not, one is made."""
-        expected, self.expected = self.expected, []
-        for pending, rowcount in expected:
-            if pending.rowcount != rowcount:
-                raise Unexpected(pending.sql)
+        """``pending``, the statement just sent (with ``RETURNING``), must return
+        ``rowcount`` rows, or the server aborts the transaction: the ``COMMIT`` sent
+        behind it rolls back, and ``Unexpected`` is raised where its round trip is
+        answered. Checked in the server so that the ``COMMIT`` need not wait for the
+        answer: the transaction stays one round trip."""
+        if pending is not self.held or not pending.fetch:
+            raise ValueError("expect() follows its statement, which returns rows")
+        pending.sql = f"{_EXPECT_HEAD}{pending.sql}{_EXPECT_TAIL.format(rows=int(rowcount))}"
 
     def commit(self) -> None:
         """Send ``COMMIT`` behind everything unanswered and leave pipeline mode: the
-        one round trip answers all of it (leaving syncs)."""
+        one round trip answers all of it (leaving syncs).
+
+        Unless nothing has proven the connection alive lately (``PROBE_AFTER_IDLE_S``):
+        then what is unanswered goes first, alone, in a round trip that may still be
+        sent again on a new connection."""
+        if not self.answered:
+            last = _LAST_ANSWER.get(self.driver)
+            if last is None or time.monotonic() - last >= PROBE_AFTER_IDLE_S:
+                self.wait()
         self.send("COMMIT", None, fetch=False)
+        self._push(committing=True)
         self._leave(committing=True)
 
     def leave(self) -> None:
         """Core joins the transaction (a ``conn.execute``): answer everything and
         leave pipeline mode; the transaction goes on in the plain protocol."""
         if self.ctx is not None:
+            self._push()
             self._leave(committing=False)
 
     def _leave(self, *, committing: bool) -> None:
@@ -340,6 +378,7 @@ class PipelinedTxn:
 
     def _answered(self) -> None:
         self.answered = True
+        _LAST_ANSWER[self.driver] = time.monotonic()
         pending, self.pending = self.pending, []
         for item in pending:
             item.collect()
@@ -352,6 +391,7 @@ class PipelinedTxn:
         invalidated (the server ends its transaction with it).
         """
         self.pending = []
+        self.held = None
         self._drop_pipeline()
         driver = self.driver
         if driver is None or driver.closed or driver.broken:
@@ -395,13 +435,17 @@ class PipelinedTxn:
         self._failed(error)
 
     def _failed(self, error: Exception) -> None:
-        """Raise ``error`` as Core would, naming the statement that failed."""
+        """Raise ``error`` as Core would, naming the statement that failed; a failed
+        expectation as ``Unexpected``."""
         failed = next(
             (p for p in self.pending if p.cursor is None or p.cursor.pgresult is None), None
         )
         sql, args = (failed.sql, failed.args) if failed is not None else (None, None)
         cursor = failed.cursor if failed is not None else None
         self.pending = []
+        self.held = None
+        if getattr(error, "sqlstate", None) == EXPECTATION_FAILED:
+            raise Unexpected(sql) from error
         raise driver_error(self.conn, error, sql, args, cursor) from error
 
     def _replay(self, error: Exception) -> None:
@@ -418,6 +462,7 @@ class PipelinedTxn:
         # one of them. A new pool, as SQLAlchemy itself starts after a disconnect;
         # the old one's idle connections are dropped, not closed over the network.
         conn.engine.dispose(close=False)
+        self.held = None  # sent below with the others
         try:
             self._enter(conn.connection.driver_connection)  # the pool connects anew
             for item in self.pending:

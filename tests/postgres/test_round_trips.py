@@ -27,7 +27,7 @@ from netproxy import Proxy
 
 pytestmark = pytest.mark.backends("postgresql")
 
-MAX_ROUND_TRIPS_PER_CALL = 4
+MAX_ROUND_TRIPS_PER_CALL = 2
 """The common path's bound (it was 18: a pre-ping, BEGIN, each statement and
 COMMIT one by one, in both transactions)."""
 
