@@ -23,11 +23,17 @@ different tasks lock different rows and never wait for each other: no global row
 is on the write path. ``agent_gate.ledger.checkpoints`` binds every task's head
 into one root from time to time.
 
-``_link`` is three statements, shaped so a pipelining driver can send them in one
-go: one read of the task's head ``FOR UPDATE`` (the only result it reads), one
+``_link`` is three statements: one read of the task's head ``FOR UPDATE``, one
 multi-row ``INSERT`` of every entry of the transaction, one ``UPDATE`` of the head.
 A task's first entry finds no head row; it inserts one (seq 0, genesis) unless a
-racing writer did, and reads it again under the lock: once per task.
+racing writer did, and reads it again under the lock: once per task. In a
+pipelined PostgreSQL transaction (``pipeline``) the same steps run in the server,
+in one statement sent with the ``COMMIT`` (``_link_in_server``, the function of
+revision 0007): the client writes each entry's hashed text around its link
+(``chain.entry_parts``), the server reads the head under the lock, splices the link
+in and hashes with ``sha256``, so that nothing in the transaction waits for the
+head's answer and it commits in one round trip. The hashes are the ones
+``chain.entry_hash`` computes; ``verify`` cannot tell the two writers apart.
 
 The head lock is the last lock a write transaction takes: a transaction opened
 with ``staged(conn)`` collects its events and ``flush`` links them right before

@@ -13,22 +13,31 @@ backend) does not wait for anything it does not read:
 * ``BEGIN`` is sent with the first statement, not answered on its own;
 * ``prepared.Prepared.run`` sends its statement and returns ``Pending`` rows: the
   transaction waits (one round trip for everything sent so far) only when a caller
-  reads ``rows`` or ``rowcount``. The audit entries and the chain head's update,
-  whose results nobody reads, go out with the ``COMMIT``;
+  reads ``rows`` or ``rowcount``;
 * ``COMMIT`` is one round trip with whatever is still unanswered.
 
-Statements that are sent without being read but whose outcome decides whether the
-transaction may commit (a compare-and-set the caller assumes won: ``flows.apply``'s
-``later``) register an expectation (``PipelinedTxn.expect``); it is checked before
-the ``COMMIT`` is sent, from answers that came with an earlier round trip, and one
-that fails rolls the transaction back (``Unexpected``).
+Nothing on the common path reads before its ``COMMIT``, so each of its transactions
+is one round trip. Two things that used to need an answer first are done by the
+server instead (functions revision 0007 installs):
 
-A gate call that runs at once then costs four round trips (the count
+* the audit link (``audit``'s server-side append): each entry's hash covers its
+  task's previous hash, which only the locked head row knows; the client sends the
+  entries and the hashed text around each link (``chain.entry_parts``), the server
+  locks the heads, splices the links in, hashes, inserts and moves the heads;
+* expectations: a statement sent without being read whose outcome decides whether
+  the transaction may commit (a compare-and-set the caller assumes won:
+  ``flows.apply``'s ``later``) is wrapped by ``PipelinedTxn.expect`` so that the
+  server raises ``EXPECTATION_FAILED`` when it matched another number of rows. The
+  error aborts the transaction (the ``COMMIT`` behind it rolls back) and is raised
+  as ``Unexpected`` where that round trip is answered. That is why the statement
+  last sent is held back (``held``) until the next one or the next round trip:
+  ``expect`` may still wrap it.
+
+A gate call that runs at once then costs two round trips (the count
 ``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert,
-decision, claim and audit head read in one (the insert under an id handed out in
-the previous call's transaction, ``intake._SpareIds``), its audit entries, head
-update and ``COMMIT`` in a second; the outcome's ``BEGIN``, update and head read in
-a third, its entries and ``COMMIT`` in a fourth.
+decision, claim, audit append and ``COMMIT`` in one (the insert under an id handed
+out in the previous call's transaction, ``intake._SpareIds``), the outcome's
+``BEGIN``, update, audit append and ``COMMIT`` in the other.
 
 The server runs the statements in the order sent, so locks are taken in the order
 the code asks for them (the audit head stays the last, ``audit``'s docstring), and
@@ -40,12 +49,21 @@ where the caller reads a result or at the commit.
 A connection the server dropped while it sat in the pool
 ========================================================
 
-Without a pre-ping such a connection is found out when the first round trip fails.
-If that round trip did not carry the ``COMMIT``, nothing of the transaction can
-have committed, and no caller has read anything yet: the statements sent so far are
-sent again, in order, on a fresh connection (``_replay``), once. A connection lost
-at any later round trip, or at the one that carries the ``COMMIT``, is raised as
-lost (the ledger never acts on a write it did not see commit).
+Without a pre-ping such a connection is found out at checkout when the server said
+so (``alive``: its socket is readable), or else when the transaction first sends or
+waits. If the ``COMMIT`` had not been handed to the driver by then, nothing of the
+transaction can have committed, and no caller has read anything yet: the statements
+sent so far are sent again, in order, on a fresh connection (``_replay``), once. A
+connection lost at any later round trip, or at the one that carries the ``COMMIT``,
+is raised as lost (the ledger never acts on a write it did not see commit).
+
+A session dropped silently (a partition, a failover) shows nothing until a round
+trip fails, and with the ``COMMIT`` in the transaction's only round trip that is a
+lost commit (nobody can tell whether the server got it). So a connection that has
+not answered for ``PROBE_AFTER_IDLE_S`` (idle in the pool, or new) sends its first
+round trip without the ``COMMIT``, as every transaction did before revision 0007,
+and can be replayed; a connection in steady use commits in one round trip, and one
+dropped silently within that second is raised as lost.
 
 A statement run through Core inside the transaction (``conn.execute``: rare, off
 the per-call path) first collects every pending answer and leaves pipeline mode
@@ -69,6 +87,8 @@ from agent_gate.ledger._sa_private import transaction_watched
 from agent_gate.ledger.prepared import driver_error, opened, track, untrack
 
 __all__ = [
+    "EXPECTATION_FAILED",
+    "PROBE_AFTER_IDLE_S",
     "Pending",
     "PipelinedTxn",
     "Unexpected",
@@ -155,8 +175,8 @@ def alive(driver: Any) -> bool:
     readable; an idle session of the ledger is sent nothing else it needs (it
     listens for no notifications), so a readable socket counts as gone: at worst a
     needless reconnect. A session dropped silently (a partition) looks alive: the
-    first round trip finds it out and ``PipelinedTxn`` replays the transaction,
-    which had committed nothing."""
+    first round trip finds it out, and ``PipelinedTxn`` replays the transaction if
+    its ``COMMIT`` was not in that round trip (``PROBE_AFTER_IDLE_S``)."""
     if driver.closed or driver.broken:
         return False
     try:

@@ -30,14 +30,12 @@ from collections.abc import Sequence
 from alembic import op
 
 from agent_gate.ledger.chain import LINK_SQL
+from agent_gate.ledger.pipeline import EXPECTATION_FAILED
 
 revision: str = "0007_pg_server_side_append"
 down_revision: str | Sequence[str] | None = "0006_audit_chains_by_task"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-EXPECTATION_FAILED = "AG001"
-"""The SQLSTATE ``agent_gate_expect`` raises (``pipeline.EXPECTATION_FAILED``)."""
 
 _APPEND = """
 CREATE FUNCTION agent_gate_audit_append(
