@@ -274,14 +274,26 @@ def _link(conn: Connection, entries: list[dict[str, Any]], *, now: bool = False)
         move.run(conn, {"head_task": task, "seq": seq, "hash": digest})
 
 
-_APPEND_SQL = (
-    "SELECT agent_gate_audit_append(%s::text[], %s::text, %s::timestamptz[], %s::text[], "
-    "%s::integer[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
-    "%s::bytea[], %s::bytea[])"
-)
-"""Revision 0007's function: the whole of ``_link`` in one statement."""
-_ARRAY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state",
-                  "to_state", "actor", "detail")
+_APPEND_COLUMNS = (("at", "timestamptz"), ("task_id", "text"), ("call_row_id", "integer"),
+                   ("call_id", "text"), ("event", "text"), ("from_state", "text"),
+                   ("to_state", "text"), ("actor", "text"), ("detail", "text"))
+_APPEND_SQL: dict[int, str] = {}
+"""Revision 0007's function called for ``n`` entries, by ``n``: each column an
+``ARRAY[...]`` of one parameter per entry (the driver adapts a scalar several times
+faster than a list), the task ids one ``text[]`` (a transaction may touch many)."""
+
+
+def _append_sql(count: int) -> str:
+    sql = _APPEND_SQL.get(count)
+    if sql is None:
+        arrays = [
+            "ARRAY[" + ", ".join([f"%s::{kind}"] * count) + "]"
+            for kind in [kind for _, kind in _APPEND_COLUMNS] + ["bytea", "bytea"]
+        ]
+        sql = _APPEND_SQL.setdefault(
+            count, f"SELECT agent_gate_audit_append(%s::text[], %s::text, {', '.join(arrays)})"
+        )
+    return sql
 
 
 def _link_in_server(pipe: Any, entries: list[dict[str, Any]]) -> None:
@@ -291,17 +303,25 @@ def _link_in_server(pipe: Any, entries: list[dict[str, Any]]) -> None:
     (``chain.entry_parts``, encoded as ``entry_hash`` encodes it) and the task ids
     in lock order; the server locks the heads, splices each link in, hashes,
     inserts and moves the heads, in the order and with the locks ``_link`` takes.
-    Sent unanswered: it goes out with the ``COMMIT``."""
-    heads: list[bytes] = []
-    tails: list[bytes] = []
-    for values in entries:
-        head, tail = entry_parts(**values)
-        heads.append(head.encode("utf-8", "surrogatepass"))
-        tails.append(tail.encode("utf-8", "surrogatepass"))
-    args = [sorted({values["task_id"] for values in entries}), GENESIS]
-    args += [[values[k] for values in entries] for k in _ARRAY_COLUMNS]
-    args += [heads, tails]
-    pipe.send(_APPEND_SQL, args, fetch=False)
+    Sent unanswered: it goes out with the ``COMMIT``.
+
+    In chunks of ``_ROWS_PER_INSERT`` entries, each naming every task of the
+    transaction: the first chunk locks all of their heads, in order."""
+    tasks = sorted({values["task_id"] for values in entries})
+    for start in range(0, len(entries), _ROWS_PER_INSERT):
+        chunk = entries[start:start + _ROWS_PER_INSERT]
+        heads: list[bytes] = []
+        tails: list[bytes] = []
+        for values in chunk:
+            head, tail = entry_parts(**values)
+            heads.append(head.encode("utf-8", "surrogatepass"))
+            tails.append(tail.encode("utf-8", "surrogatepass"))
+        args: list[Any] = [tasks, GENESIS]
+        for column, _ in _APPEND_COLUMNS:
+            args += [values[column] for values in chunk]
+        args += heads
+        args += tails
+        pipe.send(_append_sql(len(chunk)), args, fetch=False)
 
 
 def _insert_rows(count: int) -> Any:

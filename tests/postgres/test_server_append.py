@@ -184,3 +184,23 @@ def test_a_transition_that_lost_its_race_in_the_server_commits_nothing(
     assert not again.won and again.record.state is CallState.AUTHORIZED
     assert [e.event for e in ledger.audit(call_id="c1")] == ["received", "allow"]
     assert ledger.verify_audit().ok
+
+
+def test_a_transaction_with_more_entries_than_one_statement_carries_links_them_all(
+    ledger: Ledger, server_links: list[int]
+) -> None:
+    """More entries than one call of the function takes (``audit._ROWS_PER_INSERT``),
+    over several tasks: each chunk names every task, so the heads are still locked
+    in task id order by the first, and the chains continue across chunks."""
+    count = audit._ROWS_PER_INSERT + 6
+    with begin_write(ledger.engine) as conn, audit.staged(conn):
+        for n in range(count):
+            audit.append(conn, task_id=("c", "a", "b")[n % 3], event="bulk", detail={"n": n})
+    assert server_links == [count]
+    entries = ledger.audit()
+    assert [e.detail for e in entries] == [{"n": n} for n in range(count)]  # in order
+    for task in "abc":
+        seqs = [e.task_seq for e in entries if e.task_id == task]
+        assert seqs == list(range(1, len(seqs) + 1))
+    assert all(stored == computed for _, stored, computed in python_hashes(ledger))
+    assert ledger.verify_audit().ok
