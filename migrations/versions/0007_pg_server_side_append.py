@@ -17,6 +17,7 @@ trip, its ``COMMIT`` included: nothing in it waits for an answer.
   ``pipeline.Unexpected``.
 
 SQLite has neither: its appends run in the client (there is no network to save).
+``sha256(bytea)`` is PostgreSQL 11's.
 
 Revision ID: 0007_pg_server_side_append
 Revises: 0006_audit_chains_by_task
