@@ -274,6 +274,38 @@ def _link(conn: Connection, entries: list[dict[str, Any]], *, now: bool = False)
         move.run(conn, {"head_task": task, "seq": seq, "hash": digest})
 
 
+def _insert_rows(count: int) -> Any:
+    """One ``INSERT`` of ``count`` entries (parameters ``column_i``): a transaction's
+    entries in one statement, in order, so their ids follow their chain order."""
+    return insert(_EVENTS).values([
+        {k: bindparam(f"{k}_{i}", type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
+        for i in range(count)
+    ])
+
+
+def _lock_head(conn: Connection, task_id: str) -> tuple[int, str]:
+    """The task's newest link, locked until the transaction ends."""
+    read = prepare(
+        conn,
+        "audit_head",
+        lambda: for_update(
+            conn,
+            select(_HEAD.c.seq, _HEAD.c.hash)
+            .where(_HEAD.c.task_id == bindparam("task_id", type_=_HEAD.c.task_id.type)),
+        ),
+    )
+    head = read.run(conn, {"task_id": task_id}).rows
+    if head:
+        return int(head[0][0]), str(head[0][1])
+    # The task's first entry. The row inserted here is this transaction's until it
+    # commits (a racing writer waits on its key); if a racing writer inserted it
+    # first, read theirs, committed by then, under the lock.
+    if insert_ignore(conn, _HEAD, {"task_id": task_id, "seq": 0, "hash": GENESIS}):
+        return 0, GENESIS
+    head = read.run(conn, {"task_id": task_id}).rows
+    return int(head[0][0]), str(head[0][1])
+
+
 _APPEND_COLUMNS = (("at", "timestamptz"), ("task_id", "text"), ("call_row_id", "integer"),
                    ("call_id", "text"), ("event", "text"), ("from_state", "text"),
                    ("to_state", "text"), ("actor", "text"), ("detail", "text"))
@@ -322,38 +354,6 @@ def _link_in_server(pipe: Any, entries: list[dict[str, Any]]) -> None:
         args += heads
         args += tails
         pipe.send(_append_sql(len(chunk)), args, fetch=False)
-
-
-def _insert_rows(count: int) -> Any:
-    """One ``INSERT`` of ``count`` entries (parameters ``column_i``): a transaction's
-    entries in one statement, in order, so their ids follow their chain order."""
-    return insert(_EVENTS).values([
-        {k: bindparam(f"{k}_{i}", type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
-        for i in range(count)
-    ])
-
-
-def _lock_head(conn: Connection, task_id: str) -> tuple[int, str]:
-    """The task's newest link, locked until the transaction ends."""
-    read = prepare(
-        conn,
-        "audit_head",
-        lambda: for_update(
-            conn,
-            select(_HEAD.c.seq, _HEAD.c.hash)
-            .where(_HEAD.c.task_id == bindparam("task_id", type_=_HEAD.c.task_id.type)),
-        ),
-    )
-    head = read.run(conn, {"task_id": task_id}).rows
-    if head:
-        return int(head[0][0]), str(head[0][1])
-    # The task's first entry. The row inserted here is this transaction's until it
-    # commits (a racing writer waits on its key); if a racing writer inserted it
-    # first, read theirs, committed by then, under the lock.
-    if insert_ignore(conn, _HEAD, {"task_id": task_id, "seq": 0, "hash": GENESIS}):
-        return 0, GENESIS
-    head = read.run(conn, {"task_id": task_id}).rows
-    return int(head[0][0]), str(head[0][1])
 
 
 def record_of(row: Mapping[str, Any]) -> AuditRecord:
