@@ -2,8 +2,9 @@
 
 No pool pre-ping: a session the server ended while its connection sat in the pool
 is found out at checkout (its socket is readable) or, when that cannot see it, by
-the first round trip of the next transaction, which committed nothing and is sent
-again on a new connection. A connection lost at a later round trip, or at the one
+the first round trip of the next transaction, which (on a connection idle for
+``pipeline.PROBE_AFTER_IDLE_S``) committed nothing and is sent again on a new
+connection. A connection lost at a later round trip, or at the one
 that carries the COMMIT, is never retried: the ledger never acts on a write it did
 not see commit. The tools count their runs in this process; the sessions are ended
 with ``pg_terminate_backend`` from another connection.
@@ -73,7 +74,10 @@ def test_a_session_ended_in_the_pool_is_replaced_and_the_next_call_runs_once(
 ) -> None:
     """``first_round_trip``: the checkout's socket check is switched off, as for a
     session dropped silently: the error at the first round trip is what finds it,
-    and the transaction (nothing of it committed) is sent again."""
+    and the transaction (nothing of it committed) is sent again. The pooled sessions
+    count as idle (``PROBE_AFTER_IDLE_S`` 0 s), where silent drops are found: their
+    first round trip leaves the COMMIT out. (One that answered within that time
+    commits in its first round trip, and a drop found there is raised as lost.)"""
     ran: list[str] = []
     ledger = Ledger(db_url, storage="fast")
     with Gate(counting_tools(ran), ledger) as gate:
@@ -88,6 +92,7 @@ def test_a_session_ended_in_the_pool_is_replaced_and_the_next_call_runs_once(
         assert len(pids) >= 2
         if not socket_check:
             monkeypatch.setattr(pipeline, "alive", lambda _driver: True)
+            monkeypatch.setattr(pipeline, "PROBE_AFTER_IDLE_S", 0.0)
         terminate(pg, pids)
         replays: list[bool] = []
         real = PipelinedTxn._replay
