@@ -23,11 +23,17 @@ different tasks lock different rows and never wait for each other: no global row
 is on the write path. ``agent_gate.ledger.checkpoints`` binds every task's head
 into one root from time to time.
 
-``_link`` is three statements, shaped so a pipelining driver can send them in one
-go: one read of the task's head ``FOR UPDATE`` (the only result it reads), one
+``_link`` is three statements: one read of the task's head ``FOR UPDATE``, one
 multi-row ``INSERT`` of every entry of the transaction, one ``UPDATE`` of the head.
 A task's first entry finds no head row; it inserts one (seq 0, genesis) unless a
-racing writer did, and reads it again under the lock: once per task.
+racing writer did, and reads it again under the lock: once per task. In a
+pipelined PostgreSQL transaction (``pipeline``) the same steps run in the server,
+in one statement sent with the ``COMMIT`` (``_link_in_server``, the function of
+revision 0007): the client writes each entry's hashed text around its link
+(``chain.entry_parts``), the server reads the head under the lock, splices the link
+in and hashes with ``sha256``, so that nothing in the transaction waits for the
+head's answer and it commits in one round trip. The hashes are the ones
+``chain.entry_hash`` computes; ``verify`` cannot tell the two writers apart.
 
 The head lock is the last lock a write transaction takes: a transaction opened
 with ``staged(conn)`` collects its events and ``flush`` links them right before
@@ -73,10 +79,10 @@ from sqlalchemy import (
     update,
 )
 
-from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
+from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash, entry_parts
 from agent_gate.ledger.dialect import begin_write, for_update, insert_ignore
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.prepared import opened, prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.records import from_row
 
@@ -172,7 +178,7 @@ def append(
     if stage is not None:
         stage.append(values)
     else:
-        _link(conn, [values])
+        _link(conn, [values], now=True)
 
 
 @contextmanager
@@ -228,7 +234,15 @@ _ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_stat
                   "to_state", "actor", "detail", "seq", "prev_hash", "hash")
 
 
-def _link(conn: Connection, entries: list[dict[str, Any]]) -> None:
+def _link(conn: Connection, entries: list[dict[str, Any]], *, now: bool = False) -> None:
+    """``now``: linked (and the heads locked) before this returns, as an append
+    outside a stage promises, not only sent."""
+    state = opened(conn)
+    if state is not None and state.pipe is not None:
+        _link_in_server(state.pipe, entries)
+        if now:
+            state.pipe.wait()
+        return
     # Every transaction that changes a call ends here, so the statements are compiled
     # once and run on the driver (``agent_gate.ledger.prepared``).
     # In task id order, so that two transactions touching the same tasks cannot deadlock.
@@ -305,6 +319,56 @@ def _lock_head(conn: Connection, task_id: str) -> tuple[int, str]:
         return 0, GENESIS
     head = read.run(conn, {"task_id": task_id}).rows
     return int(head[0][0]), str(head[0][1])
+
+
+_APPEND_COLUMNS = (("at", "timestamptz"), ("task_id", "text"), ("call_row_id", "integer"),
+                   ("call_id", "text"), ("event", "text"), ("from_state", "text"),
+                   ("to_state", "text"), ("actor", "text"), ("detail", "text"))
+_APPEND_SQL: dict[int, str] = {}
+"""Revision 0007's function called for ``n`` entries, by ``n``: each column an
+``ARRAY[...]`` of one parameter per entry (the driver adapts a scalar several times
+faster than a list), the task ids one ``text[]`` (a transaction may touch many)."""
+
+
+def _append_sql(count: int) -> str:
+    sql = _APPEND_SQL.get(count)
+    if sql is None:
+        arrays = [
+            "ARRAY[" + ", ".join([f"%s::{kind}"] * count) + "]"
+            for kind in [kind for _, kind in _APPEND_COLUMNS] + ["bytea", "bytea"]
+        ]
+        sql = _APPEND_SQL.setdefault(
+            count, f"SELECT agent_gate_audit_append(%s::text[], %s::text, {', '.join(arrays)})"
+        )
+    return sql
+
+
+def _link_in_server(pipe: Any, entries: list[dict[str, Any]]) -> None:
+    """``_link`` on a pipelined PostgreSQL transaction, computed by the server: the
+    head reads would otherwise be the one answer the transaction waits for before
+    its ``COMMIT``. The client writes each entry's hashed text around its link
+    (``chain.entry_parts``, encoded as ``entry_hash`` encodes it) and the task ids
+    in lock order; the server locks the heads, splices each link in, hashes,
+    inserts and moves the heads, in the order and with the locks ``_link`` takes.
+    Sent unanswered: it goes out with the ``COMMIT``.
+
+    In chunks of ``_ROWS_PER_INSERT`` entries, each naming every task of the
+    transaction: the first chunk locks all of their heads, in order."""
+    tasks = sorted({values["task_id"] for values in entries})
+    for start in range(0, len(entries), _ROWS_PER_INSERT):
+        chunk = entries[start:start + _ROWS_PER_INSERT]
+        heads: list[bytes] = []
+        tails: list[bytes] = []
+        for values in chunk:
+            head, tail = entry_parts(**values)
+            heads.append(head.encode("utf-8", "surrogatepass"))
+            tails.append(tail.encode("utf-8", "surrogatepass"))
+        args: list[Any] = [tasks, GENESIS]
+        for column, _ in _APPEND_COLUMNS:
+            args += [values[column] for values in chunk]
+        args += heads
+        args += tails
+        pipe.send(_append_sql(len(chunk)), args, fetch=False)
 
 
 def record_of(row: Mapping[str, Any]) -> AuditRecord:

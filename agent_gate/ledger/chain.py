@@ -51,9 +51,13 @@ __all__ = [
     "CHAIN_VERSION",
     "GENESIS",
     "LEGACY_VERSION",
+    "LINK_SQL",
     "as_utc",
     "checkpoint_hash",
     "entry_hash",
+    "entry_parts",
+    "entry_text",
+    "link_text",
     "root_hash",
     "timestamp_us",
 ]
@@ -95,13 +99,47 @@ def entry_hash(
     version: int = CHAIN_VERSION,
 ) -> str:
     """SHA-256 (hex) of one entry linked to its predecessor's hash, in format
-    ``version`` (the fields are the same in 1 and 2; only what ``seq`` counts differs)."""
+    ``version`` (the fields are the same in 1 and 2; only what ``seq`` counts differs).
+
+    The text hashed is ``entry_text``'s: the entry's own fields (``entry_parts``)
+    around its link (``link_text``)."""
+    head, tail = entry_parts(
+        at=at, task_id=task_id, call_row_id=call_row_id, call_id=call_id, event=event,
+        from_state=from_state, to_state=to_state, actor=actor, detail=detail,
+        version=version,
+    )
+    return hashlib.sha256(
+        entry_text(head, prev_hash, seq, tail).encode("utf-8", "surrogatepass")
+    ).hexdigest()
+
+
+def entry_parts(
+    *,
+    at: datetime,
+    task_id: str,
+    call_row_id: int | None,
+    call_id: str | None,
+    event: str,
+    from_state: str | None,
+    to_state: str | None,
+    actor: str | None,
+    detail: str | None,
+    version: int = CHAIN_VERSION,
+) -> tuple[str, str]:
+    """The hashed text of an entry around its link, ``(head, tail)``: the canonical
+    JSON object (``json.dumps`` with sorted keys, compact, not ASCII-escaped) whose
+    keys sort as ``actor, at_us, call, call_row, detail, event, from`` (``head``, up to
+    and including ``"prev":``), then ``prev`` and ``seq`` (``link_text``), then
+    ``task, to, v`` (``tail``, from the comma before ``"task"``).
+
+    Split there because the link is the one part only the chain's writer knows: on
+    PostgreSQL the server reads the task's head and splices the link in
+    (``audit``'s server-side append, ``LINK_SQL``), the rest is written here once.
+    """
     at_us = timestamp_us(at)
     if (
-        type(seq) is int
-        and type(at_us) is int
+        type(at_us) is int
         and type(call_row_id) in _INT_OR_NONE
-        and type(prev_hash) is str
         and type(task_id) is str
         and type(event) is str
         and type(call_id) in _STR_OR_NONE
@@ -111,31 +149,40 @@ def entry_hash(
         and type(detail) in _STR_OR_NONE
         and type(version) is int
     ):
-        # _body_text's output for these types, in one format (keys in sorted order).
-        text = (
+        # _value's output for these types, written in one format string.
+        return (
             f'{{"actor":{_text(actor)},"at_us":{at_us},"call":{_text(call_id)},'
             f'"call_row":{"null" if call_row_id is None else call_row_id},'
             f'"detail":{_text(detail)},"event":{_encode_str(event)},'
-            f'"from":{_text(from_state)},"prev":{_encode_str(prev_hash)},"seq":{seq},'
-            f'"task":{_encode_str(task_id)},"to":{_text(to_state)},"v":{version}}}'
+            f'"from":{_text(from_state)},"prev":',
+            f',"task":{_encode_str(task_id)},"to":{_text(to_state)},"v":{version}}}',
         )
-        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    body: dict[str, Any] = {
-        "v": version,
-        "seq": seq,
-        "prev": prev_hash,
-        "at_us": timestamp_us(at),
-        "task": task_id,
-        "call_row": call_row_id,
-        "call": call_id,
-        "event": event,
-        "from": from_state,
-        "to": to_state,
-        "actor": actor,
-        "detail": detail,
-    }
-    text = _body_text(body)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return (
+        f'{{"actor":{_value(actor)},"at_us":{_value(at_us)},"call":{_value(call_id)},'
+        f'"call_row":{_value(call_row_id)},"detail":{_value(detail)},'
+        f'"event":{_value(event)},"from":{_value(from_state)},"prev":',
+        f',"task":{_value(task_id)},"to":{_value(to_state)},"v":{_value(version)}}}',
+    )
+
+
+def link_text(prev_hash: str, seq: int) -> str:
+    """The link's part of the hashed text, between ``entry_parts``' head and tail."""
+    if type(prev_hash) is str and type(seq) is int:
+        return f'{_encode_str(prev_hash)},"seq":{seq}'
+    return f'{_value(prev_hash)},"seq":{_value(seq)}'
+
+
+def entry_text(head: str, prev_hash: str, seq: int, tail: str) -> str:
+    """The whole hashed text of an entry: its parts around its link."""
+    return head + link_text(prev_hash, seq) + tail
+
+
+LINK_SQL: Final = """'"' || {prev} || '","seq":' || {seq}"""
+"""``link_text`` in SQL for PostgreSQL's server-side append (a chain's ``prev`` is
+always 64 hex digits and ``seq`` an integer, which ``link_text`` writes this way):
+``{prev}`` and ``{seq}`` are the SQL expressions of the two. The revision that
+installs the append function (``migrations/versions/0007_...``) renders it, and a
+test holds the two to the same hashes."""
 
 
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -148,35 +195,21 @@ def _text(value: str | None) -> str:
     return "null" if value is None else _encode_str(value)
 
 
-_TEXT_FIELDS = ("actor", "call", "detail", "event", "from", "prev", "task", "to")
-_INT_FIELDS = ("at_us", "call_row", "seq", "v")
-_SORTED = tuple(sorted(_TEXT_FIELDS + _INT_FIELDS))
+def _value(value: Any) -> str:
+    """One value as ``_reference_text`` writes it inside the object: a str, None or
+    int (not bool) directly, any other value by ``json.dumps`` itself (same options)."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is str:
+        return _encode_str(value)
+    if kind is int:
+        return int.__repr__(value)
+    return _reference_text(value)
 
 
-def _reference_text(body: dict[str, Any]) -> str:
+def _reference_text(body: Any) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _body_text(body: dict[str, Any]) -> str:
-    """``_reference_text(body)``, written directly when every value has the expected
-    type (str or None; int, not bool, or None): four entries per gate call are
-    hashed, and ``json.dumps`` with ``sort_keys`` costs several times more. Any other
-    value goes to ``json.dumps`` itself, so the text is the same in every case."""
-    parts = []
-    for key in _SORTED:
-        value = body[key]
-        kind = type(value)
-        if value is None:
-            parts.append(f'"{key}":null')
-        elif kind is str and key in _TEXT_FIELDS:
-            parts.append(f'"{key}":{_encode_str(value)}')
-        elif kind is int and key in _INT_FIELDS:
-            parts.append(f'"{key}":{int.__repr__(value)}')
-        else:
-            return _reference_text(body)
-    if len(body) != len(_SORTED):
-        return _reference_text(body)
-    return "{" + ",".join(parts) + "}"
 
 
 def root_hash(heads: Iterable[tuple[str, int, str]]) -> str:

@@ -219,7 +219,7 @@ def compare_and_set(
 
 class Later:
     """The row a compare-and-set sent in a pipeline returns: read after the commit
-    (the answer came with the round trip that read the audit head)."""
+    (the answer came with the round trip that carried it)."""
 
     __slots__ = ("dialect", "pending")
 
@@ -459,7 +459,7 @@ def transition(
 
     Without ``within`` nothing in the transaction reads the updated row, so in a
     pipelined one the arrow is not waited for (``apply``'s ``later``): it is
-    answered with the audit head's read, and one that lost rolls it all back."""
+    answered with the commit, and one that lost rolls it all back."""
     later: list[Later] | None = [] if within is None else None
     try:
         with write(engine) as conn:

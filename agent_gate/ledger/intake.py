@@ -11,10 +11,10 @@ about to run carries its claim (``Ruling.claim``) into that same commit.
 On PostgreSQL's pipelined transactions (``pipeline``) the insert is not waited for
 when this process holds a spare row id (``_SpareIds``, asked of the sequence in the
 previous intake's round trips): the call is inserted under it with a plain
-``INSERT``, decided and claimed at once, and its rows read with the audit head's
-answer. A call recorded before fails that insert, nothing of the transaction
-commits, and it is recorded again the usual way (``ON CONFLICT DO NOTHING``, the
-insert's answer read before anything is decided).
+``INSERT``, decided and claimed at once, and its rows read with the answer to the
+``COMMIT`` (the transaction's one round trip). A call recorded before fails that
+insert, nothing of the transaction commits, and it is recorded again the usual way
+(``ON CONFLICT DO NOTHING``, the insert's answer read before anything is decided).
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class _SpareIds:
 
     A call on a task already known is inserted under one (``_record``'s ``row_id``),
     so that deciding and claiming it need not wait for the insert's answer: its
-    ``RETURNING`` row comes with the audit head's read, and one that inserted
+    ``RETURNING`` row comes with the ``COMMIT``'s answer, and one that inserted
     nothing (the call was recorded before) rolls the transaction back. Each
     pipelined intake asks the sequence for the next id in its own round trips.
     Kept per process (a forked child must not reuse its parent's).

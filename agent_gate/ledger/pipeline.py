@@ -13,22 +13,31 @@ backend) does not wait for anything it does not read:
 * ``BEGIN`` is sent with the first statement, not answered on its own;
 * ``prepared.Prepared.run`` sends its statement and returns ``Pending`` rows: the
   transaction waits (one round trip for everything sent so far) only when a caller
-  reads ``rows`` or ``rowcount``. The audit entries and the chain head's update,
-  whose results nobody reads, go out with the ``COMMIT``;
+  reads ``rows`` or ``rowcount``;
 * ``COMMIT`` is one round trip with whatever is still unanswered.
 
-Statements that are sent without being read but whose outcome decides whether the
-transaction may commit (a compare-and-set the caller assumes won: ``flows.apply``'s
-``later``) register an expectation (``PipelinedTxn.expect``); it is checked before
-the ``COMMIT`` is sent, from answers that came with an earlier round trip, and one
-that fails rolls the transaction back (``Unexpected``).
+Nothing on the common path reads before its ``COMMIT``, so each of its transactions
+is one round trip. Two things that used to need an answer first are done by the
+server instead (functions revision 0007 installs):
 
-A gate call that runs at once then costs four round trips (the count
+* the audit link (``audit``'s server-side append): each entry's hash covers its
+  task's previous hash, which only the locked head row knows; the client sends the
+  entries and the hashed text around each link (``chain.entry_parts``), the server
+  locks the heads, splices the links in, hashes, inserts and moves the heads;
+* expectations: a statement sent without being read whose outcome decides whether
+  the transaction may commit (a compare-and-set the caller assumes won:
+  ``flows.apply``'s ``later``) is wrapped by ``PipelinedTxn.expect`` so that the
+  server raises ``EXPECTATION_FAILED`` when it matched another number of rows. The
+  error aborts the transaction (the ``COMMIT`` behind it rolls back) and is raised
+  as ``Unexpected`` where that round trip is answered. That is why the statement
+  last sent is held back (``held``) until the next one or the next round trip:
+  ``expect`` may still wrap it.
+
+A gate call that runs at once then costs two round trips (the count
 ``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert,
-decision, claim and audit head read in one (the insert under an id handed out in
-the previous call's transaction, ``intake._SpareIds``), its audit entries, head
-update and ``COMMIT`` in a second; the outcome's ``BEGIN``, update and head read in
-a third, its entries and ``COMMIT`` in a fourth.
+decision, claim, audit append and ``COMMIT`` in one (the insert under an id handed
+out in the previous call's transaction, ``intake._SpareIds``), the outcome's
+``BEGIN``, update, audit append and ``COMMIT`` in the other.
 
 The server runs the statements in the order sent, so locks are taken in the order
 the code asks for them (the audit head stays the last, ``audit``'s docstring), and
@@ -40,12 +49,21 @@ where the caller reads a result or at the commit.
 A connection the server dropped while it sat in the pool
 ========================================================
 
-Without a pre-ping such a connection is found out when the first round trip fails.
-If that round trip did not carry the ``COMMIT``, nothing of the transaction can
-have committed, and no caller has read anything yet: the statements sent so far are
-sent again, in order, on a fresh connection (``_replay``), once. A connection lost
-at any later round trip, or at the one that carries the ``COMMIT``, is raised as
-lost (the ledger never acts on a write it did not see commit).
+Without a pre-ping such a connection is found out at checkout when the server said
+so (``alive``: its socket is readable), or else when the transaction first sends or
+waits. If the ``COMMIT`` had not been handed to the driver by then, nothing of the
+transaction can have committed, and no caller has read anything yet: the statements
+sent so far are sent again, in order, on a fresh connection (``_replay``), once. A
+connection lost at any later round trip, or at the one that carries the ``COMMIT``,
+is raised as lost (the ledger never acts on a write it did not see commit).
+
+A session dropped silently (a partition, a failover) shows nothing until a round
+trip fails, and with the ``COMMIT`` in the transaction's only round trip that is a
+lost commit (nobody can tell whether the server got it). So a connection that has
+not answered for ``PROBE_AFTER_IDLE_S`` (idle in the pool, or new) sends its first
+round trip without the ``COMMIT``, as every transaction did before revision 0007,
+and can be replayed; a connection in steady use commits in one round trip, and one
+dropped silently within that second is raised as lost.
 
 A statement run through Core inside the transaction (``conn.execute``: rare, off
 the per-call path) first collects every pending answer and leaves pipeline mode
@@ -57,6 +75,8 @@ pipeline and Core commits it.
 from __future__ import annotations
 
 import select
+import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -67,6 +87,8 @@ from agent_gate.ledger._sa_private import transaction_watched
 from agent_gate.ledger.prepared import driver_error, opened, track, untrack
 
 __all__ = [
+    "EXPECTATION_FAILED",
+    "PROBE_AFTER_IDLE_S",
     "Pending",
     "PipelinedTxn",
     "Unexpected",
@@ -82,10 +104,34 @@ class Unexpected(Exception):
     """Internal: a statement sent without waiting did not match the rows it was
     expected to (``PipelinedTxn.expect``); the transaction was rolled back."""
 
+
+EXPECTATION_FAILED = "AG001"
+"""The SQLSTATE of ``agent_gate_expect`` (installed by revision 0007): a statement
+did not match the rows its transaction assumed, and the server aborted it."""
+
+_EXPECT_HEAD = "WITH expected AS ("
+_EXPECT_TAIL = (
+    ") SELECT expected.* FROM (SELECT agent_gate_expect(count(*), {rows}) AS ok "
+    "FROM expected) AS matched LEFT JOIN expected ON matched.ok"
+)
+"""How ``expect`` wraps a statement with ``RETURNING``: its rows, unchanged, unless
+it returned another number of them, which raises ``EXPECTATION_FAILED`` in the
+server. The count is the outer side of the join, so it is evaluated even when the
+statement returned nothing."""
+
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
 """What psycopg itself sends before a write transaction of the ledger's engine
 (``dialect._postgresql_engine`` sets READ COMMITTED)."""
 
+
+PROBE_AFTER_IDLE_S = 1.0
+"""A connection that has not answered for this long sends its transaction's first
+round trip without the ``COMMIT`` (two round trips instead of one), so that finding
+it dead there leaves nothing in doubt and the transaction can be sent again
+(``_replay``). A connection in steady use commits in its first round trip."""
+
+_LAST_ANSWER: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+"""When each psycopg connection last answered a round trip (``time.monotonic``)."""
 
 _OWN_BEGIN_ATTR = "_agent_gate_pg_on_begin"
 """Where a PostgreSQL ledger engine keeps its ``begin`` listener (``usable`` must
@@ -129,8 +175,8 @@ def alive(driver: Any) -> bool:
     readable; an idle session of the ledger is sent nothing else it needs (it
     listens for no notifications), so a readable socket counts as gone: at worst a
     needless reconnect. A session dropped silently (a partition) looks alive: the
-    first round trip finds it out and ``PipelinedTxn`` replays the transaction,
-    which had committed nothing."""
+    first round trip finds it out, and ``PipelinedTxn`` replays the transaction if
+    its ``COMMIT`` was not in that round trip (``PROBE_AFTER_IDLE_S``)."""
     if driver.closed or driver.broken:
         return False
     try:
@@ -158,14 +204,6 @@ def transaction(conn: Connection) -> Iterator[Connection]:
                 txn.rollback()
             raise
         state.pipe = None
-        try:
-            txn.check()
-        except Unexpected:
-            if conn.in_transaction():
-                conn.rollback()
-            else:
-                txn.rollback()
-            raise
         if conn.in_transaction():
             conn.commit()
         else:
@@ -237,7 +275,7 @@ class Pending:
 class PipelinedTxn:
     """One write transaction on a psycopg connection in pipeline mode."""
 
-    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "expected", "pending",
+    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "held", "pending",
                  "pipe", "replayed")
 
     def __init__(self, conn: Connection) -> None:
@@ -247,7 +285,9 @@ class PipelinedTxn:
         self.answered = False
         """A round trip was answered: a caller may have read something (no replay)."""
         self.replayed = False
-        self.expected: list[tuple[Pending, int]] = []
+        self.held: Pending | None = None
+        """The statement last sent, not yet handed to the driver: ``expect`` may still
+        wrap it. It goes out with the next statement or round trip."""
         self.driver: Any = None
         self.ctx: Any = None
         self.pipe: Any = None
@@ -284,19 +324,30 @@ class PipelinedTxn:
         self, sql: str, args: Sequence[Any] | Mapping[str, Any] | None, *, fetch: bool
     ) -> Pending:
         """Send one statement; its answer is read when needed (``Pending``)."""
+        if self.held is not None:
+            self._push()
         pending = Pending(self, None, sql, args, fetch)
         self.pending.append(pending)
+        self.held = pending
+        return pending
+
+    def _push(self, *, committing: bool = False) -> None:
+        """Hand the held statement to the driver (psycopg queues it for the next
+        round trip)."""
+        pending, self.held = self.held, None
+        if pending is None:
+            return
         try:
             pending.cursor = cursor = self.driver.cursor()
-            cursor.execute(sql, args)
+            cursor.execute(pending.sql, pending.args)
         except self.error_class as error:
             # Sending fails when the connection is gone, or when an answer that
             # arrived meanwhile is an error.
-            self._on_error(error, committing=sql == "COMMIT")
-        return pending
+            self._on_error(error, committing=committing)
 
     def wait(self) -> None:
         """One round trip: every statement sent so far answered, or its error raised."""
+        self._push()
         try:
             self.pipe.sync()
         except self.error_class as error:
@@ -305,28 +356,35 @@ class PipelinedTxn:
         self._answered()
 
     def expect(self, pending: Pending, rowcount: int) -> None:
-        """``pending`` must have matched ``rowcount`` rows, or nothing commits
-        (``check``, before the COMMIT is sent)."""
-        self.expected.append((pending, rowcount))
-
-    def check(self) -> None:
-        """``Unexpected`` unless every expectation held. Their answers normally came
-        with an earlier round trip (the audit head's read); if not, one is made."""
-        expected, self.expected = self.expected, []
-        for pending, rowcount in expected:
-            if pending.rowcount != rowcount:
-                raise Unexpected(pending.sql)
+        """``pending``, the statement just sent (with ``RETURNING``), must return
+        ``rowcount`` rows, or the server aborts the transaction: the ``COMMIT`` sent
+        behind it rolls back, and ``Unexpected`` is raised where its round trip is
+        answered. Checked in the server so that the ``COMMIT`` need not wait for the
+        answer: the transaction stays one round trip."""
+        if pending is not self.held or not pending.fetch:
+            raise ValueError("expect() follows its statement, which returns rows")
+        pending.sql = f"{_EXPECT_HEAD}{pending.sql}{_EXPECT_TAIL.format(rows=int(rowcount))}"
 
     def commit(self) -> None:
         """Send ``COMMIT`` behind everything unanswered and leave pipeline mode: the
-        one round trip answers all of it (leaving syncs)."""
+        one round trip answers all of it (leaving syncs).
+
+        Unless nothing has proven the connection alive lately (``PROBE_AFTER_IDLE_S``):
+        then what is unanswered goes first, alone, in a round trip that may still be
+        sent again on a new connection."""
+        if not self.answered:
+            last = _LAST_ANSWER.get(self.driver)
+            if last is None or time.monotonic() - last >= PROBE_AFTER_IDLE_S:
+                self.wait()
         self.send("COMMIT", None, fetch=False)
+        self._push(committing=True)
         self._leave(committing=True)
 
     def leave(self) -> None:
         """Core joins the transaction (a ``conn.execute``): answer everything and
         leave pipeline mode; the transaction goes on in the plain protocol."""
         if self.ctx is not None:
+            self._push()
             self._leave(committing=False)
 
     def _leave(self, *, committing: bool) -> None:
@@ -340,6 +398,7 @@ class PipelinedTxn:
 
     def _answered(self) -> None:
         self.answered = True
+        _LAST_ANSWER[self.driver] = time.monotonic()
         pending, self.pending = self.pending, []
         for item in pending:
             item.collect()
@@ -352,6 +411,7 @@ class PipelinedTxn:
         invalidated (the server ends its transaction with it).
         """
         self.pending = []
+        self.held = None
         self._drop_pipeline()
         driver = self.driver
         if driver is None or driver.closed or driver.broken:
@@ -395,13 +455,17 @@ class PipelinedTxn:
         self._failed(error)
 
     def _failed(self, error: Exception) -> None:
-        """Raise ``error`` as Core would, naming the statement that failed."""
+        """Raise ``error`` as Core would, naming the statement that failed; a failed
+        expectation as ``Unexpected``."""
         failed = next(
             (p for p in self.pending if p.cursor is None or p.cursor.pgresult is None), None
         )
         sql, args = (failed.sql, failed.args) if failed is not None else (None, None)
         cursor = failed.cursor if failed is not None else None
         self.pending = []
+        self.held = None
+        if getattr(error, "sqlstate", None) == EXPECTATION_FAILED:
+            raise Unexpected(sql) from error
         raise driver_error(self.conn, error, sql, args, cursor) from error
 
     def _replay(self, error: Exception) -> None:
@@ -418,6 +482,7 @@ class PipelinedTxn:
         # one of them. A new pool, as SQLAlchemy itself starts after a disconnect;
         # the old one's idle connections are dropped, not closed over the network.
         conn.engine.dispose(close=False)
+        self.held = None  # sent below with the others
         try:
             self._enter(conn.connection.driver_connection)  # the pool connects anew
             for item in self.pending:

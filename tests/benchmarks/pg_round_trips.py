@@ -38,7 +38,7 @@ from netproxy import ProxyProcess  # noqa: E402
 
 DELAY_MS = 1.0
 """Added to each direction in the networked measurement (2 ms a round trip)."""
-TARGET_ROUND_TRIPS = 4
+TARGET_ROUND_TRIPS = 2
 TARGET_RATIO = 0.5
 
 

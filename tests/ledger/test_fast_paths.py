@@ -21,7 +21,14 @@ from sqlalchemy import event, exc, select, text
 
 from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger import Ledger, TaskRecord
-from agent_gate.ledger.chain import CHAIN_VERSION, GENESIS, _body_text, entry_hash, timestamp_us
+from agent_gate.ledger.chain import (
+    CHAIN_VERSION,
+    GENESIS,
+    entry_hash,
+    entry_parts,
+    link_text,
+    timestamp_us,
+)
 from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.models import TASKS
 from agent_gate.ledger.records import NewCall
@@ -225,20 +232,32 @@ def test_the_audit_hash_text_is_json_dumps_text() -> None:
     def reference(body: dict[str, Any]) -> str:
         return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
+    def text_of(body: dict[str, Any], at: datetime) -> str:
+        """What ``entry_hash`` hashes for ``body``: its fields around its link."""
+        head, tail = entry_parts(
+            at=at, task_id=body["task"], call_row_id=body["call_row"], call_id=body["call"],
+            event=body["event"], from_state=body["from"], to_state=body["to"],
+            actor=body["actor"], detail=body["detail"], version=body["v"],
+        )
+        return head + link_text(body["prev"], body["seq"]) + tail
+
     for _ in range(3000):
+        at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
+            microseconds=rnd.randint(-10**15, 10**16))
         body = {
             "v": 1, "seq": rnd.randint(0, 10**12), "prev": text_or_none(),
-            "at_us": rnd.choice([None, rnd.randint(-10**15, 10**15)]),
+            "at_us": timestamp_us(at),
             "task": text_or_none(), "call_row": rnd.choice([None, rnd.randint(0, 10**9)]),
             "call": text_or_none(), "event": text_or_none(), "from": text_or_none(),
             "to": text_or_none(), "actor": text_or_none(), "detail": text_or_none(),
         }
-        assert _body_text(body) == reference(body)
+        assert text_of(body, at) == reference(body)
     # Values of other types are left to json.dumps itself.
-    odd = {"v": 1, "seq": True, "prev": CallState.RECEIVED, "at_us": 1.5, "task": "t",
-           "call_row": None, "call": None, "event": Event.ALLOW, "from": None, "to": None,
-           "actor": None, "detail": None}
-    assert _body_text(odd) == reference(odd)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    odd = {"v": 1, "seq": True, "prev": CallState.RECEIVED, "at_us": timestamp_us(at),
+           "task": "t", "call_row": 1.5, "call": None, "event": Event.ALLOW, "from": None,
+           "to": None, "actor": None, "detail": None}
+    assert text_of(odd, at) == reference(odd)
     for _ in range(3000):  # entry_hash writes the same text for the types it expects
         fields = {
             "at": datetime(1970, 1, 1, tzinfo=UTC)

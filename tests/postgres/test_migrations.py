@@ -137,6 +137,67 @@ def test_an_older_ledger_with_history_upgrades_and_its_chain_verifies(
         assert report.checkpoint is not None and report.checkpoint.legacy_seq == 5
 
 
+def _ledger_functions(url: str) -> set[str]:
+    """The functions in the ledger's schema (revision 0007 installs two)."""
+    engine = create_ledger_engine(url)
+    try:
+        with begin_write(engine) as conn:
+            return set(conn.execute(text(
+                "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = current_schema()")).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_a_ledger_written_at_0006_works_after_db_upgrade(
+    fresh_pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls recorded at revision 0006 (their audit links computed in the client, as
+    that code did), ``agent-gate db upgrade``, then calls whose links the server
+    computes: the same chains go on, and ``audit verify`` accepts every entry. A
+    downgrade to 0006 drops the functions again."""
+    from agent_gate import CallState, Gate, ToolRegistry
+    from agent_gate.ledger import store
+
+    tools = ToolRegistry()
+    tools.register(lambda n: {"n": n}, name="noop",
+                   schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+    previous = "0006_audit_chains_by_task"
+    engine = create_ledger_engine(fresh_pg.url)
+    try:
+        with begin_write(engine) as conn:
+            command.upgrade(alembic_config(conn), previous)
+    finally:
+        engine.dispose()
+    assert _ledger_functions(fresh_pg.url) == set()
+    with pytest.raises(LedgerSchemaError, match=f"at revision '{previous}'"):
+        Ledger(fresh_pg.url)
+    with monkeypatch.context() as patched:  # this code, on the schema as 0006 left it
+        patched.setattr(store, "ensure_schema", lambda *_a, **_k: None)
+        with Gate(tools, Ledger(fresh_pg.url, storage="core")) as gate:
+            for n in range(3):
+                call = {"call_id": f"old{n}", "name": "noop", "arguments": {"n": n}}
+                assert gate.execute(f"t{n % 2}", call).state is CallState.SUCCEEDED
+    result = cli("db", "upgrade", "--db", fresh_pg.url)
+    assert result.returncode == 0, result.stderr
+    assert _ledger_functions(fresh_pg.url) == {"agent_gate_audit_append", "agent_gate_expect"}
+    with Gate(tools, Ledger(fresh_pg.url, storage="fast")) as gate:
+        for n in range(3):
+            call = {"call_id": f"new{n}", "name": "noop", "arguments": {"n": n}}
+            assert gate.execute(f"t{n % 2}", call).state is CallState.SUCCEEDED
+        report = gate.ledger.verify_audit()
+        assert report.ok and report.tasks == 2, report.to_dict()
+        seqs = [e.task_seq for e in gate.ledger.audit("t0")]
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) == 1 + 4 * 4
+    engine = create_ledger_engine(fresh_pg.url)
+    try:
+        with begin_write(engine) as conn:
+            command.downgrade(alembic_config(conn), previous)
+    finally:
+        engine.dispose()
+    assert _ledger_functions(fresh_pg.url) == set()
+
+
 def _waiting_for_advisory_locks(admin: Engine, schema: PgSchema) -> int:
     with admin.connect() as conn:
         return int(conn.execute(text(

@@ -27,9 +27,10 @@ from netproxy import Proxy
 
 pytestmark = pytest.mark.backends("postgresql")
 
-MAX_ROUND_TRIPS_PER_CALL = 4
-"""The common path's bound (it was 18: a pre-ping, BEGIN, each statement and
-COMMIT one by one, in both transactions)."""
+MAX_ROUND_TRIPS_PER_CALL = 2
+"""The common path's bound: one per transaction, its COMMIT included (it was 18: a
+pre-ping, BEGIN, each statement and COMMIT one by one, in both transactions; then
+4, the audit heads read before each COMMIT)."""
 
 
 @pytest.fixture
@@ -72,6 +73,24 @@ def test_a_call_that_runs_at_once_takes_a_bounded_number_of_round_trips(
         trips = per_call(gate, proxy, 100, 10)
     assert ran == [0, 1, 2, *range(100, 110)]
     assert trips <= MAX_ROUND_TRIPS_PER_CALL, f"{trips} round trips per call"
+
+
+def test_a_connection_that_sat_idle_answers_before_its_commit_is_sent(
+    pg: PgSchema, proxied: tuple[Proxy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pipeline.PROBE_AFTER_IDLE_S`` set to 0 s: every connection counts as idle,
+    so each transaction's statements are answered before its COMMIT is sent (one
+    round trip more per transaction): found dead there, nothing of it could have
+    committed and it may be sent again."""
+    from agent_gate.ledger import pipeline
+
+    proxy, url = proxied
+    ran: list[int] = []
+    with Gate(noop_tools(ran), Ledger(url, storage="fast")) as gate:
+        per_call(gate, proxy, 0, 3)
+        monkeypatch.setattr(pipeline, "PROBE_AFTER_IDLE_S", 0.0)
+        trips = per_call(gate, proxy, 100, 5)
+    assert trips == 2 * MAX_ROUND_TRIPS_PER_CALL
 
 
 def test_the_core_backend_is_counted_too_and_takes_more(
