@@ -63,26 +63,46 @@ def _compiled(name: str) -> ModuleType | None:
         return None
 
 
-_msgspec_json = _compiled("msgspec.json")
-_orjson = _compiled("orjson")
-msgspec: ModuleType | None = _compiled("msgspec")
+# The compiled libraries are imported when a name below is first read (PEP 562), not
+# with this module: the ledger reads ``PURE_PYTHON`` here, and a command that only
+# opens a ledger (``agent-gate tasks``) has no use for msgspec or orjson.
+
+msgspec: ModuleType | None
 """msgspec itself, for the typed decoders of ``providers.openai_chat`` (None: off)."""
-
-msgspec_decode: Callable[[str], Any] | None = (
-    _msgspec_json.Decoder().decode if _msgspec_json is not None else None
-)
+msgspec_decode: Callable[[str], Any] | None
 """msgspec's JSON decoder: keeps integers beyond 64 bits exact, which orjson does not."""
-orjson_dumps: Callable[..., bytes] | None = _orjson.dumps if _orjson is not None else None
+orjson_dumps: Callable[..., bytes] | None
 """``orjson.dumps(value, default, option)``: refuses integers beyond 64 bits."""
+ORJSON_SNAPSHOT_OPTION: int
+"""orjson's options for an event snapshot (0: off)."""
 
-ORJSON_SNAPSHOT_OPTION: int = (
-    # Everything orjson would serialize differently from json.dumps(default=str)
-    # (datetimes, dataclasses, subclasses of builtins) goes to ``default``, which
-    # the caller makes refuse it, so that it falls back to the reference.
-    _orjson.OPT_SORT_KEYS
-    | _orjson.OPT_PASSTHROUGH_DATETIME
-    | _orjson.OPT_PASSTHROUGH_DATACLASS
-    | _orjson.OPT_PASSTHROUGH_SUBCLASS
-    if _orjson is not None
-    else 0
-)
+_COMPILED = frozenset({"msgspec", "msgspec_decode", "orjson_dumps", "ORJSON_SNAPSHOT_OPTION"})
+
+
+def _load() -> dict[str, Any]:
+    msgspec_json = _compiled("msgspec.json")
+    orjson = _compiled("orjson")
+    return {
+        "msgspec": _compiled("msgspec"),
+        "msgspec_decode": msgspec_json.Decoder().decode if msgspec_json is not None else None,
+        "orjson_dumps": orjson.dumps if orjson is not None else None,
+        "ORJSON_SNAPSHOT_OPTION": (
+            # Everything orjson would serialize differently from json.dumps(default=str)
+            # (datetimes, dataclasses, subclasses of builtins) goes to ``default``, which
+            # the caller makes refuse it, so that it falls back to the reference.
+            orjson.OPT_SORT_KEYS
+            | orjson.OPT_PASSTHROUGH_DATETIME
+            | orjson.OPT_PASSTHROUGH_DATACLASS
+            | orjson.OPT_PASSTHROUGH_SUBCLASS
+            if orjson is not None
+            else 0
+        ),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _COMPILED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    loaded = _load()
+    globals().update(loaded)  # resolved once: later reads are plain attributes
+    return loaded[name]

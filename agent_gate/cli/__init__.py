@@ -9,16 +9,19 @@ only the ledger: an operator feels every second of start-up, on every command.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import click
 
 from agent_gate.cli._exit import EXIT_CODES_HELP, JsonError
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    """Where a command lives (module and attribute) and its line in ``--help``."""
+class Command(NamedTuple):
+    """Where a command lives (module and attribute) and its line in ``--help``.
+
+    A named tuple, not a dataclass: every command, ``--help`` included, creates this
+    class, and a frozen dataclass's methods are compiled from source when it is
+    created (Python 3.11: about 0.3 ms against 0.04 ms for the named tuple)."""
 
     module: str
     attr: str

@@ -43,10 +43,8 @@ def tasks_command(
     from agent_gate.ledger.pages import TaskQuery
 
     from_time = parse_since(since) if since is not None else None
-    out = console()
-    # One "by state" cell: a streamed listing cannot know which states later pages use.
-    table = PagedTable(out, ("task", "calls", "by state", "response", "updated (UTC)"),
-                       ids=("task",), right=("calls",))
+    # Made for the first page a person reads: with --json, rich is never imported.
+    table: PagedTable | None = None
     shown = 0
     last: str | None = None
     with failures(), open_ledger(url) as ledger:
@@ -65,9 +63,15 @@ def tasks_command(
                 for s in page:
                     emit_json(_json(s))
                 continue
+            if table is None:
+                # One "by state" cell: a streamed listing cannot know which states
+                # later pages use.
+                table = PagedTable(console(), ("task", "calls", "by state", "response",
+                                               "updated (UTC)"),
+                                   ids=("task",), right=("calls",))
             table.print([_row(s) for s in page])
     if not as_json and shown == 0:
-        out.print("no tasks" + (" for that filter" if state or tool or since or after
+        console().print("no tasks" + (" for that filter" if state or tool or since or after
                                 else " in this ledger"))
     elif not as_json and limit is not None and shown == limit and last is not None:
         click.echo(f"more may follow: agent-gate tasks --after {last} --limit {limit}",

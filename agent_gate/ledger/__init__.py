@@ -14,19 +14,49 @@ database to the schema through Alembic only.
 
 from __future__ import annotations
 
-from agent_gate.errors import IllegalTransition, LedgerSchemaError
-from agent_gate.ledger.audit import AuditRecord
-from agent_gate.ledger.dialect import (
-    DEFAULT_URL,
-    ENV_VAR,
-    LedgerConfigError,
-    LedgerMissing,
-    LedgerReplaced,
-    resolve_url,
-)
-from agent_gate.ledger.records import CallRecord, NewCall, TaskRecord, Transition
-from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event
-from agent_gate.ledger.store import Ledger
+from typing import TYPE_CHECKING
+
+from agent_gate._lazy import exports
+
+if TYPE_CHECKING:
+    from agent_gate.errors import IllegalTransition, LedgerSchemaError
+    from agent_gate.ledger.audit import AuditRecord
+    from agent_gate.ledger.dialect import (
+        DEFAULT_URL,
+        ENV_VAR,
+        LedgerConfigError,
+        LedgerMissing,
+        LedgerReplaced,
+        resolve_url,
+    )
+    from agent_gate.ledger.records import CallRecord, NewCall, TaskRecord, Transition
+    from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event
+    from agent_gate.ledger.store import Ledger
+
+# Resolved on first use: importing one module of the package (``ledger.pages`` for
+# ``agent-gate tasks``, ``ledger.states`` for ``gate.desk``) runs this file, and an
+# eager table here made every such import pay for the whole write path (flows,
+# intake, audit, approvals, the trail verifier).
+_LAZY: dict[str, str] = {
+    "IllegalTransition": "agent_gate.errors",
+    "LedgerSchemaError": "agent_gate.errors",
+    "AuditRecord": "agent_gate.ledger.audit",
+    "DEFAULT_URL": "agent_gate.ledger.dialect",
+    "ENV_VAR": "agent_gate.ledger.dialect",
+    "LedgerConfigError": "agent_gate.ledger.dialect",
+    "LedgerMissing": "agent_gate.ledger.dialect",
+    "LedgerReplaced": "agent_gate.ledger.dialect",
+    "resolve_url": "agent_gate.ledger.dialect",
+    "CallRecord": "agent_gate.ledger.records",
+    "NewCall": "agent_gate.ledger.records",
+    "TaskRecord": "agent_gate.ledger.records",
+    "Transition": "agent_gate.ledger.records",
+    "TERMINAL": "agent_gate.ledger.states",
+    "TRANSITIONS": "agent_gate.ledger.states",
+    "CallState": "agent_gate.ledger.states",
+    "Event": "agent_gate.ledger.states",
+    "Ledger": "agent_gate.ledger.store",
+}
 
 __all__ = [
     "DEFAULT_URL",
@@ -48,3 +78,5 @@ __all__ = [
     "Transition",
     "resolve_url",
 ]
+
+__getattr__, __dir__ = exports(__name__, _LAZY, globals())

@@ -65,7 +65,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
@@ -79,6 +79,7 @@ from sqlalchemy import (
     update,
 )
 
+from agent_gate._lazy import exports
 from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash, entry_parts
 from agent_gate.ledger.dialect import begin_write, for_update, insert_ignore
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
@@ -457,6 +458,15 @@ def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | Non
 
 
 # ------------------------------------------------------------------- verification
-# In their own module (the longest part of the trail's code); named here too.
+# In their own module (the longest part of the trail's code); named here too, and
+# imported on first use: a command that appends an entry (``agent-gate approve``)
+# has no use for the verifier.
 
-from agent_gate.ledger.trail_verify import ChainProblem, ChainReport, verify  # noqa: E402
+if TYPE_CHECKING:
+    from agent_gate.ledger.trail_verify import ChainProblem, ChainReport, verify
+
+__getattr__, __dir__ = exports(__name__, {
+    "ChainProblem": "agent_gate.ledger.trail_verify",
+    "ChainReport": "agent_gate.ledger.trail_verify",
+    "verify": "agent_gate.ledger.trail_verify",
+}, globals())

@@ -22,14 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, exists, func, or_, select
 
-from agent_gate.ledger.audit import AuditRecord, record_of
 from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.records import CALLS, TASKS, TaskSummary, task_record
 from agent_gate.ledger.states import CallState
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.audit import AuditRecord
 
 __all__ = ["MAX_PAGE", "AuditQuery", "TaskQuery", "audit_json", "audit_page", "task_json",
            "tasks_page"]
@@ -85,6 +87,10 @@ def _limit(limit: int) -> int:
 
 def audit_page(conn: Connection, query: AuditQuery) -> list[AuditRecord]:
     """One page of the trail, oldest first, with each entry's tool."""
+    # Here, not at the top: ``agent-gate tasks`` reads this module and has no use for
+    # the audit trail's writer.
+    from agent_gate.ledger.audit import record_of
+
     e = _EVENTS
     stmt: Any = select(*e.c, CALLS.c.tool).select_from(
         e.outerjoin(CALLS, CALLS.c.id == e.c.call_row_id)

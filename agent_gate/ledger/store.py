@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import Connection, Engine, update
 
-from agent_gate.ledger import approvals, audit, backend, flows, intake, pages, quota, reads
-from agent_gate.ledger.details import DEFAULT_MAX_SHOWN, CallDetails, read_details
+from agent_gate._lazy import deferred
+from agent_gate.ledger import backend
 from agent_gate.ledger.dialect import (
     DEFAULT_BUSY_TIMEOUT,
     begin_read,
@@ -33,20 +33,49 @@ from agent_gate.ledger.dialect import (
     require_ledger_file,
     resolve_url,
 )
-from agent_gate.ledger.flows import Decide
 from agent_gate.ledger.migrate import ensure_schema
-from agent_gate.ledger.records import (
-    TASKS,
-    CallRecord,
-    NewCall,
-    Ruling,
-    StoredResult,
-    TaskRecord,
-    TaskSummary,
-    Transition,
-)
-from agent_gate.ledger.states import CallState, Event
-from agent_gate.ledger.txn import LedgerTxn
+from agent_gate.ledger.records import TASKS
+
+if TYPE_CHECKING:
+    from agent_gate.ledger import (
+        approvals,
+        audit,
+        details,
+        flows,
+        intake,
+        pages,
+        quota,
+        reads,
+        txn,
+    )
+    from agent_gate.ledger.details import CallDetails
+    from agent_gate.ledger.flows import Decide
+    from agent_gate.ledger.records import (
+        CallRecord,
+        NewCall,
+        Ruling,
+        StoredResult,
+        TaskRecord,
+        TaskSummary,
+        Transition,
+    )
+    from agent_gate.ledger.states import CallState, Event
+    from agent_gate.ledger.txn import LedgerTxn
+
+# Opening a ledger and reading it needs the engine, the schema check and the rows;
+# each of these modules is imported by the first method that uses it, so that
+# ``agent-gate tasks`` loads no write path and ``agent-gate approve`` no intake.
+deferred({
+    "approvals": "agent_gate.ledger.approvals",
+    "audit": "agent_gate.ledger.audit",
+    "details": "agent_gate.ledger.details",
+    "flows": "agent_gate.ledger.flows",
+    "intake": "agent_gate.ledger.intake",
+    "pages": "agent_gate.ledger.pages",
+    "quota": "agent_gate.ledger.quota",
+    "reads": "agent_gate.ledger.reads",
+    "txn": "agent_gate.ledger.txn",
+}, globals())
 
 __all__ = ["Ledger"]
 
@@ -160,11 +189,15 @@ class Ledger:
             return pages.tasks_page(conn, query)
 
     def call_details(
-        self, task_id: str, call_id: str, *, max_shown: int = DEFAULT_MAX_SHOWN
+        self, task_id: str, call_id: str, *, max_shown: int | None = None
     ) -> CallDetails | None:
-        """Everything recorded about one call, in one snapshot (``details.CallDetails``)."""
+        """Everything recorded about one call, in one snapshot (``details.CallDetails``);
+        a stored result's text is cut after ``max_shown`` characters (None:
+        ``details.DEFAULT_MAX_SHOWN``)."""
+        if max_shown is None:
+            max_shown = details.DEFAULT_MAX_SHOWN
         with begin_read(self.engine) as conn:
-            return read_details(conn, task_id, call_id, max_shown=max_shown)
+            return details.read_details(conn, task_id, call_id, max_shown=max_shown)
 
     def verify_audit(self, anchor: tuple[int, str] | None = None) -> audit.ChainReport:
         """Check the audit hash chain in one snapshot (see ``audit.verify``)."""
@@ -186,7 +219,7 @@ class Ledger:
         """One read-only snapshot, for a decision that is shown but not applied (the
         same questions a decision inside ``authorize`` may ask, ``LedgerTxn``)."""
         with begin_read(self.engine) as conn:
-            yield LedgerTxn(conn)
+            yield txn.LedgerTxn(conn)
 
     # ----------------------------------------------------------------- writes
 

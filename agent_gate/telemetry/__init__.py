@@ -16,15 +16,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
+from typing import TYPE_CHECKING
 
-from agent_gate.telemetry.base import (
-    CALL_LOG,
-    MIGRATE_LOG,
-    STREAM_LOG,
-    CallTrace,
-    Observer,
-    StreamTrace,
-)
+from agent_gate._lazy import exports
+
+if TYPE_CHECKING:
+    from agent_gate.telemetry.base import CallTrace, Observer, StreamTrace
 
 __all__ = [
     "CALL_LOG",
@@ -37,10 +34,26 @@ __all__ = [
     "otel_available",
 ]
 
+# The loggers live here, not in ``base``: the ledger's migrations log under one of
+# them, and opening a ledger (``agent-gate tasks``) should not build the observer's
+# classes to get a logger (``base`` imports them from here).
+CALL_LOG = logging.getLogger("agent_gate.gate")
+"""One record per transition of a gated call (INFO), per anomaly (WARNING)."""
+STREAM_LOG = logging.getLogger("agent_gate.transport")
+"""One record per stream's end (INFO), per reconnect and truncation (WARNING)."""
+MIGRATE_LOG = logging.getLogger("agent_gate.ledger.migrate")
+"""One record per schema upgrade (INFO); DEBUG on it lets Alembic's own lines through."""
+
 logging.getLogger("agent_gate").addHandler(logging.NullHandler())
 
 _resolved: Observer | None = None
 _lock = threading.Lock()
+
+__getattr__, __dir__ = exports(__name__, {
+    "CallTrace": "agent_gate.telemetry.base",
+    "Observer": "agent_gate.telemetry.base",
+    "StreamTrace": "agent_gate.telemetry.base",
+}, globals())
 
 
 def otel_available() -> bool:
@@ -63,6 +76,8 @@ def observer() -> Observer:
 
                     _resolved = OtelObserver()
                 else:
+                    from agent_gate.telemetry.base import Observer
+
                     _resolved = Observer()
             found = _resolved
     return found

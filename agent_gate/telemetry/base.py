@@ -25,6 +25,8 @@ from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
+from agent_gate.telemetry import CALL_LOG, MIGRATE_LOG, STREAM_LOG
+
 __all__ = [
     "CALL_LOG",
     "MIGRATE_LOG",
@@ -39,13 +41,6 @@ __all__ = [
     "StreamView",
     "printable",
 ]
-
-CALL_LOG = logging.getLogger("agent_gate.gate")
-"""One record per transition of a gated call (INFO), per anomaly (WARNING)."""
-STREAM_LOG = logging.getLogger("agent_gate.transport")
-"""One record per stream's end (INFO), per reconnect and truncation (WARNING)."""
-MIGRATE_LOG = logging.getLogger("agent_gate.ledger.migrate")
-"""One record per schema upgrade (INFO); DEBUG on it lets Alembic's own lines through."""
 
 _NULL: AbstractContextManager[None] = nullcontext()
 _INFO, _WARNING = logging.INFO, logging.WARNING

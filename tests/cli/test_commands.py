@@ -28,6 +28,25 @@ HEAVY = ("alembic", "pydantic", "jsonschema", "yaml", "httpx", "agent_gate.gate"
 """What a ledger reader has no use for: migrations, policy and schema machinery, HTTP,
 stream parsing."""
 
+WRITE_PATH = ("agent_gate.ledger.flows", "agent_gate.ledger.intake",
+              "agent_gate.ledger.audit", "agent_gate.ledger.approvals",
+              "agent_gate.ledger.quota", "agent_gate.ledger.txn", "agent_gate.ledger.chain",
+              "agent_gate.ledger.privacy", "agent_gate.ledger.lease",
+              "agent_gate.ledger.notify")
+"""The ledger's writers: what ``tasks``, a read, has no use for."""
+
+UNUSED_BY_ANSWERS = ("agent_gate.ledger.intake", "agent_gate.ledger.trail_verify",
+                     "agent_gate.ledger.checkpoints", "agent_gate.ledger.details",
+                     "agent_gate.ledger.pages", "rich")
+"""What answering a waiting call has no use for: a new call's insert, the trail's
+verifier and checkpoints, a call's details, listings, tables."""
+
+NOT_A_READ = ("agent_gate.ledger.trail_verify", "agent_gate.ledger.checkpoints",
+              "agent_gate.ledger.details", "agent_gate.telemetry.base", "msgspec", "orjson")
+"""Neither a listing nor an answer uses the trail's verifier, a call's details, the
+observer's classes or the compiled JSON libraries (``_speedups`` loads those when a
+stream is decoded)."""
+
 
 def _declared_commands() -> dict[str, tuple[str, str]]:
     """Every top-level ``@click.command``/``@click.group`` in the cli modules, found in
@@ -95,6 +114,10 @@ def test_help_imports_click_alone() -> None:
     modules = _modules_after("--help")
     assert not _loaded(modules, "sqlalchemy") and not _loaded(modules, "rich")
     assert [m for m in HEAVY if _loaded(modules, m)] == []
+    # of agent-gate itself: the package root (errors and the lazy table) and the group
+    assert {m for m in modules if _loaded({m}, "agent_gate")} == {
+        "agent_gate", "agent_gate._lazy", "agent_gate.errors", "agent_gate.cli",
+        "agent_gate.cli._exit"}
 
 
 @pytest.mark.parametrize("argv", [("tasks",), ("tasks", "--json")])
@@ -108,6 +131,10 @@ def test_tasks_imports_the_ledger_alone(argv: tuple[str, ...], tmp_path: Path) -
     # nor another database's dialect, nor the ORM (the ledger's tables are Core tables)
     assert not _loaded(modules, "sqlalchemy.dialects.postgresql")
     assert not _loaded(modules, "sqlalchemy.orm")
+    # nor the ledger's write path: opening a ledger to list it reads rows and no more
+    assert [m for m in (*WRITE_PATH, *NOT_A_READ) if _loaded(modules, m)] == []
+    # the table is rich's; JSON lines need none of it
+    assert _loaded(modules, "rich") == ("--json" not in argv)
 
 
 def _waiting_call(tmp_path: Path) -> tuple[str, str]:
@@ -135,6 +162,11 @@ def test_an_answer_without_a_policy_imports_the_ledger_alone(verb: str, tmp_path
     assert "agent_gate.gate.desk" in modules
     heavy = [m for m in HEAVY if m != "agent_gate.gate"] + ["agent_gate.gate.facade"]
     assert [m for m in heavy if _loaded(modules, m)] == []
+    # an answer writes the row and its audit entry, and imports no more of the ledger
+    unused = [*UNUSED_BY_ANSWERS, *NOT_A_READ]
+    if verb == "deny":  # a denial is reported to the observer
+        unused.remove("agent_gate.telemetry.base")
+    assert [m for m in unused if _loaded(modules, m)] == []
     with Ledger(url) as ledger:
         (rec,) = ledger.find(call_id, "demo")
         answered = ledger.approval(rec) if verb == "approve" else None
