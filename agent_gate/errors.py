@@ -217,6 +217,17 @@ class TruncationReason(Enum):
 class StreamError(AgentGateError):
     """Base of every error the transport raises on purpose."""
 
+    def _at(self, offset: int, event_index: int, connection: int) -> str:
+        """Keep where the stream stopped and say it as every transport error does.
+
+        ``offset`` is the byte offset in the response of connection ``connection``;
+        ``event_index`` counts events across the whole stream, reconnects included.
+        """
+        self.offset = offset
+        self.event_index = event_index
+        self.connection = connection
+        return f"at byte offset {offset} of connection {connection} (event index {event_index})"
+
 
 class StreamConnectError(StreamError):
     """The request could not be sent or its response headers never arrived.
@@ -275,24 +286,15 @@ class StreamContentTypeError(StreamError):
 
 
 class StreamLimitExceeded(StreamError):
-    """A byte limit of the decoder tripped (line, event data, or one response).
-
-    ``offset`` is the byte offset in the response of connection ``connection``;
-    ``event_index`` counts events across the whole stream, reconnects included.
-    """
+    """A byte limit of the decoder tripped (line, event data, or one response)."""
 
     def __init__(
         self, limit: str, limit_bytes: int, offset: int, event_index: int, connection: int
     ) -> None:
         self.limit = limit
         self.limit_bytes = limit_bytes
-        self.offset = offset
-        self.event_index = event_index
-        self.connection = connection
-        super().__init__(
-            f"stream limit {limit}={limit_bytes} bytes exceeded at byte offset {offset} "
-            f"of connection {connection} (event index {event_index})"
-        )
+        where = self._at(offset, event_index, connection)
+        super().__init__(f"stream limit {limit}={limit_bytes} bytes exceeded {where}")
 
 
 class StreamTimeout(StreamError):
@@ -305,12 +307,9 @@ class StreamTimeout(StreamError):
     ) -> None:
         self.limit_seconds = limit_seconds
         self.waited = waited
-        self.offset = offset
-        self.event_index = event_index
-        self.connection = connection
+        where = self._at(offset, event_index, connection)
         super().__init__(
-            f"stream limit {self.limit}={limit_seconds:g}s exceeded after {waited:.3f}s "
-            f"at byte offset {offset} of connection {connection} (event index {event_index})"
+            f"stream limit {self.limit}={limit_seconds:g}s exceeded after {waited:.3f}s {where}"
         )
 
 
