@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -342,10 +343,36 @@ def _ran(*logs: Path) -> list[Counter[str]]:
     return [Counter(path.read_text().split()) for path in logs]
 
 
+RUN = uuid.uuid4().hex[:8]
+"""In every task id of this run: a ledger a previous run wrote (the same
+``AGENT_GATE_TEST_POSTGRES_URL``) holds the same call ids already settled, which
+would be answered from the ledger instead of run, and counted as never run."""
+
 NET_DELAY_MS = 1.5
 """Added by the proxy in each direction: a round trip costs at least 3 ms, as between
 machines of one region, so that workers wait on the network rather than on this
 machine's two cores."""
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """All CPUs' (total, idle) ticks since boot (Linux ``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(n) for n in stat.readline().split()[1:]]
+    except OSError:
+        return None
+    return sum(ticks), ticks[3] + ticks[4]  # idle + iowait
+
+
+def _busy(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time that was busy between two ``_cpu_ticks``."""
+    if before is None or after is None or after[0] == before[0]:
+        return None
+    return 1 - (after[1] - before[1]) / (after[0] - before[0])
+
+
+def _share(busy: float | None) -> str:
+    return "?" if busy is None else f"{busy:.0%}"
 
 
 def _networked(url: str, quick: bool, tmp: Path) -> dict[str, Any]:
@@ -362,8 +389,17 @@ def _networked(url: str, quick: bool, tmp: Path) -> dict[str, Any]:
             hide_password=False)
         for workers in (1, 2, 4, 8):
             log = tmp / f"net-{workers}.log"
-            shares = [(f"net-{workers}-{k}", k * per, per) for k in range(workers)]
-            wall = _workers(proxied, shares, log, on_ready=proxy.reset)
+            shares = [(f"net-{RUN}-{workers}-{k}", k * per, per) for k in range(workers)]
+            released: list[tuple[int, int] | None] = []
+
+            def release(proxy: Proxy = proxy, released: list[Any] = released) -> None:
+                proxy.reset()
+                released.append(_cpu_ticks())
+
+            wall = _workers(proxied, shares, log, on_ready=release)
+            # Busy from the release to the last worker's exit (its teardown included:
+            # an upper bound): near 100% says the cores bound throughput, not a lock.
+            busy = _busy(released[0], _cpu_ticks())
             trips = proxy.round_trips()
             (ran,) = _ran(log)
             rows.append({
@@ -371,6 +407,7 @@ def _networked(url: str, quick: bool, tmp: Path) -> dict[str, Any]:
                 "calls": per * workers,
                 "calls_per_s": per * workers / wall,
                 "round_trips_per_call": trips / (per * workers),
+                "machine_busy": busy,
                 "duplicate_executions": sum(n - 1 for n in ran.values() if n > 1),
                 "calls_never_run": per * workers - len(ran),
             })
@@ -390,11 +427,12 @@ def _postgres(quick: bool) -> dict[str, Any] | None:
             log = Path(tmp) / f"run-{workers}.log"
             # Each worker its own task, as each agent run is: calls of one task share
             # that task's audit chain head, calls of different tasks share no row.
-            wall = _workers(url, [(f"tp-{workers}-{k}", k * per, per) for k in range(workers)],
+            wall = _workers(url, [(f"tp-{RUN}-{workers}-{k}", k * per, per)
+                                  for k in range(workers)],
                             log)
             race_log = Path(tmp) / f"race-{workers}.log"
             race_calls = calls // 4
-            _workers(url, [(f"race-{workers}", 0, race_calls)] * workers, race_log)
+            _workers(url, [(f"race-{RUN}-{workers}", 0, race_calls)] * workers, race_log)
             # Each phase has its own tasks, so a call number may appear once per log.
             runs = _ran(log, race_log)
             duplicates = sum(n - 1 for ran in runs for n in ran.values() if n > 1)
@@ -467,14 +505,16 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "tasks, round trips counted by the proxy.",
         "",
         "| workers | calls | calls/s | vs 1 worker | round trips per call "
-        "| duplicate executions | calls never run |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| machine CPU busy | duplicate executions | calls never run |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     one = net["rows"][0]["calls_per_s"]
     for row in net["rows"]:
+        busy = row.get("machine_busy")
         lines.append(
             f"| {row['workers']} | {row['calls']} | {row['calls_per_s']:,.0f} | "
             f"{row['calls_per_s'] / one:.1f}x | {row['round_trips_per_call']:.1f} | "
+            f"{'-' if busy is None else f'{busy:.0%}'} | "
             f"{row['duplicate_executions']} | {row['calls_never_run']} |"
         )
     lines.append("")
@@ -533,7 +573,9 @@ def targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
                 f"{net[-1]['workers']} workers >= 5x one",
                 scale >= 5,
                 f"{scale:.1f}x ({net[0]['calls_per_s']:,.0f} -> {net[-1]['calls_per_s']:,.0f} "
-                f"calls/s; {net[0]['round_trips_per_call']:.1f} round trips per call)",
+                f"calls/s; {net[0]['round_trips_per_call']:.1f} round trips per call; "
+                f"{_share(net[-1].get('machine_busy'))} of this machine's CPU busy with "
+                f"{net[-1]['workers']} workers, {_share(net[0].get('machine_busy'))} with one)",
             )
         )
         dups = sum(r["duplicate_executions"] for r in rows + net)
