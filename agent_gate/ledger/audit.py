@@ -107,7 +107,13 @@ __all__ = [
 MAX_DETAIL_CHARS = 2000
 _EVENTS = AUDIT_EVENTS
 _HEAD = AUDIT_HEADS
-_STAGE_KEY = "agent_gate_audit_stage"
+_STAGES: dict[int, list[dict[str, Any]]] = {}
+"""The events staged in each open write transaction, by its ``Connection`` (``id``).
+
+Not in ``conn.info``: that belongs to the driver connection under ``conn``, which is
+another one after a transaction found its connection gone was sent again on a new
+one (``pipeline``'s replay); events staged before would be left behind with the old
+one, and linked nowhere."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +181,7 @@ def append(
         "actor": actor,
         "detail": _detail_text(detail),
     }
-    stage: list[dict[str, Any]] | None = conn.info.get(_STAGE_KEY)
+    stage = _STAGES.get(id(conn))
     if stage is not None:
         stage.append(values)
     else:
@@ -200,28 +206,25 @@ def staged(conn: Connection) -> Iterator[Connection]:
             close_stage(stage)
 
 
-def open_stage(conn: Connection) -> dict[str, Any] | None:
+def open_stage(conn: Connection) -> int | None:
     """``staged`` without the context manager (``flows.write`` runs three per call):
     start collecting ``conn``'s events. Returns what ``close_stage`` needs, or None
     when a stage is open already (nested: the outer one flushes)."""
-    # Held from the start: after a connection is lost inside the block, asking the
-    # connection for its ``info`` again raises PendingRollbackError, which would hide
-    # the real error (the lost connection) from the caller.
-    info = conn.info
-    if info.get(_STAGE_KEY) is not None:
+    key = id(conn)
+    if key in _STAGES:
         return None
-    info[_STAGE_KEY] = []
-    return info
+    _STAGES[key] = []
+    return key
 
 
-def close_stage(stage: dict[str, Any]) -> None:
+def close_stage(stage: int) -> None:
     """Stop collecting (after ``flush``, or when the transaction failed)."""
-    stage.pop(_STAGE_KEY, None)
+    _STAGES.pop(stage, None)
 
 
 def flush(conn: Connection) -> None:
     """Link the staged events into the chain (takes the head lock)."""
-    stage: list[dict[str, Any]] = conn.info.get(_STAGE_KEY) or []
+    stage = _STAGES.get(id(conn))
     if stage:
         pending = list(stage)
         stage.clear()

@@ -1,4 +1,4 @@
-"""PostgreSQL write transactions in a few round trips: psycopg's pipeline mode.
+"""PostgreSQL write transactions in a few round trips: libpq's pipeline mode.
 
 Why this exists
 ===============
@@ -7,8 +7,10 @@ On a networked PostgreSQL a ledger transaction costs what it waits for, not what
 computes: each statement sent alone is a round trip (a pool pre-ping, ``BEGIN``,
 each ``INSERT``/``UPDATE``, ``COMMIT``), about twenty per gate call. In pipeline
 mode the client sends statements without waiting for their answers and waits only
-when it needs one. So a transaction begun here (``dialect.begin_write`` on the fast
-backend) does not wait for anything it does not read:
+when it needs one (the statements go out on libpq itself, ``libpq.Wire``, not
+through psycopg's cursors, which cost more CPU than the ledger's own work). So a
+transaction begun here (``dialect.begin_write`` on the fast backend) does not wait
+for anything it does not read:
 
 * ``BEGIN`` is sent with the first statement, not answered on its own;
 * ``prepared.Prepared.run`` sends its statement and returns ``Pending`` rows: the
@@ -84,6 +86,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event, exc
 
 from agent_gate.ledger._sa_private import transaction_watched
+from agent_gate.ledger.libpq import Answer, Wire
 from agent_gate.ledger.prepared import driver_error, opened, track, untrack
 
 __all__ = [
@@ -235,28 +238,30 @@ class Pending:
     every statement sent so far (one round trip) unless the answer is already in.
     """
 
-    __slots__ = ("_rowcount", "_rows", "args", "cursor", "done", "fetch", "sql", "txn")
+    __slots__ = ("_rowcount", "_rows", "answer", "args", "done", "fetch", "sql", "txn")
 
     processed = False
 
-    def __init__(
-        self, txn: PipelinedTxn, cursor: Any, sql: str, args: Any, fetch: bool
-    ) -> None:
+    def __init__(self, txn: PipelinedTxn, sql: str, args: Any, fetch: bool) -> None:
         self.txn = txn
-        self.cursor = cursor
         self.sql = sql
         self.args = args
         self.fetch = fetch
         self.done = False
+        self.answer: Answer | None = None
+        """The server's answer, once its round trip is read (``libpq.Wire``)."""
         self._rows: list[tuple[Any, ...]] = []
         self._rowcount = -1
 
+    def answered(self, answer: Answer) -> None:
+        self.answer = answer
+
     def collect(self) -> None:
-        """Take the answer from the cursor (already received: no round trip)."""
-        cursor = self.cursor
-        if self.fetch:
-            self._rows = cursor.fetchall()
-        self._rowcount = cursor.rowcount
+        """Take the answer read with its round trip (no round trip here)."""
+        answer = self.answer
+        if answer is not None:
+            self._rows = answer.rows
+            self._rowcount = answer.rowcount
         self.done = True
 
     @property
@@ -272,11 +277,23 @@ class Pending:
         return self._rowcount
 
 
+class _Discarded:
+    """Where the answer to a statement nobody reads goes."""
+
+    fetch = False
+
+    def answered(self, answer: Answer) -> None:
+        pass
+
+
+_DISCARDED = _Discarded()
+
+
 class PipelinedTxn:
     """One write transaction on a psycopg connection in pipeline mode."""
 
-    __slots__ = ("answered", "conn", "ctx", "driver", "error_class", "held", "pending",
-                 "pipe", "replayed")
+    __slots__ = ("answered", "conn", "driver", "error_class", "held", "pending", "replayed",
+                 "wire")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -289,8 +306,8 @@ class PipelinedTxn:
         """The statement last sent, not yet handed to the driver: ``expect`` may still
         wrap it. It goes out with the next statement or round trip."""
         self.driver: Any = None
-        self.ctx: Any = None
-        self.pipe: Any = None
+        self.wire: Wire | None = None
+        """The connection's pipeline while in pipeline mode (``libpq``)."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -312,13 +329,13 @@ class PipelinedTxn:
         # autocommit: psycopg must not send (and wait for) a BEGIN of its own; ours
         # goes out with the first statement.
         driver.autocommit = True
-        ctx = driver.pipeline()
-        self.pipe = ctx.__enter__()
-        self.driver, self.ctx = driver, ctx
+        wire = Wire(driver)
+        wire.enter()
+        self.driver, self.wire = driver, wire
 
     @property
     def in_pipeline(self) -> bool:
-        return self.ctx is not None
+        return self.wire is not None
 
     def send(
         self, sql: str, args: Sequence[Any] | Mapping[str, Any] | None, *, fetch: bool
@@ -326,31 +343,35 @@ class PipelinedTxn:
         """Send one statement; its answer is read when needed (``Pending``)."""
         if self.held is not None:
             self._push()
-        pending = Pending(self, None, sql, args, fetch)
+        pending = Pending(self, sql, args, fetch)
         self.pending.append(pending)
         self.held = pending
         return pending
 
     def _push(self, *, committing: bool = False) -> None:
-        """Hand the held statement to the driver (psycopg queues it for the next
-        round trip)."""
+        """Hand the held statement to libpq, which writes it out at once when the
+        socket takes it (the server starts on it before the round trip)."""
         pending, self.held = self.held, None
         if pending is None:
             return
+        assert self.wire is not None
         try:
-            pending.cursor = cursor = self.driver.cursor()
-            cursor.execute(pending.sql, pending.args)
-        except self.error_class as error:
-            # Sending fails when the connection is gone, or when an answer that
-            # arrived meanwhile is an error.
+            self.wire.send(pending.sql, pending.args, pending)
+        except self.error_class as error:  # sending fails when the connection is gone
             self._on_error(error, committing=committing)
 
     def wait(self) -> None:
         """One round trip: every statement sent so far answered, or its error raised."""
         self._push()
+        wire = self.wire
+        assert wire is not None
         try:
-            self.pipe.sync()
-        except self.error_class as error:
+            error = wire.round_trip()
+            if error is not None and self._sent_unnamed(wire):
+                error = None
+        except self.error_class as lost:
+            error = lost
+        if error is not None:
             self._on_error(error, committing=False)
             return
         self._answered()
@@ -383,18 +404,34 @@ class PipelinedTxn:
     def leave(self) -> None:
         """Core joins the transaction (a ``conn.execute``): answer everything and
         leave pipeline mode; the transaction goes on in the plain protocol."""
-        if self.ctx is not None:
+        if self.wire is not None:
             self._push()
             self._leave(committing=False)
 
     def _leave(self, *, committing: bool) -> None:
-        ctx, self.ctx, self.pipe = self.ctx, None, None
+        """The last round trip in pipeline mode, then out of it."""
+        wire = self.wire
+        assert wire is not None
         try:
-            ctx.__exit__(None, None, None)
-        except self.error_class as error:
-            self._on_error(error, committing=committing)
+            error = wire.round_trip()
+            if error is not None and self._sent_unnamed(wire):
+                error = None
+            if error is None:
+                self.wire = None
+                wire.exit()
+        except self.error_class as lost:
+            error = lost
+        if error is None:
+            self._answered()
             return
-        self._answered()
+        self._drop_pipeline()
+        # Raises, unless the connection was found gone with nothing committed: then
+        # everything was sent again on a new connection and answered (``_replay``),
+        # and that connection leaves pipeline mode here.
+        self._on_error(error, committing=committing)
+        replayed, self.wire = self.wire, None
+        if replayed is not None:
+            replayed.exit()
 
     def _answered(self) -> None:
         self.answered = True
@@ -439,10 +476,11 @@ class PipelinedTxn:
                 self.conn.invalidate(error)
 
     def _drop_pipeline(self) -> None:
-        ctx, self.ctx, self.pipe = self.ctx, None, None
-        if ctx is not None:
+        wire, self.wire = self.wire, None
+        if wire is not None:
             with suppress(self.error_class):
-                ctx.__exit__(None, None, None)
+                wire.drain()
+                wire.exit()
 
     # ------------------------------------------------------------ failures
 
@@ -454,19 +492,37 @@ class PipelinedTxn:
             return
         self._failed(error)
 
+    def _sent_unnamed(self, wire: Wire) -> bool:
+        """The round trip failed because the server had forgotten a prepared name
+        (``libpq``'s docstring): the transaction aborted and nothing of it committed,
+        its ``COMMIT`` included. Unless an answer was read already, send the whole
+        transaction again on the same connection, unnamed, after a ``ROLLBACK`` that
+        ends what is left of it, and answer it in one more round trip (a failure
+        there raises). False: the error stands."""
+        if not wire.stale or self.answered:
+            return False
+        wire.forget()
+        wire.send("ROLLBACK", None, _DISCARDED)
+        for item in self.pending:
+            item.answer = None
+            wire.send(item.sql, item.args, item)
+        error = wire.round_trip()
+        if error is not None:
+            self._failed(error)
+        return True
+
     def _failed(self, error: Exception) -> None:
         """Raise ``error`` as Core would, naming the statement that failed; a failed
         expectation as ``Unexpected``."""
         failed = next(
-            (p for p in self.pending if p.cursor is None or p.cursor.pgresult is None), None
+            (p for p in self.pending if p.answer is None or p.answer.error is not None), None
         )
         sql, args = (failed.sql, failed.args) if failed is not None else (None, None)
-        cursor = failed.cursor if failed is not None else None
         self.pending = []
         self.held = None
         if getattr(error, "sqlstate", None) == EXPECTATION_FAILED:
             raise Unexpected(sql) from error
-        raise driver_error(self.conn, error, sql, args, cursor) from error
+        raise driver_error(self.conn, error, sql, args, None) from error
 
     def _replay(self, error: Exception) -> None:
         """The connection was found gone before any answer, with no ``COMMIT`` sent:
@@ -474,7 +530,7 @@ class PipelinedTxn:
         Send the same statements again, in order, on a new connection (once)."""
         conn = self.conn
         self.replayed = True
-        self.ctx = self.pipe = None  # gone with the old connection
+        self.wire = None  # gone with the old connection
         if not conn.invalidated:
             conn.invalidate(error)
         # A session that died silently (a partition, a failover) rarely dies alone:
@@ -485,10 +541,11 @@ class PipelinedTxn:
         self.held = None  # sent below with the others
         try:
             self._enter(conn.connection.driver_connection)  # the pool connects anew
+            wire = self.wire
+            assert wire is not None
             for item in self.pending:
-                cursor = self.driver.cursor()
-                item.cursor = cursor
-                cursor.execute(item.sql, item.args)
+                item.answer = None
+                wire.send(item.sql, item.args, item)
         except self.error_class as again:
             self._failed(again)
         self.wait()
