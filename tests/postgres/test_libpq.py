@@ -12,24 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from counting import counting_tools
 from sqlalchemy import event
 
-from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger, pipeline
 from agent_gate.ledger.libpq import _convert
 
 pytestmark = pytest.mark.backends("postgresql")
-
-
-def counting_tools(ran: list[str]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool(schema={"type": "object"}, effect="write", idempotency="none", name="post")
-    def post(text: str) -> dict[str, Any]:
-        ran.append(text)
-        return {"posted": text}
-
-    return tools
 
 
 def names_prepared(ledger: Ledger) -> list[str]:

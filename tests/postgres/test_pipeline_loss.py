@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
 import pytest
+from counting import counting_tools
 from ledger_backends import PgSchema
 from sqlalchemy import Insert, bindparam, exc, insert
 
-from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger, pipeline
 from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.pipeline import PipelinedTxn
@@ -43,17 +43,6 @@ def terminate(pg: PgSchema, pids: list[int]) -> None:
         ).scalar():
             assert time.monotonic() < deadline, "terminated sessions never went away"
             time.sleep(0.01)
-
-
-def counting_tools(ran: list[str]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    @tools.tool(schema={"type": "object"}, effect="write", idempotency="none", name="post")
-    def post(text: str) -> dict[str, Any]:
-        ran.append(text)
-        return {"posted": text}
-
-    return tools
 
 
 def pooled_pids(ledger: Ledger) -> list[int]:
