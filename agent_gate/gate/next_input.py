@@ -90,6 +90,17 @@ def _calls(turn: Turn, outcomes: Mapping[str, Outcome]) -> list[_Pair]:
     return kept
 
 
+def _turn_then_results(role: str, key: str, parts: list[Item], results: list[Item]) -> list[Item]:
+    """The model's message with its parts, then one ``user`` message with every result:
+    how both Anthropic (``content`` blocks) and Gemini (``parts``) take a turn back, so
+    the shape is written once and only the names differ. Either message is left out
+    when it has nothing to carry."""
+    out: list[Item] = [{"role": role, key: parts}] if parts else []
+    if results:
+        out.append({"role": "user", key: results})
+    return out
+
+
 def _responses(pairs: list[_Pair]) -> list[Item]:
     items: list[Item] = []
     results: list[Item] = []
@@ -166,10 +177,7 @@ def _anthropic(pairs: list[_Pair]) -> list[Item]:
         if block.get("type") == "text" and not block.get("text"):
             continue  # the API refuses empty text blocks
         blocks.append(block)
-    out: list[Item] = [{"role": "assistant", "content": blocks}] if blocks else []
-    if results:
-        out.append({"role": "user", "content": results})
-    return out
+    return _turn_then_results("assistant", "content", blocks, results)
 
 
 def _gemini_result(outcome: Outcome, wire_id: bool) -> Item:
@@ -218,10 +226,7 @@ def _gemini(pairs: list[_Pair]) -> list[Item]:
             part[key] = call
             results.append(_gemini_result(outcome, call.get("id") == outcome.call_id))
         parts.append(part)
-    out: list[Item] = [{"role": "model", "parts": parts}] if parts else []
-    if results:
-        out.append({"role": "user", "parts": results})
-    return out
+    return _turn_then_results("model", "parts", parts, results)
 
 
 _BUILDERS: dict[str, Callable[[list[_Pair]], list[Item]]] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 
@@ -40,12 +40,5 @@ class StreamEnd:
     comments: int
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "discarded_partial_event": self.discarded_partial_event,
-            "pending_bytes": self.pending_bytes,
-            "last_event_id": self.last_event_id,
-            "retry": self.retry,
-            "events": self.events,
-            "bytes": self.bytes,
-            "comments": self.comments,
-        }
+        """Every field by its name, so a field added later is never left out."""
+        return asdict(self)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import NoReturn
 
@@ -133,7 +133,8 @@ class StreamStats:
     truncation: str | None
 
     def as_dict(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """Every field by its name (``StreamEnd.as_dict`` is the decoder's counterpart)."""
+        return asdict(self)
 
 
 class StreamSession:

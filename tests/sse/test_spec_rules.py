@@ -8,6 +8,7 @@ test says how.
 from __future__ import annotations
 
 import itertools
+from dataclasses import fields
 
 import pytest
 
@@ -194,6 +195,23 @@ def test_event_without_its_blank_line_is_discarded_at_end() -> None:
     assert end.discarded_partial_event is True
     assert end.pending_bytes == len(b'{"ok":true}')
     assert end.events == 0
+
+
+def test_end_as_dict_names_every_field_with_its_value() -> None:
+    # The CLI and logs print this mapping; it must say what the record says, by name.
+    decoder = SSEDecoder()
+    decoder.feed(b"retry: 7\n: beat\nid: 4\ndata: a\n\ndata: par")
+    end = decoder.end()
+    assert end.as_dict() == {
+        "discarded_partial_event": True,
+        "pending_bytes": len(b"data: par"),
+        "last_event_id": "4",
+        "retry": 7,
+        "events": 1,
+        "bytes": len(b"retry: 7\n: beat\nid: 4\ndata: a\n\ndata: par"),
+        "comments": 1,
+    }
+    assert list(end.as_dict()) == [f.name for f in fields(end)]
 
 
 def test_unterminated_last_line_is_discarded_at_end() -> None:
