@@ -89,6 +89,17 @@ def ledger_options(fn: F) -> F:
     return db_option(json_option(fn))
 
 
+def parse_listen(text: str, *, any_port: bool, param_hint: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a pair. ``any_port``: port 0 asks
+    the system for a free one (the caller prints which)."""
+    host, sep, port = text.rpartition(":")
+    lowest = 0 if any_port else 1
+    if not sep or not host or not port.isdigit() or not lowest <= int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT, e.g. 127.0.0.1:8765, not {text!r}",
+                                 param_hint=param_hint)
+    return host.strip("[]"), int(port)
+
+
 def parse_duration(text: str, *, param_hint: str = "--expires-in") -> float | None:
     """``90``, ``90s``, ``30m``, ``2h``, ``1d`` as seconds; ``never`` as None.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from agent_gate.cli._operator import failures
-from agent_gate.cli._options import db_option, parse_duration
+from agent_gate.cli._options import db_option, parse_duration, parse_listen
 
 _EPILOG = """\b
 Examples:
@@ -65,7 +65,6 @@ def proxy_command(
         from agent_gate.integrations.mcp.proxy import (
             ProxyConfig,
             parse_dedupe,
-            parse_listen,
             principal_of,
             serve,
         )
@@ -73,10 +72,7 @@ def proxy_command(
         raise click.ClickException(
             f"the MCP proxy needs the mcp extra: pip install 'agent-gate[mcp]' ({exc.name})"
         ) from None
-    try:
-        address = parse_listen(listen) if listen is not None else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    address = parse_listen(listen, any_port=False) if listen is not None else None
     try:
         keys = parse_dedupe(dedupe)
     except ValueError as exc:

@@ -12,15 +12,7 @@ import click
 
 from agent_gate.cli._exit import CliError, ExitCode
 from agent_gate.cli._operator import failures, open_ledger
-from agent_gate.cli._options import db_option, parse_duration
-
-
-def _address(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise click.BadParameter(f"expected HOST:PORT, e.g. 127.0.0.1:8765, not {listen!r}",
-                                 param_hint="--listen")
-    return host.strip("[]"), int(port)
+from agent_gate.cli._options import db_option, parse_duration, parse_listen
 
 
 @click.command(name="serve")
@@ -44,7 +36,7 @@ def serve_command(url: str | None, policy_file: str | None, config_file: str | N
     --approve TOOLS` prints one. The server also takes the audit trail's checkpoints
     (--checkpoint-every). Stop with Ctrl-C.
     """
-    host, port = _address(listen)
+    host, port = parse_listen(listen, any_port=True)
     try:
         import uvicorn
 

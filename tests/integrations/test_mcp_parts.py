@@ -28,7 +28,8 @@ from agent_gate.ledger.canonical import canonical_json, sha256_hex
         (["--policy", str(POLICY)], "give the upstream server"),
         (["--policy", str(POLICY), "--upstream-url", "http://127.0.0.1:1/mcp", "--", "x"],
          "give the upstream server"),
-        (["--policy", str(POLICY), "--listen", "nowhere", "--", "x"], "is not HOST:PORT"),
+        (["--policy", str(POLICY), "--listen", "nowhere", "--", "x"], "expected HOST:PORT"),
+        (["--policy", str(POLICY), "--listen", "127.0.0.1:0", "--", "x"], "expected HOST:PORT"),
         (["--policy", str(POLICY), "--approval-wait", "soon", "--", "x"], "--approval-wait"),
     ],
 )

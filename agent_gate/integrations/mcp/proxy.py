@@ -305,14 +305,6 @@ async def _serve_http(server: Server[Any], listen: tuple[str, int]) -> None:
     ).serve()
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a pair; ValueError otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 def principal_of(principal_id: str | None, roles: Sequence[str]) -> Principal | None:
     """The principal named on the command line, if any."""
     if principal_id is None and not roles:
