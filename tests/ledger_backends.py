@@ -44,15 +44,11 @@ class PgSchema:
             conn.exec_driver_sql(f"CREATE SCHEMA {self.name}")
 
     def upgrade(self) -> None:
-        """Head, through Alembic, as ``agent-gate db upgrade`` does it."""
-        from agent_gate.ledger.dialect import create_ledger_engine
-        from agent_gate.ledger.migrate import upgrade
+        """Head: through Alembic, as ``agent-gate db upgrade`` does it, the first time
+        in a process; after that by replaying what it sent (``ledger_templates``)."""
+        from ledger_templates import upgrade_pg_schema
 
-        engine = create_ledger_engine(self.url)
-        try:
-            upgrade(engine)
-        finally:
-            engine.dispose()
+        upgrade_pg_schema(self.admin, self.url, self.name)
 
     def backend_pids(self) -> list[int]:
         """Every server session opened through this schema's URL, by any process."""
