@@ -46,6 +46,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked slow first, each group in its collected order.
+
+    Why: with ``-n`` a worker that finishes early takes tests from the other's queue
+    (``--dist worksteal``, pyproject.toml), but a test already running cannot be
+    shared; when the long ones start first, the last to finish are short ones.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("backends")
