@@ -3,12 +3,13 @@
 ``db_url`` is parametrized over the backends, so one test body proves the same
 guarantee on both:
 
-* ``sqlite``: a fresh database file per test (upgraded on first use, as the
-  embedded default is);
+* ``sqlite``: a fresh database file per test, at head (a copy of the one file per
+  process that ``Ledger(create=True)`` upgraded: ``ledger_templates``);
 * ``postgresql``: a fresh schema per test inside the database that
   ``$AGENT_GATE_TEST_POSTGRES_URL`` names, brought to head by the same Alembic
-  upgrade ``agent-gate db upgrade`` runs (PostgreSQL is never upgraded implicitly),
-  and dropped afterwards. Skipped only when the variable is unset.
+  upgrade ``agent-gate db upgrade`` runs (PostgreSQL is never upgraded implicitly;
+  after a process's first schema, the statements it sent are replayed:
+  ``ledger_templates``), and dropped afterwards. Skipped only when the variable is unset.
 
 Why a schema per test: the suites use fixed task ids ("t", "task"), their worker
 processes receive nothing but the URL, and several test runs may share one
@@ -34,8 +35,7 @@ from sqlalchemy import Engine, create_engine
 sys.path.append(str(Path(__file__).parent))  # for ledger_backends (a unique name)
 
 from ledger_backends import PG_ENV, PgSchema, pg_base_url, pg_schema
-
-from agent_gate.ledger import Ledger
+from ledger_templates import NewSqliteLedger, SqliteTemplates
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -44,6 +44,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "backends(*names): run this test only on these ledger backends"
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked slow first, each group in its collected order.
+
+    Why: with ``-n`` a worker that finishes early takes tests from the other's queue
+    (``--dist worksteal``, pyproject.toml), but a test already running cannot be
+    shared; when the long ones start first, the last to finish are short ones.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -89,13 +99,27 @@ def pg(backend: str, request: pytest.FixtureRequest) -> Iterator[PgSchema | None
         yield schema
 
 
+@pytest.fixture(scope="session")
+def new_sqlite_ledger(tmp_path_factory: pytest.TempPathFactory) -> NewSqliteLedger:
+    """Puts a new SQLite ledger at head at a path and returns its URL (a copy of this
+    process's template: ``ledger_templates``)."""
+    return SqliteTemplates(tmp_path_factory.mktemp("ledger-templates")).new
+
+
 @pytest.fixture
-def db_url(backend: str, pg: PgSchema | None, tmp_path: Path) -> str:
+def sqlite_url(tmp_path: Path, new_sqlite_ledger: NewSqliteLedger) -> str:
+    """A SQLite ledger file at head, for tests of the embedded default alone, or that
+    read or tamper with the file itself."""
+    return new_sqlite_ledger(tmp_path / "ledger.db")
+
+
+@pytest.fixture
+def db_url(
+    backend: str, pg: PgSchema | None, tmp_path: Path, new_sqlite_ledger: NewSqliteLedger
+) -> str:
     """A ledger URL of its own for this test, on each backend in turn."""
     if pg is not None:
         return pg.url
     # Created here, as the PostgreSQL schema is: code under test never creates a
     # ledger it was not told to (Ledger/Gate ``create=True``).
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    Ledger(url, create=True).close()
-    return url
+    return new_sqlite_ledger(tmp_path / "ledger.db")

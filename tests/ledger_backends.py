@@ -13,9 +13,12 @@ from contextlib import contextmanager
 
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import OperationalError
 
 PG_ENV = "AGENT_GATE_TEST_POSTGRES_URL"
 SCHEMA_PREFIX = "agt_"
+DEADLOCK_DETECTED = "40P01"
+DROP_ATTEMPTS = 5
 
 
 def pg_base_url() -> URL | None:
@@ -44,15 +47,11 @@ class PgSchema:
             conn.exec_driver_sql(f"CREATE SCHEMA {self.name}")
 
     def upgrade(self) -> None:
-        """Head, through Alembic, as ``agent-gate db upgrade`` does it."""
-        from agent_gate.ledger.dialect import create_ledger_engine
-        from agent_gate.ledger.migrate import upgrade
+        """Head: through Alembic, as ``agent-gate db upgrade`` does it, the first time
+        in a process; after that by replaying what it sent (``ledger_templates``)."""
+        from ledger_templates import upgrade_pg_schema
 
-        engine = create_ledger_engine(self.url)
-        try:
-            upgrade(engine)
-        finally:
-            engine.dispose()
+        upgrade_pg_schema(self.admin, self.url, self.name)
 
     def backend_pids(self) -> list[int]:
         """Every server session opened through this schema's URL, by any process."""
@@ -78,11 +77,21 @@ class PgSchema:
 
     def drop(self) -> None:
         # Sessions left open (an unclosed Ledger, a SIGKILLed worker whose backend
-        # has not noticed yet) would make DROP wait for their locks.
-        self.terminate_sessions()
-        with self.admin.connect() as conn:
-            conn.exec_driver_sql("SET lock_timeout = '20s'")
-            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+        # has not noticed yet) would make DROP wait for their locks. A session that
+        # starts between the two (a timed-out tool's thread, released at teardown,
+        # recording its late outcome) can deadlock with the DROP, and PostgreSQL may
+        # cancel the DROP: then its sessions are ended again and the DROP retried.
+        for attempt in range(DROP_ATTEMPTS):
+            self.terminate_sessions()
+            try:
+                with self.admin.connect() as conn:
+                    conn.exec_driver_sql("SET lock_timeout = '20s'")
+                    conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.name} CASCADE")
+                return
+            except OperationalError as exc:
+                deadlock = getattr(exc.orig, "sqlstate", None) == DEADLOCK_DETECTED
+                if not deadlock or attempt == DROP_ATTEMPTS - 1:
+                    raise
 
 
 @contextmanager

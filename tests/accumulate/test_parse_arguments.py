@@ -208,6 +208,7 @@ def test_short_path_gives_the_reference_verdict_and_reason(
 _structure = st.text(alphabet='[]{}"\\a:', max_size=60)
 
 
+@pytest.mark.slow  # 3,000 examples: ~9 s on 2 cores
 @settings(max_examples=3000, deadline=None)
 @given(text=_structure | _texts(), limit=st.integers(-1, 6))
 def test_depth_scan_agrees_with_plainjson(text: str, limit: int) -> None:

@@ -10,8 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
 from shared_fixtures import (
     effects_file,
     seal_key_env,
-    sqlite_url,
     support_tools,
 )
 
-__all__ = ["effects_file", "seal_key_env", "sqlite_url", "support_tools"]
+__all__ = ["effects_file", "seal_key_env", "support_tools"]

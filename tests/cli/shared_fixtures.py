@@ -16,8 +16,6 @@ from types import ModuleType
 
 import pytest
 
-from agent_gate.ledger import Ledger
-
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 EXAMPLE_POLICY = ROOT / "policies" / "example.yaml"
@@ -48,14 +46,6 @@ def support_tools() -> Iterator[ModuleType]:
         yield support_tools
     finally:
         sys.path.remove(str(HERE))
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    """A SQLite ledger file, for tests that read or tamper with the file itself."""
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    Ledger(url, create=True).close()
-    return url
 
 
 def effect_lines(path: Path) -> list[str]:

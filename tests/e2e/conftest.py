@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 import pytest
+from ledger_templates import NewSqliteLedger  # tests/, on sys.path via tests/conftest.py
 
 from agent_gate import (
     CallInfo,
@@ -34,7 +35,6 @@ from agent_gate import (
 from agent_gate.demo.transcript import CALLS as DEMO_CALLS
 from agent_gate.demo.transcript import demo_transcript
 from agent_gate.gate.live import LiveResult, run_live
-from agent_gate.ledger import Ledger
 from agent_gate.stream_server import StreamServer, Transcript, TranscriptEvent
 from agent_gate.transport import ReconnectPolicy
 
@@ -182,10 +182,10 @@ def effects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    Ledger(url, create=True).close()  # code under test never creates a ledger unasked
-    return url
+def db_url(tmp_path: Path, new_sqlite_ledger: NewSqliteLedger) -> str:
+    # Made here (a copy of the process's migrated template, tests/ledger_templates.py):
+    # code under test never creates a ledger unasked.
+    return new_sqlite_ledger(tmp_path / "ledger.db")
 
 
 @pytest.fixture

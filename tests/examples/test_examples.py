@@ -92,6 +92,7 @@ def test_resuming_after_a_crash_inside_a_write(
                                            email: CallState.SUCCEEDED}
 
 
+@pytest.mark.slow  # the example crashes its own process and starts again: ~7 s on 2 cores
 def test_the_crash_example_as_a_script(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
            "AGENT_GATE_EXAMPLE_OUTBOX": str(tmp_path / "outbox.jsonl")}

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from ledger_templates import NewSqliteLedger  # tests/, on sys.path via tests/conftest.py
 
 from agent_gate import Gate, ToolRegistry
 
@@ -24,9 +25,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def gate(db_path: Path) -> Iterator[Gate]:
+def gate(db_path: Path, new_sqlite_ledger: NewSqliteLedger) -> Iterator[Gate]:
     """An ordinary gate with an empty registry: the adapter fills it."""
-    with Gate(ToolRegistry(), f"sqlite:///{db_path}", policy=POLICY, create=True) as g:
+    with Gate(ToolRegistry(), new_sqlite_ledger(db_path), policy=POLICY) as g:
         yield g
 
 

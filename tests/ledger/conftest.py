@@ -25,11 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from shared_fixtures import (
     effects_file,
     seal_key_env,
-    sqlite_url,
     support_tools,
 )
 
-__all__ = ["effects_file", "seal_key_env", "sqlite_url", "support_tools"]
+__all__ = ["effects_file", "seal_key_env", "support_tools"]
 
 FAST_ONLY = frozenset({"test_fast_paths.py", "test_prepared.py", "test_idle_connections.py"})
 """Modules about the fast path itself (kept connections, the driver cursor)."""

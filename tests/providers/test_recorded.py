@@ -201,7 +201,7 @@ def sse_events(raw: bytes, bounds: list[int] | None = None) -> Iterator[ServerSe
 
 @pytest.mark.parametrize("fixture", MANIFEST, ids=IDS)
 def test_gate_runs_each_complete_call_once(
-    fixture: dict[str, Any], tmp_path: Path
+    fixture: dict[str, Any], sqlite_url: str
 ) -> None:
     """``Gate.run(provider="auto")`` over the events of randomly split reads: each
     complete call runs once, with its recorded arguments, the provider-executed ones
@@ -217,7 +217,7 @@ def test_gate_runs_each_complete_call_once(
     # declared function never runs (agent_gate.gate.mcp_approval).
     recorder = Recorder({name for name, _args in complete} | {c[1] for c in answered})
     raw = recorded_body(fixture)
-    with Gate(recorder.tools, f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as gate:
+    with Gate(recorder.tools, sqlite_url) as gate:
         result = gate.run(sse_events(raw, cuts(len(raw), 7)), task_id="recorded", provider="auto")
         replay = gate.run(sse_events(raw), task_id="recorded", provider="auto")
     assert result.provider == fixture["protocol"]

@@ -77,13 +77,13 @@ def client_calls(fixture: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in fixture.get("calls", []) if c["status"] == "complete"]
 
 
-def run(fixture: dict[str, Any], tmp_path: Path) -> Any:
+def run(fixture: dict[str, Any], sqlite_url: str) -> Any:
     """``Gate.run`` with a read tool (answering ``{"ok": true}``) per client call."""
     tools = ToolRegistry()
     for name in sorted({c["name"] for c in client_calls(fixture)}):
         tools.register(lambda **_: {"ok": True}, name=name, schema={"type": "object"},
                        effect="read")
-    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as gate:
+    with Gate(tools, sqlite_url) as gate:
         return gate.run(events(fixture), task_id="turn", provider="auto")
 
 
@@ -120,8 +120,10 @@ def anthropic_blocks(fixture: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @each_completed("anthropic")
-def test_anthropic_turn_is_the_message_as_streamed(fixture: dict[str, Any], tmp_path: Path) -> None:
-    result = run(fixture, tmp_path)
+def test_anthropic_turn_is_the_message_as_streamed(
+    fixture: dict[str, Any], sqlite_url: str
+) -> None:
+    result = run(fixture, sqlite_url)
     turn = result.next_input("anthropic")
     blocks = anthropic_blocks(fixture)
     assert turn[0] == {"role": "assistant", "content": blocks}
@@ -136,25 +138,25 @@ def test_anthropic_turn_is_the_message_as_streamed(fixture: dict[str, Any], tmp_
         assert len(turn) == 1
 
 
-def test_anthropic_thinking_goes_back_first_with_its_whole_signature(tmp_path: Path) -> None:
+def test_anthropic_thinking_goes_back_first_with_its_whole_signature(sqlite_url: str) -> None:
     fixture = named("pydantic-ai--test_anthropic_code_execution_tool_stream.yaml")
     signature = "".join(
         d["delta"]["signature"] for d in payloads(fixture)
         if d.get("type") == "content_block_delta" and d["delta"]["type"] == "signature_delta"
     )
     assert len(signature) > 100
-    first = run(fixture, tmp_path).next_input("anthropic")[0]["content"][0]
+    first = run(fixture, sqlite_url).next_input("anthropic")[0]["content"][0]
     assert first["type"] == "thinking" and first["signature"] == signature
     assert first["thinking"] == "Let me calculate this mathematical expression."
 
 
-def test_anthropic_citations_stay_with_their_text_block(tmp_path: Path) -> None:
+def test_anthropic_citations_stay_with_their_text_block(sqlite_url: str) -> None:
     fixture = named("vercel-ai--anthropic-web-search-tool.1.chunks.txt")
     cited = [
         d["delta"]["citation"] for d in payloads(fixture)
         if d.get("type") == "content_block_delta" and d["delta"]["type"] == "citations_delta"
     ]
-    content = run(fixture, tmp_path).next_input("anthropic")[0]["content"]
+    content = run(fixture, sqlite_url).next_input("anthropic")[0]["content"]
     kept = [c for block in content for c in block.get("citations", [])]
     assert kept == cited and len(cited) == 14
     first = next(b for b in content if b.get("citations"))
@@ -193,9 +195,9 @@ def text_of(parts: list[dict[str, Any]], thought: bool) -> str:
 
 @each_completed("gemini")
 def test_gemini_turn_keeps_each_signature_in_its_part(
-    fixture: dict[str, Any], tmp_path: Path
+    fixture: dict[str, Any], sqlite_url: str
 ) -> None:
-    result = run(fixture, tmp_path)
+    result = run(fixture, sqlite_url)
     turn = result.next_input("gemini")
     wire = gemini_parts(fixture)
     model = turn[0]
@@ -237,9 +239,9 @@ def final_output(fixture: dict[str, Any]) -> list[dict[str, Any]]:
 
 @each_completed("openai-responses")
 def test_responses_turn_is_the_final_output_then_one_answer_per_call(
-    fixture: dict[str, Any], tmp_path: Path
+    fixture: dict[str, Any], sqlite_url: str
 ) -> None:
-    result = run(fixture, tmp_path)
+    result = run(fixture, sqlite_url)
     items = result.next_input("openai-responses")
     calls = client_calls(fixture)
     turn = items[: len(items) - len(calls)]
@@ -259,9 +261,9 @@ def test_responses_turn_is_the_final_output_then_one_answer_per_call(
     assert answers == expected
 
 
-def test_responses_reasoning_goes_back_with_its_encrypted_content(tmp_path: Path) -> None:
+def test_responses_reasoning_goes_back_with_its_encrypted_content(sqlite_url: str) -> None:
     fixture = named("vercel-ai--programmatic-tool-calling.1.chunks.txt")
-    items = run(fixture, tmp_path).next_input("openai-responses")
+    items = run(fixture, sqlite_url).next_input("openai-responses")
     reasoning = [i for i in items if i["type"] == "reasoning"]
     assert reasoning and all(i.get("encrypted_content") for i in reasoning)
     assert items.index(reasoning[0]) < next(
@@ -269,9 +271,9 @@ def test_responses_reasoning_goes_back_with_its_encrypted_content(tmp_path: Path
     )
 
 
-def test_an_mcp_approval_request_is_answered_after_the_request_item(tmp_path: Path) -> None:
+def test_an_mcp_approval_request_is_answered_after_the_request_item(sqlite_url: str) -> None:
     fixture = named("vercel-ai--openai-mcp-tool-approval.1.chunks.txt")
-    items = run(fixture, tmp_path).next_input("openai-responses")
+    items = run(fixture, sqlite_url).next_input("openai-responses")
     assert [i["type"] for i in items] == [
         "mcp_list_tools", "reasoning", "mcp_approval_request", "mcp_approval_response",
     ]
@@ -305,8 +307,10 @@ def chat_message(fixture: dict[str, Any]) -> tuple[str, str | None, dict[int, di
 
 
 @each_completed("openai-chat")
-def test_chat_turn_is_one_message_as_streamed(fixture: dict[str, Any], tmp_path: Path) -> None:
-    result = run(fixture, tmp_path)
+def test_chat_turn_is_one_message_as_streamed(
+    fixture: dict[str, Any], sqlite_url: str
+) -> None:
+    result = run(fixture, sqlite_url)
     message, *tools = result.next_input("openai-chat")
     text, reasoning, calls = chat_message(fixture)
     assert message["role"] == "assistant" and message["content"] == (text or None)
@@ -320,9 +324,9 @@ def test_chat_turn_is_one_message_as_streamed(fixture: dict[str, Any], tmp_path:
     assert [t["tool_call_id"] for t in tools] == [c["id"] for c in sent]
 
 
-def test_deepseek_reasoning_goes_back_with_the_tool_calls(tmp_path: Path) -> None:
+def test_deepseek_reasoning_goes_back_with_the_tool_calls(sqlite_url: str) -> None:
     fixture = named("vercel-ai--deepseek-tool-call.chunks.txt")
-    message = run(fixture, tmp_path).next_input("openai-chat")[0]
+    message = run(fixture, sqlite_url).next_input("openai-chat")[0]
     assert message["reasoning_content"].startswith("The user is asking for the weather")
     assert message["tool_calls"][0]["id"] == "call_00_ioIn7yN9p1ZOMNpDLwd4MgAF"
 
@@ -335,15 +339,15 @@ def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> ServerSentEv
     return ServerSentEvent(data=json.dumps(data), event="message", id=None)
 
 
-def gate_run(stream: list[Any], provider: str, tmp_path: Path) -> Any:
+def gate_run(stream: list[Any], provider: str, sqlite_url: str) -> Any:
     tools = ToolRegistry()
     tools.register(lambda **_: {"ok": True}, name="weather", schema={"type": "object"},
                    effect="read")
-    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as gate:
+    with Gate(tools, sqlite_url) as gate:
         return gate.run(stream, task_id="edge", provider=provider)
 
 
-def test_an_empty_reasoning_content_still_goes_back_with_tool_calls(tmp_path: Path) -> None:
+def test_an_empty_reasoning_content_still_goes_back_with_tool_calls(sqlite_url: str) -> None:
     """DeepSeek answers 400 to a tool-call turn without its reasoning_content, even
     when the model thought nothing (the field was streamed, empty)."""
     stream = [
@@ -353,12 +357,12 @@ def test_an_empty_reasoning_content_still_goes_back_with_tool_calls(tmp_path: Pa
         chat_chunk({}, "tool_calls"),
         ServerSentEvent(data="[DONE]", event="message", id=None),
     ]
-    message = gate_run(stream, "openai-chat", tmp_path).next_input("openai-chat")[0]
+    message = gate_run(stream, "openai-chat", sqlite_url).next_input("openai-chat")[0]
     assert message["reasoning_content"] == ""
     assert [c["id"] for c in message["tool_calls"]] == ["call_1"]
 
 
-def test_reasoning_content_of_a_turn_without_calls_is_left_out(tmp_path: Path) -> None:
+def test_reasoning_content_of_a_turn_without_calls_is_left_out(sqlite_url: str) -> None:
     """deepseek-reasoner refused reasoning_content in the input (400); newer models
     ignore it on a turn without tool calls: it is not sent, and never shown."""
     shown: list[str] = []
@@ -368,7 +372,7 @@ def test_reasoning_content_of_a_turn_without_calls_is_left_out(tmp_path: Path) -
         ServerSentEvent(data="[DONE]", event="message", id=None),
     ]
     tools = ToolRegistry()
-    with Gate(tools, f"sqlite:///{tmp_path / 'ledger.db'}", create=True) as gate:
+    with Gate(tools, sqlite_url) as gate:
         result = gate.run(stream, task_id="t", provider="openai-chat", on_text=shown.append)
     assert result.next_input("openai-chat") == [
         {"role": "assistant", "content": "9.8 is greater."}
@@ -383,13 +387,13 @@ def gemini_chunk(part: dict[str, Any], finish: str | None = None) -> dict[str, A
     return {"candidates": [candidate], "responseId": "r1"}
 
 
-def test_a_gemini_id_the_wire_gave_goes_back_in_both_forms(tmp_path: Path) -> None:
+def test_a_gemini_id_the_wire_gave_goes_back_in_both_forms(sqlite_url: str) -> None:
     stream = [
         gemini_chunk({"functionCall": {"id": "fc-7", "name": "weather", "args": {}}}),
         gemini_chunk({"functionCall": {"name": "weather", "args": {"city": "Porto"}}},
                      finish="STOP"),
     ]
-    result = gate_run(stream, "gemini", tmp_path)
+    result = gate_run(stream, "gemini", sqlite_url)
     responses = [p["functionResponse"] for p in result.next_input("gemini")[1]["parts"]]
     assert [r.get("id") for r in responses] == ["fc-7", None]
     assert [r["functionResponse"] for r in result.tool_results("gemini")] == responses
