@@ -81,13 +81,15 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, event, exc
 
 from agent_gate.ledger._sa_private import transaction_watched
-from agent_gate.ledger.libpq import Answer, Wire
 from agent_gate.ledger.prepared import driver_error, opened, track, untrack
+
+if TYPE_CHECKING:  # psycopg's, imported by a PostgreSQL ledger only (``_enter``)
+    from agent_gate.ledger.libpq import Answer, Wire
 
 __all__ = [
     "EXPECTATION_FAILED",
@@ -329,6 +331,8 @@ class PipelinedTxn:
         # autocommit: psycopg must not send (and wait for) a BEGIN of its own; ours
         # goes out with the first statement.
         driver.autocommit = True
+        from agent_gate.ledger.libpq import Wire
+
         wire = Wire(driver)
         wire.enter()
         self.driver, self.wire = driver, wire

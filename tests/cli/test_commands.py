@@ -128,8 +128,10 @@ def test_tasks_imports_the_ledger_alone(argv: tuple[str, ...], tmp_path: Path) -
     modules = _modules_after(*argv, "--db", url)
     assert _loaded(modules, "agent_gate.ledger")
     assert [m for m in HEAVY if _loaded(modules, m)] == []
-    # nor another database's dialect, nor the ORM (the ledger's tables are Core tables)
+    # nor another database's dialect or driver, nor the ORM (the ledger's tables are
+    # Core tables)
     assert not _loaded(modules, "sqlalchemy.dialects.postgresql")
+    assert not _loaded(modules, "psycopg")
     assert not _loaded(modules, "sqlalchemy.orm")
     # nor the ledger's write path: opening a ledger to list it reads rows and no more
     assert [m for m in (*WRITE_PATH, *NOT_A_READ) if _loaded(modules, m)] == []
