@@ -79,16 +79,15 @@ _PLACEHOLDER = re.compile(rb"%(?:\(([^)]+)\))?s|%%|%")
 
 class Answer:
     """What the server answered one statement: its rows (when it returns rows), its
-    row count, or the error it failed with (``aborted``: it was never run because a
-    statement before it failed)."""
+    row count, or the error it failed with (none of them for a statement never run
+    because one before it failed)."""
 
-    __slots__ = ("aborted", "error", "rowcount", "rows")
+    __slots__ = ("error", "rowcount", "rows")
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
         self.rowcount = -1
         self.error: Exception | None = None
-        self.aborted = False
 
 
 class Target(Protocol):
@@ -221,11 +220,6 @@ class Wire:
         """Leave pipeline mode (every answer read): the connection is psycopg's again."""
         self.pgconn.exit_pipeline_mode()
 
-    @property
-    def pending(self) -> bool:
-        """Commands sent and not answered yet."""
-        return bool(self._inflight)
-
     def send(self, sql: str, args: Any, target: Target) -> None:
         """Hand one statement to libpq and write what it can to the socket."""
         converted = _convert(sql)
@@ -316,9 +310,7 @@ class Wire:
                     answer.rows = tx.load_rows(0, result.ntuples, tuple)
                 count = result.command_tuples
                 answer.rowcount = -1 if count is None else count
-            elif status == _ABORTED:
-                answer.aborted = True
-            else:
+            elif status != _ABORTED:  # an aborted one was never run: no rows, no error
                 answer.error = pg_errors.error_from_result(result, encoding=self.tx.encoding)
                 if first is None:
                     first = answer.error
