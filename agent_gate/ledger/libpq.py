@@ -61,8 +61,8 @@ import weakref
 from collections import deque
 from typing import Any, Protocol
 
+from psycopg import OperationalError, pq
 from psycopg import errors as pg_errors
-from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
 
 __all__ = ["INVALID_NAME", "Answer", "Target", "Wire"]
@@ -340,7 +340,5 @@ class Wire:
             raise self._lost()
 
     def _lost(self) -> Exception:
-        from psycopg import OperationalError
-
         message = self.pgconn.error_message.decode(self.tx.encoding, "replace").strip()
         return OperationalError(message or "the connection to the server was lost")

@@ -369,16 +369,26 @@ class PipelinedTxn:
         self._push()
         wire = self.wire
         assert wire is not None
-        try:
-            error = wire.round_trip()
-            if error is not None and self._sent_unnamed(wire):
-                error = None
-        except self.error_class as lost:
-            error = lost
+        error = self._round_trip(wire, leave=False)
         if error is not None:
             self._on_error(error, committing=False)
             return
         self._answered()
+
+    def _round_trip(self, wire: Wire, *, leave: bool) -> Exception | None:
+        """Sync and read every answer (sent again unnamed when the server had forgotten
+        a prepared name, ``_sent_unnamed``), then leave pipeline mode if ``leave``.
+        Returns the error the round trip ended in, a lost connection's included."""
+        try:
+            error = wire.round_trip()
+            if error is not None and self._sent_unnamed(wire):
+                error = None
+            if error is None and leave:
+                self.wire = None
+                wire.exit()
+        except self.error_class as lost:
+            return lost
+        return error
 
     def expect(self, pending: Pending, rowcount: int) -> None:
         """``pending``, the statement just sent (with ``RETURNING``), must return
@@ -416,15 +426,7 @@ class PipelinedTxn:
         """The last round trip in pipeline mode, then out of it."""
         wire = self.wire
         assert wire is not None
-        try:
-            error = wire.round_trip()
-            if error is not None and self._sent_unnamed(wire):
-                error = None
-            if error is None:
-                self.wire = None
-                wire.exit()
-        except self.error_class as lost:
-            error = lost
+        error = self._round_trip(wire, leave=True)
         if error is None:
             self._answered()
             return
