@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import BigInteger, Connection, Engine, bindparam, select, update
+from sqlalchemy import BigInteger, Connection, Engine, bindparam, insert, select, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -30,8 +30,8 @@ from agent_gate.ledger.dialect import (
     db_now_ms,
     for_update,
 )
-from agent_gate.ledger.pipeline import Pending, Unexpected
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.pipeline import Pending, PipelinedTxn, Unexpected
+from agent_gate.ledger.prepared import Prepared, prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode
@@ -54,6 +54,7 @@ __all__ = [
     "MAX_REASON_CHARS",
     "STATE_NOT_IN_AUDIT",
     "Decide",
+    "Folded",
     "Later",
     "Lost",
     "apply",
@@ -160,8 +161,14 @@ def compare_and_set(
     not waited for: it is expected to match one row (else the transaction rolls
     back before its COMMIT, ``pipeline.Unexpected``), reported as matched, and its
     row is read after the commit (``Later``, appended to ``later``). Elsewhere
-    ``later`` changes nothing.
+    ``later`` changes nothing. A row whose ``INSERT`` is still unsent (``Folded``)
+    takes the values into that ``INSERT`` instead of an ``UPDATE``.
     """
+    folded = later[-1] if later else None
+    if isinstance(folded, Folded) and folded.folds(rec, guard):
+        folded.values.update(values)
+        later.append(folded)
+        return 1, None
     returning = conn.dialect.update_returning
     # The columns in the caller's order: a call site always sets them in one order,
     # so this names one compiled statement per site without sorting on every call.
@@ -223,15 +230,86 @@ class Later:
 
     __slots__ = ("dialect", "pending")
 
-    def __init__(self, dialect: Dialect, pending: Pending) -> None:
+    def __init__(self, dialect: Dialect, pending: Pending | None) -> None:
         self.dialect = dialect
         self.pending = pending
 
     def record(self) -> CallRecord:
-        rows = self.pending.rows
+        rows = self.pending.rows if self.pending is not None else None
         if not rows:  # pragma: no cover - the commit checked that it matched
             raise RuntimeError("a deferred compare-and-set returned no row")
         return driver_call_record(self.dialect, rows[0], False)
+
+
+class Folded(Later):
+    """A call's row inserted in a pipelined transaction, written as late as it can be.
+
+    A call that is received, authorized and claimed in one transaction used to be an
+    ``INSERT`` and two compare-and-set ``UPDATE`` statements on the row it had just written:
+    three row versions, each writing every index of ``tool_calls`` (``state`` is
+    indexed, so PostgreSQL cannot update in place), and three statements to send.
+    Nobody can see the row before the commit, so the arrows applied to it before
+    anything else is sent are folded into the ``INSERT`` instead
+    (``compare_and_set``): one statement, one row version, the same row at the
+    commit. Its audit events are appended as for any arrow. The ``INSERT`` goes out
+    (``PipelinedTxn.defer``) before the next statement of any other kind (the audit
+    append, a quota charge, a read, the ``COMMIT``), so it keeps its place in the
+    transaction's order and the rows that refer to it find it.
+
+    A plain ``INSERT`` (no ``ON CONFLICT``): a call recorded before, or an id taken,
+    fails it and everything after it (``intake``'s spare ids).
+    """
+
+    __slots__ = ("conn", "pipe", "values")
+
+    def __init__(self, conn: Connection, pipe: PipelinedTxn, values: dict[str, Any]) -> None:
+        super().__init__(conn.dialect, None)
+        self.conn = conn
+        self.pipe = pipe
+        self.values = values
+        pipe.defer(self.send)
+
+    def folds(self, rec: CallRecord, guard: Guard) -> bool:
+        """Whether an arrow from ``rec`` may be folded in: the insert is not sent yet,
+        and ``rec`` is the row it will write (no guard to check: nobody else can
+        have touched a row that is not written yet)."""
+        values = self.values
+        return (
+            self.pending is None
+            and guard == _NO_GUARD
+            and rec.row_id == values["id"]
+            and rec.state._value_ == values["state"]
+            and rec.version == values["version"]
+        )
+
+    def send(self) -> None:
+        """Send the ``INSERT`` with every arrow folded in (``PipelinedTxn.defer``)."""
+        values = self.values
+        keys = tuple(sorted(values))
+        clocked = tuple([k for k in keys if isinstance(values[k], DbNowPlus)])
+
+        def build() -> Any:
+            c = CALLS.c
+            row = {
+                k: (
+                    db_now_ms() + bindparam(k, type_=BigInteger())
+                    if k in clocked
+                    else bindparam(k, type_=c[k].type)
+                )
+                for k in keys
+            }
+            return insert(CALLS).values(row).returning(*CALL_COLUMNS)
+
+        params = (
+            {k: (v.ms if isinstance(v, DbNowPlus) else v) for k, v in values.items()}
+            if clocked
+            else values
+        )
+        statement = prepare(self.conn, ("insert_folded", keys, clocked), build)
+        assert isinstance(statement, Prepared)  # pipelined: the fast backend's
+        # Through the pipeline itself: Core may be joining the transaction right now
+        # (``pipeline.install``'s listener), with the pipeline already unhooked.
+        self.pending = self.pipe.send(statement.sql, statement.args(params), fetch=True)
 
 
 def _predicted(rec: CallRecord, values: Mapping[str, Any]) -> CallRecord:

@@ -10,9 +10,11 @@ about to run carries its claim (``Ruling.claim``) into that same commit.
 
 On PostgreSQL's pipelined transactions (``pipeline``) the insert is not waited for
 when this process holds a spare row id (``_SpareIds``, asked of the sequence in the
-previous intake's round trips): the call is inserted under it with a plain
+previous intakes' round trips): the call is inserted under it with a plain
 ``INSERT``, decided and claimed at once, and its rows read with the answer to the
-``COMMIT`` (the transaction's one round trip). A call recorded before fails that
+``COMMIT`` (the transaction's one round trip). The decision's and the claim's
+arrows are folded into that ``INSERT`` (``flows.Folded``): one row version, not
+three. A call recorded before fails that
 insert, nothing of the transaction commits, and it is recorded again the usual way
 (``ON CONFLICT DO NOTHING``, the insert's answer read before anything is decided).
 """
@@ -29,11 +31,9 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
-    Insert,
     TextClause,
     bindparam,
     exc,
-    insert,
     select,
     text,
     update,
@@ -42,8 +42,8 @@ from sqlalchemy import (
 from agent_gate.ledger import audit
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
-from agent_gate.ledger.flows import Later, Lost, apply, apply_ruling, lock_task, write
-from agent_gate.ledger.pipeline import Pending, Unexpected
+from agent_gate.ledger.flows import Folded, Later, Lost, apply, apply_ruling, lock_task, write
+from agent_gate.ledger.pipeline import Unexpected
 from agent_gate.ledger.prepared import Rows, opened, prepare
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.records import (
@@ -65,20 +65,6 @@ __all__ = ["ensure_task", "record"]
 _RECEIVED = CallState.RECEIVED.value
 
 
-def _insert_guessed(conn: Connection, values: dict[str, Any]) -> Rows:
-    """The call's row under a spare id, sent without waiting: a plain ``INSERT``
-    (no ``ON CONFLICT``), so that a call recorded before (or an id taken) fails it,
-    and with it every statement after it, up to and including the ``COMMIT``.
-    ``record`` then records the call anew (``_guess_failed``)."""
-    keys = tuple(sorted(values))
-
-    def build() -> Insert:
-        row = {k: bindparam(k, type_=CALLS.c[k].type) for k in keys}
-        return insert(CALLS).values(row).returning(*CALLS.c)
-
-    return prepare(conn, ("insert_guessed", keys), build).run(conn, values)
-
-
 def _guess_failed(error: exc.IntegrityError) -> bool:
     """Whether ``error`` is ``_insert_guessed``'s unique-key violation: the first
     error of its pipeline, so nothing after it ran."""
@@ -91,9 +77,18 @@ def _guess_failed(error: exc.IntegrityError) -> bool:
 _UNIQUE_VIOLATION = "23505"
 
 
-def _next_call_id() -> TextClause:
+SPARE_BATCH = 16
+"""How many row ids one intake asks the sequence for when this process is running
+out (``_SpareIds``): one statement per sixteen calls instead of one per call."""
+
+
+def _next_call_ids() -> TextClause:
     # Not rolled back with the transaction: an id asked for is never handed twice.
-    return text("SELECT nextval(pg_get_serial_sequence('tool_calls', 'id'))")
+    # In ascending order, each above every id handed before.
+    return text(
+        "SELECT nextval(pg_get_serial_sequence('tool_calls', 'id')) "
+        f"FROM generate_series(1, {SPARE_BATCH}) ORDER BY 1"
+    )
 
 
 def _context_detail(principal: str | None, scope: str | None) -> dict[str, Any] | None:
@@ -183,7 +178,8 @@ def record(
     try:
         try:
             rec, inserted = _record(engine, new, now, later=later, row_id=row_id,
-                                    ask=asked if spare is not None else None, **kw)
+                                    ask=asked if spare is not None and len(spare.ids) < 2
+                                    else None, **kw)
         except exc.IntegrityError as error:
             if row_id is None or not _guess_failed(error):
                 raise
@@ -195,7 +191,11 @@ def record(
     except Unexpected:  # pragma: no cover - the row is ours until commit
         raise RuntimeError("a ledger row changed under its insert") from None
     if spare is not None:
-        spare.ids.extend(int(got.rows[0][0]) for got in asked)
+        if inserted and not (later and isinstance(later[0], Folded)):
+            # Inserted under the sequence's next id, above every spare one: a call
+            # inserted under a spare id after it would sort before it.
+            spare.ids.clear()
+        spare.ids.extend(int(row[0]) for got in asked for row in got.rows)
     return (later[-1].record() if later else rec), inserted
 
 
@@ -205,9 +205,11 @@ class _SpareIds:
     A call on a task already known is inserted under one (``_record``'s ``row_id``),
     so that deciding and claiming it need not wait for the insert's answer: its
     ``RETURNING`` row comes with the ``COMMIT``'s answer, and one that inserted
-    nothing (the call was recorded before) rolls the transaction back. Each
-    pipelined intake asks the sequence for the next id in its own round trips.
-    Kept per process (a forked child must not reuse its parent's).
+    nothing (the call was recorded before) rolls the transaction back. A pipelined
+    intake that finds fewer than two left asks the sequence for ``SPARE_BATCH``
+    more in its own round trip. Kept per process (a forked child must not reuse its
+    parent's); ids a process never uses are gaps in the sequence, as a rolled-back
+    insert's are.
     """
 
     __slots__ = ("ids", "pid")
@@ -242,14 +244,16 @@ def _record(
     ask: list[Rows] | None,
 ) -> tuple[CallRecord, bool]:
     """One intake transaction. In a pipelined one, ``row_id``: insert under this id
-    without waiting (``_SpareIds``); ``ask``: append the sequence's next id to it."""
+    without waiting (``_SpareIds``); ``ask``: append the sequence's next ids to it."""
     with write(engine) as conn:
-        state = opened(conn)
-        pipelined = state is not None and state.pipe is not None
         if not task_known:
             ensure_task(conn, new.task_id, provider, new.principal, new.scope)
         if decide is not None and lock:
             lock_task(conn, new.task_id)
+        # Asked now: a statement Core ran above (binding a task's principal) took the
+        # transaction out of pipeline mode.
+        state = opened(conn)
+        pipe = state.pipe if state is not None else None
         values = {
             "task_id": new.task_id,
             "call_id": new.call_id,
@@ -272,30 +276,26 @@ def _record(
             "trace_id": new.trace_id,
             "span_id": new.span_id,
         }
-        returned = (
-            _insert_guessed(conn, {**values, "id": row_id})
-            if row_id is not None and pipelined
-            else insert_returning(conn, CALLS, values)
-        )
-        if ask is not None and pipelined:
-            # After the insert: the next call's id is above this one's (a process's
-            # calls keep their order by id).
-            ask.append(prepare(conn, "next_call_id", _next_call_id).run(conn, {}))
-        if isinstance(returned, Pending) and row_id is not None:
-            later.append(Later(conn.dialect, returned))
+        if row_id is not None and pipe is not None:
+            # Inserted under the spare id, as late as it can be: the arrows applied
+            # to it before anything else is sent are folded into its INSERT.
+            later.append(Folded(conn, pipe, {**values, "id": row_id}))
             inserted = True
-            rec = call_record(tuple([row_id if c.name == "id" else values.get(c.name)
-                                     for c in CALL_COLUMNS]))
-        elif returned is None:  # the dialect cannot: insert, then read the row
-            inserted = insert_ignore(conn, CALLS, values)
-            rec = call_by(conn, task_id=new.task_id, call_id=new.call_id)
+            rec: CallRecord | None = call_record(tuple(
+                [row_id if c.name == "id" else values.get(c.name) for c in CALL_COLUMNS]
+            ))
         else:
-            inserted = bool(returned.rows)
-            rec = (
-                driver_call_record(conn.dialect, returned.rows[0], returned.processed)
-                if inserted
-                else call_by(conn, task_id=new.task_id, call_id=new.call_id)
-            )
+            returned = insert_returning(conn, CALLS, values)
+            if returned is None:  # the dialect cannot: insert, then read the row
+                inserted = insert_ignore(conn, CALLS, values)
+                rec = call_by(conn, task_id=new.task_id, call_id=new.call_id)
+            else:
+                inserted = bool(returned.rows)
+                rec = (
+                    driver_call_record(conn.dialect, returned.rows[0], returned.processed)
+                    if inserted
+                    else call_by(conn, task_id=new.task_id, call_id=new.call_id)
+                )
         if rec is None:
             rec = call_by(conn, task_id=new.task_id, idem_key=new.idem_key)
         if rec is None:  # pragma: no cover - a row we could not insert must exist
@@ -331,4 +331,9 @@ def _record(
                     raise RuntimeError(
                         f"ledger row {rec.row_id} changed under its insert"
                     ) from None
+        if ask is not None and state is not None and state.pipe is not None:
+            # After the arrows (which it would stop folding into the insert): the
+            # next calls' ids, above this one's (a process's calls keep their order
+            # by id).
+            ask.append(prepare(conn, "next_call_ids", _next_call_ids).run(conn, {}))
     return rec, inserted

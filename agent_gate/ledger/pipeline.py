@@ -79,7 +79,7 @@ from __future__ import annotations
 import select
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -294,8 +294,8 @@ _DISCARDED = _Discarded()
 class PipelinedTxn:
     """One write transaction on a psycopg connection in pipeline mode."""
 
-    __slots__ = ("answered", "conn", "driver", "error_class", "held", "pending", "replayed",
-                 "wire")
+    __slots__ = ("answered", "conn", "deferred", "driver", "error_class", "held", "pending",
+                 "replayed", "wire")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -307,6 +307,9 @@ class PipelinedTxn:
         self.held: Pending | None = None
         """The statement last sent, not yet handed to the driver: ``expect`` may still
         wrap it. It goes out with the next statement or round trip."""
+        self.deferred: Callable[[], None] | None = None
+        """What sends a statement still being written (``defer``): it goes out before
+        anything else is sent or waited for."""
         self.driver: Any = None
         self.wire: Wire | None = None
         """The connection's pipeline while in pipeline mode (``libpq``)."""
@@ -341,10 +344,24 @@ class PipelinedTxn:
     def in_pipeline(self) -> bool:
         return self.wire is not None
 
+    def defer(self, send: Callable[[], None]) -> None:
+        """Put off a statement its caller may still rewrite: ``send`` sends it (through
+        ``send``) just before the next statement, round trip or ``COMMIT``, so that it
+        keeps its place in the transaction's order (``flows.Folded``)."""
+        self._undefer()
+        self.deferred = send
+
+    def _undefer(self) -> None:
+        deferred, self.deferred = self.deferred, None
+        if deferred is not None:
+            deferred()
+
     def send(
         self, sql: str, args: Sequence[Any] | Mapping[str, Any] | None, *, fetch: bool
     ) -> Pending:
         """Send one statement; its answer is read when needed (``Pending``)."""
+        if self.deferred is not None:
+            self._undefer()
         if self.held is not None:
             self._push()
         pending = Pending(self, sql, args, fetch)
@@ -366,6 +383,7 @@ class PipelinedTxn:
 
     def wait(self) -> None:
         """One round trip: every statement sent so far answered, or its error raised."""
+        self._undefer()
         self._push()
         wire = self.wire
         assert wire is not None
@@ -419,6 +437,7 @@ class PipelinedTxn:
         """Core joins the transaction (a ``conn.execute``): answer everything and
         leave pipeline mode; the transaction goes on in the plain protocol."""
         if self.wire is not None:
+            self._undefer()
             self._push()
             self._leave(committing=False)
 
@@ -455,6 +474,7 @@ class PipelinedTxn:
         """
         self.pending = []
         self.held = None
+        self.deferred = None
         self._drop_pipeline()
         driver = self.driver
         if driver is None or driver.closed or driver.broken:
