@@ -36,10 +36,11 @@ server instead (functions revision 0007 installs):
   ``expect`` may still wrap it.
 
 A gate call that runs at once then costs two round trips (the count
-``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert,
-decision, claim, audit append and ``COMMIT`` in one (the insert under an id handed
-out in the previous call's transaction, ``intake._SpareIds``), the outcome's
-``BEGIN``, update, audit append and ``COMMIT`` in the other.
+``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert
+(under an id handed out in an earlier call's transaction, ``intake._SpareIds``,
+with the decision's and the claim's arrows folded in, ``flows.Folded``), audit
+append and ``COMMIT`` in one, the outcome's ``BEGIN``, update, audit append and
+``COMMIT`` in the other: eight statements.
 
 The server runs the statements in the order sent, so locks are taken in the order
 the code asks for them (the audit head stays the last, ``audit``'s docstring), and
