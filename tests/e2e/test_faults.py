@@ -338,11 +338,14 @@ def test_a_stalled_stream_can_be_resumed_when_the_caller_asks(
     stall = Fault(
         stall_after_events=len(case.transcript) // 2, stall_seconds=5, heartbeat_interval=0.05
     )
-    limits = StreamLimits(idle_timeout=2, progress_timeout=0.4)
+    limits = StreamLimits(idle_timeout=2, progress_timeout=1.0)
     policy = ReconnectPolicy(initial_delay=0.005, max_delay=0.05, resume_stalled=True)
     with StreamServer({"s": case.transcript}, faults=[FaultRule(stall)], join_timeout=2.0) as srv:
         result = live(gate, srv, case, "task", limits=limits, reconnect=policy)
     assert result.stream_error is None and str(result.terminal) == "completed"
-    assert [r.cause for r in result.reconnects] == ["progress_timeout"]
+    # The stall is resumed; on a loaded machine a resumed stream's slow start may
+    # trip the progress timeout again (it once did at 0.4 s), which is resumed too.
+    causes = [r.cause for r in result.reconnects]
+    assert causes and set(causes) == {"progress_timeout"}, causes
     ran = check_at_most_once(result, gate, "task", case, runs_of(e2e_tools, effects, "task"))
     assert ran == allowed(case)
