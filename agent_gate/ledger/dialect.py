@@ -317,7 +317,10 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
     def _on_begin(conn: Connection) -> None:
         state = opened(conn)
         if state is not None and state.raw:
-            return  # Core adopts the transaction _sqlite_transaction began on the driver
+            # Core adopts the transaction _sqlite_transaction began on the driver; a
+            # statement deferred in it runs before Core's.
+            state.undefer()
+            return
         opened_file.check()
         sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE_OPTION) else "BEGIN"
         if not is_fast(conn.dialect) or observed(conn):
@@ -409,6 +412,7 @@ def _core_transaction(conn: Connection) -> Iterator[None]:
         state = track(conn)
         try:
             yield
+            state.undefer()
         finally:
             untrack(conn, state)
 
@@ -547,6 +551,7 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
                 state.raw = True
                 try:
                     yield conn
+                    state.undefer()
                 except BaseException:
                     _driver_rollback(conn, driver, error_class)
                     raise

@@ -30,8 +30,8 @@ from agent_gate.ledger.dialect import (
     db_now_ms,
     for_update,
 )
-from agent_gate.ledger.pipeline import Pending, PipelinedTxn, Unexpected
-from agent_gate.ledger.prepared import Prepared, prepare
+from agent_gate.ledger.pipeline import Pending, Unexpected
+from agent_gate.ledger.prepared import Open, Rows, prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode
@@ -230,15 +230,16 @@ class Later:
 
     __slots__ = ("dialect", "pending")
 
-    def __init__(self, dialect: Dialect, pending: Pending | None) -> None:
+    def __init__(self, dialect: Dialect, pending: Pending | Rows | None) -> None:
         self.dialect = dialect
         self.pending = pending
 
     def record(self) -> CallRecord:
-        rows = self.pending.rows if self.pending is not None else None
+        pending = self.pending
+        rows = pending.rows if pending is not None else None
         if not rows:  # pragma: no cover - the commit checked that it matched
             raise RuntimeError("a deferred compare-and-set returned no row")
-        return driver_call_record(self.dialect, rows[0], False)
+        return driver_call_record(self.dialect, rows[0], pending.processed)
 
 
 class Folded(Later):
@@ -252,22 +253,23 @@ class Folded(Later):
     anything else is sent are folded into the ``INSERT`` instead
     (``compare_and_set``): one statement, one row version, the same row at the
     commit. Its audit events are appended as for any arrow. The ``INSERT`` goes out
-    (``PipelinedTxn.defer``) before the next statement of any other kind (the audit
-    append, a quota charge, a read, the ``COMMIT``), so it keeps its place in the
-    transaction's order and the rows that refer to it find it.
+    (``prepared.Open.defer``) before the next statement of any other kind (the audit
+    append, a quota charge, a read, a Core statement, the ``COMMIT``), so it keeps
+    its place in the transaction's order and the rows that refer to it find it.
 
-    A plain ``INSERT`` (no ``ON CONFLICT``): a call recorded before, or an id taken,
-    fails it and everything after it (``intake``'s spare ids).
+    A plain ``INSERT`` (no ``ON CONFLICT``) under an id chosen beforehand (``intake``:
+    a spare id of PostgreSQL's sequence; on SQLite the next one, the write lock
+    held, the call checked new): a call recorded before, or an id taken, fails it and
+    everything after it.
     """
 
-    __slots__ = ("conn", "pipe", "values")
+    __slots__ = ("conn", "values")
 
-    def __init__(self, conn: Connection, pipe: PipelinedTxn, values: dict[str, Any]) -> None:
+    def __init__(self, conn: Connection, state: Open, values: dict[str, Any]) -> None:
         super().__init__(conn.dialect, None)
         self.conn = conn
-        self.pipe = pipe
         self.values = values
-        pipe.defer(self.send)
+        state.defer(self.send)
 
     def folds(self, rec: CallRecord, guard: Guard) -> bool:
         """Whether an arrow from ``rec`` may be folded in: the insert is not sent yet,
@@ -305,11 +307,9 @@ class Folded(Later):
             if clocked
             else values
         )
-        statement = prepare(self.conn, ("insert_folded", keys, clocked), build)
-        assert isinstance(statement, Prepared)  # pipelined: the fast backend's
-        # Through the pipeline itself: Core may be joining the transaction right now
-        # (``pipeline.install``'s listener), with the pipeline already unhooked.
-        self.pending = self.pipe.send(statement.sql, statement.args(params), fetch=True)
+        self.pending = prepare(self.conn, ("insert_folded", keys, clocked), build).run(
+            self.conn, params
+        )
 
 
 def _predicted(rec: CallRecord, values: Mapping[str, Any]) -> CallRecord:

@@ -31,9 +31,11 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    Select,
     TextClause,
     bindparam,
     exc,
+    func,
     select,
     text,
     update,
@@ -44,7 +46,7 @@ from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
 from agent_gate.ledger.flows import Folded, Later, Lost, apply, apply_ruling, lock_task, write
 from agent_gate.ledger.pipeline import Unexpected
-from agent_gate.ledger.prepared import Rows, opened, prepare
+from agent_gate.ledger.prepared import Open, Rows, opened, prepare
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
@@ -89,6 +91,42 @@ def _next_call_ids() -> TextClause:
         "SELECT nextval(pg_get_serial_sequence('tool_calls', 'id')) "
         f"FROM generate_series(1, {SPARE_BATCH}) ORDER BY 1"
     )
+
+
+def _may_fold(conn: Connection, state: Open | None) -> bool:
+    """Whether a SQLite intake may choose its row's id and fold its arrows into the
+    insert: a transaction begun on the driver (the write lock held since its
+    ``BEGIN IMMEDIATE``) that Core has not joined (a Core statement after the
+    deferred insert would otherwise run first)."""
+    return (
+        state is not None and state.raw and not conn.in_transaction()
+        and conn.dialect.name == "sqlite"
+    )
+
+
+def _free_call_id() -> Select[Any]:
+    c = CALLS.c
+    task = bindparam("task_id", type_=c.task_id.type)
+    call = bindparam("call_id", type_=c.call_id.type)
+    key = bindparam("idem_key", type_=c.idem_key.type)
+    return select(
+        select(func.max(c.id)).scalar_subquery(),
+        select(c.id).where(c.task_id == task, c.call_id == call).scalar_subquery(),
+        select(c.id).where(c.task_id == task, c.idem_key == key).scalar_subquery(),
+    )
+
+
+def _free_id(conn: Connection, new: NewCall) -> int | None:
+    """SQLite: the id the call's row takes if inserted now, None if the call was
+    recorded before (under its id or its dedupe key). One statement, under the
+    write lock: nobody else can insert before this transaction ends, and the id is
+    the one SQLite itself would give (the largest plus one; rows are never deleted)."""
+    top, by_call, by_key = prepare(conn, "free_call_id", _free_call_id).run(
+        conn, {"task_id": new.task_id, "call_id": new.call_id, "idem_key": new.idem_key}
+    ).rows[0]
+    if by_call is not None or by_key is not None:
+        return None
+    return int(top or 0) + 1
 
 
 def _context_detail(principal: str | None, scope: str | None) -> dict[str, Any] | None:
@@ -276,13 +314,18 @@ def _record(
             "trace_id": new.trace_id,
             "span_id": new.span_id,
         }
-        if row_id is not None and pipe is not None:
-            # Inserted under the spare id, as late as it can be: the arrows applied
-            # to it before anything else is sent are folded into its INSERT.
-            later.append(Folded(conn, pipe, {**values, "id": row_id}))
+        fold_id = (
+            row_id if pipe is not None
+            else _free_id(conn, new) if decide is not None and _may_fold(conn, state)
+            else None
+        )
+        if fold_id is not None and state is not None:
+            # Inserted under that id, as late as it can be: the arrows applied to it
+            # before anything else is sent are folded into its INSERT.
+            later.append(Folded(conn, state, {**values, "id": fold_id}))
             inserted = True
             rec: CallRecord | None = call_record(tuple(
-                [row_id if c.name == "id" else values.get(c.name) for c in CALL_COLUMNS]
+                [fold_id if c.name == "id" else values.get(c.name) for c in CALL_COLUMNS]
             ))
         else:
             returned = insert_returning(conn, CALLS, values)

@@ -80,14 +80,14 @@ from __future__ import annotations
 import select
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, event, exc
 
 from agent_gate.ledger._sa_private import transaction_watched
-from agent_gate.ledger.prepared import driver_error, opened, track, untrack
+from agent_gate.ledger.prepared import Open, driver_error, opened, track, untrack
 
 if TYPE_CHECKING:  # psycopg's, imported by a PostgreSQL ledger only (``_enter``)
     from agent_gate.ledger.libpq import Answer, Wire
@@ -160,8 +160,9 @@ def install(engine: Engine) -> None:
     def _on_begin(conn: Connection) -> None:
         state = opened(conn)
         if state is not None and state.pipe is not None:
-            txn, state.pipe = state.pipe, None
-            txn.leave()
+            # Unhooked after leaving: a deferred statement still goes out through it.
+            state.pipe.leave()
+            state.pipe = None
 
     engine.__dict__[_OWN_BEGIN_ATTR] = _on_begin
 
@@ -196,12 +197,13 @@ def alive(driver: Any) -> bool:
 def transaction(conn: Connection) -> Iterator[Connection]:
     """A write transaction on ``conn`` in pipeline mode (``usable(conn)`` is true)."""
     state = track(conn, watched=False)
-    txn = PipelinedTxn(conn)
+    txn = PipelinedTxn(conn, state)
     try:
         txn.begin()
         state.pipe = txn
         try:
             yield conn
+            state.undefer()  # while the pipeline is hooked: it goes out through it
         except BaseException:
             state.pipe = None
             if conn.in_transaction():  # Core joined (``install``'s begin listener)
@@ -295,11 +297,14 @@ _DISCARDED = _Discarded()
 class PipelinedTxn:
     """One write transaction on a psycopg connection in pipeline mode."""
 
-    __slots__ = ("answered", "conn", "deferred", "driver", "error_class", "held", "pending",
-                 "replayed", "wire")
+    __slots__ = ("answered", "conn", "driver", "error_class", "held", "pending", "replayed",
+                 "state", "wire")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, state: Open) -> None:
         self.conn = conn
+        self.state = state
+        """The transaction's shared record (``prepared.Open``): a statement deferred
+        there (``Open.defer``) goes out before anything this sends or waits for."""
         self.error_class: type[Exception] = conn.dialect.loaded_dbapi.Error
         self.pending: list[Pending] = []
         self.answered = False
@@ -308,9 +313,6 @@ class PipelinedTxn:
         self.held: Pending | None = None
         """The statement last sent, not yet handed to the driver: ``expect`` may still
         wrap it. It goes out with the next statement or round trip."""
-        self.deferred: Callable[[], None] | None = None
-        """What sends a statement still being written (``defer``): it goes out before
-        anything else is sent or waited for."""
         self.driver: Any = None
         self.wire: Wire | None = None
         """The connection's pipeline while in pipeline mode (``libpq``)."""
@@ -345,24 +347,12 @@ class PipelinedTxn:
     def in_pipeline(self) -> bool:
         return self.wire is not None
 
-    def defer(self, send: Callable[[], None]) -> None:
-        """Put off a statement its caller may still rewrite: ``send`` sends it (through
-        ``send``) just before the next statement, round trip or ``COMMIT``, so that it
-        keeps its place in the transaction's order (``flows.Folded``)."""
-        self._undefer()
-        self.deferred = send
-
-    def _undefer(self) -> None:
-        deferred, self.deferred = self.deferred, None
-        if deferred is not None:
-            deferred()
-
     def send(
         self, sql: str, args: Sequence[Any] | Mapping[str, Any] | None, *, fetch: bool
     ) -> Pending:
         """Send one statement; its answer is read when needed (``Pending``)."""
-        if self.deferred is not None:
-            self._undefer()
+        if self.state.deferred is not None:
+            self.state.undefer()
         if self.held is not None:
             self._push()
         pending = Pending(self, sql, args, fetch)
@@ -384,7 +374,7 @@ class PipelinedTxn:
 
     def wait(self) -> None:
         """One round trip: every statement sent so far answered, or its error raised."""
-        self._undefer()
+        self.state.undefer()
         self._push()
         wire = self.wire
         assert wire is not None
@@ -438,7 +428,7 @@ class PipelinedTxn:
         """Core joins the transaction (a ``conn.execute``): answer everything and
         leave pipeline mode; the transaction goes on in the plain protocol."""
         if self.wire is not None:
-            self._undefer()
+            self.state.undefer()
             self._push()
             self._leave(committing=False)
 
@@ -475,7 +465,7 @@ class PipelinedTxn:
         """
         self.pending = []
         self.held = None
-        self.deferred = None
+        self.state.deferred = None
         self._drop_pipeline()
         driver = self.driver
         if driver is None or driver.closed or driver.broken:

@@ -110,7 +110,7 @@ class Open:
     again (and sees it invalidated, as Core would).
     """
 
-    __slots__ = ("cursor", "pipe", "raw", "watched")
+    __slots__ = ("cursor", "deferred", "pipe", "raw", "watched")
 
     def __init__(self, watched: bool) -> None:
         self.watched = watched
@@ -121,6 +121,21 @@ class Open:
         self.raw = False
         """Begun on the driver, not through Core (``dialect``): a Core transaction that
         starts inside it (a ``conn.execute``) adopts it instead of beginning another."""
+        self.deferred: Callable[[], None] | None = None
+        """What runs a statement its caller is still writing (``defer``)."""
+
+    def defer(self, run: Callable[[], None]) -> None:
+        """Put off a statement its caller may still rewrite (``flows.Folded``): ``run``
+        runs it just before the transaction's next statement, round trip, Core
+        statement or commit, so it keeps its place in the transaction's order."""
+        self.undefer()
+        self.deferred = run
+
+    def undefer(self) -> None:
+        """Run the deferred statement now, if there is one."""
+        deferred, self.deferred = self.deferred, None
+        if deferred is not None:
+            deferred()
 
 
 _OPEN: dict[int, Open] = {}
@@ -140,6 +155,7 @@ def untrack(conn: Connection, state: Open) -> None:
     """The transaction ``track`` noted has ended: forget it, close its cursor."""
     if _OPEN.get(id(conn)) is state:
         del _OPEN[id(conn)]
+    state.deferred = None  # a transaction that failed: nothing of it is sent
     cursor, state.cursor = state.cursor, None
     if cursor is not None:
         with suppress(Exception):  # a cursor of a connection already gone
@@ -206,6 +222,8 @@ class Prepared:
             self.pick(params) if self.positional and not self.converted else self.args(params)
         )
         state = _OPEN.get(id(conn))
+        if state is not None and state.deferred is not None:
+            state.undefer()
         if state is not None and state.pipe is not None:
             return state.pipe.send(self.sql, args, fetch=self.returns_rows)  # type: ignore[no-any-return]
         if state.watched if state is not None else observed(conn):

@@ -1,44 +1,21 @@
-"""A call that runs at once is written once in its intake transaction.
+"""PostgreSQL's pipelined intake on the wire: the call's row inserted once, claimed.
 
-Received, authorized and claimed in one transaction, the call's row used to be an
-``INSERT`` and two compare-and-set ``UPDATE`` statements of the row just inserted:
-three row versions, every index of ``tool_calls`` written three times. On the fast
-backend the arrows are folded into the ``INSERT`` (``flows.Folded``); these tests
-hold what is sent, and that the row and the trail are the ones the reference
-backend (three statements through Core) leaves.
+The backend-neutral side (rows and trail equal to the Core reference's, with a
+quota charge between the arrows) is ``tests/ledger/test_folded_intake.py``; here,
+the statements each transaction sends and the spare row ids asked of the sequence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict
 from typing import Any
 
 import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.ledger import Ledger, intake, libpq
-from agent_gate.policy import Policy
 
 pytestmark = pytest.mark.backends("postgresql")
-
-QUOTA_POLICY = """\
-version: 1
-tools:
-  noop:
-    effect: write
-    idempotency: none
-    rules:
-      - id: small
-        effect: allow
-        when:
-          - arg: n
-            number: {max: 1000}
-    limits:
-      - id: noop-total
-        sum: n
-        max: 100000
-"""
 
 
 def _tools(ran: list[int]) -> ToolRegistry:
@@ -109,41 +86,3 @@ def test_spare_row_ids_are_asked_for_once_per_batch(db_url: str, sent: list[str]
         sent.clear()
         _calls(gate, "t", 10, 2 * intake.SPARE_BATCH)
     assert sum("nextval(" in sql for sql in sent) == 2
-
-
-_VOLATILE = {"row_id", "task_id", "lease_owner", "lease_expires_ms", "created_at",
-             "updated_at", "started_at", "finished_at"}
-
-
-def _trail(ledger: Ledger, task: str) -> list[tuple[Any, ...]]:
-    return [
-        (e.call_id, e.event, e.from_state, e.to_state,
-         {k: v for k, v in (e.detail or {}).items() if k != "lease_owner"})
-        for e in ledger.audit(task_id=task)
-    ]
-
-
-@pytest.mark.parametrize("policy", [None, QUOTA_POLICY], ids=["no-policy", "quota"])
-def test_the_folded_row_and_trail_are_the_reference_backends(
-    db_url: str, policy: str | None
-) -> None:
-    """The same calls through the plain Core backend (an insert and two updates,
-    one statement at a time) and the fast one leave the same rows and the same
-    trail, with a quota charge in between (the fold stops at it: the row must be
-    in the table before the charge that refers to it)."""
-    seen: dict[str, tuple[list[dict[str, Any]], list[tuple[Any, ...]]]] = {}
-    for storage in ("core", "fast"):
-        ran: list[int] = []
-        rules = Policy.from_text(policy) if policy else None
-        with Gate(_tools(ran), Ledger(db_url, storage=storage), policy=rules) as gate:
-            task = f"t-{storage}"
-            _calls(gate, task, 0, 5)
-            rows = [{k: v for k, v in asdict(r).items() if k not in _VOLATILE}
-                    for r in (gate.ledger.get(task, f"c{n}") for n in range(5))]
-            if policy:
-                assert gate.ledger.usage(task) == {"noop/sum/n": 10}
-            assert gate.ledger.verify_audit().ok
-            seen[storage] = (rows, _trail(gate.ledger, task))
-        assert ran == [0, 1, 2, 3, 4]
-    assert seen["fast"] == seen["core"]
-    assert seen["fast"][0][0]["state"] is CallState.SUCCEEDED
