@@ -116,17 +116,19 @@ def _free_call_id() -> Select[Any]:
     )
 
 
-def _free_id(conn: Connection, new: NewCall) -> int | None:
-    """SQLite: the id the call's row takes if inserted now, None if the call was
-    recorded before (under its id or its dedupe key). One statement, under the
-    write lock: nobody else can insert before this transaction ends, and the id is
-    the one SQLite itself would give (the largest plus one; rows are never deleted)."""
+def _free_id(conn: Connection, new: NewCall) -> tuple[int | None, int | None]:
+    """SQLite: ``(free, seen)``: the id the call's row takes if inserted now, or the
+    id of the row that recorded it before (under its call id, else its dedupe key).
+    One statement, under the write lock: nobody else can insert before this
+    transaction ends, and the free id is the one SQLite itself would give (the
+    largest plus one; rows are never deleted)."""
     top, by_call, by_key = prepare(conn, "free_call_id", _free_call_id).run(
         conn, {"task_id": new.task_id, "call_id": new.call_id, "idem_key": new.idem_key}
     ).rows[0]
-    if by_call is not None or by_key is not None:
-        return None
-    return int(top or 0) + 1
+    seen = by_call if by_call is not None else by_key
+    if seen is not None:
+        return None, int(seen)
+    return int(top or 0) + 1, None
 
 
 def _context_detail(principal: str | None, scope: str | None) -> dict[str, Any] | None:
@@ -283,6 +285,7 @@ def _record(
 ) -> tuple[CallRecord, bool]:
     """One intake transaction. In a pipelined one, ``row_id``: insert under this id
     without waiting (``_SpareIds``); ``ask``: append the sequence's next ids to it."""
+    rec: CallRecord | None
     with write(engine) as conn:
         if not task_known:
             ensure_task(conn, new.task_id, provider, new.principal, new.scope)
@@ -314,17 +317,20 @@ def _record(
             "trace_id": new.trace_id,
             "span_id": new.span_id,
         }
-        fold_id = (
-            row_id if pipe is not None
+        fold_id, seen = (
+            (row_id, None) if pipe is not None
             else _free_id(conn, new) if decide is not None and _may_fold(conn, state)
-            else None
+            else (None, None)
         )
-        if fold_id is not None and state is not None:
+        if seen is not None:  # recorded before: read it, insert nothing
+            inserted = False
+            rec = call_by(conn, id=seen)
+        elif fold_id is not None and state is not None:
             # Inserted under that id, as late as it can be: the arrows applied to it
             # before anything else is sent are folded into its INSERT.
             later.append(Folded(conn, state, {**values, "id": fold_id}))
             inserted = True
-            rec: CallRecord | None = call_record(tuple(
+            rec = call_record(tuple(
                 [fold_id if c.name == "id" else values.get(c.name) for c in CALL_COLUMNS]
             ))
         else:
