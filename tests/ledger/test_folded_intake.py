@@ -17,8 +17,9 @@ from dataclasses import asdict
 from typing import Any
 
 import pytest
+from noop_calls import noop_tools, on_tool_calls, run_calls
 
-from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger, prepared
 from agent_gate.policy import Policy
 
@@ -41,18 +42,6 @@ tools:
 """
 
 
-def _tools(ran: list[int]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    def noop(n: int) -> dict[str, Any]:
-        ran.append(n)
-        return {"ok": n}
-
-    tools.register(noop, schema={"type": "object", "properties": {"n": {"type": "integer"}}},
-                   effect="write", idempotency="none")
-    return tools
-
-
 @pytest.fixture
 def on_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """What the fast backend's statements do to ``tool_calls``, in order."""
@@ -60,30 +49,24 @@ def on_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     run = prepared.Prepared.run
 
     def spy(self: prepared.Prepared, conn: Any, params: Any) -> Any:
-        for kind in ("INSERT INTO tool_calls ", "UPDATE tool_calls "):
-            if kind in self.sql:
-                log.append(kind.split()[0])
+        kind = on_tool_calls(self.sql)
+        if kind is not None:
+            log.append(kind)
         return run(self, conn, params)
 
     monkeypatch.setattr(prepared.Prepared, "run", spy)
     yield log
 
 
-def _calls(gate: Gate, task: str, first: int, count: int) -> None:
-    for n in range(first, first + count):
-        out = gate.execute(task, {"call_id": f"c{n}", "name": "noop", "arguments": {"n": n}})
-        assert out.state is CallState.SUCCEEDED and not out.replayed
-
-
 def test_a_call_that_runs_at_once_is_inserted_claimed_and_updated_once(
     db_url: str, on_calls: list[str]
 ) -> None:
     ran: list[int] = []
-    with Gate(_tools(ran), Ledger(db_url, storage="fast")) as gate:
-        _calls(gate, "t", 0, 3)  # the task row, prepared statements, spare ids
+    with Gate(noop_tools(ran), Ledger(db_url, storage="fast")) as gate:
+        run_calls(gate, "t", 0, 3)  # the task row, prepared statements, spare ids
         for n in range(100, 120):
             on_calls.clear()
-            _calls(gate, "t", n, 1)
+            run_calls(gate, "t", n, 1)
             assert on_calls == ["INSERT", "UPDATE"]  # the intake's, the outcome's
         executing = gate.ledger.get("t", "c119")
         rows = gate.ledger.calls("t")
@@ -94,8 +77,8 @@ def test_a_call_that_runs_at_once_is_inserted_claimed_and_updated_once(
 
 def test_a_call_seen_again_is_not_inserted_again(db_url: str, on_calls: list[str]) -> None:
     ran: list[int] = []
-    with Gate(_tools(ran), Ledger(db_url, storage="fast")) as gate:
-        _calls(gate, "t", 0, 3)
+    with Gate(noop_tools(ran), Ledger(db_url, storage="fast")) as gate:
+        run_calls(gate, "t", 0, 3)
         on_calls.clear()
         again = gate.execute("t", {"call_id": "c1", "name": "noop", "arguments": {"n": 1}})
         if db_url.startswith("sqlite"):
@@ -132,9 +115,9 @@ def test_the_folded_rows_and_trail_are_the_reference_backends(
     for storage in ("core", "fast"):
         ran: list[int] = []
         rules = Policy.from_text(policy) if policy else None
-        with Gate(_tools(ran), Ledger(db_url, storage=storage), policy=rules) as gate:
+        with Gate(noop_tools(ran), Ledger(db_url, storage=storage), policy=rules) as gate:
             task = f"t-{storage}"
-            _calls(gate, task, 0, 5)
+            run_calls(gate, task, 0, 5)
             rows = [{k: v for k, v in asdict(r).items() if k not in _VOLATILE}
                     for r in gate.ledger.calls(task)]
             if policy:

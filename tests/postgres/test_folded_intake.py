@@ -11,23 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from noop_calls import noop_tools, on_tool_calls, run_calls
 
-from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate import Gate
 from agent_gate.ledger import Ledger, intake, libpq
 
 pytestmark = pytest.mark.backends("postgresql")
-
-
-def _tools(ran: list[int]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    def noop(n: int) -> dict[str, Any]:
-        ran.append(n)
-        return {"ok": n}
-
-    tools.register(noop, schema={"type": "object", "properties": {"n": {"type": "integer"}}},
-                   effect="write", idempotency="none")
-    return tools
 
 
 @pytest.fixture
@@ -44,36 +33,22 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield log
 
 
-def _on_calls(sql: str) -> str | None:
-    """What ``sql`` does to ``tool_calls``, if anything."""
-    for kind in ("INSERT INTO tool_calls ", "UPDATE tool_calls "):
-        if kind in sql:
-            return kind.split()[0]
-    return None
-
-
-def _calls(gate: Gate, task: str, first: int, count: int) -> None:
-    for n in range(first, first + count):
-        out = gate.execute(task, {"call_id": f"c{n}", "name": "noop", "arguments": {"n": n}})
-        assert out.state is CallState.SUCCEEDED and not out.replayed
-
-
 def test_the_intake_inserts_the_claimed_row_and_nothing_updates_it_before_the_outcome(
     db_url: str, sent: list[str]
 ) -> None:
     ran: list[int] = []
-    with Gate(_tools(ran), Ledger(db_url, storage="fast")) as gate:
-        _calls(gate, "t", 0, 3)  # the task row, prepared statements, the first spare ids
+    with Gate(noop_tools(ran), Ledger(db_url, storage="fast")) as gate:
+        run_calls(gate, "t", 0, 3)  # the task row, prepared statements, the first spare ids
         for n in range(100, 100 + 2 * intake.SPARE_BATCH):
             sent.clear()
-            _calls(gate, "t", n, 1)
+            run_calls(gate, "t", n, 1)
             commits = [i for i, sql in enumerate(sent) if sql == "COMMIT"]
             assert len(commits) == 2, sent
             intake_txn, outcome_txn = sent[:commits[0]], sent[commits[0] + 1:commits[1]]
-            assert [_on_calls(s) for s in intake_txn if _on_calls(s)] == ["INSERT"]
-            assert [_on_calls(s) for s in outcome_txn if _on_calls(s)] == ["UPDATE"]
+            assert [on_tool_calls(s) for s in intake_txn if on_tool_calls(s)] == ["INSERT"]
+            assert [on_tool_calls(s) for s in outcome_txn if on_tool_calls(s)] == ["UPDATE"]
             # The row leaves the intake claimed: executing, with its lease.
-            insert = next(s for s in intake_txn if _on_calls(s))
+            insert = next(s for s in intake_txn if on_tool_calls(s))
             assert "lease_expires_ms" in insert and "started_at" in insert
         rows = gate.ledger.calls("t")
     assert ran == [0, 1, 2, *range(100, 100 + 2 * intake.SPARE_BATCH)]
@@ -81,8 +56,8 @@ def test_the_intake_inserts_the_claimed_row_and_nothing_updates_it_before_the_ou
 
 
 def test_spare_row_ids_are_asked_for_once_per_batch(db_url: str, sent: list[str]) -> None:
-    with Gate(_tools([]), Ledger(db_url, storage="fast")) as gate:
-        _calls(gate, "t", 0, 2)
+    with Gate(noop_tools([]), Ledger(db_url, storage="fast")) as gate:
+        run_calls(gate, "t", 0, 2)
         sent.clear()
-        _calls(gate, "t", 10, 2 * intake.SPARE_BATCH)
+        run_calls(gate, "t", 10, 2 * intake.SPARE_BATCH)
     assert sum("nextval(" in sql for sql in sent) == 2

@@ -13,13 +13,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from ledger_backends import PgSchema
+from noop_calls import noop_tools, run_calls
 from sqlalchemy.engine import make_url
 
-from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
@@ -43,23 +43,9 @@ def proxied(db_url: str) -> Iterator[tuple[Proxy, str]]:
         )
 
 
-def noop_tools(ran: list[int]) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    def noop(n: int) -> dict[str, Any]:
-        ran.append(n)
-        return {"ok": True}
-
-    tools.register(noop, schema={"type": "object", "properties": {"n": {"type": "integer"}}})
-    return tools
-
-
 def per_call(gate: Gate, proxy: Proxy, first: int, calls: int) -> float:
     proxy.reset()
-    for n in range(first, first + calls):
-        outcome = gate.execute("task", {"call_id": f"c{n}", "name": "noop",
-                                        "arguments": {"n": n}})
-        assert outcome.state is CallState.SUCCEEDED and not outcome.replayed
+    run_calls(gate, "task", first, calls)
     return proxy.round_trips() / calls
 
 
