@@ -33,14 +33,14 @@ from sqlalchemy import (
 
 __all__ = [
     "APPROVALS",
-    "SWEPT_STATES",
-    "SWEPT_WHERE",
     "AUDIT_CHECKPOINTS",
     "AUDIT_CHECKPOINT_HEADS",
     "AUDIT_EVENTS",
     "AUDIT_HEADS",
     "OPERATORS",
     "QUOTA_CHARGES",
+    "SWEPT_STATES",
+    "SWEPT_WHERE",
     "TASKS",
     "TOOL_CALLS",
     "WEBHOOK_CURSORS",
