@@ -159,7 +159,7 @@ TOOL_CALLS = Table(
     UniqueConstraint("task_id", "idem_key"),
     # A task's calls by state (resume, a task's recovery) and counted by state for a
     # page of tasks, from the index alone; ``UNIQUE (task_id, call_id)`` would find the
-    # same rows but read each one from the table (revision 0008 measured it slower).
+    # same rows but read each one from the table (measured slower: revision 0008).
     Index(None, "task_id", "state"),
     Index(None, "state", sqlite_where=text(SWEPT_WHERE), postgresql_where=text(SWEPT_WHERE)),
 )
@@ -185,7 +185,8 @@ AUDIT_EVENTS = Table(
     Column("prev_hash", String(64), nullable=False),
     # SHA-256 over this entry's fields and ``prev_hash`` (``agent_gate.ledger.chain``).
     Column("hash", String(64), nullable=False),
-    Index(None, "task_id", "id"),
+    # One call's history in order (``call show``, the newest transition before a claim).
+    # A task's entries are read through ``(task_id, seq)``: ids follow seq in a task.
     Index(None, "call_row_id", "id"),
     UniqueConstraint("task_id", "seq"),
 )

@@ -1,14 +1,17 @@
-"""Revision 0008's partial ``tool_calls (state)`` index, and the plans that rely on it.
+"""Revision 0008: the partial ``tool_calls (state)`` index, ``audit_events`` without
+``(task_id, id)``, and the plans that rely on what is left.
 
-Two things a later schema change could break without any other test noticing, since
-a missing index changes no result, only how much of the ledger a read touches:
+What a later schema change could break without any other test noticing, since a
+missing index changes no result, only how much of the ledger a read touches:
 
-* the upgrade and downgrade across 0008 keep every call findable by state, calls
-  written before and after it alike;
-* the reads that look for calls by state or by task go through an index, never a
-  scan of ``tool_calls`` (``EXPLAIN QUERY PLAN`` on SQLite; ``EXPLAIN`` with
-  sequential scans priced out on PostgreSQL, where a handful of rows would otherwise
-  make a scan the cheaper plan).
+* the upgrade and downgrade across 0008 keep every call findable by state and every
+  task's trail readable, calls written before and after it alike;
+* a task's audit pages, now read in ``seq`` order, hold exactly the entries they held
+  in id order, whatever the cursor;
+* the reads that look for calls by state or by task, and for a task's or a call's
+  audit entries, go through an index, never a scan (``EXPLAIN QUERY PLAN`` on SQLite;
+  ``EXPLAIN`` with sequential scans priced out on PostgreSQL, where a handful of rows
+  would otherwise make a scan the cheaper plan).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from agent_gate.ledger import CallState, Event, Ledger, NewCall, store
 from agent_gate.ledger.dialect import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import alembic_config, head_revision
 from agent_gate.ledger.models import SWEPT_STATES, metadata
-from agent_gate.ledger.pages import TaskQuery
+from agent_gate.ledger.pages import AuditQuery, TaskQuery
 from agent_gate.ledger.records import CallRecord, StoredResult
 
 S = CallState
@@ -37,6 +40,10 @@ BEFORE = "0007_pg_server_side_append"
 PARTIAL = "ix_tool_calls_state"
 BY_TASK = "ix_tool_calls_task_id_state"
 OLD = "ix_tool_calls_state_lease_expires_ms"
+AUDIT_BY_TASK_ID = "ix_audit_events_task_id_id"
+BY_CALL = "ix_audit_events_call_row_id_id"
+# ``UNIQUE (task_id, seq)``: named by the constraint on PostgreSQL, by SQLite itself there.
+TASK_SEQ = ("uq_audit_events_task_id_seq", "sqlite_autoindex_audit_events_1")
 
 _PATH_TO: dict[CallState, list[Event]] = {
     S.RECEIVED: [],
@@ -103,6 +110,15 @@ def _state_indexes(url: str) -> dict[str, tuple[list[str], str | None]]:
     return out
 
 
+def _audit_indexes(url: str) -> set[str]:
+    engine = create_ledger_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {str(ix["name"]) for ix in inspect(conn).get_indexes("audit_events")}
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def empty_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     """A ledger nobody has upgraded yet, on each backend: this test picks its revision."""
@@ -122,6 +138,7 @@ def test_calls_recorded_before_and_after_0008_are_found_by_state_both_ways(
     states are found across tasks and within one, before and after, on either side."""
     _migrate(empty_url, BEFORE)
     assert set(_state_indexes(empty_url)) == {OLD}
+    assert AUDIT_BY_TASK_ID in _audit_indexes(empty_url)
     with monkeypatch.context() as patched:  # this code, on the schema as 0007 left it
         patched.setattr(store, "ensure_schema", lambda *_a, **_k: None)
         with Ledger(empty_url) as ledger:
@@ -130,6 +147,8 @@ def test_calls_recorded_before_and_after_0008_are_found_by_state_both_ways(
     _migrate(empty_url, "head")
     indexes = _state_indexes(empty_url)
     assert set(indexes) == {PARTIAL}
+    assert AUDIT_BY_TASK_ID not in _audit_indexes(empty_url)
+    assert BY_CALL in _audit_indexes(empty_url)
     columns, where = indexes[PARTIAL]
     assert columns == ["state"] and where is not None
     assert all(f"'{s}'" in where for s in SWEPT_STATES)
@@ -146,9 +165,16 @@ def test_calls_recorded_before_and_after_0008_are_found_by_state_both_ways(
             "old-executing", "new-executing", "old-in_doubt", "new-in_doubt"}
         assert by_task["t0"].isdisjoint(by_task["t1"])
         assert ledger.verify_audit().ok
+        # A task's trail, old entries and new, read by seq: the order ids give it.
+        for task in ("t0", "t1"):
+            trail = [e.seq for e in ledger.audit() if e.task_id == task]
+            assert [e.seq for e in ledger.audit(task)] == trail
+            assert [e.seq for e in ledger.audit_page(
+                AuditQuery(task_id=task, after=trail[2], limit=4))] == trail[3:7]
 
     _migrate(empty_url, BEFORE, down=True)
     assert set(_state_indexes(empty_url)) == {OLD}
+    assert AUDIT_BY_TASK_ID in _audit_indexes(empty_url)
     with monkeypatch.context() as patched:
         patched.setattr(store, "ensure_schema", lambda *_a, **_k: None)
         with Ledger(empty_url) as ledger:
@@ -184,8 +210,17 @@ def _sqlite_indexes(conn: Any, statement: str, parameters: Any) -> list[str]:
             continue
         if words[1] not in ("tool_calls", "c"):  # ``c``: tool_calls under an alias
             continue
-        out.append(words[words.index("INDEX") + 1] if "INDEX" in words else "SCAN")
+        out.append(_sqlite_access(words))
     return out
+
+
+def _sqlite_access(words: list[str]) -> str:
+    """One ``SCAN``/``SEARCH`` step's access path, named as PostgreSQL names it."""
+    if "INDEX" in words:
+        return words[words.index("INDEX") + 1]
+    if "PRIMARY" in words:  # the rowid: the table's own key
+        return f"pk_{words[1]}"
+    return "SCAN"
 
 
 def _pg_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -264,3 +299,107 @@ def test_the_plan_check_sees_a_scan(sqlite_url: str) -> None:
     with Ledger(sqlite_url) as ledger:
         _call(ledger, "t0", "c", S.IN_DOUBT)
         assert _plans(ledger, lambda: ledger.calls(None, [S.IN_DOUBT])) == [["SCAN"]]
+
+
+def test_a_tasks_audit_pages_hold_what_they_held_in_id_order(db_url: str) -> None:
+    """Every cursor (each entry of the whole trail, of this task or another, before
+    the first and past the last), forward and newest first, with and without an upper
+    bound: the page read by seq is the page the id order gives."""
+    with Ledger(db_url) as ledger:
+        for n in range(3):  # three tasks' entries interleaved in the trail
+            _calls_in_every_state(ledger, f"r{n}")
+            _call(ledger, "t2", f"r{n}-extra", S.SUCCEEDED)
+        trail = ledger.audit()
+        ids = [e.seq for e in trail]
+        assert ids == sorted(ids)
+        cursors = [None, 0, *ids, ids[-1] + 5]
+        for task in ("t0", "t1", "t2"):
+            mine = [e.seq for e in trail if e.task_id == task]
+            assert [e.seq for e in ledger.audit(task)] == mine
+            for after in cursors:
+                for upto in (None, ids[len(ids) // 2]):
+                    rest = [i for i in mine if (after is None or i > after)
+                            and (upto is None or i <= upto)]
+                    for newest in (False, True):
+                        page = ledger.audit_page(AuditQuery(
+                            task_id=task, after=after, upto=upto, newest=newest, limit=3))
+                        want = rest[-3:] if newest else rest[:3]
+                        assert [e.seq for e in page] == want, (task, after, upto, newest)
+
+
+def _audit_plan(ledger: Ledger, statement: str, parameters: Any) -> list[str]:
+    """The indexes (or ``SCAN``) the plan reads ``audit_events`` through."""
+    with begin_write(ledger.engine) as conn:
+        if ledger.engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            raw = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement,
+                                       parameters).scalar()
+            plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+            out = []
+            for node in _pg_nodes(plan):
+                if node.get("Relation Name") != "audit_events":
+                    continue
+                if node["Node Type"] == "Bitmap Heap Scan":
+                    out.extend(n["Index Name"] for n in _pg_nodes(node) if "Index Name" in n)
+                else:
+                    out.append(node.get("Index Name", "SCAN"))
+            return out
+        out = []
+        for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters):
+            words = str(row[3]).split()
+            if len(words) > 1 and words[0] in ("SCAN", "SEARCH") and words[1] == "audit_events":
+                out.append(_sqlite_access(words))
+        return out
+
+
+def _sent(ledger: Ledger, read: Callable[[], object]) -> list[tuple[str, Any]]:
+    sent: list[tuple[str, Any]] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_a: Any) -> None:
+        if "audit_events" in statement and statement.lstrip().upper().startswith("SELECT"):
+            sent.append((statement, parameters))
+
+    event.listen(ledger.engine, "before_cursor_execute", seen)
+    try:
+        read()
+    finally:
+        event.remove(ledger.engine, "before_cursor_execute", seen)
+    assert sent, "the read sent no statement about audit_events"
+    return sent
+
+
+def test_a_tasks_and_a_calls_audit_reads_use_an_index(db_url: str) -> None:
+    """A task's page (cursor its own entry or another task's), a task's whole trail and
+    a call's newest transition: each through an index of its own, never the table."""
+    from agent_gate.ledger import audit
+
+    with Ledger(db_url) as ledger:
+        _calls_in_every_state(ledger, "a")
+        _calls_in_every_state(ledger, "b")
+        trail = ledger.audit()
+        own = next(e.seq for e in trail if e.task_id == "t0")
+        foreign = next(e.seq for e in trail if e.task_id == "t1")
+        reads: dict[str, Callable[[], object]] = {
+            "page, own cursor": lambda: ledger.audit_page(
+                AuditQuery(task_id="t0", after=own, limit=5)),
+            "page, foreign cursor": lambda: ledger.audit_page(
+                AuditQuery(task_id="t0", after=foreign, limit=5)),
+            "page, newest": lambda: ledger.audit_page(
+                AuditQuery(task_id="t0", newest=True, limit=5)),
+            "trail": lambda: ledger.audit("t0"),
+        }
+        for what, read in reads.items():
+            for statement, parameters in _sent(ledger, read):
+                used = _audit_plan(ledger, statement, parameters)
+                assert used and all(ix in (*TASK_SEQ, "pk_audit_events") for ix in used), (
+                    what, used)
+                assert any(ix in TASK_SEQ for ix in used), (what, used)
+        rec = ledger.get("t0", "a-in_doubt")
+        assert rec is not None
+
+        def newest_transition() -> object:
+            with begin_write(ledger.engine) as conn:
+                return audit.audited_state(conn, rec.task_id, rec.row_id)
+
+        statements = _sent(ledger, newest_transition)
+        assert [_audit_plan(ledger, st, p) for st, p in statements] == [[BY_CALL]]
