@@ -390,7 +390,10 @@ def read(
     call_row_id: int | None = None,
     call_id: str | None = None,
 ) -> list[AuditRecord]:
-    stmt = select(_EVENTS).order_by(_EVENTS.c.id)
+    # A task's entries in seq order, which is their id order (both are assigned under
+    # the task's head lock, entry after entry): the (task_id, seq) index, no sort.
+    by_seq = task_id is not None and call_row_id is None
+    stmt = select(_EVENTS).order_by(_EVENTS.c.seq if by_seq else _EVENTS.c.id)
     if task_id is not None:
         stmt = stmt.where(_EVENTS.c.task_id == task_id)
     if call_row_id is not None:
@@ -438,8 +441,8 @@ def settled(engine: Engine) -> int | None:
 def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | None:
     """The state the newest transition entry of the call moved it to; None if none.
 
-    Walks the task's entries newest first (the ``task_id, id`` index) and stops at the
-    call's newest transition: right before a claim that is the last few entries.
+    Walks the call's entries newest first (the ``call_row_id, id`` index) and stops at
+    its newest transition: right before a claim that is the last few entries.
     """
     rows = prepare(
         conn,

@@ -5,10 +5,15 @@ one indexed range read (``LIMIT`` over an index in the listing's order), and the
 page starts where the last one ended (keyset paging, never ``OFFSET``). The audit
 trail is paged by ``seq``, the position every entry prints; tasks by recency.
 
-Which filters stay O(page) depends on the indexes of revisions 0001-0005:
+Which filters stay O(page) depends on the indexes of revisions 0001-0008:
 
-* audit, unfiltered or by task: the primary key, or ``(task_id, id)`` (ids rise with
-  ``seq``: both are assigned under the one chain-head lock, ``audit``);
+* audit, unfiltered: the primary key; by task: ``UNIQUE (task_id, seq)``, in ``seq``
+  order, which within a task is id order (both are assigned under the task's
+  chain-head lock, one entry after another: ``audit``). The cursor is a position in
+  the whole trail (an id): it becomes a ``seq`` bound through the entry it names
+  when that is the task's (as every cursor a task's page hands out is), else through
+  the task's newest entry at or before it, found walking back from the task's end
+  (the entries after the cursor: few when a follower polls near the head);
 * audit by tool, state or time: the same range read, filtered as it goes (no index
   on those columns): it reads until the page is full; one call's history (``call
   show``) through ``(call_row_id, id)``;
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, exists, func, or_, select
+from sqlalchemy import Connection, and_, exists, func, or_, select, text
 
 from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.records import CALLS, TASKS, TaskSummary, task_record
@@ -96,9 +101,10 @@ def audit_page(conn: Connection, query: AuditQuery) -> list[AuditRecord]:
         e.outerjoin(CALLS, CALLS.c.id == e.c.call_row_id)
     )
     if query.after is not None:
-        # The cursor is a position in the whole trail (``AuditRecord.seq``, the id),
-        # so a task's page reads (task_id, id) from there.
-        stmt = stmt.where(e.c.id > query.after)
+        # The cursor is a position in the whole trail (``AuditRecord.seq``, the id);
+        # within a task, the same entries follow it in seq order as in id order.
+        stmt = stmt.where(e.c.id > query.after) if query.task_id is None else stmt.where(
+            _SEQ_AFTER.bindparams(cursor=query.after, cursor_task=query.task_id))
     if query.upto is not None:
         stmt = stmt.where(e.c.id <= query.upto)
     if query.task_id is not None:
@@ -111,10 +117,26 @@ def audit_page(conn: Connection, query: AuditQuery) -> list[AuditRecord]:
         stmt = stmt.where(e.c.to_state == CallState(query.state).value)
     if query.since is not None:
         stmt = stmt.where(e.c.at >= query.since)
-    order = e.c.id.desc() if query.newest else e.c.id
+    # Within a task, seq order is id order: the (task_id, seq) index read in order.
+    key = e.c.seq if query.task_id is not None else e.c.id
+    order = key.desc() if query.newest else key
     rows = [record_of(r) for r in conn.execute(
         stmt.order_by(order).limit(_limit(query.limit))).mappings()]
     return rows[::-1] if query.newest else rows
+
+
+_SEQ_AFTER = text(
+    "audit_events.seq > coalesce("
+    "(SELECT c.seq FROM audit_events c WHERE c.id = :cursor AND c.task_id = :cursor_task), "
+    "(SELECT c.seq FROM audit_events c WHERE c.task_id = :cursor_task AND c.id <= :cursor "
+    "ORDER BY c.seq DESC LIMIT 1), 0)"
+)
+"""A task's entries after the cursor (an id), as a ``seq`` bound: the seq of the entry
+the cursor names when it is the task's (one primary-key read), else of the task's
+newest entry at or before it (the task's entries walked back from its end), else 0.
+``coalesce`` evaluates the second only when the first found nothing. Text, built
+once: as Core constructs, the two subqueries cost more Python per page (building and
+keying the statement) than the whole read did before."""
 
 
 def tasks_page(conn: Connection, query: TaskQuery) -> list[TaskSummary]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, bindparam, func, select, text
 
+from agent_gate.ledger.models import SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
@@ -54,12 +55,20 @@ def find(conn: Connection, call_id: str, task_id: str | None = None) -> list[Cal
 def calls(
     conn: Connection, task_id: str | None = None, states: Iterable[CallState] | None = None
 ) -> list[CallRecord]:
-    """A task's calls (or every call), optionally only those in ``states``, oldest first."""
+    """A task's calls (or every call), optionally only those in ``states``, oldest first.
+
+    A task's calls are found through ``(task_id, state)``; calls in swept states across
+    every task through the partial ``(state)`` index, which a query may use only if it
+    states the index's predicate itself (``models.SWEPT_WHERE``), so it is added here.
+    """
     stmt = select(*CALL_COLUMNS).order_by(CALLS.c.id)
     if task_id is not None:
         stmt = stmt.where(CALLS.c.task_id == task_id)
     if states is not None:
-        stmt = stmt.where(CALLS.c.state.in_([s.value for s in states]))
+        values = [s.value for s in states]
+        stmt = stmt.where(CALLS.c.state.in_(values))
+        if task_id is None and set(values) <= set(SWEPT_STATES):
+            stmt = stmt.where(text(SWEPT_WHERE))
     return [call_record(r) for r in conn.execute(stmt)]
 
 

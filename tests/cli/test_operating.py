@@ -32,6 +32,8 @@ from agent_gate.policy import Principal
 pytestmark = pytest.mark.usefixtures("seal_key_env")
 
 BODY = "Dear Bob, the secret invoice text."
+TASK_SEQ_INDEX = "sqlite_autoindex_audit_events_1"
+"""``UNIQUE (task_id, seq)`` of the audit trail: SQLite names a table constraint's index."""
 
 
 def run(*args: str) -> Result:
@@ -219,7 +221,8 @@ def test_a_page_is_an_indexed_range_read(ledger_url: str) -> None:
         # Read in index order and stopped by LIMIT (a SCAN in rowid order is that too);
         # never every row sorted.
         assert "TEMP B-TREE" not in plan, plan
-    assert any("USING INDEX ix_audit_events_task_id_id (task_id=? AND id>?)" in p
+    # A task's page: its (task_id, seq) key from the cursor's seq on (revision 0008).
+    assert any(f"USING INDEX {TASK_SEQ_INDEX} (task_id=? AND seq>?)" in p
                for p in trail), trail
     counts = next(p for p in plans if "tool_calls" in p and "audit_events" not in p)
     assert "USING" in counts and "INDEX" in counts, counts
