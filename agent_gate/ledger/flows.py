@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
@@ -46,6 +45,7 @@ from agent_gate.ledger.records import (
     StoredResult,
     Transition,
     driver_call_record,
+    moved,
 )
 from agent_gate.ledger.states import CallState, Event, arrow
 from agent_gate.ledger.txn import LedgerTxn
@@ -316,10 +316,8 @@ def _predicted(rec: CallRecord, values: Mapping[str, Any]) -> CallRecord:
     """What a deferred arrow leaves of the row for the next arrow of the same
     transaction to name (its state, version and attempt); the row itself is read
     after the commit (``Later``)."""
-    return replace(
-        rec, state=CallState(values["state"]), version=values["version"],
-        attempt=values.get("attempt", rec.attempt),
-    )
+    return moved(rec, CallState(values["state"]), values["version"],
+                 values.get("attempt", rec.attempt))
 
 
 def _row(conn: Connection, row_id: int) -> CallRecord:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from decimal import Decimal
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
@@ -247,6 +248,26 @@ def call_record(values: Sequence[Any]) -> CallRecord:
 _FAST_RECORD: Callable[..., CallRecord] | None = frozen_fill(CallRecord)
 """``call_record``'s constructor (``frozen_fill``); None: ``CallRecord`` itself, the
 reference (tests set it to None to run that in-process)."""
+
+_RECORD_FIELDS = tuple(f.name for f in fields(CallRecord))
+_RECORD_VALUES = attrgetter(*_RECORD_FIELDS)
+_MOVED_AT = tuple(_RECORD_FIELDS.index(name) for name in ("state", "version", "attempt"))
+
+
+def moved(rec: CallRecord, state: CallState, version: int, attempt: int) -> CallRecord:
+    """``rec`` at another state, version and attempt: what an arrow sent without
+    waiting leaves for the next arrow of its transaction to name (``flows``).
+
+    ``dataclasses.replace`` is the reference; it builds a field dict and goes through
+    ``__init__`` (about 15 us for thirty fields, three times a call on the pipelined
+    path). Here: the values in one C call, three replaced, and ``_FAST_RECORD``."""
+    make = _FAST_RECORD
+    if make is None:
+        return replace(rec, state=state, version=version, attempt=attempt)
+    values = list(_RECORD_VALUES(rec))
+    at_state, at_version, at_attempt = _MOVED_AT
+    values[at_state], values[at_version], values[at_attempt] = state, version, attempt
+    return make(*values)
 
 
 def driver_call_record(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import FrozenInstanceError, fields
+from dataclasses import FrozenInstanceError, fields, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -97,3 +97,16 @@ def test_agent_gate_pure_python_turns_the_fast_record_off() -> None:
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
         assert out.stdout.split() == [off]
+
+
+def test_a_moved_record_is_the_reference_replace(way: str) -> None:
+    """``records.moved`` (what a deferred arrow leaves for the next to name) equals
+    ``dataclasses.replace`` of the three fields, every other field kept."""
+    values, _ = _row()
+    rec = call_record(values)
+    got = records.moved(rec, CallState.EXECUTING, rec.version + 2, rec.attempt + 1)
+    want = replace(rec, state=CallState.EXECUTING, version=rec.version + 2,
+                   attempt=rec.attempt + 1)
+    assert type(got) is CallRecord
+    assert got == want and repr(got) == repr(want)
+    assert (got.version, got.attempt) == (rec.version + 2, rec.attempt + 1)

@@ -17,13 +17,15 @@ from sqlalchemy import event
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger, pipeline
+from agent_gate.ledger.dialect import release_idle
 from agent_gate.ledger.libpq import _convert
 
 pytestmark = pytest.mark.backends("postgresql")
 
 
 def names_prepared(ledger: Ledger) -> list[str]:
-    """The ledger's own prepared statements on the session idle in its pool."""
+    """The ledger's own prepared statements on its idle session."""
+    release_idle(ledger.engine)  # the session it keeps for writes, back in the pool
     raw = ledger.engine.raw_connection()
     try:
         driver = raw.driver_connection
@@ -40,6 +42,7 @@ def forget_names(ledger: Ledger, how: str) -> None:
     """Make the server forget every prepared statement of the pooled session, as it
     happens in the field: an explicit ``DEALLOCATE ALL``, or psycopg's own after it
     rolls back a transaction on a connection with statements it prepared itself."""
+    release_idle(ledger.engine)
     raw = ledger.engine.raw_connection()
     try:
         driver: Any = raw.driver_connection

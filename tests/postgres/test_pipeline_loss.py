@@ -22,7 +22,7 @@ from ledger_backends import PgSchema
 from sqlalchemy import Insert, bindparam, exc, insert
 
 from agent_gate import CallState, Gate
-from agent_gate.ledger import Ledger, pipeline
+from agent_gate.ledger import Ledger, dialect, pipeline
 from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.pipeline import PipelinedTxn
 from agent_gate.ledger.prepared import opened, prepare
@@ -43,6 +43,14 @@ def terminate(pg: PgSchema, pids: list[int]) -> None:
         ).scalar():
             assert time.monotonic() < deadline, "terminated sessions never went away"
             time.sleep(0.01)
+
+
+def kept_pids(ledger: Ledger) -> list[int]:
+    """The server pids of the connections the ledger keeps for its pipelined writes
+    between transactions (``dialect._kept_write``), outside the pool."""
+    kept = dialect._spares(ledger.engine).write
+    return sorted(c.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
+                  for c in kept)
 
 
 def pooled_pids(ledger: Ledger) -> list[int]:
@@ -72,13 +80,15 @@ def test_a_session_ended_in_the_pool_is_replaced_and_the_next_call_runs_once(
     with Gate(counting_tools(ran), ledger) as gate:
         first = gate.execute("t", {"call_id": "c1", "name": "post", "arguments": {"text": "a"}})
         assert first.state is CallState.SUCCEEDED
-        # Two sessions idle in the pool, both ended below, as after a failover: the
-        # replay must not be handed the second dead one.
+        # Two sessions idle in the pool and the one kept for writes, all ended below,
+        # as after a failover: the replay must not be handed another dead one.
         held = [ledger.engine.raw_connection() for _ in range(2)]
         for c in held:
             c.close()
-        pids = pooled_pids(ledger)
-        assert len(pids) >= 2
+        kept = kept_pids(ledger)
+        assert len(kept) == 1
+        pids = pooled_pids(ledger) + kept
+        assert len(pids) >= 3
         if not socket_check:
             monkeypatch.setattr(pipeline, "alive", lambda _driver: True)
             monkeypatch.setattr(pipeline, "PROBE_AFTER_IDLE_S", 0.0)
@@ -94,7 +104,7 @@ def test_a_session_ended_in_the_pool_is_replaced_and_the_next_call_runs_once(
         second = gate.execute("t", {"call_id": "c2", "name": "post", "arguments": {"text": "b"}})
         assert second.state is CallState.SUCCEEDED and second.attempt == 1
         assert not second.replayed
-        assert not set(pooled_pids(ledger)) & set(pids)
+        assert not set(pooled_pids(ledger) + kept_pids(ledger)) & set(pids)
     assert ran == ["a", "b"]
     assert replays == ([] if socket_check else [True])
     with Ledger(db_url) as again:
