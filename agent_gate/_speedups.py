@@ -15,6 +15,8 @@ SSE short path (``sse.decoder``)              the decoder's line machinery; both
 known-adapter path (``accumulate``)           ``Accumulator._feed_any``
 typed Chat fragment decode                    the payload decoded to a dict, then
 (``providers.openai_chat``)                   ``hot_delta`` (``accumulate``'s known path)
+typed Responses delta decode                  the payload decoded to a dict, then
+(``providers.openai_responses``)              ``hot_delta`` (``accumulate``'s known path)
 seeded replay digest (``providers.base``)     ``content_digest``
 strict parse short path (``strict_json``)     ``parse_arguments_reference``
 frozen record fill (``ledger.records``)       ``CallRecord``'s own ``__init__``

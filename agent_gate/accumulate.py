@@ -156,11 +156,9 @@ class Accumulator(KnownPath):
         # way, and so does every adapter with AGENT_GATE_PURE_PYTHON=1.
         self._fast = _KNOWN_ADAPTER_PATH and type(self._adapter) in ADAPTERS.values()
         self._sequence_field = self._adapter.sequence_field
-        # A typed decode of the dominant event (``ProviderAdapter.hot_decode``) only
-        # where the replay guard needs the text alone: no sequence field to read.
-        self._hot_decode = (
-            self._adapter.hot_decode if self._fast and self._sequence_field is None else None
-        )
+        # A typed decode of the dominant event (``ProviderAdapter.hot_decode``), which
+        # holds the sequence field too when the adapter has one.
+        self._hot_decode = self._adapter.hot_decode if self._fast else None
         self._hot_marker = self._adapter.hot_marker
         if dispatch is None:
             self._dispatch: Callable[[str], DispatchMode] = _always_after_response

@@ -87,8 +87,8 @@ class KnownPath:
                 except Exception:  # not the hot shape, or not JSON: the dict decides
                     typed = None
             if typed is not None:
-                # Not decoded to a dict unless ``hot_fragment`` declines it below; an
-                # adapter with ``hot_decode`` has no sequence field to read from it.
+                # Not decoded to a dict unless ``hot_fragment`` declines it below; the
+                # sequence field, if any, is read from the typed value.
                 data: Mapping[str, Any] = _UNREAD
             else:
                 # ``load_payload``'s answer: msgspec's value when it decodes (always an
@@ -112,9 +112,12 @@ class KnownPath:
         seq: int | None = None
         field = self._sequence_field
         if field is not None:
-            value = data.get(field)
-            if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
-                seq = int(value)
+            if typed is not None:
+                seq = getattr(typed, field)  # the type made it an int (never a bool)
+            else:
+                value = data.get(field)
+                if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+                    seq = int(value)
         # A position never seen is the common case (every Responses event carries a new
         # sequence number): its digest is remembered at once, never the event itself
         # (``agent_gate.providers.replay`` states what is kept and the bound).
@@ -137,7 +140,7 @@ class KnownPath:
         if typed is None:
             hot = self._adapter.hot_delta(data, sse_type)
         else:
-            hot = self._adapter.hot_fragment(typed)
+            hot = self._adapter.hot_fragment(typed, sse_type)
             if hot is None:  # not a fragment after all: decoded and translated as any other
                 data = self._adapter.load_payload(raw, index)  # type: ignore[arg-type]
         if hot is None:

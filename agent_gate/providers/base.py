@@ -412,15 +412,16 @@ class ProviderAdapter(ABC):
     Where it decodes (no error), the text is an object that ``json.loads`` reads
     with the same values in every field the type names; ``hot_fragment`` then
     decides on that value alone, as ``hot_delta`` would on the dict. Anything it
-    refuses is decoded to a dict the ordinary way. Only for an adapter without a
-    ``sequence_field`` (the replay guard then needs the text alone)."""
+    refuses is decoded to a dict the ordinary way. An adapter with a
+    ``sequence_field`` declares it in the type as an ``int`` field of that name: the
+    replay guard keys the event by it (and digests the text, as always)."""
 
     hot_marker: ClassVar[str] = ""
     """Text every event ``hot_decode`` reads as a fragment contains: an event
     without it is not tried (a failed typed decode would cost as much as the dict's;
     the marker only skips, it never decides)."""
 
-    def hot_fragment(self, event: Any) -> tuple[str, str] | None:
+    def hot_fragment(self, event: Any, sse_type: str) -> tuple[str, str] | None:
         """``hot_delta`` for a value ``hot_decode`` made: the same answer, the same
         record of the fragment; None having changed nothing."""
         return None

@@ -189,7 +189,7 @@ class OpenAIChatAdapter(ProviderAdapter):
         call.parts.append(arguments)
         return call.call_id, arguments
 
-    def hot_fragment(self, event: Any) -> tuple[str, str] | None:
+    def hot_fragment(self, event: Any, sse_type: str) -> tuple[str, str] | None:
         # ``hot_delta``'s checks in its order, on the typed chunk: what the type
         # already required (lists, objects, integer indexes, a string of arguments)
         # is not checked again.

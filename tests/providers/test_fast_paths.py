@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from agent_gate import accumulate as accumulate_module
 from agent_gate.accumulate import Accumulator, DispatchMode
+from agent_gate.errors import ReplayConflictError
 from agent_gate.providers import base
 from agent_gate.providers.registry import ADAPTERS
 from agent_gate.sse import ServerSentEvent, SSEDecoder
@@ -568,7 +569,7 @@ def test_chat_fragments_take_the_typed_decode() -> None:
     assert acc._hot_decode is not None
     typed = acc._hot_decode(json.dumps(_chat_chunk(_CHAT_FRAGMENT)))
     acc.feed(_CHAT_START)
-    assert acc._adapter.hot_fragment(typed) == ("call_1", '{"a":')
+    assert acc._adapter.hot_fragment(typed, "message") == ("call_1", '{"a":')
 
 
 def test_chat_chunks_without_tool_calls_skip_the_typed_decode() -> None:
@@ -642,3 +643,149 @@ def test_chat_fragments_read_typed_keep_the_replay_and_terminal_decisions() -> N
     assert typed.count(first) == 2 and typed.count(second) == 3
     assert [(c.call_id, c.arguments) for c in calls] == [("call_1", {"a": 1})]
     assert (acc.stats.replayed_events, acc.stats.events_after_terminal) == (2, 1)
+
+
+_RESPONSES_DELTA = "response.function_call_arguments.delta"
+
+
+def _responses_delta(seq: int, text: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": _RESPONSES_DELTA,
+        "item_id": "fc_1",
+        "output_index": 0,
+        "delta": text,
+        "obfuscation": "a1",
+        "sequence_number": seq,
+        **extra,
+    }
+
+
+def _responses_start() -> ServerSentEvent:
+    added = {
+        "type": "response.output_item.added",
+        "output_index": 0,
+        "sequence_number": 0,
+        "item": {**_ITEM, "status": "in_progress", "arguments": ""},
+    }
+    return ServerSentEvent("response.output_item.added", json.dumps(added), "")
+
+
+def _responses_done(seq: int, arguments: str) -> list[ServerSentEvent]:
+    done = {
+        "type": "response.output_item.done",
+        "output_index": 0,
+        "sequence_number": seq,
+        "item": {**_ITEM, "status": "completed", "arguments": arguments},
+    }
+    completed = {"type": "response.completed", "sequence_number": seq + 1, "response": {}}
+    return [
+        ServerSentEvent("response.output_item.done", json.dumps(done), ""),
+        ServerSentEvent("response.completed", json.dumps(completed), ""),
+    ]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        '"created": ' + "9" * 700,  # past sys.get_int_max_str_digits: json.loads refuses
+        '"output_index": NaN',  # json.loads takes it, msgspec does not
+        '"delta": "\\ud800"',
+        '"delta": ""',
+        '"delta": 7',
+        '"item_id": "fc_unknown"',
+        '"item_id": null',
+        '"type": "response.output_text.delta"',
+        '"type": "response.custom_tool_call_input.delta"',
+        '"sequence_number": 1.0',
+        '"sequence_number": true',
+        '"sequence_number": 0',  # the start's position again, with other content
+        '"sequence_number": ' + "9" * 30,  # beyond 64 bits, still an int to both
+    ],
+)
+@pytest.mark.parametrize("sse_type", [_RESPONSES_DELTA, "message", "response.other"])
+def test_responses_typed_decode_decides_as_the_dict_both_ways(odd: str, sse_type: str) -> None:
+    """A Responses argument delta read by the typed decoder (``hot_decode``, which
+    also holds its sequence number) gives what the dict and the long way give, when
+    it carries what json.loads refuses, what msgspec refuses, a field that makes it
+    no plain delta, or a sequence number of another type or already seen. The last
+    key wins in both, so ``odd`` (appended last) replaces a field it names."""
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        head = json.dumps(_responses_delta(1, '{"a":'))[:-1]
+        events: list[object] = [
+            _responses_start(),
+            ServerSentEvent(sse_type, f"{head}, {odd}}}", ""),
+            ServerSentEvent(sse_type, json.dumps(_responses_delta(2, '{"a":')), ""),
+            ServerSentEvent(_RESPONSES_DELTA, json.dumps(_responses_delta(3, "1}")), ""),
+            *_responses_done(4, '{"a":1}'),
+        ]
+        both_ways("openai-responses", events)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_responses_deltas_take_the_typed_decode() -> None:
+    """The typed decoder is the one that reads a plain argument delta, sequence number
+    included (the test above would pass without it): with msgspec and the switch on."""
+    if base._speedups.msgspec is None:
+        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
+    acc = Accumulator("openai-responses")
+    real = acc._hot_decode
+    assert real is not None
+    typed = real(json.dumps(_responses_delta(7, '{"a":')))
+    assert typed.sequence_number == 7
+    acc.feed(_responses_start())
+    assert acc._adapter.hot_fragment(typed, _RESPONSES_DELTA) == ("c1", '{"a":')
+    assert acc._adapter.hot_fragment(typed, "response.other") is None
+
+    tried: list[str] = []
+
+    def counting(raw: str) -> Any:
+        tried.append(raw)
+        return real(raw)
+
+    acc = Accumulator("openai-responses", dispatch=DispatchMode.ON_CALL_COMPLETE)
+    acc._hot_decode = counting
+    text = {"type": "response.output_text.delta", "item_id": "m", "delta": "hi",
+            "sequence_number": 1}
+    fragments = [json.dumps(_responses_delta(2, '{"a":')), json.dumps(_responses_delta(3, "1}"))]
+    feed = [
+        _responses_start(),
+        ServerSentEvent("response.output_text.delta", json.dumps(text), ""),
+        *(ServerSentEvent(_RESPONSES_DELTA, f, "") for f in fragments),
+        *_responses_done(4, '{"a":1}'),
+    ]
+    calls = [call for event in feed for call in acc.feed(event)]
+    assert tried == fragments  # a text delta is not tried: it is no argument delta
+    assert [(c.call_id, c.arguments) for c in calls] == [("c1", {"a": 1})]
+
+
+def test_responses_deltas_read_typed_keep_the_replay_and_terminal_decisions() -> None:
+    """A delta the typed decoder reads is positioned by the sequence number it holds:
+    resent after a reconnect it is dropped, resent with other text it conflicts, and
+    after the terminal it is counted and ignored, both ways and as the dict path."""
+    if base._speedups.msgspec is None:
+        pytest.skip("msgspec not installed, or AGENT_GATE_PURE_PYTHON is set")
+    first = ServerSentEvent(_RESPONSES_DELTA, json.dumps(_responses_delta(1, '{"a":')), "")
+    second = ServerSentEvent(_RESPONSES_DELTA, json.dumps(_responses_delta(2, "1}")), "")
+    other = ServerSentEvent(_RESPONSES_DELTA, json.dumps(_responses_delta(2, "2}")), "")
+    late = ServerSentEvent(_RESPONSES_DELTA, json.dumps(_responses_delta(9, "3}")), "")
+    replayed = [_responses_start(), first, second, first, second, *_responses_done(3, '{"a":1}')]
+    both_ways("openai-responses", [*replayed, late], reconnect_at=3)
+    both_ways("openai-responses", [*replayed[:4], other, *replayed[5:]], reconnect_at=3)
+
+    acc = Accumulator("openai-responses", dispatch=DispatchMode.ON_CALL_COMPLETE)
+    assert acc._hot_decode is not None
+    calls = []
+    for at, event in enumerate([*replayed, late]):
+        if at == 3:
+            acc.reconnected()
+        calls += acc.feed(event)
+    calls += acc.close()
+    assert [(c.call_id, c.arguments) for c in calls] == [("c1", {"a": 1})]
+    assert (acc.stats.replayed_events, acc.stats.events_after_terminal) == (2, 1)
+    with pytest.raises(ReplayConflictError):
+        acc = Accumulator("openai-responses")
+        for event in [*replayed[:4], other]:
+            acc.feed(event)
