@@ -84,6 +84,7 @@ from agent_gate.ledger.prepared import (
     track,
     untrack,
 )
+from agent_gate.ledger.spares import SPARE_MAX, release_idle, spares_of
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -432,11 +433,11 @@ def _pooled_write(engine: Engine, *, pipelined: bool) -> Iterator[Connection]:
 @contextmanager
 def _kept_write(engine: Engine) -> Iterator[Connection]:
     """A PostgreSQL write transaction, pipelined (``pipeline``) on a connection kept
-    between transactions (``_Spares``): checking one out of the pool and back in
+    between transactions (``spares.Spares``): checking one out of the pool and back in
     cost about 70 us of CPU per transaction, two per gate call. A kept connection
     is checked before each use as the pool's checkout would check it
     (``pipeline.alive``: no round trip); one the server dropped is let go."""
-    spares = _spares(engine)
+    spares = spares_of(engine)
     idle = spares.write
     conn: Connection | None = None
     while idle and conn is None:
@@ -457,7 +458,7 @@ def _kept_write(engine: Engine) -> Iterator[Connection]:
             with _core_transaction(conn):
                 yield conn
     finally:
-        if conn.invalidated or conn.closed or conn.in_transaction() or len(idle) >= _SPARE_MAX:
+        if conn.invalidated or conn.closed or conn.in_transaction() or len(idle) >= SPARE_MAX:
             conn.close()
         else:
             idle.append(conn)
@@ -489,50 +490,6 @@ def _pooled_read(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
-_SPARE_MAX = 4
-"""Connections an engine keeps checked out between transactions, per kind."""
-
-
-class _Spares:
-    """An engine's idle ``Connection`` objects, kept between transactions.
-
-    Checking a connection out of the pool, wrapping it in a ``Connection``, setting
-    its options and checking it back in costs about 60 us of CPU per transaction,
-    three times the transaction itself, and a gate call runs three of them. So
-    SQLite's are reused (a local file has no server that could drop an idle
-    session), and so are PostgreSQL's for pipelined writes, each checked before use
-    as the pool's checkout would (``_kept_write``): a transaction pops an idle one,
-    or opens one, and puts it back after (at most ``_SPARE_MAX`` of each kind). They
-    belong to the pool they came from and the process that opened them: after
-    ``engine.dispose()`` (a new pool) or in a forked child they are not used again.
-    """
-
-    __slots__ = ("pid", "pool", "read", "write")
-
-    def __init__(self, engine: Engine) -> None:
-        self.pool = engine.pool
-        self.pid = os.getpid()
-        self.write: list[Connection] = []
-        self.read: list[Connection] = []
-
-    def close(self) -> None:
-        while self.write or self.read:
-            (self.write or self.read).pop().close()
-
-
-# Kept on the engine itself, not in a weak mapping keyed by it: the connections
-# refer to their engine, so such a mapping would keep every engine alive; as an
-# attribute, an engine nobody closed is collected with its idle connections.
-_SPARES_ATTR = "_agent_gate_idle_connections"
-
-
-def release_idle(engine: Engine) -> None:
-    """Close the connections ``engine`` keeps between transactions (before dispose)."""
-    spares: _Spares | None = engine.__dict__.pop(_SPARES_ATTR, None)
-    if spares is not None and spares.pid == os.getpid():
-        spares.close()
-
-
 def _core_needed(conn: Connection) -> bool:
     """Whether a transaction on ``conn`` must go through Core's begin and commit.
 
@@ -545,19 +502,9 @@ def _core_needed(conn: Connection) -> bool:
     return own is None or transaction_watched(conn, own)
 
 
-def _spares(engine: Engine) -> _Spares:
-    spares: _Spares | None = engine.__dict__.get(_SPARES_ATTR)
-    if spares is None or spares.pool is not engine.pool or spares.pid != os.getpid():
-        if spares is not None and spares.pid == os.getpid():
-            spares.close()  # the engine was disposed: these belong to the old pool
-        spares = _Spares(engine)
-        engine.__dict__[_SPARES_ATTR] = spares
-    return spares
-
-
 @contextmanager
 def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
-    spares = _spares(engine)
+    spares = spares_of(engine)
     idle = spares.write if write else spares.read
     try:
         conn = idle.pop()
@@ -606,7 +553,7 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
             finally:
                 untrack(conn, state)
     finally:
-        if conn.invalidated or conn.closed or len(idle) >= _SPARE_MAX:
+        if conn.invalidated or conn.closed or len(idle) >= SPARE_MAX:
             conn.close()
         else:
             idle.append(conn)

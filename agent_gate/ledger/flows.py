@@ -1,7 +1,7 @@
 """The ledger's write flows: each one short transaction of compare-and-set updates.
 
 Every change of a call's state goes through ``apply``, which builds its update with
-the one compare-and-set builder (``compare_and_set``: ``UPDATE tool_calls SET ...
+the one compare-and-set builder (``cas.compare_and_set``: ``UPDATE tool_calls SET ...
 WHERE id=? AND state=? AND version=?`` plus the guard) and appends the audit event
 in the same transaction. The flows differ only in what else commits with the
 arrow: a decision taken with the task locked (``authorize``, ``claim_rechecked``,
@@ -16,27 +16,23 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import BigInteger, Connection, Engine, bindparam, insert, select, update
-from sqlalchemy.engine import Dialect
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import Connection, Engine, bindparam, select
 
 from agent_gate.errors import NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, quota
 from agent_gate.ledger.canonical import canonical_json
+from agent_gate.ledger.cas import NO_GUARD, Later, compare_and_set, predicted
 from agent_gate.ledger.dialect import (
     begin_read,
     begin_write,
-    db_now_ms,
     for_update,
 )
-from agent_gate.ledger.pipeline import Pending, Unexpected
-from agent_gate.ledger.prepared import Open, Rows, prepare
+from agent_gate.ledger.pipeline import Unexpected
+from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import (
-    CALL_COLUMNS,
-    CALLS,
     TASKS,
     CallRecord,
     DbNowPlus,
@@ -44,8 +40,6 @@ from agent_gate.ledger.records import (
     Ruling,
     StoredResult,
     Transition,
-    driver_call_record,
-    moved,
 )
 from agent_gate.ledger.states import CallState, Event, arrow
 from agent_gate.ledger.txn import LedgerTxn
@@ -54,8 +48,6 @@ __all__ = [
     "MAX_REASON_CHARS",
     "STATE_NOT_IN_AUDIT",
     "Decide",
-    "Folded",
-    "Later",
     "Lost",
     "apply",
     "apply_ruling",
@@ -64,7 +56,6 @@ __all__ = [
     "claim",
     "claim_approved",
     "claim_rechecked",
-    "compare_and_set",
     "deny",
     "finish",
     "lock_task",
@@ -85,7 +76,6 @@ Within = Callable[[Connection, CallRecord], None]
 
 Lease = tuple[str, int]
 """(owner, milliseconds by the database clock) of an arrow that takes a lease."""
-_NO_GUARD = Guard()
 _NEW_ATTEMPT: Mapping[str, Any] = {
     "finished_at": None, "result": None, "result_sha256": None, "result_bytes": None,
     "error": None,
@@ -140,186 +130,6 @@ def lock_task(conn: Connection, task_id: str) -> None:
     ).run(conn, {"id": task_id})
 
 
-def compare_and_set(
-    conn: Connection,
-    rec: CallRecord,
-    values: Mapping[str, Any],
-    guard: Guard,
-    *,
-    later: list[Later] | None = None,
-) -> tuple[int, CallRecord | None]:
-    """``UPDATE tool_calls SET values WHERE id, state, version (and guard)``.
-
-    The one compare-and-set builder: every arrow and every column-only change of a
-    row the caller saw at ``rec.state``/``rec.version`` goes through it. Returns the
-    number of rows matched and, where the dialect can return them from the update
-    (PostgreSQL; SQLite 3.35+), the row as updated: one statement fewer per
-    transition. Compiled once per set of columns and guard (``prepared``). A
-    ``DbNowPlus`` value is computed by the database.
-
-    ``later``: in a pipelined transaction (``pipeline``) the update is only sent,
-    not waited for: it is expected to match one row (else the transaction rolls
-    back before its COMMIT, ``pipeline.Unexpected``), reported as matched, and its
-    row is read after the commit (``Later``, appended to ``later``). Elsewhere
-    ``later`` changes nothing. A row whose ``INSERT`` is still unsent (``Folded``)
-    takes the values into that ``INSERT`` instead of an ``UPDATE``.
-    """
-    folded = later[-1] if later else None
-    if isinstance(folded, Folded) and folded.folds(rec, guard):
-        folded.values.update(values)
-        later.append(folded)
-        return 1, None
-    returning = conn.dialect.update_returning
-    # The columns in the caller's order: a call site always sets them in one order,
-    # so this names one compiled statement per site without sorting on every call.
-    keys = tuple(values)
-    clocked = tuple([k for k, v in values.items() if isinstance(v, DbNowPlus)])
-    owner_guard = guard.owner and guard.lease_owner is not None
-    no_owner = guard.owner and guard.lease_owner is None
-    shape = ("cas", keys, clocked, owner_guard, no_owner, guard.lease_expired, returning)
-
-    def build() -> Any:
-        c = CALLS.c
-        where: list[ColumnElement[bool]] = [
-            c.id == bindparam("w_id", type_=c.id.type),
-            c.state == bindparam("w_state", type_=c.state.type),
-            c.version == bindparam("w_version", type_=c.version.type),
-        ]
-        if owner_guard:
-            where.append(c.lease_owner == bindparam("w_owner", type_=c.lease_owner.type))
-        if no_owner:
-            where.append(c.lease_owner.is_(None))
-        if guard.lease_expired:
-            where.append(c.lease_expires_ms < db_now_ms())
-        sets: dict[str, Any] = {
-            k: (
-                db_now_ms() + bindparam(k, type_=BigInteger())
-                if k in clocked
-                else bindparam(k, type_=c[k].type)
-            )
-            for k in keys
-        }
-        stmt = update(CALLS).where(*where).values(sets)
-        return stmt.returning(*CALL_COLUMNS) if returning else stmt
-
-    params: dict[str, Any] = (
-        {k: (v.ms if isinstance(v, DbNowPlus) else v) for k, v in values.items()}
-        if clocked
-        else dict(values)
-    )
-    params["w_id"] = rec.row_id
-    params["w_state"] = rec.state._value_
-    params["w_version"] = rec.version
-    if owner_guard:
-        params["w_owner"] = guard.lease_owner
-    done = prepare(conn, shape, build).run(conn, params)
-    if later is not None and isinstance(done, Pending) and returning:
-        done.txn.expect(done, 1)
-        later.append(Later(conn.dialect, done))
-        return 1, None
-    if not returning:
-        return done.rowcount, None
-    if not done.rows:
-        return 0, None
-    return len(done.rows), driver_call_record(conn.dialect, done.rows[0], done.processed)
-
-
-class Later:
-    """The row a compare-and-set sent in a pipeline returns: read after the commit
-    (the answer came with the round trip that carried it)."""
-
-    __slots__ = ("dialect", "pending")
-
-    def __init__(self, dialect: Dialect, pending: Pending | Rows | None) -> None:
-        self.dialect = dialect
-        self.pending = pending
-
-    def record(self) -> CallRecord:
-        pending = self.pending
-        rows = pending.rows if pending is not None else None
-        if not rows:  # pragma: no cover - the commit checked that it matched
-            raise RuntimeError("a deferred compare-and-set returned no row")
-        return driver_call_record(self.dialect, rows[0], pending.processed)
-
-
-class Folded(Later):
-    """A call's row inserted in a pipelined transaction, written as late as it can be.
-
-    A call that is received, authorized and claimed in one transaction used to be an
-    ``INSERT`` and two compare-and-set ``UPDATE`` statements on the row it had just written:
-    three row versions, each writing every index of ``tool_calls`` (``state`` is
-    indexed, so PostgreSQL cannot update in place), and three statements to send.
-    Nobody can see the row before the commit, so the arrows applied to it before
-    anything else is sent are folded into the ``INSERT`` instead
-    (``compare_and_set``): one statement, one row version, the same row at the
-    commit. Its audit events are appended as for any arrow. The ``INSERT`` goes out
-    (``prepared.Open.defer``) before the next statement of any other kind (the audit
-    append, a quota charge, a read, a Core statement, the ``COMMIT``), so it keeps
-    its place in the transaction's order and the rows that refer to it find it.
-
-    A plain ``INSERT`` (no ``ON CONFLICT``) under an id chosen beforehand (``intake``:
-    a spare id of PostgreSQL's sequence; on SQLite the next one, the write lock
-    held, the call checked new): a call recorded before, or an id taken, fails it and
-    everything after it.
-    """
-
-    __slots__ = ("conn", "values")
-
-    def __init__(self, conn: Connection, state: Open, values: dict[str, Any]) -> None:
-        super().__init__(conn.dialect, None)
-        self.conn = conn
-        self.values = values
-        state.defer(self.send)
-
-    def folds(self, rec: CallRecord, guard: Guard) -> bool:
-        """Whether an arrow from ``rec`` may be folded in: the insert is not sent yet,
-        and ``rec`` is the row it will write (no guard to check: nobody else can
-        have touched a row that is not written yet)."""
-        values = self.values
-        return (
-            self.pending is None
-            and guard == _NO_GUARD
-            and rec.row_id == values["id"]
-            and rec.state._value_ == values["state"]
-            and rec.version == values["version"]
-        )
-
-    def send(self) -> None:
-        """Send the ``INSERT`` with every arrow folded in (``PipelinedTxn.defer``)."""
-        values = self.values
-        keys = tuple(sorted(values))
-        clocked = tuple([k for k in keys if isinstance(values[k], DbNowPlus)])
-
-        def build() -> Any:
-            c = CALLS.c
-            row = {
-                k: (
-                    db_now_ms() + bindparam(k, type_=BigInteger())
-                    if k in clocked
-                    else bindparam(k, type_=c[k].type)
-                )
-                for k in keys
-            }
-            return insert(CALLS).values(row).returning(*CALL_COLUMNS)
-
-        params = (
-            {k: (v.ms if isinstance(v, DbNowPlus) else v) for k, v in values.items()}
-            if clocked
-            else values
-        )
-        self.pending = prepare(self.conn, ("insert_folded", keys, clocked), build).run(
-            self.conn, params
-        )
-
-
-def _predicted(rec: CallRecord, values: Mapping[str, Any]) -> CallRecord:
-    """What a deferred arrow leaves of the row for the next arrow of the same
-    transaction to name (its state, version and attempt); the row itself is read
-    after the commit (``Later``)."""
-    return moved(rec, CallState(values["state"]), values["version"],
-                 values.get("attempt", rec.attempt))
-
-
 def _row(conn: Connection, row_id: int) -> CallRecord:
     current = call_by(conn, id=row_id)
     if current is None:  # pragma: no cover - rows are never deleted
@@ -350,7 +160,7 @@ def apply(
 
     ``later`` (``compare_and_set``): in a pipelined transaction the arrow is sent
     and its event appended without waiting; what is returned is only the row's
-    next state, version and attempt (``_predicted``), the row is ``later[-1]``'s
+    next state, version and attempt (``cas.predicted``), the row is ``later[-1]``'s
     after the commit, and a row that had moved on rolls the transaction back.
     """
     target, effects = arrow(rec.state, event)
@@ -375,11 +185,11 @@ def apply(
         values["finished_at"] = now
     values.update(changes or {})
     sent = len(later) if later is not None else 0
-    matched, current = compare_and_set(conn, rec, values, guard or _NO_GUARD, later=later)
+    matched, current = compare_and_set(conn, rec, values, guard or NO_GUARD, later=later)
     if matched != 1:
         return None
     if later is not None and len(later) > sent:
-        current = _predicted(rec, values)
+        current = predicted(rec, values)
     info: dict[str, Any] = {"version": rec.version + 1}
     if code:
         info["code"] = code
@@ -460,7 +270,7 @@ def refuse_unaudited(conn: Connection, rec: CallRecord, actor: str | None) -> Ca
         f"{recorded}; the state was changed outside agent-gate (agent-gate audit verify)"
     )
     compare_and_set(conn, current, {"reason_code": STATE_NOT_IN_AUDIT, "reason": reason},
-                    _NO_GUARD)
+                    NO_GUARD)
     audit.append(
         conn, task_id=current.task_id, call_row_id=current.row_id,
         call_id=current.call_id, event=STATE_NOT_IN_AUDIT,

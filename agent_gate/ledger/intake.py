@@ -13,7 +13,7 @@ when this process holds a spare row id (``_SpareIds``, asked of the sequence in 
 previous intakes' round trips): the call is inserted under it with a plain
 ``INSERT``, decided and claimed at once, and its rows read with the answer to the
 ``COMMIT`` (the transaction's one round trip). The decision's and the claim's
-arrows are folded into that ``INSERT`` (``flows.Folded``): one row version, not
+arrows are folded into that ``INSERT`` (``cas.Folded``): one row version, not
 three. A call recorded before fails that
 insert, nothing of the transaction commits, and it is recorded again the usual way
 (``ON CONFLICT DO NOTHING``, the insert's answer read before anything is decided).
@@ -43,8 +43,9 @@ from sqlalchemy import (
 
 from agent_gate.ledger import audit
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
+from agent_gate.ledger.cas import Folded, Later
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
-from agent_gate.ledger.flows import Folded, Later, Lost, apply, apply_ruling, lock_task, write
+from agent_gate.ledger.flows import Lost, apply, apply_ruling, lock_task, write
 from agent_gate.ledger.pipeline import Unexpected
 from agent_gate.ledger.prepared import Open, Rows, opened, prepare
 from agent_gate.ledger.reads import call_by

@@ -38,7 +38,7 @@ server instead (functions revision 0007 installs):
 A gate call that runs at once then costs two round trips (the count
 ``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert
 (under an id handed out in an earlier call's transaction, ``intake._SpareIds``,
-with the decision's and the claim's arrows folded in, ``flows.Folded``), audit
+with the decision's and the claim's arrows folded in, ``cas.Folded``), audit
 append and ``COMMIT`` in one, the outcome's ``BEGIN``, update, audit append and
 ``COMMIT`` in the other: eight statements.
 

@@ -4,7 +4,7 @@ Received, authorized and claimed in one transaction, the call's row used to be a
 ``INSERT`` and two compare-and-set ``UPDATE`` statements of the row just inserted:
 three row versions, every index of ``tool_calls`` written three times, two statements
 more than needed. On the fast backend the arrows are folded into the ``INSERT``
-(``flows.Folded``; the id chosen beforehand: a spare id of PostgreSQL's sequence, or
+(``cas.Folded``; the id chosen beforehand: a spare id of PostgreSQL's sequence, or
 SQLite's next one under the write lock). These tests hold what reaches the table,
 and that the rows and the trail are the ones the reference backend (Core, one
 statement per arrow) leaves.

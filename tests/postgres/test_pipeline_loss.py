@@ -22,7 +22,7 @@ from ledger_backends import PgSchema
 from sqlalchemy import Insert, bindparam, exc, insert
 
 from agent_gate import CallState, Gate
-from agent_gate.ledger import Ledger, dialect, pipeline
+from agent_gate.ledger import Ledger, pipeline, spares
 from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.pipeline import PipelinedTxn
 from agent_gate.ledger.prepared import opened, prepare
@@ -48,7 +48,7 @@ def terminate(pg: PgSchema, pids: list[int]) -> None:
 def kept_pids(ledger: Ledger) -> list[int]:
     """The server pids of the connections the ledger keeps for its pipelined writes
     between transactions (``dialect._kept_write``), outside the pool."""
-    kept = dialect._spares(ledger.engine).write
+    kept = spares.spares_of(ledger.engine).write
     return sorted(c.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
                   for c in kept)
 
