@@ -48,6 +48,14 @@ def task_option(fn: F) -> F:
     )(fn)
 
 
+def role_option(fn: F) -> F:
+    """``--role`` (repeatable) as ``roles``: the principal's roles, named the same way by
+    every command that builds a principal from flags (``policy check``, ``mcp proxy``)."""
+    return click.option(
+        "--role", "roles", multiple=True, help="A role of the principal (repeatable)."
+    )(fn)
+
+
 TOOLS_HELP = "The ToolRegistry to execute (ATTR defaults to 'tools'; cwd is importable)."
 
 

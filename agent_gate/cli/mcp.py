@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from agent_gate.cli._operator import failures
-from agent_gate.cli._options import db_option, parse_duration, parse_listen
+from agent_gate.cli._options import db_option, parse_duration, parse_listen, role_option
 
 _EPILOG = """\b
 Examples:
@@ -37,7 +37,7 @@ def mcp_group() -> None:
                    "Give it to have calls repeated after a restart answered from the ledger.")
 @click.option("--principal", "principal_id", default=None,
               help="Who the agent acts for (the policy's `principal: id`).")
-@click.option("--role", "roles", multiple=True, help="A role of the principal (repeatable).")
+@role_option
 @click.option("--approval-wait", "approval_wait", default="5m", show_default=True,
               help="How long a call waiting for approval holds its request open: 90s, 5m, 1h.")
 @click.option("--upstream-url", "upstream_url", default=None,

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agent_gate.cli._options import role_option
 from agent_gate.policy import (
     DecisionEffect,
     Policy,
@@ -213,7 +214,7 @@ def check(files: tuple[str, ...]) -> None:
     help='Who the agent acts for, as JSON: {"id": ..., "roles": [...], "attributes": {...}}.',
 )
 @click.option("--principal-id", help="Principal id (instead of --principal).")
-@click.option("--role", "roles", multiple=True, help="A role of the principal (repeatable).")
+@role_option
 @click.option(
     "--attr",
     "attrs",
