@@ -77,3 +77,31 @@ def test_fsyncs_count_only_between_the_marks(tmp_path: Path) -> None:
     )
     assert peers_bench._between_marks(trace, peers_bench._SYNC) == 2
     assert peers_bench._between_marks(trace, peers_bench._SEND) == 1
+
+
+def test_round_trips_are_sends_answered_by_a_receive(tmp_path: Path) -> None:
+    """A pipelined client's several sends before one answer are one round trip; a
+    receive that found nothing (EAGAIN) or a thread's own sends are not another's."""
+    trace = tmp_path / "strace"
+    trace.write_text(
+        '11 sendto(4, "Q", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'  # setup: not counted
+        '11 recvfrom(4, "C", 16384, 0, NULL, NULL) = 1\n'
+        '11 chdir(".") = 0\n'
+        '11 sendto(4, "B", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'  # one pipeline: 3 sends
+        '11 sendto(4, "E", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'
+        "11 recvfrom(4, 0x55, 16384, 0, NULL, NULL)"
+        " = -1 EAGAIN (Resource temporarily unavailable)\n"
+        '11 sendto(4, "S", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'
+        '11 recvfrom(4, "2", 16384, 0, NULL, NULL <unfinished ...>\n'
+        '12 sendto(7, "Q", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'  # another thread's request
+        '11 <... recvfrom resumed>) = 120\n'  # the pipeline's answers: 1 round trip
+        '11 recvfrom(4, "Z", 16384, 0, NULL, NULL) = 6\n'  # more of them: not another
+        '12 recvfrom(7, "C", 16384, 0, NULL, NULL) = 9\n'  # thread 12's: 1 round trip
+        '11 sendto(4, "Q", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'
+        '11 recvfrom(4, "C", 16384, 0, NULL, NULL) = 12\n'  # a plain query: 1
+        '11 chdir(".") = 0\n'
+        '11 sendto(4, "X", 1, MSG_NOSIGNAL, NULL, 0) = 1\n'  # teardown: not counted
+        '11 recvfrom(4, "", 16384, 0, NULL, NULL) = 4\n'
+    )
+    assert peers_bench._round_trips(trace) == 3
+    assert peers_bench._between_marks(trace, peers_bench._SEND) == 5

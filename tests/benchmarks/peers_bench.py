@@ -103,7 +103,7 @@ class Worker:
     ) -> None:
         command = [sys.executable, str(WORKER), peer, where, str(runs)]
         if trace is not None:
-            syscalls = "trace=fsync,fdatasync,sendto,chdir"
+            syscalls = "trace=fsync,fdatasync,sendto,recvfrom,chdir"
             command = [
                 "strace",
                 "-f",
@@ -225,6 +225,10 @@ TRACED_FIRST_CALL = 1_000_000
 _SYNC = re.compile(r"^\d+\s+(fsync|fdatasync)\(")
 _SEND = re.compile(r"^\d+\s+sendto\(")
 _MARK = re.compile(r"^\d+\s+chdir\(")
+_RECEIVED = re.compile(r"^(\d+)\s+(?:<\.\.\. )?recvfrom(?: resumed>)?.*\)\s+=\s+[1-9]\d*$")
+"""A ``recvfrom`` that returned bytes (a finished call, or the resumed end of one): an
+answer arrived. One that returned -1 (EAGAIN: a non-blocking poll of the socket) or
+is still unfinished is not one."""
 
 
 def _between_marks(trace: Path, syscall: re.Pattern[str]) -> int:
@@ -237,10 +241,32 @@ def _between_marks(trace: Path, syscall: re.Pattern[str]) -> int:
     return count
 
 
+def _round_trips(trace: Path) -> int:
+    """Round trips between the marks: per thread, a run of ``sendto`` calls ended by a
+    ``recvfrom`` that returned bytes. A client that waits for each statement's answer
+    makes one per send; a pipelined one (agent-gate's writes: libpq pipeline mode, each
+    statement written as it is queued, one sync) sends several requests and then
+    reads, and that is one round trip, as ``netproxy`` counts it in section 8."""
+    inside, count = False, 0
+    waiting: set[str] = set()
+    for line in trace.read_text().splitlines():
+        if _MARK.match(line):
+            inside = not inside
+            continue
+        if not inside:
+            continue
+        if _SEND.match(line):
+            waiting.add(line.split(None, 1)[0])
+        elif (got := _RECEIVED.match(line)) is not None and got.group(1) in waiting:
+            waiting.discard(got.group(1))
+            count += 1
+    return count
+
+
 def _counts(wheres: dict[str, str], tmp: Path, calls: int) -> dict[str, dict[str, float]]:
     """Per call of each candidate's process, warm, under strace: fsync + fdatasync,
-    and ``sendto`` (libpq sends each request once and waits for the answer, so on
-    PostgreSQL a send is a round trip; background threads' sends count too).
+    and on PostgreSQL round trips (``_round_trips``: sends answered by a receive;
+    background threads' count too) and ``sendto`` calls.
 
     The processes start together (imports are the slow part) and are driven one
     at a time; only the syscalls between the two ``mark`` commands count.
@@ -267,6 +293,7 @@ def _counts(wheres: dict[str, str], tmp: Path, calls: int) -> dict[str, dict[str
         peer: {
             "fsyncs_per_call": _between_marks(tmp / f"{peer}.strace", _SYNC) / calls,
             "sends_per_call": _between_marks(tmp / f"{peer}.strace", _SEND) / calls,
+            "round_trips_per_call": _round_trips(tmp / f"{peer}.strace") / calls,
         }
         for peer in workers
     }
@@ -354,7 +381,8 @@ def _measure(
             if store == SQLITE:
                 row["fsyncs_per_call"] = got.get("fsyncs_per_call")
             else:
-                row["round_trips_per_call"] = got.get("sends_per_call")
+                row["round_trips_per_call"] = got.get("round_trips_per_call")
+                row["sends_per_call"] = got.get("sends_per_call")
     return {"store": store, "rows": rows}
 
 
@@ -483,7 +511,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "",
     ]
     for store, result in section["stores"].items():
-        count = "fsyncs per call" if store == SQLITE else "round trips per call"
+        count = "fsyncs per call" if store == SQLITE else "round trips (sends) per call"
         key = "fsyncs_per_call" if store == SQLITE else "round_trips_per_call"
         lines += [
             f"**{STORE_TITLE[store]}**",
@@ -495,6 +523,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
         for row in sorted(result["rows"], key=lambda r: -(r["ratio_vs_agent_gate"] or 0)):
             ratio = row["ratio_vs_agent_gate"]
             counted = row.get(key)
+            sends = row.get("sends_per_call") if store != SQLITE else None
             once = (
                 f"yes, {row['issued']} of {row['issued']}"
                 if row["exactly_once"]
@@ -504,15 +533,18 @@ def markdown(section: dict[str, Any]) -> list[str]:
                 f"| {_label(row['candidate'], batch, store)} | {row['calls_per_s']:,.0f} | "
                 f"{row['us_per_call'] / 1000:,.2f} ms ({row['min_us'] / 1000:,.2f}-"
                 f"{row['max_us'] / 1000:,.2f}) | {f'{ratio:.2f}x' if ratio else '-'} | "
-                f"{'-' if counted is None else f'{counted:.1f}'} | {once} |"
+                f"{'-' if counted is None else f'{counted:.1f}'}"
+                f"{'' if sends is None else f' ({sends:.1f})'} | {once} |"
             )
         lines.append("")
     if section["fsyncs_counted"]:
         lines += [
             "Counted by `strace` on a separate warm run of each process: fsync and fdatasync "
-            "(Powertools: its Redis server's); on PostgreSQL the client's `sendto` calls, one "
-            "per round trip with libpq (the server's fsyncs are shared with its other clients "
-            "and not counted).",
+            "(Powertools: its Redis server's); on PostgreSQL the client's round trips (a run "
+            "of `sendto` calls answered by a `recvfrom`) and, in brackets, its `sendto` calls: "
+            "a client that waits for each answer sends once per round trip, agent-gate's "
+            "pipelined writes once per statement, all answered in one round trip (the "
+            "server's fsyncs are shared with its other clients and not counted).",
             "",
         ]
     for note in section["skipped"]:
