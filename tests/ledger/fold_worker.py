@@ -12,10 +12,11 @@ Commands:
 (``CALLS``) in the order ORDER names (``fwd``/``rev``); print one JSON line of
 outcomes.
 
-``die URL RUNS POINT TASK CALL``: execute one ``noop`` call and die by SIGKILL at
-POINT: ``tool`` (inside the tool, its run noted), ``intake`` (the folded
+``die URL RUNS POINT TASK CALL [GO]``: execute one ``noop`` call and die by SIGKILL
+at POINT: ``tool`` (inside the tool, its run noted), ``intake`` (the folded
 ``INSERT`` sent, the intake transaction not committed), ``outcome`` (the tool
-returned, its outcome not committed).
+returned, its outcome not committed). With GO, wait for that file first. A worker
+that did not die (another one had the call) prints its outcome.
 
 ``again URL RUNS TASK CALL``: execute that call again (a restarted worker); print
 its outcome.
@@ -123,8 +124,11 @@ def main() -> None:
 
             Ledger.finish = die_on_outcome  # type: ignore[method-assign]
         with Gate(tools_for(runs, die_in_tool=point == "tool"), Ledger(url)) as gate:
-            gate.execute(task, {"call_id": call_id, "name": "noop", "arguments": {"n": 1}})
-        sys.exit("still alive")
+            if len(rest) > 4:
+                gate.ledger.get("t0", "warm")  # connect before the start line
+                wait_for(Path(rest[4]))
+            out = gate.execute(task, {"call_id": call_id, "name": "noop", "arguments": {"n": 1}})
+            print(json.dumps(outcome(out)))
     elif command == "again":
         runs, task, call_id = Path(rest[0]), rest[1], rest[2]
         with Gate(tools_for(runs), Ledger(url)) as gate:

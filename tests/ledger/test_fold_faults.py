@@ -25,12 +25,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import event
+from sqlalchemy import event, func, select
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
 from agent_gate.ledger import Ledger, NewCall, prepared
+from agent_gate.ledger.models import TOOL_CALLS
 from agent_gate.ledger.records import CallRecord, Ruling
+from agent_gate.ledger.states import Event
 from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import Policy
 
@@ -203,6 +205,49 @@ def test_killed_inside_the_intake_nothing_of_it_stays(tmp_path: Path) -> None:
     assert runs_of(runs) == [("noop", "t", "before", "1"), ("noop", "t", "c1", "1")]
     assert [(c["id"], c["call_id"]) for c in table(url, "tool_calls")] == [
         (1, "before"), (2, "c1")]
+    consistent(url)
+
+
+def test_racing_workers_one_dies_in_the_tool_none_runs_it_again(tmp_path: Path) -> None:
+    """Three processes race one call; the one that claims it dies inside the tool.
+    The others saw it executing (or, after the death, in doubt) and ran nothing."""
+    url = new_ledger(tmp_path)
+    go, runs = tmp_path / "go", tmp_path / "runs"
+    procs = [worker("die", url, str(runs), "tool", "t", "c1", str(go)) for _ in range(3)]
+    go.touch()
+    answers = [(p.returncode, out) for p in procs
+               for out, _err in [p.communicate(timeout=120)]]
+    assert sorted(code for code, _ in answers) == [-signal.SIGKILL, 0, 0]
+    for code, out in answers:
+        if code == 0:
+            # Seen running, or seen after the death: never run again.
+            assert json.loads(out)["state"] in ("executing", "in_doubt")
+    assert runs_of(runs) == [("noop", "t", "c1", "1")]
+    restarted = worker("again", url, str(runs), "t", "c1")
+    out, err = restarted.communicate(timeout=60)
+    assert restarted.returncode == 0, err
+    assert json.loads(out)["state"] == "in_doubt"
+    assert runs_of(runs) == [("noop", "t", "c1", "1")]
+    consistent(url)
+
+
+def test_workers_dying_with_the_write_lock_leave_nothing(tmp_path: Path) -> None:
+    """Three processes race one new call and each dies holding the write lock, its
+    folded ``INSERT`` sent: every waiting one gets the lock in turn and finds the
+    call new (nothing of the dead transactions stays); then it runs once."""
+    url = new_ledger(tmp_path)
+    go, runs = tmp_path / "go", tmp_path / "runs"
+    procs = [worker("die", url, str(runs), "intake", "t", "c1", str(go)) for _ in range(3)]
+    go.touch()
+    for p in procs:
+        p.communicate(timeout=120)
+        assert p.returncode == -signal.SIGKILL
+    assert table(url, "tool_calls") == [] and runs_of(runs) == []
+    restarted = worker("again", url, str(runs), "t", "c1")
+    out, err = restarted.communicate(timeout=60)
+    assert restarted.returncode == 0, err
+    assert json.loads(out)["state"] == "succeeded"
+    assert runs_of(runs) == [("noop", "t", "c1", "1")]
     consistent(url)
 
 
@@ -430,7 +475,6 @@ def test_a_decide_that_reads_after_the_deferred_insert_sees_it(tmp_path: Path) -
         def reading(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
             seen.append(txn.usage("t", ["x"]))
             seen.append(txn.task_context("t"))
-            from agent_gate.ledger.states import Event
             return Ruling(Event.ALLOW, claim=("me", 60_000))
 
         rec, inserted = ledger.record(new_call("t", "c1"), decide=reading)
@@ -441,6 +485,34 @@ def test_a_decide_that_reads_after_the_deferred_insert_sees_it(tmp_path: Path) -
     assert trail[-3:] == [("c1", "received", None, "received"),
                           ("c1", "allow", "received", "authorized"),
                           ("c1", "claim", "authorized", "executing")]
+    consistent(url)
+
+
+def test_core_joining_inside_the_decision_sends_the_deferred_insert_first(
+    tmp_path: Path,
+) -> None:
+    """A Core statement inside the folded intake (Core adopts the driver's
+    transaction: ``dialect._on_begin``) runs after the deferred ``INSERT``: it sees
+    the row, the ruling applies to it by compare-and-set, and the transaction
+    commits through Core with everything in it."""
+    url = new_ledger(tmp_path)
+    counted: list[int] = []
+    with Ledger(url, storage="fast") as ledger:
+        ledger.record(new_call("t", "before"))
+
+        def core_reading(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
+            conn = txn._conn  # a decision made with Core statements (an extension)
+            counted.append(conn.execute(
+                select(func.count()).select_from(TOOL_CALLS)
+                .where(TOOL_CALLS.c.call_id == rec.call_id)
+            ).scalar_one())
+            assert conn.in_transaction()
+            return Ruling(Event.ALLOW, claim=("me", 60_000))
+
+        rec, inserted = ledger.record(new_call("t", "c1"), decide=core_reading)
+        assert inserted and rec.state is CallState.EXECUTING and rec.version == 2
+        assert ledger.get("t", "c1") == rec
+    assert counted == [1]
     consistent(url)
 
 
