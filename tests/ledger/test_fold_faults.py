@@ -569,3 +569,39 @@ def test_the_fold_chooses_the_id_sqlite_would(tmp_path: Path) -> None:
             ids[how] = got
         consistent(url)
     assert ids["plain"] == ids["listener"] == [1, 2, 3, 4, 5, 6]
+
+
+# ------------------------------------------------------------------ SQLite before 3.35
+
+
+def test_without_returning_the_intake_sends_no_returning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite before 3.35 has no ``RETURNING``: SQLAlchemy's dialect then says so
+    (``insert_returning``/``update_returning`` False) and the ledger reads rows back
+    instead (``dialect.insert_returning``, ``cas.compare_and_set``). The folded
+    ``INSERT`` (``cas.Folded.send``) always asked for ``RETURNING``, a syntax error
+    on such a SQLite: every call that ran at once failed. Here the dialect's flags
+    are set as that SQLite sets them, and no statement may ask for ``RETURNING``."""
+    sent: list[str] = []
+    run = prepared.Prepared.run
+
+    def spy(self: prepared.Prepared, conn: Any, params: Any) -> Any:
+        sent.append(self.sql)
+        return run(self, conn, params)
+
+    monkeypatch.setattr(prepared.Prepared, "run", spy)
+    url = new_ledger(tmp_path)
+    ran: list[str] = []
+    with Gate(gate_tools(ran), Ledger(url, storage="fast"),
+              policy=Policy.from_text(POLICY)) as gate:
+        for flag in ("insert_returning", "update_returning", "delete_returning"):
+            monkeypatch.setattr(gate.ledger.engine.dialect, flag, False)
+        first = gate.execute("t", call("c1", n=1))
+        again = gate.execute("t", call("c1", n=1))
+        waiting = gate.execute("t", call("c2", n=500))
+    assert [s for s in sent if "RETURNING" in s] == []
+    assert first.state is CallState.SUCCEEDED and not first.replayed
+    assert again.replayed and waiting.state is CallState.AWAITING_APPROVAL
+    assert ran == ["noop 1"]
+    consistent(url)
