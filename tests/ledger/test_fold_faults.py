@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,6 +159,40 @@ def test_processes_racing_the_same_calls_run_each_once(tmp_path: Path, workers: 
                     if not out["replayed"])
     assert all(n == 1 for n in fresh.values()), fresh
     assert sum(fresh.values()) == len(calls)
+    consistent(url)
+
+
+def test_threads_of_one_gate_racing_the_same_calls_run_each_once(tmp_path: Path) -> None:
+    """The same race inside one process: threads share the gate's engine (and its
+    kept connections), each transaction its own connection and its own ``Open``."""
+    url = new_ledger(tmp_path)
+    runs = tmp_path / "runs"
+    sys.path.insert(0, str(WORKER.parent))
+    try:
+        from fold_worker import CALLS, tools_for
+    finally:
+        sys.path.remove(str(WORKER.parent))
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+    with Gate(tools_for(runs), Ledger(url, storage="fast")) as gate:
+
+        def race(order: int) -> None:
+            try:
+                start.wait(timeout=30)
+                for task, c in (CALLS if order % 2 else CALLS[::-1]):
+                    gate.execute(task, c)
+            except BaseException as error:  # reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=race, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert errors == []
+    ran = runs_of(runs)
+    assert len(ran) == len(set(ran)) == 12 + 2
+    assert [c["id"] for c in table(url, "tool_calls")] == list(range(1, 15))
     consistent(url)
 
 
