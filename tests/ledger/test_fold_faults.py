@@ -356,6 +356,10 @@ SCRIPT: list[tuple[str, dict[str, Any]]] = [
     ("t", call("c2", n=13)),                 # a repeat of a rejected call
     ("t", call("c4", "boom", n=4)),          # a repeat of a failed call
     ("t", call("c5", n=5)),
+    ("t", call("c7", "nope", n=1)),          # a tool the gate does not have
+    ("t", call("c8", n="eight")),            # arguments the schema refuses
+    ("t", {"call_id": "c9", "name": "noop", "arguments": "{not json"}),
+    ("t", call("c8", n="eight")),
 ]
 
 VOLATILE_CALL = {"created_at", "updated_at", "started_at", "finished_at",
@@ -459,7 +463,8 @@ def test_the_fold_leaves_what_core_joined_leaves(
     assert states == {
         ("t", "c1"): "succeeded", ("t", "c2"): "rejected", ("t", "c3"): "succeeded",
         ("t", "c4"): "failed", ("t", "p1"): "succeeded", ("u", "c1"): "succeeded",
-        ("t", "c5"): "succeeded", ("t", "c6"): "rejected",
+        ("t", "c5"): "succeeded", ("t", "c6"): "rejected", ("t", "c7"): "rejected",
+        ("t", "c8"): "rejected", ("t", "c9"): "rejected",
     }
 
 
