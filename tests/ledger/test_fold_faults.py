@@ -645,3 +645,52 @@ def test_without_returning_the_intake_sends_no_returning(
     assert again.replayed and waiting.state is CallState.AWAITING_APPROVAL
     assert ran == ["noop 1"]
     consistent(url)
+
+
+# ------------------------------------------------------------------ a call row deleted
+
+
+def _ledger_with_a_deleted_call(tmp_path: Path) -> tuple[str, list[str]]:
+    """Three calls run; then an outsider deletes the newest call's row (the sqlite3
+    shell enforces no foreign keys unless told to, so the trail's references do not
+    stop it)."""
+    url = new_ledger(tmp_path)
+    ran: list[str] = []
+    with Gate(gate_tools(ran), Ledger(url, storage="fast")) as gate:
+        for n in range(3):
+            gate.execute("t", call(f"c{n}", n=n))
+    con = sqlite3.connect(url.removeprefix("sqlite:///"))
+    con.execute("DELETE FROM tool_calls WHERE call_id = 'c2'")
+    con.commit()
+    con.close()
+    return url, ran
+
+
+def test_verify_names_a_deleted_call_row(tmp_path: Path) -> None:
+    """A call whose row is gone runs again when it is sent again (nothing says it
+    ran): ``audit verify`` must say the row its trail recorded was deleted."""
+    url, _ = _ledger_with_a_deleted_call(tmp_path)
+    with Ledger(url) as ledger:
+        report = ledger.verify_audit()
+    assert report.problem is not None and report.problem.kind == "call_deleted"
+    assert "c2" in report.problem.message
+    assert cli_verify_fails(url)
+
+
+def test_verify_names_a_deleted_call_rows_id_taken_again(tmp_path: Path) -> None:
+    """The largest id deleted, the next call takes it (the fold's ``max(id) + 1``,
+    as SQLite's own rowid choice would): the trail of that id then starts with
+    another call's ``received``. Both paths choose the same id; verify must still
+    say that a recorded call's row was deleted."""
+    url, ran = _ledger_with_a_deleted_call(tmp_path)
+    with Gate(gate_tools(ran), Ledger(url, storage="fast")) as gate:
+        gate.execute("t", call("c9", n=9))
+        assert gate.ledger.get("t", "c9").row_id == 3  # the deleted row's id
+        report = gate.ledger.verify_audit()
+    assert report.problem is not None and report.problem.kind == "call_deleted"
+    assert "c2" in report.problem.message and "c9" in report.problem.message
+
+
+def cli_verify_fails(url: str) -> bool:
+    result = CliRunner().invoke(cli_main, ["audit", "verify", "--db", url, "--json"])
+    return result.exit_code != 0 and json.loads(result.output)["ok"] is False
