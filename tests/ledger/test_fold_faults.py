@@ -503,6 +503,46 @@ def test_a_decide_that_raises_commits_nothing_on_the_fold(tmp_path: Path) -> Non
     consistent(url)
 
 
+@pytest.mark.parametrize("how", ["plain", "listener"])
+def test_a_policy_that_raises_leaves_the_call_received_on_both_paths(
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate's decision raising (a policy bug) inside the intake: the call still
+    commits as ``received`` (nothing recorded is lost), the error reaches the
+    caller, and the next ``execute`` decides and runs it once: folded or not."""
+    from agent_gate.gate.decide import Decider
+
+    ruling_in = Decider.ruling_in
+    broke: list[str] = []
+
+    def once_broken(self: Decider, txn: LedgerTxn, rec: CallRecord, early: Any) -> Any:
+        if rec.call_id == "c2" and not broke:
+            broke.append(rec.call_id)
+            raise PolicyBroke("the policy failed")
+        return ruling_in(self, txn, rec, early)
+
+    monkeypatch.setattr(Decider, "ruling_in", once_broken)
+    url = new_ledger(tmp_path)
+    ran: list[str] = []
+    with Gate(gate_tools(ran), Ledger(url, storage="fast"),
+              policy=Policy.from_text(POLICY)) as gate:
+        if how == "listener":
+            event.listen(gate.ledger.engine, "before_cursor_execute", lambda *_a: None)
+        gate.execute("t", call("c1", n=1))
+        with pytest.raises(PolicyBroke):
+            gate.execute("t", call("c2", n=2))
+        rec = gate.ledger.get("t", "c2")
+        assert rec is not None and rec.state is CallState.RECEIVED and rec.version == 0
+        out = gate.execute("t", call("c2", n=2))
+        assert out.state is CallState.SUCCEEDED
+    assert ran == ["noop 1", "noop 2"]
+    trail = [(e["event"], e["to_state"]) for e in table(url, "audit_events")
+             if e["call_id"] == "c2"]
+    assert trail[0] == ("received", "received")
+    assert [t for t in trail if t[0] == "received"] == [("received", "received")]
+    consistent(url)
+
+
 def test_a_decide_that_reads_after_the_deferred_insert_sees_it(tmp_path: Path) -> None:
     """A decision that reads inside the transaction (quota usage, the task's context)
     runs after the deferred ``INSERT`` went out: the row it decides is in the table,
