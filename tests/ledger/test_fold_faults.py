@@ -196,6 +196,43 @@ def test_threads_of_one_gate_racing_the_same_calls_run_each_once(tmp_path: Path)
     consistent(url)
 
 
+def test_forked_children_of_one_gate_racing_the_same_calls_run_each_once(
+    tmp_path: Path,
+) -> None:
+    """``multiprocessing`` with fork: the gate opened (and used) in the parent, its
+    children race the calls through their copies of it. A child must not use the
+    parent's kept connections (``spares``: per process); ids stay unique."""
+    import multiprocessing
+
+    url = new_ledger(tmp_path)
+    runs = tmp_path / "runs"
+    sys.path.insert(0, str(WORKER.parent))
+    try:
+        from fold_worker import CALLS, tools_for
+    finally:
+        sys.path.remove(str(WORKER.parent))
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(4)
+    with Gate(tools_for(runs), Ledger(url, storage="fast")) as gate:
+        gate.execute("t0", {"call_id": "warm", "name": "noop", "arguments": {"n": 0}})
+
+        def race(order: int) -> None:
+            start.wait(timeout=30)
+            for task, c in (CALLS if order % 2 else CALLS[::-1]):
+                gate.execute(task, c)
+
+        children = [ctx.Process(target=race, args=(i,)) for i in range(4)]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(timeout=120)
+        assert [child.exitcode for child in children] == [0, 0, 0, 0]
+    ran = runs_of(runs)
+    assert len(ran) == len(set(ran)) == 1 + 12 + 2
+    assert [c["id"] for c in table(url, "tool_calls")] == list(range(1, 16))
+    consistent(url)
+
+
 # ------------------------------------------------------------------ 2. SIGKILL
 
 
