@@ -148,7 +148,7 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
         count += 1
         if row["call_row_id"] is not None and is_transition(row["from_state"], row["to_state"]):
             audited[int(row["call_row_id"])] = row["to_state"]
-            if row["from_state"] is None:  # ``received``: the call the row was made for
+            if row["event"] == "received":  # the call the row was made for
                 received.setdefault(int(row["call_row_id"]), (row["task_id"], row["call_id"]))
         fields = {k: row[k] for k in _FIELDS}
         if legacy is not None and row["id"] <= legacy.last_id:
