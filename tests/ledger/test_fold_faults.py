@@ -12,6 +12,7 @@ listener, ``echo``) for the same calls.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -337,6 +338,11 @@ tools:
       - {id: small, effect: allow, when: [{arg: n, number: {max: 99}}]}
     limits:
       - {id: noop-total, sum: n, max: 100000}
+  anoop:
+    effect: write
+    idempotency: none
+    rules:
+      - {id: any-anoop, effect: allow}
   boom:
     effect: write
     idempotency: none
@@ -365,8 +371,13 @@ def gate_tools(ran: list[str]) -> ToolRegistry:
         ran.append(f"pay {order}")
         return "paid"
 
+    async def anoop(n: int) -> dict[str, Any]:
+        ran.append(f"anoop {n}")
+        return {"ok": n}
+
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     tools.register(noop, schema=schema, effect="write", idempotency="none")
+    tools.register(anoop, schema=schema, effect="write", idempotency="none")
     tools.register(boom, schema=schema, effect="write", idempotency="none")
     tools.register(pay, schema={"type": "object", "properties": {
         "order": {"type": "string"}, "amount": {"type": "integer"}}},
@@ -429,6 +440,10 @@ def run_script(url: str, how: str) -> tuple[list[Any], dict[str, list[dict[str, 
         outs.append((resumed.state.value, resumed.replayed, resumed.code))
         denied = gate.decide("t", call("c6", n=13))
         outs.append((denied.state.value, denied.code))
+        # An async tool under a running loop: decided in the intake, claimed after.
+        for c in (call("a1", "anoop", n=1), call("a1", "anoop", n=1)):
+            out = asyncio.run(gate.aexecute("t", c))
+            outs.append((out.state.value, out.replayed))
         outs.append(tuple(ran))
     if how == "listener":
         inserts = [s for s in statements if s.startswith("INSERT INTO tool_calls")]
@@ -501,7 +516,7 @@ def test_the_fold_leaves_what_core_joined_leaves(
         ("t", "c1"): "succeeded", ("t", "c2"): "rejected", ("t", "c3"): "succeeded",
         ("t", "c4"): "failed", ("t", "p1"): "succeeded", ("u", "c1"): "succeeded",
         ("t", "c5"): "succeeded", ("t", "c6"): "rejected", ("t", "c7"): "rejected",
-        ("t", "c8"): "rejected", ("t", "c9"): "rejected",
+        ("t", "c8"): "rejected", ("t", "c9"): "rejected", ("t", "a1"): "succeeded",
     }
 
 
