@@ -703,6 +703,39 @@ def test_the_fold_chooses_the_id_sqlite_would(tmp_path: Path) -> None:
     assert ids["plain"] == ids["listener"] == [1, 2, 3, 4, 5, 6]
 
 
+def test_kept_connections_and_an_old_reader_never_make_the_fold_guess_a_stale_id(
+    tmp_path: Path,
+) -> None:
+    """Two gates on one file take turns, each on the connections it keeps between
+    transactions, while a third connection holds a read snapshot from before any
+    of their calls (WAL: it keeps seeing an empty table, and no checkpoint can pass
+    it). Each folded intake reads the newest ``max(id)`` under its ``BEGIN
+    IMMEDIATE``, never a snapshot a kept connection or a reader saw: ids follow
+    each other, and the old reader still sees its old snapshot."""
+    url = new_ledger(tmp_path)
+    reader = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM tool_calls").fetchone() == (0,)
+    ran: list[str] = []
+    try:
+        with Gate(gate_tools(ran), Ledger(url, storage="fast")) as one, \
+                Gate(gate_tools(ran), Ledger(url, storage="fast")) as two:
+            for n in range(10):
+                gate = one if n % 2 else two
+                out = gate.execute("t", call(f"c{n}", n=n))
+                assert out.state is CallState.SUCCEEDED and not out.replayed
+                assert gate.ledger.get("t", f"c{n}").row_id == n + 1
+                # The other gate sees the call as done (its kept connection is not
+                # stuck in an older snapshot).
+                assert (two if n % 2 else one).execute("t", call(f"c{n}", n=n)).replayed
+        assert reader.execute("SELECT count(*) FROM tool_calls").fetchone() == (0,)
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    assert ran == [f"noop {n}" for n in range(10)]
+    consistent(url)
+
+
 # ------------------------------------------------------------------ SQLite before 3.35
 
 
