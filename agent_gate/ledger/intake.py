@@ -98,10 +98,11 @@ def _may_fold(conn: Connection, state: Open | None) -> bool:
     """Whether a SQLite intake may choose its row's id and fold its arrows into the
     insert: a transaction begun on the driver (the write lock held since its
     ``BEGIN IMMEDIATE``) that Core has not joined (a Core statement after the
-    deferred insert would otherwise run first)."""
+    deferred insert would otherwise run first), on a SQLite that can return the row
+    it inserts (3.35+: the folded ``INSERT`` is read back by its ``RETURNING``)."""
     return (
         state is not None and state.raw and not conn.in_transaction()
-        and conn.dialect.name == "sqlite"
+        and conn.dialect.name == "sqlite" and conn.dialect.insert_returning
     )
 
 

@@ -23,7 +23,8 @@ kind, task, chain position and ``audit_events`` row):
    global chain): that catches a trail rewritten wholesale, checkpoints included
    (*anchor*).
 6. Every call's row is in the state its newest transition entry recorded
-   (*state_rewritten*).
+   (*state_rewritten*), and every call the trail recorded (its ``received``) still
+   has its row (*call_deleted*).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ class ChainProblem:
     a head a checkpoint bound), ``rewritten`` (an entry differs from the one a
     checkpoint bound), ``legacy`` (pre-upgrade entries no longer hash to the old
     global head), ``checkpoint`` (a checkpoint edited, deleted or unlinked),
-    ``anchor``, or ``state_rewritten`` (a call's row is not in the state its trail
-    last recorded)."""
+    ``anchor``, ``state_rewritten`` (a call's row is not in the state its trail
+    last recorded), or ``call_deleted`` (a call's trail names a row that is gone or
+    holds another call)."""
     seq: int
     """The position where the problem shows: in the task's chain, or the checkpoint's
     number for ``checkpoint``/``anchor`` problems."""
@@ -139,12 +141,15 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     legacy_anchor = anchor if anchor is not None and legacy is not None else None
     chains: dict[str, _Chain] = {}
     audited: dict[int, str] = {}
+    received: dict[int, tuple[str, str]] = {}
     count = 0
     problem: ChainProblem | None = None
     for row in conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings():
         count += 1
         if row["call_row_id"] is not None and is_transition(row["from_state"], row["to_state"]):
             audited[int(row["call_row_id"])] = row["to_state"]
+            if row["event"] == "received":  # the call the row was made for
+                received.setdefault(int(row["call_row_id"]), (row["task_id"], row["call_id"]))
         fields = {k: row[k] for k in _FIELDS}
         if legacy is not None and row["id"] <= legacy.last_id:
             legacy.seq += 1
@@ -168,7 +173,7 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     if problem is None and anchor is not None:
         problem = _anchor_problem(anchor, stored, legacy)
     if problem is None:
-        problem = _state_problem(conn, audited)
+        problem = _state_problem(conn, audited, received)
     return ChainReport(count, len(heads), stored[-1] if stored else None, problem)
 
 
@@ -343,19 +348,24 @@ def _anchor_problem(
     )
 
 
-def _state_problem(conn: Connection, audited: dict[int, str]) -> ChainProblem | None:
-    """The first call whose row state is not the state its trail last recorded."""
+def _state_problem(
+    conn: Connection, audited: dict[int, str], received: dict[int, tuple[str, str]]
+) -> ChainProblem | None:
+    """The first call whose row state is not the state its trail last recorded; else
+    the first call the trail recorded whose row is gone (``_deleted_call``)."""
     wrong: list[tuple[int, str, str, str, str | None]] = []
     calls = conn.execute(
         select(_CALLS.c.id, _CALLS.c.task_id, _CALLS.c.call_id, _CALLS.c.state)
         .order_by(_CALLS.c.id)
     )
+    holds: dict[int, tuple[str, str]] = {}
     for row_id, task_id, call_id, state in calls:
+        holds[int(row_id)] = (task_id, call_id)
         trail = audited.get(int(row_id))
         if trail != state:
             wrong.append((int(row_id), task_id, call_id, state, trail))
     if not wrong:
-        return None
+        return _deleted_call(holds, received)
     row_id, task_id, call_id, state, trail = wrong[0]
     more = f" ({len(wrong) - 1} more calls like it)" if len(wrong) > 1 else ""
     recorded = (f"its audit trail last recorded {trail!r}" if trail is not None
@@ -365,3 +375,25 @@ def _state_problem(conn: Connection, audited: dict[int, str]) -> ChainProblem | 
         f"call {call_id!r} of task {task_id!r} (tool_calls row {row_id}) is {state!r} but "
         f"{recorded}: its state was rewritten outside agent-gate{more}", task_id,
     )
+
+
+def _deleted_call(
+    holds: dict[int, tuple[str, str]], received: dict[int, tuple[str, str]]
+) -> ChainProblem | None:
+    """The first call whose ``received`` entry names a ``tool_calls`` row that is gone,
+    or that now holds another call (the row deleted, its id taken by the next call:
+    SQLite gives a new row the largest id plus one). Rows are never deleted; a call
+    without its row would run again when it is sent again."""
+    for row_id, (task_id, call_id) in sorted(received.items()):
+        now = holds.get(row_id)
+        if now == (task_id, call_id):
+            continue
+        taken = (f"; its id now holds call {now[1]!r} of task {now[0]!r}"
+                 if now is not None else "")
+        return ChainProblem(
+            "call_deleted", 0, None,
+            f"call {call_id!r} of task {task_id!r} (tool_calls row {row_id}) was recorded "
+            f"by its audit trail but its row was deleted{taken}: sent again, it would "
+            "run again", task_id,
+        )
+    return None

@@ -31,7 +31,7 @@ from shared_fixtures import (
 __all__ = ["effects_file", "seal_key_env", "support_tools"]
 
 FAST_ONLY = frozenset({"test_fast_paths.py", "test_prepared.py", "test_idle_connections.py",
-                       "test_folded_intake.py"})
+                       "test_folded_intake.py", "test_fold_faults.py"})
 """Modules about the fast path itself (kept connections, the driver cursor)."""
 
 
