@@ -1,0 +1,299 @@
+"""Faults against PostgreSQL's fast write path: guessed row ids, folded intakes,
+kept connections (``intake``, ``cas.Folded``, ``spares``, ``pipeline``).
+
+The path inserts a new call under a row id the sequence handed this process
+earlier, folds its decision and claim into that one ``INSERT``, sends the whole
+intake in one round trip on a connection kept between transactions, and replays a
+transaction on a new connection only when nothing of it can have committed. Each
+test here attacks one of those choices where it could break the ledger's promises:
+two gates racing one call (both guessing ids), a session ended with the intake's
+``COMMIT`` committed but unanswered, a session ended before that ``COMMIT`` was
+sent, a transaction rolled back with its ``INSERT`` still deferred. Whatever
+happens, a call runs at most once, its row and its trail agree (``verify_audit``
+and ``agent-gate audit verify``), and the calls after the fault are recorded under
+ids nobody else has, their trail gap-free.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from click.testing import CliRunner
+from counting import counting_tools
+from ledger_backends import PgSchema
+from sqlalchemy import exc, text
+
+from agent_gate import CallState, Gate
+from agent_gate.cli import main as cli_main
+from agent_gate.ledger import Ledger, intake, spares
+from agent_gate.ledger.pipeline import PipelinedTxn
+
+pytestmark = pytest.mark.backends("postgresql")
+
+
+def post(call_id: str, text_: str) -> dict[str, object]:
+    return {"call_id": call_id, "name": "post", "arguments": {"text": text_}}
+
+
+def terminate(pg: PgSchema, pid: int) -> None:
+    """End one session and wait (bounded) until the server has let it go."""
+    with pg.admin.connect() as conn:
+        conn.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+        deadline = time.monotonic() + 20
+        while conn.exec_driver_sql(
+            f"SELECT count(*) FROM pg_stat_activity WHERE pid = {int(pid)}"
+        ).scalar():
+            assert time.monotonic() < deadline, "the terminated session never went away"
+            time.sleep(0.01)
+
+
+def row_committed(pg: PgSchema, task: str, call_id: str) -> bool:
+    with pg.admin.connect() as conn:
+        return bool(conn.execute(
+            text(f"SELECT count(*) FROM {pg.name}.tool_calls "
+                 "WHERE task_id = :t AND call_id = :c"),
+            {"t": task, "c": call_id},
+        ).scalar())
+
+
+def check_ledger(url: str, pg: PgSchema) -> None:
+    """The trail verifies (library and CLI), and every entry that names a call row
+    names the row of the same task and call id; no call has two ``received``."""
+    with Ledger(url) as ledger:
+        report = ledger.verify_audit()
+        assert report.ok, report
+    result = CliRunner().invoke(cli_main, ["audit", "verify", "--db", url])
+    assert result.exit_code == 0, result.output
+    with pg.admin.connect() as conn:
+        wrong = conn.execute(text(
+            f"SELECT e.id FROM {pg.name}.audit_events e JOIN {pg.name}.tool_calls c "
+            "ON c.id = e.call_row_id WHERE c.task_id <> e.task_id OR c.call_id <> e.call_id"
+        )).all()
+        assert wrong == []
+        dangling = conn.execute(text(
+            f"SELECT e.id FROM {pg.name}.audit_events e WHERE e.call_row_id IS NOT NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM {pg.name}.tool_calls c WHERE c.id = e.call_row_id)"
+        )).all()
+        assert dangling == []
+        twice = conn.execute(text(
+            f"SELECT call_row_id FROM {pg.name}.audit_events WHERE event = 'received' "
+            "GROUP BY call_row_id HAVING count(*) > 1"
+        )).all()
+        assert twice == []
+        gaps = conn.execute(text(
+            f"SELECT task_id FROM {pg.name}.audit_events GROUP BY task_id "
+            "HAVING max(seq) <> count(*) OR min(seq) <> 1"
+        )).all()
+        assert gaps == []
+
+
+@contextmanager
+def on_commit(hook: object) -> Iterator[list[int]]:
+    """Call ``hook(txn)`` before each pipelined COMMIT round trip is read
+    (``PipelinedTxn._leave(committing=True)``: the COMMIT is already handed to libpq);
+    yields the count of commits seen."""
+    seen: list[int] = []
+    real = PipelinedTxn._leave
+
+    def leave(self: PipelinedTxn, *, committing: bool) -> None:
+        if committing:
+            seen.append(1)
+            hook(self, len(seen))  # type: ignore[operator]
+        real(self, committing=committing)
+
+    PipelinedTxn._leave = leave  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        PipelinedTxn._leave = real  # type: ignore[method-assign]
+
+
+def warm(gate: Gate, task: str, calls: int) -> None:
+    """Run a few calls so that the engine holds spare ids and a kept connection
+    that answered lately (the next intake is folded, guessed, one round trip)."""
+    for n in range(calls):
+        out = gate.execute(task, post(f"warm-{n}", f"{task}-warm-{n}"))
+        assert out.state is CallState.SUCCEEDED
+    assert intake._spare_ids(gate.ledger.engine).ids
+    assert len(spares.spares_of(gate.ledger.engine).write) == 1
+
+
+def test_two_gates_racing_each_call_with_guessed_ids_run_it_once(
+    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gates (two engines, each with its own spare ids and kept connection) send
+    the same calls at the same moment: both insert under a guessed id, the second
+    waits on the unique key and fails, and records the call anew. Every call runs
+    once, has one row and one ``received``, and both gates go on working."""
+    ran: list[str] = []
+    rounds = 12
+    guesses_failed: list[bool] = []
+    real_guess_failed = intake._guess_failed
+
+    def guess_failed(error: exc.IntegrityError) -> bool:
+        failed = real_guess_failed(error)
+        guesses_failed.append(failed)
+        return failed
+
+    monkeypatch.setattr(intake, "_guess_failed", guess_failed)
+    with Gate(counting_tools(ran), Ledger(db_url)) as a, \
+            Gate(counting_tools(ran), Ledger(db_url)) as b:
+        warm(a, "warm-a", 2)
+        warm(b, "warm-b", 2)
+        ran.clear()
+        outcomes: dict[str, list[object]] = {"a": [], "b": []}
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(2)
+
+        def worker(name: str, gate: Gate) -> None:
+            try:
+                for n in range(rounds):
+                    barrier.wait(timeout=30)
+                    outcomes[name].append(gate.execute("shared", post(f"c{n}", f"c{n}")))
+                    # and one call of its own, so both keep using their spare ids
+                    own = gate.execute("shared", post(f"{name}{n}", f"{name}{n}"))
+                    assert own.state is CallState.SUCCEEDED and not own.replayed
+            except BaseException as error:  # reported below, with the barrier broken
+                errors.append(error)
+                barrier.abort()
+
+        threads = [threading.Thread(target=worker, args=(name, gate))
+                   for name, gate in (("a", a), ("b", b))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors
+        for n in range(rounds):
+            pair = [outcomes["a"][n], outcomes["b"][n]]
+            assert sorted(o.replayed for o in pair) == [False, True]  # type: ignore[attr-defined]
+            assert all(o.state in (CallState.SUCCEEDED, CallState.EXECUTING)  # type: ignore[attr-defined]
+                       for o in pair)
+        # Both gates still record new calls on their kept connections afterwards.
+        assert a.execute("shared", post("after-a", "after-a")).state is CallState.SUCCEEDED
+        assert b.execute("shared", post("after-b", "after-b")).state is CallState.SUCCEEDED
+    expected = [f"c{n}" for n in range(rounds)] + [f"{x}{n}" for x in "ab" for n in range(rounds)]
+    assert sorted(ran) == sorted([*expected, "after-a", "after-b"])
+    assert guesses_failed and all(guesses_failed)  # the race was on the guessed-id path
+    check_ledger(db_url, pg)
+
+
+def test_an_intake_committed_whose_answer_is_lost_is_never_run(
+    db_url: str, pg: PgSchema
+) -> None:
+    """The folded intake (insert under a guessed id, decided and claimed in one row
+    version) is committed by the server, and its session ends before the client
+    reads the answer: the client cannot know, the call is ``executing`` under this
+    worker's live lease, and the tool did not run. Executing it again must not run
+    it (it is in progress, then in doubt), and the calls after it are recorded under
+    fresh ids with a trail that verifies."""
+    ran: list[str] = []
+    with Gate(counting_tools(ran), Ledger(db_url)) as gate:
+        warm(gate, "t", 2)
+        guessed = intake._spare_ids(gate.ledger.engine).ids[0]
+
+        def hook(txn: PipelinedTxn, nth: int) -> None:
+            if nth == 1:  # the intake's COMMIT: wait until the server committed it
+                deadline = time.monotonic() + 20
+                while not row_committed(pg, "t", "lost"):
+                    assert time.monotonic() < deadline, "the intake never committed"
+                    time.sleep(0.01)
+                terminate(pg, txn.driver.info.backend_pid)
+
+        with on_commit(hook) as commits, pytest.raises(exc.OperationalError):
+            gate.execute("t", post("lost", "lost"))
+        assert len(commits) == 1
+        again = gate.execute("t", post("lost", "lost"))
+        assert again.replayed and again.state is CallState.EXECUTING
+        rec = gate.ledger.get("t", "lost")
+        assert rec is not None and rec.state is CallState.EXECUTING and rec.attempt == 1
+        assert rec.row_id == guessed and rec.version == 2  # folded: inserted claimed
+        for n in range(20):  # the calls after it: fresh ids, one trail
+            out = gate.execute("t", post(f"after-{n}", f"after-{n}"))
+            assert out.state is CallState.SUCCEEDED and not out.replayed
+        events = [e.event for e in gate.ledger.audit("t") if e.call_id == "lost"]
+    assert "lost" not in ran
+    assert events == ["received", "allow", "claim", "seen_again"]
+    check_ledger(db_url, pg)
+
+
+def test_an_intake_whose_session_ended_before_its_commit_left_nothing_and_runs_once(
+    db_url: str, pg: PgSchema
+) -> None:
+    """The session ends after the folded intake's statements went out and before its
+    COMMIT reached the server: nothing of it committed (the error still reaches the
+    caller: the client cannot tell). The call is then executed again and runs once,
+    under an id nobody holds, and the trail verifies."""
+    ran: list[str] = []
+    with Gate(counting_tools(ran), Ledger(db_url)) as gate:
+        warm(gate, "t", 2)
+        real = PipelinedTxn.commit
+        ended: list[int] = []
+
+        def commit(self: PipelinedTxn) -> None:
+            if not ended:
+                ended.append(self.driver.info.backend_pid)
+                terminate(pg, ended[0])
+            real(self)
+
+        PipelinedTxn.commit = commit  # type: ignore[method-assign]
+        try:
+            with pytest.raises(exc.OperationalError):
+                gate.execute("t", post("cut", "cut"))
+        finally:
+            PipelinedTxn.commit = real  # type: ignore[method-assign]
+        assert not row_committed(pg, "t", "cut")
+        out = gate.execute("t", post("cut", "cut"))
+        assert out.state is CallState.SUCCEEDED and not out.replayed and out.attempt == 1
+        for n in range(10):
+            assert gate.execute("t", post(f"after-{n}", "x")).state is CallState.SUCCEEDED
+    assert ran.count("cut") == 1
+    check_ledger(db_url, pg)
+
+
+def test_an_intake_rolled_back_with_its_insert_deferred_leaves_nothing_behind(
+    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision, taken inside the intake, raises what the gate does not catch (a
+    ``BaseException``: an interrupt) while the call's guessed-id ``INSERT`` is still
+    deferred: the transaction rolls back, nothing of the call is recorded, and the
+    kept connection's next transaction carries nothing of it (the next calls are
+    recorded once each, the same call id included, under ids of their own)."""
+    from agent_gate.gate.decide import Decider
+
+    ran: list[str] = []
+    stop: list[bool] = [False]
+    real = Decider.ruling_in
+
+    class Interrupted(BaseException):
+        pass
+
+    def ruling_in(self: Decider, txn: object, rec: object, early: object) -> object:
+        if stop[0]:
+            stop[0] = False
+            raise Interrupted
+        return real(self, txn, rec, early)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Decider, "ruling_in", ruling_in)
+    with Gate(counting_tools(ran), Ledger(db_url)) as gate:
+        warm(gate, "t", 2)
+        kept = spares.spares_of(gate.ledger.engine).write[0]
+        guessed = intake._spare_ids(gate.ledger.engine).ids[0]
+        stop[0] = True
+        with pytest.raises(Interrupted):
+            gate.execute("t", post("boom", "boom"))
+        assert not row_committed(pg, "t", "boom")
+        assert spares.spares_of(gate.ledger.engine).write == [kept]  # kept, and clean
+        assert guessed not in intake._spare_ids(gate.ledger.engine).ids  # never handed twice
+        out = gate.execute("t", post("boom", "boom"))
+        assert out.state is CallState.SUCCEEDED and not out.replayed
+        for n in range(5):
+            assert gate.execute("t", post(f"after-{n}", "x")).state is CallState.SUCCEEDED
+        ids = [gate.ledger.get("t", c).row_id for c in ["boom", *(f"after-{n}" for n in range(5))]]  # type: ignore[union-attr]
+    assert guessed not in ids
+    assert ran.count("boom") == 1
+    check_ledger(db_url, pg)
