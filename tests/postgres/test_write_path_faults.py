@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner
@@ -27,10 +28,12 @@ from counting import counting_tools
 from ledger_backends import PgSchema
 from sqlalchemy import exc, text
 
-from agent_gate import CallState, Gate
+from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
-from agent_gate.ledger import Ledger, intake, spares
+from agent_gate.ledger import CallRecord, Event, Ledger, NewCall, intake, spares
 from agent_gate.ledger.pipeline import PipelinedTxn
+from agent_gate.ledger.records import Ruling
+from agent_gate.ledger.txn import LedgerTxn
 
 pytestmark = pytest.mark.backends("postgresql")
 
@@ -296,4 +299,156 @@ def test_an_intake_rolled_back_with_its_insert_deferred_leaves_nothing_behind(
         ids = [gate.ledger.get("t", c).row_id for c in ["boom", *(f"after-{n}" for n in range(5))]]  # type: ignore[union-attr]
     assert guessed not in ids
     assert ran.count("boom") == 1
+    check_ledger(db_url, pg)
+
+
+QUOTA_POLICY = """\
+version: 1
+tools:
+  note:
+    effect: write
+    idempotency: none
+    rules:
+      - id: notes
+        effect: allow
+  post:
+    effect: write
+    idempotency: none
+    rules:
+      - id: posts
+        effect: allow
+    limits:
+      - id: post-count
+        max_calls: 100
+"""
+
+
+def test_two_gates_racing_a_call_whose_decision_reads_quotas_run_it_once(
+    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a quota the decision reads the task's usage through Core while the
+    call's guessed-id ``INSERT`` is still deferred: the pipeline is left (the
+    ``INSERT`` goes out first) and the loser of the race finds the unique key taken
+    right there, inside Core's ``begin``. It must still record the call anew (seen,
+    not run), charge nothing twice, and leave both gates working."""
+    from agent_gate.policy import Policy
+
+    ran: list[str] = []
+    rounds = 8
+    guesses_failed: list[bool] = []
+    real_guess_failed = intake._guess_failed
+
+    def guess_failed(error: exc.IntegrityError) -> bool:
+        failed = real_guess_failed(error)
+        guesses_failed.append(failed)
+        return failed
+
+    monkeypatch.setattr(intake, "_guess_failed", guess_failed)
+    policy = Policy.from_text(QUOTA_POLICY)
+    noted: list[str] = []
+
+    def tools() -> ToolRegistry:
+        registry = counting_tools(ran)
+
+        @registry.tool(schema={"type": "object"}, effect="write", idempotency="none",
+                       name="note")
+        def note(text: str) -> None:
+            noted.append(text)
+
+        return registry
+
+    with Gate(tools(), Ledger(db_url), policy=policy) as a, \
+            Gate(tools(), Ledger(db_url), policy=policy) as b:
+        outcomes: dict[str, list[object]] = {"a": [], "b": []}
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(2)
+
+        def worker(name: str, gate: Gate) -> None:
+            try:
+                for n in range(rounds):
+                    # A call with no quota first: it leaves the engine spare ids
+                    # (a call whose decision went through Core asks for none).
+                    for m in range(2):
+                        own = gate.execute(f"own-{name}", {
+                            "call_id": f"n{n}-{m}", "name": "note",
+                            "arguments": {"text": f"{name}{n}-{m}"}})
+                        assert own.state is CallState.SUCCEEDED
+                    assert intake._spare_ids(gate.ledger.engine).ids
+                    barrier.wait(timeout=30)
+                    outcomes[name].append(gate.execute("shared", post(f"c{n}", f"c{n}")))
+            except BaseException as error:
+                errors.append(error)
+                barrier.abort()
+
+        threads = [threading.Thread(target=worker, args=(name, gate))
+                   for name, gate in (("a", a), ("b", b))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors
+        for n in range(rounds):
+            pair = [outcomes["a"][n], outcomes["b"][n]]
+            assert sorted(o.replayed for o in pair) == [False, True]  # type: ignore[attr-defined]
+        assert a.ledger.usage("shared") == {"post/calls": rounds}
+        assert a.execute("shared", post("after-a", "after-a")).state is CallState.SUCCEEDED
+        assert b.execute("shared", post("after-b", "after-b")).state is CallState.SUCCEEDED
+    assert sorted(ran) == sorted([*(f"c{n}" for n in range(rounds)), "after-a", "after-b"])
+    assert guesses_failed and all(guesses_failed)
+    check_ledger(db_url, pg)
+
+
+def _new(call_id: str) -> NewCall:
+    return NewCall(
+        task_id="t", call_id=call_id, idem_key=f"call:{call_id}", tool="post",
+        effect="write", idempotency="none", args_hash="0" * 64, arguments={"text": call_id},
+    )
+
+
+def test_a_guess_that_fails_where_core_joins_leaves_the_kept_connection_usable(
+    db_url: str, pg: PgSchema
+) -> None:
+    """``Ledger.record`` with a ``decide`` that reads the task's quota usage first
+    (what its docstring's ``lock`` is for): the usage read is a Core statement, so
+    the pipeline is left inside Core's ``begin``, and the call's guessed-id
+    ``INSERT`` (deferred until then) is answered there. A call recorded before
+    fails that ``INSERT``: the error is raised from inside Core's ``begin``, and the
+    intake records the call anew, as it should. The connection kept for the next
+    transaction must work as any other: before the fix it was the one that failed,
+    its SQLAlchemy ``Connection`` left believing it was still beginning (its
+    ``begin`` never finished), so it never began a Core transaction again, the
+    pipeline was never left, and the next decision that read its usage waited for
+    ever for an answer its pipeline never asked for (the server session stuck
+    mid-transaction, the calling thread hung)."""
+    asked: list[str] = []
+
+    def decide(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
+        asked.append(rec.call_id)
+        txn.usage(rec.task_id, ["post/calls"])
+        return Ruling(Event.ALLOW, charges={"post/calls": Decimal(1)})
+
+    with Ledger(db_url) as ledger:
+        # Recorded without a decision: the engine asks for spare ids (an intake
+        # that Core joined asks for none), and the next intake guesses.
+        for n in range(3):
+            rec, inserted = ledger.record(_new(f"c{n}"))
+            assert inserted and rec.state is CallState.RECEIVED
+        assert intake._spare_ids(ledger.engine).ids
+        kept = spares.spares_of(ledger.engine).write
+        assert len(kept) == 1
+        again, inserted = ledger.record(_new("c0"), decide=decide, lock=True)
+        assert not inserted and again.call_id == "c0"
+        assert again.state is CallState.RECEIVED  # the decision rolled back with the guess
+        # Every connection kept for the next transaction still begins one when Core
+        # runs a statement on it (checked here: the next intake would otherwise
+        # wait for ever for an answer its pipeline never asks for).
+        for conn in spares.spares_of(ledger.engine).write:
+            conn.execute(text("SELECT 1"))
+            assert conn.in_transaction(), "a kept connection no longer begins transactions"
+            conn.rollback()
+        for n in range(3, 6):
+            rec, inserted = ledger.record(_new(f"c{n}"), decide=decide, lock=True)
+            assert inserted and rec.state is CallState.AUTHORIZED
+        assert asked == ["c0", "c3", "c4", "c5"]  # c0's decision went with its guess
+        assert ledger.usage("t") == {"post/calls": 3}
     check_ledger(db_url, pg)
