@@ -452,3 +452,26 @@ def test_a_guess_that_fails_where_core_joins_leaves_the_kept_connection_usable(
         assert asked == ["c0", "c3", "c4", "c5"]  # c0's decision went with its guess
         assert ledger.usage("t") == {"post/calls": 3}
     check_ledger(db_url, pg)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "spare row ids are handed out per engine in batches (intake._SpareIds): a call "
+    "recorded later by an engine that asked for its batch earlier takes a lower id, "
+    "and a task's calls are listed by id ('oldest first', reads.calls; resume's order)"
+))
+def test_a_tasks_calls_are_listed_in_the_order_two_gates_recorded_them(
+    db_url: str, pg: PgSchema
+) -> None:
+    """Two gates on one task, each holding spare ids (the first asked for its batch
+    first): gate B records a call, then gate A records another. ``calls`` promises
+    a task's calls oldest first; with the plain sequence the two would be listed in
+    the order they were recorded."""
+    ran: list[str] = []
+    with Gate(counting_tools(ran), Ledger(db_url)) as a, \
+            Gate(counting_tools(ran), Ledger(db_url)) as b:
+        warm(a, "warm-a", 2)
+        warm(b, "warm-b", 2)
+        assert b.execute("shared", post("first", "first")).state is CallState.SUCCEEDED
+        assert a.execute("shared", post("second", "second")).state is CallState.SUCCEEDED
+        listed = [rec.call_id for rec in a.ledger.calls("shared")]
+    assert listed == ["first", "second"]
