@@ -30,7 +30,7 @@ from sqlalchemy import exc, text
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
-from agent_gate.ledger import CallRecord, Event, Ledger, NewCall, intake, spares
+from agent_gate.ledger import CallRecord, Event, Ledger, NewCall, intake, pipeline, spares
 from agent_gate.ledger.pipeline import PipelinedTxn
 from agent_gate.ledger.records import Ruling
 from agent_gate.ledger.txn import LedgerTxn
@@ -475,3 +475,89 @@ def test_a_tasks_calls_are_listed_in_the_order_two_gates_recorded_them(
         assert a.execute("shared", post("second", "second")).state is CallState.SUCCEEDED
         listed = [rec.call_id for rec in a.ledger.calls("shared")]
     assert listed == ["first", "second"]
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["seen", "silent"])
+def test_sessions_ended_under_threads_sharing_one_gate_never_run_a_call_twice(
+    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch, silent: bool
+) -> None:
+    """Four threads share one gate (its spare ids, its kept connections) and run
+    calls of one task, some call ids sent by two threads at once; every seventh tool
+    run ends every server session of the ledger, so sessions die at whatever point
+    the other threads' transactions are (idle, kept, mid-pipeline, at a COMMIT).
+    A call whose outcome the caller did not get is executed again afterwards.
+    Whatever happened: no call ran twice, each has one row and one ``received``,
+    and every task's trail is gap-free and verifies.
+
+    ``silent``: the ended sessions look alive to the checkout's socket check and
+    every connection counts as idle (``PROBE_AFTER_IDLE_S`` 0 s), as for sessions
+    dropped by a partition: transactions are found out at their first round trip
+    (without their COMMIT) and replayed on new connections (a new pool) while the
+    other threads go on."""
+    replays: list[bool] = []
+    if silent:
+        monkeypatch.setattr(pipeline, "alive", lambda _driver: True)
+        monkeypatch.setattr(pipeline, "PROBE_AFTER_IDLE_S", 0.0)
+        real_replay = PipelinedTxn._replay
+
+        def replay(self: PipelinedTxn, error: Exception) -> None:
+            replays.append(True)
+            real_replay(self, error)
+
+        monkeypatch.setattr(PipelinedTxn, "_replay", replay)
+    ran: list[str] = []
+    lock = threading.Lock()
+    threads_n, per_thread = 4, 15
+
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write", idempotency="none", name="post")
+    def post_tool(text: str) -> dict[str, str]:
+        with lock:
+            ran.append(text)
+            kill = len(ran) % 7 == 0
+        if kill:
+            pg.terminate_sessions()
+        return {"posted": text}
+
+    failed: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
+    with Gate(tools, Ledger(db_url)) as gate:
+        barrier = threading.Barrier(threads_n)
+
+        def worker(t: int) -> None:
+            try:
+                barrier.wait(timeout=30)
+                for n in range(per_thread):
+                    # pairs of threads share every third call id
+                    call = f"s{t // 2}-{n}" if n % 3 == 0 else f"t{t}-{n}"
+                    try:
+                        gate.execute("task", post(call, call))
+                    except exc.OperationalError:
+                        with lock:
+                            failed.append((call, call))
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(threads_n)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=300)
+        assert not errors, errors
+        for call, text_ in failed:  # the caller retries what it did not hear back about
+            for _ in range(5):  # its own tool run may end the sessions again
+                try:
+                    again = gate.execute("task", post(call, text_))
+                except exc.OperationalError:
+                    continue
+                assert again.state in (CallState.SUCCEEDED, CallState.EXECUTING), again
+                break
+            else:
+                pytest.fail(f"{call} could not be executed again")
+    counts: dict[str, int] = {}
+    for text_ in ran:
+        counts[text_] = counts.get(text_, 0) + 1
+    assert {k: v for k, v in counts.items() if v > 1} == {}
+    assert bool(replays) is silent
+    check_ledger(db_url, pg)
