@@ -16,11 +16,16 @@ ids nobody else has, their trail gap-free.
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -560,4 +565,42 @@ def test_sessions_ended_under_threads_sharing_one_gate_never_run_a_call_twice(
         counts[text_] = counts.get(text_, 0) + 1
     assert {k: v for k, v in counts.items() if v > 1} == {}
     assert bool(replays) is silent
+    check_ledger(db_url, pg)
+
+
+FAST_WORKER = Path(__file__).with_name("fast_path_worker.py")
+
+
+def run_fast_worker(url: str, mode: str) -> tuple[int, dict[str, object]]:
+    proc = subprocess.run(
+        [sys.executable, str(FAST_WORKER), url, "task", "call", mode],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+    lines = proc.stdout.splitlines()
+    return proc.returncode, json.loads(lines[-1]) if lines else {}
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "not_committed"])
+def test_a_worker_killed_at_its_folded_intakes_commit_never_has_its_call_run_twice(
+    db_url: str, pg: PgSchema, effects_file: Path, committed: bool
+) -> None:
+    """A worker process is SIGKILLed at the COMMIT of a call's folded intake (the row
+    inserted under a spare id, decided and claimed in one row version): after the
+    server committed it, or before the COMMIT left. Committed, the row must carry
+    a real claim (this worker as owner, a lease): the next worker finds the owner
+    dead and leaves the call in doubt, never running it. Not committed, nothing of
+    it exists and the next worker runs it once."""
+    code, _ = run_fast_worker(db_url, "sigkill_committed" if committed else
+                              "sigkill_before_commit")
+    assert code == -signal.SIGKILL
+    assert row_committed(pg, "task", "call") is committed
+    code, out = run_fast_worker(db_url, "normal")
+    assert code == 0
+    if committed:
+        assert (out["state"], out["code"]) == ("in_doubt", "owner_dead"), out
+        assert "hello" not in effects_file.read_text(encoding="utf-8").splitlines()
+    else:
+        assert out["state"] == "succeeded" and out["attempt"] == 1 and not out["replayed"]
+        assert effects_file.read_text(encoding="utf-8").splitlines().count("hello") == 1
     check_ledger(db_url, pg)
