@@ -604,3 +604,40 @@ def test_a_worker_killed_at_its_folded_intakes_commit_never_has_its_call_run_twi
         assert out["state"] == "succeeded" and out["attempt"] == 1 and not out["replayed"]
         assert effects_file.read_text(encoding="utf-8").splitlines().count("hello") == 1
     check_ledger(db_url, pg)
+
+
+def test_a_decision_that_fails_in_a_folded_intake_leaves_the_call_received(
+    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision taken inside the intake raises an ordinary error (a broken
+    policy): the gate commits the call as ``received`` (its guessed-id ``INSERT``
+    carrying no arrow) and raises after the commit. The row and its trail agree,
+    and executing the call again decides and runs it once."""
+    from agent_gate.gate.decide import Decider
+
+    ran: list[str] = []
+    broken: list[bool] = [False]
+    real = Decider.ruling_in
+
+    def ruling_in(self: Decider, txn: object, rec: object, early: object) -> object:
+        if broken[0]:
+            broken[0] = False
+            raise RuntimeError("the policy could not be evaluated")
+        return real(self, txn, rec, early)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Decider, "ruling_in", ruling_in)
+    with Gate(counting_tools(ran), Ledger(db_url)) as gate:
+        warm(gate, "t", 2)
+        guessed = intake._spare_ids(gate.ledger.engine).ids[0]
+        broken[0] = True
+        with pytest.raises(RuntimeError, match="could not be evaluated"):
+            gate.execute("t", post("odd", "odd"))
+        rec = gate.ledger.get("t", "odd")
+        assert rec is not None and rec.state is CallState.RECEIVED
+        assert (rec.row_id, rec.version) == (guessed, 0)
+        assert gate.ledger.verify_audit().ok
+        out = gate.execute("t", post("odd", "odd"))
+        assert out.state is CallState.SUCCEEDED
+        assert gate.execute("t", post("next", "next")).state is CallState.SUCCEEDED
+    assert ran.count("odd") == 1
+    check_ledger(db_url, pg)
