@@ -161,7 +161,18 @@ def install(engine: Engine) -> None:
         state = opened(conn)
         if state is not None and state.pipe is not None:
             # Unhooked after leaving: a deferred statement still goes out through it.
-            state.pipe.leave()
+            try:
+                state.pipe.leave()
+            except BaseException:
+                # A statement sent earlier failed (a guessed id taken, an expectation,
+                # a lost session): raised from inside Core's begin, which then never
+                # ends, and SQLAlchemy's Connection never begins a transaction by
+                # itself again. Kept for the next transaction (``dialect._kept_write``)
+                # its Core statements would run in pipeline mode, unanswered, for
+                # ever: so it is never used again (nothing of this one committed).
+                if not conn.invalidated:
+                    conn.invalidate()
+                raise
             state.pipe = None
 
     engine.__dict__[_OWN_BEGIN_ATTR] = _on_begin
