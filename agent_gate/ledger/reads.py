@@ -57,11 +57,18 @@ def calls(
 ) -> list[CallRecord]:
     """A task's calls (or every call), optionally only those in ``states``, oldest first.
 
+    Oldest is by when each was recorded (``created_at``, the recording process's
+    clock), then by row id: not by row id alone, since ids are handed out ahead, in
+    batches per engine on PostgreSQL (``intake.SPARE_BATCH``), so a call recorded
+    later by an engine that took its batch earlier holds a lower id for as long as
+    the batch lasts. ``resume`` runs a task's calls in this order; the audit trail's
+    own order (``seq``) is the commit order, under the task's head lock.
+
     A task's calls are found through ``(task_id, state)``; calls in swept states across
     every task through the partial ``(state)`` index, which a query may use only if it
     states the index's predicate itself (``models.SWEPT_WHERE``), so it is added here.
     """
-    stmt = select(*CALL_COLUMNS).order_by(CALLS.c.id)
+    stmt = select(*CALL_COLUMNS).order_by(CALLS.c.created_at, CALLS.c.id)
     if task_id is not None:
         stmt = stmt.where(CALLS.c.task_id == task_id)
     if states is not None:

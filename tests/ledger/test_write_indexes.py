@@ -292,12 +292,15 @@ def test_the_reads_by_state_and_by_task_use_an_index(db_url: str) -> None:
 
 @pytest.mark.backends("sqlite")
 def test_the_plan_check_sees_a_scan(sqlite_url: str) -> None:
-    """The plan reader above can fail: with the partial index gone, the sweep scans."""
+    """The plan reader above can fail: with the partial index gone, the sweep reads
+    the whole table or a whole other index (SQLite picks ``(task_id, state)``: the
+    rows are sorted by when they were recorded either way)."""
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as raw:
         raw.execute(f"DROP INDEX {PARTIAL}")
     with Ledger(sqlite_url) as ledger:
         _call(ledger, "t0", "c", S.IN_DOUBT)
-        assert _plans(ledger, lambda: ledger.calls(None, [S.IN_DOUBT])) == [["SCAN"]]
+        (plan,) = _plans(ledger, lambda: ledger.calls(None, [S.IN_DOUBT]))
+        assert plan in (["SCAN"], [BY_TASK]), plan
 
 
 def test_a_tasks_audit_pages_hold_what_they_held_in_id_order(db_url: str) -> None:

@@ -459,11 +459,6 @@ def test_a_guess_that_fails_where_core_joins_leaves_the_kept_connection_usable(
     check_ledger(db_url, pg)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "spare row ids are handed out per engine in batches (intake._SpareIds): a call "
-    "recorded later by an engine that asked for its batch earlier takes a lower id, "
-    "and a task's calls are listed by id ('oldest first', reads.calls; resume's order)"
-))
 def test_a_tasks_calls_are_listed_in_the_order_two_gates_recorded_them(
     db_url: str, pg: PgSchema
 ) -> None:
