@@ -35,6 +35,7 @@ from agent_gate.ledger.dialect import (
 )
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.records import TASKS
+from agent_gate.ledger.spares import forget_in_children
 
 if TYPE_CHECKING:
     from agent_gate.ledger import (
@@ -117,6 +118,7 @@ class Ledger:
         elif storage is not None:
             backend.choose(engine.dialect, storage)
         self.engine = engine
+        forget_in_children(engine)
         # The SQLite connections kept between transactions (dialect.begin_write) stay
         # checked out, which keeps their engine alive: a ledger nobody closed gives
         # them back when it is collected.
