@@ -316,6 +316,19 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
+        try:
+            _begin(conn)
+        except BaseException:
+            # Raised from inside Core's begin, which then never ends: SQLAlchemy's
+            # Connection would never begin a transaction by itself again, so a kept
+            # one's later Core statements would not join their transaction (nor send
+            # a deferred statement first). Never kept, then: nothing of it committed
+            # (a busy BEGIN, a deferred INSERT refused: its transaction rolls back).
+            if not conn.invalidated:
+                conn.invalidate()
+            raise
+
+    def _begin(conn: Connection) -> None:
         state = opened(conn)
         if state is not None and state.raw:
             # Core adopts the transaction _sqlite_transaction began on the driver; a
@@ -440,8 +453,11 @@ def _kept_write(engine: Engine) -> Iterator[Connection]:
     spares = spares_of(engine)
     idle = spares.write
     conn: Connection | None = None
-    while idle and conn is None:
-        conn = idle.pop()
+    while conn is None:
+        try:  # not "while idle": another thread may take the last one in between
+            conn = idle.pop()
+        except IndexError:
+            break
         if conn.invalidated or not pipeline.alive(conn.connection.driver_connection):
             with suppress(Exception):  # already gone: nothing to say goodbye to
                 conn.invalidate()

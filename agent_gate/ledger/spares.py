@@ -52,8 +52,13 @@ class Spares:
         self.read: list[Connection] = []
 
     def close(self) -> None:
-        while self.write or self.read:
-            (self.write or self.read).pop().close()
+        for idle in (self.write, self.read):
+            while True:
+                try:  # not "while idle": another thread may take the last one in between
+                    conn = idle.pop()
+                except IndexError:
+                    break
+                conn.close()
 
 
 # Kept on the engine itself, not in a weak mapping keyed by it: the connections

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import random
+import sqlite3
 from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
@@ -121,6 +122,41 @@ def test_core_statements_inside_a_driver_transaction_join_it(db_url: str) -> Non
             ledger.lock_task(conn, "kept")
         assert isinstance(ledger.task("kept"), TaskRecord)
         _one_call(ledger, "after")  # the kept connection is clean for the next one
+
+
+@pytest.mark.backends("sqlite")
+def test_a_kept_connection_whose_begin_failed_still_joins_core_statements(
+    db_url: str,
+) -> None:
+    """A ``BEGIN IMMEDIATE`` that fails in the ledger's ``begin`` listener (another
+    writer holds the lock past the busy timeout) is raised from inside Core's begin,
+    which then never ends: that ``Connection`` would never begin a transaction by
+    itself again, so a Core statement in a later driver transaction on it would not
+    join it (``_on_begin`` never asked: a deferred statement not sent first). The
+    connection is never kept: the next transaction's Core statements join again."""
+    path = db_url.removeprefix("sqlite:///")
+    with Ledger(db_url, busy_timeout=0.05) as ledger:
+        _one_call(ledger, "warm")
+        statements: list[str] = []
+
+        def seen(_c: Any, _cur: Any, statement: str, *_a: Any) -> None:
+            statements.append(statement)
+
+        event.listen(ledger.engine, "before_cursor_execute", seen)  # Core begins now
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(exc.OperationalError), begin_write(ledger.engine) as conn:
+                ledger.lock_task(conn, "t1")
+        finally:
+            blocker.rollback()
+            blocker.close()
+            event.remove(ledger.engine, "before_cursor_execute", seen)
+        assert "BEGIN IMMEDIATE" in statements  # it failed where Core began
+        with begin_write(ledger.engine) as conn:  # on the driver again, nobody listens
+            conn.execute(text("SELECT 1"))
+            assert conn.in_transaction(), "a Core statement did not join the transaction"
+        _one_call(ledger, "after")
 
 
 @pytest.mark.backends("sqlite")

@@ -636,3 +636,33 @@ def test_a_decision_that_fails_in_a_folded_intake_leaves_the_call_received(
         assert gate.execute("t", post("next", "next")).state is CallState.SUCCEEDED
     assert ran.count("odd") == 1
     check_ledger(db_url, pg)
+
+
+class _EmptiedInBetween(list):  # type: ignore[type-arg]
+    """A list of idle connections that another thread empties between a check that
+    it holds one and the ``pop``: the interleaving a free-threaded interpreter (or a
+    switch between two bytecodes) allows, which no timing can make happen on demand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def __bool__(self) -> bool:
+        self.asked += 1
+        return self.asked == 1 or len(self) > 0
+
+
+def test_a_kept_connection_taken_by_another_thread_in_between_is_not_an_error(
+    db_url: str, pg: PgSchema
+) -> None:
+    ran: list[str] = []
+    with Gate(counting_tools(ran), Ledger(db_url)) as gate:
+        warm(gate, "emptied", 2)
+        kept = spares.spares_of(gate.ledger.engine)
+        for conn in kept.write:
+            conn.close()
+        kept.write = _EmptiedInBetween()  # a new connection is opened instead
+        assert gate.execute("emptied", post("p", "p")).state is CallState.SUCCEEDED
+        kept.write = _EmptiedInBetween()
+        kept.close()  # closing them all: the list found empty is simply done
+    assert ran == ["emptied-warm-0", "emptied-warm-1", "p"]
