@@ -46,7 +46,8 @@ def upgrade_command(url: str | None, revision: str) -> None:
 @db_option
 def current_command(url: str | None) -> None:
     """Print the database's revision and the code's head revision."""
-    from agent_gate.ledger.dialect import create_ledger_engine, require_ledger_file, resolve_url
+    from agent_gate.ledger.dialect import create_ledger_engine, resolve_url
+    from agent_gate.ledger.ledger_file import require_ledger_file
     from agent_gate.ledger.migrate import current_revision, head_revision
 
     resolved = resolve_url(url)

@@ -16,7 +16,7 @@ lives here:
 * the clock leases are measured by (``db_now_ms``): the database's, so that workers
   on several hosts compare expiries against one clock;
 * that a SQLite ledger is still the file it opened (``LedgerReplaced``) and is never
-  created by accident (``require_ledger_file``, ``LedgerMissing``).
+  created by accident (``LedgerMissing``): checked with ``ledger_file``'s tools.
 
 The file a SQLite ledger opened
 ===============================
@@ -48,7 +48,6 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -75,6 +74,12 @@ from agent_gate.errors import LedgerConfigError, LedgerMissing, LedgerReplaced
 from agent_gate.ledger import pipeline
 from agent_gate.ledger._sa_private import transaction_watched
 from agent_gate.ledger.backend import FAST, choose, is_fast, resolve
+from agent_gate.ledger.ledger_file import (
+    FILE_ATTR,
+    OpenedFile,
+    check_file,
+    sqlite_file,
+)
 from agent_gate.ledger.prepared import (
     Rows,
     driver_error,
@@ -102,9 +107,7 @@ __all__ = [
     "insert_returning",
     "lock_named",
     "release_idle",
-    "require_ledger_file",
     "resolve_url",
-    "sqlite_file",
 ]
 
 DEFAULT_URL = "sqlite:///agent_gate.db"
@@ -128,48 +131,6 @@ _OWN_BEGIN_ATTR = "_agent_gate_on_begin"
 """Where a SQLite ledger engine keeps its ``begin`` listener (``_sqlite_transaction``
 must tell it from anyone else's)."""
 _PG_DRIVERS = ("postgresql", "postgresql+psycopg")
-
-
-
-
-
-
-
-
-def sqlite_file(url: str | URL) -> Path | None:
-    """The file a SQLite ledger URL names; None for PostgreSQL, in-memory SQLite and
-    SQLite URI filenames (``file:...?uri=true``, whose file SQLite resolves)."""
-    parsed = make_url(url) if isinstance(url, str) else url
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    if database in ("", ":memory:") or parsed.query.get("uri") or "mode=memory" in str(parsed):
-        return None
-    return Path(database)
-
-
-def require_ledger_file(url: str | URL, *, create: bool) -> None:
-    """Refuse a SQLite ledger URL whose file is missing (or empty), unless ``create``.
-
-    The one place that decides, for ``Ledger``/``Gate`` and the CLI's commands. An
-    empty file counts as missing: SQLite would turn it into a fresh, empty ledger.
-    """
-    path = sqlite_file(url)
-    if path is None or create:
-        return
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        size = None
-    if size:
-        return
-    what = "no ledger" if size is None else "an empty file, not a ledger,"
-    raise LedgerMissing(
-        f"{what} at {path}: a ledger that went missing is not a new one (every call it "
-        "recorded would run again). Point --db / $AGENT_GATE_DB / the URL at the existing "
-        "ledger, or, to start a new one, pass create=True (Gate or Ledger) or run "
-        "`agent-gate db upgrade --db URL`"
-    )
 
 
 def resolve_url(url: str | URL | None) -> str:
@@ -208,67 +169,6 @@ def create_ledger_engine(
     return engine
 
 
-class _OpenedFile:
-    """The SQLite file an engine's first connection opened, by (device, inode)."""
-
-    __slots__ = ("ident", "path")
-
-    def __init__(self) -> None:
-        self.path: str | None = None
-        self.ident: tuple[int, int] | None = None
-
-    def changed(self) -> str | None:
-        """What happened to the file since it was opened; None when it is still there."""
-        path = self.path
-        if path is None:
-            return None
-        try:
-            info = os.stat(path)
-        except FileNotFoundError:
-            return "was deleted"
-        except OSError as error:
-            return f"cannot be looked at ({type(error).__name__})"
-        if (info.st_dev, info.st_ino) != self.ident:
-            return "was replaced by another file"
-        return None
-
-    def check(self) -> None:
-        """Raise ``LedgerReplaced`` unless the path still holds the file first opened."""
-        what = self.changed()
-        if what is not None:
-            dev, ino = self.ident or (0, 0)
-            raise LedgerReplaced(
-                f"the ledger file {self.path} {what} while this process had it open "
-                f"(device {dev}, inode {ino}); nothing more is written. Stop this worker, "
-                "put the ledger file back at that path (or restore it from a backup) and "
-                "start again; a new empty ledger there would run every call again"
-            )
-
-    def opened(self, path: str) -> None:
-        """A connection opened ``path``: remember it (the first), or check it is the same."""
-        if not path:
-            return  # a temporary database: nothing on disk to lose
-        info = os.stat(path)
-        ident = (info.st_dev, info.st_ino)
-        if self.ident is None:
-            self.path, self.ident = path, ident
-        elif (path, ident) != (self.path, self.ident):
-            self.check()
-            raise LedgerReplaced(f"a new connection opened {path}, not the ledger file "
-                                 f"{self.path} this process opened first")
-
-
-_FILE_ATTR = "_agent_gate_file"
-"""Where a SQLite ledger engine keeps its ``_OpenedFile``."""
-
-
-def check_file(engine: Engine) -> None:
-    """``LedgerReplaced`` unless ``engine``'s SQLite file is still the one it opened."""
-    opened_file: _OpenedFile | None = engine.__dict__.get(_FILE_ATTR)
-    if opened_file is not None:
-        opened_file.check()
-
-
 def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
     database = url.database or ""
     if database in ("", ":memory:") or "mode=memory" in str(url):
@@ -278,8 +178,8 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
         )
     engine = create_engine(url, connect_args={"timeout": busy_timeout})
     busy_ms = int(busy_timeout * 1000)
-    opened_file = _OpenedFile()
-    engine.__dict__[_FILE_ATTR] = opened_file
+    opened_file = OpenedFile()
+    engine.__dict__[FILE_ATTR] = opened_file
     plain_path = sqlite_file(url) is not None
 
     @event.listens_for(engine, "do_connect")

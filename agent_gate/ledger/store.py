@@ -30,9 +30,9 @@ from agent_gate.ledger.dialect import (
     begin_read,
     create_ledger_engine,
     release_idle,
-    require_ledger_file,
     resolve_url,
 )
+from agent_gate.ledger.ledger_file import require_ledger_file
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.records import TASKS
 from agent_gate.ledger.spares import forget_in_children

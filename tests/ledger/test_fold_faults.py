@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from fold_worker import CALLS, tools_for
 from sqlalchemy import event, func, select
 
 from agent_gate import CallState, Gate, ToolRegistry
@@ -168,11 +169,6 @@ def test_threads_of_one_gate_racing_the_same_calls_run_each_once(tmp_path: Path)
     kept connections), each transaction its own connection and its own ``Open``."""
     url = new_ledger(tmp_path)
     runs = tmp_path / "runs"
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        from fold_worker import CALLS, tools_for
-    finally:
-        sys.path.remove(str(WORKER.parent))
     start = threading.Barrier(4)
     errors: list[BaseException] = []
     with Gate(tools_for(runs), Ledger(url, storage="fast")) as gate:
@@ -207,11 +203,6 @@ def test_forked_children_of_one_gate_racing_the_same_calls_run_each_once(
 
     url = new_ledger(tmp_path)
     runs = tmp_path / "runs"
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        from fold_worker import CALLS, tools_for
-    finally:
-        sys.path.remove(str(WORKER.parent))
     ctx = multiprocessing.get_context("fork")
     start = ctx.Barrier(4)
     with Gate(tools_for(runs), Ledger(url, storage="fast")) as gate:

@@ -22,10 +22,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -76,27 +77,24 @@ def check_ledger(url: str, pg: PgSchema) -> None:
         assert report.ok, report
     result = CliRunner().invoke(cli_main, ["audit", "verify", "--db", url])
     assert result.exit_code == 0, result.output
+    s = pg.name
+    must_be_empty = {
+        "entries naming another call's row": (
+            f"SELECT e.id FROM {s}.audit_events e JOIN {s}.tool_calls c "
+            "ON c.id = e.call_row_id WHERE c.task_id <> e.task_id OR c.call_id <> e.call_id"),
+        "entries naming no row": (
+            f"SELECT e.id FROM {s}.audit_events e WHERE e.call_row_id IS NOT NULL "
+            f"AND NOT EXISTS (SELECT 1 FROM {s}.tool_calls c WHERE c.id = e.call_row_id)"),
+        "calls received twice": (
+            f"SELECT call_row_id FROM {s}.audit_events WHERE event = 'received' "
+            "GROUP BY call_row_id HAVING count(*) > 1"),
+        "chains with gaps": (
+            f"SELECT task_id FROM {s}.audit_events GROUP BY task_id "
+            "HAVING max(seq) <> count(*) OR min(seq) <> 1"),
+    }
     with pg.admin.connect() as conn:
-        wrong = conn.execute(text(
-            f"SELECT e.id FROM {pg.name}.audit_events e JOIN {pg.name}.tool_calls c "
-            "ON c.id = e.call_row_id WHERE c.task_id <> e.task_id OR c.call_id <> e.call_id"
-        )).all()
-        assert wrong == []
-        dangling = conn.execute(text(
-            f"SELECT e.id FROM {pg.name}.audit_events e WHERE e.call_row_id IS NOT NULL "
-            f"AND NOT EXISTS (SELECT 1 FROM {pg.name}.tool_calls c WHERE c.id = e.call_row_id)"
-        )).all()
-        assert dangling == []
-        twice = conn.execute(text(
-            f"SELECT call_row_id FROM {pg.name}.audit_events WHERE event = 'received' "
-            "GROUP BY call_row_id HAVING count(*) > 1"
-        )).all()
-        assert twice == []
-        gaps = conn.execute(text(
-            f"SELECT task_id FROM {pg.name}.audit_events GROUP BY task_id "
-            "HAVING max(seq) <> count(*) OR min(seq) <> 1"
-        )).all()
-        assert gaps == []
+        for what, sql in must_be_empty.items():
+            assert conn.execute(text(sql)).all() == [], what
 
 
 @contextmanager
@@ -130,8 +128,61 @@ def warm(gate: Gate, task: str, calls: int) -> None:
     assert len(spares.spares_of(gate.ledger.engine).write) == 1
 
 
+Step = Callable[[str, Gate, int], None]
+
+
+def race(a: Gate, b: Gate, rounds: int, *, before: Step | None = None,
+         after: Step | None = None) -> list[list[Any]]:
+    """Gates ``a`` and ``b`` in two threads send call ``c{n}`` of task ``shared`` at
+    the same moment, ``rounds`` times (``before``/``after`` run in each thread around
+    each race); each pair of outcomes has exactly one that was not replayed."""
+    outcomes: dict[str, list[Any]] = {"a": [], "b": []}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def worker(name: str, gate: Gate) -> None:
+        try:
+            for n in range(rounds):
+                if before is not None:
+                    before(name, gate, n)
+                barrier.wait(timeout=30)
+                outcomes[name].append(gate.execute("shared", post(f"c{n}", f"c{n}")))
+                if after is not None:
+                    after(name, gate, n)
+        except BaseException as error:  # reported below, with the barrier broken
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=worker, args=(name, gate))
+               for name, gate in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    pairs = [[outcomes["a"][n], outcomes["b"][n]] for n in range(rounds)]
+    for pair in pairs:
+        assert sorted(o.replayed for o in pair) == [False, True]
+    return pairs
+
+
+@pytest.fixture
+def guesses_failed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each failed insert the intake judged: True where a guessed id was taken."""
+    judged: list[bool] = []
+    real_guess_failed = intake._guess_failed
+
+    def guess_failed(error: exc.IntegrityError) -> bool:
+        failed = real_guess_failed(error)
+        judged.append(failed)
+        return failed
+
+    monkeypatch.setattr(intake, "_guess_failed", guess_failed)
+    return judged
+
+
 def test_two_gates_racing_each_call_with_guessed_ids_run_it_once(
-    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+    db_url: str, pg: PgSchema, guesses_failed: list[bool]
 ) -> None:
     """Two gates (two engines, each with its own spare ids and kept connection) send
     the same calls at the same moment: both insert under a guessed id, the second
@@ -139,48 +190,19 @@ def test_two_gates_racing_each_call_with_guessed_ids_run_it_once(
     once, has one row and one ``received``, and both gates go on working."""
     ran: list[str] = []
     rounds = 12
-    guesses_failed: list[bool] = []
-    real_guess_failed = intake._guess_failed
 
-    def guess_failed(error: exc.IntegrityError) -> bool:
-        failed = real_guess_failed(error)
-        guesses_failed.append(failed)
-        return failed
+    def own_call(name: str, gate: Gate, n: int) -> None:
+        # and one call of its own, so both keep using their spare ids
+        own = gate.execute("shared", post(f"{name}{n}", f"{name}{n}"))
+        assert own.state is CallState.SUCCEEDED and not own.replayed
 
-    monkeypatch.setattr(intake, "_guess_failed", guess_failed)
     with Gate(counting_tools(ran), Ledger(db_url)) as a, \
             Gate(counting_tools(ran), Ledger(db_url)) as b:
         warm(a, "warm-a", 2)
         warm(b, "warm-b", 2)
         ran.clear()
-        outcomes: dict[str, list[object]] = {"a": [], "b": []}
-        errors: list[BaseException] = []
-        barrier = threading.Barrier(2)
-
-        def worker(name: str, gate: Gate) -> None:
-            try:
-                for n in range(rounds):
-                    barrier.wait(timeout=30)
-                    outcomes[name].append(gate.execute("shared", post(f"c{n}", f"c{n}")))
-                    # and one call of its own, so both keep using their spare ids
-                    own = gate.execute("shared", post(f"{name}{n}", f"{name}{n}"))
-                    assert own.state is CallState.SUCCEEDED and not own.replayed
-            except BaseException as error:  # reported below, with the barrier broken
-                errors.append(error)
-                barrier.abort()
-
-        threads = [threading.Thread(target=worker, args=(name, gate))
-                   for name, gate in (("a", a), ("b", b))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not errors, errors
-        for n in range(rounds):
-            pair = [outcomes["a"][n], outcomes["b"][n]]
-            assert sorted(o.replayed for o in pair) == [False, True]  # type: ignore[attr-defined]
-            assert all(o.state in (CallState.SUCCEEDED, CallState.EXECUTING)  # type: ignore[attr-defined]
-                       for o in pair)
+        for pair in race(a, b, rounds, after=own_call):
+            assert all(o.state in (CallState.SUCCEEDED, CallState.EXECUTING) for o in pair)
         # Both gates still record new calls on their kept connections afterwards.
         assert a.execute("shared", post("after-a", "after-a")).state is CallState.SUCCEEDED
         assert b.execute("shared", post("after-b", "after-b")).state is CallState.SUCCEEDED
@@ -329,7 +351,7 @@ tools:
 
 
 def test_two_gates_racing_a_call_whose_decision_reads_quotas_run_it_once(
-    db_url: str, pg: PgSchema, monkeypatch: pytest.MonkeyPatch
+    db_url: str, pg: PgSchema, guesses_failed: list[bool]
 ) -> None:
     """With a quota the decision reads the task's usage through Core while the
     call's guessed-id ``INSERT`` is still deferred: the pipeline is left (the
@@ -340,15 +362,6 @@ def test_two_gates_racing_a_call_whose_decision_reads_quotas_run_it_once(
 
     ran: list[str] = []
     rounds = 8
-    guesses_failed: list[bool] = []
-    real_guess_failed = intake._guess_failed
-
-    def guess_failed(error: exc.IntegrityError) -> bool:
-        failed = real_guess_failed(error)
-        guesses_failed.append(failed)
-        return failed
-
-    monkeypatch.setattr(intake, "_guess_failed", guess_failed)
     policy = Policy.from_text(QUOTA_POLICY)
     noted: list[str] = []
 
@@ -362,39 +375,18 @@ def test_two_gates_racing_a_call_whose_decision_reads_quotas_run_it_once(
 
         return registry
 
+    def spare_ids_first(name: str, gate: Gate, n: int) -> None:
+        # A call with no quota first: it leaves the engine spare ids (a call whose
+        # decision went through Core asks for none).
+        for m in range(2):
+            own = gate.execute(f"own-{name}", {
+                "call_id": f"n{n}-{m}", "name": "note", "arguments": {"text": f"{name}{n}-{m}"}})
+            assert own.state is CallState.SUCCEEDED
+        assert intake._spare_ids(gate.ledger.engine).ids
+
     with Gate(tools(), Ledger(db_url), policy=policy) as a, \
             Gate(tools(), Ledger(db_url), policy=policy) as b:
-        outcomes: dict[str, list[object]] = {"a": [], "b": []}
-        errors: list[BaseException] = []
-        barrier = threading.Barrier(2)
-
-        def worker(name: str, gate: Gate) -> None:
-            try:
-                for n in range(rounds):
-                    # A call with no quota first: it leaves the engine spare ids
-                    # (a call whose decision went through Core asks for none).
-                    for m in range(2):
-                        own = gate.execute(f"own-{name}", {
-                            "call_id": f"n{n}-{m}", "name": "note",
-                            "arguments": {"text": f"{name}{n}-{m}"}})
-                        assert own.state is CallState.SUCCEEDED
-                    assert intake._spare_ids(gate.ledger.engine).ids
-                    barrier.wait(timeout=30)
-                    outcomes[name].append(gate.execute("shared", post(f"c{n}", f"c{n}")))
-            except BaseException as error:
-                errors.append(error)
-                barrier.abort()
-
-        threads = [threading.Thread(target=worker, args=(name, gate))
-                   for name, gate in (("a", a), ("b", b))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not errors, errors
-        for n in range(rounds):
-            pair = [outcomes["a"][n], outcomes["b"][n]]
-            assert sorted(o.replayed for o in pair) == [False, True]  # type: ignore[attr-defined]
+        race(a, b, rounds, before=spare_ids_first)
         assert a.ledger.usage("shared") == {"post/calls": rounds}
         assert a.execute("shared", post("after-a", "after-a")).state is CallState.SUCCEEDED
         assert b.execute("shared", post("after-b", "after-b")).state is CallState.SUCCEEDED
