@@ -233,12 +233,17 @@ def apply_ruling(
     """Apply a decision's arrow and what the table says commits with it: the approval
     it consumes (APPROVE), the quota charges (ALLOW, APPROVE). ``later``: ``apply``."""
     assert ruling.event is not None
+    effects = arrow(rec.state, ruling.event).effects
+    recorded = ruling.detail if detail is None else detail
+    if effects.charges and ruling.charges:
+        # In the entry as stored (``quota.charge``'s text), so that ``audit verify`` finds
+        # a charge deleted or lowered: the task could otherwise spend past its limit.
+        recorded = {**(recorded or {}),
+                    "charges": {k: str(v) for k, v in sorted(ruling.charges.items())}}
     applied = _applied(
         conn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
-        changes=ruling.changes, detail=ruling.detail if detail is None else detail,
-        lease=lease, later=later,
+        changes=ruling.changes, detail=recorded, lease=lease, later=later,
     )
-    effects = arrow(rec.state, ruling.event).effects
     if effects.consumes_approval and (
         ruling.approval_id is None
         or not approvals.consume(conn, ruling.approval_id, applied.attempt + 1)

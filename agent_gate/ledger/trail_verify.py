@@ -25,10 +25,14 @@ kind, task, chain position and ``audit_events`` row):
 6. Every call's row is in the state its newest transition entry recorded
    (*state_rewritten*), and every call the trail recorded (its ``received``) still
    has its row (*call_deleted*).
+7. Every quota charge the trail recorded (the ``charges`` of the arrow that
+   authorized the call) is still stored, with that amount (*charge_rewritten*): a
+   charge deleted or lowered would let the task spend past its limit.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +40,12 @@ from sqlalchemy import Connection, select
 
 from agent_gate.ledger.chain import GENESIS, LEGACY_VERSION, entry_hash, root_hash
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, current_heads
-from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_EVENTS, TOOL_CALLS
+from agent_gate.ledger.models import (
+    AUDIT_CHECKPOINT_HEADS,
+    AUDIT_EVENTS,
+    QUOTA_CHARGES,
+    TOOL_CALLS,
+)
 
 __all__ = ["ChainProblem", "ChainReport", "verify"]
 
@@ -64,8 +73,9 @@ class ChainProblem:
     checkpoint bound), ``legacy`` (pre-upgrade entries no longer hash to the old
     global head), ``checkpoint`` (a checkpoint edited, deleted or unlinked),
     ``anchor``, ``state_rewritten`` (a call's row is not in the state its trail
-    last recorded), or ``call_deleted`` (a call's trail names a row that is gone or
-    holds another call)."""
+    last recorded), ``call_deleted`` (a call's trail names a row that is gone or
+    holds another call), or ``charge_rewritten`` (a quota charge the trail recorded
+    is gone or holds another amount)."""
     seq: int
     """The position where the problem shows: in the task's chain, or the checkpoint's
     number for ``checkpoint``/``anchor`` problems."""
@@ -142,6 +152,7 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     chains: dict[str, _Chain] = {}
     audited: dict[int, str] = {}
     received: dict[int, tuple[str, str]] = {}
+    charged: dict[tuple[int, str], tuple[str, str, str]] = {}
     count = 0
     problem: ChainProblem | None = None
     for row in conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings():
@@ -150,6 +161,8 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
             audited[int(row["call_row_id"])] = row["to_state"]
             if row["event"] == "received":  # the call the row was made for
                 received.setdefault(int(row["call_row_id"]), (row["task_id"], row["call_id"]))
+            elif row["detail"] is not None and '"charges"' in row["detail"]:
+                _note_charges(row, charged)
         fields = {k: row[k] for k in _FIELDS}
         if legacy is not None and row["id"] <= legacy.last_id:
             legacy.seq += 1
@@ -174,6 +187,8 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
         problem = _anchor_problem(anchor, stored, legacy)
     if problem is None:
         problem = _state_problem(conn, audited, received)
+    if problem is None:
+        problem = _charge_problem(conn, charged)
     return ChainReport(count, len(heads), stored[-1] if stored else None, problem)
 
 
@@ -395,5 +410,48 @@ def _deleted_call(
             f"call {call_id!r} of task {task_id!r} (tool_calls row {row_id}) was recorded "
             f"by its audit trail but its row was deleted{taken}: sent again, it would "
             "run again", task_id,
+        )
+    return None
+
+
+def _note_charges(
+    row: Any, charged: dict[tuple[int, str], tuple[str, str, str]]
+) -> None:
+    """The charges an authorizing entry recorded (the first entry per call and counter:
+    a call is charged once, ``quota.charge``). A detail that does not parse is left to
+    the hash check, which names it."""
+    try:
+        charges = json.loads(row["detail"]).get("charges")
+    except (ValueError, AttributeError):
+        return
+    if not isinstance(charges, dict):
+        return
+    for counter, amount in charges.items():
+        charged.setdefault((int(row["call_row_id"]), str(counter)),
+                           (row["task_id"], row["call_id"], str(amount)))
+
+
+def _charge_problem(
+    conn: Connection, charged: dict[tuple[int, str], tuple[str, str, str]]
+) -> ChainProblem | None:
+    """The first charge the trail recorded that is not stored as recorded."""
+    if not charged:
+        return None
+    stored = {
+        (int(row_id), counter): amount
+        for row_id, counter, amount in conn.execute(
+            select(QUOTA_CHARGES.c.call_row_id, QUOTA_CHARGES.c.counter, QUOTA_CHARGES.c.amount)
+        )
+    }
+    for (row_id, counter), (task_id, call_id, amount) in sorted(charged.items()):
+        now = stored.get((row_id, counter))
+        if now == amount:
+            continue
+        what = "is gone" if now is None else f"now holds {now}"
+        return ChainProblem(
+            "charge_rewritten", 0, None,
+            f"call {call_id!r} of task {task_id!r} (tool_calls row {row_id}) was charged "
+            f"{amount} to {counter!r}, as its audit trail recorded, but that charge {what}: "
+            "the task's usage was rewritten outside agent-gate", task_id,
         )
     return None
