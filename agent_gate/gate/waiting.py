@@ -81,8 +81,8 @@ def pending(ledger: Ledger, task_id: str | None = None) -> list[Outcome]:
 
 def _read(ledger: Ledger, rec: CallRecord) -> Answer | None:
     """The answer as the ledger holds it now; None when the call waits for nobody."""
-    now = ledger.get_row(rec.row_id) or rec
-    answer = ledger.approval(now)
+    row, answer = ledger.answered(rec.row_id)
+    now = row or rec
     status: AnswerStatus | None = None
     if answer is not None and answer.denied:
         status = AnswerStatus.DENIED

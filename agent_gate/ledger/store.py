@@ -211,6 +211,15 @@ class Ledger:
         with begin_read(self.engine) as conn:
             return approvals.latest(conn, rec.row_id)
 
+    def answered(
+        self, row_id: int
+    ) -> tuple[CallRecord | None, approvals.ApprovalRecord | None]:
+        """A call's row and the newest answer given for it, in one snapshot: read in
+        two, an answer committed between them looked given while the row still
+        waited (a denial with the call not yet rejected)."""
+        with begin_read(self.engine) as conn:
+            return reads.call_by(conn, id=row_id), approvals.latest(conn, row_id)
+
     def usage(self, task_id: str) -> dict[str, Decimal]:
         """Every quota counter the task has charged, with its total."""
         with begin_read(self.engine) as conn:

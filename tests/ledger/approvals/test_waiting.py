@@ -133,3 +133,34 @@ def test_sqlite_backs_off_and_postgresql_listens_in_slices() -> None:
     assert polled[0] == POLL_MIN and polled[-1] == POLL_MAX
     assert all(b == min(a * 2, POLL_MAX) for a, b in pairwise(polled))
     assert pauses(True, 3) == [LISTEN_SLICE] * 3
+
+
+def test_an_answer_is_read_with_the_row_it_answers(
+    db_url: str, support_tools: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A denial committed (by another connection) right after the call's row was
+    read: the answer read must be from the same moment as the row, never "denied"
+    beside a call still awaiting approval (its rejection is in the same commit)."""
+    from agent_gate.ledger import reads
+
+    with gate_for(db_url, support_tools) as gate, Ledger(db_url) as other:
+        waiting = gate.execute("t", MAIL)
+        assert waiting.state is CallState.AWAITING_APPROVAL
+        real_call_by = reads.call_by
+        denied: list[bool] = []
+
+        def call_by_then_deny(conn: Any, **where: Any) -> Any:
+            row = real_call_by(conn, **where)
+            if not denied and row is not None and row.call_id == "m1":
+                denied.append(True)
+                other.deny(other.get("t", "m1"), by="bob", reason="no")  # commits now
+            return row
+
+        monkeypatch.setattr(reads, "call_by", call_by_then_deny)
+        first = gate.wait(waiting, timeout=0)
+        monkeypatch.setattr(reads, "call_by", real_call_by)
+        assert denied
+        assert (first.status, first.outcome.state) == (
+            AnswerStatus.WAITING, CallState.AWAITING_APPROVAL)
+        then = gate.wait(waiting, timeout=0)
+        assert (then.status, then.outcome.state) == (AnswerStatus.DENIED, CallState.REJECTED)
