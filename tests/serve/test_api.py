@@ -10,13 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
 from serve_world import Running, World, serving
 
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.checkpoints import take
-
-pytestmark = pytest.mark.slow
 
 
 def bearer(world: World, name: str) -> dict[str, str]:

@@ -21,8 +21,6 @@ from agent_gate.ledger.checkpoints import current_heads, newest_of
 from agent_gate.ledger.models import AUDIT_HEADS
 from agent_gate.serve.webhooks import ServeConfig
 
-pytestmark = pytest.mark.slow
-
 FAST = ServeConfig(checkpoint_every=0.05)
 
 

@@ -13,10 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-import pytest
 from serve_world import Running, World
-
-pytestmark = pytest.mark.slow
 
 
 @contextmanager

@@ -32,8 +32,6 @@ from waiting import wait_until
 from agent_gate.ledger import Ledger
 from agent_gate.serve.webhooks import Endpoint, ServeConfig
 
-pytestmark = pytest.mark.slow
-
 SECRET = "s3cret-for-tests"
 
 
@@ -142,6 +140,7 @@ def test_a_failing_receiver_gets_the_event_again_until_it_acknowledges(
     assert [e["call_id"] for e in hook.events()] == ["mail-2"]
 
 
+@pytest.mark.slow  # a server process killed and started again
 def test_a_crash_before_delivery_loses_nothing(world: World, tmp_path: Path) -> None:
     conf = tmp_path / "serve.yaml"
 
