@@ -55,6 +55,12 @@ the two for every call
 disagrees with its trail (``audited_state``), so a rewritten state is neither
 clean nor run again. Audit-only entries (seen again, approval granted...) do not
 count: they repeat a state some snapshot held, and may be older than the row.
+
+The same holds for what else a call's entries vouch for: the row each ``received``
+entry was written for still holds that call (``call_deleted``: without its row a
+call runs again when sent again), and the quota charges the arrow that authorized
+it recorded are still stored with their amounts (``charge_rewritten``: a task's
+usage is the sum of its rows in ``quota_charges``, which are not hashed either).
 """
 
 from __future__ import annotations
