@@ -20,16 +20,25 @@ Relied on (SQLAlchemy 2.0 and 2.1):
   listens.
 * ``sqlite.DATETIME._storage_format``: the ``%``-format SQLite datetimes are
   written with (``prepared.bind_processor`` writes the same text faster).
+
+Worked around (``begin_listener``): ``Connection._begin_impl`` sets its private
+``__in_begin`` flag before dispatching ``begin`` and clears it only around the
+driver's BEGIN, so a ``begin`` listener that raises leaves it set, and that
+Connection never autobegins again. Harmless should SQLAlchemy stop doing so: the
+wrapper only drops a connection whose transaction failed to begin.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects import sqlite
 
 __all__ = [
+    "begin_listener",
     "cursor_watched",
     "problems",
     "storage_format",
@@ -64,6 +73,27 @@ def transaction_watched(conn: Connection, own_begin: Any) -> bool:
         or dispatch.after_cursor_execute
         or conn.engine.echo
     )
+
+
+def begin_listener(listener: Callable[[Connection], None]) -> Callable[[Connection], None]:
+    """A ledger ``begin`` listener whose connection is never used again if it raises.
+
+    Raised from inside Core's begin (a busy ``BEGIN IMMEDIATE``, a deferred or
+    pipelined statement refused, a lost session), the Connection would never begin a
+    transaction by itself again: kept for the next transaction, its Core statements
+    would run outside it (SQLite) or unanswered in pipeline mode (PostgreSQL). So it
+    is invalidated; nothing of the transaction that was beginning has committed."""
+
+    @wraps(listener)
+    def guarded(conn: Connection) -> None:
+        try:
+            listener(conn)
+        except BaseException:
+            if not conn.invalidated:
+                conn.invalidate()
+            raise
+
+    return guarded
 
 
 def storage_format(impl: Any) -> str | None:

@@ -72,7 +72,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import LedgerConfigError, LedgerMissing, LedgerReplaced
 from agent_gate.ledger import pipeline
-from agent_gate.ledger._sa_private import transaction_watched
+from agent_gate.ledger._sa_private import begin_listener, transaction_watched
 from agent_gate.ledger.backend import FAST, choose, is_fast, resolve
 from agent_gate.ledger.ledger_file import (
     FILE_ATTR,
@@ -215,20 +215,8 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
         opened_file.opened(main[0][2] if main else "")
 
     @event.listens_for(engine, "begin")
+    @begin_listener
     def _on_begin(conn: Connection) -> None:
-        try:
-            _begin(conn)
-        except BaseException:
-            # Raised from inside Core's begin, which then never ends: SQLAlchemy's
-            # Connection would never begin a transaction by itself again, so a kept
-            # one's later Core statements would not join their transaction (nor send
-            # a deferred statement first). Never kept, then: nothing of it committed
-            # (a busy BEGIN, a deferred INSERT refused: its transaction rolls back).
-            if not conn.invalidated:
-                conn.invalidate()
-            raise
-
-    def _begin(conn: Connection) -> None:
         state = opened(conn)
         if state is not None and state.raw:
             # Core adopts the transaction _sqlite_transaction began on the driver; a

@@ -86,7 +86,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, event, exc
 
-from agent_gate.ledger._sa_private import transaction_watched
+from agent_gate.ledger._sa_private import begin_listener, transaction_watched
 from agent_gate.ledger.prepared import Open, driver_error, opened, track, untrack
 
 if TYPE_CHECKING:  # psycopg's, imported by a PostgreSQL ledger only (``_enter``)
@@ -157,22 +157,12 @@ def install(engine: Engine) -> None:
             raise exc.DisconnectionError("the server closed this pooled connection")
 
     @event.listens_for(engine, "begin")
+    @begin_listener  # a statement sent earlier may fail in leave(): never kept then
     def _on_begin(conn: Connection) -> None:
         state = opened(conn)
         if state is not None and state.pipe is not None:
             # Unhooked after leaving: a deferred statement still goes out through it.
-            try:
-                state.pipe.leave()
-            except BaseException:
-                # A statement sent earlier failed (a guessed id taken, an expectation,
-                # a lost session): raised from inside Core's begin, which then never
-                # ends, and SQLAlchemy's Connection never begins a transaction by
-                # itself again. Kept for the next transaction (``dialect._kept_write``)
-                # its Core statements would run in pipeline mode, unanswered, for
-                # ever: so it is never used again (nothing of this one committed).
-                if not conn.invalidated:
-                    conn.invalidate()
-                raise
+            state.pipe.leave()
             state.pipe = None
 
     engine.__dict__[_OWN_BEGIN_ATTR] = _on_begin
