@@ -45,6 +45,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── IllegalTransition           an arrow the state table lacks: a bug   [ledger]
     ├── TaskContextConflict         a task bound to another principal or scope
     ├── NotAwaitingApproval         approve/deny of a call that does not wait
+    │   └── UnmatchedAnswer         a framework's answer names no waiting call [integrations]
     ├── LedgerConfigError           a ledger URL or backend that cannot be used
     │   └── LedgerMissing           no ledger there, and create= was not given
     ├── LedgerReplaced              the file under an open ledger was swapped
@@ -175,11 +176,7 @@ class SSELimitExceeded(SSEError):
     """
 
     def __init__(
-        self,
-        limit: str,
-        limit_bytes: int,
-        offset: int,
-        event_index: int,
+        self, limit: str, limit_bytes: int, offset: int, event_index: int,
         events: list[Any] | None = None,
     ) -> None:
         self.limit = limit
@@ -624,6 +621,11 @@ class TaskContextConflict(AgentGateError):
 
 class NotAwaitingApproval(AgentGateError):
     """An approval or denial was given for a call that does not wait for one."""
+
+
+class UnmatchedAnswer(NotAwaitingApproval):
+    """An answer given through an agent framework names no call, or one not waiting in
+    that task (or not with the arguments shown): refused whole, applied to no call."""
 
 
 class LedgerConfigError(AgentGateError):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,20 +27,25 @@ from agent_gate.errors import (
     GateUsageError,
     NotAwaitingApproval,
     ToolDefinitionError,
+    UnmatchedAnswer,
+    safe_name,
 )
 from agent_gate.gate import Gate, Outcome
 from agent_gate.gate.render import tool_output
+from agent_gate.ledger.approvals import APPROVED, DENIED, ApprovalRecord
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
 from agent_gate.tools import Effect, Idempotency, ToolOptions, ToolSpec
 
 __all__ = [
     "APPROVED_BY",
+    "Answer",
     "Refusal",
     "ToolOptionsByName",
     "approve_waiting",
     "check_options",
     "invoking",
+    "record_answers",
     "refusal",
     "register",
 ]
@@ -148,6 +153,72 @@ def approve_waiting(gate: Gate, outcome: Outcome, by: str) -> Refusal | None:
     except NotAwaitingApproval:
         pass  # answered meanwhile (another worker ran or denied it): execute reports it
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A person's answer to one call, as a framework carried it back: the call is
+    named by its id, never by its place among the calls that wait."""
+
+    call_id: str
+    approved: bool
+    by: str
+    args_hash: str | None = None
+    """The hash of the arguments the person was shown (None: the framework shows
+    none, and its own call id is all that binds the answer)."""
+    reason: str | None = None
+    task_id: str | None = None
+    """The task of the call shown (None: the framework's run names it alone)."""
+
+
+def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[str]:
+    """Record each answer for the call it names, in task ``task_id``.
+
+    All are checked before any is written: an answer naming a call the task does not
+    have, a call that no longer waits (unless this same answer was already recorded
+    for it: a framework replays the answers it was given), or other arguments than
+    those shown, refuses the whole lot (``UnmatchedAnswer``, naming the answers by
+    their place and their ids only where printable). An approver the policy refuses
+    is ``ApprovalRefused``, as from ``Gate.approve``. Returns the ids of the calls
+    that were waiting and now hold their answer.
+    """
+    problems: list[str] = []
+    waiting: list[Answer] = []
+    for place, given in enumerate(answers, 1):
+        details = gate.ledger.call_details(task_id, given.call_id, max_shown=0)
+        where = f"answer {place} (call {safe_name(given.call_id)})"
+        if given.task_id is not None and given.task_id != task_id:
+            problems.append(f"{where} was given for a call of another task")
+        elif details is None:
+            problems.append(f"{where} names no call of this task")
+        elif given.args_hash is not None and given.args_hash != details.call.args_hash:
+            problems.append(f"{where} was given for other arguments than the call's")
+        elif details.call.state is CallState.AWAITING_APPROVAL:
+            waiting.append(given)
+        elif not _given_before(given, details.approvals):
+            problems.append(f"{where}: the call is {details.call.state.value}, not waiting")
+    if problems:
+        raise UnmatchedAnswer("answer refused, nothing recorded: " + "; ".join(problems))
+    for given in waiting:
+        try:
+            if given.approved:
+                gate.approve(given.call_id, by=given.by, reason=given.reason, task_id=task_id)
+            else:
+                gate.deny(given.call_id, by=given.by, reason=given.reason, task_id=task_id)
+        except NotAwaitingApproval:
+            # Answered meanwhile, by another worker or person: fine only if so.
+            details = gate.ledger.call_details(task_id, given.call_id, max_shown=0)
+            if details is None or not _given_before(given, details.approvals):
+                raise UnmatchedAnswer(
+                    f"call {safe_name(given.call_id)} was answered otherwise meanwhile; "
+                    "this answer was not recorded"
+                ) from None
+    return [given.call_id for given in waiting]
+
+
+def _given_before(given: Answer, answers: Sequence[ApprovalRecord]) -> bool:
+    verdict = APPROVED if given.approved else DENIED
+    return any(a.verdict == verdict and a.decided_by == given.by.strip() for a in answers)
 
 
 @dataclass(frozen=True, slots=True)
