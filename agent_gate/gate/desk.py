@@ -61,12 +61,16 @@ def approve(
     reason: str | None,
     ttl: float | None,
     check: ApprovalCheck | None = None,
+    args_hash: str | None = None,
 ) -> tuple[ApprovalRecord, bool]:
     """Approve a waiting call; returns the approval and whether it is new.
 
     Bound to the call's argument hash, to the hash of the policy that asked for it
     (or, with ``check``, of that policy once it re-evaluated the call) and to an
-    expiry ``ttl`` seconds from the database's clock (None: none).
+    expiry ``ttl`` seconds from the database's clock (None: none). ``args_hash``:
+    the hash of the arguments the person was shown (``CallDetails``' ``args_hash``);
+    the ledger approves only while the call's are those (``AnswerMismatch``, audited,
+    otherwise), compared in the approval's own transaction.
     """
     if not by or not by.strip():
         raise GateUsageError("an approval names who gives it (by=)")
@@ -94,7 +98,7 @@ def approve(
             policy_hash = check.policy_hash
     return ledger.approve(
         rec, by=who, reason=reason, policy_hash=policy_hash,
-        ttl_ms=int(ttl * 1000) if ttl is not None else None,
+        ttl_ms=int(ttl * 1000) if ttl is not None else None, args_hash=args_hash,
     )
 
 
@@ -106,13 +110,15 @@ def deny(
     task_id: str | None,
     reason: str | None,
     observer: Observer,
+    args_hash: str | None = None,
 ) -> Transition:
-    """Deny a waiting call: ``awaiting_approval -> rejected``; it never runs."""
+    """Deny a waiting call: ``awaiting_approval -> rejected``; it never runs
+    (``args_hash`` as for ``approve``)."""
     if not by or not by.strip():
         raise GateUsageError("a denial names who gives it (by=)")
     who = by.strip()
     rec = find_one(ledger, call_id, task_id)
-    tr = ledger.deny(rec, by=who, reason=reason)
+    tr = ledger.deny(rec, by=who, reason=reason, args_hash=args_hash)
     if tr.won:
         observer.operator(rec.task_id, rec.call_id, rec.tool, rec.state.value,
                           tr.record.state.value, f"operator:{who}")
