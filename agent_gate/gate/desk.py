@@ -9,6 +9,7 @@ models, jsonschema, the providers) was most of what those commands spent startin
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Protocol
 
 from agent_gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, NotAwaitingApproval
@@ -20,7 +21,22 @@ if TYPE_CHECKING:
     from agent_gate.ledger.store import Ledger
     from agent_gate.telemetry import Observer
 
-__all__ = ["ApprovalCheck", "approve", "deny", "find_one"]
+__all__ = ["MCP_PROVIDER", "ApprovalCheck", "approve", "deny", "find_one", "runs_next"]
+
+MCP_PROVIDER = "mcp"
+"""The provider the MCP proxy records its tasks under (``integrations.mcp``): a call
+it holds runs in the proxy once approved, never by ``agent-gate resume``."""
+
+
+def runs_next(provider: str | None, task_id: str) -> str:
+    """What runs a call once a person let it run (approved, or resolved as not
+    applied), said to that person: the proxy that holds it, or a resume."""
+    if provider == MCP_PROVIDER:
+        return ("the MCP proxy that holds it runs it once: a request still waiting gets "
+                "the result, else the client's next send of the same call does "
+                "(not agent-gate resume)")
+    return (f"agent-gate resume {shlex.quote(task_id)} --tools MODULE[:ATTR] --policy FILE "
+            "runs it once, under that policy")
 
 
 class ApprovalCheck(Protocol):
