@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_gate.errors import (
+    AnswerMismatch,
     ApprovalRefused,
     GateUsageError,
     NotAwaitingApproval,
@@ -138,16 +139,20 @@ def check_options(options: ToolOptionsByName, names: set[str]) -> None:
         )
 
 
-def approve_waiting(gate: Gate, outcome: Outcome, by: str) -> Refusal | None:
+def approve_waiting(
+    gate: Gate, outcome: Outcome, by: str, args_hash: str | None = None
+) -> Refusal | None:
     """Record the approval a person gave through the framework for a waiting call.
 
     It is the one approval of the call in the ledger, bound to the arguments' and the
     policy's hashes as ``agent-gate approve`` binds it; the next ``execute`` consumes
-    it and runs the call. Returns why it could not be recorded, if so (the policy's
-    approvers do not include ``by``): the call then goes on waiting.
+    it and runs the call. ``args_hash``: the hash of the arguments the person was
+    shown, which the ledger holds the call to (``AnswerMismatch`` if they differ).
+    Returns why it could not be recorded, if so (the policy's approvers do not
+    include ``by``): the call then goes on waiting.
     """
     try:
-        gate.approve(outcome.call_id, by=by, task_id=outcome.task_id)
+        gate.approve(outcome.call_id, by=by, task_id=outcome.task_id, args_hash=args_hash)
     except ApprovalRefused:
         return refusal(replace(outcome, code=R.APPROVAL_REFUSED, reason=None))
     except NotAwaitingApproval:
@@ -175,14 +180,17 @@ def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[
     """Record each answer for the call it names, in task ``task_id``.
 
     All are checked before any is written: an answer naming a call the task does not
-    have, a call that no longer waits (unless this same answer was already recorded
-    for it: a framework replays the answers it was given), or other arguments than
-    those shown, refuses the whole lot (``UnmatchedAnswer``, naming the answers by
-    their place and their ids only where printable). An approver the policy refuses
-    is ``ApprovalRefused``, as from ``Gate.approve``. Returns the ids of the calls
-    that were waiting and now hold their answer.
+    have, a call of another task, or a call that no longer waits (unless this same
+    answer was already recorded for it: a framework replays the answers it was given)
+    refuses the whole lot (``UnmatchedAnswer``); one carrying the hash of other
+    arguments than the call's, ``AnswerMismatch``. Messages name the answers by their
+    place, and their call ids only where printable. Each is then written with its
+    hash, which the ledger compares again inside the answer's own transaction; an
+    approver the policy refuses is ``ApprovalRefused``, as from ``Gate.approve``.
+    Returns the ids of the calls that were waiting and now hold their answer.
     """
     problems: list[str] = []
+    mismatched: list[str] = []
     waiting: list[Answer] = []
     for place, given in enumerate(answers, 1):
         details = gate.ledger.call_details(task_id, given.call_id, max_shown=0)
@@ -192,19 +200,22 @@ def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[
         elif details is None:
             problems.append(f"{where} names no call of this task")
         elif given.args_hash is not None and given.args_hash != details.call.args_hash:
-            problems.append(f"{where} was given for other arguments than the call's")
+            mismatched.append(f"{where} was given for other arguments than the call's")
         elif details.call.state is CallState.AWAITING_APPROVAL:
             waiting.append(given)
         elif not _given_before(given, details.approvals):
             problems.append(f"{where}: the call is {details.call.state.value}, not waiting")
-    if problems:
-        raise UnmatchedAnswer("answer refused, nothing recorded: " + "; ".join(problems))
+    if problems or mismatched:
+        error = UnmatchedAnswer if problems else AnswerMismatch
+        raise error("answer refused, nothing recorded: " + "; ".join(problems + mismatched))
     for given in waiting:
         try:
             if given.approved:
-                gate.approve(given.call_id, by=given.by, reason=given.reason, task_id=task_id)
+                gate.approve(given.call_id, by=given.by, reason=given.reason, task_id=task_id,
+                             args_hash=given.args_hash)
             else:
-                gate.deny(given.call_id, by=given.by, reason=given.reason, task_id=task_id)
+                gate.deny(given.call_id, by=given.by, reason=given.reason, task_id=task_id,
+                          args_hash=given.args_hash)
         except NotAwaitingApproval:
             # Answered meanwhile, by another worker or person: fine only if so.
             details = gate.ledger.call_details(task_id, given.call_id, max_shown=0)

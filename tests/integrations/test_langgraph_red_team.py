@@ -30,7 +30,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, Interrupt
 
 from agent_gate import Gate
-from agent_gate.errors import UnmatchedAnswer
+from agent_gate.errors import AnswerMismatch, UnmatchedAnswer
 from agent_gate.integrations.langgraph import GateToolCalls, answer, answers
 from agent_gate.ledger.states import CallState
 
@@ -314,7 +314,7 @@ def test_an_answer_carrying_another_arguments_hash_is_refused(
     graph, pending = paused_on_one(gate, sent)
     stale = answer(pending, approved=True, by="alice")
     stale["agent_gate"]["call-1"]["args_hash"] = "f" * 64
-    with pytest.raises(UnmatchedAnswer, match="other arguments"):
+    with pytest.raises(AnswerMismatch, match="other arguments"):
         graph.invoke(Command(resume=stale), CONFIG)
     assert sent == [] and approvals() == []
     assert states(gate) == {"call-1": CallState.AWAITING_APPROVAL}
