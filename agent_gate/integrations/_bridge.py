@@ -35,6 +35,7 @@ from agent_gate.gate import Gate, Outcome
 from agent_gate.gate.render import tool_output
 from agent_gate.ledger.approvals import APPROVED, DENIED, ApprovalRecord
 from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.tools import Effect, Idempotency, ToolOptions, ToolSpec
 
@@ -49,6 +50,7 @@ __all__ = [
     "record_answers",
     "refusal",
     "register",
+    "shown",
 ]
 
 APPROVED_BY = "approved_by"
@@ -225,6 +227,19 @@ def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[
                     "this answer was not recorded"
                 ) from None
     return [given.call_id for given in waiting]
+
+
+def shown(rec: CallRecord) -> dict[str, Any]:
+    """What a person is shown of a waiting call to answer it: its ids, tool, arguments
+    as recorded (redacted fields as their stand-ins) and their hash, which the answer
+    carries back (``Answer.args_hash``)."""
+    return {
+        "task_id": rec.task_id,
+        "call_id": rec.call_id,
+        "tool": rec.tool,
+        "arguments": dict(rec.arguments) if isinstance(rec.arguments, Mapping) else None,
+        "args_hash": rec.args_hash,
+    }
 
 
 def _given_before(given: Answer, answers: Sequence[ApprovalRecord]) -> bool:

@@ -166,11 +166,7 @@ class GateToolCalls:
                 rec = self.gate.ledger.get(*key)
                 if rec is None or rec.state is not CallState.AWAITING_APPROVAL:
                     return  # answered meanwhile elsewhere (CLI, inbox): execute says how
-                asked = ApprovalRequest(
-                    rec.task_id, rec.call_id, rec.tool,
-                    dict(rec.arguments) if isinstance(rec.arguments, Mapping) else None,
-                    rec.args_hash,
-                )
+                asked = ApprovalRequest(**_bridge.shown(rec))
                 taken = _refusing(interrupt, {KEY: asdict(asked)}, response_schema=taking.form)
                 self._answered.update((waiting.task_id, c) for c in taken.recorded)
                 if waiting.call_id in taken.named:
