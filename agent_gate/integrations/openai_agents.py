@@ -164,7 +164,8 @@ def record_approval(
     """Write a person's approval of the interruption ``item`` to the ledger, for the
     arguments hashing to ``args_hash`` (as ``approval_request`` showed them); the
     call then runs when the state is run again (``state.approve(item)``). Returns
-    whether the call was waiting (False: this same approval was recorded before)."""
+    whether the call was waiting (False: it ran or was rejected since, by this same
+    answer). The same approval given twice is one approval."""
     answer = _bridge.Answer(_call_id(item), True, by, args_hash, reason)
     return bool(_bridge.record_answers(gate, task_id, [answer]))
 
