@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults, FunctionTools
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agent_gate import Gate
+from agent_gate import Gate, ToolRegistry
 from agent_gate.errors import AnswerMismatch, UnmatchedAnswer
 from agent_gate.integrations.openai_agents import (
     approval_request,
@@ -38,6 +39,7 @@ from agent_gate.integrations.openai_agents import (
 from agent_gate.integrations.pydantic_ai import GatedToolset
 from agent_gate.ledger.states import CallState
 
+POLICY = Path(__file__).with_name("policy.yaml")
 TASK = "order-17"
 Sent = list[tuple[str, int]]
 Approvals = Callable[[], list[dict[str, Any]]]
@@ -52,6 +54,31 @@ def no_tracing() -> None:
 
 def states(gate: Gate, task: str = TASK) -> dict[str, CallState]:
     return {o.call_id: o.state for o in gate.calls(task)}
+
+
+def recorded(gate: Gate) -> list[dict[str, Any]]:
+    """Every answer the ledger holds, read through its own API (any backend), oldest
+    first."""
+    rows = []
+    for rec in gate.ledger.calls():
+        details = gate.ledger.call_details(rec.task_id, rec.call_id, max_shown=0)
+        assert details is not None
+        rows += [{"call_id": a.call_id, "verdict": a.verdict, "decided_by": a.decided_by,
+                  "consumed": a.consumed, "id": a.id} for a in details.approvals]
+    return [{k: v for k, v in row.items() if k != "id"}
+            for row in sorted(rows, key=lambda row: row["id"])]
+
+
+@pytest.fixture
+def approvals(gate: Gate) -> Approvals:
+    return lambda: recorded(gate)
+
+
+@pytest.fixture
+def gate_on(db_url: str) -> Iterator[Gate]:
+    """A gate on each ledger backend in turn (PostgreSQL when configured)."""
+    with Gate(ToolRegistry(), db_url, policy=POLICY) as g:
+        yield g
 
 
 def assert_sound(gate: Gate, sent: Sent, approvals: Approvals, *tasks: str) -> None:
@@ -204,8 +231,9 @@ def test_pydantic_ai_hostile_call_ids_are_answered_by_id(
 
 
 def test_pydantic_ai_an_approval_racing_a_denial_or_itself_runs_at_most_once(
-    gate: Gate, approvals: Approvals
+    gate_on: Gate,
 ) -> None:
+    gate, approvals = gate_on, lambda: recorded(gate_on)
     sent: Sent = []
     agent, gated = pydantic_agent(gate, sent, ("carol", 500, "c1"))
     waiting = deferred(agent)
@@ -373,9 +401,8 @@ def test_agents_sdk_hostile_call_ids_are_answered_by_id(
     assert_sound(gate, sent, approvals)
 
 
-def test_agents_sdk_one_approved_state_resumed_twice_at_once_pays_once(
-    gate: Gate, approvals: Approvals
-) -> None:
+def test_agents_sdk_one_approved_state_resumed_twice_at_once_pays_once(gate_on: Gate) -> None:
+    gate, approvals = gate_on, lambda: recorded(gate_on)
     sent: Sent = []
     agent = payer(gate, sent, [("carol", 500, "c1")])
 

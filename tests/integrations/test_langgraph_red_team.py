@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,11 +30,12 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, Interrupt
 
-from agent_gate import Gate
+from agent_gate import Gate, ToolRegistry
 from agent_gate.errors import AnswerMismatch, UnmatchedAnswer
 from agent_gate.integrations.langgraph import GateToolCalls, answer, answers
 from agent_gate.ledger.states import CallState
 
+POLICY = Path(__file__).with_name("policy.yaml")
 THREAD = "thread-7"
 CONFIG = {"configurable": {"thread_id": THREAD}}
 Sent = list[tuple[str, int]]
@@ -132,6 +134,31 @@ def shown(state: dict[str, Any]) -> list[Interrupt]:
 
 def states(gate: Gate, task: str = THREAD) -> dict[str, CallState]:
     return {o.call_id: o.state for o in gate.calls(task)}
+
+
+def recorded(gate: Gate) -> list[dict[str, Any]]:
+    """Every answer the ledger holds, read through its own API (any backend), oldest
+    first."""
+    rows = []
+    for rec in gate.ledger.calls():
+        details = gate.ledger.call_details(rec.task_id, rec.call_id, max_shown=0)
+        assert details is not None
+        rows += [{"call_id": a.call_id, "verdict": a.verdict, "decided_by": a.decided_by,
+                  "consumed": a.consumed, "id": a.id} for a in details.approvals]
+    return [{k: v for k, v in row.items() if k != "id"}
+            for row in sorted(rows, key=lambda row: row["id"])]
+
+
+@pytest.fixture
+def approvals(gate: Gate) -> Approvals:
+    return lambda: recorded(gate)
+
+
+@pytest.fixture
+def gate_on(db_url: str) -> Iterator[Gate]:
+    """A gate on each ledger backend in turn (PostgreSQL when configured)."""
+    with Gate(ToolRegistry(), db_url, policy=POLICY) as g:
+        yield g
 
 
 def assert_sound(gate: Gate, sent: Sent, approvals: Approvals, *tasks: str) -> None:
@@ -374,8 +401,9 @@ def test_a_call_id_reused_in_a_later_message_never_runs_again(
 @pytest.mark.parametrize("verdicts", [(True, False), (True, True)], ids=["approve-vs-deny",
                                                                          "approve-twice"])
 def test_answers_racing_on_one_thread_run_the_call_at_most_once(
-    gate: Gate, approvals: Approvals, verdicts: tuple[bool, bool]
+    gate_on: Gate, verdicts: tuple[bool, bool]
 ) -> None:
+    gate, approvals = gate_on, lambda: recorded(gate_on)
     sent: Sent = []
     graph, pending = paused_on_one(gate, sent)
     start = threading.Barrier(2)
