@@ -102,7 +102,7 @@ class Order:
 
 def build(
     gate: Gate, sent: Sent, model: GenericFakeChatModel, order: Order | None = None,
-    **node_options: Any,
+    saver: InMemorySaver | None = None, **node_options: Any,
 ) -> Any:
     @tool
     def send_payment(to: str, amount: int) -> str:
@@ -125,7 +125,7 @@ def build(
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
-    return graph.compile(checkpointer=InMemorySaver())
+    return graph.compile(checkpointer=saver or InMemorySaver())
 
 
 def shown(state: dict[str, Any]) -> list[Interrupt]:
@@ -398,25 +398,42 @@ def test_a_call_id_reused_in_a_later_message_never_runs_again(
     assert_sound(gate, sent, approvals)
 
 
+def test_langgraphs_own_multi_interrupt_form_carries_the_answer_too(
+    gate: Gate, approvals: Approvals
+) -> None:
+    sent: Sent = []
+    graph, pending = paused_on_one(gate, sent)
+    keyed = {pending.id: answer(pending, approved=True, by="alice")}
+    graph.invoke(Command(resume=keyed), CONFIG)
+    assert sent == [("carol", 500)] and states(gate) == {"call-1": CallState.SUCCEEDED}
+    assert_sound(gate, sent, approvals)
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-node", "two-workers"])
 @pytest.mark.parametrize("verdicts", [(True, False), (True, True)], ids=["approve-vs-deny",
                                                                          "approve-twice"])
 def test_answers_racing_on_one_thread_run_the_call_at_most_once(
-    gate_on: Gate, verdicts: tuple[bool, bool]
+    gate_on: Gate, verdicts: tuple[bool, bool], workers: int
 ) -> None:
+    # One node object shares its adapter (and its lock); two workers share only the
+    # checkpoints and the ledger, as two processes would.
     gate, approvals = gate_on, lambda: recorded(gate_on)
     sent: Sent = []
-    graph, pending = paused_on_one(gate, sent)
+    saver = InMemorySaver()
+    graphs = [build(gate, sent, model_asking([payment("carol", 500, "call-1")]), saver=saver)
+              for _ in range(workers)]
+    (pending,) = shown(graphs[0].invoke({"messages": [HumanMessage("pay")]}, CONFIG))
     start = threading.Barrier(2)
     failures: list[BaseException] = []
 
-    def resume(approved: bool, by: str) -> None:
+    def resume(graph: Any, approved: bool, by: str) -> None:
         start.wait(10)
         try:
             graph.invoke(Command(resume=answer(pending, approved=approved, by=by)), CONFIG)
         except UnmatchedAnswer as exc:  # the loser, answered otherwise meanwhile
             failures.append(exc)
 
-    racers = [threading.Thread(target=resume, args=(v, f"op{i}"))
+    racers = [threading.Thread(target=resume, args=(graphs[i % workers], v, f"op{i}"))
               for i, v in enumerate(verdicts)]
     for t in racers:
         t.start()
@@ -426,7 +443,6 @@ def test_answers_racing_on_one_thread_run_the_call_at_most_once(
     state = states(gate)["call-1"]
     assert state in (CallState.SUCCEEDED, CallState.REJECTED)
     assert sent == ([("carol", 500)] if state is CallState.SUCCEEDED else [])
-    verdicts_given = {a["verdict"] for a in approvals()}
     if state is CallState.REJECTED:
-        assert "denied" in verdicts_given
+        assert "denied" in {a["verdict"] for a in approvals()}
     assert_sound(gate, sent, approvals)
