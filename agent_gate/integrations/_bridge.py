@@ -1,6 +1,8 @@
 """What every agent-framework adapter shares: a framework's tool registered in the
-gate once, a person's approval given through the framework recorded once, and a call
-that did not run told to the model without the policy's internals.
+gate once, a person's answer given through the framework recorded once, for the call
+it names by id and the arguments whose hash it carries (never for whichever call
+happens to ask), and a call that did not run told to the model without the policy's
+internals.
 
 The framework keeps running its own tools (its validation, its dependencies, its
 context); the gate decides whether and when. So the function registered in the

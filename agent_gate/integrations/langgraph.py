@@ -15,18 +15,21 @@ re-runs (on resume, on a replay from a checkpoint, in a repeated run) is answere
 from the ledger: a write runs once.
 
 A call the policy sends to a person calls ``interrupt()`` with an ``ApprovalRequest``
-payload (as a dict, under ``agent_gate``): the graph stops and the checkpointer keeps
-it. The answer names the call it answers, by its id, with the hash of the arguments
-the person was shown: ``Command(resume=answer(pending, approved=True, by="alice"))``,
-that is ``{"agent_gate": {call_id: {"approved": True, "by": "alice", "args_hash":
-...}}}``; ``answers(...)`` puts several in one resume. LangGraph hands a resume value
-to whichever parallel tool call reaches ``interrupt()`` first, so order never decides:
-the call that receives it records every answer it names in the ledger, by call id, and
-each call then runs (once) or stays rejected as its own answer says; a call no answer
-names asks again. A resume naming no call, a call not waiting in this task, or other
-arguments than those waiting is refused (``UnmatchedAnswer``), whole: nothing of it is
-applied. A refused, failed or waiting call reaches the model as a ``ToolMessage`` with
-``status="error"``, a stable reason id and no policy internals.
+payload (as a dict, under ``agent_gate``; ``args_hash`` is the hash of the arguments
+shown): the graph stops and the checkpointer keeps it. The answer names the call it
+answers by its id and carries that hash and the task shown:
+``Command(resume=answer(pending, approved=True, by="alice"))``, that is
+``{"agent_gate": {call_id: {"approved": True, "by": "alice", "args_hash": ...,
+"task_id": ...}}}``; ``answers(...)`` puts several in one resume, and LangGraph's own
+``{interrupt.id: value}`` form may carry it. LangGraph hands a resume value to
+whichever parallel tool call reaches ``interrupt()`` first, so order never decides:
+the call that receives it records every answer it names in the ledger, each for its
+own call id, and each call then runs (once) or stays rejected as its own answer says;
+a call no answer names asks again. A resume naming no call, a call of another task,
+or one not waiting here is refused whole (``UnmatchedAnswer``), as is one for other
+arguments (``AnswerMismatch``): nothing of it is recorded, and LangGraph does not keep
+the value. A refused, failed or waiting call reaches the model as a ``ToolMessage``
+with ``status="error"``, a stable reason id and no policy internals.
 """
 
 from __future__ import annotations
