@@ -35,6 +35,7 @@ with ``status="error"``, a stable reason id and no policy internals.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -91,6 +92,11 @@ class GateToolCalls:
         options: _bridge.ToolOptionsByName | None = None,
         approved_by: str = "langgraph",
     ) -> None:
+        if "response_schema" not in inspect.signature(interrupt).parameters:
+            raise GateUsageError(
+                "this LangGraph's interrupt() takes no response_schema, which the adapter "
+                "needs to refuse an answer before LangGraph keeps it: upgrade langgraph"
+            )
         self.gate = gate
         self.task_id = task_id
         self.options = dict(options or {})

@@ -190,6 +190,7 @@ def test_the_approval_runs_the_call_shown_even_when_the_other_asks_first(
     sent: Sent = []
     order = Order(first="call-seen", second="call-other")
     graph, pending = two_waiting(gate, sent, order)
+    assert pending.response_schema["required"] == ["agent_gate"]  # the form is shown
     order.then(first="call-other", second="call-seen")  # the unseen call asks first now
 
     paused = graph.invoke(Command(resume=answer(pending, approved=True, by="alice")), CONFIG)
