@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from agent_gate.errors import (
         AccumulatorError,
         AmbiguousCall,
+        AnswerMismatch,
         ApprovalRefused,
         ArgumentsInvalid,
         GateUsageError,
@@ -109,6 +110,7 @@ _LAZY: dict[str, str] = {
     "AmbiguousCall": "agent_gate.errors",
     "ApprovalRefused": "agent_gate.errors",
     "NotAwaitingApproval": "agent_gate.errors",
+    "AnswerMismatch": "agent_gate.errors",
     # tools
     "ToolRegistry": "agent_gate.tools",
     "ToolSpec": "agent_gate.tools",
@@ -149,6 +151,7 @@ __all__ = [
     "AccumulatorError",
     "AgentGateError",
     "AmbiguousCall",
+    "AnswerMismatch",
     "ApprovalRefused",
     "ArgumentsInvalid",
     "Authorizer",

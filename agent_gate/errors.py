@@ -45,6 +45,8 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── IllegalTransition           an arrow the state table lacks: a bug   [ledger]
     ├── TaskContextConflict         a task bound to another principal or scope
     ├── NotAwaitingApproval         approve/deny of a call that does not wait
+    │   └── UnmatchedAnswer         a framework's answer names no waiting call [integrations]
+    ├── AnswerMismatch              an answer to arguments other than the call's
     ├── LedgerConfigError           a ledger URL or backend that cannot be used
     │   └── LedgerMissing           no ledger there, and create= was not given
     ├── LedgerReplaced              the file under an open ledger was swapped
@@ -114,17 +116,10 @@ def json_type_name(value: object) -> str:
     """
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    kinds = ((bool, "boolean"), (int | float, "number"), (str, "string"),
+             (list | tuple, "array"), (dict, "object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)),
+                type(value).__name__)
 
 
 # ------------------------------------------------------------ plain JSON
@@ -175,11 +170,7 @@ class SSELimitExceeded(SSEError):
     """
 
     def __init__(
-        self,
-        limit: str,
-        limit_bytes: int,
-        offset: int,
-        event_index: int,
+        self, limit: str, limit_bytes: int, offset: int, event_index: int,
         events: list[Any] | None = None,
     ) -> None:
         self.limit = limit
@@ -624,6 +615,16 @@ class TaskContextConflict(AgentGateError):
 
 class NotAwaitingApproval(AgentGateError):
     """An approval or denial was given for a call that does not wait for one."""
+
+
+class UnmatchedAnswer(NotAwaitingApproval):
+    """An answer given through an agent framework names no call, or one not waiting in
+    that task (unknown, another task's, answered otherwise): refused whole."""
+
+
+class AnswerMismatch(AgentGateError):
+    """An answer (approve, deny, resolve) named the hash of arguments that are not the
+    call's now: the person saw another call. Refused and audited (``answer_refused``)."""
 
 
 class LedgerConfigError(AgentGateError):

@@ -8,9 +8,10 @@ Every call goes through the policy (``payments_policy.yaml``) and the ledger. A
 
 1. one model turn asks for a payment of 40 and one of 500: the 40 runs, the 500
    calls ``interrupt()`` and the graph stops;
-2. ``Command(resume={"approved": True, "by": "alice"})`` records the approval in
-   the ledger and pays 500 once; the tools node ran again from its start, and the
-   40 was answered from the ledger, not paid twice;
+2. ``Command(resume=answer(asked, approved=True, by="alice"))``, an answer naming
+   that call by its id with the hash of the arguments shown, records the approval
+   in the ledger and pays 500 once; the tools node ran again from its start, and
+   the 40 was answered from the ledger, not paid twice;
 3. a payment to a blocked vendor never reaches the tool; the model reads why.
 
 Run it: ``python examples/with_langgraph.py [--db URL]``.
@@ -33,7 +34,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 from agent_gate import Gate, ToolRegistry
-from agent_gate.integrations.langgraph import gated_tool_node
+from agent_gate.integrations.langgraph import answer, gated_tool_node
 
 POLICY = Path(__file__).resolve().parent / "payments_policy.yaml"
 PAID: list[tuple[str, int]] = []
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         paused = graph.invoke({"messages": [HumanMessage("pay acme and globex")]}, pay)
         (asked,) = paused["__interrupt__"]
         print("1. paid so far:", PAID, "| waits:", asked.value["agent_gate"]["call_id"])
-        done = graph.invoke(Command(resume={"approved": True, "by": "alice"}), pay)
+        done = graph.invoke(Command(resume=answer(asked, approved=True, by="alice")), pay)
         print("2. after alice approved:", tool_texts(done))
 
         blocked = {"configurable": {"thread_id": "langgraph-example-blocked"}}

@@ -22,9 +22,9 @@ PUBLIC = {
     "run_live", "arun_live",
     # what the gate refuses, by family
     "AgentGateError", "GateUsageError", "OutcomeUnknown", "NotInDoubt", "AmbiguousCall",
-    "ApprovalRefused", "NotAwaitingApproval", "TaskContextConflict", "ArgumentsInvalid",
-    "PolicyError", "LedgerConfigError", "SealKeyMissing", "AccumulatorError", "SSEError",
-    "ProviderError", "StreamError",
+    "ApprovalRefused", "NotAwaitingApproval", "AnswerMismatch", "TaskContextConflict",
+    "ArgumentsInvalid", "PolicyError", "LedgerConfigError", "SealKeyMissing", "AccumulatorError",
+    "SSEError", "ProviderError", "StreamError",
 }
 
 

@@ -9,6 +9,7 @@ models, jsonschema, the providers) was most of what those commands spent startin
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Protocol
 
 from agent_gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, NotAwaitingApproval
@@ -20,7 +21,22 @@ if TYPE_CHECKING:
     from agent_gate.ledger.store import Ledger
     from agent_gate.telemetry import Observer
 
-__all__ = ["ApprovalCheck", "approve", "deny", "find_one"]
+__all__ = ["MCP_PROVIDER", "ApprovalCheck", "approve", "deny", "find_one", "runs_next"]
+
+MCP_PROVIDER = "mcp"
+"""The provider the MCP proxy records its tasks under (``integrations.mcp``): a call
+it holds runs in the proxy once approved, never by ``agent-gate resume``."""
+
+
+def runs_next(provider: str | None, task_id: str) -> str:
+    """What runs a call once a person let it run (approved, or resolved as not
+    applied), said to that person: the proxy that holds it, or a resume."""
+    if provider == MCP_PROVIDER:
+        return ("the MCP proxy that holds it runs it once: a request still waiting gets "
+                "the result, else the client's next send of the same call does "
+                "(not agent-gate resume)")
+    return (f"agent-gate resume {shlex.quote(task_id)} --tools MODULE[:ATTR] --policy FILE "
+            "runs it once, under that policy")
 
 
 class ApprovalCheck(Protocol):
@@ -61,12 +77,16 @@ def approve(
     reason: str | None,
     ttl: float | None,
     check: ApprovalCheck | None = None,
+    args_hash: str | None = None,
 ) -> tuple[ApprovalRecord, bool]:
     """Approve a waiting call; returns the approval and whether it is new.
 
     Bound to the call's argument hash, to the hash of the policy that asked for it
     (or, with ``check``, of that policy once it re-evaluated the call) and to an
-    expiry ``ttl`` seconds from the database's clock (None: none).
+    expiry ``ttl`` seconds from the database's clock (None: none). ``args_hash``:
+    the hash of the arguments the person was shown (``CallDetails``' ``args_hash``);
+    the ledger approves only while the call's are those (``AnswerMismatch``, audited,
+    otherwise), compared in the approval's own transaction.
     """
     if not by or not by.strip():
         raise GateUsageError("an approval names who gives it (by=)")
@@ -94,7 +114,7 @@ def approve(
             policy_hash = check.policy_hash
     return ledger.approve(
         rec, by=who, reason=reason, policy_hash=policy_hash,
-        ttl_ms=int(ttl * 1000) if ttl is not None else None,
+        ttl_ms=int(ttl * 1000) if ttl is not None else None, args_hash=args_hash,
     )
 
 
@@ -106,13 +126,15 @@ def deny(
     task_id: str | None,
     reason: str | None,
     observer: Observer,
+    args_hash: str | None = None,
 ) -> Transition:
-    """Deny a waiting call: ``awaiting_approval -> rejected``; it never runs."""
+    """Deny a waiting call: ``awaiting_approval -> rejected``; it never runs
+    (``args_hash`` as for ``approve``)."""
     if not by or not by.strip():
         raise GateUsageError("a denial names who gives it (by=)")
     who = by.strip()
     rec = find_one(ledger, call_id, task_id)
-    tr = ledger.deny(rec, by=who, reason=reason)
+    tr = ledger.deny(rec, by=who, reason=reason, args_hash=args_hash)
     if tr.won:
         observer.operator(rec.task_id, rec.call_id, rec.tool, rec.state.value,
                           tr.record.state.value, f"operator:{who}")

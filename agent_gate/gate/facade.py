@@ -314,6 +314,7 @@ class Gate:
         reason: str | None = None,
         task_id: str | None = None,
         ttl: float | None = DEFAULT_APPROVAL_TTL,
+        args_hash: str | None = None,
     ) -> tuple[ApprovalRecord, bool]:
         """A person approves a call that waits for approval; returns it and whether new.
 
@@ -323,11 +324,17 @@ class Gate:
         first re-evaluates the call under its own policy and binds the approval to
         that one (``ApprovalRefused`` if that policy denies the call). The call runs
         when a gate with that same policy next sees it (``resume``, ``execute``).
+
+        ``args_hash``: the hash of the arguments the person was shown (``args_hash`` of
+        ``Ledger.call_details``); the ledger approves only if the call's arguments still
+        hash to it, compared inside the approval's transaction, and otherwise raises
+        ``AnswerMismatch`` (audited as ``answer_refused``). None: not compared, for
+        callers that show nothing (every front end for people passes it).
         """
         call_id, task_id = self._name(call, task_id)
         check = self._decider if self.rules is not None else None
         return desk.approve(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
-                            ttl=ttl, check=check)
+                            ttl=ttl, check=check, args_hash=args_hash)
 
     def deny(
         self,
@@ -336,11 +343,13 @@ class Gate:
         by: str,
         reason: str | None = None,
         task_id: str | None = None,
+        args_hash: str | None = None,
     ) -> Outcome:
-        """A person denies a call that waits for approval: it is rejected, never run."""
+        """A person denies a call that waits for approval: it is rejected, never run
+        (``args_hash`` as for ``approve``)."""
         call_id, task_id = self._name(call, task_id)
         tr = desk.deny(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
-                       observer=self.telemetry)
+                       observer=self.telemetry, args_hash=args_hash)
         return outcome_of(tr.record, replayed=False)
 
     def resolve(
@@ -352,9 +361,11 @@ class Gate:
         result: Any = None,
         note: str | None = None,
         by: str | None = None,
+        args_hash: str | None = None,
     ) -> Outcome:
         """An operator settles an in-doubt call: it ``succeeded``, ``failed``, or was
-        ``not_applied`` (which makes it runnable again when the call is next seen)."""
+        ``not_applied`` (which makes it runnable again when the call is next seen);
+        ``args_hash`` as for ``approve``."""
         call_id = call if isinstance(call, str) else call.call_id
         rec = self._find_one(call_id if isinstance(call, ToolCall) else call, task_id)
         try:
@@ -395,6 +406,7 @@ class Gate:
                 {"type": "ResolvedFailed", "message": bound(note or text, 300)}
                 if verdict is Reconciliation.FAILED else None
             ),
+            args_hash=args_hash,
         )
         if not tr.won:
             raise NotInDoubt(

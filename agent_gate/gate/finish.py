@@ -161,11 +161,18 @@ class Finisher:
         reason: str,
         result: StoredResult | None = None,
         error: Mapping[str, str] | None = None,
+        args_hash: str | None = None,
     ) -> Transition:
         """Settle an in-doubt call as a reconcile hook or an operator found it: the
         write happened (``result`` kept), failed (``error`` kept), or did not happen
-        (runnable again)."""
+        (runnable again). ``args_hash``: a person's answer, given for those arguments
+        (``Ledger.resolve``)."""
         event = RECONCILED[status.value].event
+        if args_hash is not None:
+            return self.ledger.resolve(
+                rec, event, actor=actor, code=code, reason=reason, result=result,
+                error=dict(error) if error is not None else None, args_hash=args_hash,
+            )
         if event is Event.RETRY:
             return self.ledger.transition(rec, event, actor=actor, code=code, reason=reason)
         return self.ledger.finish(

@@ -1,6 +1,8 @@
 """What every agent-framework adapter shares: a framework's tool registered in the
-gate once, a person's approval given through the framework recorded once, and a call
-that did not run told to the model without the policy's internals.
+gate once, a person's answer given through the framework recorded once, for the call
+it names by id and the arguments whose hash it carries (never for whichever call
+happens to ask), and a call that did not run told to the model without the policy's
+internals.
 
 The framework keeps running its own tools (its validation, its dependencies, its
 context); the gate decides whether and when. So the function registered in the
@@ -17,32 +19,40 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_gate.errors import (
+    AnswerMismatch,
     ApprovalRefused,
     GateUsageError,
     NotAwaitingApproval,
     ToolDefinitionError,
+    UnmatchedAnswer,
+    safe_name,
 )
 from agent_gate.gate import Gate, Outcome
 from agent_gate.gate.render import tool_output
+from agent_gate.ledger.approvals import APPROVED, DENIED, ApprovalRecord
 from agent_gate.ledger.reasons import ReasonCode as R
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.tools import Effect, Idempotency, ToolOptions, ToolSpec
 
 __all__ = [
     "APPROVED_BY",
+    "Answer",
     "Refusal",
     "ToolOptionsByName",
     "approve_waiting",
     "check_options",
     "invoking",
+    "record_answers",
     "refusal",
     "register",
+    "shown",
 ]
 
 APPROVED_BY = "approved_by"
@@ -133,21 +143,110 @@ def check_options(options: ToolOptionsByName, names: set[str]) -> None:
         )
 
 
-def approve_waiting(gate: Gate, outcome: Outcome, by: str) -> Refusal | None:
+def approve_waiting(
+    gate: Gate, outcome: Outcome, by: str, args_hash: str | None = None
+) -> Refusal | None:
     """Record the approval a person gave through the framework for a waiting call.
 
     It is the one approval of the call in the ledger, bound to the arguments' and the
     policy's hashes as ``agent-gate approve`` binds it; the next ``execute`` consumes
-    it and runs the call. Returns why it could not be recorded, if so (the policy's
-    approvers do not include ``by``): the call then goes on waiting.
+    it and runs the call. ``args_hash``: the hash of the arguments the person was
+    shown, which the ledger holds the call to (``AnswerMismatch`` if they differ).
+    Returns why it could not be recorded, if so (the policy's approvers do not
+    include ``by``): the call then goes on waiting.
     """
     try:
-        gate.approve(outcome.call_id, by=by, task_id=outcome.task_id)
+        gate.approve(outcome.call_id, by=by, task_id=outcome.task_id, args_hash=args_hash)
     except ApprovalRefused:
         return refusal(replace(outcome, code=R.APPROVAL_REFUSED, reason=None))
     except NotAwaitingApproval:
         pass  # answered meanwhile (another worker ran or denied it): execute reports it
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A person's answer to one call, as a framework carried it back: the call is
+    named by its id, never by its place among the calls that wait."""
+
+    call_id: str
+    approved: bool
+    by: str
+    args_hash: str | None = None
+    """The hash of the arguments the person was shown (None: the framework shows
+    none, and its own call id is all that binds the answer)."""
+    reason: str | None = None
+    task_id: str | None = None
+    """The task of the call shown (None: the framework's run names it alone)."""
+
+
+def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[str]:
+    """Record each answer for the call it names, in task ``task_id``.
+
+    All are checked before any is written: an answer naming a call the task does not
+    have, a call of another task, or a call that no longer waits (unless this same
+    answer was already recorded for it: a framework replays the answers it was given)
+    refuses the whole lot (``UnmatchedAnswer``); one carrying the hash of other
+    arguments than the call's, ``AnswerMismatch``. Messages name the answers by their
+    place, and their call ids only where printable. Each is then written with its
+    hash, which the ledger compares again inside the answer's own transaction; an
+    approver the policy refuses is ``ApprovalRefused``, as from ``Gate.approve``.
+    Returns the ids of the calls that were waiting and now hold their answer.
+    """
+    problems: list[str] = []
+    mismatched: list[str] = []
+    waiting: list[Answer] = []
+    for place, given in enumerate(answers, 1):
+        details = gate.ledger.call_details(task_id, given.call_id, max_shown=0)
+        where = f"answer {place} (call {safe_name(given.call_id)})"
+        if given.task_id is not None and given.task_id != task_id:
+            problems.append(f"{where} was given for a call of another task")
+        elif details is None:
+            problems.append(f"{where} names no call of this task")
+        elif given.args_hash is not None and given.args_hash != details.call.args_hash:
+            mismatched.append(f"{where} was given for other arguments than the call's")
+        elif details.call.state is CallState.AWAITING_APPROVAL:
+            waiting.append(given)
+        elif not _given_before(given, details.approvals):
+            problems.append(f"{where}: the call is {details.call.state.value}, not waiting")
+    if problems or mismatched:
+        error = UnmatchedAnswer if problems else AnswerMismatch
+        raise error("answer refused, nothing recorded: " + "; ".join(problems + mismatched))
+    for given in waiting:
+        try:
+            if given.approved:
+                gate.approve(given.call_id, by=given.by, reason=given.reason, task_id=task_id,
+                             args_hash=given.args_hash)
+            else:
+                gate.deny(given.call_id, by=given.by, reason=given.reason, task_id=task_id,
+                          args_hash=given.args_hash)
+        except NotAwaitingApproval:
+            # Answered meanwhile, by another worker or person: fine only if so.
+            details = gate.ledger.call_details(task_id, given.call_id, max_shown=0)
+            if details is None or not _given_before(given, details.approvals):
+                raise UnmatchedAnswer(
+                    f"call {safe_name(given.call_id)} was answered otherwise meanwhile; "
+                    "this answer was not recorded"
+                ) from None
+    return [given.call_id for given in waiting]
+
+
+def shown(rec: CallRecord) -> dict[str, Any]:
+    """What a person is shown of a waiting call to answer it: its ids, tool, arguments
+    as recorded (redacted fields as their stand-ins) and their hash, which the answer
+    carries back (``Answer.args_hash``)."""
+    return {
+        "task_id": rec.task_id,
+        "call_id": rec.call_id,
+        "tool": rec.tool,
+        "arguments": dict(rec.arguments) if isinstance(rec.arguments, Mapping) else None,
+        "args_hash": rec.args_hash,
+    }
+
+
+def _given_before(given: Answer, answers: Sequence[ApprovalRecord]) -> bool:
+    verdict = APPROVED if given.approved else DENIED
+    return any(a.verdict == verdict and a.decided_by == given.by.strip() for a in answers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,37 +15,52 @@ re-runs (on resume, on a replay from a checkpoint, in a repeated run) is answere
 from the ledger: a write runs once.
 
 A call the policy sends to a person calls ``interrupt()`` with an ``ApprovalRequest``
-payload (as a dict): the graph stops and the checkpointer keeps it. Resuming with
-``Command(resume={"approved": True, "by": "alice"})`` (or ``True``/``False``) records
-that answer in the ledger (one approval, bound to the call's argument and policy
-hashes, or a denial) and, when approved, runs the call once. A refused, failed or
-waiting call reaches the model as a ``ToolMessage`` with ``status="error"``, a stable
-reason id and no policy internals.
+payload (as a dict, under ``agent_gate``; ``args_hash`` is the hash of the arguments
+shown): the graph stops and the checkpointer keeps it. The answer names the call it
+answers by its id and carries that hash and the task shown:
+``Command(resume=answer(pending, approved=True, by="alice"))``, that is
+``{"agent_gate": {call_id: {"approved": True, "by": "alice", "args_hash": ...,
+"task_id": ...}}}``; ``answers(...)`` puts several in one resume, and LangGraph's own
+``{interrupt.id: value}`` form may carry it. LangGraph hands a resume value to
+whichever parallel tool call reaches ``interrupt()`` first, so order never decides:
+the call that receives it records every answer it names in the ledger, each for its
+own call id, and each call then runs (once) or stays rejected as its own answer says;
+a call no answer names asks again. A resume naming no call, a call of another task,
+or one not waiting here is refused whole (``UnmatchedAnswer``), as is one for other
+arguments (``AnswerMismatch``): nothing of it is recorded, and LangGraph does not keep
+the value. A refused, failed or waiting call reaches the model as a ``ToolMessage``
+with ``status="error"``, a stable reason id and no policy internals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph import errors as langgraph_errors
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Interrupt, interrupt
+from pydantic import PlainValidator, WithJsonSchema
 
-from agent_gate.errors import GateUsageError
+from agent_gate.errors import AgentGateError, GateUsageError, UnmatchedAnswer
 from agent_gate.gate import Gate, Outcome
 from agent_gate.integrations import _bridge
 from agent_gate.ledger.states import CallState
 
-__all__ = ["ApprovalRequest", "GateToolCalls", "gated_tool_node"]
+__all__ = ["ApprovalRequest", "GateToolCalls", "answer", "answers", "gated_tool_node"]
+
+KEY = "agent_gate"
+"""The key of the adapter's part in an interrupt's value and in a resume value."""
 
 Result = ToolMessage | Command[Any]
-# What the sans-IO walk of one call asks its driver for: run the gate on the call.
-_Step = Generator[Mapping[str, Any], Outcome, tuple[Result, Outcome | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +73,15 @@ class ApprovalRequest:
     tool: str
     arguments: Mapping[str, Any] | None
     """As the ledger recorded them: fields the policy redacts as their stand-ins."""
+    args_hash: str
+    """The hash of those arguments: the answer carries it back (``answer``)."""
     reason_id: str = "awaiting_approval"
 
 
 class GateToolCalls:
     """``wrap_tool_call``/``awrap_tool_call`` for a ``ToolNode``: every call through ``gate``.
 
-    ``approved_by`` names who approved when a resume value does not (``"by"``).
+    ``approved_by`` names who answered when an answer does not (``"by"``).
     """
 
     def __init__(
@@ -75,10 +92,21 @@ class GateToolCalls:
         options: _bridge.ToolOptionsByName | None = None,
         approved_by: str = "langgraph",
     ) -> None:
+        if "response_schema" not in inspect.signature(interrupt).parameters:
+            raise GateUsageError(
+                "this LangGraph's interrupt() takes no response_schema, which the adapter "
+                "needs to refuse an answer before LangGraph keeps it: upgrade langgraph"
+            )
         self.gate = gate
         self.task_id = task_id
         self.options = dict(options or {})
         self.approved_by = approved_by
+        # The calls of one node run ask and take answers one at a time, so that the
+        # one that receives a resume value has recorded every answer in it before a
+        # sibling looks for its own; ``_answered``: calls answered that way, whose own
+        # wrapper has not yet seen it.
+        self._asking = threading.Lock()
+        self._answered: set[tuple[str, str]] = set()
 
     def register(self, tool: BaseTool) -> None:
         """Put ``tool`` in the gate's registry under the schema the model is shown."""
@@ -88,40 +116,75 @@ class GateToolCalls:
     def wrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Result]
     ) -> Result:
-        walk = self._walk(request)
-        asked = next(walk)
+        task, call = self._task(request), self._call(request)
         produced: list[Result] = []
 
         def run() -> Any:
             produced.append(execute(request))
             return _content(produced[-1])
 
-        with _bridge.invoking(request.tool_call["name"], run):
-            try:
-                while True:
-                    asked = walk.send(self.gate.execute(self._task(request), asked))
-            except StopIteration as stop:
-                return _finish(*stop.value, produced)
+        try:
+            with _bridge.invoking(call["name"], run):
+                outcome = self.gate.execute(task, call)
+                while outcome.state is CallState.AWAITING_APPROVAL:
+                    self._await_answer(outcome)
+                    outcome = self.gate.execute(task, call)
+        finally:
+            self._forget(task, call["call_id"])
+        return _finish(_message(call["name"], call["call_id"], outcome), outcome, produced)
 
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         execute: Callable[[ToolCallRequest], Awaitable[Result]],
     ) -> Result:
-        walk = self._walk(request)
-        asked = next(walk)
+        task, call = self._task(request), self._call(request)
         produced: list[Result] = []
 
         async def run() -> Any:
             produced.append(await execute(request))
             return _content(produced[-1])
 
-        with _bridge.invoking(request.tool_call["name"], run):
-            try:
-                while True:
-                    asked = walk.send(await self.gate.aexecute(self._task(request), asked))
-            except StopIteration as stop:
-                return _finish(*stop.value, produced)
+        try:
+            with _bridge.invoking(call["name"], run):
+                outcome = await self.gate.aexecute(task, call)
+                while outcome.state is CallState.AWAITING_APPROVAL:
+                    # Off the loop: the lock is a thread's, the ledger's writes block.
+                    await asyncio.to_thread(self._await_answer, outcome)
+                    outcome = await self.gate.aexecute(task, call)
+        finally:
+            self._forget(task, call["call_id"])
+        return _finish(_message(call["name"], call["call_id"], outcome), outcome, produced)
+
+    def _await_answer(self, waiting: Outcome) -> None:
+        """Return once this call's answer is in the ledger; else stop the graph for it.
+
+        Whichever call of the node reaches ``interrupt()`` receives the resume value;
+        it records every answer the value names, each for its own call id, and a
+        sibling named there finds its answer recorded instead of asking. A value that
+        does not name this call leaves it waiting: it asks again (LangGraph's next
+        interrupt of the node), so the person is shown it. The answers are checked
+        and recorded as LangGraph validates the value, before it keeps it: a refused
+        value is not replayed at the next resume, and the interrupt can be answered
+        again.
+        """
+        key = (waiting.task_id, waiting.call_id)
+        taking = _Taking(self.gate, waiting.task_id, self.approved_by)
+        with self._asking:
+            while key not in self._answered:
+                rec = self.gate.ledger.get(*key)
+                if rec is None or rec.state is not CallState.AWAITING_APPROVAL:
+                    return  # answered meanwhile elsewhere (CLI, inbox): execute says how
+                asked = ApprovalRequest(**_bridge.shown(rec))
+                taken = _refusing(interrupt, {KEY: asdict(asked)}, response_schema=taking.form)
+                self._answered.update((waiting.task_id, c) for c in taken.recorded)
+                if waiting.call_id in taken.named:
+                    break  # this call's answer, given before (a replay): execute says
+            self._answered.discard(key)
+
+    def _forget(self, task_id: str, call_id: str) -> None:
+        with self._asking:
+            self._answered.discard((task_id, call_id))
 
     def _task(self, request: ToolCallRequest) -> str:
         if self.task_id is not None:
@@ -135,32 +198,13 @@ class GateToolCalls:
             )
         return str(thread)
 
-    def _walk(self, request: ToolCallRequest) -> _Step:
-        """One call through the gate, as a generator of the calls it hands the gate
-        (the sync and async wrappers differ only in how they await the gate)."""
+    def _call(self, request: ToolCallRequest) -> dict[str, Any]:
         name, call_id = request.tool_call["name"], request.tool_call["id"]
         if not call_id:
             raise GateUsageError(f"the model called {name!r} without a tool call id")
         if request.tool is not None:
             self.register(request.tool)
-        call = {"call_id": call_id, "name": name, "arguments": request.tool_call["args"]}
-        outcome = yield call
-        if outcome.state is CallState.AWAITING_APPROVAL:
-            asked = ApprovalRequest(
-                outcome.task_id, outcome.call_id, name,
-                dict(outcome.arguments) if outcome.arguments is not None else None,
-            )
-            approved, by, reason = _answer(interrupt({"agent_gate": asdict(asked)}))
-            if not approved:
-                self.gate.deny(outcome.call_id, by=by or self.approved_by, reason=reason,
-                               task_id=outcome.task_id)
-                outcome = yield call
-            else:
-                refused = _bridge.approve_waiting(self.gate, outcome, by or self.approved_by)
-                if refused is not None:
-                    return _error(name, call_id, refused.text), None
-                outcome = yield call
-        return _message(name, call_id, outcome), outcome
+        return {"call_id": call_id, "name": name, "arguments": request.tool_call["args"]}
 
 
 def gated_tool_node(
@@ -190,21 +234,137 @@ def gated_tool_node(
     return node
 
 
-def _answer(value: Any) -> tuple[bool, str | None, str | None]:
-    """A resume value as (approved, by, reason): ``True``/``False`` or a mapping with
-    ``approved`` (and optionally ``by`` and ``reason``)."""
-    if isinstance(value, bool):
-        return value, None, None
-    if isinstance(value, Mapping) and isinstance(value.get("approved"), bool):
-        by, reason = value.get("by"), value.get("reason")
-        return (
-            value["approved"],
-            by if isinstance(by, str) and by.strip() else None,
-            reason if isinstance(reason, str) else None,
-        )
-    raise GateUsageError(
-        'resume an approval with True, False or {"approved": bool, "by": "...", "reason": "..."}'
-    )
+def answer(
+    asked: Interrupt | Mapping[str, Any],
+    *,
+    approved: bool,
+    by: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """The resume value answering the call ``asked`` shows (the ``Interrupt``, or its
+    value): ``{"agent_gate": {call_id: {"approved", "args_hash", "task_id", "by",
+    "reason"}}}``, the hash and the task as they were shown."""
+    shown = asked.value if isinstance(asked, Interrupt) else asked
+    if isinstance(shown, Mapping) and isinstance(shown.get(KEY), Mapping):
+        shown = shown[KEY]
+    if not (
+        isinstance(shown, Mapping) and isinstance(shown.get("call_id"), str)
+        and isinstance(shown.get("args_hash"), str)
+    ):
+        raise GateUsageError("answer() takes an agent_gate interrupt or its value")
+    given: dict[str, Any] = {"approved": approved, "args_hash": shown["args_hash"]}
+    if isinstance(shown.get("task_id"), str):
+        given["task_id"] = shown["task_id"]
+    if by is not None:
+        given["by"] = by
+    if reason is not None:
+        given["reason"] = reason
+    return {KEY: {shown["call_id"]: given}}
+
+
+def answers(*values: Mapping[str, Any]) -> dict[str, Any]:
+    """Several ``answer`` values as one resume value; a call answered twice is refused."""
+    merged: dict[str, Any] = {}
+    for value in values:
+        part = value.get(KEY) if isinstance(value, Mapping) else None
+        if not isinstance(part, Mapping):
+            raise GateUsageError("answers() takes values made by answer()")
+        for call_id, given in part.items():
+            if call_id in merged:
+                raise GateUsageError("answers() was given two answers for one call")
+            merged[call_id] = given
+    return {KEY: merged}
+
+
+_FORM = 'a resume names the calls it answers: {"agent_gate": {call_id: {"approved": bool, ' \
+    '"args_hash": ..., "task_id": ..., "by": ..., "reason": ...}}} (answer() makes it)'
+
+_ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["approved", "args_hash"],
+    "additionalProperties": False,
+    "properties": {
+        "approved": {"type": "boolean"},
+        "args_hash": {"type": "string", "description": "as the interrupt showed it"},
+        "task_id": {"type": "string", "description": "as the interrupt showed it"},
+        "by": {"type": "string", "minLength": 1},
+        "reason": {"type": "string"},
+    },
+}
+_RESUME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [KEY],
+    "additionalProperties": False,
+    "properties": {KEY: {"type": "object", "minProperties": 1,
+                         "additionalProperties": _ANSWER_SCHEMA}},
+}
+"""What a client is shown it must send (``Interrupt.response_schema``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    named: frozenset[str]
+    """Every call the value answers."""
+    recorded: tuple[str, ...]
+    """Those that were waiting, and now hold their answer."""
+
+
+class _Taking:
+    """The resume value's validator: read the answers, record each for its call."""
+
+    def __init__(self, gate: Gate, task_id: str, default_by: str) -> None:
+        self.gate, self.task_id, self.default_by = gate, task_id, default_by
+        self.form = Annotated[Any, PlainValidator(self), WithJsonSchema(_RESUME_SCHEMA)]
+
+    def __call__(self, value: Any) -> _Taken:
+        # Raised as it is (not a ValueError): LangGraph keeps no value that raised.
+        given = _parse(value, self.default_by)
+        recorded = _bridge.record_answers(self.gate, self.task_id, given)
+        return _Taken(frozenset(g.call_id for g in given), tuple(recorded))
+
+
+def _parse(value: Any, default_by: str) -> list[_bridge.Answer]:
+    """A resume value as the answers it names; anything else is refused."""
+    part = value.get(KEY) if isinstance(value, Mapping) else None
+    if not isinstance(part, Mapping) or not part or len(value) != 1:
+        raise UnmatchedAnswer(_FORM)
+    out: list[_bridge.Answer] = []
+    for place, (call_id, given) in enumerate(part.items(), 1):
+        if not (
+            isinstance(call_id, str) and call_id and isinstance(given, Mapping)
+            and isinstance(given.get("approved"), bool)
+            and isinstance(given.get("args_hash"), str)
+            and isinstance(given.get("task_id", ""), str)
+            and set(given) <= {"approved", "by", "reason", "args_hash", "task_id"}
+        ):
+            raise UnmatchedAnswer(f"answer {place} is not an answer: {_FORM}")
+        by, reason = given.get("by"), given.get("reason")
+        if by is not None and not (isinstance(by, str) and by.strip()):
+            raise UnmatchedAnswer(f"answer {place}: by must name who answered")
+        if reason is not None and not isinstance(reason, str):
+            raise UnmatchedAnswer(f"answer {place}: reason must be text")
+        out.append(_bridge.Answer(call_id, given["approved"], by or default_by,
+                                  given["args_hash"], reason, given.get("task_id")))
+    return out
+
+
+def _refusing(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(...)``, its refusal marked as a bad resume value: ``ToolNode`` then never
+    turns it into a message for the model (``handle_tool_errors``), and the graph
+    stays where it was, its interrupt to be answered again."""
+    try:
+        return fn(*args, **kwargs)
+    except AgentGateError as exc:  # UnmatchedAnswer, or ApprovalRefused (the approver)
+        _mark_invalid_resume(exc)
+        raise
+
+
+def _mark_invalid_resume(exc: BaseException) -> None:
+    # LangGraph's own mark for a resume value its interrupt refuses (private, so
+    # looked up: an older LangGraph without it has no such exemption to give).
+    mark = getattr(langgraph_errors, "_mark_invalid_resume", None)
+    if callable(mark):
+        mark(exc)
 
 
 def _content(result: Result) -> Any:

@@ -12,32 +12,42 @@ the ledger: a write runs once.
 
 The copies' ``needs_approval`` is the gate's decision (``Gate.adecide``: the policy,
 with quotas charged as for any call): a call the policy sends to a person surfaces
-as the SDK's own interruption (``result.interruptions``). Approving it the SDK way
+as the SDK's own interruption (``result.interruptions``); ``approval_request`` gives
+what to show of it from the ledger, with ``args_hash``, the hash of its arguments.
+The SDK matches a decision to its call by call id. Approving the call the SDK way
 (``state.approve(item)`` and running the state again) records that approval in the
-ledger, as the one approval of the call, bound to its argument and policy hashes
-(who approved: ``approved_by``), and runs the call once. A rejection given the SDK
-way (``state.reject``) never reaches the tool: ``record_rejection`` writes it to the
-ledger. A refused, failed or waiting call reaches the model as the SDK's tool-error
-result (a text output) with a stable reason id and no policy internals. A tool's own
-``needs_approval`` is replaced: the policy decides who must approve.
+ledger, as the one approval of that call, bound to its argument and policy hashes
+(who approved: ``approved_by``), and runs the call once. A standing approval
+(``state.approve(item, always_approve=True)``) answers no call in particular: the
+gate records none from it, and a call it covers goes on waiting (the model reads
+``awaiting_approval``) until approved by its id. ``record_approval`` and
+``record_rejection`` write a person's answer to the ledger themselves, carrying the
+``args_hash`` they were shown (``AnswerMismatch`` if the call's arguments are others
+now); the SDK answers a rejection itself and never invokes the tool, so a rejection
+given the SDK way (``state.reject``) is recorded only by ``record_rejection``. An
+answer naming no call of the task, or a call answered otherwise, is
+``UnmatchedAnswer``. A refused, failed or waiting call reaches the model as the SDK's
+tool-error result (a text output) with a stable reason id and no policy internals. A
+tool's own ``needs_approval`` is replaced: the policy decides who must approve.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from agents import FunctionTool, RunContextWrapper, ToolApprovalItem
 from agents.tool_context import ToolContext
 
-from agent_gate.errors import GateUsageError, ToolDefinitionError
+from agent_gate.errors import GateUsageError, ToolDefinitionError, UnmatchedAnswer, safe_name
 from agent_gate.gate import Gate, Outcome
 from agent_gate.integrations import _bridge
 from agent_gate.ledger.states import CallState
 
-__all__ = ["gate_tools", "record_rejection"]
+__all__ = ["approval_request", "gate_tools", "record_approval", "record_rejection"]
 
 
 def gate_tools(
@@ -100,8 +110,8 @@ class _Gated:
 
         with _bridge.invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
-            if outcome.state is CallState.AWAITING_APPROVAL and ctx.is_tool_approved(
-                name, call_id
+            if outcome.state is CallState.AWAITING_APPROVAL and _approved_by_id(
+                ctx, name, call_id
             ):
                 refused = await asyncio.to_thread(
                     _bridge.approve_waiting, self.gate, outcome, self.approved_by
@@ -125,6 +135,41 @@ def _answer(outcome: Outcome) -> Any:
     return why.text
 
 
+def _approved_by_id(ctx: ToolContext[Any], name: str, call_id: str) -> bool:
+    """Whether the SDK holds an approval of this very call, not a standing one for the
+    tool: the SDK says both the same way, so a call id it never issued is asked too."""
+    if not ctx.is_tool_approved(name, call_id):
+        return False
+    return not ctx.is_tool_approved(name, f"agent-gate-probe-{uuid.uuid4().hex}")
+
+
+def approval_request(gate: Gate, item: ToolApprovalItem, *, task_id: str) -> dict[str, Any]:
+    """What to show a person of an interruption, from the ledger: the call's ids, tool,
+    arguments as recorded (redacted fields as their stand-ins) and ``args_hash``."""
+    rec = gate.ledger.get(task_id, _call_id(item))
+    if rec is None:
+        raise UnmatchedAnswer(f"no call {safe_name(item.call_id)} in this task")
+    return _bridge.shown(rec)
+
+
+def record_approval(
+    gate: Gate,
+    item: ToolApprovalItem,
+    *,
+    task_id: str,
+    by: str,
+    args_hash: str | None = None,
+    reason: str | None = None,
+) -> bool:
+    """Write a person's approval of the interruption ``item`` to the ledger, for the
+    arguments hashing to ``args_hash`` (as ``approval_request`` showed them); the
+    call then runs when the state is run again (``state.approve(item)``). Returns
+    whether the call was waiting (False: it ran or was rejected since, by this same
+    answer). The same approval given twice is one approval."""
+    answer = _bridge.Answer(_call_id(item), True, by, args_hash, reason)
+    return bool(_bridge.record_answers(gate, task_id, [answer]))
+
+
 def record_rejection(
     gate: Gate,
     item: ToolApprovalItem,
@@ -132,15 +177,18 @@ def record_rejection(
     task_id: str,
     by: str,
     reason: str | None = None,
+    args_hash: str | None = None,
 ) -> bool:
     """Write a rejection given the SDK way (``state.reject(item)``) to the ledger; the
     SDK answers the model itself and never invokes the tool. Returns whether the
-    call was waiting (and is now ``rejected``)."""
+    call was waiting (and is now ``rejected``; False: this same rejection was
+    recorded before)."""
+    answer = _bridge.Answer(_call_id(item), False, by, args_hash, reason)
+    return bool(_bridge.record_answers(gate, task_id, [answer]))
+
+
+def _call_id(item: ToolApprovalItem) -> str:
     call_id = item.call_id
     if not call_id:
-        return False
-    rec = gate.ledger.get(task_id, call_id)
-    if rec is None or rec.state is not CallState.AWAITING_APPROVAL:
-        return False
-    gate.deny(call_id, by=by, reason=reason, task_id=task_id)
-    return True
+        raise UnmatchedAnswer("the interruption names no call id")
+    return call_id

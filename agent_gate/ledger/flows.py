@@ -18,7 +18,7 @@ from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import Connection, Engine, bindparam, select
 
-from agent_gate.errors import NotAwaitingApproval
+from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, quota
 from agent_gate.ledger.canonical import canonical_json
 from agent_gate.ledger.cas import NO_GUARD, Later, compare_and_set, predicted
@@ -33,6 +33,7 @@ from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import (
+    CALLS,
     TASKS,
     CallRecord,
     DbNowPlus,
@@ -61,6 +62,7 @@ __all__ = [
     "lock_task",
     "lose_if_abandoned",
     "renew",
+    "resolve",
     "transition",
     "write",
 ]
@@ -427,6 +429,36 @@ def claim(
     )
 
 
+def shown_args_refusal(
+    conn: Connection, rec: CallRecord, args_hash: str | None, *, answer: str, actor: str | None
+) -> AnswerMismatch | None:
+    """Why an answer to ``rec`` given for arguments hashing to ``args_hash`` is refused
+    (None: they are the call's, or no hash was given), the refusal audited.
+
+    The row is read locked (``FOR UPDATE`` on PostgreSQL; SQLite's write transaction
+    excludes every other writer), so nothing changes its arguments between this
+    compare and the answer's commit: a compare-and-set, as an ``If-Match`` is. The
+    entry names both hashes, never an argument."""
+    if args_hash is None:
+        return None
+    held = conn.execute(
+        for_update(conn, select(CALLS.c.args_hash).where(CALLS.c.id == rec.row_id))
+    ).scalar()
+    if held == args_hash:
+        return None
+    audit.append(
+        conn, task_id=rec.task_id, call_row_id=rec.row_id, call_id=rec.call_id,
+        event="answer_refused", from_state=rec.state.value, to_state=rec.state.value,
+        actor=actor,
+        detail={"answer": answer, "expected_args_hash": args_hash, "actual_args_hash": held},
+    )
+    return AnswerMismatch(
+        f"{answer} of call {rec.call_id!r} of task {rec.task_id!r} refused: it was given for "
+        f"arguments {args_hash[:16]!r}, the call's hash to {str(held)[:16]!r}; read the "
+        "call again and answer what it holds now"
+    )
+
+
 def approve(
     engine: Engine,
     rec: CallRecord,
@@ -436,8 +468,10 @@ def approve(
     expires_ms: int | None,
     ttl_ms: int | None,
     policy_hash: str | None,
+    args_hash: str | None = None,
 ) -> tuple[approvals.ApprovalRecord, bool]:
-    """``Ledger.approve``: record a person's approval of a call that waits for one."""
+    """``Ledger.approve``: record a person's approval of a call that waits for one
+    (``args_hash``: only if its arguments still hash to it, ``shown_args_refusal``)."""
     if ttl_ms is not None:
         why = approvals.ttl_problem(ttl_ms / 1000)
         if why is not None:
@@ -451,61 +485,114 @@ def approve(
                 f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, "
                 "not awaiting approval"
             )
-        bound_hash = policy_hash or current.policy_hash
-        last = approvals.latest(conn, current.row_id)
-        # The standing approval is returned as is only if it is this approver's:
-        # another person's approval (perhaps one the policy refuses) is no answer.
-        if last is not None and last.decided_by == by and approvals.problem(
-            last, args_hash=current.args_hash, stored_args_hash=current.args_hash,
-            policy_hash=bound_hash,
-        ) is None:
-            return last, False
-        given = approvals.insert_answer(
-            conn, call_row_id=current.row_id, task_id=current.task_id,
-            call_id=current.call_id, verdict=approvals.APPROVED,
-            args_hash=current.args_hash, policy_hash=bound_hash, by=by,
-            reason=bound(reason, MAX_REASON_CHARS) if reason else None,
-            expires_ms=expires_ms, ttl_ms=ttl_ms,
-        )
-        audit.append(
-            conn, task_id=current.task_id, call_row_id=current.row_id,
-            call_id=current.call_id, event="approval_granted",
-            from_state=current.state.value, to_state=current.state.value,
-            actor=f"operator:{by}",
-            detail={"approval_id": given.id, "args_hash": given.args_hash,
-                    "policy_hash": given.policy_hash, "expires_ms": given.expires_ms,
-                    **({"reason": bound(reason, 300)} if reason else {})},
-        )
+        refused = shown_args_refusal(conn, current, args_hash, answer="approve",
+                                     actor=f"operator:{by}")
+        if refused is None:
+            given, new = _granted(conn, current, by=by, reason=reason, expires_ms=expires_ms,
+                                  ttl_ms=ttl_ms, policy_hash=policy_hash)
+    if refused is not None:
+        raise refused  # after the commit: the refusal stays in the trail
+    return given, new
+
+
+def _granted(
+    conn: Connection, current: CallRecord, *, by: str, reason: str | None,
+    expires_ms: int | None, ttl_ms: int | None, policy_hash: str | None,
+) -> tuple[approvals.ApprovalRecord, bool]:
+    bound_hash = policy_hash or current.policy_hash
+    last = approvals.latest(conn, current.row_id)
+    # The standing approval is returned as is only if it is this approver's:
+    # another person's approval (perhaps one the policy refuses) is no answer.
+    if last is not None and last.decided_by == by and approvals.problem(
+        last, args_hash=current.args_hash, stored_args_hash=current.args_hash,
+        policy_hash=bound_hash,
+    ) is None:
+        return last, False
+    given = approvals.insert_answer(
+        conn, call_row_id=current.row_id, task_id=current.task_id,
+        call_id=current.call_id, verdict=approvals.APPROVED,
+        args_hash=current.args_hash, policy_hash=bound_hash, by=by,
+        reason=bound(reason, MAX_REASON_CHARS) if reason else None,
+        expires_ms=expires_ms, ttl_ms=ttl_ms,
+    )
+    audit.append(
+        conn, task_id=current.task_id, call_row_id=current.row_id,
+        call_id=current.call_id, event="approval_granted",
+        from_state=current.state.value, to_state=current.state.value,
+        actor=f"operator:{by}",
+        detail={"approval_id": given.id, "args_hash": given.args_hash,
+                "policy_hash": given.policy_hash, "expires_ms": given.expires_ms,
+                **({"reason": bound(reason, 300)} if reason else {})},
+    )
     return given, True
 
 
-def deny(engine: Engine, rec: CallRecord, *, by: str, reason: str | None) -> Transition:
-    """``Ledger.deny``: ``awaiting_approval -> rejected``, the answer remembered."""
+def deny(
+    engine: Engine, rec: CallRecord, *, by: str, reason: str | None,
+    args_hash: str | None = None,
+) -> Transition:
+    """``Ledger.deny``: ``awaiting_approval -> rejected``, the answer remembered
+    (``args_hash``: only if the arguments still hash to it, ``shown_args_refusal``)."""
     text = f"denied by {by}" + (f": {bound(reason, 300)}" if reason else "")
-
-    def remember(conn: Connection, current: CallRecord) -> None:
-        approvals.insert_answer(
-            conn, call_row_id=current.row_id, task_id=current.task_id,
-            call_id=current.call_id, verdict=approvals.DENIED,
-            args_hash=current.args_hash, policy_hash=current.policy_hash, by=by,
-            reason=bound(reason, MAX_REASON_CHARS) if reason else None, expires_ms=None,
-        )
-
     if rec.state is not CallState.AWAITING_APPROVAL:
         raise NotAwaitingApproval(
             f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
             "not awaiting approval"
         )
-    tr = transition(
-        engine, rec, Event.DENY, actor=f"operator:{by}", code=ReasonCode.DENIED_BY_OPERATOR,
-        reason=text, within=remember,
-    )
-    if not tr.won:
+    try:
+        with write(engine) as conn:
+            current = _locked_row(conn, rec)
+            refused = shown_args_refusal(conn, current, args_hash, answer="deny",
+                                         actor=f"operator:{by}")
+            if refused is None:
+                denied = _applied(conn, current, Event.DENY, actor=f"operator:{by}",
+                                  code=ReasonCode.DENIED_BY_OPERATOR, reason=text)
+                approvals.insert_answer(
+                    conn, call_row_id=denied.row_id, task_id=denied.task_id,
+                    call_id=denied.call_id, verdict=approvals.DENIED,
+                    args_hash=denied.args_hash, policy_hash=denied.policy_hash, by=by,
+                    reason=bound(reason, MAX_REASON_CHARS) if reason else None,
+                    expires_ms=None,
+                )
+    except Lost:
         raise NotAwaitingApproval(
             f"call {rec.call_id!r} of task {rec.task_id!r} changed to "
-            f"{tr.record.state.value} while being denied"
-        )
-    return tr
+            f"{_reread(engine, rec).state.value} while being denied"
+        ) from None
+    if refused is not None:
+        raise refused
+    return Transition(True, denied)
+
+
+def resolve(
+    engine: Engine,
+    rec: CallRecord,
+    event: Event,
+    *,
+    actor: str,
+    code: str,
+    reason: str,
+    result: StoredResult | None,
+    error: Mapping[str, Any] | None,
+    args_hash: str | None,
+) -> Transition:
+    """``Ledger.resolve``: a person settles a call in doubt (a SETTLE_* arrow, or RETRY
+    for one that did not apply), only if its arguments still hash to ``args_hash``
+    (``shown_args_refusal``; None: not checked). ``won=False``: it moved first."""
+    changes, info = _outcome(result, error, None)
+    try:
+        with write(engine) as conn:
+            current = _locked_row(conn, rec)
+            refused = shown_args_refusal(conn, current, args_hash, answer="resolve",
+                                         actor=actor)
+            if refused is None:
+                settled = _applied(conn, current, event, actor=actor, code=code, reason=reason,
+                                   changes=changes, detail=info)
+    except Lost:
+        return Transition(False, _reread(engine, rec))
+    if refused is not None:
+        raise refused
+    return Transition(True, settled)
 
 
 def renew(engine: Engine, rec: CallRecord, *, owner: str, lease_ms: int) -> bool:
@@ -539,6 +626,18 @@ def finish(
 ) -> Transition:
     """``Ledger.finish``: an arrow that stores an outcome (SUCCEED, FAIL, LOSE, SETTLE_*)."""
     guard = Guard(owner=True, lease_owner=lease_owner) if lease_owner is not None else None
+    changes, info = _outcome(result, error, detail)
+    return transition(
+        engine, rec, event, actor=actor, code=code, reason=reason, changes=changes,
+        guard=guard, detail=info,
+    )
+
+
+def _outcome(
+    result: StoredResult | None, error: Mapping[str, Any] | None,
+    detail: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The columns and audit detail an arrow that stores an outcome sets."""
     changes: dict[str, Any] = {}
     info = dict(detail or {})
     if result is not None:
@@ -548,10 +647,7 @@ def finish(
     if error is not None:
         changes["error"] = canonical_json(dict(error))
         info["error_type"] = error.get("type")
-    return transition(
-        engine, rec, event, actor=actor, code=code, reason=reason, changes=changes,
-        guard=guard, detail=info,
-    )
+    return changes, info
 
 
 def lose_if_abandoned(

@@ -39,6 +39,7 @@ __all__ = [
     "Operators",
     "actor_of",
     "parse_tools",
+    "token_digest",
 ]
 
 _TABLE = OPERATORS
@@ -91,7 +92,8 @@ def parse_tools(text: str | None) -> tuple[str, ...]:
     return (ALL_TOOLS,) if ALL_TOOLS in tools else tools
 
 
-def _hash(token: str) -> str:
+def token_digest(token: str) -> str:
+    """What the ledger keeps of a token (its SHA-256), and what a session is bound to."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
@@ -120,7 +122,7 @@ class Operators:
                 "(starting with a letter or digit)")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = datetime.now(UTC)
-        values = {"name": name, "token_hash": _hash(token),
+        values = {"name": name, "token_hash": token_digest(token),
                   "approve_tools": json.dumps(list(approve)),
                   "resolve_tools": json.dumps(list(resolve)), "created_at": now}
         with begin_write(self.engine) as conn:
@@ -149,7 +151,11 @@ class Operators:
 
     def authenticate(self, token: str) -> Operator | None:
         """The operator whose token this is, or None."""
-        digest = _hash(token)
+        return self.holder(token_digest(token))
+
+    def holder(self, digest: str) -> Operator | None:
+        """The operator whose current token has this digest (``token_digest``), or None:
+        a session kept under a digest dies when its operator is removed or re-added."""
         with begin_read(self.engine) as conn:
             row = conn.execute(select(_TABLE).where(_TABLE.c.token_hash == digest)).first()
         if row is None or not hmac.compare_digest(row.token_hash, digest):

@@ -367,6 +367,7 @@ class Ledger:
         expires_ms: int | None = None,
         ttl_ms: int | None = None,
         policy_hash: str | None = None,
+        args_hash: str | None = None,
     ) -> tuple[approvals.ApprovalRecord, bool]:
         """Record a person's approval of a call that waits for one.
 
@@ -376,16 +377,39 @@ class Ledger:
         bounds it), or the absolute ``expires_ms``; neither: no expiry. The call stays
         ``awaiting_approval`` until a gate consumes the approval. Returns the
         approval that stands and whether this call created it (an unused, unexpired
-        approval under the same policy is returned as it is).
+        approval under the same policy is returned as it is). ``args_hash``: the hash
+        of the arguments the person was shown; another one than the row's now is
+        ``AnswerMismatch``, audited as ``answer_refused`` (None: not compared).
         """
         return flows.approve(
             self.engine, rec, by=by, reason=reason, expires_ms=expires_ms, ttl_ms=ttl_ms,
-            policy_hash=policy_hash,
+            policy_hash=policy_hash, args_hash=args_hash,
         )
 
-    def deny(self, rec: CallRecord, *, by: str, reason: str | None = None) -> Transition:
-        """A person denies a waiting call: ``awaiting_approval -> rejected``."""
-        return flows.deny(self.engine, rec, by=by, reason=reason)
+    def deny(self, rec: CallRecord, *, by: str, reason: str | None = None,
+             args_hash: str | None = None) -> Transition:
+        """A person denies a waiting call: ``awaiting_approval -> rejected``
+        (``args_hash`` as for ``approve``)."""
+        return flows.deny(self.engine, rec, by=by, reason=reason, args_hash=args_hash)
+
+    def resolve(
+        self,
+        rec: CallRecord,
+        event: Event,
+        *,
+        actor: str,
+        code: str,
+        reason: str,
+        result: StoredResult | None = None,
+        error: Mapping[str, Any] | None = None,
+        args_hash: str | None = None,
+    ) -> Transition:
+        """A person settles a call in doubt (a SETTLE_* arrow, or RETRY), only while its
+        arguments hash to ``args_hash`` (as for ``approve``; None: not compared)."""
+        return flows.resolve(
+            self.engine, rec, event, actor=actor, code=code, reason=reason, result=result,
+            error=error, args_hash=args_hash,
+        )
 
     def claim(
         self,

@@ -1,26 +1,44 @@
 """The JSON API of ``agent-gate serve``: ``/api/...``, bearer tokens only.
 
-Its schema is served at ``/openapi.json``. Every route needs an operator's token
-(``Authorization: Bearer TOKEN``); a missing or wrong one is 401, an answer outside
-the operator's rights 403, and each refusal is in the audit chain.
+Its schema is served at ``/openapi.json``, behind a token like every route but
+``/health``. A missing or wrong token is 401, an answer outside the operator's rights
+403, and each refusal is in the audit chain.
+
+A call is named in a path only by ``ref``, the id the ledger gave its row (every call
+this API returns carries it); task and call ids, chosen by an agent or a model, travel
+in query strings and bodies, never in a path a client would build from them. An
+answer carries ``args_hash``, the hash of the arguments the operator was shown: the
+ledger answers only while the call's arguments still hash to it (412 otherwise).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_gate.gate import DEFAULT_APPROVAL_TTL
 from agent_gate.ledger.operators import Operator
-from agent_gate.serve.service import Answer, InboxService
+from agent_gate.ledger.states import CallState
+from agent_gate.serve.service import Answer, InboxService, call_json
 
 __all__ = ["AnswerBody", "ResolveBody", "client_of", "router"]
 
 router = APIRouter(prefix="/api")
 _bearer = HTTPBearer(auto_error=False, description="An operator token (`agent-gate operator add`)")
+
+NO_NUL = r"^[^\x00]*$"
+"""Text a ledger column can hold (PostgreSQL refuses NUL): anything else names nothing."""
+Ref = Annotated[int, Path(ge=1, le=2**63 - 1,
+                          description="The call's `ref`: the ledger's id for it, as listed")]
+Name = Annotated[str, Query(min_length=1, max_length=255, pattern=NO_NUL)]
+ArgsHash = Annotated[str, Field(
+    pattern=r"^[0-9a-f]{64}$",
+    description="The `args_hash` of the call as it was shown to the operator; the "
+                "answer is refused (412) if the call's arguments no longer hash to it.")]
 
 
 def service_of(request: Request) -> InboxService:
@@ -42,7 +60,7 @@ def api_operator(
     if op is None:
         service.audit_refusal(
             actor="anonymous", event="api_auth",
-            detail={"path": request.url.path, "method": request.method,
+            detail={"path": request.url.path[:200], "method": request.method,
                     "client": client_of(request),
                     "reason": "no bearer token" if creds is None else "unknown token"})
         raise HTTPException(401, "an operator token is required (Authorization: Bearer TOKEN)",
@@ -54,76 +72,102 @@ Op = Annotated[Operator, Depends(api_operator)]
 Service = Annotated[InboxService, Depends(service_of)]
 
 
+def _finite(value: Any, depth: int = 0) -> bool:
+    """No NaN or infinity anywhere in a JSON value (Python's parser lets them in)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if depth > 64:
+        return True  # deeper is refused when the result is kept
+    if isinstance(value, dict):
+        return all(_finite(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v, depth + 1) for v in value)
+    return True
+
+
 class AnswerBody(BaseModel):
-    """An approval or denial: the call's task, why, and how long an approval lasts."""
+    """An approval or denial: the arguments shown, why, and how long an approval lasts."""
 
     model_config = ConfigDict(extra="forbid")
-    task: str = Field(min_length=1, max_length=255)
+    args_hash: ArgsHash
     reason: str | None = Field(default=None, max_length=1000)
     expires_in: float | None = Field(
-        default=DEFAULT_APPROVAL_TTL, gt=0,
+        default=DEFAULT_APPROVAL_TTL, gt=0, allow_inf_nan=False,
         description="Seconds the approval stays usable (default one day); null: no expiry.")
 
 
 class ResolveBody(BaseModel):
-    """What really happened to a call in doubt."""
+    """What really happened to a call in doubt, for the arguments shown."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    task: str = Field(min_length=1, max_length=255)
+    args_hash: ArgsHash
     as_: Literal["succeeded", "failed", "not-applied"] = Field(alias="as")
     result: Any = None
     reason: str | None = Field(default=None, max_length=1000)
 
+    @field_validator("result")
+    @classmethod
+    def _json_numbers(cls, value: Any) -> Any:
+        if not _finite(value):
+            raise ValueError("NaN and Infinity are not JSON numbers")
+        return value
+
 
 @router.get("/approvals", summary="Calls waiting for approval, with their details")
 def approvals(op: Op, service: Service) -> list[dict[str, Any]]:
-    return [d.to_dict() for d in service.pending()]
+    return [call_json(d) for d in service.pending()]
 
 
 @router.get("/in-doubt", summary="Calls in doubt, with their details")
 def in_doubt(op: Op, service: Service) -> list[dict[str, Any]]:
-    return [d.to_dict() for d in service.in_doubt()]
+    return [call_json(d) for d in service.in_doubt()]
 
 
-@router.get("/calls/{call_id}", summary="Everything recorded about one call (call show)")
-def call(call_id: str, op: Op, service: Service,
-         task: Annotated[str | None, Query(max_length=255)] = None) -> dict[str, Any]:
-    return service.details(call_id, task).to_dict()
+@router.get("/calls", summary="Find one call by its task and call id (both in the query)")
+def find_call(op: Op, service: Service, call: Name,
+              task: Annotated[str | None, Query(min_length=1, max_length=255,
+                                                pattern=NO_NUL)] = None) -> dict[str, Any]:
+    return call_json(service.find(call, task))
 
 
-@router.post("/calls/{call_id}/approve", summary="Approve a waiting call")
-def approve(call_id: str, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.approve(op, Answer(body.task, call_id, body.reason, body.expires_in))
+@router.get("/calls/{ref}", summary="Everything recorded about one call (call show)")
+def call_by_ref(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
+    return call_json(service.details(ref))
 
 
-@router.post("/calls/{call_id}/deny", summary="Deny a waiting call: it never runs")
-def deny(call_id: str, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.deny(op, Answer(body.task, call_id, body.reason))
+@router.post("/calls/{ref}/approve", summary="Approve a waiting call, as it was shown")
+def approve(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
+    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in))
 
 
-@router.post("/calls/{call_id}/resolve", summary="Settle a call in doubt")
-def resolve(call_id: str, body: ResolveBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.resolve(op, Answer(body.task, call_id, body.reason), body.as_, body.result)
+@router.post("/calls/{ref}/deny", summary="Deny a waiting call, as it was shown: it never runs")
+def deny(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
+    return service.deny(op, Answer(ref, body.args_hash, body.reason))
+
+
+@router.post("/calls/{ref}/resolve", summary="Settle a call in doubt, as it was shown")
+def resolve(ref: Ref, body: ResolveBody, op: Op, service: Service) -> dict[str, Any]:
+    return service.resolve(op, Answer(ref, body.args_hash, body.reason), body.as_, body.result)
 
 
 @router.get("/tasks", summary="Tasks, newest activity first, a page at a time")
 def tasks(op: Op, service: Service,
-          after: Annotated[str | None, Query(description="the last task of the previous page")]
-          = None,
-          state: str | None = None,
+          after: Annotated[str | None, Query(description="the last task of the previous page",
+                                             max_length=255, pattern=NO_NUL)] = None,
+          state: CallState | None = None,
           limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict[str, Any]]:
-    return service.tasks(after=after, state=state, limit=limit)
+    return service.tasks(after=after, state=state.value if state else None, limit=limit)
 
 
-@router.get("/tasks/{task_id}", summary="A task's calls and its timeline")
-def task(task_id: str, op: Op, service: Service) -> dict[str, Any]:
-    return service.timeline(task_id)
+@router.get("/timeline", summary="A task's calls and its timeline (the task in the query)")
+def task(task: Name, op: Op, service: Service) -> dict[str, Any]:
+    return service.timeline(task)
 
 
 @router.get("/audit", summary="The audit trail, a page at a time (by seq)")
 def audit(op: Op, service: Service,
-          after: Annotated[int | None, Query(ge=0)] = None,
-          task: str | None = None,
+          after: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+          task: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     return service.audit(after=after, task_id=task, limit=limit)
 

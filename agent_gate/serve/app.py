@@ -2,7 +2,11 @@
 
 ``create_app`` builds it (FastAPI: the API's OpenAPI schema comes from its typed
 routes, and Starlette underneath serves the inbox's forms); ``agent-gate serve``
-runs it with uvicorn. ``/health`` is the one route that needs no token.
+runs it with uvicorn. ``/health`` is the one route that needs no token: the schema
+(``/openapi.json``) takes one too, and no documentation UI is served (its page would
+load a script from a CDN into the inbox's origin). Every response carries the
+headers of ``headers``. A request the API cannot take is 422 without quoting what
+was sent: a value may be a secret, and NaN or Infinity cannot be written as JSON.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from agent_gate.errors import AgentGateError
 from agent_gate.serve import api, inbox
+from agent_gate.serve.api import Op
 from agent_gate.serve.auth import LoginLimiter, Sessions
 from agent_gate.serve.checkpointer import Checkpointer
+from agent_gate.serve.headers import SecurityHeaders
 from agent_gate.serve.service import InboxService, status_of
 from agent_gate.serve.webhooks import Notifier, ServeConfig
 
@@ -49,7 +56,8 @@ def create_app(url: str, policy: str | None = None, *,
             service.close()
 
     app = FastAPI(title="agent-gate", summary="Operators answer the calls that wait for them.",
-                  lifespan=lifespan)
+                  lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.add_middleware(SecurityHeaders)
     app.state.service = service
     app.state.checkpointer = checkpointer
     app.state.sessions = Sessions()
@@ -59,10 +67,21 @@ def create_app(url: str, policy: str | None = None, *,
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi(op: Op) -> JSONResponse:
+        """The API's schema, for an operator's token."""
+        return JSONResponse(app.openapi())
+
     @app.exception_handler(AgentGateError)
     def refused(request: Request, exc: AgentGateError) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "error": type(exc).__name__},
                             status_code=status_of(exc))
+
+    @app.exception_handler(RequestValidationError)
+    def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))[:300],
+             "type": str(e.get("type", ""))} for e in exc.errors()[:20]]}, status_code=422)
 
     app.include_router(api.router)
     app.include_router(inbox.router)

@@ -4,9 +4,10 @@
   cookies can never act on it (no cross-site request can set that header).
 - The browser exchanges a token once, on the login form, for a session: a random id
   in an ``HttpOnly``, ``SameSite=Strict`` cookie, kept in this process's memory with
-  the operator's name and the session's CSRF token. Sessions end when the server
-  stops, or after ``SESSION_SECONDS``; a removed operator's session stops at once
-  (the name is looked up on every request).
+  the operator's name, the digest of the token it was opened with and the session's
+  CSRF token. Sessions end when the server stops, or after ``SESSION_SECONDS``; an
+  operator removed, or removed and added again under the same name (a new token),
+  has no session left: every request looks the operator up by that digest.
 - Every state-changing form carries that CSRF token (a synchronizer token, compared
   in constant time) and must come with an ``Origin`` (or ``Referer``) of this very
   server, when the browser sends one.
@@ -69,6 +70,8 @@ def same_origin(origin: str | None, referer: str | None, host: str | None,
 @dataclass(slots=True)
 class Session:
     operator: str
+    token_digest: str
+    """``operators.token_digest`` of the token the session was opened with."""
     csrf: str
     expires: float
 
@@ -81,9 +84,10 @@ class Sessions:
     _by_id: dict[str, Session] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self, operator: str) -> tuple[str, Session]:
+    def start(self, operator: str, token_digest: str) -> tuple[str, Session]:
         sid = secrets.token_urlsafe(32)
-        session = Session(operator, secrets.token_urlsafe(32), self.clock() + SESSION_SECONDS)
+        session = Session(operator, token_digest, secrets.token_urlsafe(32),
+                          self.clock() + SESSION_SECONDS)
         with self._lock:
             self._by_id[sid] = session
         return sid, session

@@ -6,6 +6,11 @@ reasons, and approves or denies with a reason and an expiry; resolves calls in
 doubt; reads tasks, their timelines and the audit trail with its verification.
 Every form that changes something carries the session's CSRF token and is refused
 (403, audited) without it or from another origin.
+
+A call is reached by ``ref``, the id the ledger gave its row, and an answer's form
+carries the hash of the arguments the page showed (``args_hash``): a call id or task
+id, which a model may choose (``../``, ``?``, ``#``...), never becomes a path. Task ids
+go in query strings, every reserved character encoded (the ``q`` filter).
 """
 
 from __future__ import annotations
@@ -14,19 +19,22 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
-from agent_gate.ledger.operators import Operator, OperatorRight, actor_of
-from agent_gate.serve.api import client_of, service_of
+from agent_gate.gate.desk import runs_next
+from agent_gate.ledger.operators import Operator, OperatorRight, actor_of, token_digest
+from agent_gate.serve.api import NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
-from agent_gate.serve.service import Answer, status_of
+from agent_gate.serve.headers import INBOX_CSS
+from agent_gate.serve.service import Answer, call_json, status_of
 
-__all__ = ["EXPIRY_CHOICES", "router"]
+__all__ = ["EXPIRY_CHOICES", "call_link", "router", "task_link"]
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
@@ -34,6 +42,19 @@ templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii
                                                       sort_keys=True)
 templates.env.filters["when"] = lambda iso: (iso or "")[:19].replace("T", " ") + (
     " UTC" if iso else "")
+templates.env.filters["q"] = lambda v: quote(str(v), safe="")
+"""Every reserved character (``/ ? # & . %``...) encoded: for a query string value."""
+templates.env.globals["inbox_css"] = INBOX_CSS
+
+
+def call_link(ref: int) -> str:
+    """The inbox page of the call whose ledger row is ``ref``."""
+    return f"/inbox/calls/{int(ref)}"
+
+
+def task_link(task_id: str) -> str:
+    """The inbox page of a task, its id in the query (never a path segment)."""
+    return f"/inbox/task?task={quote(task_id, safe='')}"
 
 EXPIRY_CHOICES: dict[str, float | None] = {
     "30m": 1800.0, "2h": 7200.0, "24h": 86400.0, "7d": 604800.0, "never": None}
@@ -46,11 +67,18 @@ def _sessions(request: Request) -> Sessions:
 
 
 def _current(request: Request) -> tuple[Operator, Session] | None:
-    session = _sessions(request).get(request.cookies.get(COOKIE))
+    """The session's operator, while the token it was opened with is still theirs: a
+    removed operator, or one added again under the same name, has no session left."""
+    sessions = _sessions(request)
+    sid = request.cookies.get(COOKIE)
+    session = sessions.get(sid)
     if session is None:
         return None
-    op = service_of(request).operator(session.operator)
-    return (op, session) if op is not None else None
+    op = service_of(request).holder(session.token_digest)
+    if op is None or op.name != session.operator:
+        sessions.end(sid)
+        return None
+    return op, session
 
 
 def _page(request: Request, name: str, who: tuple[Operator, Session] | None,
@@ -109,7 +137,7 @@ def login(request: Request, token: Annotated[str, Form(max_length=200)]) -> Resp
         return _page(request, "login.html", None, status=401, error="Unknown token.")
     limiter.succeeded(client)
     service.audit_allowed(actor=actor_of(op.name), event="login", detail={"client": client})
-    sid, _ = _sessions(request).start(op.name)
+    sid, _ = _sessions(request).start(op.name, token_digest(token.strip()))
     response = RedirectResponse("/inbox", status_code=303)
     response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/",
                         secure=request.url.scheme == "https")
@@ -132,88 +160,111 @@ def logout(request: Request, csrf: Annotated[str, Form(max_length=100)] = "") ->
 @router.get("/inbox", response_class=HTMLResponse)
 def inbox(request: Request) -> Response:
     return _viewing(request, lambda who: _page(
-        request, "inbox.html", who, calls=[d.to_dict() for d in service_of(request).pending()]))
+        request, "inbox.html", who, calls=[call_json(d) for d in service_of(request).pending()]))
 
 
-@router.get("/inbox/calls/{task_id}/{call_id}", response_class=HTMLResponse)
-def call_page(request: Request, task_id: str, call_id: str) -> Response:
+@router.get("/inbox/calls/{ref}", response_class=HTMLResponse)
+def call_page(request: Request, ref: Ref) -> Response:
     return _viewing(request, lambda who: _page(
-        request, "call.html", who, d=service_of(request).details(call_id, task_id).to_dict()))
+        request, "call.html", who, d=call_json(service_of(request).details(ref))))
+
+
+@router.get("/inbox/call")
+def call_by_name(request: Request, task: Name, call: Name) -> Response:
+    """A call named by its task and call id (a webhook's link): to its page by ``ref``."""
+    return _viewing(request, lambda who: RedirectResponse(
+        call_link(service_of(request).find(call, task).call.row_id), status_code=303))
 
 
 @router.get("/inbox/in-doubt", response_class=HTMLResponse)
 def in_doubt_page(request: Request) -> Response:
     return _viewing(request, lambda who: _page(
-        request, "in_doubt.html", who, calls=[d.to_dict() for d in service_of(request).in_doubt()]))
+        request, "in_doubt.html", who,
+        calls=[call_json(d) for d in service_of(request).in_doubt()]))
 
 
 @router.get("/inbox/tasks", response_class=HTMLResponse)
-def tasks_page(request: Request, after: str | None = None) -> Response:
+def tasks_page(request: Request,
+               after: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None
+               ) -> Response:
     return _viewing(request, lambda who: _page(
         request, "tasks.html", who, tasks=service_of(request).tasks(after=after or None)))
 
 
-@router.get("/inbox/tasks/{task_id}", response_class=HTMLResponse)
-def task_page(request: Request, task_id: str) -> Response:
+@router.get("/inbox/task", response_class=HTMLResponse)
+def task_page(request: Request, task: Name) -> Response:
     return _viewing(request, lambda who: _page(
-        request, "task.html", who, t=service_of(request).timeline(task_id)))
+        request, "task.html", who, t=service_of(request).timeline(task)))
 
 
 @router.get("/inbox/audit", response_class=HTMLResponse)
-def audit_page(request: Request, after: int | None = None, verify: bool = False) -> Response:
+def audit_page(request: Request,
+               after: Annotated[int | None, Query(ge=0, le=2**63 - 1)] = None,
+               verify: bool = False) -> Response:
     service = service_of(request)
     return _viewing(request, lambda who: _page(
         request, "audit.html", who, entries=service.audit(after=after), head=service.head(),
         verified=service.verify() if verify else None))
 
 
-@router.post("/inbox/calls/{task_id}/{call_id}/{action}", response_class=HTMLResponse)
-async def answer(request: Request, task_id: str, call_id: str, action: str) -> Response:
+_ACTIONS = ("approve", "deny", "resolve")
+
+
+@router.post("/inbox/calls/{ref}/{action}", response_class=HTMLResponse)
+async def answer(request: Request, ref: Ref, action: str) -> Response:
     """Approve, deny or resolve from a form: session, origin and CSRF token checked."""
     form = await request.form()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
-    return await run_in_threadpool(_answer, request, task_id, call_id, action, fields)
+    return await run_in_threadpool(_answer, request, ref, action, fields)
 
 
-def _answer(request: Request, task_id: str, call_id: str, action: str,
-            fields: dict[str, str]) -> Response:
+def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> Response:
     service = service_of(request)
     who = _current(request)
     refusal = _forged(request, who, fields.get("csrf"))
     if refusal is not None:
+        rec = service.located(ref)
         service.audit_refusal(
-            actor=actor_of(who[0].name) if who else "anonymous", event=f"form_{action}"[:60],
-            task_id=task_id, call_id=call_id,
-            detail={"client": client_of(request), "reason": refusal})
+            actor=actor_of(who[0].name) if who else "anonymous",
+            event=f"form_{action if action in _ACTIONS else 'unknown'}",
+            task_id=rec.task_id if rec else None, call_id=rec.call_id if rec else None,
+            detail={"client": client_of(request), "reason": refusal, "ref": ref})
         return _page(request, "message.html", who, status=403, title="Refused",
                      message=f"Refused: {refusal}.")
     assert who is not None
     op = who[0]
     reason = fields.get("reason", "").strip() or None
+    shown = fields.get("args_hash", "")
+    if action not in _ACTIONS:
+        return _page(request, "message.html", who, status=404, title="Not found",
+                     message="No such action.")
+    if not shown:
+        return _page(request, "message.html", who, status=400, title="Bad request",
+                     message="The form names no arguments (args_hash): reload the call "
+                             "and answer what it shows.")
     try:
         if action == "approve":
             expiry = fields.get("expires_in", "24h")
             if expiry not in EXPIRY_CHOICES:
                 return _page(request, "message.html", who, status=400, title="Bad request",
                              message=f"Unknown expiry {expiry[:10]!r}.")
-            result = service.approve(op, Answer(task_id, call_id, reason,
-                                                EXPIRY_CHOICES[expiry]))
-            text = f"Approved call {call_id} ({result['tool']}); it runs on the next resume."
+            result = service.approve(op, Answer(ref, shown, reason, EXPIRY_CHOICES[expiry]))
+            then = runs_next(service.task_provider(result["task_id"]), result["task_id"])
+            text = f"Approved call {result['call_id']} ({result['tool']}); {then}."
         elif action == "deny":
-            service.deny(op, Answer(task_id, call_id, reason))
-            text = f"Denied call {call_id}: it will not run."
-        elif action == "resolve":
-            outcome = service.resolve(op, Answer(task_id, call_id, reason),
-                                      fields.get("as", ""))
-            text = f"Resolved call {call_id}: now {outcome['state']}."
+            outcome = service.deny(op, Answer(ref, shown, reason))
+            text = f"Denied call {outcome['call_id']}: it will not run."
         else:
-            return _page(request, "message.html", who, status=404, title="Not found",
-                         message="No such action.")
+            outcome = service.resolve(op, Answer(ref, shown, reason), fields.get("as", ""))
+            text = f"Resolved call {outcome['call_id']}: now {outcome['state']}."
+            if outcome["state"] == "authorized":
+                text += " " + runs_next(service.task_provider(outcome["task_id"]),
+                                        outcome["task_id"]) + "."
     except AgentGateError as exc:
         return _page(request, "message.html", who, status=status_of(exc), title="Refused",
                      message=str(exc))
     return _page(request, "message.html", who, title="Done", message=text,
-                 link=f"/inbox/calls/{task_id}/{call_id}")
+                 link=call_link(ref))
 
 
 def _forged(request: Request, who: tuple[Operator, Session] | None,

@@ -25,6 +25,7 @@ from agent_gate.authorize import principal_from_json
 from agent_gate.errors import (
     AgentGateError,
     AmbiguousCall,
+    AnswerMismatch,
     ApprovalRefused,
     GateUsageError,
     NotAwaitingApproval,
@@ -47,9 +48,12 @@ _PAGE = 50
 
 def status_of(exc: AgentGateError) -> int:
     """The HTTP status of a refused answer: 403 outside one's rights, 404 no such call,
-    409 the call is not in a state for it (or ambiguous), 400 anything else."""
+    409 the call is not in a state for it (or ambiguous), 412 it was given for other
+    arguments than the call's (as a failed ``If-Match``), 400 anything else."""
     if isinstance(exc, OperatorRefused | ApprovalRefused):
         return 403
+    if isinstance(exc, AnswerMismatch):
+        return 412
     if isinstance(exc, NotAwaitingApproval | NotInDoubt | AmbiguousCall):
         return 409
     if isinstance(exc, GateUsageError) and str(exc).startswith("no "):
@@ -59,13 +63,21 @@ def status_of(exc: AgentGateError) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """An operator's answer to one call, as both front ends read it from a request."""
+    """An operator's answer to one call, as both front ends read it from a request:
+    the call by the ledger's own id for it (``ref``, its row id: never a name the model
+    chose), and the hash of the arguments the operator was shown."""
 
-    task_id: str
-    call_id: str
+    ref: int
+    args_hash: str
     reason: str | None = None
     expires_in: float | None = DEFAULT_APPROVAL_TTL
     """Seconds the approval stays usable; None: no expiry."""
+
+
+def call_json(d: CallDetails) -> dict[str, Any]:
+    """A call as the API and the inbox show it: ``CallDetails.to_dict()`` and ``ref``,
+    the id every link and answer names it by."""
+    return {"ref": d.call.row_id, **d.to_dict()}
 
 
 class InboxService:
@@ -92,10 +104,11 @@ class InboxService:
         with self._held():
             return self.operators.authenticate(token)
 
-    def operator(self, name: str) -> Operator | None:
-        """The operator by name, as the ledger has them now (None once removed)."""
+    def holder(self, digest: str) -> Operator | None:
+        """The operator whose current token has ``digest`` (None once they are removed,
+        or re-added with a new token): what a browser session is bound to."""
         with self._held():
-            return next((o for o in self.operators.list() if o.name == name), None)
+            return self.operators.holder(digest)
 
     def audit_refusal(self, *, actor: str, event: str, detail: dict[str, Any],
                       task_id: str | None = None, call_id: str | None = None) -> None:
@@ -123,13 +136,25 @@ class InboxService:
             found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
         return [d for d in found if d is not None]
 
-    def details(self, call_id: str, task_id: str | None) -> CallDetails:
+    def details(self, ref: int) -> CallDetails:
+        """The call the ledger's row ``ref`` holds."""
         with self._held():
-            rec = self._find(call_id, task_id)
+            rec = self._row(ref)
             found = self.ledger.call_details(rec.task_id, rec.call_id)
-        if found is None:
-            raise GateUsageError(f"no call {call_id!r} in the ledger")
+        if found is None:  # pragma: no cover - rows are never deleted
+            raise GateUsageError(f"no call {ref} in the ledger")
         return found
+
+    def find(self, call_id: str, task_id: str | None) -> CallDetails:
+        """The call these names hold (the task may be left out while the id is unique)."""
+        with self._held():
+            ref = self._find(call_id, task_id).row_id
+        return self.details(ref)
+
+    def task_provider(self, task_id: str) -> str | None:
+        with self._held():
+            task = self.ledger.task(task_id)
+        return task.provider if task is not None else None
 
     def tasks(self, *, after: str | None = None, state: str | None = None,
               limit: int = _PAGE) -> list[dict[str, Any]]:
@@ -147,8 +172,8 @@ class InboxService:
             entries = self.ledger.audit_page(AuditQuery(task_id=task_id, limit=1000))
         return {"task": task_id, "provider": task.provider, "terminal": task.terminal,
                 "principal": task.principal,
-                "calls": [{"call_id": c.call_id, "tool": c.tool, "state": c.state.value,
-                           "reason": c.reason} for c in calls],
+                "calls": [{"ref": c.row_id, "call_id": c.call_id, "tool": c.tool,
+                           "state": c.state.value, "reason": c.reason} for c in calls],
                 "timeline": [audit_json(e) for e in entries]}
 
     def audit(self, *, after: int | None = None, task_id: str | None = None,
@@ -181,23 +206,35 @@ class InboxService:
             self._not_own_call(op, rec)
             approval, new = self.gate.approve(
                 rec.call_id, by=op.name, reason=answer.reason, task_id=rec.task_id,
-                ttl=answer.expires_in)
-        return {**approval.to_dict(), "new": new, "tool": rec.tool}
+                ttl=answer.expires_in, args_hash=answer.args_hash)
+        return {**approval.to_dict(), "new": new, "tool": rec.tool, "ref": rec.row_id}
 
     def deny(self, op: Operator, answer: Answer) -> dict[str, Any]:
         with self._held():
             rec = self._allowed(op, OperatorRight.APPROVE, "deny", answer)
             outcome = self.gate.deny(rec.call_id, by=op.name, reason=answer.reason,
-                                     task_id=rec.task_id)
-        return {"task_id": outcome.task_id, **outcome.to_dict()}
+                                     task_id=rec.task_id, args_hash=answer.args_hash)
+        return {"ref": rec.row_id, "task_id": outcome.task_id, **outcome.to_dict()}
 
     def resolve(self, op: Operator, answer: Answer, as_: str,
                 result: Any = None) -> dict[str, Any]:
         with self._held():
             rec = self._allowed(op, OperatorRight.RESOLVE, "resolve", answer)
             outcome = self.gate.resolve(rec.call_id, as_=as_, task_id=rec.task_id,
-                                        result=result, note=answer.reason, by=op.name)
-        return {"task_id": outcome.task_id, **outcome.to_dict()}
+                                        result=result, note=answer.reason, by=op.name,
+                                        args_hash=answer.args_hash)
+        return {"ref": rec.row_id, "task_id": outcome.task_id, **outcome.to_dict()}
+
+    def located(self, ref: int) -> CallRecord | None:
+        """The call at row ``ref``, if any (to name it in the audit of a refused form)."""
+        with self._held():
+            return self.ledger.get_row(ref)
+
+    def _row(self, ref: int) -> CallRecord:
+        rec = self.ledger.get_row(ref)
+        if rec is None:
+            raise GateUsageError(f"no call {ref} in the ledger")
+        return rec
 
     def _find(self, call_id: str, task_id: str | None) -> CallRecord:
         recs = self.ledger.find(call_id, task_id or None)
@@ -210,7 +247,7 @@ class InboxService:
     def _allowed(self, op: Operator, right: OperatorRight, action: str,
                  answer: Answer) -> CallRecord:
         """The call, if ``op`` holds ``right`` over its tool; else audited and refused."""
-        rec = self._find(answer.call_id, answer.task_id)
+        rec = self._row(answer.ref)
         if not op.may(right, rec.tool):
             why = f"operator {op.name!r} may not {action} {rec.tool!r} calls"
             self._refuse(op, action, rec, why)

@@ -153,7 +153,9 @@ class Notifier:
         base = self.config.base_url.rstrip("/")
         event = notice.to_dict()
         if notice.call_id is not None:
-            task, call = quote(notice.task_id, safe=""), quote(notice.call_id, safe="")
-            event["links"] = {"inbox": f"{base}/inbox/calls/{task}/{call}",
-                              "api": f"{base}/api/calls/{call}?task={task}"}
+            # Names in the query, every reserved character encoded: never a path segment
+            # (a call id of "../x" would otherwise point the link at another page).
+            query = f"task={quote(notice.task_id, safe='')}&call={quote(notice.call_id, safe='')}"
+            event["links"] = {"inbox": f"{base}/inbox/call?{query}",
+                              "api": f"{base}/api/calls?{query}"}
         return event

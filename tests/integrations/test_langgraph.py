@@ -24,7 +24,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 from agent_gate import Gate
-from agent_gate.integrations.langgraph import gated_tool_node
+from agent_gate.integrations.langgraph import answer, gated_tool_node
 from agent_gate.ledger.states import CallState
 
 THREAD = "thread-7"
@@ -112,9 +112,10 @@ def test_an_approval_through_interrupt_runs_the_call_once_and_the_node_rerun_is_
     assert (asked["call_id"], asked["task_id"]) == ("call-big", THREAD)
     assert asked["tool"] == "send_payment"
     assert asked["arguments"] == {"to": "carol", "amount": 500}
+    assert asked["args_hash"] == gate.ledger.get(THREAD, "call-big").args_hash
     assert sent == [("bob", 10)]
 
-    done = graph.invoke(Command(resume={"approved": True, "by": "alice"}), CONFIG)
+    done = graph.invoke(Command(resume=answer(pending, approved=True, by="alice")), CONFIG)
     # The tools node ran again from its start: the small payment came from the ledger.
     assert sent == [("bob", 10), ("carol", 500)]
     contents = sorted(str(m.content) for m in tool_messages(done))
@@ -133,8 +134,9 @@ def test_a_denial_through_interrupt_is_recorded_and_runs_nothing(
 ) -> None:
     sent: list[tuple[str, int]] = []
     graph = build(gate, sent, model_asking(payment("carol", 500, "call-1")))
-    graph.invoke({"messages": [HumanMessage("pay carol")]}, CONFIG)
-    done = graph.invoke(Command(resume={"approved": False, "by": "bob", "reason": "no"}), CONFIG)
+    (pending,) = graph.invoke({"messages": [HumanMessage("pay carol")]}, CONFIG)["__interrupt__"]
+    said_no = answer(pending, approved=False, by="bob", reason="no")
+    done = graph.invoke(Command(resume=said_no), CONFIG)
     (message,) = tool_messages(done)
     assert message.status == "error" and '"reason_id": "denied_by_operator"' in str(message.content)
     assert sent == []
@@ -150,8 +152,9 @@ def test_the_async_graph_takes_the_same_approval_path(
 
     async def scenario() -> dict[str, Any]:
         paused = await graph.ainvoke({"messages": [HumanMessage("pay carol")]}, CONFIG)
-        assert paused["__interrupt__"] and sent == []
-        return await graph.ainvoke(Command(resume=True), CONFIG)
+        (pending,) = paused["__interrupt__"]
+        assert sent == []
+        return await graph.ainvoke(Command(resume=answer(pending, approved=True)), CONFIG)
 
     done = asyncio.run(scenario())
     assert [m.content for m in tool_messages(done)] == ["paid 500 to carol"]

@@ -97,6 +97,19 @@ class World:
                                principal=Principal(id=principal))
         return out.state.value
 
+    def shown(self, task: str, call_id: str) -> tuple[int, str]:
+        """The call's ``ref`` and its arguments' hash, as the API and the inbox show them."""
+        with Ledger(self.url) as ledger:
+            rec = ledger.get(task, call_id)
+        assert rec is not None, (task, call_id)
+        return rec.row_id, rec.args_hash
+
+    def answer(self, task: str, call_id: str, **body: Any) -> tuple[str, dict[str, Any]]:
+        """The API path of the call's answers (``.../approve`` appended by the caller)
+        and a body carrying the hash of its arguments."""
+        ref, args_hash = self.shown(task, call_id)
+        return f"/api/calls/{ref}", {"args_hash": args_hash, **body}
+
     def audit(self) -> list[Any]:
         with Ledger(self.url) as ledger:
             return ledger.audit()

@@ -29,16 +29,20 @@ def test_health_is_open_and_everything_else_needs_a_token(
         world: World, server: Running) -> None:
     with httpx.Client(base_url=server.base) as http:
         assert http.get("/health").json() == {"status": "ok"}
-        schema = http.get("/openapi.json").json()
-        assert {"/api/approvals", "/api/calls/{call_id}/approve",
-                "/api/calls/{call_id}/deny"} <= set(schema["paths"])
+        no_schema = http.get("/openapi.json")
+        schema = http.get("/openapi.json", headers=bearer(world, "bob")).json()
+        assert {"/api/approvals", "/api/calls/{ref}/approve",
+                "/api/calls/{ref}/deny"} <= set(schema["paths"])
         missing = http.get("/api/approvals")
         wrong = http.get("/api/approvals", headers={"Authorization": "Bearer agop_nope"})
-        posted = http.post("/api/calls/mail-1/approve", json={"task": "t1"})
-    assert (missing.status_code, wrong.status_code, posted.status_code) == (401, 401, 401)
+        path, body = world.answer("t1", "mail-1")
+        posted = http.post(f"{path}/approve", json=body)
+    assert (no_schema.status_code, missing.status_code, wrong.status_code,
+            posted.status_code) == (401, 401, 401, 401)
     assert missing.headers["www-authenticate"] == "Bearer"
     reasons = [e.detail["reason"] for e in refusals(world, "operator_api_auth")]
-    assert reasons == ["no bearer token", "unknown token", "no bearer token"]
+    assert reasons == ["no bearer token", "no bearer token", "unknown token",
+                       "no bearer token"]
     assert all(e.actor == "anonymous" for e in refusals(world, "operator_api_auth"))
     assert "agop_nope" not in str([e.detail for e in world.audit()])
 
@@ -46,12 +50,15 @@ def test_health_is_open_and_everything_else_needs_a_token(
 def test_an_operator_reads_the_waiting_call_whole(world: World, server: Running) -> None:
     with httpx.Client(base_url=server.base, headers=bearer(world, "carol")) as http:
         waiting = http.get("/api/approvals").json()
-        one = http.get("/api/calls/mail-1", params={"task": "t1"}).json()
+        one = http.get(f"/api/calls/{waiting[0]['ref']}").json()
+        named = http.get("/api/calls", params={"task": "t1", "call": "mail-1"}).json()
         tasks = http.get("/api/tasks").json()
-        timeline = http.get("/api/tasks/t1").json()
-        missing = http.get("/api/calls/nope")
+        timeline = http.get("/api/timeline", params={"task": "t1"}).json()
+        missing = http.get("/api/calls", params={"call": "nope"})
+        no_row = http.get("/api/calls/99999")
     assert [(c["call_id"], c["tool"], c["state"]) for c in waiting] == \
         [("mail-1", "send_email", "awaiting_approval")]
+    assert named == one and (one["ref"], one["args_hash"]) == world.shown("t1", "mail-1")
     assert one["arguments"] == {"to": "ana@elsewhere.org", "subject": "Refund",
                                 "body": "Dear Ana"}
     assert one["decision"]["rule_ids"] == ["mail-needs-a-person"]
@@ -60,15 +67,15 @@ def test_an_operator_reads_the_waiting_call_whole(world: World, server: Running)
     assert [c["call_id"] for c in timeline["calls"]] == ["mail-1"]
     assert [e["to"] for e in timeline["timeline"] if e["call"] == "mail-1"] == \
         ["received", "awaiting_approval"]
-    assert missing.status_code == 404
+    assert missing.status_code == 404 and no_row.status_code == 404
 
 
 def test_another_operators_tools_are_refused_and_audited(
         world: World, server: Running) -> None:
+    path, body = world.answer("t1", "mail-1")
     with httpx.Client(base_url=server.base, headers=bearer(world, "carol")) as http:
-        approve = http.post("/api/calls/mail-1/approve",
-                            json={"task": "t1", "reason": "looks fine"})
-        deny = http.post("/api/calls/mail-1/deny", json={"task": "t1"})
+        approve = http.post(f"{path}/approve", json={**body, "reason": "looks fine"})
+        deny = http.post(f"{path}/deny", json=body)
     assert (approve.status_code, deny.status_code) == (403, 403)
     assert "may not approve 'send_email'" in approve.json()["detail"]
     refused = refusals(world, "operator_approve") + refusals(world, "operator_deny")
@@ -81,8 +88,9 @@ def test_another_operators_tools_are_refused_and_audited(
 
 def test_the_tasks_own_principal_may_not_approve_its_calls(
         world: World, server: Running) -> None:
+    path, body = world.answer("t1", "mail-1")
     with httpx.Client(base_url=server.base, headers=bearer(world, "alice")) as http:
-        got = http.post("/api/calls/mail-1/approve", json={"task": "t1"})
+        got = http.post(f"{path}/approve", json=body)
     assert got.status_code == 403 and "principal" in got.json()["detail"]
     refused = [e for e in world.audit() if e.event == "approval_refused"]
     assert [e.actor for e in refused] == ["operator:alice"]
@@ -91,7 +99,8 @@ def test_the_tasks_own_principal_may_not_approve_its_calls(
 def test_with_no_policy_file_the_principal_is_refused_too(world: World) -> None:
     with serving(world, policy=False) as server, httpx.Client(
             base_url=server.base, headers=bearer(world, "alice")) as http:
-        got = http.post("/api/calls/mail-1/approve", json={"task": "t1"})
+        path, body = world.answer("t1", "mail-1")
+        got = http.post(f"{path}/approve", json=body)
     assert got.status_code == 403 and "may not approve its own calls" in got.json()["detail"]
     refused = refusals(world, "operator_approve")
     assert [(e.actor, e.call_id) for e in refused] == [("operator:alice", "mail-1")]
@@ -101,10 +110,11 @@ def test_with_no_policy_file_the_principal_is_refused_too(world: World) -> None:
 
 def test_approved_through_the_api_the_call_runs_once_on_resume(
         world: World, server: Running) -> None:
+    path, body = world.answer("t1", "mail-1")
     with httpx.Client(base_url=server.base, headers=bearer(world, "bob")) as http:
-        got = http.post("/api/calls/mail-1/approve",
-                        json={"task": "t1", "reason": "customer asked", "expires_in": 600})
-        again = http.get("/api/calls/mail-1", params={"task": "t1"}).json()
+        got = http.post(f"{path}/approve",
+                        json={**body, "reason": "customer asked", "expires_in": 600})
+        again = http.get(path).json()
     assert got.status_code == 200, got.text
     body = got.json()
     assert (body["by"], body["reason"], body["new"], body["tool"]) == \
@@ -120,9 +130,10 @@ def test_approved_through_the_api_the_call_runs_once_on_resume(
 
 
 def test_a_denial_through_the_api_means_it_never_runs(world: World, server: Running) -> None:
+    path, body = world.answer("t1", "mail-1")
     with httpx.Client(base_url=server.base, headers=bearer(world, "bob")) as http:
-        got = http.post("/api/calls/mail-1/deny", json={"task": "t1", "reason": "phishing"})
-        twice = http.post("/api/calls/mail-1/deny", json={"task": "t1"})
+        got = http.post(f"{path}/deny", json={**body, "reason": "phishing"})
+        twice = http.post(f"{path}/deny", json=body)
     assert got.status_code == 200 and got.json()["state"] == "rejected"
     assert twice.status_code == 409
     with world.gate() as gate:
@@ -132,12 +143,13 @@ def test_a_denial_through_the_api_means_it_never_runs(world: World, server: Runn
 
 def test_in_doubt_calls_are_resolved_by_who_may(world: World, server: Running) -> None:
     assert world.call("t2", "charge-1", "charge_card", {"order": "o-7"}) == "in_doubt"
+    path, body = world.answer("t2", "charge-1")
     with httpx.Client(base_url=server.base) as http:
         listed = http.get("/api/in-doubt", headers=bearer(world, "bob")).json()
-        refused = http.post("/api/calls/charge-1/resolve", headers=bearer(world, "bob"),
-                            json={"task": "t2", "as": "succeeded"})
-        done = http.post("/api/calls/charge-1/resolve", headers=bearer(world, "carol"),
-                         json={"task": "t2", "as": "succeeded", "result": {"ok": True},
+        refused = http.post(f"{path}/resolve", headers=bearer(world, "bob"),
+                            json={**body, "as": "succeeded"})
+        done = http.post(f"{path}/resolve", headers=bearer(world, "carol"),
+                         json={**body, "as": "succeeded", "result": {"ok": True},
                                "reason": "processor shows the charge"})
     assert [c["call_id"] for c in listed] == ["charge-1"]
     assert refused.status_code == 403

@@ -85,13 +85,15 @@ def test_log_in_read_the_call_approve_it_and_it_runs_once(
     if os.environ.get("AGENT_GATE_SCREENSHOT"):
         page.screenshot(path=os.environ["AGENT_GATE_SCREENSHOT"], full_page=True)
 
-    page.click("#call-mail-1 a.call-link")
-    page.wait_for_url(server.base + "/inbox/calls/t1/mail-1")
-    shown = json.loads(page.text_content("#call-mail-1 pre.arguments") or "")
+    ref, _ = world.shown("t1", "mail-1")
+    card = f"#call-{ref}"
+    page.click(f"{card} a.call-link")
+    page.wait_for_url(server.base + f"/inbox/calls/{ref}")
+    shown = json.loads(page.text_content(f"{card} pre.arguments") or "")
     assert shown == {"to": "ana@elsewhere.org", "subject": "Refund", "body": "Dear Ana"}
-    page.fill("#call-mail-1 input[name=reason]", "the customer asked for it")
-    page.select_option("#call-mail-1 select[name=expires_in]", "2h")
-    page.click("#call-mail-1 button.approve")
+    page.fill(f"{card} input[name=reason]", "the customer asked for it")
+    page.select_option(f"{card} select[name=expires_in]", "2h")
+    page.click(f"{card} button.approve")
     assert "Approved call mail-1" in (page.text_content("#message") or "")
 
     assert world.runs == []
@@ -111,7 +113,8 @@ def test_a_forged_cross_site_post_is_refused(
     page.click("#login")
     page.wait_for_url(server.base + "/inbox")
 
-    target = server.base + "/inbox/calls/t1/mail-1/approve"
+    ref, _ = world.shown("t1", "mail-1")
+    target = server.base + f"/inbox/calls/{ref}/approve"
     with forged_page(target) as evil:
         with page.expect_response(target) as answer:
             page.goto(evil)

@@ -45,7 +45,8 @@ def test_the_inbox_shows_the_waiting_call_and_its_arguments(
         world: World, server: Running) -> None:
     with logged_in(server, world, "bob") as (http, _):
         page = http.get("/inbox").text
-        call = http.get("/inbox/calls/t1/mail-1").text
+        ref, _ = world.shown("t1", "mail-1")
+        call = http.get(f"/inbox/calls/{ref}").text
         audit = http.get("/inbox/audit", params={"verify": "1"}).text
     assert "send_email" in page and "ana@elsewhere.org" in page
     assert "mail-needs-a-person" in call and "Every mail is read by a person first." in call
@@ -54,13 +55,15 @@ def test_the_inbox_shows_the_waiting_call_and_its_arguments(
 
 def test_a_form_without_the_csrf_token_or_from_elsewhere_is_refused(
         world: World, server: Running) -> None:
+    ref, shown = world.shown("t1", "mail-1")
+    target = f"/inbox/calls/{ref}/approve"
     with logged_in(server, world, "bob") as (http, csrf):
-        no_token = http.post("/inbox/calls/t1/mail-1/approve", data={"reason": "x"})
-        wrong = http.post("/inbox/calls/t1/mail-1/approve", data={"csrf": "guess"})
-        elsewhere = http.post("/inbox/calls/t1/mail-1/approve", data={"csrf": csrf},
+        no_token = http.post(target, data={"reason": "x", "args_hash": shown})
+        wrong = http.post(target, data={"csrf": "guess", "args_hash": shown})
+        elsewhere = http.post(target, data={"csrf": csrf, "args_hash": shown},
                               headers={"Origin": "http://evil.example"})
-        ok = http.post("/inbox/calls/t1/mail-1/approve",
-                       data={"csrf": csrf, "reason": "fine", "expires_in": "2h"})
+        ok = http.post(target, data={"csrf": csrf, "reason": "fine", "expires_in": "2h",
+                                     "args_hash": shown})
     assert (no_token.status_code, wrong.status_code, elsewhere.status_code) == (403, 403, 403)
     assert ok.status_code == 200 and "Approved call mail-1" in ok.text
     refused = [e for e in world.audit() if e.event == "operator_form_approve"]
@@ -74,8 +77,9 @@ def test_a_form_without_the_csrf_token_or_from_elsewhere_is_refused(
 
 
 def test_outside_ones_rights_the_form_is_403(world: World, server: Running) -> None:
+    ref, shown = world.shown("t1", "mail-1")
     with logged_in(server, world, "carol") as (http, csrf):
-        got = http.post("/inbox/calls/t1/mail-1/deny", data={"csrf": csrf})
+        got = http.post(f"/inbox/calls/{ref}/deny", data={"csrf": csrf, "args_hash": shown})
     assert got.status_code == 403 and "may not deny" in got.text
 
 

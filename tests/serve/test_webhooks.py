@@ -108,8 +108,9 @@ def test_waiting_in_doubt_and_resolved_are_posted_signed_without_arguments(
         world.call("t2", "mail-2", "send_email",
                    {"to": "bo@elsewhere.org", "subject": "Secret plan", "body": "pssst"})
         bob = {"Authorization": f"Bearer {world.tokens['bob']}"}
-        assert httpx.post(f"{server.base}/api/calls/mail-2/deny", headers=bob,
-                          json={"task": "t2", "reason": "no"}).status_code == 200
+        path, body = world.answer("t2", "mail-2")
+        assert httpx.post(f"{server.base}{path}/deny", headers=bob,
+                          json={**body, "reason": "no"}).status_code == 200
         world.call("t3", "charge-1", "charge_card", {"order": "o-7"})
         wait_until(lambda: len(hook.got) >= 3, what="three events")
     events = hook.events()
@@ -119,8 +120,8 @@ def test_waiting_in_doubt_and_resolved_are_posted_signed_without_arguments(
         ("call.in_doubt", "charge-1", "charge_card")]
     assert events[0]["rule_ids"] == ["mail-needs-a-person"]
     assert events[1]["state"] == "rejected" and events[1]["actor"] == "operator:bob"
-    assert events[0]["links"] == {"inbox": "https://gate.example/inbox/calls/t2/mail-2",
-                                  "api": "https://gate.example/api/calls/mail-2?task=t2"}
+    assert events[0]["links"] == {"inbox": "https://gate.example/inbox/call?task=t2&call=mail-2",
+                                  "api": "https://gate.example/api/calls?task=t2&call=mail-2"}
     assert all(verified(h, b) for h, b in hook.got)
     assert not verified({**hook.got[0][0], "x-agent-gate-timestamp": "1"}, hook.got[0][1])
     for value in (b"bo@elsewhere.org", b"Secret plan", b"pssst", b"o-7"):

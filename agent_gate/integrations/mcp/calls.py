@@ -32,6 +32,7 @@ from mcp import ClientSession
 
 from agent_gate.errors import NotAwaitingApproval
 from agent_gate.gate import Gate, Outcome
+from agent_gate.gate.desk import MCP_PROVIDER
 from agent_gate.gate.waiting import POLL_MAX, POLL_MIN
 from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
 from agent_gate.integrations.mcp.results import result_of
@@ -116,7 +117,8 @@ class GatedCalls:
         call_id = asked_call_id(meta) or await anyio.to_thread.run_sync(
             self.ids.derive, task_id, name, args
         )
-        call = {"call_id": call_id, "name": name, "arguments": args}
+        # Its tasks are recorded as the proxy's: an operator is told the call runs here.
+        call = {"call_id": call_id, "name": name, "arguments": args, "provider": MCP_PROVIDER}
         deadline = time.monotonic() + (self.approval_wait if wait is None else wait)
         outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
         if outcome.state in _WAITING and deadline > time.monotonic():
