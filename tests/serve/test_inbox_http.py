@@ -8,24 +8,8 @@ in the audit chain.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import httpx
-from serve_world import Running, World
-
-
-@contextmanager
-def logged_in(server: Running, world: World, name: str) -> Iterator[tuple[httpx.Client, str]]:
-    """A client holding ``name``'s session, and the CSRF token of its forms."""
-    with httpx.Client(base_url=server.base, headers={"Origin": server.base}) as http:
-        got = http.post("/login", data={"token": world.tokens[name]})
-        assert got.status_code == 303 and got.headers["location"] == "/inbox"
-        page = http.get("/inbox")
-        match = re.search(r'name="csrf" value="([^"]+)"', page.text)
-        assert match, page.text
-        yield http, match.group(1)
+from serve_world import Running, World, logged_in
 
 
 def test_the_session_cookie_is_httponly_and_samesite_strict(
