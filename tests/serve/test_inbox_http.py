@@ -11,6 +11,8 @@ from __future__ import annotations
 import httpx
 from serve_world import Running, World, logged_in
 
+from agent_gate import Principal
+
 
 def test_the_session_cookie_is_httponly_and_samesite_strict(
         world: World, server: Running) -> None:
@@ -96,3 +98,25 @@ def test_logout_needs_the_csrf_token_and_ends_the_session(
     assert forged.status_code == 403 and still.status_code == 200
     assert out.status_code == 303
     assert after.status_code == 303 and after.headers["location"] == "/login"
+
+
+def test_an_approval_says_what_runs_the_call_next(world: World, server: Running) -> None:
+    """A call the MCP proxy holds (its task recorded under provider ``mcp``) runs in the
+    proxy once approved; any other runs on the next resume."""
+    with world.gate() as gate:
+        held = gate.execute("mcp-session-1", {"call_id": "mcp-1", "name": "send_email",
+                                              "provider": "mcp", "arguments": {
+                                                  "to": "a@b.org", "subject": "s", "body": "b"}},
+                            principal=Principal(id="zoe"))
+    assert held.state.value == "awaiting_approval"
+    with logged_in(server, world, "bob") as (http, csrf):
+        said = []
+        for task, call in (("mcp-session-1", "mcp-1"), ("t1", "mail-1")):
+            ref, shown = world.shown(task, call)
+            got = http.post(f"/inbox/calls/{ref}/approve",
+                            data={"csrf": csrf, "args_hash": shown})
+            assert got.status_code == 200, got.text
+            said.append(got.text)
+    assert "the MCP proxy that holds it runs it once" in said[0] and "resume" not in \
+        said[0].replace("not agent-gate resume", "")
+    assert "agent-gate resume t1 --tools" in said[1]
