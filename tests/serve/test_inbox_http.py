@@ -33,7 +33,11 @@ def test_the_inbox_shows_the_waiting_call_and_its_arguments(
         page = http.get("/inbox").text
         ref, _ = world.shown("t1", "mail-1")
         call = http.get(f"/inbox/calls/{ref}").text
+        named = http.get("/inbox/call", params={"task": "t1", "call": "mail-1"})
+        nowhere = http.get("/inbox/call", params={"task": "t1", "call": "../../audit"})
         audit = http.get("/inbox/audit", params={"verify": "1"}).text
+    assert (named.status_code, named.headers["location"]) == (303, f"/inbox/calls/{ref}")
+    assert nowhere.status_code == 404
     assert "send_email" in page and "ana@elsewhere.org" in page
     assert "mail-needs-a-person" in call and "Every mail is read by a person first." in call
     assert "Trail verified" in audit
