@@ -16,6 +16,7 @@ import click
 from agent_gate.cli._exit import CliError, ExitCode
 from agent_gate.errors import (
     AgentGateError,
+    AnswerMismatch,
     LedgerConfigError,
     LedgerReplaced,
     LedgerSchemaError,
@@ -59,6 +60,7 @@ def failures() -> Iterator[None]:
 _HINTS: tuple[tuple[type[AgentGateError], str], ...] = (
     (NotAwaitingApproval, "; `agent-gate call show CALL --task TASK` shows what happened to it"),
     (NotInDoubt, "; only a call in doubt is resolved (`agent-gate tasks --state in_doubt`)"),
+    (AnswerMismatch, "; `agent-gate call show CALL --task TASK` shows what it holds now"),
 )
 """What to do next, after the message of an answer the ledger refused."""
 
@@ -77,6 +79,25 @@ def find_call(ledger: Ledger, call_id: str, task_id: str | None) -> CallRecord:
             f"--task TASK, e.g. --task {recs[0].task_id}"
         )
     return recs[0]
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (controls, bidi overrides)
+    written as an escape: a model-chosen id can neither rewrite the screen nor reorder
+    what the operator reads."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def acting_on(verb: str, rec: CallRecord, args_hash: str) -> None:
+    """Say what an answer is about to act on: tool, call, task, the hash it is bound to
+    and a short view of the arguments as stored (redacted fields as their stand-ins)."""
+    import json
+
+    shown = json.dumps(rec.arguments, ensure_ascii=False, sort_keys=True)
+    view = printable(shown if len(shown) <= 300 else shown[:299] + "…")
+    click.echo(f"{verb}: {printable(rec.tool)} call {printable(rec.call_id)} of task "
+               f"{printable(rec.task_id)}")
+    click.echo(f"  arguments sha256 {args_hash}: {view}")
 
 
 def person(by: str | None, flag: str = "--by") -> str | None:

@@ -3,6 +3,7 @@ defaults cannot drift apart between commands (click decorators)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -90,6 +91,23 @@ def decided_by_options(
         return click.option("--by", required=required, help=by_help)(fn)
 
     return apply
+
+
+def expect_hash_option(fn: F) -> F:
+    """``--expect-hash``: the arguments' hash the operator was shown (``call show``, the
+    inbox); the ledger answers only while the call's arguments still hash to it."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value.strip().lower()):
+            raise click.BadParameter("expected the 64 hex digits of the arguments' sha256, "
+                                     "as `agent-gate call show` prints them")
+        return value.strip().lower() if value is not None else None
+
+    return click.option(
+        "--expect-hash", "expect_hash", default=None, metavar="SHA256", callback=check,
+        help="Answer only if the call's arguments still hash to this (as `call show` or "
+        "the inbox showed them). Default: the hash printed here, read just before.",
+    )(fn)
 
 
 def ledger_options(fn: F) -> F:

@@ -3,14 +3,33 @@
 An approval is bound to the call's argument hash, to a policy hash and to an
 expiry, and is used once, by the resume (or replay) that runs the call under that
 same policy. A denial rejects the call for good.
+
+Each command first prints what it acts on (tool, call, task, the arguments' hash and
+a short view of them as stored, redacted fields as their stand-ins) and answers for
+exactly that hash, or for ``--expect-hash`` (what ``call show`` or the inbox showed):
+if the call's arguments no longer hash to it, the ledger refuses the answer
+(``AnswerMismatch``, audited) and nothing changes.
 """
 
 from __future__ import annotations
 
 import click
 
-from agent_gate.cli._operator import failures, find_call, open_gate, open_ledger, person
-from agent_gate.cli._options import call_options, decided_by_options, parse_duration
+from agent_gate.cli._operator import (
+    acting_on,
+    failures,
+    find_call,
+    open_gate,
+    open_ledger,
+    person,
+    printable,
+)
+from agent_gate.cli._options import (
+    call_options,
+    decided_by_options,
+    expect_hash_option,
+    parse_duration,
+)
 from agent_gate.cli._output import emit_json, when
 
 
@@ -22,12 +41,16 @@ from agent_gate.cli._output import emit_json, when
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="Approve under this policy (re-evaluated for the call; must not deny). "
                    "Default: the policy that asked for the approval.")
+@expect_hash_option
 @call_options
 def approve_command(
     call_id: str, by: str, reason: str | None, expires_in: str, policy_file: str | None,
-    task_id: str | None, url: str | None, as_json: bool,
+    expect_hash: str | None, task_id: str | None, url: str | None, as_json: bool,
 ) -> None:
-    """Approve CALL_ID, which waits for approval; `agent-gate resume TASK` then runs it once."""
+    """Approve CALL_ID, which waits for approval; `agent-gate resume TASK` then runs it once
+    (a call the MCP proxy holds runs in the proxy)."""
+    from agent_gate.gate.desk import runs_next
+
     ttl = parse_duration(expires_in)
     who = person(by)
     assert who is not None
@@ -37,37 +60,43 @@ def approve_command(
             from agent_gate.gate import desk
 
             with open_ledger(url) as ledger:
-                task_id = find_call(ledger, call_id, task_id).task_id
-                approval, new = desk.approve(ledger, call_id, by=who, task_id=task_id,
-                                             reason=reason, ttl=ttl)
-                rec = ledger.get(approval.task_id, approval.call_id)
+                rec = find_call(ledger, call_id, task_id)
+                if not as_json:
+                    acting_on("approving", rec, rec.args_hash)
+                approval, new = desk.approve(ledger, call_id, by=who, task_id=rec.task_id,
+                                             reason=reason, ttl=ttl,
+                                             args_hash=expect_hash or rec.args_hash)
+                task = ledger.task(rec.task_id)
         else:
             with open_gate(url, policy=policy_file) as gate:
-                task_id = find_call(gate.ledger, call_id, task_id).task_id
-                approval, new = gate.approve(call_id, by=who, reason=reason, task_id=task_id,
-                                             ttl=ttl)
-                rec = gate.ledger.get(approval.task_id, approval.call_id)
+                rec = find_call(gate.ledger, call_id, task_id)
+                if not as_json:
+                    acting_on("approving", rec, rec.args_hash)
+                approval, new = gate.approve(call_id, by=who, reason=reason,
+                                             task_id=rec.task_id, ttl=ttl,
+                                             args_hash=expect_hash or rec.args_hash)
+                task = gate.ledger.task(rec.task_id)
     if as_json:
-        emit_json({**approval.to_dict(), "new": new, "tool": rec.tool if rec else None})
+        emit_json({**approval.to_dict(), "new": new, "tool": rec.tool})
         return
     verb = "approved" if new else "already approved"
     expires = when(approval.expires_at) + " UTC" if approval.expires_at else "never"
-    click.echo(f"{verb}: call {approval.call_id} ({rec.tool if rec else '?'}) of task "
-               f"{approval.task_id} by {approval.decided_by}")
+    click.echo(f"{verb}: call {printable(approval.call_id)} ({printable(rec.tool)}) of task "
+               f"{printable(approval.task_id)} by {approval.decided_by}")
     click.echo(f"  bound to arguments {approval.args_hash[:16]}…, policy "
                f"{approval.policy_hash or '-'}")
     click.echo(f"  expires {expires}")
-    click.echo(f"next: agent-gate resume {approval.task_id} --tools MODULE[:ATTR] "
-               "--policy FILE   (runs it once, under that policy)")
+    click.echo(f"next: {printable(runs_next(task.provider if task else None, rec.task_id))}")
 
 
 @click.command(name="deny")
 @click.argument("call_id")
 @decided_by_options("Who denies (recorded in the audit trail).")
+@expect_hash_option
 @call_options
 def deny_command(
-    call_id: str, by: str, reason: str | None, task_id: str | None, url: str | None,
-    as_json: bool,
+    call_id: str, by: str, reason: str | None, expect_hash: str | None, task_id: str | None,
+    url: str | None, as_json: bool,
 ) -> None:
     """Deny CALL_ID, which waits for approval: it is rejected and never runs."""
     who = person(by)
@@ -76,13 +105,16 @@ def deny_command(
     from agent_gate.telemetry import observer
 
     with failures(), open_ledger(url) as ledger:
-        task_id = find_call(ledger, call_id, task_id).task_id
-        rec = desk.deny(ledger, call_id, by=who, task_id=task_id, reason=reason,
-                        observer=observer()).record
+        found = find_call(ledger, call_id, task_id)
+        if not as_json:
+            acting_on("denying", found, found.args_hash)
+        rec = desk.deny(ledger, call_id, by=who, task_id=found.task_id, reason=reason,
+                        observer=observer(), args_hash=expect_hash or found.args_hash).record
     if as_json:
         from agent_gate.gate.outcome import outcome_of
 
-        emit_json({"task_id": rec.task_id, **outcome_of(rec, replayed=False).to_dict()})
+        emit_json({"task_id": rec.task_id, "args_hash": rec.args_hash,
+                   **outcome_of(rec, replayed=False).to_dict()})
         return
-    click.echo(f"denied: call {rec.call_id} ({rec.tool}) of task {rec.task_id} "
-               f"is {rec.state.value}; it will not run")
+    click.echo(f"denied: call {printable(rec.call_id)} ({printable(rec.tool)}) of task "
+               f"{printable(rec.task_id)} is {rec.state.value}; it will not run")

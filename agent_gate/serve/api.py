@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agent_gate.gate import DEFAULT_APPROVAL_TTL
 from agent_gate.ledger.operators import Operator
 from agent_gate.ledger.states import CallState
+from agent_gate.serve.auth import bearer_token
 from agent_gate.serve.service import Answer, InboxService, call_json
 
 __all__ = ["AnswerBody", "ResolveBody", "client_of", "router"]
@@ -50,21 +51,43 @@ def client_of(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
+def needs_token(path: str) -> bool:
+    """The API and its schema: answered to a bearer token only."""
+    return path.startswith("/api/") or path == "/openapi.json"
+
+
+def bearer_operator(request: Request) -> Operator | None:
+    """The operator whose bearer token came with the request; None refused, audited.
+
+    Run before the request is routed (``app``'s middleware), so that nothing of a
+    request without a token is read: a body that is not JSON is a 401 too, not a 422."""
+    service = service_of(request)
+    token = bearer_token(request.headers.get("authorization"))
+    op = service.authenticate(token) if token is not None else None
+    if op is None:
+        service.audit_refusal(
+            actor="anonymous", event="api_auth",
+            detail={"path": request.url.path[:200], "method": request.method[:10],
+                    "client": client_of(request),
+                    "reason": "no bearer token" if token is None else "unknown token"})
+    return op
+
+
+def unauthorized() -> HTTPException:
+    return HTTPException(401, "an operator token is required (Authorization: Bearer TOKEN)",
+                         headers={"WWW-Authenticate": "Bearer"})
+
+
 def api_operator(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Operator:
-    """The operator whose bearer token came with the request; else 401, audited."""
-    service = service_of(request)
-    op = service.authenticate(creds.credentials) if creds is not None else None
+    """The operator the middleware admitted (``bearer_operator``)."""
+    op: Operator | None = getattr(request.state, "operator", None)
     if op is None:
-        service.audit_refusal(
-            actor="anonymous", event="api_auth",
-            detail={"path": request.url.path[:200], "method": request.method,
-                    "client": client_of(request),
-                    "reason": "no bearer token" if creds is None else "unknown token"})
-        raise HTTPException(401, "an operator token is required (Authorization: Bearer TOKEN)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        op = bearer_operator(request)
+    if op is None:
+        raise unauthorized()
     return op
 
 

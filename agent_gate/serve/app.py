@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
 from agent_gate.serve import api, inbox
-from agent_gate.serve.api import Op
+from agent_gate.serve.api import Op, bearer_operator, needs_token, unauthorized
 from agent_gate.serve.auth import LoginLimiter, Sessions
 from agent_gate.serve.checkpointer import Checkpointer
 from agent_gate.serve.headers import SecurityHeaders
@@ -56,7 +58,23 @@ def create_app(url: str, policy: str | None = None, *,
             service.close()
 
     app = FastAPI(title="agent-gate", summary="Operators answer the calls that wait for them.",
-                  lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+                  lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,
+                  # No redirect to the path without its trailing slash: it answered before
+                  # any token was asked for, to a Location built from the Host header.
+                  redirect_slashes=False)
+
+    @app.middleware("http")
+    async def token_first(request: Request, call_next: Any) -> Response:
+        if needs_token(request.url.path):
+            op = await run_in_threadpool(bearer_operator, request)
+            if op is None:
+                refused = unauthorized()
+                return JSONResponse({"detail": refused.detail}, status_code=401,
+                                    headers=refused.headers)
+            request.state.operator = op
+        response: Response = await call_next(request)
+        return response
+
     app.add_middleware(SecurityHeaders)
     app.state.service = service
     app.state.checkpointer = checkpointer

@@ -7,6 +7,7 @@ the same SQLite file (as an agent process would be), whose tools count their run
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("fastapi")
@@ -113,6 +115,18 @@ class World:
     def audit(self) -> list[Any]:
         with Ledger(self.url) as ledger:
             return ledger.audit()
+
+
+@contextmanager
+def logged_in(server: Running, world: World, name: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A client holding ``name``'s session, and the CSRF token of its forms."""
+    with httpx.Client(base_url=server.base, headers={"Origin": server.base}) as http:
+        got = http.post("/login", data={"token": world.tokens[name]})
+        assert got.status_code == 303 and got.headers["location"] == "/inbox"
+        page = http.get("/inbox")
+        match = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert match, page.text
+        yield http, match.group(1)
 
 
 @pytest.fixture

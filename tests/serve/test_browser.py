@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from serve_world import Running, World
 
+from agent_gate.ledger import Ledger
+
 pytestmark = pytest.mark.slow
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
@@ -44,11 +46,13 @@ def browser() -> Iterator[object]:
 
 
 @contextmanager
-def forged_page(target: str) -> Iterator[str]:
-    """A page on another origin whose script posts an approval form to ``target``."""
-    html = (f'<!doctype html><form method="post" action="{target}">'
-            '<input name="reason" value="forged"><input name="expires_in" value="never">'
-            '</form><script>document.forms[0].submit()</script>').encode()
+def forged_page(target: str | bytes) -> Iterator[str]:
+    """A page on another origin whose script posts an approval form to ``target``
+    (bytes: ``target`` is the page itself)."""
+    html = target if isinstance(target, bytes) else (
+        f'<!doctype html><form method="post" action="{target}">'
+        '<input name="reason" value="forged"><input name="expires_in" value="never">'
+        '</form><script>document.forms[0].submit()</script>').encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -125,3 +129,51 @@ def test_a_forged_cross_site_post_is_refused(
     with world.gate() as gate:
         assert [o.state.value for o in gate.resume("t1")] == ["awaiting_approval"]
     assert world.runs == []
+
+
+def test_approve_on_a_card_whose_call_id_climbs_out_approves_that_card(
+        world: World, server: Running, browser: object) -> None:
+    """The reviewed attack: a model names its harmless call ``../t4/refund-big``; on the
+    old inbox the card's Approve posted to ``/inbox/calls/t4/../t4/refund-big/approve``,
+    which the browser resolves to the large refund beside it."""
+    assert world.call("t4", "refund-big", "refund", {"order": "o-9", "cents": 9_999_900},
+                      principal="zoe") == "awaiting_approval"
+    hostile = "../t4/refund-big"
+    assert world.call("t4", hostile, "send_email",
+                      {"to": "ana@elsewhere.org", "subject": "Hi", "body": "harmless"},
+                      principal="zoe") == "awaiting_approval"
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.goto(server.base + "/login")
+    page.fill("#token", world.tokens["alice"])
+    page.click("#login")
+    page.wait_for_url(server.base + "/inbox")
+    card = page.locator("div.card.call", has_text=hostile)
+    assert card.count() == 1
+    card.locator("input[name=reason]").fill("a harmless mail")
+    with page.expect_navigation():
+        card.locator("button.approve").click()
+    assert "Approved call ../t4/refund-big (send_email)" in (page.text_content("#message") or "")
+
+    with Ledger(world.url) as ledger:
+        mail = ledger.call_details("t4", hostile)
+        refund = ledger.call_details("t4", "refund-big")
+    assert mail is not None and [a.decided_by for a in mail.approvals] == ["alice"]
+    assert refund is not None and refund.approvals == ()  # the refund: untouched
+    with world.gate() as gate:
+        ran = {o.call_id: o.state.value for o in gate.resume("t4")}
+    assert ran == {hostile: "succeeded", "refund-big": "awaiting_approval"}
+    assert world.runs == ["send_email ana@elsewhere.org"]
+
+
+def test_no_other_site_can_frame_the_inbox(
+        world: World, server: Running, browser: object) -> None:
+    """Clickjacking: a page on another origin frames the inbox; the browser refuses to
+    render it there (``frame-ancestors 'none'``, ``X-Frame-Options: DENY``)."""
+    html = f'<!doctype html><iframe id="f" src="{server.base}/login"></iframe>'
+    page = browser.new_page()  # type: ignore[attr-defined]
+    with forged_page(html.encode()) as evil:
+        with page.expect_response(server.base + "/login") as framed:
+            page.goto(evil)
+        assert "frame-ancestors 'none'" in framed.value.headers["content-security-policy"]
+        frame = page.frame_locator("#f")
+        assert frame.locator("#token").count() == 0  # nothing of the inbox rendered

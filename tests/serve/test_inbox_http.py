@@ -8,24 +8,10 @@ in the audit chain.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import httpx
-from serve_world import Running, World
+from serve_world import Running, World, logged_in
 
-
-@contextmanager
-def logged_in(server: Running, world: World, name: str) -> Iterator[tuple[httpx.Client, str]]:
-    """A client holding ``name``'s session, and the CSRF token of its forms."""
-    with httpx.Client(base_url=server.base, headers={"Origin": server.base}) as http:
-        got = http.post("/login", data={"token": world.tokens[name]})
-        assert got.status_code == 303 and got.headers["location"] == "/inbox"
-        page = http.get("/inbox")
-        match = re.search(r'name="csrf" value="([^"]+)"', page.text)
-        assert match, page.text
-        yield http, match.group(1)
+from agent_gate import Principal
 
 
 def test_the_session_cookie_is_httponly_and_samesite_strict(
@@ -47,7 +33,11 @@ def test_the_inbox_shows_the_waiting_call_and_its_arguments(
         page = http.get("/inbox").text
         ref, _ = world.shown("t1", "mail-1")
         call = http.get(f"/inbox/calls/{ref}").text
+        named = http.get("/inbox/call", params={"task": "t1", "call": "mail-1"})
+        nowhere = http.get("/inbox/call", params={"task": "t1", "call": "../../audit"})
         audit = http.get("/inbox/audit", params={"verify": "1"}).text
+    assert (named.status_code, named.headers["location"]) == (303, f"/inbox/calls/{ref}")
+    assert nowhere.status_code == 404
     assert "send_email" in page and "ana@elsewhere.org" in page
     assert "mail-needs-a-person" in call and "Every mail is read by a person first." in call
     assert "Trail verified" in audit
@@ -112,3 +102,25 @@ def test_logout_needs_the_csrf_token_and_ends_the_session(
     assert forged.status_code == 403 and still.status_code == 200
     assert out.status_code == 303
     assert after.status_code == 303 and after.headers["location"] == "/login"
+
+
+def test_an_approval_says_what_runs_the_call_next(world: World, server: Running) -> None:
+    """A call the MCP proxy holds (its task recorded under provider ``mcp``) runs in the
+    proxy once approved; any other runs on the next resume."""
+    with world.gate() as gate:
+        held = gate.execute("mcp-session-1", {"call_id": "mcp-1", "name": "send_email",
+                                              "provider": "mcp", "arguments": {
+                                                  "to": "a@b.org", "subject": "s", "body": "b"}},
+                            principal=Principal(id="zoe"))
+    assert held.state.value == "awaiting_approval"
+    with logged_in(server, world, "bob") as (http, csrf):
+        said = []
+        for task, call in (("mcp-session-1", "mcp-1"), ("t1", "mail-1")):
+            ref, shown = world.shown(task, call)
+            got = http.post(f"/inbox/calls/{ref}/approve",
+                            data={"csrf": csrf, "args_hash": shown})
+            assert got.status_code == 200, got.text
+            said.append(got.text)
+    assert "the MCP proxy that holds it runs it once" in said[0] and "resume" not in \
+        said[0].replace("not agent-gate resume", "")
+    assert "agent-gate resume t1 --tools" in said[1]

@@ -125,6 +125,7 @@ def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) ->
             return False
         rec = await anyio.to_thread.run_sync(gate.ledger.get, task, outcome.call_id)
         shown = rec.arguments if rec is not None else None  # stored form: redacted
+        seen = rec.args_hash if rec is not None else None  # the answer is to these
         try:
             answer = await ctx.session.elicit_form(
                 f"agent-gate: call {outcome.call_id} of {outcome.tool!r} with arguments "
@@ -138,12 +139,12 @@ def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) ->
             return False
         if answer.action == "accept" and (answer.content or {}).get("approve") is True:
             await anyio.to_thread.run_sync(lambda: gate.approve(
-                outcome.call_id, by=who, task_id=task,
+                outcome.call_id, by=who, task_id=task, args_hash=seen,
                 reason="approved by the user, asked through the MCP client",
             ))
         else:
             await anyio.to_thread.run_sync(lambda: gate.deny(
-                outcome.call_id, by=who, task_id=task,
+                outcome.call_id, by=who, task_id=task, args_hash=seen,
                 reason="declined by the user, asked through the MCP client",
             ))
         return True
