@@ -19,7 +19,9 @@ client that loses its connection resumes the response with ``Last-Event-ID``.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import threading
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import mcp.types as mt
 from anyio.abc import TaskStatus
@@ -304,12 +308,13 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_follow, calls, changed, clients)
             if config.listen is None:
-                async with stdio_server() as (read, write):
+                async with stdio_server(stdin=_StdinLines()) as (read, write):  # type: ignore[arg-type]
                     tg.start_soon(_keep, link, calls, startup, config)
                     options = server.create_initialization_options(
                         NotificationOptions(tools_changed=True)
                     )
                     await server.run(read, write, options)
+                await startup.done.wait()  # the client left first: still say what failed
             else:
                 await tg.start(_keep, link, calls, startup, config)
                 await _serve_http(server, config.listen)
@@ -320,6 +325,31 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
         del group
     if startup.fatal is not None:
         raise startup.fatal
+
+
+class _StdinLines:
+    """The client's lines, read by a daemon thread: the SDK's own reader blocks in a
+    worker thread no cancellation stops, so a client that keeps stdin open would keep
+    a proxy that must stop (its upstream cannot be served) from exiting."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = anyio.create_memory_object_stream[str](16)
+        token = anyio.lowlevel.current_token()
+
+        def pump() -> None:
+            fd, pending = os.dup(0), b""  # raw reads: no buffer lock held at shutdown
+            with contextlib.suppress(Exception):  # the loop is gone: the proxy is stopping
+                while chunk := os.read(fd, 65536):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        text = line.decode("utf-8", errors="replace") + "\n"
+                        anyio.from_thread.run(self.send.send, text, token=token)
+                anyio.from_thread.run_sync(self.send.close, token=token)
+
+        threading.Thread(target=pump, name="agent-gate-mcp-stdin", daemon=True).start()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self.receive.__aiter__()
 
 
 async def _keep(
