@@ -191,7 +191,7 @@ def test_an_upstream_killed_at_each_step_never_writes_twice_and_the_proxy_serves
             refused = await client.call_tool("append_note", {"text": "c"}, meta={CALL_ID: "c"})
             assert meta(refused).get("agent-gate/state") == "in_doubt" or meta(refused).get(
                 UNAVAILABLE)
-            resolved = await setup.acli("resolve", "c", "--task", TASK, "--as", "not_applied",
+            resolved = await setup.acli("resolve", "c", "--task", TASK, "--as", "not-applied",
                                         "--by", "ana")
             assert resolved.returncode == 0, resolved.stderr
             assert "not run" not in text(await served(client, "append_note", {"text": "c"}, "c"))
@@ -201,7 +201,8 @@ def test_an_upstream_killed_at_each_step_never_writes_twice_and_the_proxy_serves
             d = await cut_off(client, up, "wrote", "d")
             assert d.is_error and "may or may not have run" in text(d), text(d)
             assert setup.state(TASK, "d") == "in_doubt" and setup.lines().count("note:d") == 1
-            said = json.dumps({"content": [{"type": "text", "text": "appended (resolved)"}]})
+            said = json.dumps({"content": [{"type": "text", "text": "appended (resolved)"}],
+                               "structuredContent": {"result": "appended (resolved)"}})
             resolved = await setup.acli("resolve", "d", "--task", TASK, "--as", "succeeded",
                                         "--result", said, "--by", "ana")
             assert resolved.returncode == 0, resolved.stderr
@@ -226,6 +227,7 @@ def test_a_write_refused_while_the_upstream_is_down_runs_after_a_proxy_restart(
 
     async def main() -> None:
         async with setup.proxy("--task", TASK) as client:
+            assert (await client.list_tools()).tools  # served: now the upstream dies
             await anyio.to_thread.run_sync(up.kill)
             down = await client.call_tool("append_note", {"text": "z"})
             read = await client.call_tool("count_lines", {})
@@ -240,16 +242,15 @@ def test_a_write_refused_while_the_upstream_is_down_runs_after_a_proxy_restart(
     anyio.run(main)
 
 
-def _raw_proxy(setup: Setup, *args: str) -> tuple[list[dict[str, Any]], str, int]:
-    """The proxy run by a client that sends initialize and tools/list: what it answered,
-    its stderr, its exit status."""
+def _started(setup: Setup, *args: str) -> subprocess.Popen[str]:
+    """The proxy with a client that sent initialize and tools/list (not yet read)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent_gate", "mcp", "proxy", "--policy", str(setup.policy),
          "--db", setup.db, "--upstream-timeout", "20s", *args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=setup.env, cwd=str(ROOT),
     )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    assert proc.stdin is not None
     for message in (
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-11-25", "capabilities": {},
@@ -259,11 +260,26 @@ def _raw_proxy(setup: Setup, *args: str) -> tuple[list[dict[str, Any]], str, int
     ):
         proc.stdin.write(json.dumps(message) + "\n")
     proc.stdin.flush()
+    return proc
+
+
+def _answer(proc: subprocess.Popen[str], request_id: int) -> list[dict[str, Any]]:
+    """What the proxy wrote up to its answer to ``request_id`` (or its exit)."""
+    assert proc.stdout is not None
     answers: list[dict[str, Any]] = []
     for line in proc.stdout:  # ends when the proxy exits
         answers.append(json.loads(line))
-        if answers[-1].get("id") == 2:
+        if answers[-1].get("id") == request_id:
             break
+    return answers
+
+
+def _raw_proxy(setup: Setup, *args: str) -> tuple[list[dict[str, Any]], str, int]:
+    """The proxy run by a client that sends initialize and tools/list: what it answered,
+    its stderr, its exit status."""
+    proc = _started(setup, *args)
+    assert proc.stdin is not None and proc.stderr is not None
+    answers = _answer(proc, 2)
     proc.stdin.close()
     status = proc.wait(timeout=120)
     return answers, proc.stderr.read(), status
@@ -273,7 +289,7 @@ def _raw_proxy(setup: Setup, *args: str) -> tuple[list[dict[str, Any]], str, int
     (["--", "agent-gate-no-such-command"], "cannot start the upstream"),
     (["--", sys.executable, "-c", "raise SystemExit(3)"], "closed the connection"),
     (["--", sys.executable, "-c", "print('hello, I am not MCP')"], "closed the connection"),
-    (["--upstream-url", "http://127.0.0.1:9/mcp"], "agent-gate mcp proxy"),
+    (["--upstream-url", "http://127.0.0.1:9/mcp"], "cannot reach the upstream"),
 ], ids=["not-found", "exits-at-once", "not-mcp", "unreachable-url"])
 def test_a_bad_upstream_is_one_line_a_nonzero_exit_and_an_error_for_the_client(
     tmp_path: Path, upstream: list[str], said: str,
@@ -289,14 +305,12 @@ def test_a_bad_upstream_is_one_line_a_nonzero_exit_and_an_error_for_the_client(
 
 def test_without_restart_a_dead_upstream_stops_the_proxy_with_one_line(tmp_path: Path) -> None:
     setup = Setup(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, *setup.proxy_args("--no-upstream-restart")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=setup.env, cwd=str(ROOT),
-    )
+    proc = _started(setup, "--no-upstream-restart", "--", sys.executable, str(UPSTREAM))
     try:
+        listed = _answer(proc, 2)[-1]
+        assert listed["result"]["tools"], listed  # serving: now the upstream dies
         kill(Upstream(setup).pid())
-        status = proc.wait(timeout=120)
+        status = proc.wait(timeout=120)  # the client still holds stdin open
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -122,16 +122,19 @@ class Link:
                     delays = self.backoff.delays()
                     await self._lost.wait()
                 why = f"the upstream {self.name} went away"
-            except UpstreamUnavailable as exc:
-                if not started:
-                    raise
-                why = str(exc)
             except Exception as exc:  # the transport failed under the session
-                if not started:
+                said = _said(exc)
+                if said is not None and not started:
+                    raise said from None
+                if said is not None:
+                    why = str(said)
+                elif not started:
                     raise UpstreamUnavailable(
-                        f"the upstream {self.name} failed while starting ({_leaf(exc)})"
+                        f"cannot reach the upstream {self.url} ({_leaf(exc)})" if self.url
+                        else f"the upstream {self.name} failed while starting ({_leaf(exc)})"
                     ) from None
-                why = f"the upstream {self.name} went away ({_leaf(exc)})"
+                else:
+                    why = f"the upstream {self.name} went away ({_leaf(exc)})"
             self.why_down = why
             if not self.restart:
                 raise UpstreamUnavailable(f"{why}; not restarted (--no-upstream-restart)")
@@ -187,6 +190,17 @@ class Link:
         return await stack.enter_async_context(
             ClientSession(read, write, message_handler=self.on_message)
         )
+
+
+def _said(exc: BaseException) -> UpstreamUnavailable | None:
+    """Our own one-line error, also from inside the exception groups task groups raise."""
+    if isinstance(exc, UpstreamUnavailable):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _said(inner)) is not None:
+                return found
+    return None
 
 
 def _leaf(exc: BaseException) -> str:
