@@ -60,7 +60,6 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── OperatorRefused             outside an operator's rights; a name taken [serve]
     ├── UpstreamUnavailable         the MCP proxy's upstream is down: retry  [integrations.mcp]
     └── OutcomeUnknown              raised BY a tool: it cannot tell if it wrote
-        └── NotDelivered            its request never reached the upstream  [integrations.mcp]
 
 ``tests/test_public_api.py`` holds this drawing to the classes defined here.
 
@@ -672,29 +671,12 @@ class SealKeyUnsafe(SealKeyMissing):
 
 
 class OutcomeUnknown(AgentGateError):
-    """Raise from a tool when it cannot tell whether its write happened.
-
-    A timeout after the request was sent is the typical case: the gate records the
-    call ``in_doubt`` instead of ``failed``, so nothing retries it blindly.
-    """
-
-
-class NotDelivered(OutcomeUnknown):
-    """The request of a claimed call never reached the MCP proxy's upstream.
-
-    A tool cannot leave ``executing`` but through the state table's arrows, so a
-    call whose request was never sent is LOST like any other (``OutcomeUnknown``:
-    the one way a tool says "not a sure failure"), and the proxy then settles it
-    ``not_applied`` (RETRY: runnable again) with ``Gate.resolve``. Should the proxy
-    die between the two, the call waits in doubt for an operator: never re-run
-    blindly, never recorded as failed.
-    """
+    """Raise from a tool when it cannot tell whether its write happened (a timeout after
+    the request was sent): the call is ``in_doubt``, not ``failed``, never retried blindly."""
 
 
 class UpstreamUnavailable(AgentGateError):
-    """The MCP proxy cannot reach its upstream server now (not started, exited,
-    unreachable, being restarted). Nothing was sent and nothing recorded: the same
-    call sent later runs once the upstream is back."""
+    """The MCP proxy's upstream is down now: nothing was sent or recorded; retry later."""
 
 
 class GateUsageError(AgentGateError):

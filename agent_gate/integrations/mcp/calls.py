@@ -31,18 +31,18 @@ import anyio.to_thread
 import mcp.types as mt
 from mcp import ClientSession
 
-from agent_gate.errors import (
-    NotAwaitingApproval,
-    NotDelivered,
-    NotInDoubt,
-    UpstreamUnavailable,
-)
+from agent_gate.errors import NotAwaitingApproval, NotInDoubt, UpstreamUnavailable
 from agent_gate.gate import Gate, Outcome
 from agent_gate.gate.waiting import POLL_MAX, POLL_MIN
 from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
 from agent_gate.integrations.mcp.link import Fixed, Link
 from agent_gate.integrations.mcp.results import result_of, unavailable
-from agent_gate.integrations.mcp.upstream import Registered, list_all, register_tools
+from agent_gate.integrations.mcp.upstream import (
+    Registered,
+    list_all,
+    register_tools,
+    undelivered,
+)
 from agent_gate.ledger.states import TERMINAL, CallState
 from agent_gate.policy import Principal
 
@@ -167,7 +167,7 @@ class GatedCalls:
                 tg.cancel_scope.cancel()
             if failed is not None:
                 raise failed
-        if outcome.state is CallState.IN_DOUBT and isinstance(outcome.exception, NotDelivered):
+        if outcome.state is CallState.IN_DOUBT and undelivered(outcome.exception):
             return await self._undelivered(task_id, outcome)
         rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, _held_by(outcome))
         return result_of(outcome, rec.rule_ids if rec is not None else ())

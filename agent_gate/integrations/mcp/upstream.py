@@ -23,9 +23,10 @@ ran. So each call's request is followed on the wire (``wire.Sent``), and:
 
 - a request that never left (the upstream was down, the write to it failed, an
   HTTP connection could not be opened, the server no longer knew the session)
-  raises ``NotDelivered``: the call goes ``in_doubt`` like any call whose outcome
-  a tool cannot report, and the proxy settles it ``not_applied`` at once, which
-  makes it runnable again (``calls``);
+  raises ``OutcomeUnknown`` caused by ``UpstreamUnavailable`` (``undelivered``):
+  the call goes ``in_doubt`` like any call whose outcome a tool cannot report (the
+  one way out of ``executing``), and the proxy settles it ``not_applied`` at once,
+  which makes it runnable again (``calls``);
 - a request that was sent and then lost its connection, or timed out, or whose
   HTTP answer broke off, raises ``OutcomeUnknown``: ``in_doubt``, settled by
   ``agent-gate resolve``, never re-run blindly;
@@ -45,14 +46,19 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT
 
-from agent_gate.errors import NotDelivered, OutcomeUnknown, ToolDefinitionError, error_code
+from agent_gate.errors import (
+    OutcomeUnknown,
+    ToolDefinitionError,
+    UpstreamUnavailable,
+    error_code,
+)
 from agent_gate.gate import Gate, current_call
 from agent_gate.integrations.mcp.link import Fixed, Link
 from agent_gate.integrations.mcp.wire import Sent
 from agent_gate.tools import CallInfo, Effect, Idempotency
 
-__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "register_tools",
-           "reported_result"]
+__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "not_delivered",
+           "register_tools", "reported_result", "undelivered"]
 
 IDEMPOTENCY_KEY_META = "agent-gate/idempotency-key"
 """The ``_meta`` key under which each upstream call carries the gate's stable
@@ -102,7 +108,8 @@ def _dispatcher(link: Link | Fixed) -> Callable[[str, dict[str, Any]], Any]:
         info = current_call()
         session, wire = link.session, link.wire
         if session is None:
-            raise NotDelivered(f"call {info.call_id!r} was not sent: {_down(link)}")
+            gone = not_delivered(f"call {info.call_id!r} was not sent: {_down(link)}")
+            raise gone from gone.__cause__
         meta: dict[str, Any] = {
             IDEMPOTENCY_KEY_META: info.idempotency_key,
             CALL_ID_FORWARD_META: info.call_id,
@@ -113,7 +120,10 @@ def _dispatcher(link: Link | Fixed) -> Callable[[str, dict[str, Any]], Any]:
             result = await session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
         except Exception as exc:
             sent = wire.take(info.idempotency_key) if wire is not None else Sent.SENT
-            raise _judged(exc, sent, info, link) from exc
+            judged = _judged(exc, sent, info, link)
+            if judged is exc:
+                raise
+            raise judged from (judged.__cause__ if undelivered(judged) else exc)
         if wire is not None:
             wire.take(info.idempotency_key)
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -133,7 +143,7 @@ def _judged(exc: Exception, sent: Sent, info: CallInfo, link: Link | Fixed) -> E
     not delivered, in doubt, or (an error the upstream sent) failed."""
     if sent in (Sent.NOT_SENT, Sent.TURNED_AWAY):
         link.lost()
-        return NotDelivered(
+        return not_delivered(
             f"call {info.call_id!r} never reached the upstream ({error_code(exc)}); "
             "it did not run"
         )
@@ -144,6 +154,19 @@ def _judged(exc: Exception, sent: Sent, info: CallInfo, link: Link | Fixed) -> E
         f"the connection to the upstream broke during call {info.call_id!r} "
         f"({_what(exc)}); it may or may not have run"
     )
+
+
+def not_delivered(text: str) -> OutcomeUnknown:
+    """``OutcomeUnknown`` for a call whose request never left: the gate records it in
+    doubt (a claimed call's only way out short of an answer), its cause says why."""
+    exc = OutcomeUnknown(text)
+    exc.__cause__ = UpstreamUnavailable(text)
+    return exc
+
+
+def undelivered(exc: BaseException | None) -> bool:
+    """The call raised ``exc`` because its request never reached the upstream."""
+    return isinstance(exc, OutcomeUnknown) and isinstance(exc.__cause__, UpstreamUnavailable)
 
 
 def _what(exc: Exception) -> str:
