@@ -147,34 +147,38 @@ class Link:
         """One session, initialized and announced (``on_up``); ``session`` while it lives."""
         self._lost = anyio.Event()
         self.wire = Wire()
+        failed: UpstreamUnavailable | None = None
         async with AsyncExitStack() as stack:
             try:
                 session = await self._open(stack)
                 with anyio.fail_after(self.start_timeout):  # around no context entered
                     await session.initialize()
             except TimeoutError:
-                raise UpstreamUnavailable(
+                failed = UpstreamUnavailable(
                     f"the upstream {self.name} did not answer initialize within "
                     f"{self.start_timeout:g}s"
-                ) from None
+                )
             except OSError as exc:
-                raise UpstreamUnavailable(
+                failed = UpstreamUnavailable(
                     f"cannot start the upstream {self.command[0]!r}: "
                     f"{exc.strerror or error_code(exc)}"
-                ) from None
+                )
             except Exception as exc:
-                raise UpstreamUnavailable(
+                failed = UpstreamUnavailable(
                     f"the upstream {self.name} closed the connection before it answered "
                     f"initialize ({_leaf(exc)})"
-                ) from None
-            self.session = session
-            try:
-                if self.on_up is not None:
-                    await self.on_up()
-                yield session
-            finally:
-                self.session = None
-                self.why_down = f"the upstream {self.name} went away"
+                )
+            if failed is None:
+                self.session = session
+                try:
+                    if self.on_up is not None:
+                        await self.on_up()
+                    yield session
+                finally:
+                    self.session = None
+                    self.why_down = f"the upstream {self.name} went away"
+        if failed is not None:  # raised once the transport is closed: as itself, no group
+            raise failed
 
     async def _open(self, stack: AsyncExitStack) -> ClientSession:
         assert self.wire is not None
