@@ -35,6 +35,8 @@ TASK = "red"
 CALL_ID = "agent-gate/call-id"
 UNAVAILABLE = "agent-gate/upstream-unavailable"
 BACKOFF = ("--upstream-backoff", "0.1s,0.5s")
+LIMIT = 300.0
+"""Seconds a whole test may take: a proxy that hangs fails it instead of the run."""
 
 
 def text(result: Any) -> str:
@@ -159,30 +161,11 @@ def test_an_upstream_killed_at_each_step_never_writes_twice_and_the_proxy_serves
     setup = Setup(tmp_path)
 
     async def main(up: Upstream) -> None:
+        with anyio.fail_after(LIMIT):
+            await steps(up)
+
+    async def steps(up: Upstream) -> None:
         async with setup.proxy("--task", TASK, *BACKOFF, upstream_url=up.url) as client:
-            # After it answered: the answer stands, and is given again from the ledger.
-            first = await client.call_tool("append_note", {"text": "a"}, meta={CALL_ID: "a"})
-            assert text(first) == "appended, 1 lines"
-            await anyio.to_thread.run_sync(up.killed_and_back)
-            again = await client.call_tool("append_note", {"text": "a"}, meta={CALL_ID: "a"})
-            assert text(again) == "appended, 1 lines" and meta(again)["agent-gate/replayed"]
-
-            # Before the request is sent (it just died): not recorded, or runnable; a read
-            # is never recorded failed; once it is back, each runs once.
-            await served(client, "count_lines", {}, "warm")
-            await anyio.to_thread.run_sync(up.kill)
-            b = await client.call_tool("append_note", {"text": "b"}, meta={CALL_ID: "b"})
-            read = await client.call_tool("count_lines", {}, meta={CALL_ID: "read"})
-            for result, call in ((b, "b"), (read, "read")):
-                if meta(result).get(UNAVAILABLE):
-                    assert setup.state(TASK, call) in (None, "authorized"), text(result)
-                else:
-                    assert setup.state(TASK, call) == "succeeded", text(result)
-            if up.port is not None:
-                await anyio.to_thread.run_sync(up.start)
-            assert not (await served(client, "append_note", {"text": "b"}, "b")).is_error
-            assert not (await served(client, "count_lines", {}, "read")).is_error
-
             # After it received the request, before the tool wrote: in doubt, not failed;
             # resolved not_applied, it runs once.
             c = await cut_off(client, up, "received", "c")
@@ -209,9 +192,32 @@ def test_an_upstream_killed_at_each_step_never_writes_twice_and_the_proxy_serves
             answer = await served(client, "append_note", {"text": "d"}, "d")
             assert text(answer) == "appended (resolved)" and not answer.is_error
 
+            # After it answered: the answer stands, and is given again from the ledger.
+            first = await client.call_tool("append_note", {"text": "a"}, meta={CALL_ID: "a"})
+            assert text(first) == "appended, 3 lines"
+            await anyio.to_thread.run_sync(up.killed_and_back)
+            again = await client.call_tool("append_note", {"text": "a"}, meta={CALL_ID: "a"})
+            assert text(again) == "appended, 3 lines" and meta(again)["agent-gate/replayed"]
+
+            # Before the request is sent (it just died): not recorded, or runnable; a read
+            # is never recorded failed; once it is back, each runs once.
+            await served(client, "count_lines", {}, "warm")
+            await anyio.to_thread.run_sync(up.kill)
+            b = await client.call_tool("append_note", {"text": "b"}, meta={CALL_ID: "b"})
+            read = await client.call_tool("count_lines", {}, meta={CALL_ID: "read"})
+            for result, call in ((b, "b"), (read, "read")):
+                if meta(result).get(UNAVAILABLE):
+                    assert setup.state(TASK, call) in (None, "authorized"), text(result)
+                else:
+                    assert setup.state(TASK, call) == "succeeded", text(result)
+            if up.port is not None:
+                await anyio.to_thread.run_sync(up.start)
+            assert not (await served(client, "append_note", {"text": "b"}, "b")).is_error
+            assert not (await served(client, "count_lines", {}, "read")).is_error
+
         for call in ("a", "b", "c", "d"):
             assert setup.state(TASK, call) == "succeeded"
-        assert setup.lines() == ["note:a", "note:b", "note:c", "note:d"]
+        assert setup.lines() == ["note:c", "note:d", "note:a", "note:b"]
 
     with upstream_for(setup, transport) as up:
         anyio.run(main, up)
@@ -226,6 +232,10 @@ def test_a_write_refused_while_the_upstream_is_down_runs_after_a_proxy_restart(
     up = Upstream(setup)
 
     async def main() -> None:
+        with anyio.fail_after(LIMIT):
+            await restarted()
+
+    async def restarted() -> None:
         async with setup.proxy("--task", TASK) as client:
             assert (await client.list_tools()).tools  # served: now the upstream dies
             await anyio.to_thread.run_sync(up.kill)
