@@ -112,6 +112,12 @@ async def enable_stamp(ctx: Context) -> str:
 
 if __name__ == "__main__":
     LOG.with_name(LOG.name + ".pid").write_text(str(os.getpid()), "utf-8")  # who to kill
+    if LOG.with_name(LOG.name + ".v2").exists():  # a new version, as a restart may bring
+        server.add_tool(stamp, annotations=ToolAnnotations(readOnlyHint=False,
+                                                           destructiveHint=False))
+        server.remove_tool("count_lines")
+        server.add_tool(count_lines_v2, name="count_lines",
+                        annotations=ToolAnnotations(readOnlyHint=True))
     if sys.argv[1:2] == ["--http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp.types as mt
 import pytest
 from mcp import ClientSession
 from mcp_harness import ROOT, UPSTREAM, Setup, _accepts
@@ -250,6 +251,41 @@ def test_a_write_refused_while_the_upstream_is_down_runs_after_a_proxy_restart(
         assert setup.lines() == ["note:z"]
 
     anyio.run(main)
+
+
+def test_after_a_restart_the_tools_are_read_again_under_the_schema_rules(
+    tmp_path: Path,
+) -> None:
+    """The restarted upstream is a new version: its new tool is offered (the client is told),
+    the changed schema is not taken."""
+    setup = Setup(tmp_path)
+    up = Upstream(setup)
+    told: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            told.append(message.method)
+
+    async def main() -> None:
+        with anyio.fail_after(LIMIT):
+            await upgraded()
+
+    async def upgraded() -> None:
+        async with setup.proxy("--task", TASK, *BACKOFF, message_handler=on_message) as client:
+            before = {t.name: t for t in (await client.list_tools()).tools}
+            assert "stamp" not in before
+            setup.log.with_name(setup.log.name + ".v2").touch()
+            await anyio.to_thread.run_sync(up.kill)
+            await anyio.to_thread.run_sync(
+                lambda: wait_until(lambda: told, what="tools/list_changed after the restart"))
+            after = {t.name: t for t in (await client.list_tools()).tools}
+            assert after["count_lines"].input_schema == before["count_lines"].input_schema
+            assert "stamp" in after
+            stamped = await served(client, "stamp", {"text": "v2"}, "s")
+            assert text(stamped) == "stamped, 1 lines"
+
+    anyio.run(main)
+    assert setup.lines() == ["stamp:v2"]
 
 
 def _started(setup: Setup, *args: str) -> subprocess.Popen[str]:

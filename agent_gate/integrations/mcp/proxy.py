@@ -204,7 +204,7 @@ def proxy_server(
     startup: Startup | None = None,
 ) -> Server[Any]:
     """The MCP server the proxy's client talks to; ``calls`` reaches the upstream.
-    ``clients`` collects the sessions of the clients that made a request; requests
+    ``clients`` collects the connections of the clients that made a request; requests
     wait for ``startup`` (when given) and fail with it."""
     own_task = f"mcp-{uuid.uuid4().hex}"
     seen: weakref.WeakSet[Any] = clients if clients is not None else weakref.WeakSet()
@@ -215,7 +215,7 @@ def proxy_server(
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
     ) -> mt.ListToolsResult:
-        seen.add(ctx.session)
+        seen.add(_connection_of(ctx))
         startup.in_flight += 1
         try:
             await startup.check()
@@ -234,7 +234,7 @@ def proxy_server(
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: mt.CallToolRequestParams
     ) -> mt.CallToolResult:
-        seen.add(ctx.session)
+        seen.add(_connection_of(ctx))
         task = _task_of(ctx, config, own_task)
 
         async def progress(done: float, total: float | None, message: str) -> None:
@@ -295,9 +295,7 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
         if ups > 1:
             _say(calls, before)
             print(f"agent-gate mcp proxy: the upstream {link.name} is back", file=sys.stderr)
-            for session in list(clients):
-                with contextlib.suppress(Exception):  # a client gone away
-                    await session.send_tool_list_changed()
+            await _tell_tools_changed(clients)
 
     link = link_of(config, on_message, on_up)
     calls = GatedCalls(gate, link, approval_wait=config.approval_wait,
@@ -406,9 +404,24 @@ async def _follow(
                   file=sys.stderr)
             continue
         _say(calls, before)
-        for session in list(clients):
-            with contextlib.suppress(Exception):  # a client gone away
-                await session.send_tool_list_changed()
+        await _tell_tools_changed(clients)
+
+
+def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The client's connection: ``ctx.session`` is made per request and gone (from a weak
+    set) once it is answered, and the SDK's request context does not expose the
+    connection, so it is taken from the session (``_connection``), else the session."""
+    return getattr(ctx.session, "_connection", ctx.session)
+
+
+async def _tell_tools_changed(clients: weakref.WeakSet[Any]) -> None:
+    """``notifications/tools/list_changed`` to each client connection."""
+    for client in list(clients):
+        with contextlib.suppress(Exception):  # a client gone away
+            if hasattr(client, "outbound"):
+                await client.outbound.notify("notifications/tools/list_changed", None)
+            else:
+                await client.send_tool_list_changed()
 
 
 def dedupe_problems(calls: GatedCalls) -> list[str]:
