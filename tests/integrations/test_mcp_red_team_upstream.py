@@ -194,7 +194,7 @@ def test_an_upstream_killed_at_each_step_never_writes_twice_and_the_proxy_serves
             assert text(answer) == "appended (resolved)" and not answer.is_error
 
             # After it answered: the answer stands, and is given again from the ledger.
-            first = await client.call_tool("append_note", {"text": "a"}, meta={CALL_ID: "a"})
+            first = await served(client, "append_note", {"text": "a"}, "a")
             assert text(first) == "appended, 3 lines"
             await anyio.to_thread.run_sync(up.killed_and_back)
             again = await client.call_tool("append_note", {"text": "a"}, meta={CALL_ID: "a"})
