@@ -60,6 +60,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── ApprovalRefused             this approver, or the policy, may not approve it
     ├── NotInDoubt                  resolve() of a call that is not in doubt
     ├── OperatorRefused             outside an operator's rights; a name taken [serve]
+    ├── UpstreamUnavailable         the MCP proxy's upstream is down: retry  [integrations.mcp]
     └── OutcomeUnknown              raised BY a tool: it cannot tell if it wrote
 
 ``tests/test_public_api.py`` holds this drawing to the classes defined here.
@@ -671,11 +672,12 @@ class SealKeyUnsafe(SealKeyMissing):
 
 
 class OutcomeUnknown(AgentGateError):
-    """Raise from a tool when it cannot tell whether its write happened.
+    """Raise from a tool when it cannot tell whether its write happened (a timeout after
+    the request was sent): the call is ``in_doubt``, not ``failed``, never retried blindly."""
 
-    A timeout after the request was sent is the typical case: the gate records the
-    call ``in_doubt`` instead of ``failed``, so nothing retries it blindly.
-    """
+
+class UpstreamUnavailable(AgentGateError):
+    """The MCP proxy's upstream is down now: nothing was sent or recorded; retry later."""
 
 
 class GateUsageError(AgentGateError):

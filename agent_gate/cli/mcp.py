@@ -20,6 +20,9 @@ Examples:
 A client names a call itself with "_meta": {"agent-gate/call-id": "..."} on tools/call;
 otherwise a write with the same tool and arguments runs at most once per task, or,
 with --dedupe TOOL=FIELD,..., a write with the same values of those fields.
+An upstream that goes away is started (or, with --upstream-url, reached) again
+after a backoff; meanwhile calls get an "upstream unavailable, retry" result and
+are not recorded. A call cut off mid-way is in doubt: agent-gate resolve.
 """
 
 
@@ -48,20 +51,38 @@ def mcp_group() -> None:
 @click.option("--dedupe", "dedupe", multiple=True, metavar="TOOL=FIELD[,FIELD...]",
               help="Calls of TOOL with the same values of these arguments are one call in "
                    "the task: run at most once (repeatable).")
+@click.option("--upstream-restart/--no-upstream-restart", "restart", default=True,
+              show_default=True,
+              help="Start (or reach) the upstream again after it goes away, with a backoff; "
+                   "with --no-upstream-restart the proxy stops with an error instead.")
+@click.option("--upstream-backoff", "backoff", default="0.1s,5s", show_default=True,
+              metavar="FIRST,MAX", help="Wait FIRST before the first restart, doubling up to "
+              "MAX between failed ones (each shortened by up to a quarter at random).")
+@click.option("--upstream-timeout", "start_timeout", default="30s", show_default=True,
+              help="How long the upstream has to start and answer initialize.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def proxy_command(
     policy_file: str, url: str | None, task_id: str | None, principal_id: str | None,
     roles: tuple[str, ...], approval_wait: str, upstream_url: str | None, listen: str | None,
-    dedupe: tuple[str, ...], command: tuple[str, ...],
+    dedupe: tuple[str, ...], restart: bool, backoff: str, start_timeout: str,
+    command: tuple[str, ...],
 ) -> None:
     """Serve the MCP server COMMAND (after --) with every tool call gated."""
     if bool(command) == bool(upstream_url):
         raise click.UsageError("give the upstream server as -- COMMAND [ARGS...] or "
                                "--upstream-url URL (one of them)")
     wait = parse_duration(approval_wait, param_hint="--approval-wait")
+    first, _, most = backoff.partition(",")
+    delays = (parse_duration(first, param_hint="--upstream-backoff"),
+              parse_duration(most or first, param_hint="--upstream-backoff"))
+    timeout = parse_duration(start_timeout, param_hint="--upstream-timeout")
+    if None in delays or delays[0] > delays[1]:  # type: ignore[operator]
+        raise click.BadParameter(f"{backoff!r} is not FIRST,MAX with FIRST <= MAX",
+                                 param_hint="--upstream-backoff")
     try:
         import anyio
 
+        from agent_gate.integrations.mcp.link import Backoff
         from agent_gate.integrations.mcp.proxy import (
             ProxyConfig,
             parse_dedupe,
@@ -81,6 +102,8 @@ def proxy_command(
         upstream_command=command, upstream_url=upstream_url, task=task_id,
         principal=principal_of(principal_id, roles),
         approval_wait=wait if wait is not None else float("inf"), listen=address, dedupe=keys,
+        restart=restart, backoff=Backoff(first=delays[0] or 0.1, most=delays[1] or 5.0),
+        start_timeout=timeout if timeout is not None else float("inf"),
     )
     from agent_gate.gate import Gate
     from agent_gate.ledger.dialect import resolve_url

@@ -57,9 +57,13 @@ class Setup:
     def upstream(self) -> StdioServerParameters:
         return StdioServerParameters(command=sys.executable, args=[str(UPSTREAM)], env=self.env)
 
-    def proxy_args(self, *options: str) -> list[str]:
+    def proxy_args(self, *options: str, upstream_url: str | None = None) -> list[str]:
+        """The proxy's command line, in front of ``mcp_upstream.py`` (over stdio, or at
+        ``upstream_url`` when given)."""
+        upstream = (["--upstream-url", upstream_url] if upstream_url is not None
+                    else ["--", sys.executable, str(UPSTREAM)])
         return ["-m", "agent_gate", "mcp", "proxy", "--policy", str(self.policy), "--db", self.db,
-                *options, "--", sys.executable, str(UPSTREAM)]
+                *options, *upstream]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``agent-gate ARGS --db DB`` as an operator runs it, in its own process."""
@@ -79,11 +83,12 @@ class Setup:
     @asynccontextmanager
     async def proxy(
         self, *options: str, elicitation: ElicitationFnT | None = None,
-        message_handler: MessageHandlerFnT | None = None,
+        message_handler: MessageHandlerFnT | None = None, upstream_url: str | None = None,
     ) -> AsyncIterator[ClientSession]:
         """A client session with a freshly started proxy process; it stops on exit."""
         params = StdioServerParameters(
-            command=sys.executable, args=self.proxy_args(*options), env=self.env, cwd=str(ROOT)
+            command=sys.executable, args=self.proxy_args(*options, upstream_url=upstream_url),
+            env=self.env, cwd=str(ROOT),
         )
         async with (
             stdio_client(params) as (read, write),

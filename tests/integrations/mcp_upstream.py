@@ -3,11 +3,19 @@
 Every tool that changes something appends one line to the file named by
 ``$MCP_UPSTREAM_LOG``, so a test counts side effects outside the ledger: a line
 there is a run of the tool, whatever any database says.
+
+A test that kills the server mid-call writes a stage to ``$MCP_UPSTREAM_LOG.stall``
+(``received``: before ``append_note`` writes; ``wrote``: after it wrote, before it
+answers): the next ``append_note`` takes the file away, writes its pid to
+``.stalled`` and waits there (bounded) to be killed. ``python mcp_upstream.py
+--http PORT`` serves Streamable HTTP on loopback instead of stdio.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -24,10 +32,28 @@ def _append(line: str) -> int:
     return len(LOG.read_text(encoding="utf-8").splitlines())
 
 
+def _stall(stage: str) -> None:
+    """Wait to be killed here, once, if the test asked for this stage."""
+    asked = LOG.with_name(LOG.name + ".stall")
+    try:
+        if asked.read_text("utf-8").strip() != stage:
+            return
+        asked.unlink()
+    except FileNotFoundError:
+        return
+    LOG.with_name(LOG.name + ".stalled").write_text(f"{stage} {os.getpid()}", "utf-8")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # bounded: a test that forgot to kill still ends
+        time.sleep(0.05)
+
+
 @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
 def append_note(text: str) -> str:
     """Append a note to the log (a write: a second run is a second line)."""
-    return f"appended, {_append('note:' + text)} lines"
+    _stall("received")
+    lines = _append("note:" + text)
+    _stall("wrote")
+    return f"appended, {lines} lines"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True))
@@ -85,4 +111,14 @@ async def enable_stamp(ctx: Context) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    LOG.with_name(LOG.name + ".pid").write_text(str(os.getpid()), "utf-8")  # who to kill
+    if LOG.with_name(LOG.name + ".v2").exists():  # a new version, as a restart may bring
+        server.add_tool(stamp, annotations=ToolAnnotations(readOnlyHint=False,
+                                                           destructiveHint=False))
+        server.remove_tool("count_lines")
+        server.add_tool(count_lines_v2, name="count_lines",
+                        annotations=ToolAnnotations(readOnlyHint=True))
+    if sys.argv[1:2] == ["--http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -3,6 +3,8 @@
 Needs the ``mcp`` extra (``pip install 'agent-gate[mcp]'``, the official SDK 2.x).
 
 - ``upstream``: an MCP server's tools registered in a gate, each dispatched to it;
+- ``wire``: the proxy's transports to its upstream, recording how far each request got;
+- ``link``: the proxy's connection to its upstream, made again with backoff when lost;
 - ``identity``: what "the same call" is for calls that arrive without an id;
 - ``results``: a gate's outcome as an MCP tool result;
 - ``calls``: one call through the gate, held while it waits; ``GatedSession``;

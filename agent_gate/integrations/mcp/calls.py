@@ -20,6 +20,7 @@ same backoff. Progress is reported about once a second meanwhile, by its own tas
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -30,14 +31,20 @@ import anyio.to_thread
 import mcp.types as mt
 from mcp import ClientSession
 
-from agent_gate.errors import NotAwaitingApproval
+from agent_gate.errors import NotAwaitingApproval, NotInDoubt, UpstreamUnavailable
 from agent_gate.gate import Gate, Outcome
 from agent_gate.gate.desk import MCP_PROVIDER
 from agent_gate.gate.waiting import POLL_MAX, POLL_MIN
 from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
-from agent_gate.integrations.mcp.results import result_of
-from agent_gate.integrations.mcp.upstream import Registered, list_all, register_tools
-from agent_gate.ledger.states import CallState
+from agent_gate.integrations.mcp.link import Fixed, Link
+from agent_gate.integrations.mcp.results import result_of, unavailable
+from agent_gate.integrations.mcp.upstream import (
+    Registered,
+    list_all,
+    register_tools,
+    undelivered,
+)
+from agent_gate.ledger.states import TERMINAL, CallState
 from agent_gate.policy import Principal
 
 __all__ = ["Asker", "GatedCalls", "GatedSession", "Progress"]
@@ -51,38 +58,57 @@ Asker = Callable[[Outcome], Awaitable[bool]]
 _WAITING = (CallState.AWAITING_APPROVAL, CallState.EXECUTING, CallState.AUTHORIZED,
             CallState.RECEIVED)
 
+_ANSWERABLE = (*TERMINAL, CallState.IN_DOUBT, CallState.AWAITING_APPROVAL)
+"""States of a call the gate answers without its upstream (its outcome, or what it
+waits for): while the upstream is down, only calls in these are sent to the gate."""
+
 
 class GatedCalls:
-    """Calls to one upstream session, each through ``gate`` (tools registered from it)."""
+    """Calls to one upstream session, each through ``gate`` (tools registered from it).
+
+    ``upstream`` is a session, or the proxy's ``Link`` (which may be down, and comes
+    back with a new session: the tools dispatch through it)."""
 
     def __init__(
         self,
         gate: Gate,
-        upstream: ClientSession,
+        upstream: ClientSession | Link,
         *,
         approval_wait: float = 0.0,
         principal: Principal | None = None,
         dedupe: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.gate = gate
-        self.upstream = upstream
+        self.link: Link | Fixed = upstream if isinstance(upstream, Link) else Fixed(upstream)
         self.approval_wait = approval_wait
         self.principal = principal
         self.dedupe = dict(dedupe or {})
         """Tool -> the argument names its calls are deduplicated by (``ToolSpec.dedupe``)."""
         self.ids = CallIds(gate)
         self.registered = Registered((), ())
+        self.listed: list[mt.Tool] | None = None
+        """The upstream's tools as last read (what a client is shown while it is down)."""
+
+    @property
+    def upstream(self) -> ClientSession | None:
+        """The session calls go to now (None while the proxy's upstream is down)."""
+        return self.link.session
 
     async def load_tools(self) -> list[mt.Tool]:
-        """The upstream's tools, registered in the gate's registry (new ones only)."""
-        tools = await list_all(self.upstream)
+        """The upstream's tools, registered in the gate's registry (new ones only).
+        ``UpstreamUnavailable`` while the upstream is down."""
+        session = self.link.session
+        if session is None:
+            raise UpstreamUnavailable(_why_down(self.link))
+        tools = await list_all(session)
         refused = {name for name, _ in self.registered.refused}
-        done = register_tools(self.gate, self.upstream,
+        done = register_tools(self.gate, self.link,
                               [t for t in tools if t.name not in refused], self.dedupe)
         self.registered = Registered(
             self.registered.added + done.added, self.registered.refused + done.refused,
             done.kept,
         )
+        self.listed = tools
         return tools
 
     def visible(self, tools: list[mt.Tool]) -> list[mt.Tool]:
@@ -110,13 +136,23 @@ class GatedCalls:
         wait: float | None = None,
     ) -> mt.CallToolResult:
         """Run one call through the gate and hold it up to ``wait`` seconds (default
-        ``approval_wait``) while it waits; the result as an MCP tool result."""
+        ``approval_wait``) while it waits; the result as an MCP tool result.
+
+        While the upstream is down the call is refused before it is recorded (a
+        result that says to retry); one whose request turned out not to leave is
+        settled ``not_applied`` (runnable again) and refused the same way."""
         if name not in self.gate.tools:
+            if self.link.session is None:
+                return unavailable(name, _why_down(self.link))
             await self.load_tools()  # a tool the upstream added since it was listed
         args = dict(arguments or {})
         call_id = asked_call_id(meta) or await anyio.to_thread.run_sync(
             self.ids.derive, task_id, name, args
         )
+        if self.link.session is None:  # down: only what the ledger holds is answered
+            rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, call_id)
+            if rec is None or rec.state not in _ANSWERABLE:
+                return unavailable(name, _why_down(self.link))
         # Its tasks are recorded as the proxy's: an operator is told the call runs here.
         call = {"call_id": call_id, "name": name, "arguments": args, "provider": MCP_PROVIDER}
         deadline = time.monotonic() + (self.approval_wait if wait is None else wait)
@@ -133,8 +169,22 @@ class GatedCalls:
                 tg.cancel_scope.cancel()
             if failed is not None:
                 raise failed
+        if outcome.state is CallState.IN_DOUBT and undelivered(outcome.exception):
+            return await self._undelivered(task_id, outcome)
         rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, _held_by(outcome))
         return result_of(outcome, rec.rule_ids if rec is not None else ())
+
+    async def _undelivered(self, task_id: str, outcome: Outcome) -> mt.CallToolResult:
+        """Make a call whose request never reached the upstream runnable again: it was
+        lost to ``in_doubt`` (the one way out of ``executing``); ``not_applied`` (RETRY)
+        is true of it, so it is settled so, by the proxy, on the record."""
+        call_id = _held_by(outcome)
+        with contextlib.suppress(NotInDoubt):  # settled meanwhile: their word stands
+            await anyio.to_thread.run_sync(lambda: self.gate.resolve(
+                call_id, as_="not_applied", task_id=task_id, by="agent-gate-mcp-proxy",
+                note="its request never reached the upstream",
+            ))
+        return unavailable(outcome.tool, str(outcome.exception), call_id)
 
     async def _hold(
         self, task_id: str, call: dict[str, Any], outcome: Outcome, deadline: float,
@@ -189,6 +239,10 @@ class GatedCalls:
             if await anyio.to_thread.run_sync(look) != seen:
                 return True
         return False
+
+
+def _why_down(link: Link | Fixed) -> str:
+    return link.why_down if isinstance(link, Link) else "the upstream session is closed"
 
 
 def _held_by(outcome: Outcome) -> str:

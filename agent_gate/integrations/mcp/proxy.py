@@ -21,35 +21,42 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import mcp.types as mt
+from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR
 
-from agent_gate.errors import AgentGateError, GateUsageError
+from agent_gate.errors import AgentGateError, GateUsageError, UpstreamUnavailable, error_code
 from agent_gate.gate import Gate, Outcome
 from agent_gate.integrations.mcp.calls import GatedCalls
 from agent_gate.integrations.mcp.events import MemoryEventStore
+from agent_gate.integrations.mcp.link import DEFAULT_START_TIMEOUT, Backoff, Link
+from agent_gate.integrations.mcp.results import unavailable
 from agent_gate.integrations.mcp.upstream import Registered
 from agent_gate.policy import Principal
 from agent_gate.tools import Effect
 
-__all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "connect_upstream", "dedupe_problems",
-           "parse_dedupe", "proxy_server", "serve"]
+__all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "Startup", "connect_upstream",
+           "dedupe_problems", "link_of", "parse_dedupe", "proxy_server", "serve"]
 
 DEFAULT_APPROVAL_WAIT = 300.0
 """Seconds a call that waits for approval holds its request open (``--approval-wait``)."""
@@ -73,6 +80,22 @@ class ProxyConfig:
     listen: tuple[str, int] | None = None
     dedupe: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Tool -> the argument names that make two of its calls the same (``--dedupe``)."""
+    restart: bool = True
+    """Start (or reconnect to) an upstream that went away, after ``backoff``; else stop
+    (``--upstream-restart / --no-upstream-restart``)."""
+    backoff: Backoff = field(default_factory=Backoff)
+    start_timeout: float = DEFAULT_START_TIMEOUT
+    """Seconds the upstream has to start and answer ``initialize``."""
+
+
+def link_of(
+    config: ProxyConfig, on_message: MessageHandlerFnT | None = None,
+    on_up: Callable[[], Awaitable[Any]] | None = None,
+) -> Link:
+    """The link to the upstream ``config`` names."""
+    return Link(config.upstream_command, config.upstream_url, restart=config.restart,
+                backoff=config.backoff, start_timeout=config.start_timeout,
+                on_message=on_message, on_up=on_up)
 
 
 @asynccontextmanager
@@ -80,24 +103,13 @@ async def connect_upstream(
     config: ProxyConfig, on_message: MessageHandlerFnT | None = None
 ) -> AsyncIterator[ClientSession]:
     """An initialized client session with the upstream server, closed on exit;
-    ``on_message`` receives the upstream's notifications.
+    ``on_message`` receives the upstream's notifications. ``UpstreamUnavailable``
+    (one line) when it cannot be started or reached.
 
     A command's environment is the proxy's own, so settings an MCP client gives the
     proxy (``env`` in its server list) reach the server behind it.
     """
-    async with AsyncExitStack() as stack:
-        if config.upstream_url is not None:
-            read, write = await stack.enter_async_context(
-                streamable_http_client(config.upstream_url)
-            )
-        else:
-            command, *args = config.upstream_command
-            params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
-            read, write = await stack.enter_async_context(stdio_client(params, sys.stderr))
-        session = await stack.enter_async_context(
-            ClientSession(read, write, message_handler=on_message)
-        )
-        await session.initialize()
+    async with link_of(config, on_message).connected() as session:
         yield session
 
 
@@ -152,38 +164,98 @@ def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) ->
     return ask
 
 
+class Startup:
+    """What every client request waits for: the first connection to the upstream.
+
+    When the upstream cannot be started (or is lost and not restarted) the proxy
+    stops, but not before the requests its client already sent are answered with a
+    JSON-RPC error that says why (``fatal``): a client is never left with nothing.
+    """
+
+    GRACE = 2.0
+    """Seconds a stopping stdio proxy waits for its client's first request to answer."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.fatal: AgentGateError | None = None
+        self.in_flight = 0
+        self.answered = 0
+
+    async def check(self) -> None:
+        """Wait for the first connection; a JSON-RPC error if the proxy cannot serve."""
+        await self.done.wait()
+        if self.fatal is not None:
+            self.answered += 1
+            raise MCPError(INTERNAL_ERROR, f"agent-gate mcp proxy: {self.fatal}")
+
+    def fail(self, exc: AgentGateError) -> None:
+        self.fatal = exc
+        self.done.set()
+
+    async def drain(self) -> None:
+        """Until the requests in flight are answered, and the client had a moment to ask."""
+        deadline = anyio.current_time() + self.GRACE
+        while self.in_flight or (not self.answered and anyio.current_time() < deadline):
+            await anyio.sleep(0.05)
+        await anyio.sleep(0.1)  # the last answer's write to the client
+
+
 def proxy_server(
-    calls: GatedCalls, config: ProxyConfig, clients: weakref.WeakSet[Any] | None = None
+    calls: GatedCalls, config: ProxyConfig, clients: weakref.WeakSet[Any] | None = None,
+    startup: Startup | None = None,
 ) -> Server[Any]:
     """The MCP server the proxy's client talks to; ``calls`` reaches the upstream.
-    ``clients`` collects the sessions of the clients that made a request."""
+    ``clients`` collects the connections of the clients that made a request; requests
+    wait for ``startup`` (when given) and fail with it."""
     own_task = f"mcp-{uuid.uuid4().hex}"
     seen: weakref.WeakSet[Any] = clients if clients is not None else weakref.WeakSet()
+    if startup is None:
+        startup = Startup()
+        startup.done.set()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
     ) -> mt.ListToolsResult:
-        seen.add(ctx.session)
-        return mt.ListToolsResult(tools=calls.visible(await calls.load_tools()))
+        seen.add(_connection_of(ctx))
+        startup.in_flight += 1
+        try:
+            await startup.check()
+            try:
+                tools = await calls.load_tools()
+            except (UpstreamUnavailable, MCPError, anyio.BrokenResourceError,
+                    anyio.ClosedResourceError) as exc:
+                if calls.listed is None:  # never listed: nothing to show
+                    raise MCPError(INTERNAL_ERROR, "agent-gate mcp proxy: upstream unavailable, "
+                                   f"retry ({_short(exc)})") from None
+                tools = calls.listed  # down: the tools as last listed; calls say to retry
+            return mt.ListToolsResult(tools=calls.visible(tools))
+        finally:
+            startup.in_flight -= 1
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: mt.CallToolRequestParams
     ) -> mt.CallToolResult:
-        seen.add(ctx.session)
+        seen.add(_connection_of(ctx))
         task = _task_of(ctx, config, own_task)
 
         async def progress(done: float, total: float | None, message: str) -> None:
             await ctx.session.report_progress(done, total, message)
 
+        startup.in_flight += 1
         try:
+            await startup.check()
             return await calls.call(
                 task, params.name, params.arguments, meta=params.meta,  # type: ignore[arg-type]
                 progress=progress, ask=_asker(ctx, calls, task),
             )
+        except UpstreamUnavailable as exc:  # went down while the call was being looked up
+            return unavailable(params.name, str(exc))
         except AgentGateError as exc:  # a bad _meta call id, a task bound elsewhere...
             return mt.CallToolResult(
                 content=[mt.TextContent(type="text", text=f"agent-gate: {exc}")], is_error=True
             )
+        finally:
+            startup.in_flight -= 1
 
     return Server(
         "agent-gate-proxy",
@@ -193,42 +265,117 @@ def proxy_server(
     )
 
 
+def _short(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, AgentGateError) else error_code(exc)
+
+
 async def serve(gate: Gate, config: ProxyConfig) -> None:
     """Run the proxy until its client goes away (stdio) or it is stopped (HTTP).
 
-    Raises ``GateUsageError`` (after closing the upstream) when ``config.dedupe``
-    names a tool the upstream does not offer, a field its schema does not declare,
-    or a tool that only reads."""
-    problems: list[str] = []
+    Raises ``UpstreamUnavailable`` (one line) when the upstream cannot be started
+    or reached, or is lost with ``config.restart`` off; ``GateUsageError`` when
+    ``config.dedupe`` names a tool the upstream does not offer, a field its schema
+    does not declare, or a tool that only reads. Served over stdio, the client's
+    requests are answered with that error first. Served over HTTP, the upstream is
+    reached before the proxy listens."""
     changes, changed = anyio.create_memory_object_stream[None](1)
+    clients: weakref.WeakSet[Any] = weakref.WeakSet()
+    ups = 0
 
     async def on_message(message: Any) -> None:
         if isinstance(message, mt.ToolListChangedNotification):
             with contextlib.suppress(anyio.WouldBlock):  # a re-read is due already
                 changes.send_nowait(None)
 
-    async with connect_upstream(config, on_message) as upstream:
-        calls = GatedCalls(gate, upstream, approval_wait=config.approval_wait,
-                           principal=config.principal, dedupe=config.dedupe)
+    async def on_up() -> None:
+        """A (new) session: its tools re-read; after a restart, the clients told."""
+        nonlocal ups
+        before = calls.registered
         await calls.load_tools()
-        problems = dedupe_problems(calls)
-        _say(calls, Registered((), tuple((n, "") for n in config.dedupe)))
-        if not problems:
-            clients: weakref.WeakSet[Any] = weakref.WeakSet()
-            server = proxy_server(calls, config, clients)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_follow, calls, changed, clients)
-                if config.listen is None:
-                    async with stdio_server() as (read, write):
-                        options = server.create_initialization_options(
-                            NotificationOptions(tools_changed=True)
-                        )
-                        await server.run(read, write, options)
-                else:
-                    await _serve_http(server, config.listen)
-                tg.cancel_scope.cancel()
-    if problems:
-        raise GateUsageError("--dedupe: " + "; ".join(problems))
+        ups += 1
+        if ups > 1:
+            _say(calls, before)
+            print(f"agent-gate mcp proxy: the upstream {link.name} is back", file=sys.stderr)
+            await _tell_tools_changed(clients)
+
+    link = link_of(config, on_message, on_up)
+    calls = GatedCalls(gate, link, approval_wait=config.approval_wait,
+                       principal=config.principal, dedupe=config.dedupe)
+    startup = Startup()
+    server = proxy_server(calls, config, clients, startup)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_follow, calls, changed, clients)
+            if config.listen is None:
+                async with stdio_server(stdin=_StdinLines()) as (read, write):  # type: ignore[arg-type]
+                    tg.start_soon(_keep, link, calls, startup, config)
+                    options = server.create_initialization_options(
+                        NotificationOptions(tools_changed=True)
+                    )
+                    await server.run(read, write, options)
+                await startup.done.wait()  # the client left first: still say what failed
+            else:
+                await tg.start(_keep, link, calls, startup, config)
+                await _serve_http(server, config.listen)
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # the one error that stopped the proxy, as itself
+        if startup.fatal is None:
+            raise
+        del group
+    if startup.fatal is not None:
+        raise startup.fatal
+
+
+class _StdinLines:
+    """The client's lines, read by a daemon thread: the SDK's own reader blocks in a
+    worker thread no cancellation stops, so a client that keeps stdin open would keep
+    a proxy that must stop (its upstream cannot be served) from exiting."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = anyio.create_memory_object_stream[str](16)
+        token = anyio.lowlevel.current_token()
+
+        def pump() -> None:
+            fd, pending = os.dup(0), b""  # raw reads: no buffer lock held at shutdown
+            with contextlib.suppress(Exception):  # the loop is gone: the proxy is stopping
+                while chunk := os.read(fd, 65536):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        text = line.decode("utf-8", errors="replace") + "\n"
+                        anyio.from_thread.run(self.send.send, text, token=token)
+                anyio.from_thread.run_sync(self.send.close, token=token)
+
+        threading.Thread(target=pump, name="agent-gate-mcp-stdin", daemon=True).start()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self.receive.__aiter__()
+
+
+async def _keep(
+    link: Link, calls: GatedCalls, startup: Startup, config: ProxyConfig,
+    *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Keep the link up; once first up, check ``--dedupe`` and let requests through.
+    A fatal error is kept in ``startup``, the client's requests answered with it,
+    then raised (it ends the proxy)."""
+
+    async def up(*, task_status: TaskStatus[None]) -> None:
+        await link.run(task_status=task_status)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(up)
+            problems = dedupe_problems(calls)
+            if problems:
+                raise GateUsageError("--dedupe: " + "; ".join(problems))
+            _say(calls, Registered((), tuple((n, "") for n in config.dedupe)))
+            startup.done.set()
+            task_status.started()
+    except* AgentGateError as group:
+        startup.fail(group.exceptions[0])  # type: ignore[arg-type]
+        if config.listen is None:
+            await startup.drain()
+        raise startup.fatal from None
 
 
 def _say(calls: GatedCalls, before: Registered) -> None:
@@ -253,14 +400,29 @@ async def _follow(
         before = calls.registered
         try:
             await calls.load_tools()
-        except Exception as exc:  # the upstream went away: its session ends the proxy
+        except Exception as exc:  # the upstream went away: the link makes it again
             print(f"agent-gate mcp proxy: could not re-read the upstream's tools ({exc})",
                   file=sys.stderr)
             continue
         _say(calls, before)
-        for session in list(clients):
-            with contextlib.suppress(Exception):  # a client gone away
-                await session.send_tool_list_changed()
+        await _tell_tools_changed(clients)
+
+
+def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The client's connection: ``ctx.session`` is made per request and gone (from a weak
+    set) once it is answered, and the SDK's request context does not expose the
+    connection, so it is taken from the session (``_connection``), else the session."""
+    return getattr(ctx.session, "_connection", ctx.session)
+
+
+async def _tell_tools_changed(clients: weakref.WeakSet[Any]) -> None:
+    """``notifications/tools/list_changed`` to each client connection."""
+    for client in list(clients):
+        with contextlib.suppress(Exception):  # a client gone away
+            if hasattr(client, "outbound"):
+                await client.outbound.notify("notifications/tools/list_changed", None)
+            else:
+                await client.send_tool_list_changed()
 
 
 def dedupe_problems(calls: GatedCalls) -> list[str]:

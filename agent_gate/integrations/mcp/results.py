@@ -4,10 +4,11 @@ A call that ran returns the upstream's own result, as it came back the first tim
 (from the ledger when the call is answered again). Every other outcome is a tool
 result with ``isError`` set and one sentence a model can act on: denied (with the
 rule ids and the policy's reason), waiting for approval (with the call id, the task
-and the command that approves it), in doubt, failed. A call whose tool reported an
-error (``isError``) is ``failed``: the request that ran it gets the upstream's
-result as it came; a repeat gets the error text the ledger kept. The same facts travel as
-``_meta`` under ``agent-gate/*`` keys for programs.
+and the command that approves it), in doubt, failed; and a call the proxy could not
+deliver because its upstream is down (``unavailable``: not run, retry later). A
+call whose tool reported an error (``isError``) is ``failed``: the request that ran
+it gets the upstream's result as it came; a repeat gets the error text the ledger
+kept. The same facts travel as ``_meta`` under ``agent-gate/*`` keys for programs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from agent_gate.gate import Outcome
 from agent_gate.integrations.mcp.upstream import reported_result
 from agent_gate.ledger.states import CallState
 
-__all__ = ["result_of"]
+__all__ = ["UNAVAILABLE_META", "result_of", "unavailable"]
+
+UNAVAILABLE_META = "agent-gate/upstream-unavailable"
+"""``_meta`` key, true on the result of a call refused because the upstream is down."""
 
 
 def _text(message: str, meta: dict[str, Any]) -> mt.CallToolResult:
@@ -111,3 +115,18 @@ def result_of(outcome: Outcome, rule_ids: tuple[str, ...] = ()) -> mt.CallToolRe
                 f"call {call} is {outcome.state.value} ({outcome.reason}); send it again later "
                 "to get its result", meta,
             )
+
+
+def unavailable(tool: str, why: str, call_id: str | None = None) -> mt.CallToolResult:
+    """A call not run because the upstream cannot be reached now (``why``): retryable.
+
+    Nothing of it is recorded as run or failed: a call refused before it was
+    recorded has no row, and one whose request never left is runnable again
+    (``call_id``), so the same call sent later runs once the upstream is back."""
+    meta: dict[str, Any] = {UNAVAILABLE_META: True, "agent-gate/retry": True}
+    if call_id is not None:
+        meta["agent-gate/call-id"] = call_id
+    return _text(
+        f"upstream unavailable, retry: {tool!r} was not run ({why}). Send the same call "
+        "again in a moment; it runs once the upstream is back.", meta,
+    )

@@ -16,9 +16,22 @@ text as the ledger keeps any tool's error (bounded, argument values and redacted
 fields scrubbed out: ``ledger.privacy``). The tool's own result travels on the
 exception (``ErrorData.data``) so the request that ran it returns it unchanged.
 
-A call whose transport broke after it was sent may or may not
-have run: it raises ``OutcomeUnknown``, so the ledger keeps it ``in_doubt`` and
-nothing retries it blindly.
+What the SDK reports as an ``MCPError`` is not always the upstream's answer: a
+connection that closed (``CONNECTION_CLOSED``) or a request that timed out
+(``REQUEST_TIMEOUT``) is the SDK's own, and says nothing of whether the tool
+ran. So each call's request is followed on the wire (``wire.Sent``), and:
+
+- a request that never left (the upstream was down, the write to it failed, an
+  HTTP connection could not be opened, the server no longer knew the session)
+  raises ``OutcomeUnknown`` caused by ``UpstreamUnavailable`` (``undelivered``):
+  the call goes ``in_doubt`` like any call whose outcome a tool cannot report (the
+  one way out of ``executing``), and the proxy settles it ``not_applied`` at once,
+  which makes it runnable again (``calls``);
+- a request that was sent and then lost its connection, or timed out, or whose
+  HTTP answer broke off, raises ``OutcomeUnknown``: ``in_doubt``, settled by
+  ``agent-gate resolve``, never re-run blindly;
+- a JSON-RPC error or an ``isError`` result the upstream sent is a sure answer:
+  ``failed``.
 """
 
 from __future__ import annotations
@@ -31,14 +44,21 @@ from typing import Any
 import mcp.types as mt
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR
+from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT
 
-from agent_gate.errors import OutcomeUnknown, ToolDefinitionError
+from agent_gate.errors import (
+    OutcomeUnknown,
+    ToolDefinitionError,
+    UpstreamUnavailable,
+    error_code,
+)
 from agent_gate.gate import Gate, current_call
-from agent_gate.tools import Effect, Idempotency
+from agent_gate.integrations.mcp.link import Fixed, Link
+from agent_gate.integrations.mcp.wire import Sent
+from agent_gate.tools import CallInfo, Effect, Idempotency
 
-__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "register_tools",
-           "reported_result"]
+__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "not_delivered",
+           "register_tools", "reported_result", "undelivered"]
 
 IDEMPOTENCY_KEY_META = "agent-gate/idempotency-key"
 """The ``_meta`` key under which each upstream call carries the gate's stable
@@ -83,28 +103,82 @@ async def list_all(session: ClientSession) -> list[mt.Tool]:
             return tools
 
 
-def _dispatcher(session: ClientSession) -> Callable[[str, dict[str, Any]], Any]:
+def _dispatcher(link: Link | Fixed) -> Callable[[str, dict[str, Any]], Any]:
     async def dispatch(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         info = current_call()
+        session, wire = link.session, link.wire
+        if session is None:
+            gone = not_delivered(f"call {info.call_id!r} was not sent: {_down(link)}")
+            raise gone from gone.__cause__
         meta: dict[str, Any] = {
             IDEMPOTENCY_KEY_META: info.idempotency_key,
             CALL_ID_FORWARD_META: info.call_id,
         }
+        if wire is not None:
+            wire.expect(info.idempotency_key)
         try:
             result = await session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
-        except MCPError:
-            raise  # the server answered with an error: it failed there, for sure
         except Exception as exc:
-            raise OutcomeUnknown(
-                f"the connection to the upstream broke during call {info.call_id!r} "
-                f"({type(exc).__name__}); it may or may not have run"
-            ) from exc
+            sent = wire.take(info.idempotency_key) if wire is not None else Sent.SENT
+            judged = _judged(exc, sent, info, link)
+            if judged is exc:
+                raise
+            raise judged from (judged.__cause__ if undelivered(judged) else exc)
+        if wire is not None:
+            wire.take(info.idempotency_key)
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         if result.is_error:
             raise MCPError(INTERNAL_ERROR, _error_text(result), {TOOL_RESULT_DATA: dumped})
         return dumped
 
     return dispatch
+
+
+_NO_ANSWER = (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+"""``MCPError`` codes the SDK makes up itself when no answer came."""
+
+
+def _judged(exc: Exception, sent: Sent, info: CallInfo, link: Link | Fixed) -> Exception:
+    """What a call that raised ``exc`` after its request got as far as ``sent`` is:
+    not delivered, in doubt, or (an error the upstream sent) failed."""
+    if sent in (Sent.NOT_SENT, Sent.TURNED_AWAY):
+        link.lost()
+        return not_delivered(
+            f"call {info.call_id!r} never reached the upstream ({error_code(exc)}); "
+            "it did not run"
+        )
+    if isinstance(exc, MCPError) and exc.code not in _NO_ANSWER and sent is Sent.SENT:
+        return exc  # the server answered with an error: it failed there, for sure
+    link.lost()
+    return OutcomeUnknown(
+        f"the connection to the upstream broke during call {info.call_id!r} "
+        f"({_what(exc)}); it may or may not have run"
+    )
+
+
+def not_delivered(text: str) -> OutcomeUnknown:
+    """``OutcomeUnknown`` for a call whose request never left: the gate records it in
+    doubt (a claimed call's only way out short of an answer), its cause says why."""
+    exc = OutcomeUnknown(text)
+    exc.__cause__ = UpstreamUnavailable(text)
+    return exc
+
+
+def undelivered(exc: BaseException | None) -> bool:
+    """The call raised ``exc`` because its request never reached the upstream."""
+    return isinstance(exc, OutcomeUnknown) and isinstance(exc.__cause__, UpstreamUnavailable)
+
+
+def _what(exc: Exception) -> str:
+    if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
+        return "no answer in time"
+    if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+        return "connection closed"
+    return error_code(exc)
+
+
+def _down(link: Link | Fixed) -> str:
+    return link.why_down if isinstance(link, Link) else "the session is closed"
 
 
 def _error_text(result: mt.CallToolResult) -> str:
@@ -139,7 +213,7 @@ class Registered:
 
 def register_tools(
     gate: Gate,
-    session: ClientSession,
+    session: ClientSession | Link | Fixed,
     tools: Iterable[mt.Tool],
     dedupe: Mapping[str, Sequence[str]] | None = None,
 ) -> Registered:
@@ -155,8 +229,11 @@ def register_tools(
     it with another ``inputSchema`` (``Registered.kept``): the calls the ledger holds
     were judged by the registered schema, and one sent again must be judged alike;
     a new schema is taken by a new gate (a proxy restart).
+
+    ``session`` is the upstream's session, or the proxy's ``Link`` to it: its tools
+    then reach whichever session the link holds when they run.
     """
-    dispatch = _dispatcher(session)
+    dispatch = _dispatcher(session if isinstance(session, Link | Fixed) else Fixed(session))
     added: list[str] = []
     refused: list[tuple[str, str]] = []
     kept: list[str] = []

@@ -1,0 +1,256 @@
+"""The proxy's transports to its upstream, each recording what became of a tool call's request.
+
+The SDK answers a request it could not send, and one whose connection closed
+after it was sent, with the same ``MCPError`` (``CONNECTION_CLOSED``); only the
+first is a sure "it did not run". So the proxy's transports note, per
+``tools/call`` (keyed by the idempotency key its ``_meta`` carries), how far its
+request got (``Sent``), and ``upstream`` decides from that, never from the error
+alone:
+
+- over stdio, a request is ``SENT`` once its line is written to the server's stdin
+  (the pipe holds it: the server may read and run it even if it dies next); a
+  write that fails (the server is gone: ``EPIPE``) leaves it ``NOT_SENT``;
+- over Streamable HTTP, a request whose connection could not be opened stays
+  ``NOT_SENT``; an HTTP 404 (the server no longer knows the session: it did not
+  process the request) is ``TURNED_AWAY``; a 5xx, or a response whose body broke
+  off, is ``BROKEN`` (whatever error the SDK makes of it is not the server's
+  answer); any other response is ``SENT``, and a JSON-RPC error in it is the
+  server's own.
+
+A key nobody recorded is ``SENT``: what is not known not to have been delivered
+may have been.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from enum import StrEnum
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.types as mt
+from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.text import TextReceiveStream
+from mcp.shared.message import SessionMessage
+
+__all__ = ["Sent", "Wire", "recording_http_client", "stdio_transport"]
+
+_KEY_META = "agent-gate/idempotency-key"  # upstream.IDEMPOTENCY_KEY_META (imports this module)
+_EXIT_GRACE = 2.0
+"""Seconds an upstream has to exit once its stdin is closed, then again after SIGTERM."""
+
+
+class Sent(StrEnum):
+    """How far one ``tools/call`` request got towards the upstream."""
+
+    NOT_SENT = "not_sent"
+    """Never handed to the upstream: it cannot have run."""
+    SENT = "sent"
+    """Handed over: the upstream may have run it, whatever comes back."""
+    TURNED_AWAY = "turned_away"
+    """HTTP 404: the upstream did not know the session and processed nothing."""
+    BROKEN = "broken"
+    """HTTP: handed over, and the answer broke off (5xx, a body cut short)."""
+
+
+class Wire:
+    """What became of each ``tools/call`` request in flight, by idempotency key."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, Sent] = {}
+
+    def expect(self, key: str) -> None:
+        """A request with ``key`` is about to be sent: not sent until a transport says."""
+        self._seen[key] = Sent.NOT_SENT
+
+    def mark(self, key: str | None, sent: Sent) -> None:
+        if key is not None and key in self._seen:
+            self._seen[key] = sent
+
+    def take(self, key: str) -> Sent:
+        """How far the request with ``key`` got (``SENT`` when nobody recorded it)."""
+        return self._seen.pop(key, Sent.SENT)
+
+
+def key_of(message: Any) -> str | None:
+    """The idempotency key of a ``tools/call`` request (a model or its JSON), if any."""
+    if isinstance(message, mt.JSONRPCRequest):
+        method, params = message.method, message.params
+    elif isinstance(message, Mapping):
+        method, params = message.get("method"), message.get("params")
+    else:
+        return None
+    if method != "tools/call" or not isinstance(params, Mapping):
+        return None
+    meta = params.get("_meta")
+    key = meta.get(_KEY_META) if isinstance(meta, Mapping) else None
+    return key if isinstance(key, str) else None
+
+
+# ------------------------------------------------------------ stdio
+
+
+@asynccontextmanager
+async def stdio_transport(
+    command: Sequence[str], env: Mapping[str, str], wire: Wire, lost: anyio.Event
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
+                         MemoryObjectSendStream[SessionMessage]]]:
+    """The upstream ``command`` started in its own process group, as a session's
+    streams; ``lost`` is set when its stdout ends or a write to it fails.
+
+    ``OSError`` when the command cannot be started (not found, not executable).
+    The server's stderr is the proxy's. On exit: stdin closed, then SIGTERM, then
+    SIGKILL to its group, each after a bounded wait.
+    """
+    process = await anyio.open_process(list(command), env=dict(env), stderr=None,
+                                       start_new_session=True)
+    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read() -> None:
+        assert process.stdout is not None
+        buffer = ""
+        async with to_session:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError,
+                                     OSError):
+                async for chunk in TextReceiveStream(process.stdout, encoding="utf-8",
+                                                     errors="replace"):
+                    lines = (buffer + chunk).split("\n")
+                    buffer = lines.pop()
+                    for line in lines:
+                        if line.strip():
+                            await to_session.send(_parse(line))
+            lost.set()
+
+    async def write() -> None:
+        assert process.stdin is not None
+        async with from_session:
+            async for message in from_session:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                key = key_of(message.message)
+                try:
+                    await process.stdin.send((data + "\n").encode("utf-8"))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    lost.set()  # the server is gone: this request and any later never left
+                    to_session.close()
+                    return
+                wire.mark(key, Sent.SENT)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        tg.start_soon(write)
+        try:
+            yield from_server, to_server
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _stop(process)
+            tg.cancel_scope.cancel()
+
+
+def _parse(line: str) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(mt.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:  # not JSON-RPC: the session reports it as a stream error
+        return exc
+
+
+async def _stop(process: Process) -> None:
+    """Close the server's stdin and wait, then SIGTERM, then SIGKILL its process group."""
+    if process.stdin is not None:
+        with contextlib.suppress(Exception):
+            await process.stdin.aclose()
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if sys.platform == "win32":  # pragma: no cover - no process groups
+                    process.kill()
+                else:
+                    os.killpg(process.pid, sig)
+        with anyio.move_on_after(_EXIT_GRACE):
+            await process.wait()
+        if process.returncode is not None:
+            break
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+
+# ------------------------------------------------------------ Streamable HTTP
+
+
+class _Recording(httpx2.AsyncBaseTransport):
+    """An HTTP transport that records, for each ``tools/call`` POST, how far it got."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, wire: Wire, lost: anyio.Event) -> None:
+        self.inner = inner
+        self.wire = wire
+        self.lost = lost
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        key = _body_key(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout):
+            self.lost.set()  # nothing was sent on a connection never opened
+            raise
+        except BaseException:
+            self.wire.mark(key, Sent.BROKEN)
+            raise
+        if response.status_code == 404:
+            self.wire.mark(key, Sent.TURNED_AWAY)
+            self.lost.set()  # the server forgot the session: a new one is needed
+        elif response.status_code >= 500:
+            self.wire.mark(key, Sent.BROKEN)
+        else:
+            self.wire.mark(key, Sent.SENT)
+            if key is not None:
+                response.stream = _Watched(response.stream, self.wire, key)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Watched(httpx2.AsyncByteStream):
+    """A response body that marks its request ``BROKEN`` if it breaks off."""
+
+    def __init__(self, inner: Any, wire: Wire, key: str) -> None:
+        self.inner, self.wire, self.key = inner, wire, key
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.inner:
+                yield chunk
+        except Exception:
+            self.wire.mark(self.key, Sent.BROKEN)
+            raise
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _body_key(request: httpx2.Request) -> str | None:
+    if request.method != "POST":
+        return None
+    try:
+        return key_of(json.loads(request.content))
+    except (ValueError, httpx2.RequestNotRead):
+        return None
+
+
+def recording_http_client(wire: Wire, lost: anyio.Event) -> httpx2.AsyncClient:
+    """An HTTP client for ``streamable_http_client`` with the SDK's timeouts, recording
+    into ``wire``; ``lost`` is set when the server cannot be reached or forgot the session."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(30.0, read=300.0),  # the SDK's own client's
+        transport=_Recording(httpx2.AsyncHTTPTransport(), wire, lost),
+    )
