@@ -54,15 +54,12 @@ from agent_gate.errors import (
 )
 from agent_gate.gate import Gate, current_call
 from agent_gate.integrations.mcp.link import Fixed, Link
-from agent_gate.integrations.mcp.wire import Sent
+from agent_gate.integrations.mcp.wire import IDEMPOTENCY_KEY_META, Sent
 from agent_gate.tools import CallInfo, Effect, Idempotency
 
 __all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "not_delivered",
            "register_tools", "reported_result", "undelivered"]
 
-IDEMPOTENCY_KEY_META = "agent-gate/idempotency-key"
-"""The ``_meta`` key under which each upstream call carries the gate's stable
-idempotency key (the same across attempts of one call), for servers that dedupe."""
 
 CALL_ID_FORWARD_META = "agent-gate/call-id"
 """The `_meta` key under which each upstream call carries its gate call id."""

@@ -41,9 +41,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from anyio.streams.text import TextReceiveStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["Sent", "Wire", "recording_http_client", "stdio_transport"]
+__all__ = ["IDEMPOTENCY_KEY_META", "Sent", "Wire", "key_of", "recording_http_client",
+           "stdio_transport"]
 
-_KEY_META = "agent-gate/idempotency-key"  # upstream.IDEMPOTENCY_KEY_META (imports this module)
+IDEMPOTENCY_KEY_META = "agent-gate/idempotency-key"
+"""The ``_meta`` key under which each upstream call carries the gate's stable
+idempotency key (the same across attempts of one call), for servers that dedupe;
+the transports here follow each request by it."""
 _EXIT_GRACE = 2.0
 """Seconds an upstream has to exit once its stdin is closed, then again after SIGTERM."""
 
@@ -91,7 +95,7 @@ def key_of(message: Any) -> str | None:
     if method != "tools/call" or not isinstance(params, Mapping):
         return None
     meta = params.get("_meta")
-    key = meta.get(_KEY_META) if isinstance(meta, Mapping) else None
+    key = meta.get(IDEMPOTENCY_KEY_META) if isinstance(meta, Mapping) else None
     return key if isinstance(key, str) else None
 
 
