@@ -9,16 +9,20 @@ Nothing but ``tools/list`` and ``tools/call`` is proxied.
 
 The task a call is recorded in is ``ProxyConfig.task`` when given (the same task
 across restarts, so a call repeated after a restart is answered from the ledger);
-otherwise one per client session: the process's own for stdio (one client), the
-``Mcp-Session-Id`` for Streamable HTTP.
+otherwise one per client session: the process's own for stdio (one client), and for
+Streamable HTTP one named from a hash of the ``Mcp-Session-Id`` (``session_task``):
+a task id is shown to operators, in the inbox and in audit bundles, and the session
+id is the session's only credential.
 
-Served over Streamable HTTP, the proxy keeps an event store (``events``), so a
-client that loses its connection resumes the response with ``Last-Event-ID``.
+Served over Streamable HTTP, the proxy keeps each session's events in the ledger's
+database (``events``), so a client that loses its connection resumes the response
+with ``Last-Event-ID``, after a restart of the proxy too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sys
 import uuid
@@ -42,17 +46,24 @@ from mcp.server.stdio import stdio_server
 
 from agent_gate.errors import AgentGateError, GateUsageError
 from agent_gate.gate import Gate, Outcome
-from agent_gate.integrations.mcp.calls import GatedCalls
-from agent_gate.integrations.mcp.events import MemoryEventStore
+from agent_gate.integrations.mcp.calls import DEFAULT_PROGRESS_EVERY, GatedCalls
+from agent_gate.integrations.mcp.events import http_app
 from agent_gate.integrations.mcp.upstream import Registered
+from agent_gate.ledger.mcp_events import DEFAULT_EVENT_BOUNDS, EventBounds, McpEventLog
 from agent_gate.policy import Principal
 from agent_gate.tools import Effect
 
 __all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "connect_upstream", "dedupe_problems",
-           "parse_dedupe", "proxy_server", "serve"]
+           "parse_dedupe", "proxy_server", "serve", "session_task"]
 
-DEFAULT_APPROVAL_WAIT = 300.0
-"""Seconds a call that waits for approval holds its request open (``--approval-wait``)."""
+DEFAULT_APPROVAL_WAIT = 50.0
+"""Seconds a call that waits for approval holds its request open (``--approval-wait``).
+
+Under a minute on purpose: the TypeScript SDK (the Inspector, most editors) gives a
+request 60 s unless the client resets its timeout on progress, and a client that
+timed out shows "Request timed out" instead of the result that says the call waits
+and under which id. A client that resets on progress (``resetTimeoutOnProgress``, and
+a progress token in its request) can be given more."""
 
 _APPROVE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -73,6 +84,10 @@ class ProxyConfig:
     listen: tuple[str, int] | None = None
     dedupe: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Tool -> the argument names that make two of its calls the same (``--dedupe``)."""
+    progress_every: float = DEFAULT_PROGRESS_EVERY
+    """Seconds between progress notifications while a call is held."""
+    events: EventBounds = DEFAULT_EVENT_BOUNDS
+    """How much of the Streamable HTTP sessions' events is kept (``ledger.mcp_events``)."""
 
 
 @asynccontextmanager
@@ -101,13 +116,19 @@ async def connect_upstream(
         yield session
 
 
+def session_task(session_id: str) -> str:
+    """The task of a Streamable HTTP session's calls: named from a hash of its id, so
+    that where the task id is shown, the session id (its credential) is not."""
+    return "mcp-session-" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+
 def _task_of(ctx: ServerRequestContext[Any, Any], config: ProxyConfig, own: str) -> str:
     if config.task is not None:
         return config.task
     request = ctx.request
     headers = getattr(request, "headers", None)
     session_id = headers.get("mcp-session-id") if headers is not None else None
-    return f"mcp-session-{session_id}" if session_id else own
+    return session_task(session_id) if session_id else own
 
 
 def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) -> Any:
@@ -208,7 +229,8 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
 
     async with connect_upstream(config, on_message) as upstream:
         calls = GatedCalls(gate, upstream, approval_wait=config.approval_wait,
-                           principal=config.principal, dedupe=config.dedupe)
+                           principal=config.principal, dedupe=config.dedupe,
+                           progress_every=config.progress_every)
         await calls.load_tools()
         problems = dedupe_problems(calls)
         _say(calls, Registered((), tuple((n, "") for n in config.dedupe)))
@@ -224,7 +246,8 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
                         )
                         await server.run(read, write, options)
                 else:
-                    await _serve_http(server, config.listen)
+                    await _serve_http(server, config.listen,
+                                      McpEventLog(gate.ledger.engine, config.events))
                 tg.cancel_scope.cancel()
     if problems:
         raise GateUsageError("--dedupe: " + "; ".join(problems))
@@ -295,11 +318,12 @@ def parse_dedupe(values: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return dedupe
 
 
-async def _serve_http(server: Server[Any], listen: tuple[str, int]) -> None:
+async def _serve_http(server: Server[Any], listen: tuple[str, int], log: McpEventLog) -> None:
+    """Serve ``server`` over Streamable HTTP, each session's events kept in ``log``."""
     import uvicorn
 
     host, port = listen
-    app = server.streamable_http_app(event_store=MemoryEventStore(), host=host)
+    app = http_app(server, log, host=host)
     await uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     ).serve()
