@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,29 @@ def open_session(http: httpx.Client, url: str) -> dict[str, str]:
     return headers
 
 
-def resume(http: httpx.Client, url: str, headers: dict[str, str], last: str) -> httpx.Response:
-    """A GET that resumes a stream after ``last``, read to its end."""
-    return http.get(url, headers={**headers, "Accept": "text/event-stream", "Last-Event-ID": last})
+@dataclass(frozen=True)
+class Resumed:
+    """What a resuming GET was answered: its status, headers and SSE text."""
+
+    status_code: int
+    headers: httpx.Headers
+    text: str
 
 
-def messages(response: httpx.Response) -> list[dict[str, Any]]:
+def resume(http: httpx.Client, url: str, headers: dict[str, str], last: str) -> Resumed:
+    """A GET that resumes a stream after ``last``, read up to a response or its end."""
+    lines: list[str] = []
+    with http.stream("GET", url, headers={**headers, "Accept": "text/event-stream",
+                                          "Last-Event-ID": last}) as answer:
+        for line in answer.iter_lines():
+            lines.append(line)
+            if line == "" and any(("result" in d or "error" in d) and "method" not in d
+                                  for _, d in sse(lines)):
+                break  # a response ends the stream (a stream held open sends no more)
+        return Resumed(answer.status_code, answer.headers, "\n".join(lines))
+
+
+def messages(response: Resumed) -> list[dict[str, Any]]:
     return [data for _, data in sse(response.text.splitlines())]
 
 
@@ -196,15 +214,15 @@ def test_raw_sessions_with_the_same_ids_guessed_event_ids_and_made_up_sessions_g
             "params": {"name": "append_note", "arguments": {"text": "mine"}}}
     with proxy_on(setup, port), httpx.Client(timeout=30) as http:
         mine, theirs = open_session(http, url), open_session(http, url)
-        assert len(mine["mcp-session-id"]) >= 43  # secrets.token_urlsafe(32)
         answered = http.post(url, headers=mine, json=call)
         ids = event_ids(answered.text)
         assert [d["result"] for _, d in sse(answered.text.splitlines())][-1]
-        # Not counted: no id is a number, and no two share a prefix a guess could walk.
-        assert ids and not any(i.isdigit() for i in ids) and min(len(i) for i in ids) >= 32
         # The other session, resuming with this stream's ids: nothing.
         for last in ids:
             assert messages(resume(http, url, theirs, last)) == []
+        # Not counted: no id is a number; ids are long random strings.
+        assert ids and not any(i.isdigit() for i in ids) and min(len(i) for i in ids) >= 32
+        assert len(mine["mcp-session-id"]) >= 43  # secrets.token_urlsafe(32)
         # Guessed and counted ids, in either session: nothing.
         for guess in [*map(str, range(1, 40)), ids[0][:-1] + "A", "0" * 32]:
             for headers in (mine, theirs):
