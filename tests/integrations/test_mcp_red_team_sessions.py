@@ -32,7 +32,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import ClientMessageMetadata
-from mcp_harness import ROOT, Setup, _accepts
+from mcp_harness import POLICY, ROOT, Setup, _accepts
 from waiting import wait_until
 
 from agent_gate.cli import main as cli_main
@@ -293,6 +293,49 @@ def test_a_stream_resumes_after_the_proxy_is_killed_and_the_tool_never_runs_twic
             assert http.delete(url, headers=headers).status_code == 200
             assert resume(http, url, headers, done_first).status_code == 404
     assert setup.lines() == ["note:before", "pay:cy:7000"]
+
+
+@pytest.mark.slow
+def test_a_redacted_call_is_never_stored_in_clear_and_its_resume_after_a_restart_asks_again(
+    tmp_path: Path,
+) -> None:
+    """The request of a tool whose fields the policy redacts is not kept (its arguments
+    would be in the database in clear): after a SIGKILL its resumed stream is answered
+    with an error telling the client to send it again, which the ledger answers."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text().replace(
+        "  send_payment:\n", "  send_payment:\n    redact: [to]\n", 1))
+    setup = Setup(tmp_path, policy=policy)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    secret = "iban-DE4450050000123456789"
+    call = {"name": "send_payment", "arguments": {"to": secret, "cents": 7000},
+            "_meta": {"progressToken": "p"}}
+    held = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+    with httpx.Client(timeout=60) as http:
+        with proxy_on(setup, port, "--approval-wait", "10m") as proc:
+            headers = open_session(http, url)
+            with http.stream("POST", url, headers=headers, json=held) as stream:
+                waiting_at = next(i for i, d in sse_lines(stream)
+                                  if d.get("method") == "notifications/progress")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        with Ledger(setup.db) as ledger, ledger.engine.begin() as conn:
+            stored = [m for (m,) in conn.exec_driver_sql("SELECT message FROM mcp_events")]
+        assert stored and not any(secret in (m or "") for m in stored)
+        with proxy_on(setup, port, "--approval-wait", "10m"):
+            (answer,) = [m for m in messages(resume(http, url, headers, waiting_at))
+                         if m.get("id") == 2]
+            assert "send it again" in answer["error"]["message"]
+            task = session_task(headers["mcp-session-id"])
+            with Ledger(setup.db) as ledger:
+                (waiting,) = ledger.calls(task)
+            assert setup.cli("approve", waiting.call_id, "--task", task,
+                             "--by", "ana").returncode == 0
+            again = http.post(url, headers=headers, json={**held, "id": 3})
+            (paid,) = [d for _, d in sse(again.text.splitlines()) if d.get("id") == 3]
+            assert result_text(paid) == "paid, 1 lines"
+    assert setup.lines() == [f"pay:{secret}:7000"]
 
 
 def sse_lines(stream: httpx.Response) -> Iterator[tuple[str | None, dict[str, Any]]]:

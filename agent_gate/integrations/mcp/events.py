@@ -69,6 +69,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp.types import (
+    INTERNAL_ERROR,
+    ErrorData,
     JSONRPCError,
     JSONRPCMessage,
     JSONRPCNotification,
@@ -91,6 +93,9 @@ _OPENING: ContextVar[bytes | None] = ContextVar("agent_gate_mcp_opening", defaul
 _RESUMING: ContextVar[Scope | None] = ContextVar("agent_gate_mcp_resuming", default=None)
 """The HTTP request being served, for a request run again on its behalf."""
 
+Keeps = Callable[[dict[str, Any]], bool]
+"""Whether a request (parsed JSON-RPC) may be stored in the database as it was sent."""
+
 _TAIL_POLL = 1.0
 """Seconds a resumed stream waits for a new event before it looks for itself."""
 
@@ -102,6 +107,15 @@ def new_session_id() -> str:
 
 def _answers(message: JSONRPCMessage | None) -> bool:
     return isinstance(message, JSONRPCResponse | JSONRPCError)
+
+
+def _unanswerable(stream: str) -> JSONRPCError:
+    """The answer to a request that died with a proxy and was not kept to run again."""
+    request_id: str | int = int(stream) if stream.lstrip("-").isdigit() else stream
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(
+        code=INTERNAL_ERROR,
+        message="agent-gate: the proxy restarted before this request was answered; send it "
+                "again (a tool call is answered from the ledger, never run twice)"))
 
 
 def _parsed(text: str) -> JSONRPCMessage:
@@ -149,7 +163,6 @@ class SessionEvents(EventStore):
 
     async def remember(self, stream_id: str, request: bytes) -> None:
         """Keep a request this process received, for a resume in another process."""
-        self.live.add(stream_id)
         await self._run(self.log.append, self.session_id, stream_id, EventKind.REQUEST,
                         request.decode())
 
@@ -170,9 +183,11 @@ class SessionEvents(EventStore):
         seq, answered = await self._send_after(stream, last.seq, send_callback)
         if not answered and stream != GET_STREAM_KEY and stream not in self.live:
             request = await self._run(self.log.request, self.session_id, stream)
+            self.live.add(stream)
             if request is not None:
-                self.live.add(stream)
                 await self._rerun(request)
+            else:  # not kept (redacted arguments, or pruned): the client sends it again
+                await self.store_event(stream, _unanswerable(stream))
         while not answered and not self.closed:
             changed = self._changed
             before = seq
@@ -226,9 +241,13 @@ class GatedSessionManager(StreamableHTTPSessionManager):
     """The SDK's session manager with a store per session, unguessable ids, and
     sessions re-adopted from the database after a restart (module docstring)."""
 
-    def __init__(self, app: Server[Any], log: McpEventLog, **options: Any) -> None:
+    def __init__(
+        self, app: Server[Any], log: McpEventLog, *, keeps: Keeps = lambda message: True,
+        **options: Any,
+    ) -> None:
         super().__init__(app, event_store=None, **options)
         self.log = log
+        self.keeps = keeps
         self.sessions: dict[str, SessionEvents] = {}
         self._ending: set[str] = set()  # being forgotten: the DELETE answered before that
         self._closing = False
@@ -250,9 +269,11 @@ class GatedSessionManager(StreamableHTTPSessionManager):
             await self._adopt(session_id)
         events = self.sessions.get(session_id) if session_id is not None else None
         if events is not None and body is not None:
-            request = _request_id(body)
+            request = _request(body)
             if request is not None:
-                await events.remember(request, body)
+                events.live.add(str(request["id"]))
+                if self.keeps(request):
+                    await events.remember(str(request["id"]), body)
         opening, resuming = _OPENING.set(body), _RESUMING.set(scope)
         try:
             await super()._handle_stateful_request(scope, receive, send)
@@ -360,8 +381,8 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return again
 
 
-def _request_id(body: bytes) -> str | None:
-    """The stream id of a request the body holds (not ``initialize``), else None."""
+def _request(body: bytes) -> dict[str, Any] | None:
+    """The request the body holds (not ``initialize``), else None."""
     try:
         message = json.loads(body)
     except ValueError:
@@ -369,12 +390,15 @@ def _request_id(body: bytes) -> str | None:
     if (not isinstance(message, dict) or "id" not in message or "method" not in message
             or message["method"] == "initialize"):
         return None
-    return str(message["id"])
+    return message
 
 
-def http_app(server: Server[Any], log: McpEventLog, *, host: str) -> Starlette:
+def http_app(
+    server: Server[Any], log: McpEventLog, *, host: str, keeps: Keeps = lambda message: True,
+) -> Starlette:
     """The proxy's Streamable HTTP app at ``/mcp``: ``GatedSessionManager`` sessions,
-    DNS-rebinding protection on a loopback host (as the SDK's own app has)."""
+    DNS-rebinding protection on a loopback host (as the SDK's own app has). ``keeps``
+    says which requests may be stored for a run after a restart."""
     security = None
     if host in ("127.0.0.1", "localhost", "::1"):
         security = TransportSecuritySettings(
@@ -382,7 +406,7 @@ def http_app(server: Server[Any], log: McpEventLog, *, host: str) -> Starlette:
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
         )
-    manager = GatedSessionManager(server, log, security_settings=security)
+    manager = GatedSessionManager(server, log, keeps=keeps, security_settings=security)
     return Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(manager))],
                      lifespan=lambda app: manager.run())
 

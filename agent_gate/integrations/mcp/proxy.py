@@ -246,8 +246,7 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
                         )
                         await server.run(read, write, options)
                 else:
-                    await _serve_http(server, config.listen,
-                                      McpEventLog(gate.ledger.engine, config.events))
+                    await _serve_http(server, config.listen, gate, config.events)
                 tg.cancel_scope.cancel()
     if problems:
         raise GateUsageError("--dedupe: " + "; ".join(problems))
@@ -318,12 +317,24 @@ def parse_dedupe(values: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return dedupe
 
 
-async def _serve_http(server: Server[Any], listen: tuple[str, int], log: McpEventLog) -> None:
-    """Serve ``server`` over Streamable HTTP, each session's events kept in ``log``."""
+async def _serve_http(
+    server: Server[Any], listen: tuple[str, int], gate: Gate, bounds: EventBounds,
+) -> None:
+    """Serve ``server`` over Streamable HTTP, each session's events kept in the
+    ledger's database. A call of a tool whose fields the policy redacts is not kept
+    as sent (its arguments would be in clear): after a restart its resumed stream is
+    answered with an error asking the client to send it again."""
     import uvicorn
 
+    def keeps(request: dict[str, Any]) -> bool:
+        if request.get("method") != "tools/call" or gate.rules is None:
+            return True
+        params = request.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        return isinstance(name, str) and not gate.rules.redacts(name)
+
     host, port = listen
-    app = http_app(server, log, host=host)
+    app = http_app(server, McpEventLog(gate.ledger.engine, bounds), host=host, keeps=keeps)
     await uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     ).serve()
