@@ -41,8 +41,9 @@ def mcp_group() -> None:
 @click.option("--principal", "principal_id", default=None,
               help="Who the agent acts for (the policy's `principal: id`).")
 @role_option
-@click.option("--approval-wait", "approval_wait", default="5m", show_default=True,
-              help="How long a call waiting for approval holds its request open: 90s, 5m, 1h.")
+@click.option("--approval-wait", "approval_wait", default="50s", show_default=True,
+              help="How long a call waiting for approval holds its request open: 90s, 5m, 1h "
+                   "(keep it under the client's request timeout: 60s for most clients).")
 @click.option("--upstream-url", "upstream_url", default=None,
               help="Reach the upstream MCP server over Streamable HTTP at this URL "
                    "instead of starting COMMAND.")

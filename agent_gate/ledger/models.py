@@ -37,6 +37,7 @@ __all__ = [
     "AUDIT_CHECKPOINT_HEADS",
     "AUDIT_EVENTS",
     "AUDIT_HEADS",
+    "MCP_EVENTS",
     "OPERATORS",
     "QUOTA_CHARGES",
     "SWEPT_STATES",
@@ -334,4 +335,31 @@ WEBHOOK_CURSORS = Table(
 
 The trail is the outbox: every entry commits with the transition it records. The
 cursor moves only after the receiver acknowledged, so delivery is at least once.
+"""
+
+
+MCP_EVENTS = Table(
+    "mcp_events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(64), nullable=False, unique=True),
+    Column("session_id", String(64), nullable=False),
+    Column("stream_id", String(ID_LEN), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("message", Text),
+    Column("size", Integer, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Index(None, "session_id", "stream_id", "seq"),
+    Index(None, "created_ms"),
+)
+"""What ``agent-gate mcp proxy --listen`` sent (and was asked) on each client
+session's streams, so a client resumes a response with ``Last-Event-ID``, after a
+restart too (``ledger.mcp_events``, ``integrations.mcp.events``).
+
+``kind`` is ``session`` (one row per session: its ``initialize`` request, what a
+restarted proxy re-adopts it from), ``request`` (a request the session sent, run
+again when its stream is resumed in a process that did not see it) or ``event``
+(an SSE event; ``message`` NULL for a priming event). ``event_id`` is random and
+only ever looked up together with ``session_id``. Rows are pruned oldest first
+past a total ``size`` and an age (``created_ms``, epoch milliseconds).
 """

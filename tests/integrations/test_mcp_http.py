@@ -16,6 +16,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_harness import POLICY, ROOT, Setup
 
+from agent_gate.integrations.mcp.proxy import session_task
 from agent_gate.ledger import Ledger
 
 pytestmark = pytest.mark.slow
@@ -72,7 +73,7 @@ def test_a_resumed_response_brings_the_result_and_a_replayed_request_never_rerun
                 if data.get("method") == "notifications/progress":
                     break  # the connection drops while the call waits
         assert last is not None
-        task = f"mcp-session-{session}"
+        task = session_task(session)
         with Ledger(setup.db) as ledger:
             (waiting,) = ledger.calls(task)
         assert waiting.state.value == "awaiting_approval" and setup.lines() == []
@@ -123,11 +124,12 @@ def test_an_sdk_client_over_http_and_a_proxy_in_front_of_an_http_upstream(tmp_pa
     assert setup.lines() == ["note:web", "note:chained"]
 
 
-def test_after_a_proxy_restart_the_old_session_is_gone_and_the_ledger_answers(
+def test_after_a_proxy_restart_the_session_resumes_and_the_ledger_answers(
     tmp_path: Path,
 ) -> None:
-    """What survives a restart is the ledger, not the session or its event store: the
-    client resumes by starting a new session and sending the call again (``--task``)."""
+    """Both survive a restart: the session and its events (the old session id resumes
+    its stream, and is sent the approved call's result), and the ledger (a new session
+    sending the call again in the same ``--task`` is answered from it)."""
     setup = Setup(tmp_path)
     call = {"name": "send_payment", "arguments": {"to": "di", "cents": 8000},
             "_meta": {"progressToken": "p"}}
@@ -156,8 +158,10 @@ def test_after_a_proxy_restart_the_old_session_is_gone_and_the_ledger_answers(
             assert (again.meta or {})["agent-gate/replayed"] is True
 
     with setup.http_proxy("--task", "shop") as url, httpx.Client(timeout=60) as http:
-        gone = http.get(url, headers={**headers, "Accept": "text/event-stream",
-                                      "Last-Event-ID": last})
-        assert gone.status_code == 404  # the session (and its events) died with the process
+        resumed = http.get(url, headers={**headers, "Accept": "text/event-stream",
+                                         "Last-Event-ID": last})
+        (answer,) = [data for _, data in events([*resumed.text.splitlines(), ""])
+                     if data.get("id") == 2]
+        assert answer["result"]["content"][0]["text"] == "paid, 1 lines"
         anyio.run(resend, url)
     assert setup.lines() == ["pay:di:8000"]

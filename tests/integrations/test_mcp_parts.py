@@ -6,17 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp.types as mt
 import pytest
 from click.testing import CliRunner
-from mcp.server.streamable_http import EventMessage
 from mcp_harness import POLICY
 
 from agent_gate import Gate, ToolRegistry
 from agent_gate.cli import main
 from agent_gate.errors import GateUsageError
-from agent_gate.integrations.mcp import CALL_ID_META, MemoryEventStore
+from agent_gate.integrations.mcp import CALL_ID_META
 from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
 from agent_gate.integrations.mcp.upstream import classes_of
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
@@ -101,27 +99,3 @@ def test_annotations_are_defaults_and_the_policy_overrides_them(tmp_path: Path) 
         # over a read-only claim (and would over a destructive one).
         assert [v.value for v in classes_of(tool("append_note", readOnlyHint=True), gate)] == [
             "write", "none"]
-
-
-def test_the_event_store_replays_one_stream_after_an_id_and_forgets_the_oldest() -> None:
-    def message(n: int) -> mt.JSONRPCMessage:
-        return mt.JSONRPCNotification(jsonrpc="2.0", method="notifications/progress",
-                                      params={"progressToken": "p", "progress": n})
-
-    async def main() -> None:
-        store = MemoryEventStore(max_events=4)
-        first = await store.store_event("a", None)
-        await store.store_event("a", message(1))
-        await store.store_event("b", message(99))
-        await store.store_event("a", message(2))
-        sent: list[EventMessage] = []
-
-        async def send(event: EventMessage) -> None:
-            sent.append(event)
-
-        assert await store.replay_events_after(first, send) == "a"
-        assert [e.message.params["progress"] for e in sent] == [1, 2]  # type: ignore[union-attr]
-        await store.store_event("a", message(3))  # the fifth event: the first is forgotten
-        assert await store.replay_events_after(first, send) is None
-
-    anyio.run(main)

@@ -8,14 +8,14 @@ Needs the ``mcp`` extra (``pip install 'agent-gate[mcp]'``, the official SDK 2.x
 - ``identity``: what "the same call" is for calls that arrive without an id;
 - ``results``: a gate's outcome as an MCP tool result;
 - ``calls``: one call through the gate, held while it waits; ``GatedSession``;
-- ``events``: the event store that makes the proxy's Streamable HTTP resumable;
+- ``events``: the proxy's Streamable HTTP sessions, each with its own event store in
+  the ledger's database (``ledger.mcp_events``): isolated, and resumable after a restart;
 - ``proxy``: ``agent-gate mcp proxy``, the server a client talks to.
 """
 
 from __future__ import annotations
 
 from agent_gate.integrations.mcp.calls import GatedCalls, GatedSession
-from agent_gate.integrations.mcp.events import MemoryEventStore
 from agent_gate.integrations.mcp.identity import CALL_ID_META
 from agent_gate.integrations.mcp.proxy import DEFAULT_APPROVAL_WAIT, ProxyConfig, serve
 from agent_gate.integrations.mcp.upstream import IDEMPOTENCY_KEY_META
@@ -26,7 +26,6 @@ __all__ = [
     "IDEMPOTENCY_KEY_META",
     "GatedCalls",
     "GatedSession",
-    "MemoryEventStore",
     "ProxyConfig",
     "serve",
 ]

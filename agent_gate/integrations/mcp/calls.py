@@ -5,17 +5,29 @@ a call as MCP delivers it (a tool name, an argument object, ``_meta``) into a ga
 call under the id ``identity`` gives it, and keeps the request open while the call
 waits: for an approval (an operator's ``agent-gate approve``, or the user's own
 answer to an elicitation when the policy lets the task's principal approve), or for
-another request that is running the same call. While it waits it reports progress,
-which also tells a client that counts a request's silence as failure that the
-request is alive. When the wait ends first, the result says the call waits, with
-its id; the same call sent again attaches to it.
+another request that is running the same call. While it waits it reports progress
+(at once, then every ``progress_every`` seconds) to a client that sent a progress
+token: a client that resets its request timeout on progress (the TypeScript SDK's
+``resetTimeoutOnProgress``) keeps waiting. When the wait ends first, the result says
+the call waits, with its id; the same call sent again attaches to it.
+
+When the client goes away. A held call runs only inside the request that holds it:
+the approval is waited for, and the call then run, by that request's handler. A
+request the client cancels (``notifications/cancelled``, which a client sends when
+its own timeout fires) or whose session ends (``DELETE``, idle timeout) ends its
+handler, and with it the hold, at once: nothing is left to run the call later. The
+call stays recorded as waiting; an approval given afterwards binds it (it is
+recorded and used once), and the call runs when the same call is sent again in the
+same task, by a request that waits for its result. A client whose connection only
+broke (no cancel) still has its request: the hold goes on until approval or
+``approval_wait``, and the result is kept for it to resume (``events``).
 
 A call waiting for a person is waited on with ``Gate.await_decision``, the gate's
 one way of waiting for an answer: ``LISTEN``/``NOTIFY`` on PostgreSQL, re-reads with
 backoff on SQLite (``agent_gate.gate.waiting``), so an approval given by any
 process, on any machine sharing the database, releases the request. A call running
 in another request has no notification for its end: its row is re-read with the
-same backoff. Progress is reported about once a second meanwhile, by its own task.
+same backoff. Progress is reported meanwhile by its own task.
 """
 
 from __future__ import annotations
@@ -31,7 +43,7 @@ import anyio.to_thread
 import mcp.types as mt
 from mcp import ClientSession
 
-from agent_gate.errors import NotAwaitingApproval, NotInDoubt, UpstreamUnavailable
+from agent_gate.errors import GateUsageError, NotAwaitingApproval, NotInDoubt, UpstreamUnavailable
 from agent_gate.gate import Gate, Outcome
 from agent_gate.gate.desk import MCP_PROVIDER
 from agent_gate.gate.waiting import POLL_MAX, POLL_MIN
@@ -47,7 +59,11 @@ from agent_gate.integrations.mcp.upstream import (
 from agent_gate.ledger.states import TERMINAL, CallState
 from agent_gate.policy import Principal
 
-__all__ = ["Asker", "GatedCalls", "GatedSession", "Progress"]
+__all__ = ["DEFAULT_PROGRESS_EVERY", "Asker", "GatedCalls", "GatedSession", "Progress"]
+
+DEFAULT_PROGRESS_EVERY = 10.0
+"""Seconds between progress notifications while a call is held: well inside any
+client's request timeout (the TypeScript SDK's is 60 s), few enough to store."""
 
 Progress = Callable[[float, float | None, str], Awaitable[None]]
 """``(progress, total, message)``: where a held request reports that it waits."""
@@ -77,10 +93,15 @@ class GatedCalls:
         approval_wait: float = 0.0,
         principal: Principal | None = None,
         dedupe: Mapping[str, Sequence[str]] | None = None,
+        progress_every: float = DEFAULT_PROGRESS_EVERY,
     ) -> None:
+        if not (math.isfinite(progress_every) and progress_every > 0):
+            raise GateUsageError(f"progress_every must be a positive number of seconds, "
+                                 f"not {progress_every}")
         self.gate = gate
         self.link: Link | Fixed = upstream if isinstance(upstream, Link) else Fixed(upstream)
         self.approval_wait = approval_wait
+        self.progress_every = progress_every
         self.principal = principal
         self.dedupe = dict(dedupe or {})
         """Tool -> the argument names its calls are deduplicated by (``ToolSpec.dedupe``)."""
@@ -161,7 +182,7 @@ class GatedCalls:
             failed: Exception | None = None
             async with anyio.create_task_group() as tg:
                 if progress is not None:
-                    tg.start_soon(_report, progress, outcome, deadline)
+                    tg.start_soon(_report, progress, outcome, deadline, self.progress_every)
                 try:
                     outcome = await self._hold(task_id, call, outcome, deadline, ask)
                 except Exception as exc:  # raised as itself, not in an exception group
@@ -251,15 +272,15 @@ def _held_by(outcome: Outcome) -> str:
     return outcome.duplicate_of or outcome.call_id
 
 
-async def _report(progress: Progress, outcome: Outcome, deadline: float) -> None:
-    """Progress about once a second while a call is held (until cancelled): a client
-    that counts a request's silence as failure sees that it is alive."""
+async def _report(progress: Progress, outcome: Outcome, deadline: float, every: float) -> None:
+    """Progress at once and then every ``every`` seconds while a call is held (until
+    cancelled): a client that counts a request's silence as failure sees it is alive."""
     start = time.monotonic()
     total = deadline - start if math.isfinite(deadline) else None
     ticks = 0
     while True:
+        await anyio.sleep(max(start + ticks * every - time.monotonic(), 0.0))
         ticks += 1
-        await anyio.sleep(max(start + ticks - time.monotonic(), 0.0))
         try:
             await progress(time.monotonic() - start, total,
                            f"call {outcome.call_id} waits ({outcome.state.value})")

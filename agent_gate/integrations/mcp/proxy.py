@@ -9,16 +9,20 @@ Nothing but ``tools/list`` and ``tools/call`` is proxied.
 
 The task a call is recorded in is ``ProxyConfig.task`` when given (the same task
 across restarts, so a call repeated after a restart is answered from the ledger);
-otherwise one per client session: the process's own for stdio (one client), the
-``Mcp-Session-Id`` for Streamable HTTP.
+otherwise one per client session: the process's own for stdio (one client), and for
+Streamable HTTP one named from a hash of the ``Mcp-Session-Id`` (``session_task``):
+a task id is shown to operators, in the inbox and in audit bundles, and the session
+id is the session's only credential.
 
-Served over Streamable HTTP, the proxy keeps an event store (``events``), so a
-client that loses its connection resumes the response with ``Last-Event-ID``.
+Served over Streamable HTTP, the proxy keeps each session's events in the ledger's
+database (``events``), so a client that loses its connection resumes the response
+with ``Last-Event-ID``, after a restart of the proxy too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sys
 import threading
@@ -47,19 +51,27 @@ from mcp.types import INTERNAL_ERROR
 
 from agent_gate.errors import AgentGateError, GateUsageError, UpstreamUnavailable, error_code
 from agent_gate.gate import Gate, Outcome
-from agent_gate.integrations.mcp.calls import GatedCalls
-from agent_gate.integrations.mcp.events import MemoryEventStore
+from agent_gate.integrations.mcp.calls import DEFAULT_PROGRESS_EVERY, GatedCalls
+from agent_gate.integrations.mcp.events import http_app
 from agent_gate.integrations.mcp.link import DEFAULT_START_TIMEOUT, Backoff, Link
 from agent_gate.integrations.mcp.results import unavailable
 from agent_gate.integrations.mcp.upstream import Registered
+from agent_gate.ledger.mcp_events import DEFAULT_EVENT_BOUNDS, EventBounds, McpEventLog
 from agent_gate.policy import Principal
 from agent_gate.tools import Effect
 
 __all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "Startup", "connect_upstream",
-           "dedupe_problems", "link_of", "parse_dedupe", "proxy_server", "serve"]
+           "dedupe_problems", "link_of", "parse_dedupe", "proxy_server", "serve",
+           "session_task"]
 
-DEFAULT_APPROVAL_WAIT = 300.0
-"""Seconds a call that waits for approval holds its request open (``--approval-wait``)."""
+DEFAULT_APPROVAL_WAIT = 50.0
+"""Seconds a call that waits for approval holds its request open (``--approval-wait``).
+
+Under a minute on purpose: the TypeScript SDK (the Inspector, most editors) gives a
+request 60 s unless the client resets its timeout on progress, and a client that
+timed out shows "Request timed out" instead of the result that says the call waits
+and under which id. A client that resets on progress (``resetTimeoutOnProgress``, and
+a progress token in its request) can be given more."""
 
 _APPROVE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -86,6 +98,10 @@ class ProxyConfig:
     backoff: Backoff = field(default_factory=Backoff)
     start_timeout: float = DEFAULT_START_TIMEOUT
     """Seconds the upstream has to start and answer ``initialize``."""
+    progress_every: float = DEFAULT_PROGRESS_EVERY
+    """Seconds between progress notifications while a call is held."""
+    events: EventBounds = DEFAULT_EVENT_BOUNDS
+    """How much of the Streamable HTTP sessions' events is kept (``ledger.mcp_events``)."""
 
 
 def link_of(
@@ -113,13 +129,19 @@ async def connect_upstream(
         yield session
 
 
+def session_task(session_id: str) -> str:
+    """The task of a Streamable HTTP session's calls: named from a hash of its id, so
+    that where the task id is shown, the session id (its credential) is not."""
+    return "mcp-session-" + hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+
 def _task_of(ctx: ServerRequestContext[Any, Any], config: ProxyConfig, own: str) -> str:
     if config.task is not None:
         return config.task
     request = ctx.request
     headers = getattr(request, "headers", None)
     session_id = headers.get("mcp-session-id") if headers is not None else None
-    return f"mcp-session-{session_id}" if session_id else own
+    return session_task(session_id) if session_id else own
 
 
 def _asker(ctx: ServerRequestContext[Any, Any], calls: GatedCalls, task: str) -> Any:
@@ -300,7 +322,8 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
 
     link = link_of(config, on_message, on_up)
     calls = GatedCalls(gate, link, approval_wait=config.approval_wait,
-                       principal=config.principal, dedupe=config.dedupe)
+                       principal=config.principal, dedupe=config.dedupe,
+                       progress_every=config.progress_every)
     startup = Startup()
     server = proxy_server(calls, config, clients, startup)
     try:
@@ -316,7 +339,7 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
                 await startup.done.wait()  # the client left first: still say what failed
             else:
                 await tg.start(_keep, link, calls, startup, config)
-                await _serve_http(server, config.listen)
+                await _serve_http(server, config.listen, gate, config.events)
             tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # the one error that stopped the proxy, as itself
         if startup.fatal is None:
@@ -458,11 +481,24 @@ def parse_dedupe(values: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return dedupe
 
 
-async def _serve_http(server: Server[Any], listen: tuple[str, int]) -> None:
+async def _serve_http(
+    server: Server[Any], listen: tuple[str, int], gate: Gate, bounds: EventBounds,
+) -> None:
+    """Serve ``server`` over Streamable HTTP, each session's events kept in the
+    ledger's database. A call of a tool whose fields the policy redacts is not kept
+    as sent (its arguments would be in clear): after a restart its resumed stream is
+    answered with an error asking the client to send it again."""
     import uvicorn
 
+    def keeps(request: dict[str, Any]) -> bool:
+        if request.get("method") != "tools/call" or gate.rules is None:
+            return True
+        params = request.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        return isinstance(name, str) and not gate.rules.redacts(name)
+
     host, port = listen
-    app = server.streamable_http_app(event_store=MemoryEventStore(), host=host)
+    app = http_app(server, McpEventLog(gate.ledger.engine, bounds), host=host, keeps=keeps)
     await uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     ).serve()
