@@ -94,4 +94,11 @@ def test_decision_has_one_meaning() -> None:
     assert agent_gate.Decision.__module__ == "agent_gate.gate.decide"
     assert not hasattr(policy, "Decision")
     assert policy.PolicyDecision.__name__ == "PolicyDecision"
-    assert agent_gate.Verdict is policy.DecisionEffect  # one enum for what a decision says
+    assert agent_gate.Verdict is policy.Verdict  # one enum for what a decision says
+    assert agent_gate.Verdict.__module__ == "agent_gate.policy.values"
+    assert policy.DecisionEffect is policy.Verdict  # its old name, kept for callers
+    # What the trail recorded of a decision is a DecisionRecord, not a second
+    # PolicyDecision (issue 31).
+    from agent_gate.ledger import details
+
+    assert not hasattr(details, "PolicyDecision") and details.DecisionRecord

@@ -42,7 +42,6 @@ from sqlalchemy import (
 )
 
 from agent_gate.ledger import audit
-from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.cas import Folded, Later
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
 from agent_gate.ledger.flows import Lost, apply, apply_ruling, lock_task, write
@@ -62,6 +61,7 @@ from agent_gate.ledger.records import (
 )
 from agent_gate.ledger.states import CallState, Event
 from agent_gate.ledger.txn import LedgerTxn
+from agent_gate.plainjson import canonical_json, sha256_hex
 
 __all__ = ["ensure_task", "record"]
 
