@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent_gate._lazy import exports
-from agent_gate.errors import AgentGateError
+from agent_gate._lazy import exports_of
 
+# The public names, each imported here for type checkers and the docs, and named in
+# ``__all__`` (which they, ruff and the API reference read statically). At run time a
+# name is imported from its module when first used (``_lazy.exports_of`` reads the
+# module of each off these imports: no third list), so that ``import agent_gate.sse``
+# (or the CLI's help) does not pay for jsonschema, pydantic and SQLAlchemy.
 if TYPE_CHECKING:
     from agent_gate.accumulate import (
         DispatchMode,
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
     )
     from agent_gate.errors import (
         AccumulatorError,
+        AgentGateError,
         AmbiguousCall,
         AnswerMismatch,
         ApprovalRefused,
@@ -88,64 +93,6 @@ if TYPE_CHECKING:
         ToolSpec,
     )
 
-# Public names resolved on first use, so that ``import agent_gate.sse`` (or the CLI's
-# help) does not pay for jsonschema, pydantic and SQLAlchemy.
-_LAZY: dict[str, str] = {
-    # the gate
-    "Gate": "agent_gate.gate",
-    "CallOptions": "agent_gate.gate",
-    "RunOptions": "agent_gate.gate",
-    "Outcome": "agent_gate.gate",
-    "RunResult": "agent_gate.gate",
-    "Blocker": "agent_gate.gate",
-    "render_tool_result": "agent_gate.gate",
-    "current_call": "agent_gate.gate",
-    "Authorizer": "agent_gate.gate",
-    "Decision": "agent_gate.gate",
-    "Verdict": "agent_gate.gate",
-    "ReasonCode": "agent_gate.gate",
-    "GateUsageError": "agent_gate.errors",
-    "OutcomeUnknown": "agent_gate.errors",
-    "NotInDoubt": "agent_gate.errors",
-    "AmbiguousCall": "agent_gate.errors",
-    "ApprovalRefused": "agent_gate.errors",
-    "NotAwaitingApproval": "agent_gate.errors",
-    "AnswerMismatch": "agent_gate.errors",
-    # tools
-    "ToolRegistry": "agent_gate.tools",
-    "ToolSpec": "agent_gate.tools",
-    "CallInfo": "agent_gate.tools",
-    "Effect": "agent_gate.tools",
-    "Idempotency": "agent_gate.tools",
-    "Reconciled": "agent_gate.tools",
-    "Reconciliation": "agent_gate.tools",
-    "ArgumentsInvalid": "agent_gate.errors",
-    # policy
-    "Policy": "agent_gate.policy",
-    "Principal": "agent_gate.policy",
-    "TaskScope": "agent_gate.policy",
-    "PolicyError": "agent_gate.errors",
-    "PolicyAuthorizer": "agent_gate.authorize",
-    # the ledger
-    "Ledger": "agent_gate.ledger",
-    "CallState": "agent_gate.ledger",
-    "TaskContextConflict": "agent_gate.errors",
-    "LedgerConfigError": "agent_gate.errors",
-    "SealKeyMissing": "agent_gate.errors",
-    # streams
-    "ToolCall": "agent_gate.calls",
-    "Terminal": "agent_gate.calls",
-    "accumulator": "agent_gate.autodetect",
-    "DispatchMode": "agent_gate.accumulate",
-    "AccumulatorError": "agent_gate.errors",
-    "ServerSentEvent": "agent_gate.sse",
-    "SSEDecoder": "agent_gate.sse",
-    "SSEError": "agent_gate.errors",
-    "ProviderError": "agent_gate.errors",
-    "StreamError": "agent_gate.errors",
-    "run_live": "agent_gate.gate.live",
-    "arun_live": "agent_gate.gate.live",
-}
 
 __all__ = [
     "AccumulatorError",
@@ -200,5 +147,4 @@ __all__ = [
     "run_live",
 ]
 
-
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__getattr__, __dir__ = exports_of(__name__, __file__, globals())

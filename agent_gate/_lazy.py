@@ -18,7 +18,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["deferred", "exports"]
+__all__ = ["deferred", "exports", "exports_of"]
 
 
 def exports(
@@ -40,6 +40,67 @@ def exports(
         return sorted(set(namespace) | set(table))
 
     return __getattr__, __dir__
+
+
+def exports_of(
+    package: str, source: str, namespace: dict[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of a package whose public names are the
+    ``from M import N`` statements under its ``if TYPE_CHECKING:`` (``source``: its
+    ``__file__``), each resolved from its module on first use.
+
+    Why: a package that names each public name in its imports (for type checkers),
+    in a name -> module table (for the lazy lookup) and in ``__all__`` writes each
+    three times, and the three drift. Here the table is read off the imports with
+    ``ast`` when a name is first asked for (not at import: ``import agent_gate``
+    stays as light as it was), and must name exactly ``__all__``: the static list
+    type checkers, linters and the API reference read, which no one can derive.
+    """
+    table: dict[str, str] = {}
+
+    def names() -> dict[str, str]:
+        if not table:
+            found = _type_checking_imports(source)
+            listed = set(namespace.get("__all__", ()))
+            if listed != set(found):
+                raise ImportError(
+                    f"{package}: __all__ and the imports under TYPE_CHECKING differ: "
+                    f"only in __all__ {sorted(listed - set(found))}, "
+                    f"only imported {sorted(set(found) - listed)}"
+                )
+            table.update(found)
+        return table
+
+    def __getattr__(name: str) -> Any:
+        module = names().get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(names()))
+
+    return __getattr__, __dir__
+
+
+def _type_checking_imports(source: str) -> dict[str, str]:
+    """Name -> module of every ``from M import N`` under ``if TYPE_CHECKING:``."""
+    import ast  # only when a lazy name is first asked for
+
+    with open(source, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), source)
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for item in node.body:
+                if isinstance(item, ast.ImportFrom) and item.module and item.level == 0:
+                    for alias in item.names:
+                        found[alias.asname or alias.name] = item.module
+    if not found:
+        raise ImportError(f"{source}: no imports under 'if TYPE_CHECKING:' to export")
+    return found
 
 
 class _Deferred:

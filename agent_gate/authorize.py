@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from agent_gate.ledger.canonical import canonical_json
+from agent_gate.plainjson import canonical_json
 from agent_gate.policy import (
     EffectiveClass,
     LimitRule,

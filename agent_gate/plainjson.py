@@ -1,5 +1,6 @@
 """Plain JSON data: is a value made of it, how deep does it nest, its text at any
-depth, and its canonical text (the one definition the ledger and the policies hash).
+depth, its canonical text and that text's SHA-256 (the one definition of each: the
+ledger, the policies and the MCP identity all hash with these).
 
 The compiled fast path of ``schema`` (jsonschema-rs's accept) may only answer for
 values it reads exactly as the standard-library reference does: dicts with str
@@ -19,6 +20,7 @@ cannot (a value nested deeper than the stack allows) with the same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -37,6 +39,7 @@ __all__ = [
     "depth_exceeds",
     "dumps",
     "plain_json",
+    "sha256_hex",
     "text_depth_exceeds",
 ]
 
@@ -350,3 +353,11 @@ def canonical_bytes(value: object, errors: str = "strict") -> bytes:
     surrogate: ``"strict"`` raises ``UnicodeEncodeError`` (the ledger's argument
     hash), ``"surrogatepass"`` writes it (the policy hash)."""
     return canonical_json(value).encode("utf-8", errors)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    """The SHA-256 of bytes, or of text as UTF-8, in lowercase hex: the one spelling of
+    every hash agent-gate stores (arguments, policies, principals, keys)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()

@@ -32,12 +32,20 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine
 
-sys.path.append(str(Path(__file__).parent))  # for ledger_backends (a unique name)
+sys.path.append(str(Path(__file__).parent))  # for ledger_backends (a unique name), support
 
 from ledger_backends import PG_ENV, PgSchema, pg_base_url, pg_schema
 from ledger_templates import NewSqliteLedger, SqliteTemplates
+from support.slow_check import (  # the hooks that list slow tests without the marker
+    pytest_runtest_logreport,
+    pytest_runtest_makereport,
+    pytest_terminal_summary,
+)
 
 BACKENDS = ("sqlite", "postgresql")
+
+
+__all__ = ["pytest_runtest_logreport", "pytest_runtest_makereport", "pytest_terminal_summary"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -3,10 +3,15 @@ decision, not an accident; changing it means changing this list on purpose."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import agent_gate
+from agent_gate._lazy import exports_of
 
 PUBLIC = {
     # the gate
@@ -94,4 +99,31 @@ def test_decision_has_one_meaning() -> None:
     assert agent_gate.Decision.__module__ == "agent_gate.gate.decide"
     assert not hasattr(policy, "Decision")
     assert policy.PolicyDecision.__name__ == "PolicyDecision"
-    assert agent_gate.Verdict is policy.DecisionEffect  # one enum for what a decision says
+    assert agent_gate.Verdict is policy.Verdict  # one enum for what a decision says
+    assert agent_gate.Verdict.__module__ == "agent_gate.policy.values"
+    assert policy.DecisionEffect is policy.Verdict  # its old name, kept for callers
+    # What the trail recorded of a decision is a DecisionRecord, not a second
+    # PolicyDecision (issue 31).
+    from agent_gate.ledger import details
+
+    assert not hasattr(details, "PolicyDecision") and details.DecisionRecord
+
+
+def test_each_public_name_is_imported_once_and_listed_once(tmp_path: Path) -> None:
+    """``agent_gate/__init__.py`` names each public name in its typed imports and in
+    ``__all__``, and nowhere else (issue 31: the name -> module table is read off the
+    imports); the two lists may not differ."""
+    source = Path(agent_gate.__file__).read_text("utf-8")
+    for name in PUBLIC:
+        assert len(re.findall(rf"\b{name}\b", source)) == 2, name
+    drifted = tmp_path / "drifted.py"
+    drifted.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from agent_gate.errors import GateUsageError\n"
+        "__all__ = ['GateUsageError', 'NotInDoubt']\n", "utf-8")
+    namespace: dict[str, object] = {"__all__": ["GateUsageError", "NotInDoubt"]}
+    getattr_, _ = exports_of("drifted", str(drifted), namespace)
+    with pytest.raises(ImportError, match=r"only in __all__ \['NotInDoubt'\]"):
+        getattr_("GateUsageError")
+    namespace["__all__"] = ["GateUsageError"]
+    assert getattr_("GateUsageError") is agent_gate.GateUsageError

@@ -22,18 +22,18 @@ from rich.text import Text
 
 from agent_gate.cli._options import role_option
 from agent_gate.policy import (
-    DecisionEffect,
     Policy,
     PolicyDecision,
     PolicyLoadError,
     Principal,
     TaskScope,
+    Verdict,
 )
 
 _STYLE = {
-    DecisionEffect.ALLOW: "bold green",
-    DecisionEffect.APPROVE: "bold yellow",
-    DecisionEffect.DENY: "bold red",
+    Verdict.ALLOW: "bold green",
+    Verdict.APPROVE: "bold yellow",
+    Verdict.DENY: "bold red",
 }
 _TRUTH_STYLE = {"true": "green", "false": "dim", "error": "red"}
 

@@ -13,7 +13,7 @@ One job per module, arrows pointing down:
 * ``finish``   what a tool run, a reconcile hook or an operator produced, committed
 * ``runner``   tools run on threads or the event loop; leases kept alive meanwhile
 * ``decide``   schema and policy into one ``Ruling``; custom ``Authorizer``
-* ``intake``   the call as handed in, made into the one value judged and kept
+* ``admission`` the call as handed in, made into the one value judged and kept
 * ``outcome``  ``Outcome``, ``RunResult``, ``Blocker``; ``render`` their provider forms
 * ``next_input``  the assistant turn and the results to send back, per provider
 * ``mcp_approval``  hosted MCP approval requests: tools that answer, never run

@@ -7,7 +7,7 @@ be decided here and stays where it is (the reason says why).
 
 Who decides, and where:
 
-* a call that can never run (``intake``'s early ruling), an unknown tool, arguments
+* a call that can never run (``admission``'s early ruling), an unknown tool, arguments
   that fail the schema: decided here, outside any transaction;
 * no policy: allowed; a custom ``Authorizer``: asked outside any transaction (it
   may call out), its answer applied with one compare-and-set;
@@ -30,14 +30,14 @@ from pydantic import BaseModel
 
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_from_json
 from agent_gate.errors import GateUsageError
-from agent_gate.gate.intake import Arguments, stable_key
+from agent_gate.gate.admission import Arguments, stable_key
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import CallRecord, Ruling
-from agent_gate.ledger.states import Event
+from agent_gate.ledger.states import CallState, Event, verdict_arrow
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
-from agent_gate.policy import DecisionEffect, PolicyDecision, Principal, TaskScope
+from agent_gate.policy import PolicyDecision, Principal, TaskScope, Verdict
 from agent_gate.tools import (
     ArgumentsInvalid,
     ArgumentsNotObject,
@@ -50,11 +50,6 @@ from agent_gate.tools import (
 )
 
 __all__ = ["Authorizer", "Decider", "Decision", "Verdict"]
-
-
-Verdict = DecisionEffect
-"""A custom ``Authorizer``'s verdict: the policy's own ``allow``/``approve``/``deny``
-(one enum for what a decision says, whoever decides)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,20 +191,8 @@ class Decider:
             "policy_hash": decision.policy_hash,
             "rule_ids": json.dumps(list(decision.rule_ids)),
         }
-        if decision.verdict is Verdict.ALLOW:
-            return Ruling(Event.ALLOW, R.ALLOWED, decision.reason, detail, changes=changes)
-        if decision.verdict is Verdict.APPROVE:
-            reason = decision.reason or "waits for a human approval"
-            return Ruling(
-                Event.REQUIRE_APPROVAL, R.AWAITING_APPROVAL, reason, detail, changes=changes
-            )
-        return Ruling(
-            Event.REJECT,
-            R.POLICY_DENIED,
-            f"denied by policy: {decision.reason or 'no rule allows it'}; not run",
-            detail,
-            changes=changes,
-        )
+        event, code = verdict_arrow(CallState.RECEIVED, decision.verdict)
+        return Ruling(event, code, _authorizer_text(decision), detail, changes=changes)
 
     def ruling_in(self, txn: LedgerTxn, rec: CallRecord, early: Ruling | None) -> Ruling | None:
         """The decision for a ``received`` row inside a ledger transaction; None when
@@ -229,15 +212,17 @@ class Decider:
         assert arguments is not None  # the ruling / the claim's hash check saw them
         decision = self._evaluate_in(txn, rec, arguments, besides=rec.row_id if recheck else None)
         detail, changes, reason = _decision_record(decision)
-        allowed = decision.effect is DecisionEffect.ALLOW
-        if allowed and recheck:
-            return Ruling(Event.CLAIM, detail=detail, changes=changes)
-        event, code, text = _POLICY_ARROWS[decision.effect]
+        allowed = decision.effect is Verdict.ALLOW
+        event, code = verdict_arrow(
+            CallState.AUTHORIZED if recheck else CallState.RECEIVED, decision.effect
+        )
+        if event is Event.CLAIM:
+            return Ruling(event, detail=detail, changes=changes)
         when = " when claimed" if recheck else ""
         return Ruling(
             event,
             code,
-            text.format(when=when, reason=reason),
+            _POLICY_TEXT[decision.effect].format(when=when, reason=reason),
             detail,
             charges=self.rules.charges(rec.tool, arguments) if allowed else {},
             changes=changes,
@@ -263,8 +248,9 @@ class Decider:
                 f"(sha256 {current.args_hash[:12]}): changed after the decision; not run",
             )
         if outside is not None:
-            if outside.event is Event.ALLOW:
-                return Ruling(Event.CLAIM, changes=outside.changes)
+            if outside.event is Event.ALLOW:  # a custom Authorizer allows it again
+                claim, _ = verdict_arrow(CallState.AUTHORIZED, Verdict.ALLOW)
+                return Ruling(claim, changes=outside.changes)
             return Ruling(
                 outside.event, outside.code, f"re-checked when claimed: {outside.reason}",
                 outside.detail,
@@ -299,17 +285,18 @@ class Decider:
             )
         decision = self._evaluate_in(txn, current, arguments)
         detail, changes, reason = _decision_record(decision)
-        if decision.effect is DecisionEffect.DENY:
+        event, code = verdict_arrow(CallState.AWAITING_APPROVAL, decision.effect)
+        if event is not Event.APPROVE:
             return Ruling(
-                Event.DENY,
-                R.POLICY_DENIED,
+                event,
+                code,
                 f"denied by policy when its approval was used: {reason}; not run",
                 detail,
                 changes=changes,
             )
         return Ruling(
-            Event.APPROVE,
-            R.APPROVED,
+            event,
+            code,
             f"approved by {approval.decided_by}"
             + (f": {bound(approval.reason, 200)}" if approval.reason else ""),
             {**detail, "approved_by": approval.decided_by},
@@ -344,7 +331,7 @@ class Decider:
         """Why this gate's policy will not take over the approval of ``rec``, which
         another policy asked for: it denies the call (None: it does not)."""
         decision = self.evaluate_now(rec)
-        if decision.effect is not DecisionEffect.DENY:
+        if decision.effect is not Verdict.DENY:
             return None
         return (f"policy {self.policy_hash} denies call {rec.call_id!r} "
                 f"({', '.join(decision.rule_ids)}); deny it instead")
@@ -375,17 +362,22 @@ class Decider:
         )
 
 
-_POLICY_ARROWS: dict[DecisionEffect, tuple[Event, R, str]] = {
-    DecisionEffect.ALLOW: (Event.ALLOW, R.ALLOWED, "{reason}"),
-    DecisionEffect.APPROVE: (
-        Event.REQUIRE_APPROVAL, R.AWAITING_APPROVAL, "waits for a human approval{when}: {reason}"
-    ),
-    DecisionEffect.DENY: (
-        Event.REJECT, R.POLICY_DENIED, "denied by policy{when}: {reason}; not run"
-    ),
+_POLICY_TEXT: dict[Verdict, str] = {
+    Verdict.ALLOW: "{reason}",
+    Verdict.APPROVE: "waits for a human approval{when}: {reason}",
+    Verdict.DENY: "denied by policy{when}: {reason}; not run",
 }
-"""A policy file's effect -> the arrow out of ``received`` (or, re-checked at a claim,
-out of ``authorized``), its reason code and its audit text."""
+"""A policy file's verdict -> the audit text of its arrow (the arrow itself and its
+reason code: ``ledger.states.VERDICTS``, the one mapping)."""
+
+
+def _authorizer_text(decision: Decision) -> str | None:
+    """The audit text of a custom Authorizer's arrow: its own reason, or a default."""
+    if decision.verdict is Verdict.APPROVE:
+        return decision.reason or "waits for a human approval"
+    if decision.verdict is Verdict.DENY:
+        return f"denied by policy: {decision.reason or 'no rule allows it'}; not run"
+    return decision.reason
 
 
 def _task_context(txn: LedgerTxn, task_id: str) -> tuple[Principal, TaskScope]:

@@ -32,9 +32,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.calls import CallStatus, ToolCall
 from agent_gate.errors import GateUsageError
+from agent_gate.gate.admission import Arguments, CallContext, admit, check_task_id
 from agent_gate.gate.decide import Decider
 from agent_gate.gate.finish import Finisher
-from agent_gate.gate.intake import Arguments, CallContext, admit, check_task_id
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.gate.runner import (
     Claimed,

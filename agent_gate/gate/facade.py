@@ -1,7 +1,7 @@
 """The ``Gate``: a complete tool call in, at most one execution, an outcome out.
 
 This module holds the public methods only; each job lives in its own module:
-``intake`` (the value judged and kept), ``decide`` (schema and policy into one
+``admission`` (the value judged and kept), ``decide`` (schema and policy into one
 ``Ruling``), ``driver`` (the per-state walk), ``finish`` (what is committed after
 a run), ``runner`` (threads, asyncio, leases), ``stream`` (a response's events),
 ``outcome`` and ``render`` (what is reported, and in each provider's format).
@@ -33,10 +33,10 @@ from agent_gate.errors import (
     NotInDoubt,
 )
 from agent_gate.gate import desk, waiting
+from agent_gate.gate.admission import Arguments, CallContext, as_call
 from agent_gate.gate.decide import Authorizer, Decider
 from agent_gate.gate.driver import CallDriver, lease_end
 from agent_gate.gate.finish import Finisher
-from agent_gate.gate.intake import Arguments, CallContext, as_call
 from agent_gate.gate.mcp_approval import ApprovalTools
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of
 from agent_gate.gate.runner import Driver, Runner

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_gate.authorize import PolicyAuthorizer
+from agent_gate.gate.admission import Arguments
 from agent_gate.gate.decide import Decider
-from agent_gate.gate.intake import Arguments
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.gate.runner import Claimed, Ran
 from agent_gate.ledger.lease import this_owner

@@ -24,7 +24,7 @@ from agent_gate.accumulate import Accumulator, DispatchMode
 from agent_gate.autodetect import DetectingAccumulator
 from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
-from agent_gate.gate.intake import CallContext
+from agent_gate.gate.admission import CallContext
 from agent_gate.gate.outcome import Outcome, RunResult
 from agent_gate.gate.runner import Driver
 from agent_gate.ledger.lease import this_owner

@@ -1,4 +1,4 @@
-"""Canonical JSON and the hashes built on it.
+"""The argument hashes the ledger compares, built on canonical JSON.
 
 Two calls carry "the same arguments" exactly when their canonical JSON is byte for
 byte equal: keys sorted, no insignificant whitespace, UTF-8, no NaN or Infinity.
@@ -6,35 +6,26 @@ The ledger compares hashes of that form, so a replayed stream that re-serializes
 same object with other spacing or key order is still recognised, while any change
 of a value is a conflict. Serializing never recurses past the interpreter's limit:
 a value too deep for the recursive encoders is written by an iterative one, to the
-same bytes. The one definition of canonical JSON is ``plainjson.canonical_json``
-(the policy hash uses it too); it is re-exported here, where the ledger reads it.
+same bytes. The one definition of canonical JSON, and of ``sha256_hex``, is
+``agent_gate.plainjson`` (the policy hash uses them too); callers import them from there.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-from agent_gate.plainjson import canonical_bytes, canonical_json
+from agent_gate.plainjson import canonical_bytes, sha256_hex
 
 __all__ = [
     "arguments_hash",
-    "canonical_json",
     "raw_arguments_hash",
-    "sha256_hex",
     "to_jsonable",
 ]
 
 
-def sha256_hex(data: bytes | str) -> str:
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    return hashlib.sha256(data).hexdigest()
-
-
 def arguments_hash(arguments: Any) -> str:
     """Hash of parsed arguments, the value the idempotency check compares."""
-    return hashlib.sha256(canonical_bytes(arguments)).hexdigest()
+    return sha256_hex(canonical_bytes(arguments))
 
 
 def raw_arguments_hash(text: str | None) -> str:

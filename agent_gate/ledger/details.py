@@ -31,7 +31,7 @@ __all__ = [
     "DEFAULT_MAX_SHOWN",
     "Attempt",
     "CallDetails",
-    "PolicyDecision",
+    "DecisionRecord",
     "SchemaVerdict",
     "read_details",
 ]
@@ -72,8 +72,10 @@ class SchemaVerdict:
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyDecision:
-    """The newest decision taken on the call: its verdict, rules and their reasons."""
+class DecisionRecord:
+    """The newest decision taken on the call, as its audit trail recorded it: its
+    verdict, rules and their reasons (a ``PolicyDecision`` or a custom ``Decision``,
+    read back)."""
 
     verdict: str | None
     code: str | None
@@ -113,7 +115,7 @@ class CallDetails:
 
     call: CallRecord
     schema: SchemaVerdict
-    decision: PolicyDecision | None
+    decision: DecisionRecord | None
     approvals: tuple[ApprovalRecord, ...]
     history: tuple[AuditRecord, ...]
     attempts: tuple[Attempt, ...]
@@ -226,11 +228,11 @@ def _schema(rec: CallRecord, history: tuple[AuditRecord, ...]) -> SchemaVerdict:
     return SchemaVerdict(status or "valid")
 
 
-def _decision(history: tuple[AuditRecord, ...]) -> PolicyDecision | None:
+def _decision(history: tuple[AuditRecord, ...]) -> DecisionRecord | None:
     for e in reversed(history):
         detail = e.detail or {}
         if "verdict" in detail or "rule_ids" in detail:
-            return PolicyDecision(
+            return DecisionRecord(
                 verdict=detail.get("verdict"), code=detail.get("code"),
                 policy_hash=detail.get("policy_hash"),
                 rule_ids=tuple(str(r) for r in detail.get("rule_ids") or ()),

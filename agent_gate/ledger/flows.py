@@ -20,7 +20,6 @@ from sqlalchemy import Connection, Engine, bindparam, select
 
 from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, quota
-from agent_gate.ledger.canonical import canonical_json
 from agent_gate.ledger.cas import NO_GUARD, Later, compare_and_set, predicted
 from agent_gate.ledger.dialect import (
     begin_read,
@@ -44,6 +43,7 @@ from agent_gate.ledger.records import (
 )
 from agent_gate.ledger.states import CallState, Event, arrow
 from agent_gate.ledger.txn import LedgerTxn
+from agent_gate.plainjson import canonical_json
 
 __all__ = [
     "MAX_REASON_CHARS",

@@ -42,7 +42,6 @@ from sqlalchemy import (
 )
 
 from agent_gate.ledger import audit
-from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.cas import Folded, Later
 from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
 from agent_gate.ledger.flows import Lost, apply, apply_ruling, lock_task, write
@@ -59,9 +58,11 @@ from agent_gate.ledger.records import (
     TaskContextConflict,
     call_record,
     driver_call_record,
+    new_call_row,
 )
 from agent_gate.ledger.states import CallState, Event
 from agent_gate.ledger.txn import LedgerTxn
+from agent_gate.plainjson import sha256_hex
 
 __all__ = ["ensure_task", "record"]
 
@@ -298,26 +299,12 @@ def _record(
         state = opened(conn)
         pipe = state.pipe if state is not None else None
         values = {
-            "task_id": new.task_id,
-            "call_id": new.call_id,
-            "idem_key": new.idem_key,
-            "tool": new.tool,
-            "effect": new.effect,
-            "idempotency": new.idempotency,
-            "args_hash": new.args_hash,
-            "arguments": (
-                new.arguments_json if new.arguments_json is not None
-                else canonical_json(dict(new.arguments)) if new.arguments is not None
-                else None
-            ),
-            "sealed_arguments": new.sealed_arguments,
+            **new_call_row(new),  # every NewCall field to the column of its name
             "state": _RECEIVED,
             "version": 0,
             "attempt": 0,
             "created_at": now,
             "updated_at": now,
-            "trace_id": new.trace_id,
-            "span_id": new.span_id,
         }
         fold_id, seen = (
             (row_id, None) if pipe is not None

@@ -3,8 +3,10 @@
 A ``tool_calls`` row becomes a ``CallRecord`` in exactly one place (``call_record``),
 whether it came through SQLAlchemy Core (already converted by the columns' result
 processors) or straight from the driver (``driver_call_record``: the same
-processors applied here first). The converter runs about four times per gate call,
-so it unpacks by position rather than by name.
+processors applied here first). The mapping is written by name: each column goes to
+the field of its name (``row_reader``), and a new row takes each ``NewCall`` field by
+the column of its name (``row_writer``). The converter runs about four times per gate
+call, so it is written out once at import from those names, and unpacks by position.
 """
 
 from __future__ import annotations
@@ -12,20 +14,21 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from operator import attrgetter
 from typing import Any, TypeVar
 
+from sqlalchemy import DateTime, Text
 from sqlalchemy.engine import Dialect
 
 import agent_gate._speedups as _speedups
 from agent_gate.errors import TaskContextConflict
-from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.models import TASKS, TOOL_CALLS
 from agent_gate.ledger.prepared import result_processors
 from agent_gate.ledger.states import CallState, Event
+from agent_gate.plainjson import canonical_json, sha256_hex
 
 __all__ = [
     "CALLS",
@@ -44,6 +47,9 @@ __all__ = [
     "call_record",
     "driver_call_record",
     "from_row",
+    "new_call_row",
+    "row_reader",
+    "row_writer",
     "task_record",
 ]
 
@@ -51,16 +57,7 @@ __all__ = [
 CALLS = TOOL_CALLS
 TASKS = TASKS
 CALL_COLUMNS = tuple(CALLS.c)
-"""Every ``tool_calls`` column, in the order ``call_record`` unpacks a row."""
-_FIELD_ORDER = (
-    "id", "task_id", "call_id", "idem_key", "tool", "effect", "idempotency", "args_hash",
-    "arguments", "sealed_arguments", "policy_hash", "rule_ids", "state", "version",
-    "attempt", "lease_owner", "lease_expires_ms", "result", "result_sha256",
-    "result_bytes", "error", "reason_code", "reason", "created_at", "updated_at",
-    "started_at", "finished_at", "trace_id", "span_id",
-)
-if tuple(c.name for c in CALL_COLUMNS) != _FIELD_ORDER:  # pragma: no cover - import check
-    raise AssertionError("tool_calls columns changed: update records._FIELD_ORDER/call_record")
+"""Every ``tool_calls`` column, in the order a row is read (``call_record``)."""
 _TASK_ORDER = ("id", "provider", "terminal", "terminal_reason", "created_at", "updated_at",
                "principal", "scope")
 
@@ -149,7 +146,7 @@ class CallRecord:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CallRecord:
         """A row read through Core, by column name (kept for callers outside the ledger)."""
-        return call_record([row[name] for name in _FIELD_ORDER])
+        return call_record([row[c.name] for c in CALL_COLUMNS])
 
 
 def frozen_fill(cls: type[_R]) -> Callable[..., _R] | None:
@@ -190,64 +187,103 @@ def frozen_fill(cls: type[_R]) -> Callable[..., _R] | None:
     return fill
 
 
-def call_record(values: Sequence[Any]) -> CallRecord:
-    """The one ``tool_calls`` row converter: column values in ``CALL_COLUMNS`` order, as
-    Core returns them (JSON still text, SQLite datetimes perhaps naive)."""
-    (row_id, task_id, call_id, idem_key, tool, effect, idempotency, args_hash, arguments,
-     sealed_arguments, policy_hash, rule_ids, state, version, attempt, lease_owner,
-     lease_expires_ms, result, result_sha256, result_bytes, error, reason_code, reason,
-     created_at, updated_at, started_at, finished_at, trace_id, span_id) = values
-    # _loads and _utc inlined, and the fields given by position (in CallRecord's
-    # order; a test holds it to the keyword form): four records per gate call.
-    return (_FAST_RECORD or CallRecord)(
-        row_id,
-        task_id,
-        call_id,
-        idem_key,
-        tool,
-        effect,
-        idempotency,
-        args_hash,
-        None if arguments is None else _decode(arguments),
-        _STATES.get(state) or CallState(state),
-        version,
-        attempt,
-        lease_owner,
-        lease_expires_ms,
-        None if result is None else _decode(result),
-        result_sha256,
-        result_bytes,
-        result is None and result_sha256 is not None,
-        None if error is None else _decode(error),
-        reason_code,
-        reason,
-        (
-            datetime.now(UTC) if created_at is None
-            else created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC)
-        ),
-        (
-            datetime.now(UTC) if updated_at is None
-            else updated_at if updated_at.tzinfo else updated_at.replace(tzinfo=UTC)
-        ),
-        (
-            None if started_at is None
-            else started_at if started_at.tzinfo else started_at.replace(tzinfo=UTC)
-        ),
-        (
-            None if finished_at is None
-            else finished_at if finished_at.tzinfo else finished_at.replace(tzinfo=UTC)
-        ),
-        sealed_arguments,
-        policy_hash,
-        () if rule_ids is None else tuple(_decode(rule_ids) or ()),
-        trace_id,
-        span_id,
+FIELD_OF_COLUMN: Mapping[str, str] = {"id": "row_id"}
+"""The one ``tool_calls`` column whose ``CallRecord`` field has another name; every
+other column lands in the field of its own name."""
+
+DERIVED_FIELDS: Mapping[str, str] = {
+    "result_omitted": "{result} is None and {result_sha256} is not None",
+}
+"""``CallRecord`` fields that are no column: each one's expression over the row's
+columns (``{name}`` is that column's value)."""
+
+
+def _read_expression(column: Any, annotation: str, value: str) -> str:
+    """How one column's value becomes its field's, read off the column's type and the
+    field's annotation: a ``DateTime`` made aware (now, for a NOT NULL one never
+    written), the ``CallState`` looked up, JSON text decoded unless the field is
+    plain text, anything else as the driver returned it."""
+    if isinstance(column.type, DateTime):
+        absent = "None" if column.nullable else "datetime.now(UTC)"
+        return (f"{absent} if {value} is None else {value} if {value}.tzinfo "
+                f"else {value}.replace(tzinfo=UTC)")
+    if annotation == "CallState":
+        return f"_STATES.get({value}) or CallState({value})"
+    if isinstance(column.type, Text) and annotation not in ("str", "str | None"):
+        if annotation.startswith("tuple["):
+            return f"() if {value} is None else tuple(_decode({value}) or ())"
+        return f"None if {value} is None else _decode({value})"
+    return value
+
+
+def row_reader(columns: Sequence[Any], record: type[_R]) -> Callable[[Sequence[Any]], _R]:
+    """The converter of a row of ``columns`` (values in that order) into ``record``,
+    every field matched to its column by name (``FIELD_OF_COLUMN``, ``DERIVED_FIELDS``).
+
+    Why generated: a row is read four times a gate call, and a converter that loops
+    over thirty columns calling a function for each costs about three times the one
+    written out by hand, which unpacks the row and gives every field by position. So
+    that one is written here, once per table and record class at import, from the
+    names (as ``dataclasses`` writes ``__init__``): positions are never written by
+    hand, and a column added to the table and a field of its name added to the
+    record are read with nothing else changed (``tests/ledger/test_records.py``
+    adds one to copies of both and reads it back from a real database).
+    """
+    by_field = {FIELD_OF_COLUMN.get(c.name, c.name): i for i, c in enumerate(columns)}
+    names = [f"c{i}" for i in range(len(columns))]
+    of_column = {c.name: names[i] for i, c in enumerate(columns)}
+    record_fields = fields(record)  # type: ignore[arg-type]
+    args: list[str] = []
+    defaults: dict[str, Any] = {}
+    for f in record_fields:
+        if f.name in by_field:
+            i = by_field[f.name]
+            args.append(_read_expression(columns[i], _annotation(f.type), names[i]))
+        elif f.name in DERIVED_FIELDS:
+            args.append("(" + DERIVED_FIELDS[f.name].format(**of_column) + ")")
+        elif f.default is not MISSING:  # a field the table does not have: its default
+            defaults[f"_default_{f.name}"] = f.default
+            args.append(f"_default_{f.name}")
+        else:
+            raise TypeError(f"{record.__name__}.{f.name} is no column of the row")
+    unread = set(by_field) - {f.name for f in record_fields}
+    if unread:
+        raise TypeError(f"{record.__name__} has no field for column(s) {sorted(unread)}")
+    # ``_FAST_RECORD`` is read at each call (tests turn it off); other records are built
+    # by their own class.
+    make = "(_FAST_RECORD or _record)" if record is CallRecord else "_record"
+    source = (
+        f"def reader({', '.join(['_record', *defaults])}):\n"
+        f"    def read(values):\n"
+        f"        ({', '.join(names)},) = values\n"
+        f"        return {make}(\n"
+        + "".join(f"            {arg},\n" for arg in args)
+        + "        )\n"
+        "    return read\n"
     )
+    made: dict[str, Any] = {}
+    exec(source, globals(), made)  # written above from names only, never from input
+    read: Callable[[Sequence[Any]], _R] = made["reader"](record, *defaults.values())
+    read.__doc__ = f"A {record.__name__} from a row of {len(columns)} columns, by name."
+    return read
+
+
+def _annotation(annotation: Any) -> str:
+    """A field's annotation as written (``from __future__ import annotations`` keeps
+    it a string; a class made at run time may hold the type itself)."""
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__name__", None) or str(annotation)
 
 
 _FAST_RECORD: Callable[..., CallRecord] | None = frozen_fill(CallRecord)
 """``call_record``'s constructor (``frozen_fill``); None: ``CallRecord`` itself, the
 reference (tests set it to None to run that in-process)."""
+
+call_record: Callable[[Sequence[Any]], CallRecord] = row_reader(CALL_COLUMNS, CallRecord)
+"""The one ``tool_calls`` row converter: column values in ``CALL_COLUMNS`` order, as
+Core or a prepared statement returns them (JSON still text, SQLite datetimes perhaps
+naive), each given to the ``CallRecord`` field of its name."""
 
 _RECORD_FIELDS = tuple(f.name for f in fields(CallRecord))
 _RECORD_VALUES = attrgetter(*_RECORD_FIELDS)
@@ -402,6 +438,64 @@ class Ruling:
     changes: Mapping[str, Any] = field(default_factory=dict)
     approval_id: int | None = None
     claim: tuple[str, int] | None = None
+
+
+def _arguments_text(new: NewCall) -> str | None:
+    """The ``arguments`` column of a new call: the caller's canonical text when it wrote
+    it, else the object's; NULL when they never formed an object."""
+    if new.arguments_json is not None:
+        return new.arguments_json
+    return canonical_json(dict(new.arguments)) if new.arguments is not None else None
+
+
+ENCODED_AT_INSERT: Mapping[str, Callable[[Any], Any]] = {"arguments": _arguments_text}
+"""Columns of a new row whose ``NewCall`` field is encoded otherwise than the rule of
+``row_writer`` (the arguments: the caller's own canonical text, when it wrote it)."""
+
+
+def row_writer(record: type, columns: Sequence[Any]) -> Callable[[Any], dict[str, Any]]:
+    """The values a new row of ``columns`` takes from a ``record`` (``NewCall``): every
+    field named like a column, by name; a text column whose field is not text gets its
+    canonical JSON (the rule ``row_reader`` reads back), ``ENCODED_AT_INSERT`` its own.
+    The columns no field gives (state, version, times) are the inserting flow's."""
+    by_name = {c.name: c for c in columns}
+    plain: list[str] = []
+    encoded: list[tuple[str, Callable[[Any], Any]]] = []
+    for f in fields(record):  # type: ignore[arg-type]
+        column = by_name.get(f.name)
+        if column is None:
+            continue
+        if f.name in ENCODED_AT_INSERT:
+            encoded.append((f.name, ENCODED_AT_INSERT[f.name]))
+        elif isinstance(column.type, Text) and _annotation(f.type) not in ("str", "str | None"):
+            encoded.append((f.name, _json_of(f.name)))
+        else:
+            plain.append(f.name)
+    names = tuple(plain)
+    values = attrgetter(*names)
+
+    def write(new: Any) -> dict[str, Any]:
+        row = dict(zip(names, values(new), strict=True))
+        for name, encode in encoded:
+            row[name] = encode(new)
+        return row
+
+    return write
+
+
+def _json_of(name: str) -> Callable[[Any], str | None]:
+    get = attrgetter(name)
+
+    def encode(new: Any) -> str | None:
+        value = get(new)
+        return None if value is None else canonical_json(value)
+
+    return encode
+
+
+new_call_row: Callable[[NewCall], dict[str, Any]] = row_writer(NewCall, CALL_COLUMNS)
+"""The ``tool_calls`` values a ``NewCall`` gives its row, each field to the column of
+its name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,7 @@ __all__ = [
     "RUN_ENDS",
     "TERMINAL",
     "TRANSITIONS",
+    "VERDICTS",
     "Arrow",
     "CallState",
     "Effects",
@@ -102,6 +103,7 @@ __all__ = [
     "arrow",
     "next_state",
     "run_end",
+    "verdict_arrow",
 ]
 
 
@@ -305,6 +307,31 @@ its members are these keys) -> the arrow out of ``in_doubt``. Keyed by value so
 that the ledger does not import the tool layer. An operator's answer
 (``Gate.resolve``) takes the same arrow with ``ReasonCode.RESOLVED``."""
 
+VERDICTS: Mapping[tuple[CallState, str], Observed] = MappingProxyType(
+    {
+        # a new call decided: the arrow out of ``received``
+        (CallState.RECEIVED, "allow"): Observed(Event.ALLOW, ReasonCode.ALLOWED),
+        (CallState.RECEIVED, "approve"): Observed(
+            Event.REQUIRE_APPROVAL, ReasonCode.AWAITING_APPROVAL
+        ),
+        (CallState.RECEIVED, "deny"): Observed(Event.REJECT, ReasonCode.POLICY_DENIED),
+        # re-checked when claimed: the arrow out of ``authorized``
+        (CallState.AUTHORIZED, "allow"): Observed(Event.CLAIM, None),
+        (CallState.AUTHORIZED, "approve"): Observed(
+            Event.REQUIRE_APPROVAL, ReasonCode.AWAITING_APPROVAL
+        ),
+        (CallState.AUTHORIZED, "deny"): Observed(Event.REJECT, ReasonCode.POLICY_DENIED),
+        # decided again when its approval is used: the arrow out of ``awaiting_approval``
+        (CallState.AWAITING_APPROVAL, "allow"): Observed(Event.APPROVE, ReasonCode.APPROVED),
+        (CallState.AWAITING_APPROVAL, "approve"): Observed(Event.APPROVE, ReasonCode.APPROVED),
+        (CallState.AWAITING_APPROVAL, "deny"): Observed(Event.DENY, ReasonCode.POLICY_DENIED),
+    }
+)
+"""A decision's verdict (``agent_gate.policy.Verdict``, a ``StrEnum``, so its members
+are these keys) -> the arrow it calls for from the state the call is decided in: the
+one mapping of what a policy file or a custom ``Authorizer`` says to a transition.
+Keyed by value so that the ledger does not import the policy layer."""
+
 
 
 
@@ -323,6 +350,15 @@ def arrow(state: CallState, event: Event) -> Arrow:
         return ARROWS[(state, event)]
     except KeyError:
         raise IllegalTransition(state, event) from None
+
+
+def verdict_arrow(state: CallState, verdict: str) -> Observed:
+    """The arrow a decision's ``verdict`` calls for from ``state`` (``received``,
+    ``authorized`` at a claim, ``awaiting_approval`` when its approval is used)."""
+    try:
+        return VERDICTS[(state, str(verdict))]
+    except KeyError:
+        raise ValueError(f"no verdict {verdict!r} is decided in state {state.value!r}") from None
 
 
 def run_end(end: RunEnd, *, read: bool) -> Observed:

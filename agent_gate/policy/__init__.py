@@ -14,7 +14,7 @@ the file format.
         task_scope=TaskScope(task_id="t1", name="support"),
         usage={limit.key: 0 for limit in policy.limits("send_email")},
     )
-    decision.effect        # DecisionEffect.ALLOW / APPROVE / DENY
+    decision.effect        # Verdict.ALLOW / APPROVE / DENY
     decision.rule_ids      # ids that decided
     decision.policy_hash   # bind approvals to this
 """
@@ -52,6 +52,7 @@ from agent_gate.policy.values import (
     ToolEffect,
     ToolOverrides,
     Truth,
+    Verdict,
     safer_effect,
     safer_idempotency,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "ToolEffect",
     "ToolOverrides",
     "Truth",
+    "Verdict",
     "open_beneath",
     "open_file_beneath",
     "redact_arguments",

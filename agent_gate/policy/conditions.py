@@ -2,7 +2,7 @@
 
 ``all`` is false as soon as one part is false, an error if no part is false but
 one is an error, true otherwise; ``any`` mirrors it; ``not`` swaps true and false
-and keeps errors. That way an argument that breaks one operator can never flip
+and keeps errors. That way an argument that breaks one predicate can never flip
 a whole rule into granting: the error travels up and the evaluator fails closed.
 
 ``each`` and ``some`` apply a condition to every element of a list. Both are
@@ -11,9 +11,9 @@ call with no recipients, and a policy that must accept empty lists says so with
 ``any: [{absent: true}, ...]`` or ``length: {max: 0}``.
 
 An argument that a ``path_under`` condition tests is a *path* for the whole tool:
-every operator on that subject (``matches``, ``equals``, ``in``, ``length``...)
+every predicate on that subject (``matches``, ``equals``, ``in``, ``length``...)
 sees the one resolved value ``fspath.resolve_path`` gives, resolved once per
-decision and shared, so two operators can never judge two spellings (or two
+decision and shared, so two predicates can never judge two spellings (or two
 moments) of the same argument. A subject is named by its ``SubjectKey``: the
 chain of subjects from the rule down to the leaf, so ``arg: files`` / ``each`` /
 ``field: src`` is one key wherever it is written.
@@ -27,8 +27,8 @@ from typing import Any, Final, Protocol
 
 from agent_gate.policy.fspath import UnjudgeablePath, resolve_path
 from agent_gate.policy.model import Condition
-from agent_gate.policy.operators import Check, Operator, compile_operator
 from agent_gate.policy.paths import MISSING, ArgPath, display, parse_path, resolve
+from agent_gate.policy.predicates import Check, Predicate, compile_predicate
 from agent_gate.policy.values import Truth
 
 __all__ = [
@@ -54,7 +54,7 @@ class EvalContext:
 
     ``path_subjects`` are the subjects the tool's policy treats as paths;
     ``resolved`` caches each path value's resolution (or why it failed) for this
-    decision, so every operator judges the same one, and
+    decision, so every predicate judges the same one, and
     ``bad_paths`` collects, per subject, why a path value could not be judged.
     """
 
@@ -141,25 +141,25 @@ def _key_display(key: SubjectKey) -> str:
 @dataclass(frozen=True, slots=True)
 class _Leaf:
     subject: _Subject
-    operator: Operator
+    predicate: Predicate
     key: SubjectKey
 
     def path_subjects(self) -> frozenset[SubjectKey]:
-        return frozenset({self.key}) if self.operator.name == "path_under" else frozenset()
+        return frozenset({self.key}) if self.predicate.name == "path_under" else frozenset()
 
     def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result:
         value = self.subject.value(ctx, element)
         subject = self.subject.describe()
-        is_path = self.operator.name == "path_under" or self.key in ctx.path_subjects
+        is_path = self.predicate.name == "path_under" or self.key in ctx.path_subjects
         if is_path and value is not MISSING:
             subject = f"{subject} (resolved path)"
             try:
                 value = ctx.path_value(_key_display(self.key), value)
             except UnjudgeablePath as exc:
                 check = Check(Truth.ERROR, str(exc))
-                return Result(check.truth, _leaf_detail(subject, self.operator.phrase, check))
-        check = self.operator(value)
-        return Result(check.truth, _leaf_detail(subject, self.operator.phrase, check))
+                return Result(check.truth, _leaf_detail(subject, self.predicate.phrase, check))
+        check = self.predicate(value)
+        return Result(check.truth, _leaf_detail(subject, self.predicate.phrase, check))
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +246,13 @@ def compile_condition(condition: Condition, outer: SubjectKey = ()) -> Compiled:
         return _Combine(parts, combinator == "all")
     if combinator == "not":
         return _Not(compile_condition(condition.operand("not"), outer))
-    operator = condition.operator
+    predicate = condition.predicate
     subject = _subject(condition)
     key = (*outer, (subject.root, subject.path))
-    if operator in ("each", "some"):
-        inner = compile_condition(condition.operand(operator), key)
-        return _Each(subject, inner, need_all=operator == "each")
-    return _Leaf(subject, compile_operator(condition), key)
+    if predicate in ("each", "some"):
+        inner = compile_condition(condition.operand(predicate), key)
+        return _Each(subject, inner, need_all=predicate == "each")
+    return _Leaf(subject, compile_predicate(condition), key)
 
 
 def evaluate_all(parts: Sequence[Compiled], ctx: EvalContext) -> Result:

@@ -18,7 +18,7 @@ The order of checks, each of which can only make the answer stricter:
    whose argument is not a usable number denies.
 
 An argument a ``path_under`` condition of the tool tests is a path for every
-rule of the tool: all its operators judge its resolved form. A value of such an
+rule of the tool: all its predicates judge its resolved form. A value of such an
 argument that cannot be resolved (not a string, relative, NUL byte, too long, a
 symlink loop) is never allowed: if no rule denied already, the call is denied
 as ``agent-gate:bad-path``.
@@ -45,13 +45,13 @@ from agent_gate.policy.conditions import (
 from agent_gate.policy.model import GlobalRule, Limit, Rule
 from agent_gate.policy.paths import ArgPath, display, parse_path, resolve
 from agent_gate.policy.values import (
-    DecisionEffect,
     LimitCheck,
     PolicyDecision,
     Principal,
     RuleTrace,
     TaskScope,
     Truth,
+    Verdict,
 )
 
 __all__ = [
@@ -75,7 +75,7 @@ BUILTIN_BAD_PATH: Final = "agent-gate:bad-path"
 
 Usage = Mapping[str, int | float | Decimal]
 
-_PRECEDENCE: Final = (DecisionEffect.DENY, DecisionEffect.APPROVE, DecisionEffect.ALLOW)
+_PRECEDENCE: Final = (Verdict.DENY, Verdict.APPROVE, Verdict.ALLOW)
 """Strongest first: the first effect some rule that holds asks for decides."""
 
 
@@ -87,7 +87,7 @@ def _name(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class CompiledRule:
     id: str
-    effect: DecisionEffect
+    effect: Verdict
     when: tuple[Compiled, ...]
     reason: str | None
     tools: frozenset[str] | None = None
@@ -129,7 +129,7 @@ class LimitRule:
     key: str
     argument: ArgPath | None
     maximum: Decimal
-    effect: DecisionEffect
+    effect: Verdict
     reason: str | None
 
     @classmethod
@@ -186,16 +186,16 @@ class LimitRule:
                 f"no usage for counter '{self.key}' was supplied "
                 "(the ledger must count it), so the call is denied"
             )
-            return self._result(label, used, amount, True, DecisionEffect.DENY, why)
+            return self._result(label, used, amount, True, Verdict.DENY, why)
         if amount is None:
             why = (
                 f"argument '{display(self.argument or ())}' is "
                 "absent, not a finite number, or negative, so it cannot be counted"
             )
-            return self._result(label, used, amount, True, DecisionEffect.DENY, why)
+            return self._result(label, used, amount, True, Verdict.DENY, why)
         exceeded = used + amount > self.maximum
         if exceeded:
-            verdict = "is denied" if self.effect is DecisionEffect.DENY else "needs approval"
+            verdict = "is denied" if self.effect is Verdict.DENY else "needs approval"
             text = (
                 f"already used {used} of {self.maximum}; this call would go over, so it {verdict}"
             )
@@ -209,7 +209,7 @@ class LimitRule:
         used: Decimal | None,
         amount: Decimal | None,
         exceeded: bool,
-        effect: DecisionEffect,
+        effect: Verdict,
         why: str,
     ) -> LimitCheck:
         """This limit's check for one call; the reason names the limit, then why."""
@@ -242,7 +242,7 @@ def _usage_value(usage: Usage | None, key: str) -> Decimal | None:
 
 def _deny(tool: str, rule_id: str, reason: str, policy_hash: str) -> PolicyDecision:
     return PolicyDecision(
-        effect=DecisionEffect.DENY,
+        effect=Verdict.DENY,
         tool=tool,
         rule_ids=(rule_id,),
         reasons=(reason,),
@@ -327,7 +327,7 @@ def decide(
         path_subjects=frozenset().union(*(rule.path_subjects for rule in rules)),
     )
     traces: list[RuleTrace] = []
-    by_effect: dict[DecisionEffect, list[str]] = {e: [] for e in DecisionEffect}
+    by_effect: dict[Verdict, list[str]] = {e: [] for e in Verdict}
     sentences: dict[str, str] = {}
     for rule in rules:
         result = evaluate_all(rule.when, ctx)
@@ -335,8 +335,8 @@ def decide(
         sentences[rule.id] = _rule_sentence(rule, result.truth, result.detail)
         if result.truth is Truth.TRUE:
             by_effect[rule.effect].append(rule.id)
-        elif result.truth is Truth.ERROR and rule.effect is not DecisionEffect.ALLOW:
-            by_effect[DecisionEffect.DENY].append(rule.id)
+        elif result.truth is Truth.ERROR and rule.effect is not Verdict.ALLOW:
+            by_effect[Verdict.DENY].append(rule.id)
 
     for effect in _PRECEDENCE:
         if by_effect[effect]:
@@ -344,16 +344,16 @@ def decide(
             reasons = [sentences[i] for i in ids]
             break
     else:
-        effect = DecisionEffect.DENY
+        effect = Verdict.DENY
         ids = [BUILTIN_DEFAULT_DENY]
         reasons = [f"no rule allows this call of {_name(tool)} (default deny)"]
         reasons += [
             f"{t.id} ({t.effect.value}) does not apply: {t.detail}"
             for t in traces
-            if t.effect is not DecisionEffect.DENY
+            if t.effect is not Verdict.DENY
         ]
-    if ctx.bad_paths and effect is not DecisionEffect.DENY:
-        effect = DecisionEffect.DENY
+    if ctx.bad_paths and effect is not Verdict.DENY:
+        effect = Verdict.DENY
         ids = [BUILTIN_BAD_PATH]
         reasons = [
             f"{subject} is a path for this tool's policy (path_under) and cannot be judged "
@@ -362,17 +362,17 @@ def decide(
         ]
 
     checks: list[LimitCheck] = []
-    if effect is not DecisionEffect.DENY:
+    if effect is not Verdict.DENY:
         checks = [limit.check(arguments, usage) for limit in limits]
-        over_deny = [c for c in checks if c.exceeded and c.effect is DecisionEffect.DENY]
-        over_approve = [c for c in checks if c.exceeded and c.effect is DecisionEffect.APPROVE]
+        over_deny = [c for c in checks if c.exceeded and c.effect is Verdict.DENY]
+        over_approve = [c for c in checks if c.exceeded and c.effect is Verdict.APPROVE]
         if over_deny:
-            effect = DecisionEffect.DENY
+            effect = Verdict.DENY
             ids = [c.id for c in over_deny]
             reasons = [c.reason for c in over_deny] + reasons
         elif over_approve:
-            if effect is DecisionEffect.ALLOW:
-                effect = DecisionEffect.APPROVE
+            if effect is Verdict.ALLOW:
+                effect = Verdict.APPROVE
                 ids = [c.id for c in over_approve]
             else:
                 ids = ids + [c.id for c in over_approve]

@@ -1,4 +1,5 @@
-"""Canonical JSON and the hashes a decision carries.
+"""The hashes a decision carries, over canonical JSON (``plainjson``: the one
+definition of the text and of ``sha256_hex``).
 
 A decision records ``policy_hash``: SHA-256 over the canonical JSON of the
 *validated* policy (keys sorted, no insignificant whitespace, UTF-8, defaults
@@ -15,22 +16,9 @@ import hashlib
 import hmac
 from typing import Any
 
-from agent_gate.plainjson import canonical_bytes
+from agent_gate.plainjson import canonical_bytes, sha256_hex
 
-__all__ = ["canonical_json", "digest", "sha256_hex"]
-
-
-def canonical_json(value: Any) -> bytes:
-    """Deterministic JSON bytes; refuses NaN and infinities, which have no JSON form.
-
-    ``plainjson.canonical_json`` (the ledger's form too) as UTF-8, a lone surrogate
-    passed through rather than refused: a policy is hashed whatever text it holds.
-    """
-    return canonical_bytes(value, "surrogatepass")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+__all__ = ["digest"]
 
 
 def digest(value: Any, key: bytes | None = None) -> str:
@@ -40,7 +28,7 @@ def digest(value: Any, key: bytes | None = None) -> str:
     by guessing; a secret key makes the stored digest useless to whoever only has
     the audit trail, while still letting the key holder prove what was sent.
     """
-    data = canonical_json(value)
+    data = canonical_bytes(value, "surrogatepass")  # hashed whatever text it holds
     if key is None:
         return "sha256:" + sha256_hex(data)
     return "hmac-sha256:" + hmac.new(key, data, hashlib.sha256).hexdigest()

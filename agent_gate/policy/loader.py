@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_gate.errors import PolicyLoadError, Problem
-from agent_gate.policy.model import OPERATORS, Condition, PolicyDocument, Rule
+from agent_gate.policy.model import PREDICATES, Condition, PolicyDocument, Rule
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 
 __all__ = ["load_document"]
@@ -28,8 +28,8 @@ def _message(error: Any, loc: Loc) -> str:
     if kind == "extra_forbidden":
         if "when" in loc:
             return (
-                "unknown key: not an operator, subject or combinator "
-                f"(operators: {', '.join(OPERATORS)}; subjects: arg, principal, task, field; "
+                "unknown key: not a predicate, subject or combinator "
+                f"(predicates: {', '.join(PREDICATES)}; subjects: arg, principal, task, field; "
                 "combinators: all, any, not)"
             )
         return "unknown key"
@@ -69,11 +69,11 @@ def _condition_problems(
             )
     elif "field" in subjects:
         yield (*loc, "field"), "'field' is only meaningful inside each/some; use 'arg'"
-    elif not subjects and condition.operator is not None:
+    elif not subjects and condition.predicate is not None:
         yield loc, "a condition needs a subject: 'arg: <path>', 'principal: ...' or 'task: ...'"
-    operator = condition.operator
-    if operator in ("each", "some"):
-        yield from _condition_problems(condition.operand(operator), (*loc, operator), True)
+    predicate = condition.predicate
+    if predicate in ("each", "some"):
+        yield from _condition_problems(condition.operand(predicate), (*loc, predicate), True)
 
 
 def _rule_problems(rule: Rule, loc: Loc) -> Iterator[tuple[Loc, str]]:

@@ -1,13 +1,13 @@
 """The policy file format, as strict pydantic models.
 
-Every model forbids unknown keys, so a misspelled operator (``regexp:``) or key
+Every model forbids unknown keys, so a misspelled predicate (``regexp:``) or key
 (``efect:``) is a load error at its line instead of a silently ignored guard.
 Scalars are strict where YAML would otherwise coerce: ``max_calls: "5"`` or
 ``absent: yes`` written as a string are errors, not guesses. Values a condition
 compares against must be plain JSON (no YAML dates, no NaN).
 
 A condition is a mapping with either exactly one combinator (``all``, ``any``,
-``not``) or exactly one operator plus its subject (``arg``, ``principal``,
+``not``) or exactly one predicate plus its subject (``arg``, ``principal``,
 ``task``; or ``field`` / nothing inside ``each`` / ``some``). The subject rules
 depend on where a condition sits, so they are checked by the loader after this
 model validated the shape.
@@ -44,19 +44,19 @@ from agent_gate.policy.regex import (
     MAX_INPUT_LIMIT,
     compile_pattern,
 )
-from agent_gate.policy.values import DecisionEffect
+from agent_gate.policy.values import Verdict
 from agent_gate.tools.spec import Effect, Idempotency
 
 __all__ = [
     "COMBINATORS",
-    "OPERATORS",
+    "PREDICATES",
     "SUBJECTS",
     "Approvers",
     "Condition",
     "GlobalRule",
     "Limit",
     "NumberBounds",
-    "Operator",
+    "OperatorEntry",
     "PathUnderSpec",
     "PolicyDocument",
     "RedactField",
@@ -190,7 +190,7 @@ OperatorId = Annotated[StrictStr, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{
 """Who approves: the ``--by`` of ``agent-gate approve`` (the ledger keeps 200 characters)."""
 
 
-# --- operator arguments ------------------------------------------------------------
+# --- predicate arguments ------------------------------------------------------------
 
 
 class NumberBounds(_Model):
@@ -281,7 +281,7 @@ class UrlSpec(_Model):
 
 COMBINATORS: Final = ("all", "any", "not")
 SUBJECTS: Final = ("arg", "principal", "task", "field")
-OPERATORS: Final = (
+PREDICATES: Final = (
     "equals",
     "in",
     "contains",
@@ -340,8 +340,8 @@ class Condition(_Model):
         return found[0] if found else None
 
     @property
-    def operator(self) -> str | None:
-        found = self._given(OPERATORS)
+    def predicate(self) -> str | None:
+        found = self._given(PREDICATES)
         return found[0] if found else None
 
     @property
@@ -349,27 +349,27 @@ class Condition(_Model):
         return self._given(SUBJECTS)
 
     def operand(self, name: str) -> Any:
-        """The value of operator or combinator ``name`` as written (alias-aware)."""
+        """The value of predicate or combinator ``name`` as written (alias-aware)."""
         attr = {"all": "all_", "any": "any_", "not": "not_", "in": "in_", "bytes": "bytes_"}
         return getattr(self, attr.get(name, name))
 
     @model_validator(mode="after")
     def _one_thing(self) -> Condition:
         combinators = self._given(COMBINATORS)
-        operators = self._given(OPERATORS)
+        predicates = self._given(PREDICATES)
         subjects = self._given(SUBJECTS)
         if combinators:
-            others = combinators[1:] + operators + subjects
+            others = combinators[1:] + predicates + subjects
             if others:
                 raise ValueError(
                     f"'{combinators[0]}' combines conditions and cannot be mixed with "
                     f"{', '.join(repr(o) for o in others)} in the same mapping"
                 )
             return self
-        if len(operators) != 1:
-            found = ", ".join(operators) if operators else "none"
+        if len(predicates) != 1:
+            found = ", ".join(predicates) if predicates else "none"
             raise ValueError(
-                f"a condition needs exactly one operator (one of: {', '.join(OPERATORS)}); "
+                f"a condition needs exactly one predicate (one of: {', '.join(PREDICATES)}); "
                 f"found: {found}"
             )
         if len(subjects) > 1:
@@ -406,7 +406,7 @@ class Rule(_Model):
     """A rule of one tool: when every ``when`` condition holds, ask for ``effect``."""
 
     id: RuleId
-    effect: DecisionEffect
+    effect: Verdict
     when: Annotated[list[Condition], BeforeValidator(_listify)] = []
     reason: Text | None = None
 
@@ -432,8 +432,8 @@ class Limit(_Model):
     reason: Text | None = None
 
     @property
-    def decision_effect(self) -> DecisionEffect:
-        return DecisionEffect(self.effect)
+    def decision_effect(self) -> Verdict:
+        return Verdict(self.effect)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Limit:
@@ -479,8 +479,9 @@ class RedactField(_Model):
         return {"path": data} if isinstance(data, str) else data
 
 
-class Operator(_Model):
-    """A person who answers approvals, and the roles approval rules name."""
+class OperatorEntry(_Model):
+    """An operator (a person who answers approvals) as the policy file lists them: the
+    roles approval rules name."""
 
     roles: list[RoleName] = []
 
@@ -530,7 +531,7 @@ class PolicyDocument(_Model):
     scopes: dict[ScopeName, Scope] = {}
     rules: list[GlobalRule] = []
     tools: dict[ToolName, ToolPolicy]
-    operators: dict[OperatorId, Operator] = {}
+    operators: dict[OperatorId, OperatorEntry] = {}
     approvers: Approvers | None = None
     """The default for tools without an ``approvers`` entry of their own."""
 

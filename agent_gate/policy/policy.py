@@ -15,8 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from agent_gate.errors import PolicyLoadError, Problem, error_code
+from agent_gate.plainjson import canonical_bytes, sha256_hex
 from agent_gate.policy.evaluator import CompiledRule, LimitRule, decide
-from agent_gate.policy.hashing import canonical_json, sha256_hex
 from agent_gate.policy.loader import load_document
 from agent_gate.policy.model import PolicyDocument
 from agent_gate.policy.redaction import RedactionRule, redact_arguments
@@ -38,7 +38,7 @@ class Policy:
         self._source = source
         self._source_sha256 = source_sha256
         self._hash = "sha256:" + sha256_hex(
-            canonical_json(document.model_dump(mode="json", by_alias=True))
+            canonical_bytes(document.model_dump(mode="json", by_alias=True), "surrogatepass")
         )
         global_rules = [CompiledRule.build(rule) for rule in document.rules]
         self._rules: dict[str, tuple[CompiledRule, ...]] = {}

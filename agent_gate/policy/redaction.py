@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agent_gate.errors import json_type_name
-from agent_gate.policy.hashing import canonical_json, digest
+from agent_gate.plainjson import canonical_bytes
+from agent_gate.policy.hashing import digest
 from agent_gate.policy.paths import ArgPath, iter_matches, parse_path
 
 __all__ = [
@@ -62,7 +63,7 @@ def redacted_value(value: Any, preview: int = 0, key: bytes | None = None) -> di
         shown = min(preview, size // 4)
         text = value[:shown] + _ELLIPSIS if shown else _ELLIPSIS
     else:
-        size = len(canonical_json(value))
+        size = len(canonical_bytes(value, "surrogatepass"))
         text = _ELLIPSIS
     return {REDACTED_KEY: digest(value, key), "preview": text, "size": size, "type": kind}
 

@@ -35,13 +35,15 @@ __all__ = [
     "ToolEffect",
     "ToolOverrides",
     "Truth",
+    "Verdict",
     "safer_effect",
     "safer_idempotency",
 ]
 
 
-class DecisionEffect(StrEnum):
-    """What a rule asks for, and what a decision says.
+class Verdict(StrEnum):
+    """What a decision says, whoever decides (a policy file, a custom ``Authorizer``),
+    and what a rule asks for (its ``effect:``).
 
     Precedence is ``deny`` > ``approve`` > ``allow`` (Cedar's "forbid beats
     permit", with human approval in between): the strongest effect among the
@@ -53,6 +55,9 @@ class DecisionEffect(StrEnum):
     APPROVE = "approve"
     DENY = "deny"
 
+
+DecisionEffect = Verdict
+"""The old name of ``Verdict`` in the policy layer: the same class."""
 
 ToolEffect = Effect
 """The old name of ``agent_gate.tools.Effect`` in the policy layer: the same class."""
@@ -217,7 +222,7 @@ class LimitCheck:
     used: Decimal | None
     amount: Decimal | None
     exceeded: bool
-    effect: DecisionEffect
+    effect: Verdict
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -257,7 +262,7 @@ class RuleTrace:
     """How one rule fared for this call, for explanations and the audit trail."""
 
     id: str
-    effect: DecisionEffect
+    effect: Verdict
     truth: Truth
     detail: str
 
@@ -277,7 +282,7 @@ class PolicyDecision:
     name argument fields and the policy's constraints, never argument values.
     """
 
-    effect: DecisionEffect
+    effect: Verdict
     tool: str
     rule_ids: tuple[str, ...]
     reasons: tuple[str, ...]
@@ -287,7 +292,7 @@ class PolicyDecision:
 
     @property
     def allowed(self) -> bool:
-        return self.effect is DecisionEffect.ALLOW
+        return self.effect is Verdict.ALLOW
 
     @property
     def exceeded_limits(self) -> tuple[LimitCheck, ...]:

@@ -1,6 +1,6 @@
 """The asyncio executor: a caller's ``httpx.AsyncClient`` runs the stream loop.
 
-The same loop (``agent_gate.transport.driver``), the same session and decisions
+The same loop (``agent_gate.transport.loop``), the same session and decisions
 as ``sync_io``; only the waiting differs. Use the stream as ``async with``: an
 async generator abandoned by a ``break`` is not closed until it is
 garbage-collected, and the response would stay open until then.
@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from agent_gate.sse import ServerSentEvent
-from agent_gate.transport.driver import (
+from agent_gate.transport.loop import (
     CLOSE,
     READ,
     Exchange,

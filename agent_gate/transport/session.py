@@ -1,7 +1,7 @@
 """The transport's decisions as a sans-IO state machine (h11 style).
 
 ``StreamSession`` never touches a socket, a clock or a sleep: the stream loop
-(``driver``, run by ``sync_io`` and ``async_io``) tells it what happened and
+(``loop``, run by ``sync_io`` and ``async_io``) tells it what happened and
 *when* (``now`` is an argument of every method that needs time), and it answers
 with events to yield, an action (reconnect after a delay, or finish) or a typed
 error. Every rule of issue 6 lives here once, for both the sync and the async paths:

@@ -1,6 +1,6 @@
 """The blocking executor: a caller's ``httpx.Client`` runs the stream loop.
 
-Thin on purpose: the loop (``agent_gate.transport.driver``) says what to send,
+Thin on purpose: the loop (``agent_gate.transport.loop``) says what to send,
 read, close and sleep; this module does it with the client and ``time.sleep``.
 Every judgement is the session's, every step of the order is the loop's.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from agent_gate.sse import ServerSentEvent
-from agent_gate.transport.driver import (
+from agent_gate.transport.loop import (
     BODY_ERRORS,
     CLOSE,
     READ,

@@ -44,7 +44,8 @@ from agent_gate import accumulate as accumulate_module
 from agent_gate.accumulate import Accumulator
 from agent_gate.calls import CallStatus
 from agent_gate.errors import StrictParseError
-from agent_gate.ledger.canonical import arguments_hash, canonical_json
+from agent_gate.ledger.canonical import arguments_hash
+from agent_gate.plainjson import canonical_json
 from agent_gate.providers import base as providers_base
 from agent_gate.schema import ArgumentsInvalid, Tool, ToolRegistry
 from agent_gate.sse import ServerSentEvent

@@ -8,11 +8,11 @@ import sqlite3
 import subprocess
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 from shared_fixtures import AGENT_GATE, EXAMPLE_POLICY, HERE, effect_lines
+from support.calls import call
 
 from agent_gate import CallState, Gate
 from agent_gate.cli import main as cli
@@ -30,10 +30,6 @@ def script(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[s
     env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([str(AGENT_GATE), *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=120)
-
-
-def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"call_id": call_id, "name": name, "arguments": arguments}
 
 
 @pytest.fixture

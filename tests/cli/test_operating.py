@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.text import Text
 from shared_fixtures import AGENT_GATE, EXAMPLE_POLICY, HERE
 from sqlalchemy import event
+from support.calls import call
 from waiting import wait_until
 
 from agent_gate import Gate, ToolRegistry
@@ -38,10 +39,6 @@ TASK_SEQ_INDEX = "sqlite_autoindex_audit_events_1"
 
 def run(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"call_id": call_id, "name": name, "arguments": arguments}
 
 
 @pytest.fixture

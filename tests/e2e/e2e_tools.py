@@ -8,37 +8,18 @@ tests and as ``--tools e2e_tools`` by the CLI in a subprocess.
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support
+
+from support.schemas import EMAIL_ANY_TO, PATH, WEATHER
+
 from agent_gate import ToolRegistry, current_call
 
 tools = ToolRegistry()
-
-WEATHER = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-    "required": ["city"],
-    "additionalProperties": False,
-}
-EMAIL = {
-    "type": "object",
-    "properties": {
-        "to": {"type": "string"},
-        "subject": {"type": "string"},
-        "body": {"type": "string"},
-    },
-    "required": ["to", "subject", "body"],
-    "additionalProperties": False,
-}
-PATH = {
-    "type": "object",
-    "properties": {"path": {"type": "string"}},
-    "required": ["path"],
-    "additionalProperties": False,
-}
-
 
 def effect(tool: str) -> None:
     call = current_call()
@@ -66,7 +47,7 @@ def get_weather(city: str, unit: str = "celsius") -> dict[str, Any]:
     return {"city": city, "temperature": 21, "unit": unit}
 
 
-@tools.tool(schema=EMAIL, effect="write", idempotency="none")
+@tools.tool(schema=EMAIL_ANY_TO, effect="write", idempotency="none")
 def send_email(to: str, subject: str, body: str) -> dict[str, Any]:
     effect("send_email")
     return {"queued": True}

@@ -40,6 +40,9 @@ def hang_while(variable: str) -> None:
         time.sleep(0.02)
 
 
+# The shared schemas (``tests/support/schemas.py``), written out: tests copy this module
+# elsewhere as a user's own, so it imports nothing of the test tree
+# (``tests/test_support.py`` holds the two equal).
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},

@@ -10,11 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import WORKERS
 from waiting import start_together
 
 HERE = Path(__file__).parent
 TRANSCRIPTS = HERE.parent / "transcripts"
-WORKER = HERE / "replay_worker.py"
+WORKER = WORKERS / "replay_worker.py"
 AGENT_GATE = Path(sys.executable).with_name("agent-gate")
 
 

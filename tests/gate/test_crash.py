@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import WORKERS
 from waiting import wait_until
 
 from agent_gate import CallState, Gate
 
-WORKER = Path(__file__).with_name("gate_worker.py")
+WORKER = WORKERS / "gate_worker.py"
 
 
 def effect_lines(path: Path) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from support.calls import call
+
 from agent_gate import Gate, ToolRegistry
 from agent_gate.ledger.states import CallState
 
@@ -45,25 +47,27 @@ def gate_with(tmp_path: Path, db_url: str, paid: list[tuple[str, int]]) -> Gate:
     return Gate(tools, db_url, policy=policy)
 
 
-def call(call_id: str, to: str, amount: int) -> dict[str, object]:
-    return {"call_id": call_id, "name": "pay", "arguments": {"to": to, "amount": amount}}
-
-
 def test_decide_records_the_decision_and_runs_nothing_until_execute(
     tmp_path: Path, db_url: str
 ) -> None:
     paid: list[tuple[str, int]] = []
     with gate_with(tmp_path, db_url, paid) as gate:
-        assert gate.decide("t", call("a", "bob", 10)).state is CallState.AUTHORIZED
-        assert gate.decide("t", call("b", "carol", 500)).state is CallState.AWAITING_APPROVAL
-        denied = gate.decide("t", call("c", "mallory", 5))
+        assert gate.decide("t", call("a", "pay", to="bob", amount=10)).state is CallState.AUTHORIZED
+        assert (
+            gate.decide("t", call("b", "pay", to="carol", amount=500)).state
+            is CallState.AWAITING_APPROVAL
+        )
+        denied = gate.decide("t", call("c", "pay", to="mallory", amount=5))
         assert (denied.state, denied.code) == (CallState.REJECTED, "policy_denied")
         assert paid == []
         # Seen again, a decided call keeps its decision (nothing charged twice).
-        assert gate.decide("t", call("a", "bob", 10)).state is CallState.AUTHORIZED
-        assert gate.execute("t", call("a", "bob", 10)).state is CallState.SUCCEEDED
-        assert asyncio.run(gate.adecide("t", call("a", "bob", 10))).state is CallState.SUCCEEDED
-        assert gate.execute("t", call("a", "bob", 10)).replayed
+        assert gate.decide("t", call("a", "pay", to="bob", amount=10)).state is CallState.AUTHORIZED
+        assert gate.execute("t", call("a", "pay", to="bob", amount=10)).state is CallState.SUCCEEDED
+        assert (
+            asyncio.run(gate.adecide("t", call("a", "pay", to="bob", amount=10))).state
+            is CallState.SUCCEEDED
+        )
+        assert gate.execute("t", call("a", "pay", to="bob", amount=10)).replayed
         assert paid == [("bob", 10)]
         assert gate.ledger.verify_audit().ok
 
@@ -72,10 +76,16 @@ def test_a_decided_call_counts_against_the_quota_once(tmp_path: Path, db_url: st
     paid: list[tuple[str, int]] = []
     with gate_with(tmp_path, db_url, paid) as gate:
         for call_id in ("a", "b"):
-            assert gate.decide("t", call(call_id, "bob", 1)).state is CallState.AUTHORIZED
+            assert (
+                gate.decide("t", call(call_id, "pay", to="bob", amount=1)).state
+                is CallState.AUTHORIZED
+            )
         for call_id in ("a", "b"):
-            assert gate.execute("t", call(call_id, "bob", 1)).state is CallState.SUCCEEDED
-        third = gate.decide("t", call("c", "bob", 1))
+            assert (
+                gate.execute("t", call(call_id, "pay", to="bob", amount=1)).state
+                is CallState.SUCCEEDED
+            )
+        third = gate.decide("t", call("c", "pay", to="bob", amount=1))
         assert third.state is CallState.REJECTED
-        assert gate.execute("t", call("c", "bob", 1)).state is CallState.REJECTED
+        assert gate.execute("t", call("c", "pay", to="bob", amount=1)).state is CallState.REJECTED
         assert paid == [("bob", 1), ("bob", 1)]

@@ -18,8 +18,7 @@ import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.errors import ArgumentsTooDeep
-from agent_gate.ledger.canonical import canonical_json
-from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, check_depth
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, canonical_json, check_depth
 from agent_gate.sse import ServerSentEvent
 
 SHALLOW = ('{"n": 1}', '{"n": 3}')

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry, plainjson
-from agent_gate.gate import intake as gate_intake
+from agent_gate.gate import admission as gate_admission
 from agent_gate.ledger import Ledger
-from agent_gate.ledger import intake as ledger_intake
-from agent_gate.ledger.canonical import arguments_hash, canonical_json
+from agent_gate.ledger import records as ledger_records
+from agent_gate.ledger.canonical import arguments_hash
+from agent_gate.plainjson import canonical_json
 
 ARGUMENTS = {"zeta": [3, {"b": "é", "a": None}], "alpha": "ünïcode", "n": 1.5}
 
@@ -68,8 +69,8 @@ def test_a_calls_arguments_are_encoded_once(
 
     # Every name the call's path reaches canonical JSON by.
     monkeypatch.setattr(plainjson, "canonical_json", counting)
-    monkeypatch.setattr(gate_intake, "canonical_json", counting)
-    monkeypatch.setattr(ledger_intake, "canonical_json", counting)
+    monkeypatch.setattr(gate_admission, "canonical_json", counting)
+    monkeypatch.setattr(ledger_records, "canonical_json", counting)
     with _gate(tmp_path / "l.db") as gate:
         gate.execute("t", {"call_id": "warm", "name": "echo", "arguments": {}})
         encoded.clear()

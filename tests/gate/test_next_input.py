@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.schemas import WEATHER
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.accumulate import Accumulator
@@ -22,7 +23,6 @@ from agent_gate.sse import SSEDecoder
 
 TRANSCRIPTS = Path(__file__).parents[1] / "transcripts"
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 @pytest.fixture

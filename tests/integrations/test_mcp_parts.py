@@ -17,7 +17,7 @@ from agent_gate.errors import GateUsageError
 from agent_gate.integrations.mcp import CALL_ID_META
 from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
 from agent_gate.integrations.mcp.upstream import classes_of
-from agent_gate.ledger.canonical import canonical_json, sha256_hex
+from agent_gate.plainjson import canonical_json, sha256_hex
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Canonical JSON and argument hashes are byte for byte json.dumps's.
 
-``agent_gate.plainjson.canonical_json`` (re-exported by ``agent_gate.ledger.canonical``)
+``agent_gate.plainjson.canonical_json`` (with ``sha256_hex``, the one definition of each)
 is the one definition; it once had an orjson fast path, and the cases where orjson
 writes other bytes stay pinned here. Lives next to the argument validation tests,
 because it is the last step of the same decision path: the bytes are what the ledger
@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_gate.ledger.canonical import arguments_hash, canonical_json, sha256_hex
+from agent_gate.ledger.canonical import arguments_hash
+from agent_gate.plainjson import canonical_json, sha256_hex
 
 
 class Colour(enum.Enum):

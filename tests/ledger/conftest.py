@@ -21,7 +21,6 @@ from agent_gate.ledger.backend import BACKENDS, ENV_BACKEND, FAST, default
 # The approvals, audit and quota folders drive their flows through the gate and the
 # CLI, with the operator tests' fixtures (tests/cli/shared_fixtures.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-sys.path.append(str(Path(__file__).resolve().parent))  # fold_worker, for test_fold_faults
 
 from shared_fixtures import (
     effects_file,

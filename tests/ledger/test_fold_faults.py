@@ -27,8 +27,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from fold_worker import CALLS, tools_for
 from sqlalchemy import event, func, select
+from support import WORKERS
+from support.calls import call
+from support.workers.fold_worker import CALLS, tools_for
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
@@ -39,7 +41,7 @@ from agent_gate.ledger.states import Event
 from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import Policy
 
-WORKER = Path(__file__).with_name("fold_worker.py")
+WORKER = WORKERS / "fold_worker.py"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -243,6 +245,7 @@ def kill_then_restart(tmp_path: Path, point: str) -> tuple[str, Path, dict[str, 
     return url, runs, json.loads(out)
 
 
+@pytest.mark.slow
 def test_killed_inside_the_tool_the_call_is_in_doubt_never_run_again(tmp_path: Path) -> None:
     url, runs, out = kill_then_restart(tmp_path, "tool")
     assert runs_of(runs) == [("noop", "t", "before", "1"), ("noop", "t", "c1", "1")]
@@ -252,6 +255,7 @@ def test_killed_inside_the_tool_the_call_is_in_doubt_never_run_again(tmp_path: P
     consistent(url)
 
 
+@pytest.mark.slow
 def test_killed_after_the_tool_returned_the_call_is_in_doubt(tmp_path: Path) -> None:
     url, runs, out = kill_then_restart(tmp_path, "outcome")
     assert runs_of(runs) == [("noop", "t", "before", "1"), ("noop", "t", "c1", "1")]
@@ -259,6 +263,7 @@ def test_killed_after_the_tool_returned_the_call_is_in_doubt(tmp_path: Path) -> 
     consistent(url)
 
 
+@pytest.mark.slow
 def test_killed_inside_the_intake_nothing_of_it_stays(tmp_path: Path) -> None:
     """Killed with the folded ``INSERT`` sent and not committed (write lock held):
     the call was never recorded, so the restarted worker records and runs it once,
@@ -272,6 +277,7 @@ def test_killed_inside_the_intake_nothing_of_it_stays(tmp_path: Path) -> None:
     consistent(url)
 
 
+@pytest.mark.slow
 def test_racing_workers_one_dies_in_the_tool_none_runs_it_again(tmp_path: Path) -> None:
     """Three processes race one call; the one that claims it dies inside the tool.
     The others saw it executing (or, after the death, in doubt) and ran nothing."""
@@ -295,6 +301,7 @@ def test_racing_workers_one_dies_in_the_tool_none_runs_it_again(tmp_path: Path) 
     consistent(url)
 
 
+@pytest.mark.slow
 def test_workers_dying_with_the_write_lock_leave_nothing(tmp_path: Path) -> None:
     """Three processes race one new call and each dies holding the write lock, its
     folded ``INSERT`` sent: every waiting one gets the lock in turn and finds the
@@ -376,29 +383,25 @@ def gate_tools(ran: list[str]) -> ToolRegistry:
     return tools
 
 
-def call(call_id: str, name: str = "noop", **arguments: Any) -> dict[str, Any]:
-    return {"call_id": call_id, "name": name, "arguments": arguments}
-
-
 SCRIPT: list[tuple[str, dict[str, Any]]] = [
-    ("t", call("c1", n=1)),                  # new: runs at once (folded)
-    ("t", call("c1", n=1)),                  # repeat of a finished call
-    ("t", call("c1", n=2)),                  # conflicting arguments
-    ("t", call("c2", n=13)),                 # denied by policy
-    ("t", call("c3", n=500)),                # awaiting approval
+    ("t", call("c1", "noop", n=1)),                  # new: runs at once (folded)
+    ("t", call("c1", "noop", n=1)),                  # repeat of a finished call
+    ("t", call("c1", "noop", n=2)),                  # conflicting arguments
+    ("t", call("c2", "noop", n=13)),                 # denied by policy
+    ("t", call("c3", "noop", n=500)),                # awaiting approval
     ("t", call("c4", "boom", n=4)),          # the tool raises
     ("t", call("p1", "pay", order="o1", amount=1)),
     ("t", call("p2", "pay", order="o1", amount=1)),  # same dedupe key, other call id
     ("t", call("p3", "pay", order="o1", amount=2)),  # same key, other arguments
-    ("u", call("c1", n=1)),                  # the same call id in another task
-    ("t", call("c3", n=500)),                # still waiting
-    ("t", call("c2", n=13)),                 # a repeat of a rejected call
+    ("u", call("c1", "noop", n=1)),                  # the same call id in another task
+    ("t", call("c3", "noop", n=500)),                # still waiting
+    ("t", call("c2", "noop", n=13)),                 # a repeat of a rejected call
     ("t", call("c4", "boom", n=4)),          # a repeat of a failed call
-    ("t", call("c5", n=5)),
+    ("t", call("c5", "noop", n=5)),
     ("t", call("c7", "nope", n=1)),          # a tool the gate does not have
-    ("t", call("c8", n="eight")),            # arguments the schema refuses
+    ("t", call("c8", "noop", n="eight")),            # arguments the schema refuses
     ("t", {"call_id": "c9", "name": "noop", "arguments": "{not json"}),
-    ("t", call("c8", n="eight")),
+    ("t", call("c8", "noop", n="eight")),
 ]
 
 VOLATILE_CALL = {"created_at", "updated_at", "started_at", "finished_at",
@@ -427,9 +430,9 @@ def run_script(url: str, how: str) -> tuple[list[Any], dict[str, list[dict[str, 
                          out.duplicate_of, out.result if out.state is CallState.SUCCEEDED
                          else None))
         gate.approve("c3", by="alice", task_id="t")
-        resumed = gate.execute("t", call("c3", n=500))
+        resumed = gate.execute("t", call("c3", "noop", n=500))
         outs.append((resumed.state.value, resumed.replayed, resumed.code))
-        denied = gate.decide("t", call("c6", n=13))
+        denied = gate.decide("t", call("c6", "noop", n=13))
         outs.append((denied.state.value, denied.code))
         # An async tool under a running loop: decided in the intake, claimed after.
         for c in (call("a1", "anoop", n=1), call("a1", "anoop", n=1)):
@@ -487,6 +490,7 @@ def inserts_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["listener", "echo"])
 def test_the_fold_leaves_what_core_joined_leaves(
     tmp_path: Path, how: str, inserts_seen: list[str]
@@ -571,12 +575,12 @@ def test_a_policy_that_raises_leaves_the_call_received_on_both_paths(
               policy=Policy.from_text(POLICY)) as gate:
         if how == "listener":
             event.listen(gate.ledger.engine, "before_cursor_execute", lambda *_a: None)
-        gate.execute("t", call("c1", n=1))
+        gate.execute("t", call("c1", "noop", n=1))
         with pytest.raises(PolicyBroke):
-            gate.execute("t", call("c2", n=2))
+            gate.execute("t", call("c2", "noop", n=2))
         rec = gate.ledger.get("t", "c2")
         assert rec is not None and rec.state is CallState.RECEIVED and rec.version == 0
-        out = gate.execute("t", call("c2", n=2))
+        out = gate.execute("t", call("c2", "noop", n=2))
         assert out.state is CallState.SUCCEEDED
     assert ran == ["noop 1", "noop 2"]
     trail = [(e["event"], e["to_state"]) for e in table(url, "audit_events")
@@ -713,12 +717,12 @@ def test_kept_connections_and_an_old_reader_never_make_the_fold_guess_a_stale_id
                 Gate(gate_tools(ran), Ledger(url, storage="fast")) as two:
             for n in range(10):
                 gate = one if n % 2 else two
-                out = gate.execute("t", call(f"c{n}", n=n))
+                out = gate.execute("t", call(f"c{n}", "noop", n=n))
                 assert out.state is CallState.SUCCEEDED and not out.replayed
                 assert gate.ledger.get("t", f"c{n}").row_id == n + 1
                 # The other gate sees the call as done (its kept connection is not
                 # stuck in an older snapshot).
-                assert (two if n % 2 else one).execute("t", call(f"c{n}", n=n)).replayed
+                assert (two if n % 2 else one).execute("t", call(f"c{n}", "noop", n=n)).replayed
         assert reader.execute("SELECT count(*) FROM tool_calls").fetchone() == (0,)
     finally:
         reader.execute("COMMIT")
@@ -753,9 +757,9 @@ def test_without_returning_the_intake_sends_no_returning(
               policy=Policy.from_text(POLICY)) as gate:
         for flag in ("insert_returning", "update_returning", "delete_returning"):
             monkeypatch.setattr(gate.ledger.engine.dialect, flag, False)
-        first = gate.execute("t", call("c1", n=1))
-        again = gate.execute("t", call("c1", n=1))
-        waiting = gate.execute("t", call("c2", n=500))
+        first = gate.execute("t", call("c1", "noop", n=1))
+        again = gate.execute("t", call("c1", "noop", n=1))
+        waiting = gate.execute("t", call("c2", "noop", n=500))
     assert [s for s in sent if "RETURNING" in s] == []
     assert first.state is CallState.SUCCEEDED and not first.replayed
     assert again.replayed and waiting.state is CallState.AWAITING_APPROVAL
@@ -774,7 +778,7 @@ def _ledger_with_a_deleted_call(tmp_path: Path) -> tuple[str, list[str]]:
     ran: list[str] = []
     with Gate(gate_tools(ran), Ledger(url, storage="fast")) as gate:
         for n in range(3):
-            gate.execute("t", call(f"c{n}", n=n))
+            gate.execute("t", call(f"c{n}", "noop", n=n))
     con = sqlite3.connect(url.removeprefix("sqlite:///"))
     con.execute("DELETE FROM tool_calls WHERE call_id = 'c2'")
     con.commit()
@@ -800,7 +804,7 @@ def test_verify_names_a_deleted_call_rows_id_taken_again(tmp_path: Path) -> None
     say that a recorded call's row was deleted."""
     url, ran = _ledger_with_a_deleted_call(tmp_path)
     with Gate(gate_tools(ran), Ledger(url, storage="fast")) as gate:
-        gate.execute("t", call("c9", n=9))
+        gate.execute("t", call("c9", "noop", n=9))
         assert gate.ledger.get("t", "c9").row_id == 3  # the deleted row's id
         report = gate.ledger.verify_audit()
     assert report.problem is not None and report.problem.kind == "call_deleted"

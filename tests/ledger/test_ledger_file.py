@@ -12,31 +12,14 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.calls import Counting, call
 
-from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate import CallState, Gate
 from agent_gate.cli import main as cli
 from agent_gate.ledger import Ledger, LedgerConfigError, LedgerMissing, LedgerReplaced
-
-
-class Counting:
-    """One write tool; ``runs`` is its side effect."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-        self.tools = ToolRegistry()
-
-        @self.tools.tool(schema={"type": "object"}, effect="write")
-        def send(**_kw: Any) -> str:
-            self.runs += 1
-            return "sent"
-
-
-def call(call_id: str) -> dict[str, Any]:
-    return {"call_id": call_id, "name": "send", "arguments": {"n": call_id}}
 
 
 def remove_ledger(path: Path) -> None:
@@ -58,7 +41,7 @@ def ledger_path(tmp_path: Path) -> Path:
 def open_gate(counting: Counting, ledger_path: Path) -> Iterator[Gate]:
     """A gate on a new ledger file that has run call ``c1`` once."""
     with Gate(counting.tools, f"sqlite:///{ledger_path}", create=True) as gate:
-        assert gate.execute("t", call("c1")).state is CallState.SUCCEEDED
+        assert gate.execute("t", call("c1", n="c1")).state is CallState.SUCCEEDED
         assert counting.runs == 1
         yield gate
 
@@ -68,7 +51,7 @@ def test_a_deleted_ledger_file_stops_the_worker_before_the_tool_runs(
 ) -> None:
     remove_ledger(ledger_path)
     with pytest.raises(LedgerReplaced) as stopped:
-        open_gate.execute("t", call("c2"))
+        open_gate.execute("t", call("c2", n="c2"))
     message = str(stopped.value)
     assert str(ledger_path) in message and "was deleted" in message
     assert "put the ledger file back" in message
@@ -76,7 +59,7 @@ def test_a_deleted_ledger_file_stops_the_worker_before_the_tool_runs(
     # Replaying the call it already ran is refused too, and reads as well: nothing
     # is answered from, or written to, the unlinked file.
     with pytest.raises(LedgerReplaced):
-        open_gate.execute("t", call("c1"))
+        open_gate.execute("t", call("c1", n="c1"))
     with pytest.raises(LedgerReplaced):
         open_gate.ledger.get("t", "c1")
     assert counting.runs == 1
@@ -95,7 +78,7 @@ def test_a_ledger_file_replaced_by_another_stops_the_worker(
     remove_ledger(ledger_path)
     os.replace(other, ledger_path)
     with pytest.raises(LedgerReplaced, match="was replaced by another file") as stopped:
-        open_gate.execute("t", call("c2"))
+        open_gate.execute("t", call("c2", n="c2"))
     assert str(ledger_path) in str(stopped.value)
     assert counting.runs == 1
     # Nothing was committed into the file now at the path.
@@ -110,9 +93,9 @@ def test_the_ledger_resumes_when_its_file_is_put_back(
     moved = tmp_path / "moved.db"
     os.rename(ledger_path, moved)
     with pytest.raises(LedgerReplaced):
-        open_gate.execute("t", call("c1"))
+        open_gate.execute("t", call("c1", n="c1"))
     os.rename(moved, ledger_path)
-    again = open_gate.execute("t", call("c1"))
+    again = open_gate.execute("t", call("c1", n="c1"))
     assert again.state is CallState.SUCCEEDED and again.replayed and counting.runs == 1
 
 
@@ -131,9 +114,9 @@ def test_a_missing_file_is_created_only_when_asked(tmp_path: Path, counting: Cou
         Ledger(url)
     path.unlink()
     with Gate(counting.tools, url, create=True) as gate:
-        assert gate.execute("t", call("c1")).state is CallState.SUCCEEDED
+        assert gate.execute("t", call("c1", n="c1")).state is CallState.SUCCEEDED
     with Gate(counting.tools, url) as gate:  # it exists now: no create needed
-        assert gate.execute("t", call("c1")).replayed
+        assert gate.execute("t", call("c1", n="c1")).replayed
     assert counting.runs == 1
 
 
@@ -146,7 +129,7 @@ def test_in_memory_sqlite_is_still_refused(counting: Counting) -> None:
 @pytest.mark.backends("postgresql")
 def test_postgresql_needs_no_create(db_url: str, counting: Counting) -> None:
     with Gate(counting.tools, db_url) as gate:
-        assert gate.execute("t", call("c1")).state is CallState.SUCCEEDED
+        assert gate.execute("t", call("c1", n="c1")).state is CallState.SUCCEEDED
 
 
 def test_db_current_does_not_create_a_ledger(tmp_path: Path) -> None:

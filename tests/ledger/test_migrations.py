@@ -12,13 +12,14 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from support import WORKERS
 
 from agent_gate.ledger import Ledger, LedgerConfigError, LedgerSchemaError
 from agent_gate.ledger.dialect import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import HEAD, alembic_config, head_revision
 from agent_gate.ledger.models import metadata
 
-WORKER = Path(__file__).with_name("ledger_worker.py")
+WORKER = WORKERS / "ledger_worker.py"
 
 # The embedded default's own behaviour (first-use upgrade, pragmas, the file itself);
 # tests/postgres/test_migrations.py covers the same ground on PostgreSQL.

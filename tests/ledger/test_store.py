@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import WORKERS
 
 from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall, audit
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
 from agent_gate.ledger.records import StoredResult
 
-WORKER = Path(__file__).with_name("ledger_worker.py")
+WORKER = WORKERS / "ledger_worker.py"
 
 
 def new_call(call_id: str = "c1", key: str | None = None, args_hash: str = "h1") -> NewCall:

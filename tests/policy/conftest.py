@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_gate.policy import DecisionEffect, Policy, PolicyDecision, Principal, TaskScope
+from agent_gate.policy import Policy, PolicyDecision, Principal, TaskScope, Verdict
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "policies" / "example.yaml"
@@ -41,7 +41,7 @@ def allows() -> Callable[..., bool]:
         decision = one_rule_policy(condition).evaluate(
             "t", arguments, principal=principal, task_scope=task_scope
         )
-        return decision.effect is DecisionEffect.ALLOW
+        return decision.effect is Verdict.ALLOW
 
     return run
 

@@ -17,16 +17,16 @@ from agent_gate.policy import (
     BUILTIN_TASK_SCOPE,
     BUILTIN_UNKNOWN_SCOPE,
     BUILTIN_UNKNOWN_TOOL,
-    DecisionEffect,
     Policy,
     Principal,
     TaskScope,
     Truth,
+    Verdict,
 )
 
-ALLOW = DecisionEffect.ALLOW
-APPROVE = DecisionEffect.APPROVE
-DENY = DecisionEffect.DENY
+ALLOW = Verdict.ALLOW
+APPROVE = Verdict.APPROVE
+DENY = Verdict.DENY
 
 
 def policy_with_rules(rules: list[dict[str, Any]], **tool: Any) -> Policy:

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from agent_gate.policy import DecisionEffect, Policy, Principal, TaskScope
+from agent_gate.policy import Policy, Principal, TaskScope, Verdict
 
-ALLOW = DecisionEffect.ALLOW
-APPROVE = DecisionEffect.APPROVE
-DENY = DecisionEffect.DENY
+ALLOW = Verdict.ALLOW
+APPROVE = Verdict.APPROVE
+DENY = Verdict.DENY
 
 
 def zero_usage(policy: Policy, tool: str, **used: float) -> dict[str, float]:
@@ -122,7 +122,7 @@ def test_refund(example: Policy) -> None:
         ("file:///etc/passwd", DENY),
     ],
 )
-def test_fetch_url_ssrf_guard(example: Policy, url: str, effect: DecisionEffect) -> None:
+def test_fetch_url_ssrf_guard(example: Policy, url: str, effect: Verdict) -> None:
     assert decide(example, "fetch_url", {"url": url})[0] is effect
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent_gate.policy import DecisionEffect, PolicyDecision, Truth
+from agent_gate.policy import PolicyDecision, Truth, Verdict
 
 Allows = Callable[..., bool]
 Denies = Callable[..., PolicyDecision]
@@ -32,14 +32,14 @@ LOOPBACK_CARRIERS = [
 def test_url_ip_rules_see_the_embedded_loopback(denies: Denies, address: str) -> None:
     for ranges in (["loopback"], ["127.0.0.0/8"]):
         decision = denies({"arg": "url", "url": {"ip_in": ranges}}, {"url": f"http://[{address}]/"})
-        assert decision.effect is DecisionEffect.DENY, (address, ranges)
+        assert decision.effect is Verdict.DENY, (address, ranges)
         assert decision.rules[0].truth is Truth.TRUE
 
 
 @pytest.mark.parametrize("address", LOOPBACK_CARRIERS)
 def test_ip_in_sees_the_embedded_loopback(denies: Denies, address: str) -> None:
     decision = denies({"arg": "host", "ip_in": ["loopback"]}, {"host": address})
-    assert decision.effect is DecisionEffect.DENY, address
+    assert decision.effect is Verdict.DENY, address
 
 
 @pytest.mark.parametrize(
@@ -54,13 +54,13 @@ def test_metadata_and_private_through_a_translator(
     denies: Denies, address: str, ranges: list[str]
 ) -> None:
     decision = denies({"arg": "url", "url": {"ip_in": ranges}}, {"url": f"https://[{address}]/x"})
-    assert decision.effect is DecisionEffect.DENY
+    assert decision.effect is Verdict.DENY
 
 
 def test_a_public_address_behind_a_translator_stays_public(denies: Denies) -> None:
     cond = {"arg": "url", "url": {"ip_in": ["loopback", "private", "link_local"]}}
     for address in ("64:ff9b:1::808:808", "::ffff:0:8.8.8.8", "64:ff9b::8.8.4.4"):
-        assert denies(cond, {"url": f"http://[{address}]/"}).effect is DecisionEffect.ALLOW
+        assert denies(cond, {"url": f"http://[{address}]/"}).effect is Verdict.ALLOW
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_an_ambiguous_local_use_nat64_address_fails_closed(
     allows: Allows, denies: Denies, address: str
 ) -> None:
     decision = denies({"arg": "url", "url": {"ip_in": ["loopback"]}}, {"url": f"http://[{address}]/"})
-    assert decision.effect is DecisionEffect.DENY
+    assert decision.effect is Verdict.DENY
     assert decision.rules[0].truth is Truth.ERROR
     assert "NAT64" in decision.reasons[0] and address not in decision.explain()
     assert not allows({"arg": "ip", "ip_in": ["0.0.0.0/0", "::/0"]}, {"ip": address})

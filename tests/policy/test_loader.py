@@ -34,7 +34,7 @@ tools:
 @pytest.mark.parametrize(
     ("text", "line", "key", "message"),
     [
-        (  # misspelled operator
+        (  # misspelled predicate
             """
             version: 1
             tools:
@@ -48,7 +48,7 @@ tools:
             """,
             9,
             "tools.send_email.rules[0].when[0].regexp",
-            "unknown key: not an operator",
+            "unknown key: not a predicate",
         ),
         (  # misspelled key of a tool
             """
@@ -74,7 +74,7 @@ tools:
             "tools.send_email.rules[0].effect",
             "'allow', 'approve' or 'deny'",
         ),
-        (  # two operators in one condition
+        (  # two predicates in one condition
             """
             version: 1
             tools:
@@ -89,7 +89,7 @@ tools:
             """,
             8,
             "tools.t.rules[0].when[0]",
-            "exactly one operator",
+            "exactly one predicate",
         ),
         (  # required key missing: the parent's line, the missing key named
             """

@@ -16,9 +16,9 @@ import yaml
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.errors import AgentGateError
 from agent_gate.policy import (
-    DecisionEffect,
     PathEscapes,
     Policy,
+    Verdict,
     open_beneath,
     open_file_beneath,
     relative_beneath,
@@ -147,7 +147,7 @@ def test_a_symlink_swapped_in_after_the_decision_is_refused(
     root, outside = tree["root"], tree["outside"]
     path = f"{root}/sub/report.csv"
     decision = read_policy(root).evaluate("read_file", {"path": path})
-    assert decision.effect is DecisionEffect.ALLOW
+    assert decision.effect is Verdict.ALLOW
     # The race: between the decision and the tool, the file (or its folder) becomes
     # a symlink to outside the root.
     if swap == "file":
@@ -162,7 +162,7 @@ def test_a_symlink_swapped_in_after_the_decision_is_refused(
     assert caught.value.component == (2 if swap == "file" else 1)
     assert SECRET not in str(caught.value)
     # Judged again now, the same call would be denied: the policy and the helper agree.
-    assert read_policy(root).evaluate("read_file", {"path": path}).effect is DecisionEffect.DENY
+    assert read_policy(root).evaluate("read_file", {"path": path}).effect is Verdict.DENY
 
 
 def test_relative_beneath_keeps_the_spelling_honest(tree: dict[str, Path]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent_gate.policy import DecisionEffect, PolicyDecision, Truth
+from agent_gate.policy import PolicyDecision, Truth, Verdict
 
 Allows = Callable[..., bool]
 Denies = Callable[..., PolicyDecision]
@@ -57,9 +57,9 @@ class TestUrlHost:
         deny_evil = {"arg": "url", "url": {"hosts": ["evil.com"]}}
         for url in ("https://api.example.com@evil.com/", "https://evil.com\\@api.example.com/"):
             decision = denies(deny_evil, {"url": url})
-            assert decision.effect is DecisionEffect.DENY
+            assert decision.effect is Verdict.DENY
             assert decision.rules[0].truth is Truth.ERROR
-        assert denies(deny_evil, {"url": "https://good.org/"}).effect is DecisionEffect.ALLOW
+        assert denies(deny_evil, {"url": "https://good.org/"}).effect is Verdict.ALLOW
 
     @pytest.mark.parametrize(
         ("url", "ok"),
@@ -117,16 +117,16 @@ class TestIpIn:
     def test_every_loopback_spelling_is_denied(self, denies: Denies, host: str) -> None:
         cond = {"arg": "host", "ip_in": ["127.0.0.0/8", "::1/128"]}
         decision = denies(cond, {"host": host})
-        assert decision.effect is DecisionEffect.DENY, decision.reasons
+        assert decision.effect is Verdict.DENY, decision.reasons
         assert decision.rules[0].truth is Truth.TRUE
         named = denies({"arg": "host", "ip_in": ["loopback"]}, {"host": host})
-        assert named.effect is DecisionEffect.DENY
+        assert named.effect is Verdict.DENY
 
     def test_octal_parts_are_octal(self, denies: Denies) -> None:
         # CVE-2021-29662 style: 012.0.0.1 is 10.0.0.1, a private address.
         cond = {"arg": "host", "ip_in": ["10.0.0.0/8"]}
-        assert denies(cond, {"host": "012.0.0.1"}).effect is DecisionEffect.DENY
-        assert denies(cond, {"host": "12.0.0.1"}).effect is DecisionEffect.ALLOW
+        assert denies(cond, {"host": "012.0.0.1"}).effect is Verdict.DENY
+        assert denies(cond, {"host": "12.0.0.1"}).effect is Verdict.ALLOW
 
     @pytest.mark.parametrize(
         "host",
@@ -145,13 +145,13 @@ class TestIpIn:
     )
     def test_ambiguous_numeric_forms_are_errors(self, denies: Denies, host: str) -> None:
         decision = denies({"arg": "host", "ip_in": ["10.0.0.0/8"]}, {"host": host})
-        assert decision.effect is DecisionEffect.DENY
+        assert decision.effect is Verdict.DENY
         assert decision.rules[0].truth is Truth.ERROR
 
     def test_public_addresses_and_names(self, allows: Allows, denies: Denies) -> None:
         private = {"arg": "host", "ip_in": ["non_global"]}
-        assert denies(private, {"host": "8.8.8.8"}).effect is DecisionEffect.ALLOW
-        assert denies(private, {"host": "2606:4700:4700::1111"}).effect is DecisionEffect.ALLOW
+        assert denies(private, {"host": "8.8.8.8"}).effect is Verdict.ALLOW
+        assert denies(private, {"host": "2606:4700:4700::1111"}).effect is Verdict.ALLOW
         # A name is not an address: ip_in is false, not an error (names need DNS-time checks).
         assert denies(private, {"host": "example.com"}).rules[0].truth is Truth.FALSE
         for host in (
@@ -164,7 +164,7 @@ class TestIpIn:
             "::ffff:10.0.0.1",
             "100.64.0.1",
         ):
-            assert denies(private, {"host": host}).effect is DecisionEffect.DENY, host
+            assert denies(private, {"host": host}).effect is Verdict.DENY, host
         assert allows({"arg": "ip", "ip_in": ["203.0.113.0/24"]}, {"ip": "203.0.113.9"})
         assert not allows({"arg": "ip", "ip_in": ["203.0.113.0/24"]}, {"ip": "203.0.114.9"})
 
@@ -187,7 +187,7 @@ class TestIpIn:
     )
     def test_url_ip_in_sees_through_encodings(self, denies: Denies, url: str) -> None:
         cond = {"arg": "url", "url": {"ip_in": ["non_global"]}}
-        assert denies(cond, {"url": url}).effect is DecisionEffect.DENY
+        assert denies(cond, {"url": url}).effect is Verdict.DENY
 
 
 OUR_DOMAINS = ["example.com", "*.example.com"]
@@ -223,6 +223,6 @@ class TestEmailDomain:
 
     def test_multiple_at_is_an_error_so_deny_rules_fire(self, denies: Denies) -> None:
         decision = denies({"arg": "to", "email_domain": ["evil.com"]}, {"to": "a@b.com@evil.com"})
-        assert decision.effect is DecisionEffect.DENY
+        assert decision.effect is Verdict.DENY
         assert decision.rules[0].truth is Truth.ERROR
         assert "exactly one '@'" in decision.reasons[0]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_gate.policy import DecisionEffect, PolicyDecision, Truth
+from agent_gate.policy import PolicyDecision, Truth, Verdict
 
 Allows = Callable[..., bool]
 Denies = Callable[..., PolicyDecision]
@@ -94,5 +94,5 @@ def test_unjudgeable_paths_fail_closed(
     # In a deny rule ("deny unless under the root") these must deny.
     cond = {"not": under(layout["root"])}
     decision = denies(cond, {"path": value})
-    assert decision.effect is DecisionEffect.DENY
+    assert decision.effect is Verdict.DENY
     assert decision.rules[0].truth is Truth.ERROR

@@ -7,12 +7,12 @@ from collections.abc import Callable
 import pytest
 
 from agent_gate.policy import (
-    DecisionEffect,
     PolicyDecision,
     PolicyLoadError,
     Principal,
     TaskScope,
     Truth,
+    Verdict,
 )
 
 from .conftest import one_rule_policy
@@ -116,11 +116,11 @@ class TestRegex:
 
     def test_input_over_cap_is_an_error_so_a_deny_rule_still_denies(self, denies: Denies) -> None:
         cond = {"arg": "body", "matches": {"pattern": ".*secret.*", "max_input": 64}}
-        assert denies(cond, {"body": "ok"}).effect is DecisionEffect.ALLOW
-        assert denies(cond, {"body": "a secret"}).effect is DecisionEffect.DENY
+        assert denies(cond, {"body": "ok"}).effect is Verdict.ALLOW
+        assert denies(cond, {"body": "a secret"}).effect is Verdict.DENY
         # Padding past the cap does not dodge the deny rule: it fails closed.
         padded = denies(cond, {"body": "x" * 100})
-        assert padded.effect is DecisionEffect.DENY
+        assert padded.effect is Verdict.DENY
         assert padded.rule_ids == ("r",)
         assert padded.rules[0].truth is Truth.ERROR
         assert "longer than 64 characters" in padded.reasons[0]
@@ -161,7 +161,7 @@ def test_absent_and_present(allows: Allows) -> None:
 def test_missing_field_is_false_not_error(denies: Denies) -> None:
     # A deny rule on an optional field does not fire when the field is not sent.
     decision = denies({"arg": "cc", "email_domain": ["evil.com"]}, {"to": "a@example.com"})
-    assert decision.effect is DecisionEffect.ALLOW
+    assert decision.effect is Verdict.ALLOW
     assert decision.rules[0].truth is Truth.FALSE
 
 
@@ -206,12 +206,12 @@ class TestEachSome:
         assert not allows(some, {"recipients": ["a@example.com"]})
         assert not allows(some, {"recipients": []})
         # As a deny rule: one bad element is enough, one broken element fails closed.
-        assert denies(some, {"recipients": ["a@example.com"]}).effect is DecisionEffect.ALLOW
+        assert denies(some, {"recipients": ["a@example.com"]}).effect is Verdict.ALLOW
         assert denies(some, {"recipients": ["a@example.com", "x@evil.com"]}).effect is (
-            DecisionEffect.DENY
+            Verdict.DENY
         )
         assert denies(some, {"recipients": ["a@example.com", "a@b.com@evil.com"]}).effect is (
-            DecisionEffect.DENY
+            Verdict.DENY
         )
 
 
@@ -231,10 +231,10 @@ class TestCombinators:
     def test_not_of_an_error_stays_an_error(self, denies: Denies) -> None:
         # "deny unless the URL is on our host": an unparseable URL must deny, not slip by.
         cond = {"not": {"arg": "url", "url": {"hosts": ["api.example.com"]}}}
-        assert denies(cond, {"url": "https://api.example.com/x"}).effect is DecisionEffect.ALLOW
-        assert denies(cond, {"url": "https://evil.com/x"}).effect is DecisionEffect.DENY
+        assert denies(cond, {"url": "https://api.example.com/x"}).effect is Verdict.ALLOW
+        assert denies(cond, {"url": "https://evil.com/x"}).effect is Verdict.DENY
         broken = denies(cond, {"url": "https://api.example.com@evil.com/"})
-        assert broken.effect is DecisionEffect.DENY
+        assert broken.effect is Verdict.DENY
         assert broken.rules[0].truth is Truth.ERROR
 
     def test_an_error_in_an_allow_rule_never_allows(self, allows: Allows) -> None:

@@ -19,11 +19,11 @@ import yaml
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.policy import (
     BUILTIN_BAD_PATH,
-    DecisionEffect,
     Policy,
     PolicyDecision,
     Principal,
     Truth,
+    Verdict,
 )
 
 
@@ -66,7 +66,7 @@ def decide(policy: Policy, path: object) -> PolicyDecision:
 
 def test_a_plain_file_in_the_workspace_is_still_allowed(root: Path) -> None:
     decision = decide(delete_policy(root), f"{root}/sub/report.csv")
-    assert decision.effect is DecisionEffect.ALLOW
+    assert decision.effect is Verdict.ALLOW
     assert decision.rule_ids == ("delete-in-workspace",)
 
 
@@ -87,7 +87,7 @@ def test_a_plain_file_in_the_workspace_is_still_allowed(root: Path) -> None:
 def test_every_spelling_of_a_denied_file_is_denied(root: Path, spelling: str, rule: str) -> None:
     value = spelling.format(root=root)
     decision = decide(delete_policy(root), value)
-    assert decision.effect is DecisionEffect.DENY
+    assert decision.effect is Verdict.DENY
     assert decision.rule_ids == (rule,)
     # The explanation says what was judged without quoting the argument.
     trace = {t.id: t for t in decision.rules}[rule]
@@ -100,8 +100,8 @@ def test_a_symlink_to_a_denied_file_is_denied_whatever_its_own_name(root: Path) 
     link.symlink_to(root / "sub" / "report.csv")
     # The link's name matches the audit pattern but it leads to report.csv, which is
     # what the policy judges; deleting the link is then allowed, the target is not.
-    assert decide(delete_policy(root), str(link)).effect is DecisionEffect.ALLOW
-    assert decide(delete_policy(root), str(root / "innocent.txt")).effect is DecisionEffect.DENY
+    assert decide(delete_policy(root), str(link)).effect is Verdict.ALLOW
+    assert decide(delete_policy(root), str(root / "innocent.txt")).effect is Verdict.DENY
 
 
 def test_a_value_that_cannot_be_resolved_is_never_allowed(root: Path) -> None:
@@ -125,11 +125,11 @@ def test_a_value_that_cannot_be_resolved_is_never_allowed(root: Path) -> None:
     admin = Principal(id="a", attributes={"admin": True})
     for value in ("relative/x", f"{root}/\x00x", "/" + "a" * 5000, str(loop), 7):
         decision = policy.evaluate("delete_file", {"path": value}, principal=admin)
-        assert decision.effect is DecisionEffect.DENY, value
+        assert decision.effect is Verdict.DENY, value
         assert decision.rule_ids == (BUILTIN_BAD_PATH,)
         assert "arg 'path'" in decision.reasons[0]
     # Without the argument nothing is a bad path: the admin rule decides.
-    assert policy.evaluate("delete_file", {}, principal=admin).effect is DecisionEffect.ALLOW
+    assert policy.evaluate("delete_file", {}, principal=admin).effect is Verdict.ALLOW
 
 
 def test_paths_in_a_list_are_resolved_too(root: Path) -> None:
@@ -141,9 +141,9 @@ def test_paths_in_a_list_are_resolved_too(root: Path) -> None:
     ]}}}
     policy = Policy.from_text(yaml.safe_dump(doc, sort_keys=False), source="p.yaml")
     ok = policy.evaluate("rm", {"paths": [f"{root}/sub/report.csv"]})
-    assert ok.effect is DecisionEffect.ALLOW
+    assert ok.effect is Verdict.ALLOW
     sneaky = policy.evaluate("rm", {"paths": [f"{root}/sub/report.csv", f"{root}/innocent.txt"]})
-    assert sneaky.effect is DecisionEffect.DENY and sneaky.rule_ids == ("no-audit",)
+    assert sneaky.effect is Verdict.DENY and sneaky.rule_ids == ("no-audit",)
 
 
 def test_a_rule_for_every_tool_sees_the_path_only_where_the_tool_says_so(root: Path) -> None:
@@ -161,9 +161,9 @@ def test_a_rule_for_every_tool_sees_the_path_only_where_the_tool_says_so(root: P
     }
     policy = Policy.from_text(yaml.safe_dump(doc, sort_keys=False), source="p.yaml")
     link = f"{root}/innocent.txt"
-    assert policy.evaluate("delete_file", {"path": link}).effect is DecisionEffect.DENY
-    assert policy.evaluate("note", {"path": link}).effect is DecisionEffect.ALLOW
-    assert policy.evaluate("note", {"path": "relative"}).effect is DecisionEffect.ALLOW
+    assert policy.evaluate("delete_file", {"path": link}).effect is Verdict.DENY
+    assert policy.evaluate("note", {"path": link}).effect is Verdict.ALLOW
+    assert policy.evaluate("note", {"path": "relative"}).effect is Verdict.ALLOW
 
 
 def test_the_gate_never_runs_a_denied_delete(root: Path, tmp_path: Path) -> None:

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 from ledger_backends import PgSchema
+from support import WORKERS
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.ledger import Ledger
 
-WORKER = Path(__file__).with_name("pg_worker.py")
+WORKER = WORKERS / "pg_worker.py"
 TASK, CALL = "task-1", "call-1"
 CALL_ARGS = {"call_id": CALL, "name": "post", "arguments": {"text": "hello"}}
 
@@ -84,6 +85,7 @@ def recorded(url: str) -> bool:
         return ledger.get(TASK, CALL) is not None
 
 
+@pytest.mark.slow
 def test_lost_inside_the_claim_rolls_the_intake_back_and_a_later_run_executes_once(
     db_url: str, pg: PgSchema, effects_file: Path
 ) -> None:
@@ -104,6 +106,7 @@ def test_lost_inside_the_claim_rolls_the_intake_back_and_a_later_run_executes_on
     assert events(db_url) == ["received", "allow", "claim", "succeed", "seen_again"]
 
 
+@pytest.mark.slow
 def test_killed_inside_the_claim_transaction_leaves_no_claim_and_no_lock(
     db_url: str, pg: PgSchema, effects_file: Path
 ) -> None:
@@ -126,6 +129,7 @@ def test_lost_after_the_claim_the_outcome_still_commits_once(
     assert events(db_url) == ["received", "allow", "claim", "succeed"]
 
 
+@pytest.mark.slow
 def test_lost_before_the_outcome_commits_is_in_doubt_never_a_rerun(
     db_url: str, pg: PgSchema, effects_file: Path
 ) -> None:

@@ -64,6 +64,7 @@ def test_the_check_catches_a_model_the_migrations_do_not_build(
         alembic_check(db_url)
 
 
+@pytest.mark.slow
 def test_upgrade_builds_an_empty_schema_and_downgrade_round_trips(fresh_pg: PgSchema) -> None:
     first = cli("db", "upgrade", "--db", fresh_pg.url)
     assert first.returncode == 0, first.stderr

@@ -38,12 +38,12 @@ from typing import Any
 import pytest
 from race_tools import POLICY, POST_LIMIT, TRANSFER_LIMIT, tools  # tests/postgres on sys.path
 from sqlalchemy import text
+from support import WORKERS
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger
 
-HERE = Path(__file__).parent
-WORKER = HERE / "race_worker.py"
+WORKER = WORKERS / "race_worker.py"
 AGENT_GATE = Path(sys.executable).with_name("agent-gate")
 
 ROUNDS = 3

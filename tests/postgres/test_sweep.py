@@ -22,21 +22,18 @@ from typing import Any
 
 import pytest
 from race_tools import tools  # tests/postgres on sys.path (conftest)
+from support import WORKERS
+from support.calls import call
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Event, Ledger, NewCall
 from agent_gate.ledger.canonical import arguments_hash
 from agent_gate.ledger.lease import Liveness, liveness, this_owner
 
-HERE = Path(__file__).parent
-WORKER = HERE / "race_worker.py"
+WORKER = WORKERS / "race_worker.py"
 SWEEPERS = 6
 EXECUTORS = 2
 TASK = "abandoned"
-
-
-def call(call_id: str, tool: str) -> dict[str, Any]:
-    return {"call_id": call_id, "name": tool, "arguments": {"id": call_id}}
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -61,9 +58,9 @@ def test_several_sweepers_settle_a_dead_workers_calls_once_each(
     db_url: str, tmp_path: Path, effects_file: Path
 ) -> None:
     abandoned = (
-        [call(f"post-{i}", "post") for i in range(8)]
-        + [call(f"put-{i}", "put") for i in range(8)]
-        + [call(f"checked-{i}", "checked") for i in range(8)]
+        [call(f"post-{i}", "post", id=f"post-{i}") for i in range(8)]
+        + [call(f"put-{i}", "put", id=f"put-{i}") for i in range(8)]
+        + [call(f"checked-{i}", "checked", id=f"checked-{i}") for i in range(8)]
     )
     workdir = tmp_path / "sweep"
     workdir.mkdir()
@@ -84,8 +81,9 @@ def test_several_sweepers_settle_a_dead_workers_calls_once_each(
         # A live worker's calls (this process, long lease) and a worker on another
         # host whose lease ran out.
         for i in range(2):
-            claim_as(ledger, "live", call(f"live-{i}", "post"), this_owner(), 600_000)
-            claim_as(ledger, "remote", call(f"remote-{i}", "post"), "far~away:42:1:n", -1)
+            live, remote = f"live-{i}", f"remote-{i}"
+            claim_as(ledger, "live", call(live, "post", id=live), this_owner(), 600_000)
+            claim_as(ledger, "remote", call(remote, "post", id=remote), "far~away:42:1:n", -1)
         assert len(ledger.calls(states=[CallState.EXECUTING])) == len(abandoned) + 4
 
     procs = {f"s{i}": spawn("sweep", db_url, "-", str(workdir), f"s{i}")

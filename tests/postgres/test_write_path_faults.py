@@ -33,6 +33,7 @@ from click.testing import CliRunner
 from counting import counting_tools
 from ledger_backends import PgSchema
 from sqlalchemy import exc, text
+from support import WORKERS
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
@@ -555,7 +556,7 @@ def test_sessions_ended_under_threads_sharing_one_gate_never_run_a_call_twice(
     check_ledger(db_url, pg)
 
 
-FAST_WORKER = Path(__file__).with_name("fast_path_worker.py")
+FAST_WORKER = WORKERS / "fast_path_worker.py"
 
 
 def run_fast_worker(url: str, mode: str) -> tuple[int, dict[str, object]]:
@@ -568,6 +569,7 @@ def run_fast_worker(url: str, mode: str) -> tuple[int, dict[str, object]]:
     return proc.returncode, json.loads(lines[-1]) if lines else {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("committed", [True, False], ids=["committed", "not_committed"])
 def test_a_worker_killed_at_its_folded_intakes_commit_never_has_its_call_run_twice(
     db_url: str, pg: PgSchema, effects_file: Path, committed: bool

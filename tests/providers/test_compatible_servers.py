@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.schemas import EMAIL_ANY_TO, FILE_WRITE, WEATHER
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.accumulate import Accumulator
@@ -29,39 +30,15 @@ from agent_gate.sse import ServerSentEvent, SSEDecoder
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "transcripts" / "openai_chat"
 
-WEATHER = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
-    "required": ["city"],
-    "additionalProperties": False,
-}
-EMAIL = {
-    "type": "object",
-    "properties": {
-        "to": {"type": "string"},
-        "subject": {"type": "string"},
-        "body": {"type": "string"},
-    },
-    "required": ["to", "subject", "body"],
-    "additionalProperties": False,
-}
-FILE = {
-    "type": "object",
-    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-    "required": ["path", "content"],
-    "additionalProperties": False,
-}
-
-
-class Counting:
+class Recording:
     """Tools that record every run with its arguments: what happened outside the ledger."""
 
     def __init__(self) -> None:
         self.runs: list[tuple[str, dict[str, Any]]] = []
         self.tools = ToolRegistry()
         self.tools.register(self.get_weather, schema=WEATHER, effect="read")
-        self.tools.register(self.send_email, schema=EMAIL, effect="write")
-        self.tools.register(self.file_write, schema=FILE, effect="write")
+        self.tools.register(self.send_email, schema=EMAIL_ANY_TO, effect="write")
+        self.tools.register(self.file_write, schema=FILE_WRITE, effect="write")
 
     def get_weather(self, city: str, unit: str = "celsius") -> dict[str, Any]:
         self.runs.append(("get_weather", {"city": city, "unit": unit}))
@@ -77,12 +54,12 @@ class Counting:
 
 
 @pytest.fixture
-def counting() -> Counting:
-    return Counting()
+def counting() -> Recording:
+    return Recording()
 
 
 @pytest.fixture
-def gate(db_url: str, counting: Counting) -> Iterator[Gate]:
+def gate(db_url: str, counting: Recording) -> Iterator[Gate]:
     with Gate(counting.tools, db_url) as gate:
         yield gate
 
@@ -145,7 +122,7 @@ def states(result: Any) -> list[tuple[str, str, CallState, str | None]]:
 )
 def test_every_call_of_a_compatible_server_runs_once_with_its_own_arguments(
     gate: Gate,
-    counting: Counting,
+    counting: Recording,
     transcript: str,
     expected: list[tuple[str, str, dict[str, Any]]],
 ) -> None:
@@ -165,7 +142,7 @@ def test_every_call_of_a_compatible_server_runs_once_with_its_own_arguments(
 
 
 def test_an_index_taken_while_its_call_is_open_runs_neither_call(
-    gate: Gate, counting: Counting
+    gate: Gate, counting: Recording
 ) -> None:
     result = gate.run(events("index_reuse_open_call"), task_id="t", provider="openai-chat")
     assert states(result) == [
@@ -176,7 +153,7 @@ def test_an_index_taken_while_its_call_is_open_runs_neither_call(
 
 
 def test_an_error_after_finish_reason_length_ends_incomplete_length(
-    gate: Gate, counting: Counting
+    gate: Gate, counting: Recording
 ) -> None:
     result = gate.run(events("error_after_length"), task_id="t", provider="openai-chat")
     assert str(result.terminal) == "incomplete:length"
@@ -190,7 +167,7 @@ def test_an_error_after_finish_reason_length_ends_incomplete_length(
 
 
 def test_an_error_after_finish_reason_tool_calls_fails_and_runs_nothing(
-    gate: Gate, counting: Counting
+    gate: Gate, counting: Recording
 ) -> None:
     result = gate.run(events("error_after_tool_calls"), task_id="t", provider="openai-chat")
     assert result.terminal is not None and result.terminal.kind is TerminalKind.FAILED
@@ -200,7 +177,7 @@ def test_an_error_after_finish_reason_tool_calls_fails_and_runs_nothing(
     assert counting.runs == []
 
 
-def test_eof_without_finish_reason_or_done_runs_nothing(gate: Gate, counting: Counting) -> None:
+def test_eof_without_finish_reason_or_done_runs_nothing(gate: Gate, counting: Recording) -> None:
     result = gate.run(events("eof_without_finish_or_done"), task_id="t", provider="openai-chat")
     assert result.terminal is not None and result.terminal.kind is TerminalKind.TRUNCATED
     assert [(o.call_id, o.state) for o in result.outcomes] == [

@@ -1,6 +1,6 @@
 """The stream loop without I/O: a scripted executor answers its requests.
 
-``sync_io`` and ``async_io`` only execute what ``driver.stream_loop`` asks for,
+``sync_io`` and ``async_io`` only execute what ``loop.stream_loop`` asks for,
 so the order of every send, read, close and sleep is pinned here once, with
 no socket and no clock, and holds for both.
 """
@@ -26,10 +26,10 @@ from agent_gate.transport import (
     StreamLimits,
     StreamOptions,
     StreamState,
-    driver,
     terminal_on,
 )
-from agent_gate.transport.driver import Exchange, Send, Step
+from agent_gate.transport import loop as io_loop
+from agent_gate.transport.loop import Exchange, Send, Step
 from agent_gate.transport.session import Reconnect, StreamSession
 
 SSE = {"content-type": "text/event-stream"}
@@ -54,7 +54,7 @@ class Script:
     sent: list[httpx.Request] = field(default_factory=list)
     _body: Iterator[bytes | Exception] = field(default_factory=lambda: iter(()))
 
-    def perform(self, request: driver.IORequest) -> object:
+    def perform(self, request: io_loop.IORequest) -> object:
         if isinstance(request, Send):
             self.sent.append(request.request)
             conn = self.connections.pop(0)
@@ -62,7 +62,7 @@ class Script:
                 raise conn.send_error
             self._body = iter(conn.chunks)
             return httpx.Response(conn.status, headers=conn.headers, request=request.request)
-        if request is driver.READ:
+        if request is io_loop.READ:
             chunk = next(self._body, None)
             if isinstance(chunk, Exception):
                 raise chunk
@@ -81,7 +81,7 @@ def run(
         "GET", URL, terminal_on(event_types={"done"})
     )
     with httpx.Client(timeout=5.0) as client:
-        loop = driver.stream_loop(
+        loop = io_loop.stream_loop(
             session,
             client,
             clock=lambda: 0.0,
@@ -107,7 +107,7 @@ def kinds(steps: list[Step]) -> list[str]:
             out.append(f"event {step.id}")
         elif isinstance(step, Send):
             out.append("send")
-        elif isinstance(step, driver.Sleep):
+        elif isinstance(step, io_loop.Sleep):
             out.append(f"sleep {step.delay}")
         else:
             out.append(step.value)
@@ -174,7 +174,7 @@ def test_the_exchange_keeps_the_error_that_ended_the_loop() -> None:
     session = options.session("GET", URL, terminal_on(event_types={"done"}))
     with httpx.Client(timeout=5.0) as client:
         exchange = Exchange(
-            driver.stream_loop(
+            io_loop.stream_loop(
                 session, client, clock=lambda: 0.0, raise_on_truncation=True, on_reconnect=None
             )
         )
@@ -194,7 +194,7 @@ def test_truncation_is_raised_or_reported_as_the_caller_chose() -> None:
     steps, session, exchange = run(cut_without_ids(), raise_on_truncation=False)
     assert session.state is StreamState.TRUNCATED and exchange.error is None
     assert session.truncation is TruncationReason.NO_EVENT_ID
-    assert kinds(steps)[-1] == driver.CLOSE.value
+    assert kinds(steps)[-1] == io_loop.CLOSE.value
 
 
 def test_options_take_the_old_keywords_over_the_object() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from shared_fixtures import EXAMPLE_POLICY, effect_lines
+from support import WORKERS
 from waiting import start_together
 
 from agent_gate import CallState, Gate
@@ -214,9 +215,10 @@ def test_a_quota_spent_while_waiting_rejects_the_approved_call(
                                                   "t refund ORD-123456 1000"]
 
 
-WORKER = Path(__file__).with_name("resume_worker.py")
+WORKER = WORKERS / "resume_worker.py"
 
 
+@pytest.mark.slow
 def test_two_concurrent_resumes_use_an_approval_once(
     db_url: str, support_tools: ModuleType, effects_file: Path, tmp_path: Path
 ) -> None:

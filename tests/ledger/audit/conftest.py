@@ -1,4 +1,4 @@
-"""The audit tests' own helpers (``audit_tamper``, ``audit_append_worker``) importable
+"""The audit tests' own helpers (``audit_tamper``) importable
 by name, as tests/ledger/conftest.py does for the CLI's shared fixtures."""
 
 from __future__ import annotations

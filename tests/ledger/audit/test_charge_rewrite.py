@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 import pytest
+from support.calls import call
 from test_state_rewrite import raw_sql, verify
 
 from agent_gate import CallState, Gate, ToolRegistry
@@ -44,10 +45,6 @@ def tools(spent: list[int]) -> ToolRegistry:
     return registry
 
 
-def call(call_id: str, amount: int) -> dict[str, Any]:
-    return {"call_id": call_id, "name": "spend", "arguments": {"amount": amount}}
-
-
 @pytest.mark.parametrize(("sql", "what"), [
     ("DELETE FROM quota_charges WHERE call_row_id = {row}", "that charge is gone"),
     ("UPDATE quota_charges SET amount = '1' WHERE call_row_id = {row}",
@@ -56,8 +53,11 @@ def call(call_id: str, amount: int) -> dict[str, Any]:
 def test_a_charge_rewritten_by_sql_fails_verify(db_url: str, sql: str, what: str) -> None:
     spent: list[int] = []
     with Gate(tools(spent), db_url, policy=Policy.from_text(POLICY)) as gate:
-        assert gate.execute("t", call("c1", 40)).state is CallState.SUCCEEDED
-        assert gate.execute("t", call("c2", 100)).state is CallState.AWAITING_APPROVAL
+        assert gate.execute("t", call("c1", "spend", amount=40)).state is CallState.SUCCEEDED
+        assert (
+            gate.execute("t", call("c2", "spend", amount=100)).state
+            is CallState.AWAITING_APPROVAL
+        )
         gate.approve("c2", by="ops", task_id="t")
         (resumed,) = gate.resume("t")
         assert resumed.state is CallState.SUCCEEDED

@@ -8,9 +8,9 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from pathlib import Path
 
 import pytest
+import support
 from sqlalchemy import Engine, text
 from waiting import wait_until
 
@@ -22,11 +22,12 @@ from agent_gate.ledger.pages import AuditQuery
 
 pytestmark = pytest.mark.backends("postgresql")
 
-WORKER = Path(__file__).with_name("audit_append_worker.py")
+WORKER = support.WORKERS / "audit_append_worker.py"
 WORKERS = 4
 ROUNDS = 12
 
 
+@pytest.mark.slow
 def test_processes_appending_to_their_own_and_a_shared_task_leave_every_chain_whole(
     db_url: str,
 ) -> None:

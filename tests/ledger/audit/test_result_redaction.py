@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, text
+from support.calls import call
 
 from agent_gate import CallState, Gate, Outcome, ToolRegistry, render_tool_result
 from agent_gate.cli import main as cli
@@ -110,10 +111,6 @@ def make_tools() -> tuple[ToolRegistry, list[str]]:
     return tools, ran
 
 
-def call(name: str) -> dict[str, Any]:
-    return {"call_id": name, "name": name, "arguments": {"to": "ana@example.com", "body": BODY}}
-
-
 def renderings(outcomes: Iterable[Outcome]) -> str:
     out = []
     for o in outcomes:
@@ -176,13 +173,14 @@ def test_results_and_errors_never_hold_a_redacted_value(
     db_url: str, gate_parts: tuple[Gate, list[str]], policy_file: Path
 ) -> None:
     gate, ran = gate_parts
-    fresh = [gate.execute("t", call(name)) for name in TOOLS]
+    fresh = [gate.execute("t", call(name, name, to="ana@example.com", body=BODY)) for name in TOOLS]
     assert [o.state for o in fresh] == [CallState.SUCCEEDED] * 3 + [
         CallState.FAILED, CallState.SUCCEEDED]
     assert ran == list(TOOLS)
     # Read the database while it is open (the SQLite WAL not yet checkpointed).
     stored = database_text(db_url)
-    replayed = [gate.execute("t", call(name)) for name in TOOLS] + gate.calls("t")
+    replayed = [gate.execute("t", call(name, name, to="ana@example.com", body=BODY))
+                for name in TOOLS] + gate.calls("t")
     assert all(o.replayed for o in replayed) and ran == list(TOOLS)
 
     assert leaks(renderings(fresh + replayed)) == []
@@ -247,7 +245,7 @@ def test_an_unstorable_result_of_a_redacting_call_has_no_plain_digest(
         return body + "\udc80"
 
     with Gate(tools, db_url, policy=policy_file) as gate:
-        outcome = gate.execute("t", call("echo"))
+        outcome = gate.execute("t", call("echo", "echo", to="ana@example.com", body=BODY))
     stand_in = outcome.result["result_unstorable"]
     assert outcome.state is CallState.SUCCEEDED and outcome.code == "result_unstorable"
     assert stand_in["sha256"].startswith("hmac-sha256:")
@@ -280,7 +278,7 @@ def test_a_result_too_large_to_keep_is_not_shown_unscrubbed(
         return "padding " * 200 + body
 
     with Gate(tools, db_url, policy=policy_file, max_result_bytes=1024) as gate:
-        outcome = gate.execute("t", call("echo"))
+        outcome = gate.execute("t", call("echo", "echo", to="ana@example.com", body=BODY))
         stored = database_text(db_url)
         [replayed] = gate.calls("t")
     assert outcome.state is CallState.SUCCEEDED and outcome.result is None

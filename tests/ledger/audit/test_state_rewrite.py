@@ -14,24 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, text
+from support.calls import Counting, call
 
-from agent_gate import CallState, Gate, ToolRegistry
+from agent_gate import CallState, Gate
 from agent_gate.cli import main as cli
-
-
-class Counting:
-    def __init__(self) -> None:
-        self.runs = 0
-        self.tools = ToolRegistry()
-
-        @self.tools.tool(schema={"type": "object"}, effect="write")
-        def send(**_kw: Any) -> str:
-            self.runs += 1
-            return "sent"
-
-
-def call(call_id: str) -> dict[str, Any]:
-    return {"call_id": call_id, "name": "send", "arguments": {"n": call_id}}
 
 
 def raw_sql(url: str, sql: str) -> None:
@@ -54,7 +40,7 @@ def test_a_finished_call_put_back_by_sql_fails_verify_and_does_not_run_again(
     tool = Counting()
     with Gate(tool.tools, db_url) as gate:
         for call_id in ("c1", "c2"):
-            assert gate.execute("t", call(call_id)).state is CallState.SUCCEEDED
+            assert gate.execute("t", call(call_id, n=call_id)).state is CallState.SUCCEEDED
     assert tool.runs == 2
     clean = verify(db_url)
     assert clean.exit_code == 0, clean.output
@@ -71,7 +57,7 @@ def test_a_finished_call_put_back_by_sql_fails_verify_and_does_not_run_again(
 
     with Gate(tool.tools, db_url) as gate:
         outcomes = gate.resume("t")
-        again = gate.execute("t", call("c1"))
+        again = gate.execute("t", call("c1", n="c1"))
         rec = gate.ledger.get("t", "c1")
         refusals = [e for e in gate.ledger.audit("t", call_id="c1")
                     if e.event == "state_not_in_audit"]
@@ -91,7 +77,7 @@ def test_a_finished_call_put_back_by_sql_fails_verify_and_does_not_run_again(
 def test_a_call_row_with_no_trail_at_all_fails_verify_and_does_not_run(db_url: str) -> None:
     tool = Counting()
     with Gate(tool.tools, db_url) as gate:
-        assert gate.execute("t", call("c1")).state is CallState.SUCCEEDED
+        assert gate.execute("t", call("c1", n="c1")).state is CallState.SUCCEEDED
     # A second row, inserted behind the ledger's back, ready to run.
     raw_sql(db_url, """
         INSERT INTO tool_calls (task_id, call_id, idem_key, tool, effect, idempotency,
@@ -131,7 +117,7 @@ def test_resume_through_the_cli_does_not_run_a_rewritten_call(
     import counting_tools
 
     with Gate(counting_tools.tools, db_url) as gate:
-        assert gate.execute("t", call("c1")).state is CallState.SUCCEEDED
+        assert gate.execute("t", call("c1", n="c1")).state is CallState.SUCCEEDED
     raw_sql(db_url, "UPDATE tool_calls SET state = 'authorized' WHERE call_id = 'c1'")
     out = CliRunner().invoke(cli, ["resume", "t", "--tools", "counting_tools", "--db", db_url,
                                    "--json"])

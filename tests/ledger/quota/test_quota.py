@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 from shared_fixtures import EXAMPLE_POLICY, effect_lines
+from support import WORKERS
 from waiting import start_together
 
 from agent_gate import CallState, Gate, OutcomeUnknown, ToolRegistry
 from agent_gate.policy import Policy, Principal
 
-WORKER = Path(__file__).with_name("quota_worker.py")
+WORKER = WORKERS / "quota_worker.py"
 
 QUOTA_POLICY = """\
 version: 1

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
-sys.path.append(str(Path(__file__).resolve().parents[2]))  # for waiting
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/, for waiting
 
 from support_tools import tools
 from waiting import await_start

@@ -1,4 +1,4 @@
-"""Intake: a call as handed in, turned into the one value the gate judges and keeps.
+"""Admission: a call as handed in, turned into the one value the gate judges and keeps.
 
 Everything that happens before the first commit lives here: the call's shape
 (``as_call``), identifiers the ledger can store (a stand-in otherwise, so one bad
@@ -24,17 +24,12 @@ from agent_gate.authorize import PolicyAuthorizer, principal_json, scope_json
 from agent_gate.calls import JSON_CALL_KINDS, CallStatus, ToolCall
 from agent_gate.errors import ArgumentsTooDeep, GateUsageError, StrictParseError, json_type_name
 from agent_gate.ledger import seal as sealing
-from agent_gate.ledger.canonical import (
-    arguments_hash,
-    canonical_json,
-    raw_arguments_hash,
-    sha256_hex,
-)
+from agent_gate.ledger.canonical import arguments_hash, raw_arguments_hash
 from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import NewCall, Ruling
 from agent_gate.ledger.states import Event
-from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, check_depth
+from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, canonical_json, check_depth, sha256_hex
 from agent_gate.strict_json import parse_arguments as strict_arguments
 from agent_gate.tools import (
     COERCION_UNSTABLE,

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # for waiting
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gate"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/, for waiting
 
 from agent_tools import tools
 from waiting import await_start

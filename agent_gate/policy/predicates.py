@@ -1,6 +1,6 @@
-"""The leaf operators: one test on one value, answered in three-valued logic.
+"""The leaf predicates: one test on one value, answered in three-valued logic.
 
-Each operator is compiled once from its validated spec into an ``Operator`` that
+Each predicate is compiled once from its validated spec into an ``Predicate`` that
 maps a value to a ``Check``: ``TRUE``, ``FALSE`` or ``ERROR`` plus a short
 reason. Reasons describe *why* in terms of the policy ("host not listed",
 "longer than 1024 characters") and never quote the value, because they end up
@@ -8,7 +8,7 @@ in decisions, logs and the audit trail.
 
 Type discipline matters for security: JSON ``true`` is not the number 1, a
 string is not a list, and an absent field is neither ``null`` nor an error (it is
-``FALSE`` for every operator except ``absent``). Whatever cannot be judged
+``FALSE`` for every predicate except ``absent``). Whatever cannot be judged
 (wrong type, unparseable URL, ambiguous IP form, input over a cap) is
 ``ERROR``, which the evaluator never lets grant anything.
 """
@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from agent_gate.plainjson import canonical_bytes, canonical_json
 from agent_gate.policy.fspath import UnjudgeablePath, resolve_path
-from agent_gate.policy.hashing import canonical_json
 from agent_gate.policy.model import Condition, NumberBounds, PathUnderSpec, SizeBounds, UrlSpec
 from agent_gate.policy.netaddr import (
     NAMED_NETWORKS,
@@ -41,7 +41,7 @@ from agent_gate.policy.paths import MISSING
 from agent_gate.policy.regex import compile_pattern
 from agent_gate.policy.values import Truth
 
-__all__ = ["Check", "Operator", "compile_operator", "json_equal"]
+__all__ = ["Check", "Predicate", "compile_predicate", "json_equal"]
 
 @dataclass(frozen=True, slots=True)
 class Check:
@@ -61,7 +61,7 @@ def _error(why: str) -> Check:
 
 
 @dataclass(frozen=True, slots=True)
-class Operator:
+class Predicate:
     """A compiled leaf test; ``phrase`` says what it checks, for explanations."""
 
     name: str
@@ -92,7 +92,7 @@ def json_equal(a: Any, b: Any) -> bool:
 
 
 def _show(values: Sequence[Any], limit: int = 6) -> str:
-    shown = [canonical_json(v).decode() for v in values[:limit]]
+    shown = [canonical_json(v) for v in values[:limit]]
     if len(values) > limit:
         shown.append(f"… ({len(values) - limit} more)")
     return ", ".join(shown)
@@ -105,23 +105,23 @@ def _is_number(value: Any) -> bool:
 # --- equality and membership -------------------------------------------------------
 
 
-def _equals(operand: Any) -> Operator:
+def _equals(operand: Any) -> Predicate:
     def test(value: Any) -> Check:
         return TRUE if json_equal(value, operand) else _false("different value")
 
-    return Operator("equals", f"equals {_show([operand])}", test)
+    return Predicate("equals", f"equals {_show([operand])}", test)
 
 
-def _in(operand: list[Any]) -> Operator:
+def _in(operand: list[Any]) -> Predicate:
     def test(value: Any) -> Check:
         if any(json_equal(value, item) for item in operand):
             return TRUE
         return _false("not one of the listed values")
 
-    return Operator("in", f"is one of [{_show(operand)}]", test)
+    return Predicate("in", f"is one of [{_show(operand)}]", test)
 
 
-def _contains(name: str, operand: list[Any], need_all: bool) -> Operator:
+def _contains(name: str, operand: list[Any], need_all: bool) -> Predicate:
     def test(value: Any) -> Check:
         if not isinstance(value, list):
             return _error("not a list")
@@ -135,13 +135,13 @@ def _contains(name: str, operand: list[Any], need_all: bool) -> Operator:
         "contains_any": "contains any of",
         "contains_all": "contains all of",
     }
-    return Operator(name, f"{words[name]} [{_show(operand)}]", test)
+    return Predicate(name, f"{words[name]} [{_show(operand)}]", test)
 
 
 # --- numbers and sizes -------------------------------------------------------------
 
 
-def _number(bounds: NumberBounds) -> Operator:
+def _number(bounds: NumberBounds) -> Predicate:
     parts = []
     if bounds.min is not None:
         parts.append(f">= {bounds.min}")
@@ -167,7 +167,7 @@ def _number(bounds: NumberBounds) -> Operator:
             return _false(f"not below {bounds.lt}")
         return TRUE
 
-    return Operator("number", "is a number " + " and ".join(parts), test)
+    return Predicate("number", "is a number " + " and ".join(parts), test)
 
 
 def _bounds_phrase(bounds: SizeBounds, unit: str) -> str:
@@ -186,33 +186,33 @@ def _within(size: int, bounds: SizeBounds, unit: str) -> Check:
     return TRUE
 
 
-def _length(bounds: SizeBounds) -> Operator:
+def _length(bounds: SizeBounds) -> Predicate:
     def test(value: Any) -> Check:
         if isinstance(value, str | list | dict):
             return _within(len(value), bounds, "characters/items")
         return _error("has no length (not a string, list or object)")
 
-    return Operator("length", "has a length " + _bounds_phrase(bounds, "characters/items"), test)
+    return Predicate("length", "has a length " + _bounds_phrase(bounds, "characters/items"), test)
 
 
-def _bytes(bounds: SizeBounds) -> Operator:
+def _bytes(bounds: SizeBounds) -> Predicate:
     def test(value: Any) -> Check:
         if isinstance(value, str):
             size = len(value.encode("utf-8", "surrogatepass"))
         else:
             try:
-                size = len(canonical_json(value))
+                size = len(canonical_bytes(value, "surrogatepass"))
             except (TypeError, ValueError, RecursionError):
                 return _error("not a JSON value")
         return _within(size, bounds, "bytes")
 
-    return Operator("bytes", "has a UTF-8 size " + _bounds_phrase(bounds, "bytes"), test)
+    return Predicate("bytes", "has a UTF-8 size " + _bounds_phrase(bounds, "bytes"), test)
 
 
 # --- text --------------------------------------------------------------------------
 
 
-def _matches(condition: Condition) -> Operator:
+def _matches(condition: Condition) -> Predicate:
     spec = condition.matches
     assert spec is not None
     pattern = compile_pattern(spec.pattern, spec.unicode)
@@ -224,24 +224,24 @@ def _matches(condition: Condition) -> Operator:
             return _error(f"longer than {spec.max_input} characters")
         return TRUE if pattern.fullmatch(value) else _false("does not match the whole pattern")
 
-    return Operator("matches", f"fully matches /{spec.pattern}/", test)
+    return Predicate("matches", f"fully matches /{spec.pattern}/", test)
 
 
-def _absent(expected: bool) -> Operator:
+def _absent(expected: bool) -> Predicate:
     def test(value: Any) -> Check:
         if (value is MISSING) == expected:
             return TRUE
         return _false("field is present" if expected else "field is absent")
 
-    return Operator("absent", "is absent" if expected else "is present", test)
+    return Predicate("absent", "is absent" if expected else "is present", test)
 
 
 # --- paths, URLs, addresses, e-mail ------------------------------------------------
 
 
-def _path_under(spec: PathUnderSpec) -> Operator:
-    # The leaf hands this operator the value ``fspath.resolve_path`` already resolved,
-    # the same string every other operator on the argument sees; resolving it again
+def _path_under(spec: PathUnderSpec) -> Predicate:
+    # The leaf hands this predicate the value ``fspath.resolve_path`` already resolved,
+    # the same string every other predicate on the argument sees; resolving it again
     # here could judge a second, later state of the file system.
     def test(value: Any) -> Check:
         if not isinstance(value, str) or not value.startswith("/"):
@@ -263,7 +263,7 @@ def _path_under(spec: PathUnderSpec) -> Operator:
         return _false("resolves outside every root (after '..' and symlinks)")
 
     roots = ", ".join(spec.roots)
-    return Operator("path_under", f"resolves under [{roots}]", test)
+    return Predicate("path_under", f"resolves under [{roots}]", test)
 
 
 def _networks(entries: Sequence[str]) -> tuple[tuple[IPNetwork, ...], frozenset[str]]:
@@ -291,7 +291,7 @@ def _parsed(parse: Callable[[str], Any], judge: Callable[[Any], Check]) -> Calla
     return test
 
 
-def _url(spec: UrlSpec) -> Operator:
+def _url(spec: UrlSpec) -> Predicate:
     networks, names = _networks(spec.ip_in or ())
     parts = []
     if spec.schemes:
@@ -329,10 +329,10 @@ def _url(spec: UrlSpec) -> Operator:
                 return _false("address not in the listed ranges")
         return TRUE
 
-    return Operator("url", "is a URL with " + ", ".join(parts), _parsed(parse_url, judge))
+    return Predicate("url", "is a URL with " + ", ".join(parts), _parsed(parse_url, judge))
 
 
-def _ip_in(entries: list[str]) -> Operator:
+def _ip_in(entries: list[str]) -> Predicate:
     networks, names = _networks(entries)
 
     def judge(host: tuple[str, IPAddress | None]) -> Check:
@@ -343,14 +343,14 @@ def _ip_in(entries: list[str]) -> Operator:
             return TRUE
         return _false("address not in the listed ranges")
 
-    return Operator(
+    return Predicate(
         "ip_in",
         "is an IP address in [" + ", ".join(entries) + "]",
         _parsed(normalize_host, judge),
     )
 
 
-def _email_domain(patterns: list[str]) -> Operator:
+def _email_domain(patterns: list[str]) -> Predicate:
     listed = tuple(patterns)
 
     def judge(domain: str) -> Check:
@@ -358,14 +358,14 @@ def _email_domain(patterns: list[str]) -> Operator:
             return _false("domain not listed")
         return TRUE
 
-    return Operator(
+    return Predicate(
         "email_domain",
         "is an e-mail address at [" + ", ".join(patterns) + "]",
         _parsed(email_domain, judge),
     )
 
 
-_BY_OPERAND: Final[dict[str, Callable[[Any], Operator]]] = {
+_BY_OPERAND: Final[dict[str, Callable[[Any], Predicate]]] = {
     "equals": _equals,
     "in": _in,
     "contains": lambda operand: _contains("contains", [operand], need_all=True),
@@ -380,15 +380,15 @@ _BY_OPERAND: Final[dict[str, Callable[[Any], Operator]]] = {
     "ip_in": _ip_in,
     "email_domain": _email_domain,
 }
-"""Each leaf operator built from its operand (``matches`` reads the whole condition)."""
+"""Each leaf predicate built from its operand (``matches`` reads the whole condition)."""
 
 
-def compile_operator(condition: Condition) -> Operator:
-    """The leaf operator of a validated condition (not ``each`` / ``some``)."""
-    name = condition.operator
+def compile_predicate(condition: Condition) -> Predicate:
+    """The leaf predicate of a validated condition (not ``each`` / ``some``)."""
+    name = condition.predicate
     if name == "matches":
         return _matches(condition)
     build = _BY_OPERAND.get(name) if name else None
     if build is None:
-        raise ValueError(f"no leaf operator {name!r}")  # each/some are compiled by conditions
+        raise ValueError(f"no leaf predicate {name!r}")  # each/some are compiled by conditions
     return build(condition.operand(name))

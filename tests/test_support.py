@@ -1,0 +1,26 @@
+"""The shared test helpers stay shared: a module that must stand alone (a tool module
+tests copy elsewhere as a user's own) declares the same schemas as ``support``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from support import WORKERS, schemas
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gate"))
+
+import agent_tools
+
+
+def test_the_standalone_tool_module_declares_the_shared_schemas() -> None:
+    for name in ("WEATHER", "EMAIL", "NOTE"):
+        assert getattr(agent_tools, name) == getattr(schemas, name), name
+
+
+def test_every_worker_script_lives_in_support() -> None:
+    tests = Path(__file__).resolve().parent
+    strays = [p for p in tests.rglob("*worker*.py")
+              if WORKERS not in p.parents and "benchmarks" not in p.parts]
+    assert strays == [], "worker scripts belong in tests/support/workers"
+    assert len(list(WORKERS.glob("*_worker.py"))) == 10
