@@ -83,7 +83,7 @@ def proxy_command(
         approval_wait=wait if wait is not None else float("inf"), listen=address, dedupe=keys,
     )
     from agent_gate.gate import Gate
-    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.ledger.backend.dialect import resolve_url
     from agent_gate.tools import ToolRegistry
 
     with failures(), Gate(ToolRegistry(), resolve_url(url), policy=policy_file,

@@ -31,8 +31,8 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 
 from agent_gate.errors import NotAwaitingApproval
+from agent_gate.ledger.backend.dialect import db_now_ms
 from agent_gate.ledger.chain import as_utc
-from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import APPROVALS
 from agent_gate.ledger.notify import announce

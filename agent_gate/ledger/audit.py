@@ -86,10 +86,10 @@ from sqlalchemy import (
 )
 
 from agent_gate._lazy import exports
+from agent_gate.ledger.backend.dialect import begin_write, for_update, insert_ignore
+from agent_gate.ledger.backend.prepared import opened, prepare
 from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash, entry_parts
-from agent_gate.ledger.dialect import begin_write, for_update, insert_ignore
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
-from agent_gate.ledger.prepared import opened, prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.records import from_row
 
@@ -254,7 +254,7 @@ def _link(conn: Connection, entries: list[dict[str, Any]], *, now: bool = False)
             state.pipe.wait()
         return
     # Every transaction that changes a call ends here, so the statements are compiled
-    # once and run on the driver (``agent_gate.ledger.prepared``).
+    # once and run on the driver (``agent_gate.ledger.backend.prepared``).
     # In task id order, so that two transactions touching the same tasks cannot deadlock.
     heads = {task: _lock_head(conn, task)
              for task in sorted({values["task_id"] for values in entries})}

@@ -18,9 +18,9 @@ from sqlalchemy import BigInteger, Connection, bindparam, insert, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
 
-from agent_gate.ledger.dialect import db_now_ms
-from agent_gate.ledger.pipeline import Pending
-from agent_gate.ledger.prepared import Open, Rows, prepare
+from agent_gate.ledger.backend.dialect import db_now_ms
+from agent_gate.ledger.backend.pg_pipeline import Pending
+from agent_gate.ledger.backend.prepared import Open, Rows, prepare
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
     CALLS,

@@ -20,15 +20,15 @@ from sqlalchemy import Connection, Engine, bindparam, select
 
 from agent_gate.errors import NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, quota
-from agent_gate.ledger.canonical import canonical_json
-from agent_gate.ledger.cas import NO_GUARD, Later, compare_and_set, predicted
-from agent_gate.ledger.dialect import (
+from agent_gate.ledger.backend.dialect import (
     begin_read,
     begin_write,
     for_update,
 )
-from agent_gate.ledger.pipeline import Unexpected
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.backend.pg_pipeline import Unexpected
+from agent_gate.ledger.backend.prepared import prepare
+from agent_gate.ledger.canonical import canonical_json
+from agent_gate.ledger.cas import NO_GUARD, Later, compare_and_set, predicted
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode

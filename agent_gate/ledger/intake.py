@@ -42,12 +42,12 @@ from sqlalchemy import (
 )
 
 from agent_gate.ledger import audit
+from agent_gate.ledger.backend.dialect import for_update, insert_ignore, insert_returning
+from agent_gate.ledger.backend.pg_pipeline import Unexpected
+from agent_gate.ledger.backend.prepared import Open, Rows, opened, prepare
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.cas import Folded, Later
-from agent_gate.ledger.dialect import for_update, insert_ignore, insert_returning
 from agent_gate.ledger.flows import Lost, apply, apply_ruling, lock_task, write
-from agent_gate.ledger.pipeline import Unexpected
-from agent_gate.ledger.prepared import Open, Rows, opened, prepare
 from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.records import (
     CALL_COLUMNS,

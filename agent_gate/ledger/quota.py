@@ -21,7 +21,7 @@ from decimal import Decimal
 
 from sqlalchemy import Connection, select
 
-from agent_gate.ledger.dialect import insert_ignore
+from agent_gate.ledger.backend.dialect import insert_ignore
 from agent_gate.ledger.models import QUOTA_CHARGES
 
 __all__ = ["charge", "charges_of", "usage"]

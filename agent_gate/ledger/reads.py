@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
+from agent_gate.ledger.backend.prepared import prepare
 from agent_gate.ledger.models import SWEPT_STATES, SWEPT_WHERE
-from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
     CALLS,

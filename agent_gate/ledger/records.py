@@ -22,9 +22,9 @@ from sqlalchemy.engine import Dialect
 
 import agent_gate._speedups as _speedups
 from agent_gate.errors import TaskContextConflict
+from agent_gate.ledger.backend.prepared import result_processors
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.models import TASKS, TOOL_CALLS
-from agent_gate.ledger.prepared import result_processors
 from agent_gate.ledger.states import CallState, Event
 
 __all__ = [

@@ -25,17 +25,17 @@ from sqlalchemy import Connection, Engine, update
 
 from agent_gate._lazy import deferred
 from agent_gate.ledger import backend
-from agent_gate.ledger.dialect import (
+from agent_gate.ledger.backend.dialect import (
     DEFAULT_BUSY_TIMEOUT,
     begin_read,
     create_ledger_engine,
     release_idle,
     resolve_url,
 )
+from agent_gate.ledger.backend.spares import forget_in_children
 from agent_gate.ledger.ledger_file import require_ledger_file
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.records import TASKS
-from agent_gate.ledger.spares import forget_in_children
 
 if TYPE_CHECKING:
     from agent_gate.ledger import (

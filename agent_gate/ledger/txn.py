@@ -18,7 +18,7 @@ from sqlalchemy import Connection, bindparam, select
 
 from agent_gate.ledger import approvals, quota
 from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger.backend.prepared import prepare
 from agent_gate.ledger.records import TASKS
 
 __all__ = ["LedgerTxn"]

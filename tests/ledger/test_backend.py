@@ -10,8 +10,8 @@ import pytest
 from agent_gate import _speedups
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger import Event, Ledger, NewCall, backend
-from agent_gate.ledger.dialect import begin_write
-from agent_gate.ledger.prepared import CoreStatement, Prepared, prepare
+from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend.prepared import CoreStatement, Prepared, prepare
 from agent_gate.ledger.reads import call_by
 
 

@@ -32,7 +32,8 @@ from sqlalchemy import event, func, select
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
-from agent_gate.ledger import Ledger, NewCall, prepared
+from agent_gate.ledger import Ledger, NewCall
+from agent_gate.ledger.backend import prepared
 from agent_gate.ledger.models import TOOL_CALLS
 from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import Event

@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 
 from agent_gate import Gate, ToolRegistry
 from agent_gate.ledger import intake
-from agent_gate.ledger.pipeline import PipelinedTxn
+from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn
 
 URL, TASK, CALL_ID, MODE = sys.argv[1:5]
 

@@ -14,7 +14,8 @@ import pytest
 from noop_calls import noop_tools, on_tool_calls, run_calls
 
 from agent_gate import Gate
-from agent_gate.ledger import Ledger, intake, libpq
+from agent_gate.ledger import Ledger, intake
+from agent_gate.ledger.backend import _libpq as libpq
 
 pytestmark = pytest.mark.backends("postgresql")
 

@@ -2,7 +2,7 @@
 
 A call that runs at once and succeeds is recorded, decided and claimed in one
 transaction and finished in a second; on the fast backend each transaction is
-pipelined (``agent_gate.ledger.pipeline``), so the count is what the code waits
+pipelined (``agent_gate.ledger.backend.pg_pipeline``), so the count is what the code waits
 for, not how many statements it sends. Counts are exact, unlike timings: the
 proxy (``tests/benchmarks/netproxy.py``) counts a client burst answered by the
 server as one round trip.
@@ -68,7 +68,7 @@ def test_a_connection_that_sat_idle_answers_before_its_commit_is_sent(
     so each transaction's statements are answered before its COMMIT is sent (one
     round trip more per transaction): found dead there, nothing of it could have
     committed and it may be sent again."""
-    from agent_gate.ledger import pipeline
+    from agent_gate.ledger.backend import pg_pipeline as pipeline
 
     proxy, url = proxied
     ran: list[int] = []

@@ -1,6 +1,6 @@
 """Revision 0007's functions: the audit append and the expectations, in the server.
 
-A pipelined transaction (``agent_gate.ledger.pipeline``) links its audit entries
+A pipelined transaction (``agent_gate.ledger.backend.pg_pipeline``) links its audit entries
 with ``agent_gate_audit_append`` and checks the compare-and-sets it assumed won with
 ``agent_gate_expect``, so its ``COMMIT`` need not wait for any answer. The hashes the
 server computes must be the ones ``chain.entry_hash`` computes (``audit verify`` is
@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import bindparam, select, text, update
 
 from agent_gate.ledger import Ledger, audit
+from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn, Unexpected
+from agent_gate.ledger.backend.prepared import opened, prepare
 from agent_gate.ledger.chain import entry_hash
-from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS, TASKS
-from agent_gate.ledger.pipeline import PipelinedTxn, Unexpected
-from agent_gate.ledger.prepared import opened, prepare
 from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
 

@@ -36,8 +36,10 @@ from sqlalchemy import exc, text
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
-from agent_gate.ledger import CallRecord, Event, Ledger, NewCall, intake, pipeline, spares
-from agent_gate.ledger.pipeline import PipelinedTxn
+from agent_gate.ledger import CallRecord, Event, Ledger, NewCall, intake
+from agent_gate.ledger.backend import pg_pipeline as pipeline
+from agent_gate.ledger.backend import spares
+from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn
 from agent_gate.ledger.records import Ruling
 from agent_gate.ledger.txn import LedgerTxn
 

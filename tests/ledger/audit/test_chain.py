@@ -13,9 +13,9 @@ from sqlalchemy import text
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger import Event, Ledger, NewCall
 from agent_gate.ledger.audit import ChainReport
+from agent_gate.ledger.backend.dialect import begin_write
 from agent_gate.ledger.chain import GENESIS
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take, write
-from agent_gate.ledger.dialect import begin_write
 
 
 def new_call(call_id: str, task: str = "t") -> NewCall:

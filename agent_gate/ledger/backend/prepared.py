@@ -53,8 +53,12 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.types import TypeEngine
 
-from agent_gate.ledger._sa_private import SQLITE_DATETIME_FORMAT, cursor_watched, storage_format
 from agent_gate.ledger.backend import FAST_CACHE, is_fast
+from agent_gate.ledger.backend._sa_private import (
+    SQLITE_DATETIME_FORMAT,
+    cursor_watched,
+    storage_format,
+)
 
 __all__ = [
     "CoreStatement",

@@ -71,16 +71,10 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import LedgerConfigError, LedgerMissing, LedgerReplaced
-from agent_gate.ledger import pipeline
-from agent_gate.ledger._sa_private import begin_listener, transaction_watched
 from agent_gate.ledger.backend import FAST, choose, is_fast, resolve
-from agent_gate.ledger.ledger_file import (
-    FILE_ATTR,
-    OpenedFile,
-    check_file,
-    sqlite_file,
-)
-from agent_gate.ledger.prepared import (
+from agent_gate.ledger.backend import pg_pipeline as pipeline
+from agent_gate.ledger.backend._sa_private import begin_listener, transaction_watched
+from agent_gate.ledger.backend.prepared import (
     Rows,
     driver_error,
     observed,
@@ -89,7 +83,13 @@ from agent_gate.ledger.prepared import (
     track,
     untrack,
 )
-from agent_gate.ledger.spares import SPARE_MAX, release_idle, spares_of
+from agent_gate.ledger.backend.spares import SPARE_MAX, release_idle, spares_of
+from agent_gate.ledger.ledger_file import (
+    FILE_ATTR,
+    OpenedFile,
+    check_file,
+    sqlite_file,
+)
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -482,7 +482,7 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     row instead of failing its transaction. On PostgreSQL the loser waits for the
     winner's transaction to end, so the row it then reads is committed. Every call
     of the gate inserts this way, so the statement is compiled once per table and
-    column set and run on the driver (``agent_gate.ledger.prepared``).
+    column set and run on the driver (``agent_gate.ledger.backend.prepared``).
     """
     name = conn.dialect.name
     if name not in ("sqlite", "postgresql"):  # pragma: no cover - the engine refuses others

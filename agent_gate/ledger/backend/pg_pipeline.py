@@ -86,11 +86,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, event, exc
 
-from agent_gate.ledger._sa_private import begin_listener, transaction_watched
-from agent_gate.ledger.prepared import Open, driver_error, opened, track, untrack
+from agent_gate.ledger.backend._sa_private import begin_listener, transaction_watched
+from agent_gate.ledger.backend.prepared import Open, driver_error, opened, track, untrack
 
 if TYPE_CHECKING:  # psycopg's, imported by a PostgreSQL ledger only (``_enter``)
-    from agent_gate.ledger.libpq import Answer, Wire
+    from agent_gate.ledger.backend._libpq import Answer, Wire
 
 __all__ = [
     "EXPECTATION_FAILED",
@@ -338,7 +338,7 @@ class PipelinedTxn:
         # autocommit: psycopg must not send (and wait for) a BEGIN of its own; ours
         # goes out with the first statement.
         driver.autocommit = True
-        from agent_gate.ledger.libpq import Wire
+        from agent_gate.ledger.backend._libpq import Wire
 
         wire = Wire(driver)
         wire.enter()
