@@ -2,8 +2,8 @@
 
 A ``tool_calls`` row becomes a ``CallRecord`` in exactly one place (``call_record``),
 whether it came through SQLAlchemy Core (already converted by the columns' result
-processors) or straight from the driver (``driver_call_record``: the same
-processors applied here first). The converter runs about four times per gate call,
+processors) or straight from the driver (``backend.fast.driver_call_record``: the
+same processors applied first). The converter runs about four times per gate call,
 so it unpacks by position rather than by name.
 """
 
@@ -18,11 +18,8 @@ from decimal import Decimal
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import Dialect
-
 import agent_gate._speedups as _speedups
 from agent_gate.errors import TaskContextConflict
-from agent_gate.ledger.backend.prepared import result_processors
 from agent_gate.ledger.canonical import canonical_json, sha256_hex
 from agent_gate.ledger.models import TASKS, TOOL_CALLS
 from agent_gate.ledger.states import CallState, Event
@@ -42,7 +39,6 @@ __all__ = [
     "TaskSummary",
     "Transition",
     "call_record",
-    "driver_call_record",
     "from_row",
     "task_record",
 ]
@@ -67,7 +63,6 @@ _TASK_ORDER = ("id", "provider", "terminal", "terminal_reason", "created_at", "u
 _STATES: dict[str, CallState] = {state.value: state for state in CallState}
 _decode = json.JSONDecoder().decode
 """``json.loads`` for text, without its per-call type checks and keyword handling."""
-_PROCESSORS: dict[str, tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
 _R = TypeVar("_R")
 
 
@@ -268,35 +263,6 @@ def moved(rec: CallRecord, state: CallState, version: int, attempt: int) -> Call
     at_state, at_version, at_attempt = _MOVED_AT
     values[at_state], values[at_version], values[at_attempt] = state, version, attempt
     return make(*values)
-
-
-def driver_call_record(
-    dialect: Dialect, values: Sequence[Any], processed: bool = False
-) -> CallRecord:
-    """``call_record`` for a row a prepared statement returned (``prepared.Rows``):
-    unless Core already ``processed`` it, the columns whose type has a result
-    processor for this dialect (SQLite's datetimes) are converted first, as Core
-    would have."""
-    if processed:
-        return call_record(values)
-    processors = _PROCESSORS.get(dialect.name)
-    if processors is None:
-        processors = _PROCESSORS.setdefault(
-            dialect.name,
-            tuple(
-                (i, process)
-                for i, process in enumerate(result_processors(dialect, CALL_COLUMNS))
-                if process is not None
-            ),
-        )
-    row = list(values)
-    if len(row) != len(CALL_COLUMNS):
-        raise ValueError(f"a tool_calls row has {len(CALL_COLUMNS)} columns, not {len(row)}")
-    for i, process in processors:
-        value = row[i]
-        if value is not None:
-            row[i] = process(value)
-    return call_record(row)
 
 
 @functools.cache

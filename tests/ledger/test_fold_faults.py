@@ -625,7 +625,7 @@ def test_core_joining_inside_the_decision_sends_the_deferred_insert_first(
         ledger.record(new_call("t", "before"))
 
         def core_reading(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
-            conn = txn._conn  # a decision made with Core statements (an extension)
+            conn = txn._txn.conn  # a decision made with Core statements (an extension)
             counted.append(conn.execute(
                 select(func.count()).select_from(TOOL_CALLS)
                 .where(TOOL_CALLS.c.call_id == rec.call_id)

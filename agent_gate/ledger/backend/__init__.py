@@ -1,34 +1,49 @@
-"""Which storage path runs the ledger's statements: the one site that picks.
+"""The one site that picks how the ledger's statements reach the database.
 
-Two implementations of the same interface (``prepared.prepare(conn, key, build)
-.run(conn, params) -> Rows`` and ``dialect.begin_write`` / ``begin_read``):
+The rules (``flows``, ``intake``, ``approvals``, ``quota``, the audit append) ask one
+interface, ``txn.Txn``; this package holds everything under it. Three
+implementations, and one place that chooses among them (``txn_class``), as
+SQLAlchemy's ``engine/processors.py`` picks its compiled or pure twin:
 
-* ``CORE``, the reference: plain SQLAlchemy Core. Every transaction is begun and
-  ended by ``Connection.begin()`` on a pooled connection, every statement runs
-  through ``Connection.execute``, values pass Core's own bind and result
-  processors. It relies on no SQLAlchemy internals.
-* ``FAST``: the same statements compiled once per backend and run on the DB-API
-  cursor of the connection the transaction holds (``prepared``), and on SQLite a
-  few connections kept checked out between transactions with ``BEGIN``/``COMMIT``
-  issued on the driver (``dialect._sqlite_transaction``). It falls back to Core
-  whenever anyone could notice the difference (a listener, echo); what it must ask
-  SQLAlchemy for that is in ``_sa_private``.
+* ``core.CoreTxn``, the reference: plain SQLAlchemy Core on SQLite and PostgreSQL.
+  Every transaction is begun and ended by ``Connection.begin()`` on a pooled
+  connection, every statement runs through ``Connection.execute``. It relies on no
+  SQLAlchemy internals.
+* ``sqlite_fast.SqliteFastTxn``: the same statements compiled once and run on the
+  DB-API cursor (``prepared``), on a few connections kept checked out between
+  transactions with ``BEGIN``/``COMMIT`` issued on the driver (``dialect``,
+  ``spares``), a new call's arrows folded into its insert (``fast``): two synced
+  commits a gate call.
+* ``pg_fast.PgPipelineTxn``: PostgreSQL's write transactions in libpq's pipeline
+  mode (``pg_pipeline``, ``_libpq``): two round trips a gate call.
 
-Both pass the same ledger tests (``tests/ledger/conftest.py`` runs them over both).
-The choice is made per engine, here only: ``Ledger(..., backend=...)`` or
-``create_ledger_engine(..., backend=...)``, else ``$AGENT_GATE_LEDGER_BACKEND``
-(``core`` or ``fast``), else ``FAST`` unless ``AGENT_GATE_PURE_PYTHON`` is set.
-It is kept on the engine's dialect, which is also where compiled statements are
-cached, so the hot path asks nothing more than before.
+The fast ones fall back to Core whenever anyone could notice the difference (a
+listener, echo); what they must ask SQLAlchemy for that is in ``_sa_private``.
+All pass the same ledger tests (``tests/ledger/conftest.py`` runs them over each).
+
+The storage is chosen per engine, here only: ``Ledger(..., storage=...)`` or
+``create_ledger_engine(..., storage=...)``, else ``$AGENT_GATE_LEDGER_BACKEND``
+(``core`` or ``fast``), else ``FAST`` unless ``AGENT_GATE_PURE_PYTHON`` is set; the
+fast implementation is then the engine's dialect's. It is kept on the engine's
+dialect, which is also where compiled statements are cached.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import Connection, Engine
 
 import agent_gate._speedups as _speedups
 from agent_gate.errors import LedgerConfigError
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.txn import Txn
+
+_T = TypeVar("_T")
 
 __all__ = [
     "BACKENDS",
@@ -40,7 +55,14 @@ __all__ = [
     "chosen",
     "default",
     "is_fast",
+    "on",
+    "reading",
+    "register",
+    "release",
     "resolve",
+    "transact",
+    "txn_class",
+    "writing",
 ]
 
 CORE = "core"
@@ -77,6 +99,7 @@ def choose(dialect: Any, backend: str | None = None) -> str:
     name = resolve(backend)
     if name != FAST:
         dialect.__dict__.pop(FAST_CACHE, None)
+    dialect.__dict__.pop(_TXN_ATTR, None)
     dialect.__dict__[_ATTR] = name
     return name
 
@@ -89,3 +112,80 @@ def chosen(dialect: Any) -> str:
 
 def is_fast(dialect: Any) -> bool:
     return chosen(dialect) == FAST
+
+
+_TXN_ATTR = "_agent_gate_txn_class"
+
+
+def txn_class(dialect: Any) -> type[Txn]:
+    """The ``Txn`` implementation of ``dialect``'s engine: the one choice of backend."""
+    cls: type[Txn] | None = dialect.__dict__.get(_TXN_ATTR)
+    if cls is not None:
+        return cls
+    if not is_fast(dialect):
+        from agent_gate.ledger.backend.core import CoreTxn as cls
+    elif dialect.name == "postgresql":
+        from agent_gate.ledger.backend.pg_fast import PgPipelineTxn as cls
+    else:
+        from agent_gate.ledger.backend.sqlite_fast import SqliteFastTxn as cls
+    dialect.__dict__[_TXN_ATTR] = cls
+    return cls
+
+
+@contextmanager
+def writing(engine: Engine, *, guess: bool = True) -> Iterator[Txn]:
+    """A write transaction: its audit entries linked right before it commits.
+    ``guess=False``: the backend guesses nothing (``transact``)."""
+    from agent_gate.ledger.backend.dialect import begin_write
+
+    cls = txn_class(engine.dialect)
+    with begin_write(engine) as conn:
+        txn = cls(conn, guess=guess)
+        yield txn
+        txn.finish()
+    txn.after_commit()
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Txn]:
+    """A read-only transaction over one consistent snapshot (``dialect.begin_read``)."""
+    from agent_gate.ledger.backend.dialect import begin_read
+
+    with begin_read(engine) as conn:
+        yield txn_class(engine.dialect)(conn, staged=False)
+
+
+def transact(engine: Engine, body: Callable[[Txn], _T]) -> tuple[Txn, _T]:
+    """``body`` in one write transaction, and the transaction (for ``Txn.committed``).
+    Run once more, the backend guessing nothing, when the first run failed on a
+    guess of the backend's own and committed nothing (``Txn.retry``)."""
+    txn: Txn | None = None
+    try:
+        with writing(engine) as txn:
+            value = body(txn)
+    except Exception as error:
+        if txn is None or not txn.retry(error):
+            raise
+        with writing(engine, guess=False) as txn:
+            value = body(txn)
+    return txn, value
+
+
+def on(conn: Connection) -> Txn:
+    """The ``Txn`` of a transaction a plain ``Connection`` holds (opened with
+    ``dialect.begin_write`` or ``begin_read``): each audit entry linked as appended."""
+    return txn_class(conn.dialect)(conn, staged=False)
+
+
+def register(engine: Engine) -> None:
+    """A ledger opened ``engine``: in a forked child it starts with a pool of its own."""
+    from agent_gate.ledger.backend.spares import forget_in_children
+
+    forget_in_children(engine)
+
+
+def release(engine: Engine) -> None:
+    """Close the connections ``engine`` keeps between transactions (before dispose)."""
+    from agent_gate.ledger.backend.spares import release_idle
+
+    release_idle(engine)

@@ -65,21 +65,18 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import LedgerConfigError, LedgerMissing, LedgerReplaced
 from agent_gate.ledger.backend import FAST, choose, is_fast, resolve
-from agent_gate.ledger.backend import pg_pipeline as pipeline
 from agent_gate.ledger.backend._sa_private import begin_listener, transaction_watched
 from agent_gate.ledger.backend.prepared import (
-    Rows,
     driver_error,
     observed,
     opened,
-    prepare,
     track,
     untrack,
 )
@@ -103,8 +100,7 @@ __all__ = [
     "create_ledger_engine",
     "db_now_ms",
     "for_update",
-    "insert_ignore",
-    "insert_returning",
+    "insert_statement",
     "lock_named",
     "release_idle",
     "resolve_url",
@@ -283,8 +279,13 @@ def _postgresql_engine(url: URL, busy_timeout: float, fast: bool) -> Engine:
         isolation_level="READ COMMITTED",
         connect_args=connect_args,
     )
-    if fast and pipeline.supported():
-        pipeline.install(engine)
+    if fast:
+        # Imported here: the pipeline's errors are the rules' (``txn.Lost``), whose
+        # module needs this one.
+        from agent_gate.ledger.backend import pg_pipeline as pipeline
+
+        if pipeline.supported():
+            pipeline.install(engine)
     return engine
 
 
@@ -338,6 +339,8 @@ def _kept_write(engine: Engine) -> Iterator[Connection]:
     cost about 70 us of CPU per transaction, two per gate call. A kept connection
     is checked before each use as the pool's checkout would check it
     (``pipeline.alive``: no round trip); one the server dropped is let go."""
+    from agent_gate.ledger.backend import pg_pipeline as pipeline
+
     spares = spares_of(engine)
     idle = spares.write
     conn: Connection | None = None
@@ -475,35 +478,26 @@ def _driver_rollback(conn: Connection, driver: Any, error_class: type[Exception]
             conn.invalidate(error)
 
 
-def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
-    """Insert a row unless a unique constraint already holds one; True if inserted.
+def insert_statement(
+    name: str, table: Table, keys: tuple[str, ...], *, returning: bool
+) -> Insert:
+    """Insert a row of ``keys`` unless a unique constraint already holds one.
 
     Racing processes both try; the database decides, and the loser reads the winner's
     row instead of failing its transaction. On PostgreSQL the loser waits for the
-    winner's transaction to end, so the row it then reads is committed. Every call
-    of the gate inserts this way, so the statement is compiled once per table and
-    column set and run on the driver (``agent_gate.ledger.backend.prepared``).
+    winner's transaction to end, so the row it then reads is committed.
+    ``returning``: every column of the row inserted, in table order (none when a
+    row was there; ``Txn.insert_call``, where the dialect can return rows from an
+    ``INSERT``). Else, on PostgreSQL, a ``1`` for a row inserted: psycopg's
+    ``INSERT`` rowcount is not relied on.
     """
-    name = conn.dialect.name
     if name not in ("sqlite", "postgresql"):  # pragma: no cover - the engine refuses others
         raise LedgerConfigError(f"unsupported ledger backend {name!r}")
-    keys = tuple(sorted(values))
-
-    def build() -> Insert:
-        row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
-        if name == "sqlite":
-            return sqlite.insert(table).values(row).on_conflict_do_nothing()
-        # psycopg's INSERT rowcount is not relied on: a RETURNING row exists exactly
-        # when the row was inserted.
-        return (
-            dialect_insert(name)(table)
-            .values(row)
-            .on_conflict_do_nothing()
-            .returning(literal_column("1"))
-        )
-
-    done = prepare(conn, ("insert_ignore", table.name, keys), build).run(conn, values)
-    return done.rowcount == 1 if name == "sqlite" else bool(done.rows)
+    row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
+    stmt = dialect_insert(name)(table).values(row).on_conflict_do_nothing()
+    if returning:
+        return stmt.returning(*table.c)
+    return stmt if name == "sqlite" else stmt.returning(literal_column("1"))
 
 
 def dialect_insert(name: str) -> Callable[[Table], Insert]:
@@ -514,31 +508,7 @@ def dialect_insert(name: str) -> Callable[[Table], Insert]:
     return postgresql.insert
 
 
-def insert_returning(conn: Connection, table: Table, values: dict[str, Any]) -> Rows | None:
-    """``insert_ignore`` that also returns the row it inserted: every column of
-    ``table`` in table order (``Rows.processed`` says whether as the driver or as Core
-    returns them); no rows when a unique constraint already held a row.
-
-    None when the dialect cannot return rows from an ``INSERT`` (SQLite before 3.35):
-    the caller then uses ``insert_ignore`` and reads the row back. With it, recording
-    a new call costs one statement instead of an insert and a select.
-    """
-    dialect = conn.dialect
-    if not dialect.insert_returning:
-        return None
-    name = dialect.name
-    if name not in ("sqlite", "postgresql"):  # pragma: no cover - the engine refuses others
-        raise LedgerConfigError(f"unsupported ledger backend {name!r}")
-    keys = tuple(sorted(values))
-
-    def build() -> Insert:
-        row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
-        return dialect_insert(name)(table).values(row).on_conflict_do_nothing().returning(*table.c)
-
-    return prepare(conn, ("insert_returning", table.name, keys), build).run(conn, values)
-
-
-def for_update(conn: Connection, stmt: Select[Any]) -> Select[Any]:
+def for_update(dialect: Dialect, stmt: Select[Any]) -> Select[Any]:
     """``stmt`` locking the rows it reads until the write transaction ends.
 
     ``SELECT ... FOR UPDATE`` on PostgreSQL: a second reader of the same row waits
@@ -546,7 +516,7 @@ def for_update(conn: Connection, stmt: Select[Any]) -> Select[Any]:
     Unchanged on SQLite, whose ``begin_write`` transactions already exclude each
     other (and which has no ``FOR UPDATE``).
     """
-    return stmt.with_for_update() if conn.dialect.name == "postgresql" else stmt
+    return stmt.with_for_update() if dialect.name == "postgresql" else stmt
 
 
 def lock_named(conn: Connection, name: str) -> None:

@@ -88,6 +88,7 @@ from sqlalchemy import Connection, Engine, event, exc
 
 from agent_gate.ledger.backend._sa_private import begin_listener, transaction_watched
 from agent_gate.ledger.backend.prepared import Open, driver_error, opened, track, untrack
+from agent_gate.ledger.txn import Lost
 
 if TYPE_CHECKING:  # psycopg's, imported by a PostgreSQL ledger only (``_enter``)
     from agent_gate.ledger.backend._libpq import Answer, Wire
@@ -106,9 +107,9 @@ __all__ = [
 ]
 
 
-class Unexpected(Exception):
-    """Internal: a statement sent without waiting did not match the rows it was
-    expected to (``PipelinedTxn.expect``); the transaction was rolled back."""
+class Unexpected(Lost):
+    """A statement sent without waiting did not match the rows it was expected to
+    (``PipelinedTxn.expect``); the transaction was rolled back (``txn.Lost``)."""
 
 
 EXPECTATION_FAILED = "AG001"
