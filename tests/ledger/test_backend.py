@@ -53,3 +53,27 @@ def _probe() -> Any:
     from sqlalchemy import literal_column, select
 
     return select(literal_column("1"))
+
+
+def test_each_storage_on_each_database_runs_its_own_implementation(
+    db_url: str, ledger_storage: str
+) -> None:
+    """The three implementations of the seam, one per (storage, database): the one the
+    ledger suite ran against in this parametrisation, and the one its transactions get."""
+    from agent_gate.ledger.backend.core import CoreTxn
+    from agent_gate.ledger.backend.pg_fast import PgPipelineTxn
+    from agent_gate.ledger.backend.sqlite_fast import SqliteFastTxn
+
+    expected = {
+        ("core", "sqlite"): CoreTxn, ("core", "postgresql"): CoreTxn,
+        ("fast", "sqlite"): SqliteFastTxn, ("fast", "postgresql"): PgPipelineTxn,
+    }
+    with Ledger(db_url) as ledger:
+        dialect = ledger.engine.dialect
+        cls = backend.txn_class(dialect)
+        assert cls is expected[(ledger_storage, dialect.name)]
+        with backend.writing(ledger.engine) as txn:
+            assert type(txn) is cls
+            txn.lock_task("nobody")  # a statement through it: no task, nothing locked
+        with backend.reading(ledger.engine) as txn:
+            assert type(txn) is cls and txn.read_call(id=1) is None

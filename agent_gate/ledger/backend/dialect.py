@@ -75,8 +75,8 @@ from agent_gate.ledger.backend import FAST, choose, is_fast, resolve
 from agent_gate.ledger.backend._sa_private import begin_listener, transaction_watched
 from agent_gate.ledger.backend.prepared import (
     driver_error,
-    observed,
     opened,
+    statements_watched,
     track,
     untrack,
 )
@@ -208,7 +208,7 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
             main = [row for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
         finally:
             cursor.close()
-        opened_file.opened(main[0][2] if main else "")
+        opened_file.connected(main[0][2] if main else "")
 
     @event.listens_for(engine, "begin")
     @begin_listener
@@ -221,7 +221,7 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
             return
         opened_file.check()
         sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE_OPTION) else "BEGIN"
-        if not is_fast(conn.dialect) or observed(conn):
+        if not is_fast(conn.dialect) or statements_watched(conn):
             conn.exec_driver_sql(sql)  # statement listeners and the echo log see it
         else:
             # Every ledger transaction starts here: on the driver it costs a tenth.
@@ -431,7 +431,7 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
             # DBAPIError Core raises. A statement run through Core inside
             # (conn.execute) joins this transaction (_on_begin adopts it), which is
             # then committed or rolled back through Core.
-            state = track(conn, watched=False)  # _core_needed asked what observed asks
+            state = track(conn, watched=False)  # _core_needed asked what statements_watched asks
             try:
                 check_file(engine)
                 driver: Any = conn.connection.driver_connection
