@@ -22,14 +22,15 @@ Nothing on the common path reads before its ``COMMIT``, so each of its transacti
 is one round trip. Two things that used to need an answer first are done by the
 server instead (functions revision 0007 installs):
 
-* the audit link (``audit``'s server-side append): each entry's hash covers its
+* the audit link (``pg_fast.link_in_server``): each entry's hash covers its
   task's previous hash, which only the locked head row knows; the client sends the
   entries and the hashed text around each link (``chain.entry_parts``), the server
   locks the heads, splices the links in, hashes, inserts and moves the heads;
 * expectations: a statement sent without being read whose outcome decides whether
   the transaction may commit (a compare-and-set the caller assumes won:
-  ``flows.apply``'s ``later``) is wrapped by ``PipelinedTxn.expect`` so that the
-  server raises ``EXPECTATION_FAILED`` when it matched another number of rows. The
+  ``Txn.compare_and_set``'s ``unread``, ``fast.FastTxn``) is wrapped by
+  ``PipelinedTxn.expect`` so that the server raises ``EXPECTATION_FAILED`` when it
+  matched another number of rows. The
   error aborts the transaction (the ``COMMIT`` behind it rolls back) and is raised
   as ``Unexpected`` where that round trip is answered. That is why the statement
   last sent is held back (``held``) until the next one or the next round trip:
@@ -37,8 +38,8 @@ server instead (functions revision 0007 installs):
 
 A gate call that runs at once then costs two round trips (the count
 ``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert
-(under an id handed out in an earlier call's transaction, ``intake._SpareIds``,
-with the decision's and the claim's arrows folded in, ``cas.Folded``), audit
+(under an id handed out in an earlier call's transaction, ``pg_fast.SpareIds``,
+with the decision's and the claim's arrows folded in, ``fast.Folded``), audit
 append and ``COMMIT`` in one, the outcome's ``BEGIN``, update, audit append and
 ``COMMIT`` in the other: eight statements.
 

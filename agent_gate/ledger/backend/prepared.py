@@ -129,7 +129,7 @@ class Open:
         """What runs a statement its caller is still writing (``defer``)."""
 
     def defer(self, run: Callable[[], None]) -> None:
-        """Put off a statement its caller may still rewrite (``cas.Folded``): ``run``
+        """Put off a statement its caller may still rewrite (``fast.Folded``): ``run``
         runs it just before the transaction's next statement, round trip, Core
         statement or commit, so it keeps its place in the transaction's order."""
         self.undefer()
