@@ -455,7 +455,7 @@ class ProtocolNotDetected(AccumulatorError):
 
 # ----------------------------------------------------------------- tools
 # Where arguments failed as RFC 6901 pointers plus the schema keyword, never a value:
-# both validators and pydantic map their locations to json_pointer.
+# both validators and pydantic map their locations to ``tools.pointer.json_pointer``.
 
 
 class ToolDefinitionError(AgentGateError):
@@ -507,16 +507,6 @@ class ArgumentsInvalid(AgentGateError):
         more = len(self.errors) - self.MAX_LISTED
         suffix = f"; and {more} more" if more > 0 else ""
         super().__init__(f"arguments of {tool!r} fail its schema at {listed}{suffix}")
-
-
-def escape_token(token: str | int) -> str:
-    """One reference token of a JSON pointer, with ``~`` and ``/`` escaped."""
-    return str(token).replace("~", "~0").replace("/", "~1")
-
-
-def json_pointer(path: Sequence[str | int]) -> str:
-    """RFC 6901 pointer: the one location format both jsonschema and pydantic map to."""
-    return "".join("/" + escape_token(p) for p in path)
 
 
 # ---------------------------------------------------------------- policy

@@ -13,7 +13,12 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from agent_gate.ledger.dialect import begin_write, create_ledger_engine, lock_named, resolve_url
+from agent_gate.ledger.backend.dialect import (
+    begin_write,
+    create_ledger_engine,
+    lock_named,
+    resolve_url,
+)
 from agent_gate.ledger.migrate import MIGRATION_LOCK
 from agent_gate.ledger.models import metadata
 

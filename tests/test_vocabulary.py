@@ -20,11 +20,10 @@ from agent_gate.policy import Verdict
 PACKAGE = Path(agent_gate.__file__).parent
 
 SHARED_CLASS_NAMES: dict[str, set[str]] = {
-    # One name, two meanings, in modules other branches own this session (issue 31
-    # renames them there): a person's answer read from a request (serve), the
-    # server's reply to one pipelined statement (libpq). Shrink this, never grow it.
-    "Answer": {"gate/waiting.py", "serve/service.py", "ledger/libpq.py",
-               "ledger/backend/libpq.py"},
+    # A person's answer as the waiting gate reads it and as the console reads it from
+    # a request: one concept, two views, both waiting for issue 31's next step to
+    # become one value. Shrink this, never grow it.
+    "Answer": {"gate/waiting.py", "serve/service.py"},
 }
 
 ONE_DEFINITION = {"canonical_json", "canonical_bytes", "sha256_hex"}

@@ -115,7 +115,7 @@ def open_ledger(url: str | None) -> Ledger:
     turns into a one-line error): an operator looks at and answers calls recorded
     before, and a fresh ledger has none."""
     from agent_gate.ledger import Ledger
-    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.ledger.backend.dialect import resolve_url
 
     return Ledger(resolve_url(url))
 
@@ -125,7 +125,7 @@ def open_gate(
 ) -> Gate:
     """A gate on the existing ledger at ``url`` (never creates one, as ``open_ledger``)."""
     from agent_gate.gate import Gate
-    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.ledger.backend.dialect import resolve_url
     from agent_gate.tools import ToolRegistry
 
     return Gate(tools if tools is not None else ToolRegistry(), resolve_url(url), policy=policy)

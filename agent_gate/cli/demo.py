@@ -190,7 +190,7 @@ class _Display:
 
 
 def _shown_db(url: str | None) -> str:
-    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.ledger.backend.dialect import resolve_url
 
     resolved = resolve_url(url)
     try:

@@ -107,7 +107,7 @@ def proxy_command(
         start_timeout=timeout if timeout is not None else float("inf"),
     )
     from agent_gate.gate import Gate
-    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.ledger.backend.dialect import resolve_url
     from agent_gate.tools import ToolRegistry
 
     with failures(), Gate(ToolRegistry(), resolve_url(url), policy=policy_file,

@@ -45,7 +45,7 @@ def serve_command(url: str | None, policy_file: str | None, config_file: str | N
     except ImportError as exc:
         raise CliError(f"agent-gate serve needs the serve extra ({exc.name} is missing): "
                        "pip install 'agent-gate[serve]'", ExitCode.USAGE) from None
-    from agent_gate.ledger.dialect import resolve_url
+    from agent_gate.ledger.backend.dialect import resolve_url
 
     with failures():
         resolved = resolve_url(url)

@@ -43,7 +43,7 @@ from agent_gate.tools import Effect, Idempotency, ToolOptions, ToolSpec
 
 __all__ = [
     "APPROVED_BY",
-    "Answer",
+    "FrameworkAnswer",
     "Refusal",
     "ToolOptionsByName",
     "approve_waiting",
@@ -165,7 +165,7 @@ def approve_waiting(
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class FrameworkAnswer:
     """A person's answer to one call, as a framework carried it back: the call is
     named by its id, never by its place among the calls that wait."""
 
@@ -180,7 +180,7 @@ class Answer:
     """The task of the call shown (None: the framework's run names it alone)."""
 
 
-def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[str]:
+def record_answers(gate: Gate, task_id: str, answers: Sequence[FrameworkAnswer]) -> list[str]:
     """Record each answer for the call it names, in task ``task_id``.
 
     All are checked before any is written: an answer naming a call the task does not
@@ -195,7 +195,7 @@ def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[
     """
     problems: list[str] = []
     mismatched: list[str] = []
-    waiting: list[Answer] = []
+    waiting: list[FrameworkAnswer] = []
     for place, given in enumerate(answers, 1):
         details = gate.ledger.call_details(task_id, given.call_id, max_shown=0)
         where = f"answer {place} (call {safe_name(given.call_id)})"
@@ -234,7 +234,7 @@ def record_answers(gate: Gate, task_id: str, answers: Sequence[Answer]) -> list[
 def shown(rec: CallRecord) -> dict[str, Any]:
     """What a person is shown of a waiting call to answer it: its ids, tool, arguments
     as recorded (redacted fields as their stand-ins) and their hash, which the answer
-    carries back (``Answer.args_hash``)."""
+    carries back (``FrameworkAnswer.args_hash``)."""
     return {
         "task_id": rec.task_id,
         "call_id": rec.call_id,
@@ -244,7 +244,7 @@ def shown(rec: CallRecord) -> dict[str, Any]:
     }
 
 
-def _given_before(given: Answer, answers: Sequence[ApprovalRecord]) -> bool:
+def _given_before(given: FrameworkAnswer, answers: Sequence[ApprovalRecord]) -> bool:
     verdict = APPROVED if given.approved else DENIED
     return any(a.verdict == verdict and a.decided_by == given.by.strip() for a in answers)
 

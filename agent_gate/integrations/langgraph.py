@@ -323,12 +323,12 @@ class _Taking:
         return _Taken(frozenset(g.call_id for g in given), tuple(recorded))
 
 
-def _parse(value: Any, default_by: str) -> list[_bridge.Answer]:
+def _parse(value: Any, default_by: str) -> list[_bridge.FrameworkAnswer]:
     """A resume value as the answers it names; anything else is refused."""
     part = value.get(KEY) if isinstance(value, Mapping) else None
     if not isinstance(part, Mapping) or not part or len(value) != 1:
         raise UnmatchedAnswer(_FORM)
-    out: list[_bridge.Answer] = []
+    out: list[_bridge.FrameworkAnswer] = []
     for place, (call_id, given) in enumerate(part.items(), 1):
         if not (
             isinstance(call_id, str) and call_id and isinstance(given, Mapping)
@@ -343,7 +343,7 @@ def _parse(value: Any, default_by: str) -> list[_bridge.Answer]:
             raise UnmatchedAnswer(f"answer {place}: by must name who answered")
         if reason is not None and not isinstance(reason, str):
             raise UnmatchedAnswer(f"answer {place}: reason must be text")
-        out.append(_bridge.Answer(call_id, given["approved"], by or default_by,
+        out.append(_bridge.FrameworkAnswer(call_id, given["approved"], by or default_by,
                                   given["args_hash"], reason, given.get("task_id")))
     return out
 

@@ -166,7 +166,7 @@ def record_approval(
     call then runs when the state is run again (``state.approve(item)``). Returns
     whether the call was waiting (False: it ran or was rejected since, by this same
     answer). The same approval given twice is one approval."""
-    answer = _bridge.Answer(_call_id(item), True, by, args_hash, reason)
+    answer = _bridge.FrameworkAnswer(_call_id(item), True, by, args_hash, reason)
     return bool(_bridge.record_answers(gate, task_id, [answer]))
 
 
@@ -183,7 +183,7 @@ def record_rejection(
     SDK answers the model itself and never invokes the tool. Returns whether the
     call was waiting (and is now ``rejected``; False: this same rejection was
     recorded before)."""
-    answer = _bridge.Answer(_call_id(item), False, by, args_hash, reason)
+    answer = _bridge.FrameworkAnswer(_call_id(item), False, by, args_hash, reason)
     return bool(_bridge.record_answers(gate, task_id, [answer]))
 
 

@@ -132,7 +132,7 @@ class GatedToolset(WrapperToolset[Any]):
                 continue
             who, args_hash = _given(results.metadata.get(call_id), self.approved_by)
             reason = answer.message if isinstance(answer, ToolDenied) else None
-            denials.append(_bridge.Answer(call_id, False, by or who, args_hash, reason))
+            denials.append(_bridge.FrameworkAnswer(call_id, False, by or who, args_hash, reason))
         return len(_bridge.record_answers(self.gate, self.task_id, denials))
 
 

@@ -21,7 +21,7 @@ from agent_gate._lazy import exports
 if TYPE_CHECKING:
     from agent_gate.errors import IllegalTransition, LedgerSchemaError
     from agent_gate.ledger.audit import AuditRecord
-    from agent_gate.ledger.dialect import (
+    from agent_gate.ledger.backend.dialect import (
         DEFAULT_URL,
         ENV_VAR,
         LedgerConfigError,
@@ -41,12 +41,12 @@ _LAZY: dict[str, str] = {
     "IllegalTransition": "agent_gate.errors",
     "LedgerSchemaError": "agent_gate.errors",
     "AuditRecord": "agent_gate.ledger.audit",
-    "DEFAULT_URL": "agent_gate.ledger.dialect",
-    "ENV_VAR": "agent_gate.ledger.dialect",
-    "LedgerConfigError": "agent_gate.ledger.dialect",
-    "LedgerMissing": "agent_gate.ledger.dialect",
-    "LedgerReplaced": "agent_gate.ledger.dialect",
-    "resolve_url": "agent_gate.ledger.dialect",
+    "DEFAULT_URL": "agent_gate.ledger.backend.dialect",
+    "ENV_VAR": "agent_gate.ledger.backend.dialect",
+    "LedgerConfigError": "agent_gate.ledger.backend.dialect",
+    "LedgerMissing": "agent_gate.ledger.backend.dialect",
+    "LedgerReplaced": "agent_gate.ledger.backend.dialect",
+    "resolve_url": "agent_gate.ledger.backend.dialect",
     "CallRecord": "agent_gate.ledger.records",
     "NewCall": "agent_gate.ledger.records",
     "TaskRecord": "agent_gate.ledger.records",

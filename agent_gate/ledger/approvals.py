@@ -26,17 +26,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, insert, select, update
 
 from agent_gate.errors import NotAwaitingApproval
+from agent_gate.ledger.backend.dialect import db_now_ms
 from agent_gate.ledger.chain import as_utc
-from agent_gate.ledger.dialect import db_now_ms
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import APPROVALS
 from agent_gate.ledger.notify import announce
 from agent_gate.ledger.records import from_row
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.txn import Txn
 
 __all__ = [
     "APPROVED",
@@ -192,9 +195,9 @@ def _select() -> Any:
     return select(_APPROVALS, db_now_ms().label("db_now_ms"))
 
 
-def latest(conn: Connection, call_row_id: int) -> ApprovalRecord | None:
+def latest(txn: Txn, call_row_id: int) -> ApprovalRecord | None:
     """The newest answer given for the call (the one that counts)."""
-    row = conn.execute(
+    row = txn.execute(
         _select()
         .where(_APPROVALS.c.call_row_id == call_row_id)
         .order_by(_APPROVALS.c.id.desc())
@@ -204,7 +207,7 @@ def latest(conn: Connection, call_row_id: int) -> ApprovalRecord | None:
 
 
 def insert_answer(
-    conn: Connection,
+    txn: Txn,
     *,
     call_row_id: int,
     task_id: str,
@@ -223,7 +226,7 @@ def insert_answer(
         raise ValueError("give expires_ms or ttl_ms, not both")
     expiry: Any = expires_ms if ttl_ms is None else db_now_ms() + int(ttl_ms)
     now = datetime.now(UTC)
-    result = conn.execute(
+    result = txn.execute(
         insert(_APPROVALS).values(
             call_row_id=call_row_id,
             task_id=task_id,
@@ -239,8 +242,8 @@ def insert_answer(
     )
     key = result.inserted_primary_key
     assert key is not None
-    announce(conn, task_id, call_id)  # delivered on commit: waiters find the answer
-    row = conn.execute(_select().where(_APPROVALS.c.id == key[0])).mappings().one()
+    announce(txn.conn, task_id, call_id)  # delivered on commit: waiters find the answer
+    row = txn.execute(_select().where(_APPROVALS.c.id == key[0])).mappings().one()
     return _from_row(row)
 
 
@@ -262,9 +265,9 @@ def problem(
     )
 
 
-def consume(conn: Connection, approval_id: int, attempt: int) -> bool:
+def consume(txn: Txn, approval_id: int, attempt: int) -> bool:
     """Mark the approval used by ``attempt``; False if someone used it first."""
-    result = conn.execute(
+    result = txn.execute(
         update(_APPROVALS)
         .where(
             _APPROVALS.c.id == approval_id,

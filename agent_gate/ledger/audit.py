@@ -23,21 +23,19 @@ different tasks lock different rows and never wait for each other: no global row
 is on the write path. ``agent_gate.ledger.checkpoints`` binds every task's head
 into one root from time to time.
 
-``_link`` is three statements: one read of the task's head ``FOR UPDATE``, one
+``link`` is three statements: one read of the task's head ``FOR UPDATE``, one
 multi-row ``INSERT`` of every entry of the transaction, one ``UPDATE`` of the head.
 A task's first entry finds no head row; it inserts one (seq 0, genesis) unless a
-racing writer did, and reads it again under the lock: once per task. In a
-pipelined PostgreSQL transaction (``pipeline``) the same steps run in the server,
-in one statement sent with the ``COMMIT`` (``_link_in_server``, the function of
-revision 0007): the client writes each entry's hashed text around its link
-(``chain.entry_parts``), the server reads the head under the lock, splices the link
-in and hashes with ``sha256``, so that nothing in the transaction waits for the
-head's answer and it commits in one round trip. The hashes are the ones
-``chain.entry_hash`` computes; ``verify`` cannot tell the two writers apart.
+racing writer did, and reads it again under the lock: once per task. A backend may
+link in the server instead (``Txn.link_audit``: PostgreSQL's fast backend sends
+the entries to revision 0007's function, which reads the head under the lock,
+splices the link in and hashes with ``sha256``, so that nothing waits for the
+head's answer); the hashes are the ones ``chain.entry_hash`` computes, and
+``verify`` cannot tell the writers apart.
 
-The head lock is the last lock a write transaction takes: a transaction opened
-with ``staged(conn)`` collects its events and ``flush`` links them right before
-commit. A transaction that holds a head never waits for any other row (a
+The head lock is the last lock a write transaction takes: a write transaction
+(``txn.Txn``) collects its events and links them right before it commits
+(``Txn.finish``). A transaction that holds a head never waits for any other row (a
 transaction touching several tasks locks their heads in task id order), so heads
 cannot take part in a deadlock, and each is held only for the statements of the
 flush.
@@ -66,8 +64,7 @@ usage is the sum of its rows in ``quota_charges``, which are not hashed either).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -86,10 +83,9 @@ from sqlalchemy import (
 )
 
 from agent_gate._lazy import exports
-from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash, entry_parts
-from agent_gate.ledger.dialect import begin_write, for_update, insert_ignore
+from agent_gate.ledger.backend.dialect import begin_write, for_update
+from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
-from agent_gate.ledger.prepared import opened, prepare
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.records import from_row
 
@@ -100,26 +96,16 @@ __all__ = [
     "ChainReport",
     "append",
     "audited_state",
-    "close_stage",
-    "flush",
-    "open_stage",
+    "link",
     "read",
     "record_of",
     "settled",
-    "staged",
     "verify",
 ]
 
 MAX_DETAIL_CHARS = 2000
 _EVENTS = AUDIT_EVENTS
 _HEAD = AUDIT_HEADS
-_STAGES: dict[int, list[dict[str, Any]]] = {}
-"""The events staged in each open write transaction, by its ``Connection`` (``id``).
-
-Not in ``conn.info``: that belongs to the driver connection under ``conn``, which is
-another one after a transaction found its connection gone was sent again on a new
-one (``pipeline``'s replay); events staged before would be left behind with the old
-one, and linked nowhere."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +145,7 @@ def _detail_text(detail: Mapping[str, Any] | None) -> str | None:
 
 
 def append(
-    conn: Connection,
+    txn: Txn | Connection,
     *,
     task_id: str,
     event: str,
@@ -171,10 +157,11 @@ def append(
     detail: Mapping[str, Any] | None = None,
     at: datetime | None = None,
 ) -> None:
-    """Add one event to the trail in ``conn``'s transaction.
+    """Add one event to the trail in ``txn``'s transaction.
 
-    Inside ``staged(conn)`` the event is linked at the end of the transaction;
-    otherwise it is linked now (taking the head lock now).
+    In a write transaction the event is linked at its end (``Txn.finish``); in a
+    transaction a plain ``Connection`` holds, it is linked now (taking the head lock
+    now).
     """
     values: dict[str, Any] = {
         "at": as_utc(at) if at is not None else datetime.now(UTC),
@@ -187,54 +174,11 @@ def append(
         "actor": actor,
         "detail": _detail_text(detail),
     }
-    stage = _STAGES.get(id(conn))
-    if stage is not None:
-        stage.append(values)
-    else:
-        _link(conn, [values], now=True)
+    if isinstance(txn, Connection):
+        from agent_gate.ledger.backend import on
 
-
-@contextmanager
-def staged(conn: Connection) -> Iterator[Connection]:
-    """Collect the events appended in the block; link them when the block succeeds.
-
-    Use it as the innermost block of a write transaction, so that the flush runs
-    before the commit. If the block raises, nothing is linked (the transaction rolls
-    back anyway).
-    """
-    stage = open_stage(conn)
-    try:
-        yield conn
-        if stage is not None:
-            flush(conn)
-    finally:
-        if stage is not None:
-            close_stage(stage)
-
-
-def open_stage(conn: Connection) -> int | None:
-    """``staged`` without the context manager (``flows.write`` runs three per call):
-    start collecting ``conn``'s events. Returns what ``close_stage`` needs, or None
-    when a stage is open already (nested: the outer one flushes)."""
-    key = id(conn)
-    if key in _STAGES:
-        return None
-    _STAGES[key] = []
-    return key
-
-
-def close_stage(stage: int) -> None:
-    """Stop collecting (after ``flush``, or when the transaction failed)."""
-    _STAGES.pop(stage, None)
-
-
-def flush(conn: Connection) -> None:
-    """Link the staged events into the chain (takes the head lock)."""
-    stage = _STAGES.get(id(conn))
-    if stage:
-        pending = list(stage)
-        stage.clear()
-        _link(conn, pending)
+        txn = on(txn)
+    txn.append_audit(values)
 
 
 _ROWS_PER_INSERT = 64
@@ -244,19 +188,11 @@ _ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_stat
                   "to_state", "actor", "detail", "seq", "prev_hash", "hash")
 
 
-def _link(conn: Connection, entries: list[dict[str, Any]], *, now: bool = False) -> None:
-    """``now``: linked (and the heads locked) before this returns, as an append
-    outside a stage promises, not only sent."""
-    state = opened(conn)
-    if state is not None and state.pipe is not None:
-        _link_in_server(state.pipe, entries)
-        if now:
-            state.pipe.wait()
-        return
-    # Every transaction that changes a call ends here, so the statements are compiled
-    # once and run on the driver (``agent_gate.ledger.prepared``).
+def link(txn: Txn, entries: list[dict[str, Any]]) -> None:
+    """Link ``entries`` into their tasks' chains, in the client: lock each head, insert
+    the entries, move the heads (``Txn.link_audit``'s reference)."""
     # In task id order, so that two transactions touching the same tasks cannot deadlock.
-    heads = {task: _lock_head(conn, task)
+    heads = {task: _lock_head(txn, task)
              for task in sorted({values["task_id"] for values in entries})}
     for values in entries:  # each dict is append's own: completed in place
         task = values["task_id"]
@@ -268,23 +204,22 @@ def _link(conn: Connection, entries: list[dict[str, Any]], *, now: bool = False)
     for start in range(0, len(entries), _ROWS_PER_INSERT):
         chunk = entries[start:start + _ROWS_PER_INSERT]
         count = len(chunk)
-        insert_all = prepare(conn, ("audit_insert", count),
-                             lambda count=count: _insert_rows(count))
         params: dict[str, Any] = {}
         for i, values in enumerate(chunk):
             params.update(zip(_entry_keys(i), _ENTRY_VALUES(values), strict=True))
-        insert_all.run(conn, params)
-    move = prepare(
-        conn,
-        "audit_move_head",
-        lambda: update(_HEAD)
+        txn.run(("audit_insert", count), lambda count=count: _insert_rows(count), params)
+    for task, (seq, digest) in heads.items():
+        txn.run("audit_move_head", _move_head, {"head_task": task, "seq": seq, "hash": digest})
+
+
+def _move_head() -> Any:
+    return (
+        update(_HEAD)
         # Not "task_id": Core reserves a column's name for the SET clause of an UPDATE.
         .where(_HEAD.c.task_id == bindparam("head_task", type_=_HEAD.c.task_id.type))
         .values(seq=bindparam("seq", type_=_HEAD.c.seq.type),
-                hash=bindparam("hash", type_=_HEAD.c.hash.type)),
+                hash=bindparam("hash", type_=_HEAD.c.hash.type))
     )
-    for task, (seq, digest) in heads.items():
-        move.run(conn, {"head_task": task, "seq": seq, "hash": digest})
 
 
 _ENTRY_VALUES = itemgetter(*_ENTRY_COLUMNS)
@@ -308,77 +243,27 @@ def _insert_rows(count: int) -> Any:
     ])
 
 
-def _lock_head(conn: Connection, task_id: str) -> tuple[int, str]:
+def _lock_head(txn: Txn, task_id: str) -> tuple[int, str]:
     """The task's newest link, locked until the transaction ends."""
-    read = prepare(
-        conn,
-        "audit_head",
-        lambda: for_update(
-            conn,
+    dialect = txn.dialect
+
+    def read() -> list[Any]:
+        return txn.run("audit_head", lambda: for_update(
+            dialect,
             select(_HEAD.c.seq, _HEAD.c.hash)
             .where(_HEAD.c.task_id == bindparam("task_id", type_=_HEAD.c.task_id.type)),
-        ),
-    )
-    head = read.run(conn, {"task_id": task_id}).rows
+        ), {"task_id": task_id}).rows
+
+    head = read()
     if head:
         return int(head[0][0]), str(head[0][1])
     # The task's first entry. The row inserted here is this transaction's until it
     # commits (a racing writer waits on its key); if a racing writer inserted it
     # first, read theirs, committed by then, under the lock.
-    if insert_ignore(conn, _HEAD, {"task_id": task_id, "seq": 0, "hash": GENESIS}):
+    if txn.insert_ignore(_HEAD, {"task_id": task_id, "seq": 0, "hash": GENESIS}):
         return 0, GENESIS
-    head = read.run(conn, {"task_id": task_id}).rows
+    head = read()
     return int(head[0][0]), str(head[0][1])
-
-
-_APPEND_COLUMNS = (("at", "timestamptz"), ("task_id", "text"), ("call_row_id", "integer"),
-                   ("call_id", "text"), ("event", "text"), ("from_state", "text"),
-                   ("to_state", "text"), ("actor", "text"), ("detail", "text"))
-_APPEND_SQL: dict[int, str] = {}
-"""Revision 0007's function called for ``n`` entries, by ``n``: each column an
-``ARRAY[...]`` of one parameter per entry (the driver adapts a scalar several times
-faster than a list), the task ids one ``text[]`` (a transaction may touch many)."""
-
-
-def _append_sql(count: int) -> str:
-    sql = _APPEND_SQL.get(count)
-    if sql is None:
-        arrays = [
-            "ARRAY[" + ", ".join([f"%s::{kind}"] * count) + "]"
-            for kind in [kind for _, kind in _APPEND_COLUMNS] + ["bytea", "bytea"]
-        ]
-        sql = _APPEND_SQL.setdefault(
-            count, f"SELECT agent_gate_audit_append(%s::text[], %s::text, {', '.join(arrays)})"
-        )
-    return sql
-
-
-def _link_in_server(pipe: Any, entries: list[dict[str, Any]]) -> None:
-    """``_link`` on a pipelined PostgreSQL transaction, computed by the server: the
-    head reads would otherwise be the one answer the transaction waits for before
-    its ``COMMIT``. The client writes each entry's hashed text around its link
-    (``chain.entry_parts``, encoded as ``entry_hash`` encodes it) and the task ids
-    in lock order; the server locks the heads, splices each link in, hashes,
-    inserts and moves the heads, in the order and with the locks ``_link`` takes.
-    Sent unanswered: it goes out with the ``COMMIT``.
-
-    In chunks of ``_ROWS_PER_INSERT`` entries, each naming every task of the
-    transaction: the first chunk locks all of their heads, in order."""
-    tasks = sorted({values["task_id"] for values in entries})
-    for start in range(0, len(entries), _ROWS_PER_INSERT):
-        chunk = entries[start:start + _ROWS_PER_INSERT]
-        heads: list[bytes] = []
-        tails: list[bytes] = []
-        for values in chunk:
-            head, tail = entry_parts(**values)
-            heads.append(head.encode("utf-8", "surrogatepass"))
-            tails.append(tail.encode("utf-8", "surrogatepass"))
-        args: list[Any] = [tasks, GENESIS]
-        for column, _ in _APPEND_COLUMNS:
-            args += [values[column] for values in chunk]
-        args += heads
-        args += tails
-        pipe.send(_append_sql(len(chunk)), args, fetch=False)
 
 
 def record_of(row: Mapping[str, Any]) -> AuditRecord:
@@ -444,14 +329,13 @@ def settled(engine: Engine) -> int | None:
         raise
 
 
-def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | None:
+def audited_state(txn: Txn, task_id: str, call_row_id: int) -> str | None:
     """The state the newest transition entry of the call moved it to; None if none.
 
     Walks the call's entries newest first (the ``call_row_id, id`` index) and stops at
     its newest transition: right before a claim that is the last few entries.
     """
-    rows = prepare(
-        conn,
+    rows = txn.run(
         "audited_state",
         lambda: select(_EVENTS.c.to_state)
         .where(
@@ -461,11 +345,12 @@ def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | Non
             or_(_EVENTS.c.from_state.is_(None), _EVENTS.c.from_state != _EVENTS.c.to_state),
         )
         .order_by(_EVENTS.c.id.desc())
-        # Literal: an int would be a parameter prepare is never given (SQLite's
+        # Literal: an int would be a parameter the statement is never given (SQLite's
         # compiler also adds an OFFSET parameter to a LIMIT unless one is set).
         .limit(literal_column("1"))
         .offset(literal_column("0")),
-    ).run(conn, {"task_id": task_id, "call_row_id": call_row_id}).rows
+        {"task_id": task_id, "call_row_id": call_row_id},
+    ).rows
     return str(rows[0][0]) if rows else None
 
 
@@ -476,6 +361,7 @@ def audited_state(conn: Connection, task_id: str, call_row_id: int) -> str | Non
 
 if TYPE_CHECKING:
     from agent_gate.ledger.trail_verify import ChainProblem, ChainReport, verify
+    from agent_gate.ledger.txn import Txn
 
 __getattr__, __dir__ = exports(__name__, {
     "ChainProblem": "agent_gate.ledger.trail_verify",

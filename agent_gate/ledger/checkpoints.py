@@ -37,8 +37,8 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from agent_gate.errors import AuditCheckpointRefused
+from agent_gate.ledger.backend.dialect import begin_read, begin_write, lock_named
 from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
-from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
 from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_CHECKPOINTS, AUDIT_HEADS
 
 __all__ = [

@@ -1,9 +1,9 @@
 """The ledger's write flows: each one short transaction of compare-and-set updates.
 
-Every change of a call's state goes through ``apply``, which builds its update with
-the one compare-and-set builder (``cas.compare_and_set``: ``UPDATE tool_calls SET ...
-WHERE id=? AND state=? AND version=?`` plus the guard) and appends the audit event
-in the same transaction. The flows differ only in what else commits with the
+Every change of a call's state goes through ``apply``, which asks the transaction
+(``txn.Txn``, the one seam under the rules) for one compare-and-set (``UPDATE
+tool_calls SET ... WHERE id=? AND state=? AND version=?`` plus the guard) and
+appends the audit event in it. The flows differ only in what else commits with the
 arrow: a decision taken with the task locked (``authorize``, ``claim_rechecked``,
 ``claim_approved``, all through ``_decided``), an approval consumed, quota charged,
 an answer remembered. ``store.Ledger`` is the facade over these functions.
@@ -11,29 +11,20 @@ an answer remembered. ``store.Ledger`` is the facade over these functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Connection, Engine, bindparam, select
+from sqlalchemy import Engine
 
 from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
-from agent_gate.ledger import approvals, audit, quota
-from agent_gate.ledger.cas import NO_GUARD, Later, compare_and_set, predicted
-from agent_gate.ledger.dialect import (
-    begin_read,
-    begin_write,
-    for_update,
-)
-from agent_gate.ledger.pipeline import Unexpected
-from agent_gate.ledger.prepared import prepare
+from agent_gate.ledger import approvals, audit
+from agent_gate.ledger.backend import reading, writing
+from agent_gate.ledger.cas import NO_GUARD
 from agent_gate.ledger.privacy import bound
-from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import (
-    CALLS,
-    TASKS,
     CallRecord,
     DbNowPlus,
     Guard,
@@ -42,7 +33,7 @@ from agent_gate.ledger.records import (
     Transition,
 )
 from agent_gate.ledger.states import CallState, Event, arrow
-from agent_gate.ledger.txn import LedgerTxn
+from agent_gate.ledger.txn import LedgerTxn, Lost, Txn
 from agent_gate.plainjson import canonical_json
 
 __all__ = [
@@ -73,7 +64,7 @@ STATE_NOT_IN_AUDIT = "state_not_in_audit"
 the one its audit trail last recorded."""
 Decide = Callable[[LedgerTxn, CallRecord], Ruling]
 """A decision taken inside the transaction that applies it (the task locked)."""
-Within = Callable[[Connection, CallRecord], None]
+Within = Callable[[Txn, CallRecord], None]
 """Bookkeeping that must commit with a transition or not at all."""
 
 Lease = tuple[str, int]
@@ -97,50 +88,29 @@ class Step(TypedDict, total=False):
     lease: Lease | None
 
 
-class Lost(Exception):
-    """Internal: a compare-and-set inside a multi-step transaction lost; roll back."""
-
-
 # ------------------------------------------------------------ the building blocks
 
 
-@contextmanager
-def write(engine: Engine) -> Iterator[Connection]:
-    """A write transaction whose audit events are linked into the chain at its end."""
-    # audit.staged(conn), inlined: one context manager fewer per transaction.
-    with begin_write(engine) as conn:
-        stage = audit.open_stage(conn)
-        try:
-            yield conn
-            if stage is not None:
-                audit.flush(conn)
-        finally:
-            if stage is not None:
-                audit.close_stage(stage)
+def write(engine: Engine) -> AbstractContextManager[Txn]:
+    """A write transaction (``backend.writing``): its audit entries are linked into
+    the chain right before it commits."""
+    return writing(engine)
 
 
-def lock_task(conn: Connection, task_id: str) -> None:
-    """Serialize the writers of one task until the transaction ends.
-
-    Deciding a call reads the task's quota usage and charges it; taking this lock
-    first makes that read-decide-charge atomic per task on every backend.
-    """
-    prepare(
-        conn,
-        "lock_task",
-        lambda: for_update(conn, select(TASKS.c.id).where(TASKS.c.id == bindparam("id"))),
-    ).run(conn, {"id": task_id})
+def lock_task(txn: Txn, task_id: str) -> None:
+    """Serialize the writers of one task until the transaction ends (``Txn.lock_task``)."""
+    txn.lock_task(task_id)
 
 
-def _row(conn: Connection, row_id: int) -> CallRecord:
-    current = call_by(conn, id=row_id)
+def _row(txn: Txn, row_id: int) -> CallRecord:
+    current = txn.read_call(id=row_id)
     if current is None:  # pragma: no cover - rows are never deleted
         raise RuntimeError(f"ledger row {row_id} vanished")
     return current
 
 
 def apply(
-    conn: Connection,
+    txn: Txn,
     rec: CallRecord,
     event: Event,
     *,
@@ -151,19 +121,19 @@ def apply(
     guard: Guard | None = None,
     detail: Mapping[str, Any] | None = None,
     lease: Lease | None = None,
-    later: list[Later] | None = None,
+    unread: bool = False,
 ) -> CallRecord | None:
-    """One compare-and-set and its audit event in ``conn``'s transaction.
+    """One compare-and-set and its audit event in ``txn``.
 
     The columns the arrow sets are the table's (``states.ARROWS``): ``lease`` is the
     (owner, milliseconds) of an arrow that takes one (CLAIM). ``changes`` adds the
     caller's own (an outcome, the deciding policy). Returns the updated row, or None
     when the row was no longer at ``rec.state``/``rec.version`` (nothing written).
 
-    ``later`` (``compare_and_set``): in a pipelined transaction the arrow is sent
-    and its event appended without waiting; what is returned is only the row's
-    next state, version and attempt (``cas.predicted``), the row is ``later[-1]``'s
-    after the commit, and a row that had moved on rolls the transaction back.
+    ``unread`` (``Txn.compare_and_set``): nothing in the transaction reads the row
+    the arrow leaves; what is returned may be only its next state, version and
+    attempt (the row as stored: ``txn.committed`` after the commit), and a row that
+    had moved on then rolls the transaction back (``Lost``).
     """
     target, effects = arrow(rec.state, event)
     now = datetime.now(UTC)
@@ -186,12 +156,9 @@ def apply(
     if effects.finishes:
         values["finished_at"] = now
     values.update(changes or {})
-    sent = len(later) if later is not None else 0
-    matched, current = compare_and_set(conn, rec, values, guard or NO_GUARD, later=later)
+    matched, current = txn.compare_and_set(rec, values, guard or NO_GUARD, unread=unread)
     if matched != 1:
         return None
-    if later is not None and len(later) > sent:
-        current = predicted(rec, values)
     info: dict[str, Any] = {"version": rec.version + 1}
     if code:
         info["code"] = code
@@ -199,7 +166,7 @@ def apply(
         info["attempt"] = values["attempt"]
     info.update(detail or {})
     audit.append(
-        conn,
+        txn,
         task_id=rec.task_id,
         call_row_id=rec.row_id,
         call_id=rec.call_id,
@@ -211,29 +178,29 @@ def apply(
         at=now,
     )
     # The dialect cannot RETURN from an UPDATE: read it back.
-    return current if current is not None else _row(conn, rec.row_id)
+    return current if current is not None else _row(txn, rec.row_id)
 
 
-def _applied(conn: Connection, rec: CallRecord, event: Event, **kw: Any) -> CallRecord:
+def _applied(txn: Txn, rec: CallRecord, event: Event, **kw: Any) -> CallRecord:
     """``apply`` inside a multi-step flow: a lost compare-and-set rolls it all back."""
-    current = apply(conn, rec, event, **kw)
+    current = apply(txn, rec, event, **kw)
     if current is None:
         raise Lost
     return current
 
 
 def apply_ruling(
-    conn: Connection,
+    txn: Txn,
     rec: CallRecord,
     ruling: Ruling,
     *,
     actor: str | None,
     lease: Lease | None = None,
     detail: Mapping[str, Any] | None = None,
-    later: list[Later] | None = None,
+    unread: bool = False,
 ) -> CallRecord:
     """Apply a decision's arrow and what the table says commits with it: the approval
-    it consumes (APPROVE), the quota charges (ALLOW, APPROVE). ``later``: ``apply``."""
+    it consumes (APPROVE), the quota charges (ALLOW, APPROVE). ``unread``: ``apply``."""
     assert ruling.event is not None
     effects = arrow(rec.state, ruling.event).effects
     recorded = ruling.detail if detail is None else detail
@@ -243,20 +210,20 @@ def apply_ruling(
         recorded = {**(recorded or {}),
                     "charges": {k: str(v) for k, v in sorted(ruling.charges.items())}}
     applied = _applied(
-        conn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
-        changes=ruling.changes, detail=recorded, lease=lease, later=later,
+        txn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
+        changes=ruling.changes, detail=recorded, lease=lease, unread=unread,
     )
     if effects.consumes_approval and (
         ruling.approval_id is None
-        or not approvals.consume(conn, ruling.approval_id, applied.attempt + 1)
+        or not txn.consume_approval(ruling.approval_id, applied.attempt + 1)
     ):
         raise Lost
     if effects.charges and ruling.charges:
-        quota.charge(conn, task_id=rec.task_id, call_row_id=rec.row_id, amounts=ruling.charges)
+        txn.charge(rec.task_id, rec.row_id, ruling.charges)
     return applied
 
 
-def refuse_unaudited(conn: Connection, rec: CallRecord, actor: str | None) -> CallRecord | None:
+def refuse_unaudited(txn: Txn, rec: CallRecord, actor: str | None) -> CallRecord | None:
     """The row, marked refused, if it is still as ``rec`` saw it but its audit
     trail last recorded another state; None when the trail backs it (or the row
     moved on, and the caller's compare-and-set loses the race as usual).
@@ -265,10 +232,10 @@ def refuse_unaudited(conn: Connection, rec: CallRecord, actor: str | None) -> Ca
     outside agent-gate (a finished call put back to ``authorized``) must not run
     the tool again. One indexed read per claim.
     """
-    trail = audit.audited_state(conn, rec.task_id, rec.row_id)
+    trail = txn.audited_state(rec.task_id, rec.row_id)
     if trail == rec.state._value_:
         return None
-    current = call_by(conn, id=rec.row_id)
+    current = txn.read_call(id=rec.row_id)
     if current is None or (current.state, current.version) != (rec.state, rec.version):
         return None
     recorded = repr(trail) if trail is not None else "no state"
@@ -276,27 +243,27 @@ def refuse_unaudited(conn: Connection, rec: CallRecord, actor: str | None) -> Ca
         f"not run: the row says {current.state.value!r} but its audit trail last recorded "
         f"{recorded}; the state was changed outside agent-gate (agent-gate audit verify)"
     )
-    compare_and_set(conn, current, {"reason_code": STATE_NOT_IN_AUDIT, "reason": reason},
-                    NO_GUARD)
+    txn.compare_and_set(current, {"reason_code": STATE_NOT_IN_AUDIT, "reason": reason},
+                        NO_GUARD)
     audit.append(
-        conn, task_id=current.task_id, call_row_id=current.row_id,
+        txn, task_id=current.task_id, call_row_id=current.row_id,
         call_id=current.call_id, event=STATE_NOT_IN_AUDIT,
         from_state=current.state.value, to_state=current.state.value, actor=actor,
         detail={"audited_state": trail, "version": current.version},
     )
-    return call_by(conn, id=rec.row_id)
+    return txn.read_call(id=rec.row_id)
 
 
 def _reread(engine: Engine, rec: CallRecord) -> CallRecord:
-    with begin_read(engine) as conn:
-        return _row(conn, rec.row_id)
+    with reading(engine) as txn:
+        return _row(txn, rec.row_id)
 
 
-def _locked_row(conn: Connection, rec: CallRecord) -> CallRecord:
+def _locked_row(txn: Txn, rec: CallRecord) -> CallRecord:
     """Lock ``rec``'s task, then read the row: ``Lost`` unless it is still at
     ``rec``'s state and version (someone else moved it since it was read)."""
-    lock_task(conn, rec.task_id)
-    current = call_by(conn, id=rec.row_id)
+    txn.lock_task(rec.task_id)
+    current = txn.read_call(id=rec.row_id)
     if current is None or (current.state, current.version) != (rec.state, rec.version):
         raise Lost
     return current
@@ -306,7 +273,7 @@ def _decided(
     engine: Engine,
     rec: CallRecord,
     decide: Decide,
-    then: Callable[[Connection, CallRecord, Ruling], CallRecord],
+    then: Callable[[Txn, CallRecord, Ruling], CallRecord],
     *,
     audited_for: str | None = None,
     needs_event: bool = False,
@@ -319,18 +286,18 @@ def _decided(
     bug); else ``then`` applies it. A compare-and-set lost anywhere rolls it all back.
     """
     try:
-        with write(engine) as conn:
-            current = _locked_row(conn, rec)
+        with write(engine) as txn:
+            current = _locked_row(txn, rec)
             if audited_for is not None:
-                refused = refuse_unaudited(conn, current, audited_for)
+                refused = refuse_unaudited(txn, current, audited_for)
                 if refused is not None:
                     return Transition(False, refused), None
-            ruling = decide(LedgerTxn(conn), current)
+            ruling = decide(LedgerTxn(txn), current)
             if ruling.event is None:
                 if needs_event:
                     raise ValueError("an authorization ruling must name an event")
                 return Transition(False, current), ruling
-            applied = then(conn, current, ruling)
+            applied = then(txn, current, ruling)
     except Lost:
         return Transition(False, _reread(engine, rec)), None
     return Transition(True, applied), ruling
@@ -350,24 +317,23 @@ def transition(
 ) -> Transition:
     """``Ledger.transition``: one arrow, if the row is still where ``rec`` saw it.
 
-    Without ``within`` nothing in the transaction reads the updated row, so in a
-    pipelined one the arrow is not waited for (``apply``'s ``later``): it is
-    answered with the commit, and one that lost rolls it all back."""
-    later: list[Later] | None = [] if within is None else None
+    Without ``within`` nothing in the transaction reads the updated row (``apply``'s
+    ``unread``): the backend may answer the arrow with the commit, and one that lost
+    then rolls it all back."""
     try:
-        with write(engine) as conn:
+        with write(engine) as txn:
             if audited_only:
-                refused = refuse_unaudited(conn, rec, step.get("actor"))
+                refused = refuse_unaudited(txn, rec, step.get("actor"))
                 if refused is not None:
                     return Transition(False, refused)
-            current = apply(conn, rec, event, later=later, **step)
+            current = apply(txn, rec, event, unread=within is None, **step)
             if current is None:
-                return Transition(False, _row(conn, rec.row_id))
+                return Transition(False, _row(txn, rec.row_id))
             if within is not None:
-                within(conn, current)
-    except Unexpected:  # the row had moved on: nothing was committed
+                within(txn, current)
+    except Lost:  # the row had moved on: nothing was committed
         return Transition(False, _reread(engine, rec))
-    return Transition(True, later[-1].record() if later else current)
+    return Transition(True, txn.committed(current))
 
 
 def authorize(
@@ -376,7 +342,7 @@ def authorize(
     """``Ledger.authorize``: decide a ``received`` call and apply it, task locked."""
     return _decided(
         engine, rec, decide,
-        lambda conn, current, ruling: apply_ruling(conn, current, ruling, actor=actor),
+        lambda txn, current, ruling: apply_ruling(txn, current, ruling, actor=actor),
         needs_event=True,
     )
 
@@ -386,17 +352,17 @@ def claim_approved(
 ) -> tuple[Transition, Ruling | None]:
     """``Ledger.claim_approved``: ``awaiting_approval -> authorized -> executing``."""
 
-    def then(conn: Connection, current: CallRecord, ruling: Ruling) -> CallRecord:
+    def then(txn: Txn, current: CallRecord, ruling: Ruling) -> CallRecord:
         if ruling.event is Event.DENY:
-            return apply_ruling(conn, current, ruling, actor=owner)
+            return apply_ruling(txn, current, ruling, actor=owner)
         if ruling.event is not Event.APPROVE or ruling.approval_id is None:
             raise ValueError("an approved claim needs APPROVE and the approval's id")
         approval = {"approval_id": ruling.approval_id}
         authorized = apply_ruling(
-            conn, current, ruling, actor=owner, detail={**(ruling.detail or {}), **approval}
+            txn, current, ruling, actor=owner, detail={**(ruling.detail or {}), **approval}
         )
         return _applied(
-            conn, authorized, Event.CLAIM, actor=owner, lease=(owner, lease_ms), detail=approval
+            txn, authorized, Event.CLAIM, actor=owner, lease=(owner, lease_ms), detail=approval
         )
 
     return _decided(engine, rec, decide, then, audited_for=owner)
@@ -407,8 +373,8 @@ def claim_rechecked(
 ) -> tuple[Transition, Ruling | None]:
     """``Ledger.claim_rechecked``: ``authorized -> executing`` after a re-check."""
 
-    def then(conn: Connection, current: CallRecord, ruling: Ruling) -> CallRecord:
-        return apply_ruling(conn, current, ruling, actor=owner, lease=(owner, lease_ms))
+    def then(txn: Txn, current: CallRecord, ruling: Ruling) -> CallRecord:
+        return apply_ruling(txn, current, ruling, actor=owner, lease=(owner, lease_ms))
 
     return _decided(engine, rec, decide, then, audited_for=owner)
 
@@ -430,32 +396,28 @@ def claim(
 
 
 def shown_args_refusal(
-    conn: Connection, rec: CallRecord, args_hash: str | None, *, answer: str, actor: str | None
+    txn: Txn, current: CallRecord, args_hash: str | None, *, answer: str, actor: str | None
 ) -> AnswerMismatch | None:
-    """Why an answer to ``rec`` given for arguments hashing to ``args_hash`` is refused
-    (None: they are the call's, or no hash was given), the refusal audited.
+    """Why an answer to ``current`` given for arguments hashing to ``args_hash`` is
+    refused (None: they are the call's, or no hash was given), the refusal audited.
 
-    The row is read locked (``FOR UPDATE`` on PostgreSQL; SQLite's write transaction
-    excludes every other writer), so nothing changes its arguments between this
-    compare and the answer's commit: a compare-and-set, as an ``If-Match`` is. The
-    entry names both hashes, never an argument."""
-    if args_hash is None:
+    ``current`` is the row as read in the answer's own write transaction, after its
+    task was locked, and the answer commits in that same transaction: nothing the
+    ledger writes can come between this compare and the commit, a compare-and-set as
+    an ``If-Match`` is. The entry names both hashes, never an argument."""
+    if args_hash is None or current.args_hash == args_hash:
         return None
-    held = conn.execute(
-        for_update(conn, select(CALLS.c.args_hash).where(CALLS.c.id == rec.row_id))
-    ).scalar()
-    if held == args_hash:
-        return None
+    held = current.args_hash
     audit.append(
-        conn, task_id=rec.task_id, call_row_id=rec.row_id, call_id=rec.call_id,
-        event="answer_refused", from_state=rec.state.value, to_state=rec.state.value,
-        actor=actor,
+        txn, task_id=current.task_id, call_row_id=current.row_id, call_id=current.call_id,
+        event="answer_refused", from_state=current.state.value,
+        to_state=current.state.value, actor=actor,
         detail={"answer": answer, "expected_args_hash": args_hash, "actual_args_hash": held},
     )
     return AnswerMismatch(
-        f"{answer} of call {rec.call_id!r} of task {rec.task_id!r} refused: it was given for "
-        f"arguments {args_hash[:16]!r}, the call's hash to {str(held)[:16]!r}; read the "
-        "call again and answer what it holds now"
+        f"{answer} of call {current.call_id!r} of task {current.task_id!r} refused: it was "
+        f"given for arguments {args_hash[:16]!r}, the call's hash to {str(held)[:16]!r}; "
+        "read the call again and answer what it holds now"
     )
 
 
@@ -476,19 +438,19 @@ def approve(
         why = approvals.ttl_problem(ttl_ms / 1000)
         if why is not None:
             raise ValueError(f"ttl_ms: {why}")
-    with write(engine) as conn:
-        lock_task(conn, rec.task_id)
-        current = call_by(conn, id=rec.row_id)
+    with write(engine) as txn:
+        txn.lock_task(rec.task_id)
+        current = txn.read_call(id=rec.row_id)
         if current is None or current.state is not CallState.AWAITING_APPROVAL:
             state = current.state.value if current else "missing"
             raise NotAwaitingApproval(
                 f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, "
                 "not awaiting approval"
             )
-        refused = shown_args_refusal(conn, current, args_hash, answer="approve",
+        refused = shown_args_refusal(txn, current, args_hash, answer="approve",
                                      actor=f"operator:{by}")
         if refused is None:
-            given, new = _granted(conn, current, by=by, reason=reason, expires_ms=expires_ms,
+            given, new = _granted(txn, current, by=by, reason=reason, expires_ms=expires_ms,
                                   ttl_ms=ttl_ms, policy_hash=policy_hash)
     if refused is not None:
         raise refused  # after the commit: the refusal stays in the trail
@@ -496,11 +458,11 @@ def approve(
 
 
 def _granted(
-    conn: Connection, current: CallRecord, *, by: str, reason: str | None,
+    txn: Txn, current: CallRecord, *, by: str, reason: str | None,
     expires_ms: int | None, ttl_ms: int | None, policy_hash: str | None,
 ) -> tuple[approvals.ApprovalRecord, bool]:
     bound_hash = policy_hash or current.policy_hash
-    last = approvals.latest(conn, current.row_id)
+    last = txn.latest_approval(current.row_id)
     # The standing approval is returned as is only if it is this approver's:
     # another person's approval (perhaps one the policy refuses) is no answer.
     if last is not None and last.decided_by == by and approvals.problem(
@@ -509,14 +471,14 @@ def _granted(
     ) is None:
         return last, False
     given = approvals.insert_answer(
-        conn, call_row_id=current.row_id, task_id=current.task_id,
+        txn, call_row_id=current.row_id, task_id=current.task_id,
         call_id=current.call_id, verdict=approvals.APPROVED,
         args_hash=current.args_hash, policy_hash=bound_hash, by=by,
         reason=bound(reason, MAX_REASON_CHARS) if reason else None,
         expires_ms=expires_ms, ttl_ms=ttl_ms,
     )
     audit.append(
-        conn, task_id=current.task_id, call_row_id=current.row_id,
+        txn, task_id=current.task_id, call_row_id=current.row_id,
         call_id=current.call_id, event="approval_granted",
         from_state=current.state.value, to_state=current.state.value,
         actor=f"operator:{by}",
@@ -540,15 +502,15 @@ def deny(
             "not awaiting approval"
         )
     try:
-        with write(engine) as conn:
-            current = _locked_row(conn, rec)
-            refused = shown_args_refusal(conn, current, args_hash, answer="deny",
+        with write(engine) as txn:
+            current = _locked_row(txn, rec)
+            refused = shown_args_refusal(txn, current, args_hash, answer="deny",
                                          actor=f"operator:{by}")
             if refused is None:
-                denied = _applied(conn, current, Event.DENY, actor=f"operator:{by}",
+                denied = _applied(txn, current, Event.DENY, actor=f"operator:{by}",
                                   code=ReasonCode.DENIED_BY_OPERATOR, reason=text)
                 approvals.insert_answer(
-                    conn, call_row_id=denied.row_id, task_id=denied.task_id,
+                    txn, call_row_id=denied.row_id, task_id=denied.task_id,
                     call_id=denied.call_id, verdict=approvals.DENIED,
                     args_hash=denied.args_hash, policy_hash=denied.policy_hash, by=by,
                     reason=bound(reason, MAX_REASON_CHARS) if reason else None,
@@ -581,12 +543,12 @@ def resolve(
     (``shown_args_refusal``; None: not checked). ``won=False``: it moved first."""
     changes, info = _outcome(result, error, None)
     try:
-        with write(engine) as conn:
-            current = _locked_row(conn, rec)
-            refused = shown_args_refusal(conn, current, args_hash, answer="resolve",
+        with write(engine) as txn:
+            current = _locked_row(txn, rec)
+            refused = shown_args_refusal(txn, current, args_hash, answer="resolve",
                                          actor=actor)
             if refused is None:
-                settled = _applied(conn, current, event, actor=actor, code=code, reason=reason,
+                settled = _applied(txn, current, event, actor=actor, code=code, reason=reason,
                                    changes=changes, detail=info)
     except Lost:
         return Transition(False, _reread(engine, rec))
@@ -603,9 +565,9 @@ def renew(engine: Engine, rec: CallRecord, *, owner: str, lease_ms: int) -> bool
     """
     if rec.state is not CallState.EXECUTING:
         return False
-    with begin_write(engine) as conn:
-        matched, _ = compare_and_set(
-            conn, rec, {"lease_expires_ms": DbNowPlus(lease_ms)},
+    with write(engine) as txn:
+        matched, _ = txn.compare_and_set(
+            rec, {"lease_expires_ms": DbNowPlus(lease_ms)},
             Guard(owner=True, lease_owner=owner),
         )
     return matched == 1

@@ -93,7 +93,7 @@ class OpenedFile:
                 "start again; a new empty ledger there would run every call again"
             )
 
-    def opened(self, path: str) -> None:
+    def connected(self, path: str) -> None:
         """A connection opened ``path``: remember it (the first), or check it is the same."""
         if not path:
             return  # a temporary database: nothing on disk to lose

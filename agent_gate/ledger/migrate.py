@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, inspect, text
 
 from agent_gate.errors import LedgerSchemaError
-from agent_gate.ledger.dialect import begin_read, begin_write, lock_named
+from agent_gate.ledger.backend.dialect import begin_read, begin_write, lock_named
 from agent_gate.telemetry import MIGRATE_LOG
 
 if TYPE_CHECKING:

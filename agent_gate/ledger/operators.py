@@ -27,7 +27,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from agent_gate.errors import OperatorRefused
 from agent_gate.ledger import audit, reads
-from agent_gate.ledger.dialect import begin_read, begin_write
+from agent_gate.ledger.backend.dialect import begin_read, begin_write
 from agent_gate.ledger.models import OPERATORS
 
 __all__ = [

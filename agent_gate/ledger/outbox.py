@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Engine, insert, select, update
 
 from agent_gate.ledger.audit import AuditRecord, settled
-from agent_gate.ledger.dialect import begin_read, begin_write
+from agent_gate.ledger.backend.dialect import begin_read, begin_write
 from agent_gate.ledger.models import WEBHOOK_CURSORS
 from agent_gate.ledger.pages import AuditQuery, audit_page
 

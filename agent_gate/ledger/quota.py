@@ -5,7 +5,7 @@ The task's usage of a counter is the sum of the charges of its calls; a call is
 charged once per counter (a unique constraint), when it enters ``authorized``:
 either on the ``allow`` decision or when its approval is consumed. Reading the
 usage, deciding and charging happen in one write transaction that first locks the
-task (``Ledger.lock_task``), so two workers can never both see the same usage and
+task (``Txn.lock_task``), so two workers can never both see the same usage and
 both slip under a limit.
 
 Charges are never refunded: a call that failed or is in doubt may have spent the
@@ -18,11 +18,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, select
 
-from agent_gate.ledger.dialect import insert_ignore
 from agent_gate.ledger.models import QUOTA_CHARGES
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.txn import Txn
 
 __all__ = ["charge", "charges_of", "usage"]
 
@@ -30,7 +33,7 @@ _CHARGES = QUOTA_CHARGES
 
 
 def usage(
-    conn: Connection,
+    txn: Txn,
     task_id: str,
     counters: Iterable[str],
     *,
@@ -50,20 +53,19 @@ def usage(
     )
     if besides is not None:
         query = query.where(_CHARGES.c.call_row_id != besides)
-    rows = conn.execute(query)
+    rows = txn.execute(query)
     for counter, amount in rows:
         totals[counter] += Decimal(amount)
     return totals
 
 
 def charge(
-    conn: Connection, *, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]
+    txn: Txn, *, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]
 ) -> None:
     """Add this call's amounts to the task's counters (once per call and counter)."""
     now = datetime.now(UTC)
     for counter, amount in sorted(amounts.items()):
-        insert_ignore(
-            conn,
+        txn.insert_ignore(
             _CHARGES,
             {
                 "task_id": task_id,

@@ -1,9 +1,9 @@
 """The ledger's read queries, each over a connection the caller holds.
 
-``Ledger``'s read methods open a read snapshot (``dialect.begin_read``) and call
-these; the write flows call ``call_by`` inside their own transaction. Every
-``tool_calls`` row becomes a record through ``records.call_record`` (or its driver
-twin), never by hand here.
+``Ledger``'s read methods open a read snapshot (``backend.reading``) and call
+these; the write flows read a call through their transaction (``Txn.read_call``,
+which ``call_by`` is). Every ``tool_calls`` row becomes a record through
+``records.call_record`` (or the backend's ``Txn.call_row``), never by hand here.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, text
+from sqlalchemy import Connection, func, select, text
 
+from agent_gate.ledger.backend import on
 from agent_gate.ledger.models import SWEPT_STATES, SWEPT_WHERE
-from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
     CALLS,
@@ -23,25 +23,18 @@ from agent_gate.ledger.records import (
     TaskRecord,
     TaskSummary,
     call_record,
-    driver_call_record,
     task_record,
 )
 from agent_gate.ledger.states import CallState
+from agent_gate.ledger.txn import Txn
 
 __all__ = ["call_by", "calls", "find", "task", "tasks"]
 
 
-def call_by(conn: Connection, **where: Any) -> CallRecord | None:
-    """The row whose columns equal ``where`` (a unique key), read on every call."""
-    keys = tuple(sorted(where))
-
-    def build() -> Any:
-        return select(*CALL_COLUMNS).where(
-            *[CALLS.c[k] == bindparam(k, type_=CALLS.c[k].type) for k in keys]
-        )
-
-    done = prepare(conn, ("call_by", keys), build).run(conn, where)
-    return driver_call_record(conn.dialect, done.rows[0], done.processed) if done.rows else None
+def call_by(txn: Txn | Connection, **where: Any) -> CallRecord | None:
+    """The row whose columns equal ``where`` (a unique key), read on every call
+    (``Txn.read_call``; a plain ``Connection``'s transaction is taken as its backend's)."""
+    return (txn if isinstance(txn, Txn) else on(txn)).read_call(**where)
 
 
 def find(conn: Connection, call_id: str, task_id: str | None = None) -> list[CallRecord]:
@@ -59,7 +52,7 @@ def calls(
 
     Oldest is by when each was recorded (``created_at``, the recording process's
     clock), then by row id: not by row id alone, since ids are handed out ahead, in
-    batches per engine on PostgreSQL (``intake.SPARE_BATCH``), so a call recorded
+    batches per engine on PostgreSQL (``backend.pg_fast.SPARE_BATCH``), so a call recorded
     later by an engine that took its batch earlier holds a lower id for as long as
     the batch lasts. ``resume`` runs a task's calls in this order; the audit trail's
     own order (``seq``) is the commit order, under the task's head lock.

@@ -2,8 +2,8 @@
 
 A ``tool_calls`` row becomes a ``CallRecord`` in exactly one place (``call_record``),
 whether it came through SQLAlchemy Core (already converted by the columns' result
-processors) or straight from the driver (``driver_call_record``: the same
-processors applied here first). The mapping is written by name: each column goes to
+processors) or straight from the driver (``backend.fast.driver_call_record``: the
+same processors applied first). The mapping is written by name: each column goes to
 the field of its name (``row_reader``), and a new row takes each ``NewCall`` field by
 the column of its name (``row_writer``). The converter runs about four times per gate
 call, so it is written out once at import from those names, and unpacks by position.
@@ -21,12 +21,10 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import DateTime, Text
-from sqlalchemy.engine import Dialect
 
 import agent_gate._speedups as _speedups
 from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger.models import TASKS, TOOL_CALLS
-from agent_gate.ledger.prepared import result_processors
 from agent_gate.ledger.states import CallState, Event
 from agent_gate.plainjson import canonical_json, sha256_hex
 
@@ -45,7 +43,6 @@ __all__ = [
     "TaskSummary",
     "Transition",
     "call_record",
-    "driver_call_record",
     "from_row",
     "new_call_row",
     "row_reader",
@@ -64,7 +61,6 @@ _TASK_ORDER = ("id", "provider", "terminal", "terminal_reason", "created_at", "u
 _STATES: dict[str, CallState] = {state.value: state for state in CallState}
 _decode = json.JSONDecoder().decode
 """``json.loads`` for text, without its per-call type checks and keyword handling."""
-_PROCESSORS: dict[str, tuple[tuple[int, Callable[[Any], Any]], ...]] = {}
 _R = TypeVar("_R")
 
 
@@ -304,35 +300,6 @@ def moved(rec: CallRecord, state: CallState, version: int, attempt: int) -> Call
     at_state, at_version, at_attempt = _MOVED_AT
     values[at_state], values[at_version], values[at_attempt] = state, version, attempt
     return make(*values)
-
-
-def driver_call_record(
-    dialect: Dialect, values: Sequence[Any], processed: bool = False
-) -> CallRecord:
-    """``call_record`` for a row a prepared statement returned (``prepared.Rows``):
-    unless Core already ``processed`` it, the columns whose type has a result
-    processor for this dialect (SQLite's datetimes) are converted first, as Core
-    would have."""
-    if processed:
-        return call_record(values)
-    processors = _PROCESSORS.get(dialect.name)
-    if processors is None:
-        processors = _PROCESSORS.setdefault(
-            dialect.name,
-            tuple(
-                (i, process)
-                for i, process in enumerate(result_processors(dialect, CALL_COLUMNS))
-                if process is not None
-            ),
-        )
-    row = list(values)
-    if len(row) != len(CALL_COLUMNS):
-        raise ValueError(f"a tool_calls row has {len(CALL_COLUMNS)} columns, not {len(row)}")
-    for i, process in processors:
-        value = row[i]
-        if value is not None:
-            row[i] = process(value)
-    return call_record(row)
 
 
 @functools.cache

@@ -25,17 +25,16 @@ from sqlalchemy import Connection, Engine, update
 
 from agent_gate._lazy import deferred
 from agent_gate.ledger import backend
-from agent_gate.ledger.dialect import (
+from agent_gate.ledger.backend import reading
+from agent_gate.ledger.backend.dialect import (
     DEFAULT_BUSY_TIMEOUT,
     begin_read,
     create_ledger_engine,
-    release_idle,
     resolve_url,
 )
 from agent_gate.ledger.ledger_file import require_ledger_file
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.records import TASKS
-from agent_gate.ledger.spares import forget_in_children
 
 if TYPE_CHECKING:
     from agent_gate.ledger import (
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
         Transition,
     )
     from agent_gate.ledger.states import CallState, Event
-    from agent_gate.ledger.txn import LedgerTxn
+    from agent_gate.ledger.txn import LedgerTxn, Txn
 
 # Opening a ledger and reading it needs the engine, the schema check and the rows;
 # each of these modules is imported by the first method that uses it, so that
@@ -118,11 +117,11 @@ class Ledger:
         elif storage is not None:
             backend.choose(engine.dialect, storage)
         self.engine = engine
-        forget_in_children(engine)
-        # The SQLite connections kept between transactions (dialect.begin_write) stay
-        # checked out, which keeps their engine alive: a ledger nobody closed gives
-        # them back when it is collected.
-        self._release = weakref.finalize(self, release_idle, self.engine)
+        backend.register(engine)
+        # The connections a backend keeps between transactions stay checked out, which
+        # keeps their engine alive: a ledger nobody closed gives them back when it is
+        # collected.
+        self._release = weakref.finalize(self, backend.release, self.engine)
         self._known_tasks: set[tuple[str, str | None, str | None]] = set()
         """(task, principal, scope) this ledger has committed a call under (``record``)."""
         ensure_schema(self.engine, auto_upgrade=auto_upgrade)
@@ -140,16 +139,16 @@ class Ledger:
     # ------------------------------------------------------------------ reads
 
     def get(self, task_id: str, call_id: str) -> CallRecord | None:
-        with begin_read(self.engine) as conn:
-            return reads.call_by(conn, task_id=task_id, call_id=call_id)
+        with reading(self.engine) as txn:
+            return txn.read_call(task_id=task_id, call_id=call_id)
 
     def get_by_key(self, task_id: str, idem_key: str) -> CallRecord | None:
-        with begin_read(self.engine) as conn:
-            return reads.call_by(conn, task_id=task_id, idem_key=idem_key)
+        with reading(self.engine) as txn:
+            return txn.read_call(task_id=task_id, idem_key=idem_key)
 
     def get_row(self, row_id: int) -> CallRecord | None:
-        with begin_read(self.engine) as conn:
-            return reads.call_by(conn, id=row_id)
+        with reading(self.engine) as txn:
+            return txn.read_call(id=row_id)
 
     def find(self, call_id: str, task_id: str | None = None) -> list[CallRecord]:
         """Rows with this provider call id, in any task unless one is named."""
@@ -208,8 +207,8 @@ class Ledger:
 
     def approval(self, rec: CallRecord) -> approvals.ApprovalRecord | None:
         """The newest approval or denial given for the call."""
-        with begin_read(self.engine) as conn:
-            return approvals.latest(conn, rec.row_id)
+        with reading(self.engine) as txn:
+            return txn.latest_approval(rec.row_id)
 
     def answered(
         self, row_id: int
@@ -217,8 +216,8 @@ class Ledger:
         """A call's row and the newest answer given for it, in one snapshot: read in
         two, an answer committed between them looked given while the row still
         waited (a denial with the call not yet rejected)."""
-        with begin_read(self.engine) as conn:
-            return reads.call_by(conn, id=row_id), approvals.latest(conn, row_id)
+        with reading(self.engine) as txn:
+            return txn.read_call(id=row_id), txn.latest_approval(row_id)
 
     def usage(self, task_id: str) -> dict[str, Decimal]:
         """Every quota counter the task has charged, with its total."""
@@ -229,19 +228,20 @@ class Ledger:
     def reading(self) -> Iterator[LedgerTxn]:
         """One read-only snapshot, for a decision that is shown but not applied (the
         same questions a decision inside ``authorize`` may ask, ``LedgerTxn``)."""
-        with begin_read(self.engine) as conn:
-            yield txn.LedgerTxn(conn)
+        with reading(self.engine) as open_txn:
+            yield txn.LedgerTxn(open_txn)
 
     # ----------------------------------------------------------------- writes
 
     @staticmethod
-    def lock_task(conn: Connection, task_id: str) -> None:
-        """Serialize the writers of one task until the transaction ends (``flows.lock_task``)."""
-        flows.lock_task(conn, task_id)
+    def lock_task(txn: Txn | Connection, task_id: str) -> None:
+        """Serialize the writers of one task until the transaction ends (``Txn.lock_task``;
+        a plain ``Connection``'s transaction is taken as its backend's)."""
+        (backend.on(txn) if isinstance(txn, Connection) else txn).lock_task(task_id)
 
     def ensure_task(self, task_id: str, provider: str | None = None) -> None:
-        with flows.write(self.engine) as conn:
-            intake.ensure_task(conn, task_id, provider)
+        with flows.write(self.engine) as open_txn:
+            intake.ensure_task(open_txn, task_id, provider)
 
     def record(
         self,
@@ -417,7 +417,7 @@ class Ledger:
         *,
         owner: str,
         lease_ms: int,
-        within: Callable[[Connection, CallRecord], None] | None = None,
+        within: Callable[[Txn, CallRecord], None] | None = None,
         trail_checked: bool = True,
     ) -> Transition:
         """``authorized -> executing``: a new attempt, leased to ``owner``.
@@ -490,9 +490,9 @@ class Ledger:
         detail: Mapping[str, Any] | None = None,
     ) -> None:
         """An audit-only event: the call was seen again, conflicted, was reported."""
-        with flows.write(self.engine) as conn:
+        with flows.write(self.engine) as open_txn:
             audit.append(
-                conn, task_id=rec.task_id, call_row_id=rec.row_id,
+                open_txn, task_id=rec.task_id, call_row_id=rec.row_id,
                 call_id=call_id or rec.call_id, event=event, from_state=rec.state.value,
                 to_state=rec.state.value, actor=actor, detail=detail,
             )
@@ -500,14 +500,14 @@ class Ledger:
     def record_terminal(self, task_id: str, terminal: str, reason: str | None = None) -> None:
         """Remember how the task's latest response ended, for operators."""
         now = datetime.now(UTC)
-        with flows.write(self.engine) as conn:
-            intake.ensure_task(conn, task_id, None)
-            conn.execute(
+        with flows.write(self.engine) as open_txn:
+            intake.ensure_task(open_txn, task_id, None)
+            open_txn.execute(
                 update(TASKS)
                 .where(TASKS.c.id == task_id)
                 .values(terminal=terminal, terminal_reason=reason, updated_at=now)
             )
             audit.append(
-                conn, task_id=task_id, event="response_ended",
+                open_txn, task_id=task_id, event="response_ended",
                 detail={"terminal": terminal, **({"reason": reason} if reason else {})}, at=now,
             )

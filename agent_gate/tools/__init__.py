@@ -25,8 +25,8 @@ from agent_gate.errors import (
     ArgumentsNotObject,
     ToolDefinitionError,
     UnknownTool,
-    json_pointer,
 )
+from agent_gate.tools.pointer import json_pointer
 from agent_gate.tools.registry import Tool, ToolRegistry
 from agent_gate.tools.spec import (
     DISPATCH_MODES,

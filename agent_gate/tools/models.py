@@ -21,8 +21,8 @@ from agent_gate.errors import (
     COERCION_UNSTABLE,
     ArgumentError,
     ArgumentsInvalid,
-    json_pointer,
 )
+from agent_gate.tools.pointer import json_pointer
 
 __all__ = ["coercion_unstable", "dump_model", "load_model", "model_of", "sole_model"]
 

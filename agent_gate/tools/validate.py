@@ -17,8 +17,9 @@ import jsonschema
 from jsonschema import Draft202012Validator
 
 from agent_gate._speedups import PURE_PYTHON
-from agent_gate.errors import ArgumentError, ToolDefinitionError, escape_token, json_pointer
+from agent_gate.errors import ArgumentError, ToolDefinitionError
 from agent_gate.tools._fastpath import FastValidator
+from agent_gate.tools.pointer import escape_token, json_pointer
 
 __all__ = [
     "ArgumentValidator",

@@ -1,6 +1,6 @@
 """PostgreSQL: the audit append and the pipeline's expectations run in the server.
 
-A pipelined write transaction (``agent_gate.ledger.pipeline``) then needs one round
+A pipelined write transaction (``agent_gate.ledger.backend.pg_pipeline``) then needs one round
 trip, its ``COMMIT`` included: nothing in it waits for an answer.
 
 - ``agent_gate_audit_append(...)``: one transaction's entries, linked into their
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from alembic import op
 
 from agent_gate.ledger.chain import LINK_SQL
-from agent_gate.ledger.pipeline import EXPECTATION_FAILED
+from agent_gate.ledger.backend.pg_pipeline import EXPECTATION_FAILED
 
 revision: str = "0007_pg_server_side_append"
 down_revision: str | Sequence[str] | None = "0006_audit_chains_by_task"

@@ -11,8 +11,8 @@ import agent_gate.gate
 
 GATE = Path(agent_gate.gate.__file__).resolve().parent
 FORBIDDEN_MODULES = ("sqlalchemy.", "agent_gate.ledger.models", "agent_gate.ledger.quota",
-                     "agent_gate.ledger.dialect", "agent_gate.ledger.flows",
-                     "agent_gate.ledger.reads", "agent_gate.ledger.prepared")
+                     "agent_gate.ledger.backend.dialect", "agent_gate.ledger.flows",
+                     "agent_gate.ledger.reads", "agent_gate.ledger.backend.prepared")
 ALLOWED_FROM_APPROVALS = {"ApprovalRecord"}  # the value Ledger.approve returns
 ALLOWED = {
     ("agent_gate.ledger.models", "ID_LEN"),  # column sizes an identifier must fit

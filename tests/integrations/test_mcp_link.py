@@ -12,7 +12,7 @@ import pytest
 
 from agent_gate.errors import UpstreamUnavailable
 from agent_gate.integrations.mcp.link import Backoff, Link
-from agent_gate.integrations.mcp.wire import Sent, Wire, key_of
+from agent_gate.integrations.mcp.wire import Deliveries, Sent, key_of
 
 
 def test_the_backoff_doubles_to_its_bound_and_jitter_only_shortens() -> None:
@@ -26,7 +26,7 @@ def test_the_backoff_doubles_to_its_bound_and_jitter_only_shortens() -> None:
 
 
 def test_a_request_is_sent_only_once_a_transport_says_so() -> None:
-    wire = Wire()
+    wire = Deliveries()
     request = {"method": "tools/call", "params": {
         "name": "t", "_meta": {"agent-gate/idempotency-key": "k"}}}
     assert key_of(request) == "k" and key_of({"method": "tools/list"}) is None

@@ -10,8 +10,8 @@ import pytest
 from agent_gate import _speedups
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger import Event, Ledger, NewCall, backend
-from agent_gate.ledger.dialect import begin_write
-from agent_gate.ledger.prepared import CoreStatement, Prepared, prepare
+from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend.prepared import CoreStatement, Prepared, prepare
 from agent_gate.ledger.reads import call_by
 
 
@@ -53,3 +53,27 @@ def _probe() -> Any:
     from sqlalchemy import literal_column, select
 
     return select(literal_column("1"))
+
+
+def test_each_storage_on_each_database_runs_its_own_implementation(
+    db_url: str, ledger_storage: str
+) -> None:
+    """The three implementations of the seam, one per (storage, database): the one the
+    ledger suite ran against in this parametrisation, and the one its transactions get."""
+    from agent_gate.ledger.backend.core import CoreTxn
+    from agent_gate.ledger.backend.pg_fast import PgPipelineTxn
+    from agent_gate.ledger.backend.sqlite_fast import SqliteFastTxn
+
+    expected = {
+        ("core", "sqlite"): CoreTxn, ("core", "postgresql"): CoreTxn,
+        ("fast", "sqlite"): SqliteFastTxn, ("fast", "postgresql"): PgPipelineTxn,
+    }
+    with Ledger(db_url) as ledger:
+        dialect = ledger.engine.dialect
+        cls = backend.txn_class(dialect)
+        assert cls is expected[(ledger_storage, dialect.name)]
+        with backend.writing(ledger.engine) as txn:
+            assert type(txn) is cls
+            txn.lock_task("nobody")  # a statement through it: no task, nothing locked
+        with backend.reading(ledger.engine) as txn:
+            assert type(txn) is cls and txn.read_call(id=1) is None

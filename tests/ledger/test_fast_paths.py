@@ -22,6 +22,7 @@ from sqlalchemy import event, exc, select, text
 
 from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger import Ledger, TaskRecord
+from agent_gate.ledger.backend.dialect import begin_write
 from agent_gate.ledger.chain import (
     CHAIN_VERSION,
     GENESIS,
@@ -30,7 +31,6 @@ from agent_gate.ledger.chain import (
     link_text,
     timestamp_us,
 )
-from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.models import TASKS
 from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
@@ -325,7 +325,7 @@ def test_sqlite_timestamps_are_written_as_core_writes_them() -> None:
     from sqlalchemy import DateTime
     from sqlalchemy.dialects import sqlite
 
-    from agent_gate.ledger.prepared import bind_processor
+    from agent_gate.ledger.backend.prepared import bind_processor
 
     dialect = sqlite.dialect()
     column = DateTime(timezone=True)

@@ -34,7 +34,8 @@ from support.workers.fold_worker import CALLS, tools_for
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
-from agent_gate.ledger import Ledger, NewCall, prepared
+from agent_gate.ledger import Ledger, NewCall
+from agent_gate.ledger.backend import prepared
 from agent_gate.ledger.models import TOOL_CALLS
 from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import Event
@@ -628,7 +629,7 @@ def test_core_joining_inside_the_decision_sends_the_deferred_insert_first(
         ledger.record(new_call("t", "before"))
 
         def core_reading(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
-            conn = txn._conn  # a decision made with Core statements (an extension)
+            conn = txn._txn.conn  # a decision made with Core statements (an extension)
             counted.append(conn.execute(
                 select(func.count()).select_from(TOOL_CALLS)
                 .where(TOOL_CALLS.c.call_id == rec.call_id)

@@ -20,7 +20,8 @@ import pytest
 from noop_calls import noop_tools, on_tool_calls, run_calls
 
 from agent_gate import CallState, Gate
-from agent_gate.ledger import Ledger, prepared
+from agent_gate.ledger import Ledger
+from agent_gate.ledger.backend import prepared
 from agent_gate.policy import Policy
 
 QUOTA_POLICY = """\

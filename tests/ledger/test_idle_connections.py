@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import event
 
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.dialect import begin_read, begin_write
+from agent_gate.ledger.backend.dialect import begin_read, begin_write
 from agent_gate.ledger.records import NewCall
 
 

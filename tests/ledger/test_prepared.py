@@ -1,6 +1,6 @@
 """The ledger's prepared statements behave as Core's execution would.
 
-``agent_gate.ledger.prepared`` runs the hot statements on the driver's cursor; these
+``agent_gate.ledger.backend.prepared`` runs the hot statements on the driver's cursor; these
 tests drive it through the ledger and directly, on a real SQLite file (and on
 PostgreSQL when ``AGENT_GATE_TEST_POSTGRES_URL`` is set, see ``ledger_backends``).
 """
@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import bindparam, event, exc, insert, select
 
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.dialect import begin_read, begin_write
+from agent_gate.ledger.backend.dialect import begin_read, begin_write
+from agent_gate.ledger.backend.prepared import prepare
 from agent_gate.ledger.models import TASKS
-from agent_gate.ledger.prepared import prepare
 from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
 

@@ -29,7 +29,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, inspect
 
 from agent_gate.ledger import CallState, Event, Ledger, NewCall, store
-from agent_gate.ledger.dialect import begin_write, create_ledger_engine
+from agent_gate.ledger.backend.dialect import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import alembic_config, head_revision
 from agent_gate.ledger.models import SWEPT_STATES, metadata
 from agent_gate.ledger.pages import AuditQuery, TaskQuery
@@ -333,6 +333,7 @@ def test_a_tasks_and_a_calls_audit_reads_use_an_index(db_url: str) -> None:
     """A task's page (cursor its own entry or another task's), a task's whole trail and
     a call's newest transition: each through an index of its own, never the table."""
     from agent_gate.ledger import audit
+    from agent_gate.ledger.backend import on
 
     with Ledger(db_url) as ledger:
         _calls_in_every_state(ledger, "a")
@@ -359,6 +360,6 @@ def test_a_tasks_and_a_calls_audit_reads_use_an_index(db_url: str) -> None:
 
         def newest_transition() -> object:
             with begin_write(ledger.engine) as conn:
-                return audit.audited_state(conn, rec.task_id, rec.row_id)
+                return audit.audited_state(on(conn), rec.task_id, rec.row_id)
 
         assert _plans(ledger, newest_transition, "audit_events") == [[BY_CALL]]

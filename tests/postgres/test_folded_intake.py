@@ -14,7 +14,9 @@ import pytest
 from noop_calls import noop_tools, on_tool_calls, run_calls
 
 from agent_gate import Gate
-from agent_gate.ledger import Ledger, intake, libpq
+from agent_gate.ledger import Ledger
+from agent_gate.ledger.backend import _libpq as libpq
+from agent_gate.ledger.backend import pg_fast
 
 pytestmark = pytest.mark.backends("postgresql")
 
@@ -39,7 +41,7 @@ def test_the_intake_inserts_the_claimed_row_and_nothing_updates_it_before_the_ou
     ran: list[int] = []
     with Gate(noop_tools(ran), Ledger(db_url, storage="fast")) as gate:
         run_calls(gate, "t", 0, 3)  # the task row, prepared statements, the first spare ids
-        for n in range(100, 100 + 2 * intake.SPARE_BATCH):
+        for n in range(100, 100 + 2 * pg_fast.SPARE_BATCH):
             sent.clear()
             run_calls(gate, "t", n, 1)
             commits = [i for i, sql in enumerate(sent) if sql == "COMMIT"]
@@ -51,7 +53,7 @@ def test_the_intake_inserts_the_claimed_row_and_nothing_updates_it_before_the_ou
             insert = next(s for s in intake_txn if on_tool_calls(s))
             assert "lease_expires_ms" in insert and "started_at" in insert
         rows = gate.ledger.calls("t")
-    assert ran == [0, 1, 2, *range(100, 100 + 2 * intake.SPARE_BATCH)]
+    assert ran == [0, 1, 2, *range(100, 100 + 2 * pg_fast.SPARE_BATCH)]
     assert [r.call_id for r in rows] == [f"c{n}" for n in ran]  # in id order
 
 
@@ -59,5 +61,5 @@ def test_spare_row_ids_are_asked_for_once_per_batch(db_url: str, sent: list[str]
     with Gate(noop_tools([]), Ledger(db_url, storage="fast")) as gate:
         run_calls(gate, "t", 0, 2)
         sent.clear()
-        run_calls(gate, "t", 10, 2 * intake.SPARE_BATCH)
+        run_calls(gate, "t", 10, 2 * pg_fast.SPARE_BATCH)
     assert sum("nextval(" in sql for sql in sent) == 2

@@ -1,4 +1,4 @@
-"""The pipelined transaction's statements on libpq (``agent_gate.ledger.libpq``).
+"""The pipelined transaction's statements on libpq (``agent_gate.ledger.backend._libpq``).
 
 Statements a session has sent often enough are prepared on the server under names of
 the ledger's own, and the server may forget them behind the ledger's back (psycopg's
@@ -16,9 +16,10 @@ from counting import counting_tools
 from sqlalchemy import event
 
 from agent_gate import CallState, Gate
-from agent_gate.ledger import Ledger, pipeline
-from agent_gate.ledger.dialect import release_idle
-from agent_gate.ledger.libpq import _convert
+from agent_gate.ledger import Ledger
+from agent_gate.ledger.backend import pg_pipeline as pipeline
+from agent_gate.ledger.backend._libpq import _convert
+from agent_gate.ledger.backend.dialect import release_idle
 
 pytestmark = pytest.mark.backends("postgresql")
 

@@ -1,4 +1,4 @@
-"""A lost connection on the pipelined path (``agent_gate.ledger.pipeline``).
+"""A lost connection on the pipelined path (``agent_gate.ledger.backend.pg_pipeline``).
 
 No pool pre-ping: a session the server ended while its connection sat in the pool
 is found out at checkout (its socket is readable) or, when that cannot see it, by
@@ -22,10 +22,12 @@ from ledger_backends import PgSchema
 from sqlalchemy import Insert, bindparam, exc, insert
 
 from agent_gate import CallState, Gate
-from agent_gate.ledger import Ledger, pipeline, spares
-from agent_gate.ledger.dialect import begin_write
-from agent_gate.ledger.pipeline import PipelinedTxn
-from agent_gate.ledger.prepared import opened, prepare
+from agent_gate.ledger import Ledger
+from agent_gate.ledger.backend import pg_pipeline as pipeline
+from agent_gate.ledger.backend import spares
+from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn
+from agent_gate.ledger.backend.prepared import opened, prepare
 from agent_gate.ledger.records import TASKS
 
 pytestmark = pytest.mark.backends("postgresql")

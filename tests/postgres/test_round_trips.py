@@ -2,7 +2,7 @@
 
 A call that runs at once and succeeds is recorded, decided and claimed in one
 transaction and finished in a second; on the fast backend each transaction is
-pipelined (``agent_gate.ledger.pipeline``), so the count is what the code waits
+pipelined (``agent_gate.ledger.backend.pg_pipeline``), so the count is what the code waits
 for, not how many statements it sends. Counts are exact, unlike timings: the
 proxy (``tests/benchmarks/netproxy.py``) counts a client burst answered by the
 server as one round trip.
@@ -68,7 +68,7 @@ def test_a_connection_that_sat_idle_answers_before_its_commit_is_sent(
     so each transaction's statements are answered before its COMMIT is sent (one
     round trip more per transaction): found dead there, nothing of it could have
     committed and it may be sent again."""
-    from agent_gate.ledger import pipeline
+    from agent_gate.ledger.backend import pg_pipeline as pipeline
 
     proxy, url = proxied
     ran: list[int] = []
@@ -100,15 +100,15 @@ def test_a_replay_on_the_guessed_id_path_is_recorded_anew_and_not_run_again(
     call's transaction, without waiting for the insert. A call recorded before
     fails that insert (and everything sent after it, the COMMIT included), and is
     recorded the usual way: replayed, its tool not run again, the trail intact."""
-    from agent_gate.ledger import intake
+    from agent_gate.ledger.backend import pg_fast
 
     proxy, url = proxied
     ran: list[int] = []
     with Gate(noop_tools(ran), Ledger(url, storage="fast")) as gate:
         per_call(gate, proxy, 0, 2)
-        spare = intake._spare_ids(gate.ledger.engine)
+        spare = pg_fast.spare_ids(gate.ledger.engine)
         # The first call asked for a batch of ids, the second was inserted under one.
-        assert len(spare.ids) == intake.SPARE_BATCH - 1
+        assert len(spare.ids) == pg_fast.SPARE_BATCH - 1
         again = gate.execute("task", {"call_id": "c1", "name": "noop", "arguments": {"n": 1}})
         assert again.state is CallState.SUCCEEDED and again.replayed
         fresh = gate.execute("task", {"call_id": "c9", "name": "noop", "arguments": {"n": 9}})

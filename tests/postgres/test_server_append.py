@@ -1,6 +1,6 @@
 """Revision 0007's functions: the audit append and the expectations, in the server.
 
-A pipelined transaction (``agent_gate.ledger.pipeline``) links its audit entries
+A pipelined transaction (``agent_gate.ledger.backend.pg_pipeline``) links its audit entries
 with ``agent_gate_audit_append`` and checks the compare-and-sets it assumed won with
 ``agent_gate_expect``, so its ``COMMIT`` need not wait for any answer. The hashes the
 server computes must be the ones ``chain.entry_hash`` computes (``audit verify`` is
@@ -17,11 +17,12 @@ import pytest
 from sqlalchemy import bindparam, select, text, update
 
 from agent_gate.ledger import Ledger, audit
+from agent_gate.ledger.backend import pg_fast, writing
+from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn, Unexpected
+from agent_gate.ledger.backend.prepared import opened, prepare
 from agent_gate.ledger.chain import entry_hash
-from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS, TASKS
-from agent_gate.ledger.pipeline import PipelinedTxn, Unexpected
-from agent_gate.ledger.prepared import opened, prepare
 from agent_gate.ledger.records import NewCall
 from agent_gate.ledger.states import CallState, Event
 
@@ -52,13 +53,13 @@ def ledger(db_url: str) -> Iterator[Ledger]:
 def server_links(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many entries each call of the server-side append linked (it still runs)."""
     calls: list[int] = []
-    real = audit._link_in_server
+    real = pg_fast.link_in_server
 
     def spy(pipe: Any, entries: list[dict[str, Any]]) -> None:
         calls.append(len(entries))
         real(pipe, entries)
 
-    monkeypatch.setattr(audit, "_link_in_server", spy)
+    monkeypatch.setattr(pg_fast, "link_in_server", spy)
     return calls
 
 
@@ -82,20 +83,20 @@ def test_the_server_hashes_awkward_text_as_python_does_and_verify_agrees(
     after its own predecessor), with text json escapes or writes as UTF-8 in every
     text column the hash covers."""
     at = datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
-    with begin_write(ledger.engine) as conn, audit.staged(conn):
-        state = opened(conn)
+    with writing(ledger.engine) as txn:
+        state = opened(txn.conn)
         assert state is not None and state.pipe is not None  # pipelined
         for n, awkward in enumerate(AWKWARD):
             task = ("tâsk-ü", "b\"\\", "a")[n % 3]
             audit.append(
-                conn, task_id=task, event=f"ev{awkward}"[:64], call_id=awkward or None,
+                txn, task_id=task, event=f"ev{awkward}"[:64], call_id=awkward or None,
                 from_state=awkward[:32] or None, to_state=awkward[-32:] or None,
                 actor=awkward, detail={"text": awkward, "n": n},
                 at=at + timedelta(microseconds=n * 1_000_001),
             )
-    with begin_write(ledger.engine) as conn, audit.staged(conn):  # after the heads moved
-        audit.append(conn, task_id="a", event="second", actor=AWKWARD[3])
-        audit.append(conn, task_id="tâsk-ü", event="second", actor=AWKWARD[5])
+    with writing(ledger.engine) as txn:  # after the heads moved
+        audit.append(txn, task_id="a", event="second", actor=AWKWARD[3])
+        audit.append(txn, task_id="tâsk-ü", event="second", actor=AWKWARD[5])
     assert server_links == [len(AWKWARD), 2]
     hashes = python_hashes(ledger)
     assert len(hashes) == len(AWKWARD) + 2
@@ -139,7 +140,8 @@ def test_a_failed_expectation_commits_nothing(ledger: Ledger) -> None:
     the audit entry after it included), and the caller gets ``Unexpected``."""
     ledger.ensure_task("t")
     now = datetime.now(UTC)
-    with pytest.raises(Unexpected), begin_write(ledger.engine) as conn, audit.staged(conn):
+    with pytest.raises(Unexpected), writing(ledger.engine) as txn:
+        conn = txn.conn
         state = opened(conn)
         assert state is not None and state.pipe is not None
         prepare(conn, "t_insert_task", lambda: TASKS.insert().values(
@@ -150,7 +152,7 @@ def test_a_failed_expectation_commits_nothing(ledger: Ledger) -> None:
                          .values(provider=bindparam("provider"))
                          .returning(TASKS.c.id)).run(conn, {"w_id": "no-such", "provider": "p"})
         state.pipe.expect(missed, 1)
-        audit.append(conn, task_id="t", event="never")
+        audit.append(txn, task_id="t", event="never")
     assert ledger.task("never") is None
     assert [e.event for e in ledger.audit(task_id="t")] == ["task_created"]
     assert ledger.verify_audit().ok
@@ -189,13 +191,13 @@ def test_a_transition_that_lost_its_race_in_the_server_commits_nothing(
 def test_a_transaction_with_more_entries_than_one_statement_carries_links_them_all(
     ledger: Ledger, server_links: list[int]
 ) -> None:
-    """More entries than one call of the function takes (``audit._ROWS_PER_INSERT``),
+    """More entries than one call of the function takes (``pg_fast._ROWS_PER_CALL``),
     over several tasks: each chunk names every task, so the heads are still locked
     in task id order by the first, and the chains continue across chunks."""
-    count = audit._ROWS_PER_INSERT + 6
-    with begin_write(ledger.engine) as conn, audit.staged(conn):
+    count = pg_fast._ROWS_PER_CALL + 6
+    with writing(ledger.engine) as txn:
         for n in range(count):
-            audit.append(conn, task_id=("c", "a", "b")[n % 3], event="bulk", detail={"n": n})
+            audit.append(txn, task_id=("c", "a", "b")[n % 3], event="bulk", detail={"n": n})
     assert server_links == [count]
     entries = ledger.audit()
     assert [e.detail for e in entries] == [{"n": n} for n in range(count)]  # in order

@@ -1,5 +1,5 @@
 """Faults against PostgreSQL's fast write path: guessed row ids, folded intakes,
-kept connections (``intake``, ``cas.Folded``, ``spares``, ``pipeline``).
+kept connections (``pg_fast``, ``fast.Folded``, ``spares``, ``pipeline``).
 
 The path inserts a new call under a row id the sequence handed this process
 earlier, folds its decision and claim into that one ``INSERT``, sends the whole
@@ -37,8 +37,10 @@ from support import WORKERS
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main
-from agent_gate.ledger import CallRecord, Event, Ledger, NewCall, intake, pipeline, spares
-from agent_gate.ledger.pipeline import PipelinedTxn
+from agent_gate.ledger import CallRecord, Event, Ledger, NewCall
+from agent_gate.ledger.backend import pg_fast, spares
+from agent_gate.ledger.backend import pg_pipeline as pipeline
+from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn
 from agent_gate.ledger.records import Ruling
 from agent_gate.ledger.txn import LedgerTxn
 
@@ -125,7 +127,7 @@ def warm(gate: Gate, task: str, calls: int) -> None:
     for n in range(calls):
         out = gate.execute(task, post(f"warm-{n}", f"{task}-warm-{n}"))
         assert out.state is CallState.SUCCEEDED
-    assert intake._spare_ids(gate.ledger.engine).ids
+    assert pg_fast.spare_ids(gate.ledger.engine).ids
     assert len(spares.spares_of(gate.ledger.engine).write) == 1
 
 
@@ -171,14 +173,14 @@ def race(a: Gate, b: Gate, rounds: int, *, before: Step | None = None,
 def guesses_failed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Each failed insert the intake judged: True where a guessed id was taken."""
     judged: list[bool] = []
-    real_guess_failed = intake._guess_failed
+    real_guess_failed = pg_fast._guess_failed
 
     def guess_failed(error: exc.IntegrityError) -> bool:
         failed = real_guess_failed(error)
         judged.append(failed)
         return failed
 
-    monkeypatch.setattr(intake, "_guess_failed", guess_failed)
+    monkeypatch.setattr(pg_fast, "_guess_failed", guess_failed)
     return judged
 
 
@@ -225,7 +227,7 @@ def test_an_intake_committed_whose_answer_is_lost_is_never_run(
     ran: list[str] = []
     with Gate(counting_tools(ran), Ledger(db_url)) as gate:
         warm(gate, "t", 2)
-        guessed = intake._spare_ids(gate.ledger.engine).ids[0]
+        guessed = pg_fast.spare_ids(gate.ledger.engine).ids[0]
 
         def hook(txn: PipelinedTxn, nth: int) -> None:
             if nth == 1:  # the intake's COMMIT: wait until the server committed it
@@ -313,13 +315,13 @@ def test_an_intake_rolled_back_with_its_insert_deferred_leaves_nothing_behind(
     with Gate(counting_tools(ran), Ledger(db_url)) as gate:
         warm(gate, "t", 2)
         kept = spares.spares_of(gate.ledger.engine).write[0]
-        guessed = intake._spare_ids(gate.ledger.engine).ids[0]
+        guessed = pg_fast.spare_ids(gate.ledger.engine).ids[0]
         stop[0] = True
         with pytest.raises(Interrupted):
             gate.execute("t", post("boom", "boom"))
         assert not row_committed(pg, "t", "boom")
         assert spares.spares_of(gate.ledger.engine).write == [kept]  # kept, and clean
-        assert guessed not in intake._spare_ids(gate.ledger.engine).ids  # never handed twice
+        assert guessed not in pg_fast.spare_ids(gate.ledger.engine).ids  # never handed twice
         out = gate.execute("t", post("boom", "boom"))
         assert out.state is CallState.SUCCEEDED and not out.replayed
         for n in range(5):
@@ -383,7 +385,7 @@ def test_two_gates_racing_a_call_whose_decision_reads_quotas_run_it_once(
             own = gate.execute(f"own-{name}", {
                 "call_id": f"n{n}-{m}", "name": "note", "arguments": {"text": f"{name}{n}-{m}"}})
             assert own.state is CallState.SUCCEEDED
-        assert intake._spare_ids(gate.ledger.engine).ids
+        assert pg_fast.spare_ids(gate.ledger.engine).ids
 
     with Gate(tools(), Ledger(db_url), policy=policy) as a, \
             Gate(tools(), Ledger(db_url), policy=policy) as b:
@@ -431,7 +433,7 @@ def test_a_guess_that_fails_where_core_joins_leaves_the_kept_connection_usable(
         for n in range(3):
             rec, inserted = ledger.record(_new(f"c{n}"))
             assert inserted and rec.state is CallState.RECEIVED
-        assert intake._spare_ids(ledger.engine).ids
+        assert pg_fast.spare_ids(ledger.engine).ids
         kept = spares.spares_of(ledger.engine).write
         assert len(kept) == 1
         again, inserted = ledger.record(_new("c0"), decide=decide, lock=True)
@@ -617,7 +619,7 @@ def test_a_decision_that_fails_in_a_folded_intake_leaves_the_call_received(
     monkeypatch.setattr(Decider, "ruling_in", ruling_in)
     with Gate(counting_tools(ran), Ledger(db_url)) as gate:
         warm(gate, "t", 2)
-        guessed = intake._spare_ids(gate.ledger.engine).ids[0]
+        guessed = pg_fast.spare_ids(gate.ledger.engine).ids[0]
         broken[0] = True
         with pytest.raises(RuntimeError, match="could not be evaluated"):
             gate.execute("t", post("odd", "odd"))

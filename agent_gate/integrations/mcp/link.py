@@ -33,7 +33,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from agent_gate.errors import UpstreamUnavailable, error_code
-from agent_gate.integrations.mcp.wire import Wire, recording_http_client, stdio_transport
+from agent_gate.integrations.mcp.wire import Deliveries, recording_http_client, stdio_transport
 
 __all__ = ["DEFAULT_START_TIMEOUT", "Backoff", "Fixed", "Link"]
 
@@ -62,7 +62,7 @@ class Fixed:
     """A link to a session someone else made and owns (``GatedSession``): no restart,
     no record of delivery (a broken connection is then always in doubt)."""
 
-    wire: Wire | None = None
+    wire: Deliveries | None = None
 
     def __init__(self, session: ClientSession) -> None:
         self.session: ClientSession | None = session
@@ -93,7 +93,7 @@ class Link:
         self.on_message = on_message
         self.on_up = on_up
         """Run each time a session is made (the tools re-read), before calls use it."""
-        self.wire: Wire | None = Wire()
+        self.wire: Deliveries | None = Deliveries()
         self.session: ClientSession | None = None
         self.why_down = "the upstream is starting"
         self._lost = anyio.Event()
@@ -146,7 +146,7 @@ class Link:
     async def connected(self) -> AsyncIterator[ClientSession]:
         """One session, initialized and announced (``on_up``); ``session`` while it lives."""
         self._lost = anyio.Event()
-        self.wire = Wire()
+        self.wire = Deliveries()
         failed: UpstreamUnavailable | None = None
         async with AsyncExitStack() as stack:
             try:

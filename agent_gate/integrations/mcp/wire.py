@@ -41,8 +41,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from anyio.streams.text import TextReceiveStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["IDEMPOTENCY_KEY_META", "Sent", "Wire", "key_of", "recording_http_client",
-           "stdio_transport"]
+__all__ = [
+    "IDEMPOTENCY_KEY_META",
+    "Deliveries",
+    "Sent",
+    "key_of",
+    "recording_http_client",
+    "stdio_transport",
+]
 
 IDEMPOTENCY_KEY_META = "agent-gate/idempotency-key"
 """The ``_meta`` key under which each upstream call carries the gate's stable
@@ -65,7 +71,7 @@ class Sent(StrEnum):
     """HTTP: handed over, and the answer broke off (5xx, a body cut short)."""
 
 
-class Wire:
+class Deliveries:
     """What became of each ``tools/call`` request in flight, by idempotency key."""
 
     def __init__(self) -> None:
@@ -104,7 +110,7 @@ def key_of(message: Any) -> str | None:
 
 @asynccontextmanager
 async def stdio_transport(
-    command: Sequence[str], env: Mapping[str, str], wire: Wire, lost: anyio.Event
+    command: Sequence[str], env: Mapping[str, str], wire: Deliveries, lost: anyio.Event
 ) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
                          MemoryObjectSendStream[SessionMessage]]]:
     """The upstream ``command`` started in its own process group, as a session's
@@ -194,7 +200,9 @@ async def _stop(process: Process) -> None:
 class _Recording(httpx2.AsyncBaseTransport):
     """An HTTP transport that records, for each ``tools/call`` POST, how far it got."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, wire: Wire, lost: anyio.Event) -> None:
+    def __init__(
+        self, inner: httpx2.AsyncBaseTransport, wire: Deliveries, lost: anyio.Event
+    ) -> None:
         self.inner = inner
         self.wire = wire
         self.lost = lost
@@ -227,7 +235,7 @@ class _Recording(httpx2.AsyncBaseTransport):
 class _Watched(httpx2.AsyncByteStream):
     """A response body that marks its request ``BROKEN`` if it breaks off."""
 
-    def __init__(self, inner: Any, wire: Wire, key: str) -> None:
+    def __init__(self, inner: Any, wire: Deliveries, key: str) -> None:
         self.inner, self.wire, self.key = inner, wire, key
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -251,7 +259,7 @@ def _body_key(request: httpx2.Request) -> str | None:
         return None
 
 
-def recording_http_client(wire: Wire, lost: anyio.Event) -> httpx2.AsyncClient:
+def recording_http_client(wire: Deliveries, lost: anyio.Event) -> httpx2.AsyncClient:
     """An HTTP client for ``streamable_http_client`` with the SDK's timeouts, recording
     into ``wire``; ``lost`` is set when the server cannot be reached or forgot the session."""
     return httpx2.AsyncClient(

@@ -141,24 +141,24 @@ def test_an_answer_is_read_with_the_row_it_answers(
     """A denial committed (by another connection) right after the call's row was
     read: the answer read must be from the same moment as the row, never "denied"
     beside a call still awaiting approval (its rejection is in the same commit)."""
-    from agent_gate.ledger import reads
+    from agent_gate.ledger.txn import Txn
 
     with gate_for(db_url, support_tools) as gate, Ledger(db_url) as other:
         waiting = gate.execute("t", MAIL)
         assert waiting.state is CallState.AWAITING_APPROVAL
-        real_call_by = reads.call_by
+        real_read_call = Txn.read_call
         denied: list[bool] = []
 
-        def call_by_then_deny(conn: Any, **where: Any) -> Any:
-            row = real_call_by(conn, **where)
+        def read_call_then_deny(txn: Txn, **where: Any) -> Any:
+            row = real_read_call(txn, **where)
             if not denied and row is not None and row.call_id == "m1":
                 denied.append(True)
                 other.deny(other.get("t", "m1"), by="bob", reason="no")  # commits now
             return row
 
-        monkeypatch.setattr(reads, "call_by", call_by_then_deny)
+        monkeypatch.setattr(Txn, "read_call", read_call_then_deny)
         first = gate.wait(waiting, timeout=0)
-        monkeypatch.setattr(reads, "call_by", real_call_by)
+        monkeypatch.setattr(Txn, "read_call", real_read_call)
         assert denied
         assert (first.status, first.outcome.state) == (
             AnswerStatus.WAITING, CallState.AWAITING_APPROVAL)

@@ -13,9 +13,9 @@ from sqlalchemy import text
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger import Event, Ledger, NewCall
 from agent_gate.ledger.audit import ChainReport
+from agent_gate.ledger.backend.dialect import begin_write
 from agent_gate.ledger.chain import GENESIS
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take, write
-from agent_gate.ledger.dialect import begin_write
 
 
 def new_call(call_id: str, task: str = "t") -> NewCall:
@@ -276,12 +276,13 @@ def test_each_format_hashes_the_same_through_the_fast_path_and_through_json() ->
 
 def test_one_transaction_appending_to_several_tasks_links_each_chain(sqlite_url: str) -> None:
     from agent_gate.ledger import audit
+    from agent_gate.ledger.backend import writing
 
     with Ledger(sqlite_url) as ledger:
         ledger.ensure_task("a")
-        with begin_write(ledger.engine) as conn, audit.staged(conn):
+        with writing(ledger.engine) as txn:
             for task in ("b", "a", "b", "c"):
-                audit.append(conn, task_id=task, event="bulk")
+                audit.append(txn, task_id=task, event="bulk")
         entries = ledger.audit()
         assert [(e.task_id, e.task_seq) for e in entries] == [
             ("a", 1), ("b", 1), ("a", 2), ("b", 2), ("c", 1)]
@@ -293,11 +294,12 @@ def test_a_transaction_with_more_entries_than_one_insert_holds_stays_in_order(
     sqlite_url: str,
 ) -> None:
     from agent_gate.ledger import audit
+    from agent_gate.ledger.backend import writing
 
     with Ledger(sqlite_url) as ledger:
-        with begin_write(ledger.engine) as conn, audit.staged(conn):
+        with writing(ledger.engine) as txn:
             for i in range(150):  # three INSERT statements of up to 64 rows
-                audit.append(conn, task_id="many", event="bulk", detail={"i": i})
+                audit.append(txn, task_id="many", event="bulk", detail={"i": i})
         entries = ledger.audit(task_id="many")
         assert [e.task_seq for e in entries] == list(range(1, 151))
         assert [e.detail["i"] for e in entries] == list(range(150))  # type: ignore[index]

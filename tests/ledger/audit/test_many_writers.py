@@ -16,8 +16,8 @@ from waiting import wait_until
 
 from agent_gate.ledger import Ledger, audit, outbox
 from agent_gate.ledger.audit import settled
+from agent_gate.ledger.backend.dialect import begin_write
 from agent_gate.ledger.checkpoints import Checkpoint, take
-from agent_gate.ledger.dialect import begin_write
 from agent_gate.ledger.pages import AuditQuery
 
 pytestmark = pytest.mark.backends("postgresql")

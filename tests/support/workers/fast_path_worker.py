@@ -31,8 +31,8 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from agent_gate import Gate, ToolRegistry
-from agent_gate.ledger import intake
-from agent_gate.ledger.pipeline import PipelinedTxn
+from agent_gate.ledger.backend import pg_fast
+from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn
 
 URL, TASK, CALL_ID, MODE = sys.argv[1:5]
 
@@ -88,7 +88,7 @@ def main() -> None:
         for n in range(2):
             gate.execute(f"{TASK}-warm", {"call_id": f"w{n}", "name": "post",
                                           "arguments": {"text": f"warm-{n}"}})
-        if not intake._spare_ids(gate.ledger.engine).ids:
+        if not pg_fast.spare_ids(gate.ledger.engine).ids:
             sys.exit("no spare ids: the call would not take the folded path")
         arm()
         outcome = gate.execute(TASK, {"call_id": CALL_ID, "name": "post",

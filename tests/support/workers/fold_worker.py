@@ -2,7 +2,7 @@
 
 Each worker is its own process with its own ``Gate`` on one SQLite ledger file, so
 that the folded intake (``intake._free_id`` under ``BEGIN IMMEDIATE``, the call's row
-written once by ``cas.Folded``) meets other processes and real deaths. Every run of
+written once by ``fast.Folded``) meets other processes and real deaths. Every run of
 a tool appends one line to a shared runs file (``O_APPEND``, one ``write``): the
 test counts side effects from it, not from the ledger.
 
@@ -109,15 +109,15 @@ def main() -> None:
     elif command == "die":
         runs, point, task, call_id = Path(rest[0]), rest[1], rest[2], rest[3]
         if point == "intake":
-            from agent_gate.ledger import cas
+            from agent_gate.ledger.backend import fast
 
-            send = cas.Folded.send
+            send = fast.Folded.send
 
             def send_then_die(self: Any) -> None:
                 send(self)
                 os.kill(os.getpid(), signal.SIGKILL)
 
-            cas.Folded.send = send_then_die  # type: ignore[method-assign]
+            fast.Folded.send = send_then_die  # type: ignore[method-assign]
         if point == "outcome":
             def die_on_outcome(*_args: Any, **_kwargs: Any) -> Any:
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -65,7 +65,7 @@ from psycopg import OperationalError, pq
 from psycopg import errors as pg_errors
 from psycopg.adapt import PyFormat, Transformer
 
-__all__ = ["INVALID_NAME", "Answer", "Target", "Wire"]
+__all__ = ["INVALID_NAME", "Reply", "Target", "Wire"]
 
 _OK = pq.ExecStatus.COMMAND_OK
 _TUPLES = pq.ExecStatus.TUPLES_OK
@@ -77,7 +77,7 @@ _TEXT = pq.Format.TEXT
 _PLACEHOLDER = re.compile(rb"%(?:\(([^)]+)\))?s|%%|%")
 
 
-class Answer:
+class Reply:
     """What the server answered one statement: its rows (when it returns rows), its
     row count, or the error it failed with (none of them for a statement never run
     because one before it failed)."""
@@ -95,7 +95,7 @@ class Target(Protocol):
 
     fetch: bool
 
-    def answered(self, answer: Answer) -> None: ...
+    def answered(self, answer: Reply) -> None: ...
 
 
 class _Converted:
@@ -302,7 +302,7 @@ class Wire:
                 elif status != _ABORTED and first is None:
                     first = pg_errors.error_from_result(result, encoding=self.tx.encoding)
                 continue
-            answer = Answer()
+            answer = Reply()
             if status in (_TUPLES, _OK):
                 if target.fetch and status == _TUPLES:
                     tx = self.tx

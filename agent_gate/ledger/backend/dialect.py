@@ -65,31 +65,28 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.errors import LedgerConfigError, LedgerMissing, LedgerReplaced
-from agent_gate.ledger import pipeline
-from agent_gate.ledger._sa_private import begin_listener, transaction_watched
 from agent_gate.ledger.backend import FAST, choose, is_fast, resolve
+from agent_gate.ledger.backend._sa_private import begin_listener, transaction_watched
+from agent_gate.ledger.backend.prepared import (
+    driver_error,
+    opened,
+    statements_watched,
+    track,
+    untrack,
+)
+from agent_gate.ledger.backend.spares import SPARE_MAX, release_idle, spares_of
 from agent_gate.ledger.ledger_file import (
     FILE_ATTR,
     OpenedFile,
     check_file,
     sqlite_file,
 )
-from agent_gate.ledger.prepared import (
-    Rows,
-    driver_error,
-    observed,
-    opened,
-    prepare,
-    track,
-    untrack,
-)
-from agent_gate.ledger.spares import SPARE_MAX, release_idle, spares_of
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -103,8 +100,7 @@ __all__ = [
     "create_ledger_engine",
     "db_now_ms",
     "for_update",
-    "insert_ignore",
-    "insert_returning",
+    "insert_statement",
     "lock_named",
     "release_idle",
     "resolve_url",
@@ -212,7 +208,7 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
             main = [row for row in cursor.execute("PRAGMA database_list") if row[1] == "main"]
         finally:
             cursor.close()
-        opened_file.opened(main[0][2] if main else "")
+        opened_file.connected(main[0][2] if main else "")
 
     @event.listens_for(engine, "begin")
     @begin_listener
@@ -225,7 +221,7 @@ def _sqlite_engine(url: URL, busy_timeout: float, create: bool) -> Engine:
             return
         opened_file.check()
         sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE_OPTION) else "BEGIN"
-        if not is_fast(conn.dialect) or observed(conn):
+        if not is_fast(conn.dialect) or statements_watched(conn):
             conn.exec_driver_sql(sql)  # statement listeners and the echo log see it
         else:
             # Every ledger transaction starts here: on the driver it costs a tenth.
@@ -283,8 +279,13 @@ def _postgresql_engine(url: URL, busy_timeout: float, fast: bool) -> Engine:
         isolation_level="READ COMMITTED",
         connect_args=connect_args,
     )
-    if fast and pipeline.supported():
-        pipeline.install(engine)
+    if fast:
+        # Imported here: the pipeline's errors are the rules' (``txn.Lost``), whose
+        # module needs this one.
+        from agent_gate.ledger.backend import pg_pipeline as pipeline
+
+        if pipeline.supported():
+            pipeline.install(engine)
     return engine
 
 
@@ -338,6 +339,8 @@ def _kept_write(engine: Engine) -> Iterator[Connection]:
     cost about 70 us of CPU per transaction, two per gate call. A kept connection
     is checked before each use as the pool's checkout would check it
     (``pipeline.alive``: no round trip); one the server dropped is let go."""
+    from agent_gate.ledger.backend import pg_pipeline as pipeline
+
     spares = spares_of(engine)
     idle = spares.write
     conn: Connection | None = None
@@ -428,7 +431,7 @@ def _sqlite_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
             # DBAPIError Core raises. A statement run through Core inside
             # (conn.execute) joins this transaction (_on_begin adopts it), which is
             # then committed or rolled back through Core.
-            state = track(conn, watched=False)  # _core_needed asked what observed asks
+            state = track(conn, watched=False)  # _core_needed asked what statements_watched asks
             try:
                 check_file(engine)
                 driver: Any = conn.connection.driver_connection
@@ -475,35 +478,26 @@ def _driver_rollback(conn: Connection, driver: Any, error_class: type[Exception]
             conn.invalidate(error)
 
 
-def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
-    """Insert a row unless a unique constraint already holds one; True if inserted.
+def insert_statement(
+    name: str, table: Table, keys: tuple[str, ...], *, returning: bool
+) -> Insert:
+    """Insert a row of ``keys`` unless a unique constraint already holds one.
 
     Racing processes both try; the database decides, and the loser reads the winner's
     row instead of failing its transaction. On PostgreSQL the loser waits for the
-    winner's transaction to end, so the row it then reads is committed. Every call
-    of the gate inserts this way, so the statement is compiled once per table and
-    column set and run on the driver (``agent_gate.ledger.prepared``).
+    winner's transaction to end, so the row it then reads is committed.
+    ``returning``: every column of the row inserted, in table order (none when a
+    row was there; ``Txn.insert_call``, where the dialect can return rows from an
+    ``INSERT``). Else, on PostgreSQL, a ``1`` for a row inserted: psycopg's
+    ``INSERT`` rowcount is not relied on.
     """
-    name = conn.dialect.name
     if name not in ("sqlite", "postgresql"):  # pragma: no cover - the engine refuses others
         raise LedgerConfigError(f"unsupported ledger backend {name!r}")
-    keys = tuple(sorted(values))
-
-    def build() -> Insert:
-        row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
-        if name == "sqlite":
-            return sqlite.insert(table).values(row).on_conflict_do_nothing()
-        # psycopg's INSERT rowcount is not relied on: a RETURNING row exists exactly
-        # when the row was inserted.
-        return (
-            dialect_insert(name)(table)
-            .values(row)
-            .on_conflict_do_nothing()
-            .returning(literal_column("1"))
-        )
-
-    done = prepare(conn, ("insert_ignore", table.name, keys), build).run(conn, values)
-    return done.rowcount == 1 if name == "sqlite" else bool(done.rows)
+    row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
+    stmt = dialect_insert(name)(table).values(row).on_conflict_do_nothing()
+    if returning:
+        return stmt.returning(*table.c)
+    return stmt if name == "sqlite" else stmt.returning(literal_column("1"))
 
 
 def dialect_insert(name: str) -> Callable[[Table], Insert]:
@@ -514,31 +508,7 @@ def dialect_insert(name: str) -> Callable[[Table], Insert]:
     return postgresql.insert
 
 
-def insert_returning(conn: Connection, table: Table, values: dict[str, Any]) -> Rows | None:
-    """``insert_ignore`` that also returns the row it inserted: every column of
-    ``table`` in table order (``Rows.processed`` says whether as the driver or as Core
-    returns them); no rows when a unique constraint already held a row.
-
-    None when the dialect cannot return rows from an ``INSERT`` (SQLite before 3.35):
-    the caller then uses ``insert_ignore`` and reads the row back. With it, recording
-    a new call costs one statement instead of an insert and a select.
-    """
-    dialect = conn.dialect
-    if not dialect.insert_returning:
-        return None
-    name = dialect.name
-    if name not in ("sqlite", "postgresql"):  # pragma: no cover - the engine refuses others
-        raise LedgerConfigError(f"unsupported ledger backend {name!r}")
-    keys = tuple(sorted(values))
-
-    def build() -> Insert:
-        row = {k: bindparam(k, type_=table.c[k].type) for k in keys}
-        return dialect_insert(name)(table).values(row).on_conflict_do_nothing().returning(*table.c)
-
-    return prepare(conn, ("insert_returning", table.name, keys), build).run(conn, values)
-
-
-def for_update(conn: Connection, stmt: Select[Any]) -> Select[Any]:
+def for_update(dialect: Dialect, stmt: Select[Any]) -> Select[Any]:
     """``stmt`` locking the rows it reads until the write transaction ends.
 
     ``SELECT ... FOR UPDATE`` on PostgreSQL: a second reader of the same row waits
@@ -546,7 +516,7 @@ def for_update(conn: Connection, stmt: Select[Any]) -> Select[Any]:
     Unchanged on SQLite, whose ``begin_write`` transactions already exclude each
     other (and which has no ``FOR UPDATE``).
     """
-    return stmt.with_for_update() if conn.dialect.name == "postgresql" else stmt
+    return stmt.with_for_update() if dialect.name == "postgresql" else stmt
 
 
 def lock_named(conn: Connection, name: str) -> None:

@@ -53,8 +53,12 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.types import TypeEngine
 
-from agent_gate.ledger._sa_private import SQLITE_DATETIME_FORMAT, cursor_watched, storage_format
 from agent_gate.ledger.backend import FAST_CACHE, is_fast
+from agent_gate.ledger.backend._sa_private import (
+    SQLITE_DATETIME_FORMAT,
+    cursor_watched,
+    storage_format,
+)
 
 __all__ = [
     "CoreStatement",
@@ -64,10 +68,10 @@ __all__ = [
     "bind_processor",
     "driver_error",
     "is_watched",
-    "observed",
     "opened",
     "prepare",
     "result_processors",
+    "statements_watched",
     "track",
     "untrack",
 ]
@@ -125,7 +129,7 @@ class Open:
         """What runs a statement its caller is still writing (``defer``)."""
 
     def defer(self, run: Callable[[], None]) -> None:
-        """Put off a statement its caller may still rewrite (``cas.Folded``): ``run``
+        """Put off a statement its caller may still rewrite (``fast.Folded``): ``run``
         runs it just before the transaction's next statement, round trip, Core
         statement or commit, so it keeps its place in the transaction's order."""
         self.undefer()
@@ -145,8 +149,8 @@ _OPEN: dict[int, Open] = {}
 def track(conn: Connection, watched: bool | None = None) -> Open:
     """Note that a transaction starts on ``conn``: its statements share an ``Open``.
 
-    ``watched``: ``observed(conn)`` when the caller has just found it out."""
-    state = Open(observed(conn) if watched is None else watched)
+    ``watched``: ``statements_watched(conn)`` when the caller has just found it out."""
+    state = Open(statements_watched(conn) if watched is None else watched)
     _OPEN[id(conn)] = state
     return state
 
@@ -168,9 +172,9 @@ def opened(conn: Connection) -> Open | None:
 
 
 def is_watched(conn: Connection) -> bool:
-    """``observed(conn)``, answered once per tracked transaction."""
+    """``statements_watched(conn)``, answered once per tracked transaction."""
     state = _OPEN.get(id(conn))
-    return state.watched if state is not None else observed(conn)
+    return state.watched if state is not None else statements_watched(conn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +230,7 @@ class Prepared:
             state.undefer()
         if state is not None and state.pipe is not None:
             return state.pipe.send(self.sql, args, fetch=self.returns_rows)  # type: ignore[no-any-return]
-        if state.watched if state is not None else observed(conn):
+        if state.watched if state is not None else statements_watched(conn):
             # Someone watches the statements (tracing, echo, a test's fault hook): go
             # through Core's execution so they see these too.
             result = conn.exec_driver_sql(self.sql, args)  # type: ignore[arg-type]
@@ -251,7 +255,7 @@ class Prepared:
                 cursor.close()
 
 
-def observed(conn: Connection) -> bool:
+def statements_watched(conn: Connection) -> bool:
     """Whether anyone watches ``conn``'s statements: cursor-execute listeners, or
     the engine's ``echo`` (statement logging)."""
     return cursor_watched(conn)

@@ -22,14 +22,15 @@ Nothing on the common path reads before its ``COMMIT``, so each of its transacti
 is one round trip. Two things that used to need an answer first are done by the
 server instead (functions revision 0007 installs):
 
-* the audit link (``audit``'s server-side append): each entry's hash covers its
+* the audit link (``pg_fast.link_in_server``): each entry's hash covers its
   task's previous hash, which only the locked head row knows; the client sends the
   entries and the hashed text around each link (``chain.entry_parts``), the server
   locks the heads, splices the links in, hashes, inserts and moves the heads;
 * expectations: a statement sent without being read whose outcome decides whether
   the transaction may commit (a compare-and-set the caller assumes won:
-  ``flows.apply``'s ``later``) is wrapped by ``PipelinedTxn.expect`` so that the
-  server raises ``EXPECTATION_FAILED`` when it matched another number of rows. The
+  ``Txn.compare_and_set``'s ``unread``, ``fast.FastTxn``) is wrapped by
+  ``PipelinedTxn.expect`` so that the server raises ``EXPECTATION_FAILED`` when it
+  matched another number of rows. The
   error aborts the transaction (the ``COMMIT`` behind it rolls back) and is raised
   as ``Unexpected`` where that round trip is answered. That is why the statement
   last sent is held back (``held``) until the next one or the next round trip:
@@ -37,8 +38,8 @@ server instead (functions revision 0007 installs):
 
 A gate call that runs at once then costs two round trips (the count
 ``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert
-(under an id handed out in an earlier call's transaction, ``intake._SpareIds``,
-with the decision's and the claim's arrows folded in, ``cas.Folded``), audit
+(under an id handed out in an earlier call's transaction, ``pg_fast.SpareIds``,
+with the decision's and the claim's arrows folded in, ``fast.Folded``), audit
 append and ``COMMIT`` in one, the outcome's ``BEGIN``, update, audit append and
 ``COMMIT`` in the other: eight statements.
 
@@ -86,11 +87,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, event, exc
 
-from agent_gate.ledger._sa_private import begin_listener, transaction_watched
-from agent_gate.ledger.prepared import Open, driver_error, opened, track, untrack
+from agent_gate.ledger.backend._sa_private import begin_listener, transaction_watched
+from agent_gate.ledger.backend.prepared import Open, driver_error, opened, track, untrack
+from agent_gate.ledger.txn import Lost
 
 if TYPE_CHECKING:  # psycopg's, imported by a PostgreSQL ledger only (``_enter``)
-    from agent_gate.ledger.libpq import Answer, Wire
+    from agent_gate.ledger.backend._libpq import Reply, Wire
 
 __all__ = [
     "EXPECTATION_FAILED",
@@ -106,9 +108,9 @@ __all__ = [
 ]
 
 
-class Unexpected(Exception):
-    """Internal: a statement sent without waiting did not match the rows it was
-    expected to (``PipelinedTxn.expect``); the transaction was rolled back."""
+class Unexpected(Lost):
+    """A statement sent without waiting did not match the rows it was expected to
+    (``PipelinedTxn.expect``); the transaction was rolled back (``txn.Lost``)."""
 
 
 EXPECTATION_FAILED = "AG001"
@@ -254,12 +256,12 @@ class Pending:
         self.args = args
         self.fetch = fetch
         self.done = False
-        self.answer: Answer | None = None
+        self.answer: Reply | None = None
         """The server's answer, once its round trip is read (``libpq.Wire``)."""
         self._rows: list[tuple[Any, ...]] = []
         self._rowcount = -1
 
-    def answered(self, answer: Answer) -> None:
+    def answered(self, answer: Reply) -> None:
         self.answer = answer
 
     def collect(self) -> None:
@@ -288,7 +290,7 @@ class _Discarded:
 
     fetch = False
 
-    def answered(self, answer: Answer) -> None:
+    def answered(self, answer: Reply) -> None:
         pass
 
 
@@ -338,7 +340,7 @@ class PipelinedTxn:
         # autocommit: psycopg must not send (and wait for) a BEGIN of its own; ours
         # goes out with the first statement.
         driver.autocommit = True
-        from agent_gate.ledger.libpq import Wire
+        from agent_gate.ledger.backend._libpq import Wire
 
         wire = Wire(driver)
         wire.enter()

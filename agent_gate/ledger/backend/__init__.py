@@ -1,0 +1,191 @@
+"""The one site that picks how the ledger's statements reach the database.
+
+The rules (``flows``, ``intake``, ``approvals``, ``quota``, the audit append) ask one
+interface, ``txn.Txn``; this package holds everything under it. Three
+implementations, and one place that chooses among them (``txn_class``), as
+SQLAlchemy's ``engine/processors.py`` picks its compiled or pure twin:
+
+* ``core.CoreTxn``, the reference: plain SQLAlchemy Core on SQLite and PostgreSQL.
+  Every transaction is begun and ended by ``Connection.begin()`` on a pooled
+  connection, every statement runs through ``Connection.execute``. It relies on no
+  SQLAlchemy internals.
+* ``sqlite_fast.SqliteFastTxn``: the same statements compiled once and run on the
+  DB-API cursor (``prepared``), on a few connections kept checked out between
+  transactions with ``BEGIN``/``COMMIT`` issued on the driver (``dialect``,
+  ``spares``), a new call's arrows folded into its insert (``fast``): two synced
+  commits a gate call.
+* ``pg_fast.PgPipelineTxn``: PostgreSQL's write transactions in libpq's pipeline
+  mode (``pg_pipeline``, ``_libpq``): two round trips a gate call.
+
+The fast ones fall back to Core whenever anyone could notice the difference (a
+listener, echo); what they must ask SQLAlchemy for that is in ``_sa_private``.
+All pass the same ledger tests (``tests/ledger/conftest.py`` runs them over each).
+
+The storage is chosen per engine, here only: ``Ledger(..., storage=...)`` or
+``create_ledger_engine(..., storage=...)``, else ``$AGENT_GATE_LEDGER_BACKEND``
+(``core`` or ``fast``), else ``FAST`` unless ``AGENT_GATE_PURE_PYTHON`` is set; the
+fast implementation is then the engine's dialect's. It is kept on the engine's
+dialect, which is also where compiled statements are cached.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+
+import agent_gate._speedups as _speedups
+from agent_gate.errors import LedgerConfigError
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.txn import Txn
+
+_T = TypeVar("_T")
+
+__all__ = [
+    "BACKENDS",
+    "CORE",
+    "ENV_BACKEND",
+    "FAST",
+    "FAST_CACHE",
+    "choose",
+    "chosen",
+    "default",
+    "is_fast",
+    "on",
+    "reading",
+    "register",
+    "release",
+    "resolve",
+    "transact",
+    "txn_class",
+    "writing",
+]
+
+CORE = "core"
+FAST = "fast"
+BACKENDS = (CORE, FAST)
+ENV_BACKEND = "AGENT_GATE_LEDGER_BACKEND"
+_ATTR = "_agent_gate_backend"
+FAST_CACHE = "_agent_gate_prepared"
+"""Where a ``FAST`` dialect caches its compiled statements (``prepared.prepare``): a
+dialect that has one is fast, which is all the hot path needs to know."""
+
+
+def _valid(name: str, source: str) -> str:
+    if name not in BACKENDS:
+        raise LedgerConfigError(f"{source}: unknown ledger backend {name!r}; use 'core' or 'fast'")
+    return name
+
+
+def default() -> str:
+    """The backend an engine gets when nobody names one."""
+    named = os.environ.get(ENV_BACKEND, "").strip().lower()
+    if named:
+        return _valid(named, f"${ENV_BACKEND}")
+    return CORE if _speedups.PURE_PYTHON else FAST
+
+
+def resolve(backend: str | None) -> str:
+    """``backend`` checked, or ``default()`` when None (before any engine is made)."""
+    return _valid(backend, "storage") if backend is not None else default()
+
+
+def choose(dialect: Any, backend: str | None = None) -> str:
+    """Fix ``dialect``'s (one engine's) backend: ``backend``, else ``default()``."""
+    name = resolve(backend)
+    if name != FAST:
+        dialect.__dict__.pop(FAST_CACHE, None)
+    dialect.__dict__.pop(_TXN_ATTR, None)
+    dialect.__dict__[_ATTR] = name
+    return name
+
+
+def chosen(dialect: Any) -> str:
+    """The backend of ``dialect``'s engine (chosen now, by default, if never chosen)."""
+    name: str | None = dialect.__dict__.get(_ATTR)
+    return name if name is not None else choose(dialect)
+
+
+def is_fast(dialect: Any) -> bool:
+    return chosen(dialect) == FAST
+
+
+_TXN_ATTR = "_agent_gate_txn_class"
+
+
+def txn_class(dialect: Any) -> type[Txn]:
+    """The ``Txn`` implementation of ``dialect``'s engine: the one choice of backend."""
+    cls: type[Txn] | None = dialect.__dict__.get(_TXN_ATTR)
+    if cls is not None:
+        return cls
+    if not is_fast(dialect):
+        from agent_gate.ledger.backend.core import CoreTxn as cls
+    elif dialect.name == "postgresql":
+        from agent_gate.ledger.backend.pg_fast import PgPipelineTxn as cls
+    else:
+        from agent_gate.ledger.backend.sqlite_fast import SqliteFastTxn as cls
+    dialect.__dict__[_TXN_ATTR] = cls
+    return cls
+
+
+@contextmanager
+def writing(engine: Engine, *, guess: bool = True) -> Iterator[Txn]:
+    """A write transaction: its audit entries linked right before it commits.
+    ``guess=False``: the backend guesses nothing (``transact``)."""
+    from agent_gate.ledger.backend.dialect import begin_write
+
+    cls = txn_class(engine.dialect)
+    with begin_write(engine) as conn:
+        txn = cls(conn, guess=guess)
+        yield txn
+        txn.finish()
+    txn.after_commit()
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Txn]:
+    """A read-only transaction over one consistent snapshot (``dialect.begin_read``)."""
+    from agent_gate.ledger.backend.dialect import begin_read
+
+    with begin_read(engine) as conn:
+        yield txn_class(engine.dialect)(conn, staged=False)
+
+
+def transact(engine: Engine, body: Callable[[Txn], _T]) -> tuple[Txn, _T]:
+    """``body`` in one write transaction, and the transaction (for ``Txn.committed``).
+    Run once more, the backend guessing nothing, when the first run failed on a
+    guess of the backend's own and committed nothing (``Txn.retry``)."""
+    txn: Txn | None = None
+    try:
+        with writing(engine) as txn:
+            value = body(txn)
+    except Exception as error:
+        if txn is None or not txn.retry(error):
+            raise
+        with writing(engine, guess=False) as txn:
+            value = body(txn)
+    return txn, value
+
+
+def on(conn: Connection) -> Txn:
+    """The ``Txn`` of a transaction a plain ``Connection`` holds (opened with
+    ``dialect.begin_write`` or ``begin_read``): each audit entry linked as appended."""
+    return txn_class(conn.dialect)(conn, staged=False)
+
+
+def register(engine: Engine) -> None:
+    """A ledger opened ``engine``: in a forked child it starts with a pool of its own."""
+    from agent_gate.ledger.backend.spares import forget_in_children
+
+    forget_in_children(engine)
+
+
+def release(engine: Engine) -> None:
+    """Close the connections ``engine`` keeps between transactions (before dispose)."""
+    from agent_gate.ledger.backend.spares import release_idle
+
+    release_idle(engine)

@@ -1,0 +1,107 @@
+"""The ledger's rules speak only the seam: no fast-path name outside ``ledger/backend/``.
+
+Issue 31: the speed machinery (kept connections, statements on the driver, pipelining,
+folded inserts, spare ids, libpq) sits under one interface, ``txn.Txn``, chosen at one
+site (``ledger/backend/__init__.py``). A rule module that names the machinery again
+(asks ``is_fast``, reads ``opened(conn).pipe``, passes ``later=``, checks
+``Rows.processed``...) is the weave this test exists to keep out.
+
+The names are derived from what the machinery exports (its modules' ``__all__``), the
+fields of its rows that the seam's ``txn.StatementResult`` does not have, and the modules' own
+names, plus a few words it never exported (``EXTRA_WORDS``); only identifiers count
+(names, attributes, parameters, keywords, imports), not prose.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import agent_gate.ledger
+from agent_gate.ledger import txn
+from agent_gate.ledger.backend import prepared
+
+LEDGER = Path(agent_gate.ledger.__file__).resolve().parent
+MACHINERY = ("prepared", "pg_pipeline", "_libpq", "spares", "_sa_private", "fast",
+             "sqlite_fast", "pg_fast")
+"""The backend modules that are speed, not seam (``core`` is the reference and
+``dialect`` the portable differences; ``__init__`` is the site that picks)."""
+EXTRA_WORDS = frozenset({"later", "pipe", "pipeline", "libpq", "is_fast", "FAST_CACHE"})
+"""Words of the fast path no machinery module exports that the rules used to speak:
+``cas.compare_and_set``'s ``later=`` list, an open transaction's pipeline
+(``prepared.Open.pipe``), the modules' names before the move, and ``backend``'s own
+test of the choice (the seam answers it by picking a class)."""
+
+
+def fast_path_names() -> frozenset[str]:
+    names: set[str] = set(EXTRA_WORDS)
+    for module in MACHINERY:
+        names.add(module)
+        names.update(importlib.import_module(f"agent_gate.ledger.backend.{module}").__all__)
+    seam_result = {n for n in dir(txn.StatementResult) if not n.startswith("_")}
+    names.update(set(prepared.Rows._fields) - seam_result)
+    return frozenset(names)
+
+
+def identifiers(tree: ast.AST) -> set[str]:
+    """Every name the code itself uses: not strings, docstrings or comments."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.arg) or (isinstance(node, ast.keyword) and node.arg is not None):
+            found.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.alias):
+            found.update(node.name.split("."))
+            if node.asname:
+                found.add(node.asname)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.update(node.module.split("."))
+    return found
+
+
+def rule_modules() -> list[Path]:
+    return sorted(p for p in LEDGER.rglob("*.py") if "backend" not in p.relative_to(LEDGER).parts)
+
+
+def test_the_derived_names_cover_the_fast_path_vocabulary() -> None:
+    """The derivation finds the words the rules used to speak (a check of the check)."""
+    names = fast_path_names()
+    for word in ("opened", "prepare", "Pending", "Folded", "Later", "processed", "pipe",
+                 "Unexpected", "spares", "Rows", "track", "Wire", "forget_in_children"):
+        assert word in names, word
+    # The seam's own words are not among them.
+    for word in ("rowcount", "rows", "Txn", "run", "writing", "reading", "transact"):
+        assert word not in names, word
+
+
+def test_no_ledger_module_outside_the_backends_names_the_fast_path() -> None:
+    names = fast_path_names()
+    found = {
+        str(path.relative_to(LEDGER)): sorted(identifiers(ast.parse(path.read_text())) & names)
+        for path in rule_modules()
+    }
+    offending = {module: words for module, words in found.items() if words}
+    assert not offending, (
+        "ledger modules outside ledger/backend/ name the fast path (go through txn.Txn "
+        f"and ledger.backend's seam instead): {offending}"
+    )
+
+
+def test_one_site_picks_the_implementation() -> None:
+    """Only ``backend/__init__.py`` imports the three implementations' modules."""
+    pickers = []
+    for path in LEDGER.rglob("*.py"):
+        imported = {
+            node.module for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module
+        }
+        if imported & {"agent_gate.ledger.backend.core", "agent_gate.ledger.backend.sqlite_fast",
+                       "agent_gate.ledger.backend.pg_fast"}:
+            pickers.append(str(path.relative_to(LEDGER)))
+    assert pickers == ["backend/__init__.py"]
