@@ -109,6 +109,7 @@ class Ledger:
         (``agent_gate.ledger.backend``).
         """
         self.url = resolve_url(url) if engine is None else str(engine.url)
+        made = engine is None
         if engine is None:
             require_ledger_file(self.url, create=create)
             engine = create_ledger_engine(
@@ -124,7 +125,14 @@ class Ledger:
         self._release = weakref.finalize(self, backend.release, self.engine)
         self._known_tasks: set[tuple[str, str | None, str | None]] = set()
         """(task, principal, scope) this ledger has committed a call under (``record``)."""
-        ensure_schema(self.engine, auto_upgrade=auto_upgrade)
+        try:
+            ensure_schema(self.engine, auto_upgrade=auto_upgrade)
+        except BaseException:
+            # Nobody will hold a ledger that refused to open: an engine made here is
+            # closed now, not left for the collector to find with a session still open.
+            if made:
+                self.close()
+            raise
 
     def close(self) -> None:
         self._release()

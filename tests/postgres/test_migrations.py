@@ -89,6 +89,26 @@ def test_upgrade_builds_an_empty_schema_and_downgrade_round_trips(fresh_pg: PgSc
         assert ledger.verify_audit().ok
 
 
+def test_a_ledger_that_refuses_to_open_leaves_no_session_open(fresh_pg: PgSchema) -> None:
+    """Its engine is closed with the refusal: before, the pooled session stayed open
+    until the collector found it (a ResourceWarning, and a server session held)."""
+    def sessions() -> int:
+        engine = create_ledger_engine(fresh_pg.url)
+        try:
+            with engine.connect() as conn:
+                return int(conn.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND pid <> pg_backend_pid()")).scalar_one())
+        finally:
+            engine.dispose()
+
+    before = sessions()
+    for _ in range(3):
+        with pytest.raises(LedgerSchemaError, match="is empty"):
+            Ledger(fresh_pg.url)
+    assert sessions() == before
+
+
 def test_postgres_is_never_upgraded_implicitly(fresh_pg: PgSchema) -> None:
     with pytest.raises(LedgerSchemaError, match=r"is empty: run `agent-gate db upgrade --db "
                                                 r"postgresql\+psycopg://"):
