@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, FunctionToolset, ToolApproved
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from support import answers as ledger_answers
 
 from agent_gate import Gate, ToolRegistry
 from agent_gate.errors import AnswerMismatch, UnmatchedAnswer
@@ -41,8 +42,8 @@ from agent_gate.ledger.states import CallState
 
 POLICY = Path(__file__).with_name("policy.yaml")
 TASK = "order-17"
-Sent = list[tuple[str, int]]
-Approvals = Callable[[], list[dict[str, Any]]]
+Sent = ledger_answers.Sent
+Approvals = ledger_answers.Approvals
 HOSTILE = ["../../etc/passwd", "call-é-🙂-ж", "call\n\x1b[31mred\u202e", "c" * 255]
 HOSTILE_IDS = ["dot-dot", "unicode", "control-chars", "longest-stored"]
 
@@ -53,25 +54,12 @@ def no_tracing() -> None:
 
 
 def states(gate: Gate, task: str = TASK) -> dict[str, CallState]:
-    return {o.call_id: o.state for o in gate.calls(task)}
-
-
-def recorded(gate: Gate) -> list[dict[str, Any]]:
-    """Every answer the ledger holds, read through its own API (any backend), oldest
-    first."""
-    rows = []
-    for rec in gate.ledger.calls():
-        details = gate.ledger.call_details(rec.task_id, rec.call_id, max_shown=0)
-        assert details is not None
-        rows += [{"call_id": a.call_id, "verdict": a.verdict, "decided_by": a.decided_by,
-                  "consumed": a.consumed, "id": a.id} for a in details.approvals]
-    return [{k: v for k, v in row.items() if k != "id"}
-            for row in sorted(rows, key=lambda row: row["id"])]
+    return ledger_answers.states(gate, task)
 
 
 @pytest.fixture
 def approvals(gate: Gate) -> Approvals:
-    return lambda: recorded(gate)
+    return lambda: ledger_answers.recorded(gate)
 
 
 @pytest.fixture
@@ -82,16 +70,7 @@ def gate_on(db_url: str) -> Iterator[Gate]:
 
 
 def assert_sound(gate: Gate, sent: Sent, approvals: Approvals, *tasks: str) -> None:
-    """No payment made twice; every call that ran ran once; every large one that ran
-    (the policy sends those to a person) spent an approval given for it."""
-    assert len(sent) == len(set(sent)), sent
-    spent = {(a["call_id"]) for a in approvals() if a["verdict"] == "approved" and a["consumed"]}
-    for task in tasks or (TASK,):
-        for rec in gate.ledger.calls(task):
-            assert rec.attempt <= 1, rec.call_id
-            if rec.state is CallState.SUCCEEDED and rec.arguments["amount"] >= 100:
-                assert rec.call_id in spent, rec.call_id
-    assert gate.ledger.verify_audit().ok
+    ledger_answers.assert_sound(gate, sent, approvals, tasks or (TASK,))
 
 
 # ------------------------------------------------------------------ pydantic-ai
@@ -233,7 +212,7 @@ def test_pydantic_ai_hostile_call_ids_are_answered_by_id(
 def test_pydantic_ai_an_approval_racing_a_denial_or_itself_runs_at_most_once(
     gate_on: Gate,
 ) -> None:
-    gate, approvals = gate_on, lambda: recorded(gate_on)
+    gate, approvals = gate_on, lambda: ledger_answers.recorded(gate_on)
     sent: Sent = []
     agent, gated = pydantic_agent(gate, sent, ("carol", 500, "c1"))
     waiting = deferred(agent)
@@ -402,7 +381,7 @@ def test_agents_sdk_hostile_call_ids_are_answered_by_id(
 
 
 def test_agents_sdk_one_approved_state_resumed_twice_at_once_pays_once(gate_on: Gate) -> None:
-    gate, approvals = gate_on, lambda: recorded(gate_on)
+    gate, approvals = gate_on, lambda: ledger_answers.recorded(gate_on)
     sent: Sent = []
     agent = payer(gate, sent, [("carol", 500, "c1")])
 

@@ -29,6 +29,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, Interrupt
+from support import answers as ledger_answers
 
 from agent_gate import Gate, ToolRegistry
 from agent_gate.errors import AnswerMismatch, UnmatchedAnswer
@@ -38,8 +39,8 @@ from agent_gate.ledger.states import CallState
 POLICY = Path(__file__).with_name("policy.yaml")
 THREAD = "thread-7"
 CONFIG = {"configurable": {"thread_id": THREAD}}
-Sent = list[tuple[str, int]]
-Approvals = Callable[[], list[dict[str, Any]]]
+Sent = ledger_answers.Sent
+Approvals = ledger_answers.Approvals
 
 
 def payment(to: str, amount: int, call_id: str) -> dict[str, Any]:
@@ -133,25 +134,12 @@ def shown(state: dict[str, Any]) -> list[Interrupt]:
 
 
 def states(gate: Gate, task: str = THREAD) -> dict[str, CallState]:
-    return {o.call_id: o.state for o in gate.calls(task)}
-
-
-def recorded(gate: Gate) -> list[dict[str, Any]]:
-    """Every answer the ledger holds, read through its own API (any backend), oldest
-    first."""
-    rows = []
-    for rec in gate.ledger.calls():
-        details = gate.ledger.call_details(rec.task_id, rec.call_id, max_shown=0)
-        assert details is not None
-        rows += [{"call_id": a.call_id, "verdict": a.verdict, "decided_by": a.decided_by,
-                  "consumed": a.consumed, "id": a.id} for a in details.approvals]
-    return [{k: v for k, v in row.items() if k != "id"}
-            for row in sorted(rows, key=lambda row: row["id"])]
+    return ledger_answers.states(gate, task)
 
 
 @pytest.fixture
 def approvals(gate: Gate) -> Approvals:
-    return lambda: recorded(gate)
+    return lambda: ledger_answers.recorded(gate)
 
 
 @pytest.fixture
@@ -162,16 +150,7 @@ def gate_on(db_url: str) -> Iterator[Gate]:
 
 
 def assert_sound(gate: Gate, sent: Sent, approvals: Approvals, *tasks: str) -> None:
-    """No payment made twice; every call that ran ran once; every large one that ran
-    (the policy sends those to a person) spent an approval given for it."""
-    assert len(sent) == len(set(sent)), sent
-    spent = {a["call_id"] for a in approvals() if a["verdict"] == "approved" and a["consumed"]}
-    for task in tasks or (THREAD,):
-        for rec in gate.ledger.calls(task):
-            assert rec.attempt <= 1, rec.call_id
-            if rec.state is CallState.SUCCEEDED and rec.arguments["amount"] >= 100:
-                assert rec.call_id in spent, rec.call_id
-    assert gate.ledger.verify_audit().ok
+    ledger_answers.assert_sound(gate, sent, approvals, tasks or (THREAD,))
 
 
 def two_waiting(gate: Gate, sent: Sent, order: Order) -> tuple[Any, Interrupt]:
@@ -418,7 +397,7 @@ def test_answers_racing_on_one_thread_run_the_call_at_most_once(
 ) -> None:
     # One node object shares its adapter (and its lock); two workers share only the
     # checkpoints and the ledger, as two processes would.
-    gate, approvals = gate_on, lambda: recorded(gate_on)
+    gate, approvals = gate_on, lambda: ledger_answers.recorded(gate_on)
     sent: Sent = []
     saver = InMemorySaver()
     graphs = [build(gate, sent, model_asking([payment("carol", 500, "call-1")]), saver=saver)
