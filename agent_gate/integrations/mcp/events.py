@@ -249,7 +249,10 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         self.log = log
         self.keeps = keeps
         self.sessions: dict[str, SessionEvents] = {}
-        self._ending: set[str] = set()  # being forgotten: the DELETE answered before that
+        # Ended in this process (deleted by its client, idle): never taken back here,
+        # even while its rows are still being deleted. Marked when the DELETE arrives:
+        # the SDK answers it before the session's task has ended and been discarded.
+        self._ended: set[str] = set()
         self._closing = False
 
     @contextlib.asynccontextmanager
@@ -265,6 +268,9 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         if body is not None:
             receive = _replaying(body, receive)
         session_id = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
+        if (scope.get("method") == "DELETE" and session_id is not None
+                and session_id in self._server_instances):
+            self._ended.add(session_id)
         if session_id is not None and session_id not in self._server_instances:
             await self._adopt(session_id)
         events = self.sessions.get(session_id) if session_id is not None else None
@@ -308,13 +314,13 @@ class GatedSessionManager(StreamableHTTPSessionManager):
     async def _adopt(self, session_id: str) -> None:
         """Serve ``session_id`` again if the database holds it (module docstring)."""
         if (not SESSION_ID_PATTERN.fullmatch(session_id) or self._task_group is None
-                or session_id in self._ending):
+                or session_id in self._ended):
             return
         initialize = await anyio.to_thread.run_sync(self.log.session, session_id)
         if initialize is None:
             return
         async with self._session_creation_lock:
-            if session_id in self._server_instances or session_id in self._ending or (
+            if session_id in self._server_instances or session_id in self._ended or (
                 self.max_sessions is not None and len(self._server_instances) >= self.max_sessions
             ):
                 return
@@ -344,16 +350,13 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         events = self.sessions.pop(session_id, None)
         forget = events is not None and not self._closing
         if forget:  # deleted by its client, idle, or never opened: never adopted again
-            self._ending.add(session_id)
-        try:
-            await super()._discard_session(session_id, transport)
-            if events is not None:
-                events.close()
-            if forget:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self.log.end_session, session_id)
-        finally:
-            self._ending.discard(session_id)
+            self._ended.add(session_id)
+        await super()._discard_session(session_id, transport)
+        if events is not None:
+            events.close()
+        if forget:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.log.end_session, session_id)
 
 
 async def _body(receive: Receive) -> bytes:
