@@ -45,6 +45,8 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import sys
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
@@ -95,6 +97,9 @@ _RESUMING: ContextVar[Scope | None] = ContextVar("agent_gate_mcp_resuming", defa
 
 Keeps = Callable[[dict[str, Any]], bool]
 """Whether a request (parsed JSON-RPC) may be stored in the database as it was sent."""
+
+_ENDED_KEPT = 100_000
+"""Ids of ended sessions a process remembers (never to re-adopt them), newest kept."""
 
 _TAIL_POLL = 1.0
 """Seconds a resumed stream waits for a new event before it looks for itself."""
@@ -249,7 +254,8 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         self.log = log
         self.keeps = keeps
         self.sessions: dict[str, SessionEvents] = {}
-        self._ending: set[str] = set()  # being forgotten: the DELETE answered before that
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        """Sessions this process ended (their DELETE is answered before their rows go)."""
         self._closing = False
 
     @contextlib.asynccontextmanager
@@ -308,13 +314,13 @@ class GatedSessionManager(StreamableHTTPSessionManager):
     async def _adopt(self, session_id: str) -> None:
         """Serve ``session_id`` again if the database holds it (module docstring)."""
         if (not SESSION_ID_PATTERN.fullmatch(session_id) or self._task_group is None
-                or session_id in self._ending):
+                or session_id in self._ended):
             return
         initialize = await anyio.to_thread.run_sync(self.log.session, session_id)
         if initialize is None:
             return
         async with self._session_creation_lock:
-            if session_id in self._server_instances or session_id in self._ending or (
+            if session_id in self._server_instances or session_id in self._ended or (
                 self.max_sessions is not None and len(self._server_instances) >= self.max_sessions
             ):
                 return
@@ -344,16 +350,19 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         events = self.sessions.pop(session_id, None)
         forget = events is not None and not self._closing
         if forget:  # deleted by its client, idle, or never opened: never adopted again
-            self._ending.add(session_id)
-        try:
-            await super()._discard_session(session_id, transport)
-            if events is not None:
-                events.close()
-            if forget:
-                with anyio.CancelScope(shield=True):
+            self._ended[session_id] = None
+            while len(self._ended) > _ENDED_KEPT:
+                self._ended.popitem(last=False)
+        await super()._discard_session(session_id, transport)
+        if events is not None:
+            events.close()
+        if forget:
+            with anyio.CancelScope(shield=True):
+                try:
                     await anyio.to_thread.run_sync(self.log.end_session, session_id)
-        finally:
-            self._ending.discard(session_id)
+                except Exception as exc:  # its rows age out; this process never adopts it
+                    print(f"agent-gate mcp proxy: could not forget an ended session's events "
+                          f"({type(exc).__name__}); they are pruned by age", file=sys.stderr)
 
 
 async def _body(receive: Receive) -> bytes:
