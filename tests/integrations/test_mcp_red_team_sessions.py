@@ -292,6 +292,8 @@ def test_a_stream_resumes_after_the_proxy_is_killed_and_the_tool_never_runs_twic
             # A session its client deleted is gone, after a restart too.
             assert http.delete(url, headers=headers).status_code == 200
             assert resume(http, url, headers, done_first).status_code == 404
+        with proxy_on(setup, port):
+            assert resume(http, url, headers, done_first).status_code == 404
     assert setup.lines() == ["note:before", "pay:cy:7000"]
 
 

@@ -45,6 +45,8 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import sys
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
@@ -95,6 +97,9 @@ _RESUMING: ContextVar[Scope | None] = ContextVar("agent_gate_mcp_resuming", defa
 
 Keeps = Callable[[dict[str, Any]], bool]
 """Whether a request (parsed JSON-RPC) may be stored in the database as it was sent."""
+
+_ENDED_KEPT = 100_000
+"""Ids of ended sessions a process remembers (never to re-adopt them), newest kept."""
 
 _TAIL_POLL = 1.0
 """Seconds a resumed stream waits for a new event before it looks for itself."""
@@ -252,7 +257,7 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         # Ended in this process (deleted by its client, idle): never taken back here,
         # even while its rows are still being deleted. Marked when the DELETE arrives:
         # the SDK answers it before the session's task has ended and been discarded.
-        self._ended: set[str] = set()
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._closing = False
 
     @contextlib.asynccontextmanager
@@ -270,7 +275,7 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         session_id = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
         if (scope.get("method") == "DELETE" and session_id is not None
                 and session_id in self._server_instances):
-            self._ended.add(session_id)
+            self._end(session_id)
         if session_id is not None and session_id not in self._server_instances:
             await self._adopt(session_id)
         events = self.sessions.get(session_id) if session_id is not None else None
@@ -311,6 +316,12 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         self.sessions[session_id] = events
         return transport
 
+    def _end(self, session_id: str) -> None:
+        """Never take ``session_id`` back in this process (the newest ``_ENDED_KEPT``)."""
+        self._ended[session_id] = None
+        while len(self._ended) > _ENDED_KEPT:
+            self._ended.popitem(last=False)
+
     async def _adopt(self, session_id: str) -> None:
         """Serve ``session_id`` again if the database holds it (module docstring)."""
         if (not SESSION_ID_PATTERN.fullmatch(session_id) or self._task_group is None
@@ -350,13 +361,17 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         events = self.sessions.pop(session_id, None)
         forget = events is not None and not self._closing
         if forget:  # deleted by its client, idle, or never opened: never adopted again
-            self._ended.add(session_id)
+            self._end(session_id)
         await super()._discard_session(session_id, transport)
         if events is not None:
             events.close()
         if forget:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self.log.end_session, session_id)
+                try:
+                    await anyio.to_thread.run_sync(self.log.end_session, session_id)
+                except Exception as exc:  # its rows age out; this process never adopts it
+                    print(f"agent-gate mcp proxy: could not forget an ended session's events "
+                          f"({type(exc).__name__}); they are pruned by age", file=sys.stderr)
 
 
 async def _body(receive: Receive) -> bytes:
