@@ -275,7 +275,10 @@ class GatedSessionManager(StreamableHTTPSessionManager):
         session_id = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
         if (scope.get("method") == "DELETE" and session_id is not None
                 and session_id in self._server_instances):
+            # Its rows go before the DELETE is answered: a proxy started after the
+            # answer finds nothing to take back.
             self._end(session_id)
+            await anyio.to_thread.run_sync(self.log.end_session, session_id)
         if session_id is not None and session_id not in self._server_instances:
             await self._adopt(session_id)
         events = self.sessions.get(session_id) if session_id is not None else None
