@@ -19,7 +19,7 @@ from agent_gate.cli._output import cell, console, emit_json, state_cell, when
 
 if TYPE_CHECKING:
     from agent_gate.ledger import AuditRecord, Ledger
-    from agent_gate.ledger.pages import AuditQuery
+    from agent_gate.ledger.views.pages import AuditQuery
 
 _FOLLOW_MIN = 0.05
 _FOLLOW_MAX = 1.0
@@ -36,7 +36,7 @@ def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def _json(e: Any) -> dict[str, Any]:
-    from agent_gate.ledger.pages import audit_json
+    from agent_gate.ledger.views.pages import audit_json
 
     return audit_json(e)
 
@@ -80,7 +80,7 @@ def audit_group(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from agent_gate.ledger.pages import AuditQuery
+    from agent_gate.ledger.views.pages import AuditQuery
 
     start: int | None = None
     if after is not None:

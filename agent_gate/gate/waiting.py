@@ -29,10 +29,10 @@ from typing import Any
 from agent_gate.errors import NotAwaitingApproval
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.notify import Listener, payload
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.store import Ledger
+from agent_gate.ledger.views.notify import Listener, payload
 
 __all__ = ["LISTEN_SLICE", "POLL_MAX", "POLL_MIN", "Answer", "AnswerStatus", "await_answer",
            "pending", "wait_answer"]

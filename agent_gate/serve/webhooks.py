@@ -35,8 +35,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_gate.errors import GateUsageError
-from agent_gate.ledger import outbox
 from agent_gate.ledger.store import Ledger
+from agent_gate.ledger.views import outbox
 
 __all__ = ["Endpoint", "Notifier", "ServeConfig", "load_config", "sign"]
 
