@@ -6,7 +6,7 @@ person approved or denied it (``agent-gate approve``, another process, any API),
 then run it with ``Gate.execute`` again, without a separate resume process.
 
 How the waiter learns of the answer: on PostgreSQL, the answer's transaction sends
-``NOTIFY`` (``ledger.notify``) and the waiter ``LISTEN``s, starting before its first
+``NOTIFY`` (``ledger.views.notify``) and the waiter ``LISTEN``s, starting before its first
 read, so an answer committed at any moment wakes it; it still re-reads every
 ``LISTEN_SLICE`` seconds in case a notification was lost. On SQLite it re-reads the
 call with backoff, from ``POLL_MIN`` to ``POLL_MAX`` seconds. Either way the answer
