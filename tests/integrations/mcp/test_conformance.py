@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,6 +61,16 @@ def _not_runnable() -> str | None:
     return None
 
 
+def typescript(script: Path) -> list[str]:
+    """``node`` running a TypeScript file in one process, with the loader that
+    ``node --import tsx`` loads (tsx's package entry). The ``tsx`` command would run it
+    in a child process of its own, which a SIGKILL of ``tsx`` leaves running."""
+    tsx = SUITE / "node_modules" / "tsx"
+    entry = json.loads((tsx / "package.json").read_text("utf-8"))["exports"]["."]
+    return [shutil.which("node") or "node", "--import", (tsx / entry).resolve().as_uri(),
+            str(script)]
+
+
 def suite_version() -> str:
     """The installed suite's version (package.json pins it), as the counts quote it."""
     package = SUITE / "node_modules" / "@modelcontextprotocol" / "conformance" / "package.json"
@@ -85,7 +96,7 @@ def reference_server(log: Path) -> Iterator[str]:
     Its own log (a line per session) goes to ``log``."""
     port = free_port()
     with log.open("wb") as out:
-        proc = subprocess.Popen([BIN / "tsx", SUITE / "everything-server.ts"], cwd=SUITE,
+        proc = subprocess.Popen(typescript(SUITE / "everything-server.ts"), cwd=SUITE,
                                 env={**os.environ, "PORT": str(port)}, stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
@@ -95,6 +106,16 @@ def reference_server(log: Path) -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait(timeout=60)
+    # Nothing of it is left behind (a process the server started would still hold the port).
+    wait_until(lambda: not _listening(port), timeout=10, what=f"port {port} to be released")
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def run_suite(url: str, out: Path, names: list[str]) -> dict[str, Scenario]:
@@ -146,7 +167,7 @@ def test_no_scenario_is_worse_through_the_proxy_than_directly_unless_expected(
     record_property: pytest.RecordProperty,
 ) -> None:
     expected = read_expected(EXPECTED, scenarios)
-    relay = (str(BIN / "tsx"), str(SUITE / "stdio-relay.ts"))
+    relay = typescript(SUITE / "stdio-relay.ts")
     with reference_server(tmp_path / "server.log") as url:
         direct = run_suite(url, tmp_path / "direct", scenarios)
         assert failing(direct) == [], "the reference server fails directly: the comparison " \
