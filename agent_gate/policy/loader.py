@@ -18,7 +18,7 @@ from agent_gate.errors import PolicyLoadError, Problem
 from agent_gate.policy.model import PREDICATES, Condition, PolicyDocument, Rule
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 
-__all__ = ["load_document"]
+__all__ = ["load_document", "load_located"]
 
 Loc = tuple[str | int, ...]
 
@@ -116,6 +116,12 @@ def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:
 
 def load_document(raw: bytes | str, source: str) -> PolicyDocument:
     """Parse and validate one policy file; raises ``PolicyLoadError`` listing every problem."""
+    return load_located(raw, source)[0]
+
+
+def load_located(raw: bytes | str, source: str) -> tuple[PolicyDocument, YamlDocument]:
+    """``load_document`` plus the YAML it came from, so later passes (dead rules, CEL
+    type errors, test coverage) can name the line of a rule."""
     doc = parse_yaml(raw, source)
     try:
         document = PolicyDocument.model_validate(doc.data)
@@ -127,4 +133,4 @@ def load_document(raw: bytes | str, source: str) -> PolicyDocument:
     if located:
         located.sort(key=lambda p: (p.line or 0, p.column or 0))
         raise PolicyLoadError(located)
-    return document
+    return document, doc

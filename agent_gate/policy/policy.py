@@ -17,11 +17,11 @@ from typing import Any
 from agent_gate.errors import PolicyLoadError, Problem, error_code
 from agent_gate.plainjson import canonical_bytes, sha256_hex
 from agent_gate.policy.evaluator import CompiledRule, LimitRule, decide
-from agent_gate.policy.loader import load_document
+from agent_gate.policy.loader import load_located
 from agent_gate.policy.model import PolicyDocument
 from agent_gate.policy.redaction import RedactionRule, redact_arguments
 from agent_gate.policy.values import PolicyDecision, Principal, TaskScope, ToolOverrides
-from agent_gate.policy.yamlsource import MAX_POLICY_BYTES
+from agent_gate.policy.yamlsource import MAX_POLICY_BYTES, YamlDocument, format_key
 
 __all__ = ["Policy"]
 
@@ -33,8 +33,16 @@ class Policy:
     both raise ``PolicyLoadError`` naming file, line and key on any problem.
     """
 
-    def __init__(self, document: PolicyDocument, *, source: str, source_sha256: str) -> None:
+    def __init__(
+        self,
+        document: PolicyDocument,
+        *,
+        source: str,
+        source_sha256: str,
+        yaml: YamlDocument | None = None,
+    ) -> None:
         self._document = document
+        self._yaml = yaml
         self._source = source
         self._source_sha256 = source_sha256
         self._hash = "sha256:" + sha256_hex(
@@ -85,8 +93,8 @@ class Policy:
     def from_text(cls, text: str | bytes, *, source: str = "<policy>") -> Policy:
         """Validate policy text; ``source`` is the name used in error messages."""
         raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-        document = load_document(text, source)
-        return cls(document, source=source, source_sha256=sha256_hex(raw))
+        document, yaml = load_located(text, source)
+        return cls(document, source=source, source_sha256=sha256_hex(raw), yaml=yaml)
 
     # --- identity ----------------------------------------------------------------
 
@@ -115,6 +123,13 @@ class Policy:
     @property
     def scopes(self) -> Mapping[str, frozenset[str]]:
         return self._scopes
+
+    def locate(self, loc: tuple[str | int, ...], message: str) -> Problem:
+        """A problem at ``loc`` (``("tools", "refund", "rules", 0)``) with its line, when the
+        policy was read from text (built from a document: no line)."""
+        if self._yaml is not None:
+            return self._yaml.problem(loc, message)
+        return Problem(self._source, None, None, format_key(loc), message)
 
     def __repr__(self) -> str:
         return f"Policy(source={self._source!r}, hash={self._hash[:19]}…)"
