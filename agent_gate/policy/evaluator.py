@@ -325,6 +325,8 @@ def decide(
         principal=(principal or Principal()).as_subject(),
         task=task_scope.as_subject() if task_scope is not None else {"attributes": {}},
         path_subjects=frozenset().union(*(rule.path_subjects for rule in rules)),
+        tool=tool,
+        usage=usage or {},
     )
     traces: list[RuleTrace] = []
     by_effect: dict[Verdict, list[str]] = {e: [] for e in Verdict}

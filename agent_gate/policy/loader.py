@@ -59,6 +59,9 @@ def _condition_problems(
         yield from _condition_problems(condition.operand("not"), (*loc, "not"), in_element)
         return
     subjects = condition.subjects
+    if condition.predicate == "cel":
+        yield from _cel_problems(condition, loc, in_element)
+        return
     if in_element:
         outer = [s for s in subjects if s != "field"]
         if outer:
@@ -76,9 +79,32 @@ def _condition_problems(
         yield from _condition_problems(condition.operand(predicate), (*loc, predicate), True)
 
 
+def _cel_problems(condition: Condition, loc: Loc, in_element: bool) -> Iterator[tuple[Loc, str]]:
+    from agent_gate.policy.celexpr import cel_problem  # the optional runtime, when used
+
+    if condition.subjects:
+        yield (
+            (*loc, condition.subjects[0]),
+            "a cel: condition names its values itself (args, principal, task, tool, "
+            "usage); remove the subject",
+        )
+    elif in_element:
+        yield (*loc, "cel"), "cel: is not available inside each/some; use CEL's all()/exists()"
+    else:
+        assert condition.cel is not None
+        problem = cel_problem(condition.cel)
+        if problem is not None:
+            yield (*loc, "cel"), problem
+
+
 def _rule_problems(rule: Rule, loc: Loc) -> Iterator[tuple[Loc, str]]:
     for index, condition in enumerate(rule.when):
-        yield from _condition_problems(condition, (*loc, "when", index), in_element=False)
+        for where, message in _condition_problems(
+            condition, (*loc, "when", index), in_element=False
+        ):
+            if where[-1] == "cel":
+                message = f"rule {rule.id}: {message}"
+            yield where, message
 
 
 def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:

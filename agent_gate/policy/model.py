@@ -298,6 +298,7 @@ PREDICATES: Final = (
     "url",
     "ip_in",
     "email_domain",
+    "cel",
 )
 
 
@@ -329,6 +330,9 @@ class Condition(_Model):
     url: UrlSpec | None = None
     ip_in: Annotated[list[IpEntry], Field(min_length=1)] | None = None
     email_domain: Annotated[list[DomainPattern], Field(min_length=1)] | None = None
+    cel: Annotated[StrictStr, StringConstraints(min_length=1, max_length=4000)] | None = None
+    """A CEL expression over ``args``, ``principal``, ``task``, ``tool`` and ``usage``
+    (``celexpr``); it names its values itself, so it takes no subject."""
 
     def _given(self, names: tuple[str, ...]) -> list[str]:
         given = {(Condition.model_fields[f].alias or f) for f in self.model_fields_set}
