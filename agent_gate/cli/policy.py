@@ -30,6 +30,7 @@ from agent_gate.policy import (
     TaskScope,
     Verdict,
 )
+from agent_gate.policy.cedarload import cedar_problems
 from agent_gate.policy.reach import dead_rules
 
 _STYLE = {
@@ -185,8 +186,10 @@ def check(files: tuple[str, ...], schemas_file: str | None, tools_spec: str | No
     """Validate each policy FILE; print file:line:column: key: message per problem.
 
     With --schemas or --tools, also warn (file:line:column: key: warning: ...) about
-    rules that can never match a call the tool's schema accepts. Exits 1 if any file
-    has a problem, 0 if all are valid (warnings do not fail).
+    rules that can never match a call the tool's schema accepts, and run Cedar's
+    validator on the file's Cedar set against a schema generated from the tools'
+    JSON Schemas (its errors fail). Exits 1 if any file has a problem, 0 if all are
+    valid (warnings do not fail).
     """
     schemas = load_schemas(schemas_file, tools_spec)
     failed = False
@@ -206,6 +209,15 @@ def check(files: tuple[str, ...], schemas_file: str | None, tools_spec: str | No
                 f"{dead.tool!r}: {dead.why}",
             )
             click.echo(str(where), err=True)
+        if policy.cedar is not None and schemas:
+            counters = {name: sorted({lim.key for lim in policy.limits(name)})
+                        for name in document.tools}
+            invalid = cedar_problems(policy.cedar, document, schemas, counters)
+            for line in invalid:
+                click.echo(str(policy.locate(("cedar",), f"Cedar validator: {line}")), err=True)
+            if invalid:
+                failed = True
+                continue
         rules = len(document.rules) + sum(len(t.rules) for t in document.tools.values())
         limits = sum(len(t.limits) for t in document.tools.values())
         click.echo(

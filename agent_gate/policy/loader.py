@@ -132,6 +132,11 @@ def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:
                     "names a tool the policy does not declare",
                 )
     for tool_name, tool in document.tools.items():
+        if tool.cedar is not None and document.cedar is None:
+            yield (
+                ("tools", tool_name, "cedar"),
+                "the tool is handed to Cedar but the file has no top-level 'cedar:' policy set",
+            )
         for index, rule in enumerate(tool.rules):
             loc = ("tools", tool_name, "rules", index)
             yield from claim(rule.id, loc)
