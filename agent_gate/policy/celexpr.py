@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
+from agent_gate.errors import AddressError
 from agent_gate.policy.conditions import EvalContext, Result, SubjectKey
 from agent_gate.policy.model import PathUnderSpec
 from agent_gate.policy.netaddr import (
@@ -88,28 +89,51 @@ def _networks(entries: tuple[str, ...]) -> tuple[tuple[Any, ...], frozenset[str]
     return networks, names
 
 
+def _once(kind: str, parse: Callable[[str], Any], text: str) -> Any:
+    """``parse(text)`` once per decision: ``host_in``, ``url_host`` and ``url_scheme`` of
+    one URL read one parse, as the ``url:`` predicates of a rule do (and it is faster)."""
+    ctx = _CURRENT.get()
+    if ctx is None:
+        return parse(text)
+    cache = ctx.memo.setdefault(kind, {})
+    found = cache.get(text)
+    if found is None:
+        try:
+            found = parse(text)
+        except (AddressError, ValueError) as exc:
+            found = exc
+        cache[text] = found
+    if isinstance(found, AddressError | ValueError):
+        raise found
+    return found
+
+
+def _url(text: str) -> Any:
+    return _once("cel:url", parse_url, text)
+
+
 def _host_in(url: str, patterns: Sequence[str]) -> bool:
-    parsed = parse_url(url)
+    parsed = _url(url)
     return parsed.address is None and domain_matches(parsed.host, tuple(patterns)) is not None
 
 
 def _url_host(url: str) -> str:
-    return parse_url(url).host
+    return str(_url(url).host)
 
 
 def _url_scheme(url: str) -> str:
-    return parse_url(url).scheme
+    return str(_url(url).scheme)
 
 
 def _url_port(url: str) -> int:
-    port = parse_url(url).effective_port
+    port = _url(url).effective_port
     if port is None:
         raise _Unjudgeable("no port given and no default port for the scheme")
     return port
 
 
 def _ip_in(host: str, entries: Sequence[str]) -> bool:
-    _name, address = normalize_host(host)
+    _name, address = _once("cel:host", normalize_host, host)
     if address is None:
         return False
     networks, names = _networks(tuple(entries))
