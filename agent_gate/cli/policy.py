@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_gate.cli._options import role_option
+from agent_gate.cli.policy_backtest import backtest_command
 from agent_gate.cli.policy_test import load_schemas, schema_options, test_command
 from agent_gate.policy import (
     Policy,
@@ -177,6 +178,7 @@ def policy_group() -> None:
 
 
 policy_group.add_command(test_command)
+policy_group.add_command(backtest_command)
 
 
 @policy_group.command(name="check")
