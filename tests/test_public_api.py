@@ -104,7 +104,7 @@ def test_decision_has_one_meaning() -> None:
     assert policy.DecisionEffect is policy.Verdict  # its old name, kept for callers
     # What the trail recorded of a decision is a DecisionRecord, not a second
     # PolicyDecision (issue 31).
-    from agent_gate.ledger import details
+    from agent_gate.ledger.views import details
 
     assert not hasattr(details, "PolicyDecision") and details.DecisionRecord
 

@@ -59,7 +59,7 @@ class Progress:
 
     def __init__(self, ledger: Ledger, task_id: str, *, live: Console | None,
                  plain: bool) -> None:
-        from agent_gate.ledger.pages import AuditQuery
+        from agent_gate.ledger.views.pages import AuditQuery
 
         self.ledger = ledger
         self.task_id = task_id
@@ -133,7 +133,7 @@ class Progress:
 
     def _drain_locked(self) -> bool:
         """Show the task's entries appended since the last read (the lock held)."""
-        from agent_gate.ledger.pages import AuditQuery
+        from agent_gate.ledger.views.pages import AuditQuery
 
         page = self.ledger.audit_page(
             AuditQuery(task_id=self.task_id, after=self._seq, limit=500))

@@ -22,7 +22,7 @@ from agent_gate.cli.audit_evidence import SUBCOMMANDS, signing_key_option
 
 if TYPE_CHECKING:
     from agent_gate.ledger import AuditRecord, Ledger
-    from agent_gate.ledger.pages import AuditQuery
+    from agent_gate.ledger.views.pages import AuditQuery
 
 _FOLLOW_MIN = 0.05
 _FOLLOW_MAX = 1.0
@@ -39,7 +39,7 @@ def _decision(detail: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def _json(e: Any) -> dict[str, Any]:
-    from agent_gate.ledger.pages import audit_json
+    from agent_gate.ledger.views.pages import audit_json
 
     return audit_json(e)
 
@@ -83,7 +83,7 @@ def audit_group(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from agent_gate.ledger.pages import AuditQuery
+    from agent_gate.ledger.views.pages import AuditQuery
 
     start: int | None = None
     if after is not None:

@@ -21,7 +21,7 @@ from agent_gate.cli._output import cell, console, emit_json, state_cell, table, 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from agent_gate.ledger.details import CallDetails
+    from agent_gate.ledger.views.details import CallDetails
 
 
 @click.group(name="call")

@@ -32,7 +32,7 @@ def operator_group() -> None:
 def add_command(name: str, approve: str | None, resolve: str | None, url: str | None,
                 as_json: bool) -> None:
     """Add operator NAME and print their token (shown this once; only its hash is kept)."""
-    from agent_gate.ledger.operators import Operators, parse_tools
+    from agent_gate.ledger.views.operators import Operators, parse_tools
 
     with failures(), open_ledger(url) as ledger:
         op, token = Operators(ledger.engine).add(
@@ -50,7 +50,7 @@ def add_command(name: str, approve: str | None, resolve: str | None, url: str | 
 @json_option
 def list_command(url: str | None, as_json: bool) -> None:
     """List operators and their rights (never a token)."""
-    from agent_gate.ledger.operators import Operators
+    from agent_gate.ledger.views.operators import Operators
 
     with failures(), open_ledger(url) as ledger:
         ops = Operators(ledger.engine).list()
@@ -70,7 +70,7 @@ def list_command(url: str | None, as_json: bool) -> None:
 @json_option
 def remove_command(name: str, url: str | None, as_json: bool) -> None:
     """Remove operator NAME: their token stops working at once."""
-    from agent_gate.ledger.operators import Operators
+    from agent_gate.ledger.views.operators import Operators
 
     with failures(), open_ledger(url) as ledger:
         removed = Operators(ledger.engine).remove(name)

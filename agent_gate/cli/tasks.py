@@ -22,7 +22,7 @@ _ORDER = ("awaiting_approval", "in_doubt", "executing", "received", "authorized"
 
 
 def _json(e: Any) -> dict[str, Any]:
-    from agent_gate.ledger.pages import task_json
+    from agent_gate.ledger.views.pages import task_json
 
     return task_json(e)
 
@@ -40,7 +40,7 @@ def tasks_command(
     see `agent-gate resume TASK` and `agent-gate call show CALL`. With --limit N one
     page is shown; the next starts with --after and the last task shown.
     """
-    from agent_gate.ledger.pages import TaskQuery
+    from agent_gate.ledger.views.pages import TaskQuery
 
     from_time = parse_since(since) if since is not None else None
     # Made for the first page a person reads: with --json, rich is never imported.

@@ -6,7 +6,7 @@ person approved or denied it (``agent-gate approve``, another process, any API),
 then run it with ``Gate.execute`` again, without a separate resume process.
 
 How the waiter learns of the answer: on PostgreSQL, the answer's transaction sends
-``NOTIFY`` (``ledger.notify``) and the waiter ``LISTEN``s, starting before its first
+``NOTIFY`` (``ledger.views.notify``) and the waiter ``LISTEN``s, starting before its first
 read, so an answer committed at any moment wakes it; it still re-reads every
 ``LISTEN_SLICE`` seconds in case a notification was lost. On SQLite it re-reads the
 call with backoff, from ``POLL_MIN`` to ``POLL_MAX`` seconds. Either way the answer
@@ -29,10 +29,10 @@ from typing import Any
 from agent_gate.errors import NotAwaitingApproval
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.notify import Listener, payload
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.store import Ledger
+from agent_gate.ledger.views.notify import Listener, payload
 
 __all__ = ["LISTEN_SLICE", "POLL_MAX", "POLL_MIN", "Answer", "AnswerStatus", "await_answer",
            "pending", "wait_answer"]

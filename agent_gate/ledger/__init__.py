@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event
     from agent_gate.ledger.store import Ledger
 
-# Resolved on first use: importing one module of the package (``ledger.pages`` for
+# Resolved on first use: importing one module of the package (``ledger.views.pages`` for
 # ``agent-gate tasks``, ``ledger.states`` for ``gate.desk``) runs this file, and an
 # eager table here made every such import pay for the whole write path (flows,
 # intake, audit, approvals, the trail verifier).

@@ -35,8 +35,8 @@ from agent_gate.ledger.backend.dialect import db_now_ms
 from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import APPROVALS
-from agent_gate.ledger.notify import announce
 from agent_gate.ledger.records import from_row
+from agent_gate.ledger.views.notify import announce
 
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn

@@ -40,15 +40,12 @@ if TYPE_CHECKING:
     from agent_gate.ledger import (
         approvals,
         audit,
-        details,
         flows,
         intake,
-        pages,
         quota,
         reads,
         txn,
     )
-    from agent_gate.ledger.details import CallDetails
     from agent_gate.ledger.flows import Decide
     from agent_gate.ledger.records import (
         CallRecord,
@@ -61,6 +58,8 @@ if TYPE_CHECKING:
     )
     from agent_gate.ledger.states import CallState, Event
     from agent_gate.ledger.txn import LedgerTxn, Txn
+    from agent_gate.ledger.views import details, pages
+    from agent_gate.ledger.views.details import CallDetails
 
 # Opening a ledger and reading it needs the engine, the schema check and the rows;
 # each of these modules is imported by the first method that uses it, so that
@@ -68,10 +67,10 @@ if TYPE_CHECKING:
 deferred({
     "approvals": "agent_gate.ledger.approvals",
     "audit": "agent_gate.ledger.audit",
-    "details": "agent_gate.ledger.details",
+    "details": "agent_gate.ledger.views.details",
     "flows": "agent_gate.ledger.flows",
     "intake": "agent_gate.ledger.intake",
-    "pages": "agent_gate.ledger.pages",
+    "pages": "agent_gate.ledger.views.pages",
     "quota": "agent_gate.ledger.quota",
     "reads": "agent_gate.ledger.reads",
     "txn": "agent_gate.ledger.txn",

@@ -21,8 +21,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_gate.gate import DEFAULT_APPROVAL_TTL
-from agent_gate.ledger.operators import Operator
 from agent_gate.ledger.states import CallState
+from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
 from agent_gate.serve.service import Answer, InboxService, call_json
 

@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
 from agent_gate.gate.desk import runs_next
-from agent_gate.ledger.operators import Operator, OperatorRight, actor_of, token_digest
+from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
 from agent_gate.serve.api import NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
 from agent_gate.serve.headers import INBOX_CSS

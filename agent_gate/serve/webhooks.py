@@ -14,7 +14,7 @@ Each event is one POST of JSON (ids, tool, rule ids, state, links: never argumen
 values) with ``X-Agent-Gate-Timestamp`` (Unix seconds) and ``X-Agent-Gate-Signature:
 sha256=HEX``, the HMAC-SHA256 of ``TIMESTAMP.BODY`` under the secret: a receiver
 recomputes it and refuses old timestamps. Delivery is at least once and in order per
-endpoint: the audit trail is the outbox (``ledger.outbox``), a failed POST is retried
+endpoint: the audit trail is the outbox (``ledger.views.outbox``), a failed POST is retried
 with exponential backoff, and the endpoint's cursor moves only after a 2xx.
 """
 
@@ -35,8 +35,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_gate.errors import GateUsageError
-from agent_gate.ledger import outbox
 from agent_gate.ledger.store import Ledger
+from agent_gate.ledger.views import outbox
 
 __all__ = ["Endpoint", "Notifier", "ServeConfig", "load_config", "sign"]
 

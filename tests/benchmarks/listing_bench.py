@@ -90,7 +90,7 @@ def main() -> None:
         build(args.db, args.entries)
 
     from agent_gate.ledger import Ledger
-    from agent_gate.ledger.pages import AuditQuery, TaskQuery
+    from agent_gate.ledger.views.pages import AuditQuery, TaskQuery
 
     url = f"sqlite:///{args.db}"
     ledger = Ledger(url)

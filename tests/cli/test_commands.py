@@ -32,17 +32,17 @@ WRITE_PATH = ("agent_gate.ledger.flows", "agent_gate.ledger.intake",
               "agent_gate.ledger.audit", "agent_gate.ledger.approvals",
               "agent_gate.ledger.quota", "agent_gate.ledger.txn", "agent_gate.ledger.chain",
               "agent_gate.ledger.privacy", "agent_gate.ledger.lease",
-              "agent_gate.ledger.notify")
+              "agent_gate.ledger.views.notify")
 """The ledger's writers: what ``tasks``, a read, has no use for."""
 
 UNUSED_BY_ANSWERS = ("agent_gate.ledger.intake", "agent_gate.ledger.trail_verify",
-                     "agent_gate.ledger.checkpoints", "agent_gate.ledger.details",
-                     "agent_gate.ledger.pages", "rich")
+                     "agent_gate.ledger.checkpoints", "agent_gate.ledger.views.details",
+                     "agent_gate.ledger.views.pages", "rich")
 """What answering a waiting call has no use for: a new call's insert, the trail's
 verifier and checkpoints, a call's details, listings, tables."""
 
 NOT_A_READ = ("agent_gate.ledger.trail_verify", "agent_gate.ledger.checkpoints",
-              "agent_gate.ledger.details", "agent_gate.telemetry.base", "msgspec", "orjson")
+              "agent_gate.ledger.views.details", "agent_gate.telemetry.base", "msgspec", "orjson")
 """Neither a listing nor an answer uses the trail's verifier, a call's details, the
 observer's classes or the compiled JSON libraries (``_speedups`` loads those when a
 stream is decoded)."""

@@ -27,7 +27,7 @@ from agent_gate.cli import main as cli
 from agent_gate.cli._listing import STATES, PagedTable
 from agent_gate.cli._progress import Progress
 from agent_gate.ledger import CallState, Ledger
-from agent_gate.ledger.pages import AuditQuery, TaskQuery
+from agent_gate.ledger.views.pages import AuditQuery, TaskQuery
 from agent_gate.policy import Principal
 
 pytestmark = pytest.mark.usefixtures("seal_key_env")

@@ -27,7 +27,7 @@ from waiting import wait_until
 
 from agent_gate import Gate, OutcomeUnknown, Principal, ToolRegistry
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.operators import Operators
+from agent_gate.ledger.views.operators import Operators
 from agent_gate.serve import create_app
 from agent_gate.serve.auth import LoginLimiter
 from agent_gate.serve.webhooks import ServeConfig

@@ -178,7 +178,7 @@ def test_the_audit_trail_pages_verifies_and_shows_its_head(
 
 def test_a_removed_operator_is_out_at_once(world: World, server: Running) -> None:
     from agent_gate.ledger import Ledger
-    from agent_gate.ledger.operators import Operators
+    from agent_gate.ledger.views.operators import Operators
 
     with httpx.Client(base_url=server.base, headers=bearer(world, "bob")) as http:
         assert http.get("/api/approvals").status_code == 200

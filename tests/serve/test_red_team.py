@@ -20,7 +20,7 @@ import pytest
 from serve_world import Running, World, logged_in, serving
 
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.operators import Operators
+from agent_gate.ledger.views.operators import Operators
 from agent_gate.serve.headers import SECURITY_HEADERS
 
 VICTIM = "victim"

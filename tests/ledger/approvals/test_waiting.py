@@ -19,7 +19,7 @@ from agent_gate.errors import NotAwaitingApproval
 from agent_gate.gate import AnswerStatus
 from agent_gate.gate.waiting import LISTEN_SLICE, POLL_MAX, POLL_MIN, _steps
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.notify import Listener, payload
+from agent_gate.ledger.views.notify import Listener, payload
 from agent_gate.policy import Principal
 
 pytestmark = pytest.mark.usefixtures("seal_key_env")

@@ -14,11 +14,12 @@ import support
 from sqlalchemy import Engine, text
 from waiting import wait_until
 
-from agent_gate.ledger import Ledger, audit, outbox
+from agent_gate.ledger import Ledger, audit
 from agent_gate.ledger.audit import settled
 from agent_gate.ledger.backend.dialect import begin_write
 from agent_gate.ledger.checkpoints import Checkpoint, take
-from agent_gate.ledger.pages import AuditQuery
+from agent_gate.ledger.views import outbox
+from agent_gate.ledger.views.pages import AuditQuery
 
 pytestmark = pytest.mark.backends("postgresql")
 

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, insert, select, update
 from agent_gate.ledger.audit import AuditRecord, settled
 from agent_gate.ledger.backend.dialect import begin_read, begin_write
 from agent_gate.ledger.models import WEBHOOK_CURSORS
-from agent_gate.ledger.pages import AuditQuery, audit_page
+from agent_gate.ledger.views.pages import AuditQuery, audit_page
 
 __all__ = ["EVENT_KINDS", "Notice", "advance", "cursor", "notice_of", "notices_after"]
 
