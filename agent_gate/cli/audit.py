@@ -172,7 +172,8 @@ _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")
               help="Check a bundle from `audit export` instead (no database; needs --key).")
 @click.option("--checkpoint", "checkpoint", default=None,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="A signed checkpoint you trust (kept from earlier, or a witness's copy).")
+              help="A signed checkpoint you trust (kept from earlier, or a witness's copy): "
+                   "alone, the ledger is checked from it on, reading only what came after.")
 @click.option("--key", "key", default=None, metavar="PUBKEY",
               help="The ledger's verifier key NAME+KEYID+KEY (or a file holding it).")
 @ledger_options
@@ -191,6 +192,11 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
         from agent_gate.cli.audit_evidence import verify_offline
 
         verify_offline(proof, checkpoint, bundle, key, as_json)
+        return
+    if checkpoint is not None:
+        from agent_gate.cli.audit_evidence import verify_from
+
+        verify_from(checkpoint, key, url, as_json)
         return
     pinned: tuple[int, str] | None = None
     if anchor is not None:
@@ -220,10 +226,14 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
 
 
 @audit_group.command(name="checkpoint")
+@click.option("--publish", "publish", multiple=True, metavar="SINK",
+              type=click.Path(path_type=Path),
+              help="Hand the signed checkpoint to a witness: a file (the newest) or a "
+                   "directory (every one, and latest.note); repeatable. Never backwards.")
 @signing_key_option
 @ledger_options
-def checkpoint_command(signing_key: Path | None, origin: str | None, url: str | None,
-                       as_json: bool) -> None:
+def checkpoint_command(publish: tuple[Path, ...], signing_key: Path | None,
+                       origin: str | None, url: str | None, as_json: bool) -> None:
     """Write a checkpoint: one root hash over every task's chain head, linked to the
     previous checkpoint (none is written when no task moved since the last one).
 
@@ -236,16 +246,28 @@ def checkpoint_command(signing_key: Path | None, origin: str | None, url: str | 
     from agent_gate.ledger.checkpoints import take
 
     signer = load_signer(signing_key)
+    if publish and signer is None:
+        raise click.UsageError("--publish needs --signing-key: only a signed checkpoint "
+                               "means anything outside the ledger")
     with failures(), open_ledger(url) as ledger:
         made = take(ledger.engine, signer=signer, origin=origin)
+    published = []
+    if publish:
+        from agent_gate.evidence.witness import publish as hand_over
+
+        assert made.note is not None and signer is not None
+        with failures():
+            published = [str(hand_over(made.note, signer.verifier, sink)) for sink in publish]
     if as_json:
-        emit_json({**made.to_dict(), "note": made.note})
+        emit_json({**made.to_dict(), "note": made.note, "published": published})
     else:
         click.echo(f"checkpoint: {made.anchor}")
         click.echo(f"  taken {when(made.at)} over {made.tasks} task heads, "
                    f"{made.tree_size} entries")
         if made.note is not None:
             click.echo(made.note, nl=False)
+        for path in published:
+            click.echo(f"published to {path}")
 
 
 for _command in SUBCOMMANDS.commands.values():

@@ -216,3 +216,30 @@ def verify_offline(proof: Path | None, checkpoint: Path | None, bundle: Path | N
         click.echo(f"evidence BROKEN: {finding.problem}", err=True)
     if not finding.ok:
         raise SystemExit(1)
+
+
+def verify_from(checkpoint: Path, key: str | None, url: str | None, as_json: bool) -> None:
+    """``audit verify --checkpoint NOTE --key KEY``: the ledger against a checkpoint kept
+    outside it, checking only what came after it (``ledger.trail_since``)."""
+    from agent_gate.evidence.checkpoint import open_checkpoint
+    from agent_gate.ledger.backend.dialect import begin_read
+    from agent_gate.ledger.trail_since import verify_since
+
+    if key is None:
+        raise click.UsageError("--checkpoint needs --key (the verifier key that signed it)")
+    verifier = load_verifier(key)
+    note = read_text(checkpoint, "--checkpoint")
+    with failures():
+        head, _ = open_checkpoint(note, verifier)
+        with open_ledger(url) as ledger, begin_read(ledger.engine) as conn:
+            report = verify_since(conn, head)
+    if as_json:
+        emit_json({**report.to_dict(), "trusted": {"size": head.size, "origin": head.origin}})
+    elif report.ok:
+        click.echo(f"audit trail ok after the trusted checkpoint of {head.size} entries: "
+                   f"{report.entries} newer entries in {report.tasks} task chains")
+    else:
+        assert report.problem is not None
+        click.echo(f"audit trail BROKEN: {report.problem.message}", err=True)
+    if not report.ok:
+        raise SystemExit(1)
