@@ -57,22 +57,32 @@ def _write(line: str) -> None:
         os.fsync(f.fileno())
 
 
+def written_key(task_id: str, call_id: str) -> str:
+    return f"{task_id}/{call_id}"
+
+
+def look_up_write(task_id: str, call_id: str) -> Reconciliation:
+    """What a reconcile hook finds downstream: the call's line in the outbox, or none."""
+    key = written_key(task_id, call_id)
+    written = any(line.split(" ", 1)[0] == key for line in outbox())
+    return Reconciliation.SUCCEEDED if written else Reconciliation.NOT_APPLIED
+
+
 def make_tools() -> ToolRegistry:
     """``send_payment``: a write that is never safe to repeat (idempotency none);
     ``checked_payment``: the same write with a reconcile hook that looks the write up
-    in the outbox by the call's idempotency key."""
+    in the outbox by the call's task and id."""
     tools = ToolRegistry()
 
     def pay(to: str, amount: int) -> dict[str, Any]:
         info = current_call()
         hang_at("before-effect")
-        _write(f"{info.idempotency_key} {to} {amount}")
+        _write(f"{written_key(info.task_id, info.call_id)} {to} {amount}")
         hang_at("after-effect")
         return {"paid": amount, "to": to}
 
     def look_up(info: Any) -> Reconciliation:
-        written = any(line.split(" ", 1)[0] == info.idempotency_key for line in outbox())
-        return Reconciliation.SUCCEEDED if written else Reconciliation.NOT_APPLIED
+        return look_up_write(info.task_id, info.call_id)
 
     tools.register(pay, name="send_payment", schema=SCHEMA, effect="write", idempotency="none")
     tools.register(pay, name="checked_payment", schema=SCHEMA, effect="write",
