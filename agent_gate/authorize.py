@@ -85,8 +85,16 @@ def scope_from_json(task_id: str, text: str | Mapping[str, Any] | None) -> TaskS
 class PolicyAuthorizer:
     """A ``Policy`` as the gate uses it. Immutable, like the policy it wraps."""
 
-    def __init__(self, policy: Policy | str | os.PathLike[str]) -> None:
-        self.policy = policy if isinstance(policy, Policy) else Policy.load(policy)
+    def __init__(
+        self,
+        policy: Policy | str | os.PathLike[str],
+        *,
+        shadow_policy: Policy | str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``shadow_policy``: a policy evaluated beside ``policy`` on every call, its
+        would-be decision recorded in the call's audit entry, never enforced."""
+        loaded = policy if isinstance(policy, Policy) else Policy.load(policy)
+        self.policy = loaded.with_shadow(shadow_policy) if shadow_policy is not None else loaded
 
     def __repr__(self) -> str:
         return f"PolicyAuthorizer({self.policy!r})"

@@ -401,5 +401,12 @@ def _decision_record(decision: PolicyDecision) -> tuple[dict[str, Any], dict[str
     exceeded = [c.id for c in decision.exceeded_limits]
     if exceeded:
         detail["exceeded_limits"] = exceeded
+    if decision.shadow is not None:  # mode: shadow rules / a shadow policy: recorded, not enforced
+        detail["shadow"] = {
+            "verdict": decision.shadow.effect.value,
+            "rule_ids": list(decision.shadow.rule_ids),
+            "policy_hash": decision.shadow.policy_hash,
+            "differs": decision.shadow.differs,
+        }
     changes = {"policy_hash": decision.policy_hash, "rule_ids": json.dumps(list(decision.rule_ids))}
     return detail, changes, reason

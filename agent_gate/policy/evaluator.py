@@ -95,6 +95,8 @@ class CompiledRule:
     reason: str | None
     tools: frozenset[str] | None = None
     path_subjects: frozenset[SubjectKey] = frozenset()
+    shadow: bool = False
+    """``mode: shadow``: evaluated for the would-be decision only, never enforced."""
 
     @classmethod
     def build(cls, rule: Rule) -> CompiledRule:
@@ -109,6 +111,7 @@ class CompiledRule:
             reason=rule.reason,
             tools=tools,
             path_subjects=frozenset().union(*(part.path_subjects() for part in when)),
+            shadow=rule.mode == "shadow",
         )
 
     def applies_to(self, tool: str) -> bool:

@@ -409,12 +409,24 @@ def _listify(data: Any) -> Any:
 
 
 class Rule(_Model):
-    """A rule of one tool: when every ``when`` condition holds, ask for ``effect``."""
+    """A rule of one tool: when every ``when`` condition holds, ask for ``effect``.
+
+    ``mode: shadow`` evaluates the rule on every call and records what the decision
+    would have been with it enforced, without enforcing it."""
 
     id: RuleId
     effect: Verdict
     when: Annotated[list[Condition], BeforeValidator(_listify)] = []
     reason: Text | None = None
+    mode: Literal["enforce", "shadow"] = "enforce"
+
+    @model_serializer(mode="wrap")
+    def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # a rule that does not say ``mode`` keeps the hash it had before the key existed
+        data = handler(self)
+        if isinstance(data, dict) and data.get("mode") == "enforce":
+            del data["mode"]
+        return data
 
 
 class GlobalRule(Rule):
