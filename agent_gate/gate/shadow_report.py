@@ -10,17 +10,13 @@ transition and by the shadow decision's rules, with the call ids.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-
-from agent_gate.gate.backtest import CallRef, read_only_engine
-from agent_gate.ledger.models import AUDIT_EVENTS, TOOL_CALLS
-from agent_gate.ledger.states import CallState
+from agent_gate.gate.backtest import CallRef
+from agent_gate.ledger.history import recorded_decisions
 from agent_gate.policy import Verdict
 
 __all__ = ["ShadowDiff", "ShadowReport", "shadow_report"]
@@ -84,39 +80,20 @@ def shadow_report(
     url: str, *, since: datetime | None = None, task: str | None = None
 ) -> ShadowReport:
     """Every call's first decision that carries a shadow evaluation, compared."""
-    stmt = (
-        select(AUDIT_EVENTS.c.call_row_id, AUDIT_EVENTS.c.detail, TOOL_CALLS.c.task_id,
-               TOOL_CALLS.c.call_id, TOOL_CALLS.c.tool, TOOL_CALLS.c.created_at)
-        .join(TOOL_CALLS, TOOL_CALLS.c.id == AUDIT_EVENTS.c.call_row_id)
-        .where(AUDIT_EVENTS.c.from_state == CallState.RECEIVED.value)
-        .where(AUDIT_EVENTS.c.to_state != CallState.RECEIVED.value)
-        .where(AUDIT_EVENTS.c.detail.like('%"shadow":%'))
-        .order_by(AUDIT_EVENTS.c.id)
-    )
-    if since is not None:
-        stmt = stmt.where(TOOL_CALLS.c.created_at >= since)
-    if task is not None:
-        stmt = stmt.where(TOOL_CALLS.c.task_id == task)
-    engine = read_only_engine(url)
-    seen: set[int] = set()
+    shadowed = 0
     diffs: list[ShadowDiff] = []
-    try:
-        with engine.connect() as conn:
-            for row_id, text, task_id, call_id, tool, at in conn.execute(stmt):
-                detail = json.loads(text) if text else {}
-                shadow = detail.get("shadow")
-                if row_id in seen or not isinstance(shadow, dict):
-                    continue
-                seen.add(row_id)
-                enforced, would = detail.get("verdict"), shadow.get("verdict")
-                if enforced == would or enforced not in _VERDICTS or would not in _VERDICTS:
-                    continue
-                when = at if at.tzinfo else at.replace(tzinfo=UTC)
-                diffs.append(ShadowDiff(
-                    CallRef(task_id, call_id, row_id, tool, when), Verdict(enforced),
-                    Verdict(would), tuple(detail.get("rule_ids") or ()),
-                    tuple(shadow.get("rule_ids") or ()),
-                ))
-    finally:
-        engine.dispose()
-    return ShadowReport(shadowed=len(seen), diffs=tuple(diffs))
+    for past in recorded_decisions(url, since=since, task=task, containing="shadow"):
+        detail = past.detail
+        shadow = detail.get("shadow")
+        if not isinstance(shadow, dict):
+            continue
+        shadowed += 1
+        enforced, would = detail.get("verdict"), shadow.get("verdict")
+        if enforced == would or enforced not in _VERDICTS or would not in _VERDICTS:
+            continue
+        diffs.append(ShadowDiff(
+            CallRef(past.task_id, past.call_id, past.row_id, past.tool, past.created_at),
+            Verdict(enforced), Verdict(would), tuple(detail.get("rule_ids") or ()),
+            tuple(shadow.get("rule_ids") or ()),
+        ))
+    return ShadowReport(shadowed=shadowed, diffs=tuple(diffs))
