@@ -117,8 +117,10 @@ class PolicyAuthorizer:
 
     @property
     def redacts_anything(self) -> bool:
+        """Whether any tool's arguments are redacted (and so sealed): the file's own
+        ``redact`` lists or a Cedar policy's ``@redact``."""
         doc = self.policy.document
-        return bool(doc.redact) or any(t.redact for t in doc.tools.values())
+        return bool(doc.redact) or any(self.policy.redaction_rules(t) for t in doc.tools)
 
     def redact(
         self, tool: str, arguments: Mapping[str, Any], *, key: bytes | None

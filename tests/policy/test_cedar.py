@@ -194,6 +194,14 @@ def test_redact_annotations_redact_the_tools_they_name(policy: Policy) -> None:
     assert policy.redact("fetch_url", {"url": "x", "card_last4": "4242"})["card_last4"] == "4242"
 
 
+def test_a_cedar_redaction_makes_the_gate_need_a_seal_key(policy: Policy) -> None:
+    from agent_gate.authorize import PolicyAuthorizer
+
+    assert PolicyAuthorizer(policy).redacts_anything
+    assert PolicyAuthorizer(policy).redacts("refund") and not PolicyAuthorizer(policy).redacts(
+        "fetch_url")
+
+
 def test_the_hash_binds_the_cedar_text(tmp_path: Path, policy: Policy) -> None:
     before = policy.hash
     (tmp_path / "refunds.cedar").write_text(CEDAR.replace("100.00", "90.00"), encoding="utf-8")
