@@ -49,7 +49,7 @@ class Unexercised:
     """A rule or limit no case made hold (or go over), located in the policy."""
 
     id: str
-    kind: str  # "rule" or "limit"
+    kind: str  # "rule", "limit" or "Cedar policy"
     where: Problem
 
 
@@ -149,6 +149,8 @@ def _all_ids(policy: Policy) -> list[tuple[str, str, tuple[str | int, ...]]]:
             (limit.id, "limit", ("tools", name, "limits", index))
             for index, limit in enumerate(tool.limits)
         ]
+    if policy.cedar is not None:
+        found += [(meta.name, "Cedar policy", ("cedar",)) for meta in policy.cedar.meta.values()]
     return found
 
 
@@ -190,7 +192,7 @@ def run_cases(
     all_schemas.update(schemas or {})
     unexercised = tuple(
         Unexercised(ident, kind, policy.locate(loc, f"no case makes {kind} {ident} "
-                                                  + ("hold" if kind == "rule" else "go over")))
+                                                  + ("go over" if kind == "limit" else "hold")))
         for ident, kind, loc in _all_ids(policy)
         if ident not in exercised
     )

@@ -291,6 +291,8 @@ def test_policy_test_runs_cases_against_a_cedar_policy(tmp_path: Path, policy: P
     result = CliRunner().invoke(main, ["policy", "test", str(tmp_path / "policy.yaml"),
                                        str(cases)])
     assert result.exit_code == 0, result.output
+    assert "no case makes Cedar policy cedar:refund-small hold" in result.stdout
+    assert "cedar:refund-large hold" not in result.stdout
 
 
 def test_a_gate_runs_what_cedar_permits_and_waits_on_advice(db_url: str, tmp_path: Path) -> None:
