@@ -38,6 +38,7 @@ from agent_gate.ledger.states import CallState, Event, verdict_arrow
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import PolicyDecision, Principal, TaskScope, Verdict
+from agent_gate.telemetry import Observer
 from agent_gate.tools import (
     ArgumentsInvalid,
     ArgumentsNotObject,
@@ -91,6 +92,8 @@ class Decider:
         self.rules = policy if isinstance(policy, PolicyAuthorizer) else None
         self.keys = keys
         self.ledger = ledger
+        self.observer: Observer = Observer()
+        """Where a shadow decision is counted (the gate sets its telemetry here)."""
 
     # ------------------------------------------------------------ the tool's view
 
@@ -211,6 +214,9 @@ class Decider:
         arguments, _ = self.keys.of(rec)
         assert arguments is not None  # the ruling / the claim's hash check saw them
         decision = self._evaluate_in(txn, rec, arguments, besides=rec.row_id if recheck else None)
+        if decision.shadow is not None and not recheck:
+            self.observer.shadow(rec.task_id, rec.call_id, rec.tool, decision.effect.value,
+                                 decision.shadow.effect.value, decision.shadow.rule_ids)
         detail, changes, reason = _decision_record(decision)
         allowed = decision.effect is Verdict.ALLOW
         event, code = verdict_arrow(

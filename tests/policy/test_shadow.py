@@ -143,3 +143,39 @@ def test_explain_shows_the_shadow_decision(tmp_path: Path) -> None:
         '{"city": "Lisbon"}', "--shadow", str(tmp_path / "draft.yaml")])
     assert result.exit_code == 0, result.output
     assert "shadow (not enforced): deny by agent-gate:default-deny (differs)" in result.stdout
+
+
+def test_shadow_decisions_are_counted_in_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from agent_gate.telemetry.otel import OtelObserver
+
+    monkeypatch.setenv("AGENT_GATE_DEMO_OUTBOX", str(tmp_path / "outbox.jsonl"))
+    reader = InMemoryMetricReader()
+    observer = OtelObserver(TracerProvider(), MeterProvider(metric_readers=[reader]))
+    (tmp_path / "draft.yaml").write_text(DRAFT, encoding="utf-8")
+    policy = PolicyAuthorizer(EXAMPLE, shadow_policy=tmp_path / "draft.yaml")
+    with Gate(tools, f"sqlite:///{tmp_path}/l.db", policy=policy, create=True,
+              telemetry=observer) as gate:
+        for call_id, city in (("w1", "Lisbon"), ("w2", "Oslo"), ("w3", "Porto")):
+            gate.execute("t1", {"call_id": call_id, "name": "get_weather",
+                                "arguments": {"city": city}})
+        gate.execute("t1", {"call_id": "w1", "name": "get_weather",
+                            "arguments": {"city": "Lisbon"}})  # replayed: decided once
+    data = reader.get_metrics_data()
+    points = [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "agent_gate.policy.shadow_decisions"
+        for point in metric.data.data_points
+    ]
+    counted = {(p.attributes["agent_gate.shadow_decision"], p.attributes[
+        "agent_gate.shadow_differs"]): p.value for p in points}
+    assert counted == {("deny", True): 2, ("allow", False): 1}
+    assert {p.attributes["gen_ai.tool.name"] for p in points} == {"get_weather"}
