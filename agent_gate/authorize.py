@@ -33,6 +33,7 @@ from agent_gate.policy import (
     Policy,
     PolicyDecision,
     Principal,
+    TaskHistory,
     TaskScope,
 )
 from agent_gate.tools import ToolSpec
@@ -154,7 +155,13 @@ class PolicyAuthorizer:
         principal: Principal,
         scope: TaskScope | None,
         usage: Mapping[str, Decimal],
+        history: TaskHistory | None = None,
     ) -> PolicyDecision:
         return self.policy.evaluate(
-            tool, arguments, principal=principal, task_scope=scope, usage=usage
+            tool, arguments, principal=principal, task_scope=scope, usage=usage,
+            history=history,
         )
+
+    def history_tools(self, tool: str) -> frozenset[str]:
+        """The tools whose earlier calls in the task the decision on ``tool`` reads."""
+        return self.policy.history_tools(tool)

@@ -28,6 +28,7 @@ from agent_gate.policy import (
     PolicyDecision,
     PolicyLoadError,
     Principal,
+    TaskHistory,
     TaskScope,
     Verdict,
 )
@@ -305,8 +306,10 @@ def explain(
             tools = frozenset(t.strip() for t in scope_tools.split(",") if t.strip())
         task_scope = TaskScope(name=scope_name, tools=tools)
     usage, assumed = _usage(policy, tool, usage_items)
+    history = TaskHistory() if policy.history_tools(tool) else None  # no earlier calls here
     decision = policy.evaluate(
-        tool, arguments, principal=principal, task_scope=task_scope, usage=usage
+        tool, arguments, principal=principal, task_scope=task_scope, usage=usage,
+        history=history,
     )
     if as_json:
         payload = decision.to_dict()

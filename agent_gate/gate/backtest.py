@@ -10,9 +10,10 @@ transition and by the draft's deciding rule, plus every call the draft cannot ju
 (sealed without a key, never a JSON object, rejected by the schema before any policy
 saw it, or decided by no policy file).
 
-Usage is replayed per task in arrival order: a call counts toward the draft's limits
-when it was in fact authorized (as the ledger charges), whatever the draft would have
-said; the draft's limits are computed over the draft's own counters.
+Usage and history are replayed per task in arrival order: a call counts toward the
+draft's limits (and its ``not_after``) when it was in fact authorized, and toward
+``after`` / ``prior:`` when it in fact succeeded, whatever the draft would have said;
+the draft's limits are computed over the draft's own counters.
 
 The ledger is read through ``ledger.history``, whose connection cannot write (SQLite
 ``mode=ro``; PostgreSQL sessions with ``default_transaction_read_only``), so a
@@ -33,7 +34,7 @@ from agent_gate.gate.admission import Arguments
 from agent_gate.ledger.history import PastCall, past_calls
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
-from agent_gate.policy import Policy, Principal, TaskScope, Verdict
+from agent_gate.policy import Policy, Principal, TaskHistory, TaskScope, Verdict
 
 __all__ = ["BacktestReport", "CallRef", "Change", "Unjudged", "backtest"]
 
@@ -149,6 +150,8 @@ class _Task:
     task_id: str = ""
     context: tuple[Principal, TaskScope] = (Principal(), TaskScope())
     usage: dict[str, Decimal] = field(default_factory=dict)
+    succeeded: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    authorized: set[str] = field(default_factory=set)
 
 
 def _charge(draft: Policy, tool: str, arguments: Mapping[str, Any], task: _Task) -> None:
@@ -196,8 +199,10 @@ def backtest(
             principal, scope = current.context
             usage = {key: current.usage.get(key, Decimal(0))
                      for key in {limit.key for limit in draft.limits(rec.tool)}}
+            history = TaskHistory(succeeded=current.succeeded,
+                                  authorized=frozenset(current.authorized))
             after = draft.evaluate(rec.tool, arguments, principal=principal,
-                                   task_scope=scope, usage=usage)
+                                   task_scope=scope, usage=usage, history=history)
             judged += 1
             before_rules = tuple(rec.decision.get("rule_ids") or ())
             if after.effect.value != verdict:
@@ -207,6 +212,9 @@ def backtest(
                 other_rules += 1
         if rec.state in COUNTED_STATES:
             _charge(draft, rec.tool, arguments, current)
+            current.authorized.add(rec.tool)
+        if rec.state is CallState.SUCCEEDED:
+            current.succeeded[rec.tool] = arguments
     return BacktestReport(
         draft_source=draft.source,
         draft_hash=draft.hash,

@@ -37,7 +37,7 @@ from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import CallState, Event, verdict_arrow
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
-from agent_gate.policy import PolicyDecision, Principal, TaskScope, Verdict
+from agent_gate.policy import PolicyDecision, Principal, TaskHistory, TaskScope, Verdict
 from agent_gate.telemetry import Observer
 from agent_gate.tools import (
     ArgumentsInvalid,
@@ -363,10 +363,34 @@ class Decider:
         assert self.rules is not None
         principal, scope = _task_context(txn, rec.task_id)
         usage = txn.usage(rec.task_id, self.rules.counters(rec.tool), besides=besides)
+        tools = self.rules.history_tools(rec.tool)
+        history = self._history(txn, rec, tools) if tools else None
         return self.rules.evaluate(
-            rec.tool, arguments, principal=principal, scope=scope, usage=usage
+            rec.tool, arguments, principal=principal, scope=scope, usage=usage, history=history
         )
 
+    def _history(self, txn: LedgerTxn, rec: CallRecord, tools: frozenset[str]) -> TaskHistory:
+        """The task's earlier calls of ``tools``, read in the deciding transaction (the
+        task is locked, so no call of the task changes state until it commits): the
+        arguments of each one's latest succeeded call (unsealed), and which had one
+        authorized (it may have run: executing, in doubt, failed count too)."""
+        succeeded: dict[str, dict[str, Any]] = {}
+        authorized: set[str] = set()
+        for tool in sorted(tools):
+            for earlier in txn.earlier_calls(rec.task_id, tool, rec.row_id):
+                if earlier.state in _AUTHORIZED_ONCE:
+                    authorized.add(tool)
+                if earlier.state is CallState.SUCCEEDED:
+                    arguments, _ = self.keys.of(earlier)
+                    succeeded[tool] = arguments if arguments is not None else {}
+        return TaskHistory(succeeded=succeeded, authorized=frozenset(authorized))
+
+
+_AUTHORIZED_ONCE = frozenset({
+    CallState.AUTHORIZED, CallState.EXECUTING, CallState.SUCCEEDED, CallState.FAILED,
+    CallState.IN_DOUBT,
+})
+"""States only a call that was authorized reaches: it may have run (``not_after``)."""
 
 _POLICY_TEXT: dict[Verdict, str] = {
     Verdict.ALLOW: "{reason}",

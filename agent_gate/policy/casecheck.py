@@ -22,7 +22,7 @@ from agent_gate.errors import Problem
 from agent_gate.policy.casefile import Case, LoadedCases
 from agent_gate.policy.policy import Policy
 from agent_gate.policy.reach import DeadRule, dead_rules
-from agent_gate.policy.values import PolicyDecision, Principal, TaskScope, Truth
+from agent_gate.policy.values import PolicyDecision, Principal, TaskHistory, TaskScope, Truth
 
 __all__ = ["CaseResult", "TestReport", "run_cases"]
 
@@ -172,8 +172,13 @@ def run_cases(
             decision = None
             failures = list(problems)
             if not problems:
+                history = TaskHistory(
+                    succeeded={prior.tool: prior.args for prior in case.prior},
+                    authorized=frozenset(prior.tool for prior in case.prior),
+                )
                 decision = policy.evaluate(
-                    case.tool, case.args, principal=principal, task_scope=scope, usage=usage
+                    case.tool, case.args, principal=principal, task_scope=scope, usage=usage,
+                    history=history,
                 )
                 failures = _compare(case, decision)
                 exercised.update(t.id for t in decision.rules if t.truth is Truth.TRUE)

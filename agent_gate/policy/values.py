@@ -32,6 +32,7 @@ __all__ = [
     "Principal",
     "RuleTrace",
     "ShadowDecision",
+    "TaskHistory",
     "TaskScope",
     "ToolEffect",
     "ToolOverrides",
@@ -271,6 +272,21 @@ class RuleTrace:
 
     def to_dict(self) -> dict[str, Any]:
         return _json_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHistory:
+    """What the task's earlier calls tell a tool's sequence rules (``after``,
+    ``not_after``, ``prior:``): per tool, the arguments of its latest succeeded call,
+    and the tools of which some call was authorized (it may have run)."""
+
+    succeeded: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    authorized: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "succeeded", _frozen_mapping(self.succeeded))
+        object.__setattr__(self, "authorized",
+                           frozenset(self.authorized) | frozenset(self.succeeded))
 
 
 @dataclass(frozen=True, slots=True)
