@@ -131,7 +131,7 @@ def prove_command(call_id: str | None, task_id: str | None,
     signer = load_signer(signing_key)
     with failures(), open_ledger(url) as ledger:
         signed = signed_checkpoint(ledger.engine, signer, origin)
-        proof = (prove_call(signed, call_id, task_id) if call_id is not None
+        proof = (prove_call(ledger.engine, signed, call_id, task_id) if call_id is not None
                  else prove_consistency(signed, *consistency))  # type: ignore[misc]
     text = json.dumps(proof, indent=2) + "\n"
     if out is not None:
@@ -168,7 +168,8 @@ def export_command(task_id: str | None, since: str | None, until: str | None, ou
     end = parse_since(until) if until is not None else None
     with failures(), open_ledger(url) as ledger:
         signed = signed_checkpoint(ledger.engine, signer, origin)
-        manifest = export_bundle(signed, out, task_id=task_id, since=start, until=end)
+        manifest = export_bundle(ledger.engine, signed, out, task_id=task_id, since=start,
+                                 until=end)
     if as_json:
         emit_json({k: manifest[k] for k in ("mode", "entries", "tree_size", "checkpoint_id")})
     else:
