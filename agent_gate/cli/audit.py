@@ -240,12 +240,13 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
 
 @audit_group.command(name="checkpoint")
 @click.option("--publish", "publish", multiple=True, metavar="SINK",
-              type=click.Path(path_type=Path),
-              help="Hand the signed checkpoint to a witness: a file (the newest) or a "
-                   "directory (every one, and latest.note); repeatable. Never backwards.")
+              help="Hand the signed checkpoint to a witness: a file (the newest), a "
+                   "directory (every one, and latest.note), or an http(s):// URL (a POST "
+                   "signed like the webhooks, secret in $AGENT_GATE_WITNESS_SECRET); "
+                   "repeatable. Never backwards.")
 @signing_key_option
 @ledger_options
-def checkpoint_command(publish: tuple[Path, ...], signing_key: Path | None,
+def checkpoint_command(publish: tuple[str, ...], signing_key: Path | None,
                        origin: str | None, url: str | None, as_json: bool) -> None:
     """Write a checkpoint: one root hash over every task's chain head, linked to the
     previous checkpoint (none is written when no task moved since the last one).
@@ -264,13 +265,12 @@ def checkpoint_command(publish: tuple[Path, ...], signing_key: Path | None,
                                "means anything outside the ledger")
     with failures(), open_ledger(url) as ledger:
         made = take(ledger.engine, signer=signer, origin=origin)
-    published = []
+    published: list[str] = []
     if publish:
-        from agent_gate.evidence.witness import publish as hand_over
+        from agent_gate.cli.audit_evidence import publish_to
 
         assert made.note is not None and signer is not None
-        with failures():
-            published = [str(hand_over(made.note, signer.verifier, sink)) for sink in publish]
+        published = publish_to(publish, made.note, signer)
     if as_json:
         emit_json({**made.to_dict(), "note": made.note, "published": published})
     else:
