@@ -44,8 +44,8 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
     if problem is not None or base is None:
         return ChainReport(0, 0, newest, problem)
     assert base.tree_last_id is not None
-    later = [c for c in stored if c.id > base.id]
-    walk = TreeWalk(later, frontier=Frontier.from_text(trusted.size, base.tree_frontier),
+    newer = [c for c in stored if c.id > base.id]
+    walk = TreeWalk(newer, frontier=Frontier.from_text(trusted.size, base.tree_frontier),
                     last_id=base.tree_last_id)
     chains: dict[str, tuple[int, str]] = {}
     count = 0
@@ -57,7 +57,7 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
     if problem is None and (wrong := walk.finish()) is not None:
         problem = ChainProblem("tree", wrong[0], None, wrong[1])
     if problem is None:
-        problem = _later_problem(base, later)
+        problem = _newer_problem(base, newer)
     if problem is None:
         heads = current_heads(conn)
         for task, (seq, digest) in sorted(chains.items()):
@@ -125,12 +125,12 @@ def _stored_hash(conn: Connection, task: str, seq: int) -> str | None:
         _EVENTS.c.task_id == task, _EVENTS.c.seq == seq)).scalar()
 
 
-def _later_problem(base: Checkpoint, later: list[Checkpoint]) -> ChainProblem | None:
+def _newer_problem(base: Checkpoint, newer: list[Checkpoint]) -> ChainProblem | None:
     if base.recomputed_hash() != base.hash:
         return ChainProblem("checkpoint", base.id, None, f"checkpoint #{base.id} was edited: "
                             "its fields no longer match its hash")
     prev = base
-    for cp in later:
+    for cp in newer:
         if cp.id != prev.id + 1 or cp.prev_hash != prev.hash:
             return ChainProblem("checkpoint", cp.id, None,
                                 f"checkpoint #{cp.id} does not link to checkpoint #{prev.id}")
