@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from agent_gate.ledger.quota import ScopedCounter
 from agent_gate.plainjson import canonical_json
 from agent_gate.policy import (
     EffectiveClass,
@@ -136,7 +137,14 @@ class PolicyAuthorizer:
         return self.policy.limits(tool)
 
     def counters(self, tool: str) -> list[str]:
-        return sorted({limit.key for limit in self.policy.limits(tool)})
+        """The task's own counters of ``tool``'s limits (``usage`` reads them)."""
+        return sorted({limit.key for limit in self.policy.limits(tool) if not limit.scoped})
+
+    def scoped_counters(self, tool: str) -> list[ScopedCounter]:
+        """Counters summed beyond the task or in a window (``per``, ``window``)."""
+        found = {limit.key: ScopedCounter(limit.key, limit.per, limit.window)
+                 for limit in self.policy.limits(tool) if limit.scoped}
+        return [found[key] for key in sorted(found)]
 
     def charges(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Decimal]:
         """What an authorized call adds to each of its tool's counters."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 
 import click
 from rich.console import Console
@@ -22,8 +23,8 @@ from rich.text import Text
 from agent_gate.cli._listing import parse_since
 from agent_gate.cli._options import db_option, json_option
 from agent_gate.errors import LedgerConfigError, PolicyLoadError
-from agent_gate.gate.backtest import BacktestReport, backtest
-from agent_gate.gate.shadow_report import ShadowReport, shadow_report
+from agent_gate.gate.backtest import BacktestReport, Change, Unjudged, backtest
+from agent_gate.gate.shadow_report import ShadowDiff, ShadowReport, shadow_report
 from agent_gate.policy import Policy
 
 __all__ = ["backtest_command", "shadow_report_command"]
@@ -32,15 +33,19 @@ SHOWN: int = 5
 _STYLE = {"allow": "green", "approve": "yellow", "deny": "red"}
 
 
-def _ids(items: list[object], shown: int = SHOWN) -> str:
-    names = [f"{c.call.task_id}/{c.call.call_id}" for c in items[:shown]]  # type: ignore[attr-defined]
+def _ids(items: Sequence[Change | Unjudged | ShadowDiff], shown: int = SHOWN) -> str:
+    """The first call ids as ``task/call`` (all of them only with ``--json``)."""
+    names = [f"{c.call.task_id}/{c.call.call_id}" for c in items[:shown]]
     more = f" (+{len(items) - shown} more)" if len(items) > shown else ""
     return ", ".join(names) + more
 
 
 def _print(report: BacktestReport) -> None:
     console = Console(highlight=False, width=max(100, Console().width))
-    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     say(f"draft: {report.draft_source} {report.draft_hash}")
     say(f"{report.judged} calls judged: {len(report.changes)} would change, "
         f"{report.unchanged} would not ({report.same_verdict_other_rules} by other rules); "
@@ -52,7 +57,7 @@ def _print(report: BacktestReport) -> None:
         for (before, after), items in report.by_transition().items():
             table.add_row(Text(before.value, style=_STYLE[before.value]),
                           Text(after.value, style=_STYLE[after.value]),
-                          Text(str(len(items))), Text(_ids(list(items))))
+                          Text(str(len(items))), Text(_ids(items)))
         console.print(table)
         table = Table(title="by the draft's deciding rule", title_justify="left")
         for column in ("rule", "calls", "changes", "call ids"):
@@ -60,10 +65,10 @@ def _print(report: BacktestReport) -> None:
         for rule_id, items in report.by_rule().items():
             moves = sorted({f"{c.before.value} -> {c.after.value}" for c in items})
             table.add_row(Text(rule_id), Text(str(len(items))), Text(", ".join(moves)),
-                          Text(_ids(list(items))))
+                          Text(_ids(items)))
         console.print(table)
-    for why, items in report.by_reason().items():
-        say(f"cannot judge {len(items)}: {why}: {_ids(list(items))}")
+    for why, unjudged in report.by_reason().items():
+        say(f"cannot judge {len(unjudged)}: {why}: {_ids(unjudged)}")
 
 
 @click.argument("draft")
@@ -114,7 +119,7 @@ def _print_shadow(report: ShadowReport) -> None:
     for rule_id, items in report.by_rule().items():
         moves = sorted({f"{d.enforced.value} -> {d.shadow.value}" for d in items})
         table.add_row(Text(rule_id), Text(str(len(items))), Text(", ".join(moves)),
-                      Text(_ids(list(items))))
+                      Text(_ids(items)))
     console.print(table)
 
 

@@ -361,8 +361,13 @@ class Decider:
         """The policy's decision for ``rec`` with the task's bound context and usage now
         (``besides``: without that call row's own charges)."""
         assert self.rules is not None
-        principal, scope = _task_context(txn, rec.task_id)
+        principal_text, scope_text = txn.task_context(rec.task_id)
+        principal = principal_from_json(principal_text)
+        scope = scope_from_json(rec.task_id, scope_text)
         usage = txn.usage(rec.task_id, self.rules.counters(rec.tool), besides=besides)
+        scoped = self.rules.scoped_counters(rec.tool)
+        if scoped:  # per principal, over all tasks, in a window: each under its own lock
+            usage.update(txn.scoped_usage(rec.task_id, principal_text, scoped, besides=besides))
         tools = self.rules.history_tools(rec.tool)
         history = self._history(txn, rec, tools) if tools else None
         return self.rules.evaluate(

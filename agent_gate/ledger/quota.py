@@ -16,18 +16,20 @@ again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, select
 
-from agent_gate.ledger.models import QUOTA_CHARGES
+from agent_gate.ledger.backend.dialect import lock_named
+from agent_gate.ledger.models import QUOTA_CHARGES, TASKS
 
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn
 
-__all__ = ["charge", "charges_of", "usage"]
+__all__ = ["ScopedCounter", "charge", "charges_of", "scoped_usage", "usage"]
 
 _CHARGES = QUOTA_CHARGES
 
@@ -56,6 +58,54 @@ def usage(
     rows = txn.execute(query)
     for counter, amount in rows:
         totals[counter] += Decimal(amount)
+    return totals
+
+
+@dataclass(frozen=True, slots=True)
+class ScopedCounter:
+    """A counter summed beyond one task or over a sliding window: ``per`` is ``task``,
+    ``principal`` (every task bound to the same principal) or ``all``; ``window`` in
+    seconds, or None for every charge."""
+
+    key: str
+    per: str
+    window: int | None
+
+
+def scoped_usage(
+    txn: Txn,
+    task_id: str,
+    principal: str | None,
+    counters: Iterable[ScopedCounter],
+    *,
+    besides: int | None = None,
+) -> dict[str, Decimal]:
+    """What the principal (or everyone, or the task) used of each counter, in its window.
+
+    Race-free as the task's counters are: each counter's scope is locked first
+    (``lock_named``, held to the end of the deciding transaction; a no-op on SQLite,
+    whose write transaction already excludes every other writer), so two deciders of
+    different tasks of one principal take turns reading and charging it. Locks are
+    taken in key order, always after the task's own lock, so they cannot deadlock.
+    """
+    totals: dict[str, Decimal] = {}
+    now = datetime.now(UTC)
+    for counter in sorted(counters, key=lambda c: c.key):
+        scope = {"task": task_id, "principal": principal or "", "all": ""}[counter.per]
+        lock_named(txn.conn, f"quota:{counter.key}:{scope}")
+        query = select(_CHARGES.c.amount).where(_CHARGES.c.counter == counter.key)
+        if counter.per == "task":
+            query = query.where(_CHARGES.c.task_id == task_id)
+        elif counter.per == "principal":
+            query = query.join(TASKS, TASKS.c.id == _CHARGES.c.task_id).where(
+                TASKS.c.principal == principal if principal is not None
+                else TASKS.c.principal.is_(None)
+            )
+        if counter.window is not None:
+            query = query.where(_CHARGES.c.at >= now - timedelta(seconds=counter.window))
+        if besides is not None:
+            query = query.where(_CHARGES.c.call_row_id != besides)
+        totals[counter.key] = sum((Decimal(a) for (a,) in txn.execute(query)), Decimal(0))
     return totals
 
 

@@ -235,6 +235,14 @@ class Txn(ABC):
         """What the task has used of each counter (``quota.usage``)."""
         return quota.usage(self, task_id, counters, besides=besides)
 
+    def scoped_usage(
+        self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],
+        *, besides: int | None = None,
+    ) -> dict[str, Decimal]:
+        """Counters summed per principal, over every task or in a window, each read
+        under a lock of its scope (``quota.scoped_usage``)."""
+        return quota.scoped_usage(self, task_id, principal, counters, besides=besides)
+
     def charge(self, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]) -> None:
         """Charge the call's amounts to the task's counters (``quota.charge``)."""
         quota.charge(self, task_id=task_id, call_row_id=call_row_id, amounts=amounts)
@@ -271,6 +279,14 @@ class LedgerTxn:
     def earlier_calls(self, task_id: str, tool: str, before: int) -> list[CallRecord]:
         """The task's calls of ``tool`` recorded before row ``before``, oldest first."""
         return self._txn.earlier_calls(task_id, tool, before)
+
+    def scoped_usage(
+        self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],
+        *, besides: int | None = None,
+    ) -> dict[str, Decimal]:
+        """Counters summed per principal, over every task or in a window, each under a
+        lock of its scope, so deciders of different tasks take turns on it."""
+        return self._txn.scoped_usage(task_id, principal, counters, besides=besides)
 
     def latest_approval(self, row_id: int) -> ApprovalRecord | None:
         """The newest approval or denial given for the call row."""

@@ -129,6 +129,10 @@ def _compare(case: Case, decision: PolicyDecision) -> list[str]:
                 f"limits_exceeded: expected [{', '.join(sorted(expect.limits_exceeded))}], "
                 f"got [{', '.join(got)}]"
             )
+    if expect.shadow is not None:
+        got = decision.shadow.effect.value if decision.shadow is not None else "none"
+        if got != expect.shadow.value:
+            failures.append(f"shadow: expected {expect.shadow.value}, got {got}")
     for phrase in expect.reasons:
         if not any(phrase in reason for reason in decision.reasons):
             failures.append(f"reasons: no reason contains {phrase!r}")

@@ -104,6 +104,8 @@ class Expect(_Model):
     rule_ids: list[StrictStr] | None = None
     reasons: list[Annotated[StrictStr, Field(min_length=1)]] = []
     limits_exceeded: list[StrictStr] | None = None
+    shadow: Verdict | None = None
+    """The would-be decision of the policy's ``mode: shadow`` rules (never enforced)."""
 
 
 class Case(_Model):

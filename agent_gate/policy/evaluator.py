@@ -180,30 +180,39 @@ class LimitRule:
     maximum: Decimal
     effect: Verdict
     reason: str | None
+    per: str = "task"
+    window: int | None = None
+    """``per`` and ``window`` (seconds): whose charges count, and since when; a limit
+    with either keeps a counter of its own (``refund/calls@principal/3600s``)."""
 
     @classmethod
     def build(cls, tool: str, limit: Limit) -> LimitRule:
         if limit.max_calls is not None:
-            return cls(
-                id=limit.id,
-                tool=tool,
-                key=f"{tool}/calls",
-                argument=None,
-                maximum=Decimal(limit.max_calls),
-                effect=limit.decision_effect,
-                reason=limit.reason,
-            )
-        assert limit.sum is not None and limit.max is not None
-        path = parse_path(limit.sum)
+            key, argument, maximum = f"{tool}/calls", None, Decimal(limit.max_calls)
+        else:
+            assert limit.sum is not None and limit.max is not None
+            argument = parse_path(limit.sum)
+            key, maximum = f"{tool}/sum/{display(argument)}", Decimal(str(limit.max))
+        window = limit.window_seconds
+        if limit.per != "task" or window is not None:
+            key += f"@{limit.per}" + (f"/{window}s" if window is not None else "")
         return cls(
             id=limit.id,
             tool=tool,
-            key=f"{tool}/sum/{display(path)}",
-            argument=path,
-            maximum=Decimal(str(limit.max)),
+            key=key,
+            argument=argument,
+            maximum=maximum,
             effect=limit.decision_effect,
             reason=limit.reason,
+            per=limit.per,
+            window=window,
         )
+
+    @property
+    def scoped(self) -> bool:
+        """Counted beyond the task or in a window: the ledger reads it under a lock of
+        its own (``quota.scoped_usage``), not with the task's counters."""
+        return self.per != "task" or self.window is not None
 
     @property
     def kind(self) -> str:
@@ -222,10 +231,13 @@ class LimitRule:
         return amount if amount >= 0 else None
 
     def check(self, arguments: Mapping[str, Any], usage: Usage | None) -> LimitCheck:
+        scope = f"per {self.per}" if self.per != "all" else "in all"
+        if self.window is not None:
+            scope += f" in {self.window} s"
         label = (self.reason or "").rstrip(". ") or (
-            f"at most {self.maximum} calls of {_name(self.tool)} per task"
+            f"at most {self.maximum} calls of {_name(self.tool)} {scope}"
             if self.argument is None
-            else f"total '{display(self.argument)}' of {_name(self.tool)} per task "
+            else f"total '{display(self.argument)}' of {_name(self.tool)} {scope} "
             f"at most {self.maximum}"
         )
         amount = self.amount(arguments)

@@ -416,6 +416,21 @@ def _format_version(value: int) -> int:
     return value
 
 
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _window_seconds(text: str) -> int:
+    return int(text[:-1]) * _UNITS[text[-1]]
+
+
+def _window(text: str) -> str:
+    if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
+        raise ValueError("a window is a whole number of s, m, h or d: '90s', '15m', '1h', '1d'")
+    if not 1 <= _window_seconds(text) <= 366 * 86400:
+        raise ValueError("a window is between 1 second and 366 days")
+    return text
+
+
 def _listify(data: Any) -> Any:
     return [data] if isinstance(data, dict) else data
 
@@ -460,6 +475,26 @@ class Limit(_Model):
     max: Number | None = None
     effect: Literal["deny", "approve"] = "deny"
     reason: Text | None = None
+    per: Literal["task", "principal", "all"] = "task"
+    """Whose calls count: the task's (default), every task of the same principal, or
+    every task in the ledger."""
+    window: Annotated[StrictStr, AfterValidator(_window)] | None = None
+    """Count only calls authorized within this sliding window (``90s``, ``15m``, ``1h``,
+    ``1d``); none: all of them."""
+
+    @property
+    def window_seconds(self) -> int | None:
+        return _window_seconds(self.window) if self.window is not None else None
+
+    @model_serializer(mode="wrap")
+    def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("per") == "task":
+                del data["per"]
+            if data.get("window") is None:
+                data.pop("window", None)
+        return data
 
     @property
     def decision_effect(self) -> Verdict:

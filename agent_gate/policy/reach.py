@@ -248,11 +248,11 @@ def _rule_never(rule: Rule, schema: Mapping[str, Any]) -> Never:
 
 def _rules(document: PolicyDocument) -> Iterator[tuple[str, Rule, tuple[str | int, ...]]]:
     for index, rule in enumerate(document.rules):
-        for tool in rule.tools or document.tools:
-            yield tool, rule, ("rules", index)
-    for name, tool in document.tools.items():
-        for index, rule in enumerate(tool.rules):
-            yield name, rule, ("tools", name, "rules", index)
+        for applies_to in rule.tools or document.tools:
+            yield applies_to, rule, ("rules", index)
+    for name, policy in document.tools.items():
+        for index, own in enumerate(policy.rules):
+            yield name, own, ("tools", name, "rules", index)
 
 
 def dead_rules(

@@ -179,3 +179,25 @@ def test_shadow_decisions_are_counted_in_metrics(
         "agent_gate.shadow_differs"]): p.value for p in points}
     assert counted == {("deny", True): 2, ("allow", False): 1}
     assert {p.attributes["gen_ai.tool.name"] for p in points} == {"get_weather"}
+
+
+def test_policy_test_cases_can_expect_the_shadow_decision(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(WITH_SHADOW_RULE, encoding="utf-8")
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(
+        "version: 1\ncases:\n"
+        "  - name: the lower cap would deny\n    tool: refund\n"
+        "    args: {order_id: ORD-123456, amount: 400}\n"
+        "    expect: {decision: approve, shadow: deny}\n"
+        "  - name: small refunds stay allowed\n    tool: refund\n"
+        "    args: {order_id: ORD-123456, amount: 40}\n"
+        "    expect: {decision: allow, shadow: allow}\n",
+        encoding="utf-8",
+    )
+    runner = CliRunner()
+    result = runner.invoke(main, ["policy", "test", str(tmp_path / "policy.yaml"), str(cases)])
+    assert result.exit_code == 0, result.output
+    cases.write_text(cases.read_text().replace("shadow: deny", "shadow: allow"))
+    result = runner.invoke(main, ["policy", "test", str(tmp_path / "policy.yaml"), str(cases)])
+    assert result.exit_code == 1
+    assert "shadow: expected allow, got deny" in result.stdout
