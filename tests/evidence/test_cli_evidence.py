@@ -294,3 +294,19 @@ def test_malformed_evidence_is_a_one_line_error_not_a_crash(
     done = check(bundle, vkey)
     assert done.exit_code == 1 and done.output.startswith("Error: cannot check it:"), done.output
     assert "Traceback" not in done.output
+
+
+def test_no_proof_is_made_from_a_trail_that_no_longer_hashes_to_its_signature(
+    sqlite_url: str, keys: tuple[Path, str]
+) -> None:
+    import sqlite3
+
+    key, _ = keys
+    run_calls(sqlite_url, 0, 2)
+    assert cli("audit", "checkpoint", "--signing-key", key, "--db", sqlite_url).exit_code == 0
+    db = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
+    db.execute("UPDATE audit_events SET actor = 'mallory' WHERE id = 1")
+    db.commit()
+    db.close()
+    done = cli("audit", "prove", "c1", "--db", sqlite_url)
+    assert done.exit_code == 1 and "no longer hashes to signed checkpoint #1" in done.output
