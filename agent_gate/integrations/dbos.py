@@ -157,8 +157,9 @@ def _task(task_id: str | None) -> str:
     return task_id or workflow_id
 
 
-def _identity(call: CallLike, call_id: str | None) -> str:
-    """The call's id: its own, the one the first step gave it, or this step's."""
+def _identity(call_id: str | None) -> str:
+    """The id the first step gave the call, else this step's (``call_mapping`` keeps a
+    call's own id over either)."""
     return call_id or f"{_STEP_PREFIX}{DBOS.step_id}"
 
 
@@ -166,7 +167,7 @@ def _identity(call: CallLike, call_id: str | None) -> str:
 def _execute_step(
     steps: GatedSteps, task_id: str, call: dict[str, Any], call_id: str | None
 ) -> dict[str, Any]:
-    named = call_mapping(call, _identity(call, call_id))
+    named = call_mapping(call, _identity(call_id))
     return outcome_record(execute_when_free(steps.gate, task_id, named, patience=steps.patience))
 
 
@@ -174,7 +175,7 @@ def _execute_step(
 async def _aexecute_step(
     steps: GatedSteps, task_id: str, call: dict[str, Any], call_id: str | None
 ) -> dict[str, Any]:
-    named = call_mapping(call, _identity(call, call_id))
+    named = call_mapping(call, _identity(call_id))
     outcome = await aexecute_when_free(steps.gate, task_id, named, patience=steps.patience)
     return outcome_record(outcome)
 

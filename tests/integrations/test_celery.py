@@ -211,3 +211,58 @@ def test_a_task_waiting_for_a_person_retries_until_the_cli_approves(workers: Wor
     result = workers.result("o4")
     assert result["state"] == "succeeded" and result["result"] == {"paid": 150, "to": "alice"}
     assert len(workers.outbox()) == 1
+
+
+@pytest.mark.slow
+def test_redis_delivers_a_running_task_twice_and_the_second_waits(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """Redis hands an unacknowledged message to another worker once its
+    ``visibility_timeout`` passes, even while the first still runs it. The second
+    delivery finds the call running under a live lease and waits; once the first
+    worker dies mid-tool, the call is in doubt and the task fails: never two writes."""
+    workers = Workers(tmp_path, BROKERS["redis"], sqlite_url)
+    try:
+        first = workers.start(AG_HANG="before-effect")
+        workers.send("o5")
+        wait_until(lambda: (workers.marks / "before-effect").exists(),
+                   what="the first delivery to run the tool")
+        workers.start()  # restores the message the first worker holds past its timeout
+
+        def seen_again() -> bool:
+            from agent_gate.ledger import Ledger
+
+            with Ledger(sqlite_url) as ledger:
+                return any(a.event == "seen_again" for a in ledger.audit("order-o5"))
+
+        wait_until(seen_again, what="the second delivery to reach the gate")
+        assert workers.outbox() == [] and _state(sqlite_url, "order-o5") == "executing"
+        os.kill(first.pid, signal.SIGKILL)
+        assert first.wait(timeout=30) == -signal.SIGKILL
+        assert workers.result("o5") == {"failed": "CallInDoubt", "call_id": "call-1"}
+        assert workers.outbox() == []
+    finally:
+        workers.close()
+
+
+@pytest.mark.slow
+@pytest.mark.backends("postgresql")
+@pytest.mark.parametrize(("point", "expected"), [
+    ("after-effect", {"failed": "CallInDoubt", "call_id": "call-1"}),
+    ("after-outcome", "succeeded"),
+])
+def test_a_redelivered_task_on_a_postgresql_ledger(
+    tmp_path: Path, db_url: str, point: str, expected: object
+) -> None:
+    workers = Workers(tmp_path, BROKERS["rabbitmq"], db_url)
+    try:
+        workers.kill_at(point, "o6")
+        workers.start()
+        result = workers.result("o6")
+        if isinstance(expected, dict):
+            assert result == expected
+        else:
+            assert result["state"] == expected and result["replayed"] is True
+        assert len(workers.outbox()) == 1  # paid before the kill, never again
+    finally:
+        workers.close()
