@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +19,7 @@ if TYPE_CHECKING:
     from agent_gate.evidence.note import SignerKey, VerifierKey
 
 KEY_ENV = "AGENT_GATE_AUDIT_KEY"
-WITNESS_SECRET_ENV = "AGENT_GATE_WITNESS_SECRET"
-_POST_TRIES = 3
-_POST_TIMEOUT = 10.0
+
 SUBCOMMANDS = click.Group(name="audit")
 """The commands this module adds under `agent-gate audit` (``audit.py`` adds them)."""
 
@@ -38,23 +35,14 @@ def signing_key_option(fn: Any) -> Any:
 
 
 def load_signer(path: Path | None) -> SignerKey | None:
-    """The key in ``path``, refused when others may read it (it signs the ledger's history)."""
+    """``--signing-key``: the key in the file, refused when others may read it."""
     if path is None:
         return None
     from agent_gate.errors import EvidenceError
-    from agent_gate.evidence.note import SignerKey
+    from agent_gate.evidence.note import read_signer
 
     try:
-        mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise click.BadParameter(f"cannot read {path}: {error.strerror}",
-                                 param_hint="--signing-key") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise click.BadParameter(f"{path} may be read by others (mode {mode & 0o777:o}): "
-                                 f"chmod 600 {path}", param_hint="--signing-key")
-    try:
-        return SignerKey.parse(text)
+        return read_signer(path)
     except EvidenceError as error:
         raise click.BadParameter(str(error), param_hint="--signing-key") from None
 
@@ -250,61 +238,13 @@ def verify_from(checkpoint: Path, key: str | None, url: str | None, as_json: boo
 
 
 def publish_to(sinks: tuple[str, ...], note: str, signer: SignerKey) -> list[str]:
-    """``audit checkpoint --publish``: each sink in turn; a sink that fails ends the command
-    with an error after the others were tried (the checkpoint itself is stored: the next
-    run publishes the newest)."""
-    from agent_gate.errors import EvidenceError
-    from agent_gate.evidence.witness import publish
+    """``audit checkpoint --publish``: each sink in turn (``witness.publish_all``); a sink
+    that fails ends the command with an error after the others were served (the
+    checkpoint itself is stored: the next run publishes the newest)."""
+    from agent_gate.cli._exit import CliError
+    from agent_gate.evidence.witness import publish_all
 
-    done: list[str] = []
-    failed: list[str] = []
-    for sink in sinks:
-        try:
-            if sink.startswith(("http://", "https://")):
-                _post(sink, note)
-                done.append(sink)
-            else:
-                done.append(str(publish(note, signer.verifier, Path(sink))))
-        except (EvidenceError, OSError) as error:
-            failed.append(f"{sink}: {error}")
+    done, failed = publish_all(sinks, note, signer.verifier)
     if failed:
-        from agent_gate.cli._exit import CliError
-
         raise CliError("not published to " + "; ".join(failed))
     return done
-
-
-def _post(url: str, note: str) -> None:
-    """POST the note to a witness endpoint, signed as the webhooks are (HMAC-SHA256 of
-    ``TIMESTAMP.BODY`` under ``$AGENT_GATE_WITNESS_SECRET``); a 2xx is delivery, tried
-    ``_POST_TRIES`` times with a short backoff."""
-    import time
-
-    import httpx
-
-    from agent_gate.errors import EvidenceError
-    from agent_gate.serve.webhooks import sign
-
-    secret = os.environ.get(WITNESS_SECRET_ENV)
-    if not secret:
-        raise EvidenceError(f"${WITNESS_SECRET_ENV} is not set: an HTTP witness needs the "
-                            "secret its POSTs are signed with")
-    body = note.encode("utf-8")
-    last = "no answer"
-    with httpx.Client(timeout=_POST_TIMEOUT) as http:
-        for attempt in range(_POST_TRIES):
-            stamp = int(time.time())
-            try:
-                got = http.post(url, content=body, headers={
-                    "Content-Type": "text/plain; charset=utf-8",
-                    "X-Agent-Gate-Event": "checkpoint",
-                    "X-Agent-Gate-Timestamp": str(stamp),
-                    "X-Agent-Gate-Signature": sign(secret.encode(), stamp, body)})
-                if got.is_success:
-                    return
-                last = f"HTTP {got.status_code}"
-            except httpx.HTTPError as error:
-                last = type(error).__name__
-            if attempt + 1 < _POST_TRIES:
-                time.sleep(0.2 * 2 ** attempt)
-    raise EvidenceError(f"the witness did not take it after {_POST_TRIES} tries ({last})")

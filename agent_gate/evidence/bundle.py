@@ -192,8 +192,12 @@ def verify_bundle(directory: Path, key: VerifierKey, *, trusted_note: str | None
         raise EvidenceError(f"manifest.json is not an {BUNDLE_FORMAT} manifest")
     if manifest.get("version") != VERSION:
         raise EvidenceError(f"bundle version {manifest.get('version')!r} is not {VERSION}")
-    note = (directory / "checkpoint.note").read_text(encoding="utf-8") \
-        if (directory / "checkpoint.note").is_file() else ""
+    if not (directory / "checkpoint.note").is_file():
+        raise EvidenceError("checkpoint.note is missing: a bundle is proven against it")
+    try:
+        note = (directory / "checkpoint.note").read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise EvidenceError("checkpoint.note is not UTF-8 text") from None
     head, _ = open_checkpoint(note, key)
     trusted = open_checkpoint(trusted_note, key, origin=head.origin)[0] \
         if trusted_note is not None else None
@@ -248,7 +252,9 @@ def _task(head: TreeHead, entries: list[dict[str, Any]]) -> None:
     for position, entry in enumerate(entries):
         where = f"entries.jsonl line {position + 1}"
         index = entry.get("index")
-        if not isinstance(index, int) or index <= previous:
+        if not isinstance(index, int):
+            raise EvidenceError(f"{where} has no leaf index")
+        if index <= previous:
             raise _Failed(f"{where} is out of order (leaf {index} after {previous}): the "
                           "entries were reordered")
         previous = index
@@ -278,10 +284,11 @@ def verify_proof(proof: dict[str, Any], checkpoint_note: str, key: VerifierKey) 
             raise EvidenceError("the proof's kind is neither 'inclusion' nor 'consistency'")
         for number, entry in enumerate(entries, start=1):
             where = f"entry {number} of the proof"
+            if not isinstance(entry, dict) or not isinstance(entry.get("index"), int):
+                raise EvidenceError(f"{where} has no leaf index")
             leaf = _leaf(entry, where)
             path = _hashes(entry.get("proof") or [], f"{where}'s path")
-            if not verify_inclusion(leaf, int(entry.get("index", -1)), head.size, path,
-                                    head.root):
+            if not verify_inclusion(leaf, entry["index"], head.size, path, head.root):
                 raise _Failed(f"{where} (task {entry.get('task')!r} #{entry.get('seq')}) is "
                               f"not in the signed tree of {head.size} entries")
         return Finding(True, len(entries), head)

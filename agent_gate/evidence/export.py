@@ -64,15 +64,22 @@ def signed_checkpoint(engine: Engine, signer: SignerKey | None, origin: str | No
         for row, leaf in leaves(conn, upto=newest.tree_last_id):
             ids.append(int(row["id"]))
             hashes.append(leaf)
-    return Signed(newest, ids, Tree(hashes), stored[:-1])
+    tree = Tree(hashes)
+    if (tree.size, tree.root().hex()) != (newest.tree_size, newest.tree_root):
+        raise AuditCheckpointRefused(
+            f"the trail no longer hashes to signed checkpoint #{newest.id} ({tree.size} "
+            f"entries read, {newest.tree_size} signed): entries were edited, added or "
+            "deleted; run `agent-gate audit verify`"
+        )
+    return Signed(newest, ids, tree, stored[:-1])
 
 
 def _rows(engine: Engine, signed: Signed, where: Any) -> list[tuple[int, Mapping[str, Any]]]:
     """The rows ``where`` selects among the checkpoint's leaves, with their leaf index."""
-    stmt = (select(AUDIT_EVENTS).where(where, AUDIT_EVENTS.c.id <= signed.ids[-1])
-            .order_by(AUDIT_EVENTS.c.id)) if signed.ids else None
-    if stmt is None:
+    if not signed.ids:
         return []
+    stmt = (select(AUDIT_EVENTS).where(where, AUDIT_EVENTS.c.id <= signed.ids[-1])
+            .order_by(AUDIT_EVENTS.c.id))
     with begin_read(engine) as conn:
         rows = conn.execute(stmt).mappings().all()
     out = []

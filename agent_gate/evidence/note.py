@@ -22,6 +22,7 @@ import hashlib
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -37,6 +38,7 @@ __all__ = [
     "VerifierKey",
     "key_id",
     "open_note",
+    "read_signer",
     "sign_note",
 ]
 
@@ -233,3 +235,21 @@ def open_note(note: str, verifiers: Iterable[VerifierKey]) -> OpenedNote:
     if not signed:
         raise EvidenceError("the note has no signature from the given key")
     return OpenedNote(text, tuple(signed), unknown)
+
+
+def read_signer(path: Path) -> SignerKey:
+    """The signing key in the file ``path``, refused when others may read it (it signs the
+    ledger's history: a copy elsewhere can sign another one)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise EvidenceError(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise EvidenceError(f"{path} is not a signing key (not text)") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise EvidenceError(f"{path} may be read by others (mode {mode & 0o777:o}): "
+                            f"chmod 600 {path}")
+    return SignerKey.parse(text)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
+from agent_gate.evidence.note import read_signer
 from agent_gate.serve import api, inbox
 from agent_gate.serve.api import Op, bearer_operator, needs_token, unauthorized
 from agent_gate.serve.auth import LoginLimiter, Sessions
@@ -42,7 +44,11 @@ def create_app(url: str, policy: str | None = None, *,
     service = InboxService(url, policy)
     notifier = Notifier(url, config) if config.notify else None
     every = config.checkpoint_every
-    checkpointer = Checkpointer(url, every) if every is not None else None
+    signer = (read_signer(Path(config.checkpoint_signing_key))
+              if config.checkpoint_signing_key is not None else None)
+    checkpointer = (Checkpointer(url, every, signer=signer,
+                                 publish=config.checkpoint_publish)
+                    if every is not None else None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -8,6 +8,8 @@ stays open; a server an operator runs anyway closes it every ``checkpoint_every`
 A checkpoint the ledger refuses (a head a previous checkpoint bound is gone or moved
 back) is logged as an error on ``agent_gate.serve`` and tried again at the next tick:
 that is evidence of tampering, for a person to look at, not a reason to stop serving.
+With ``checkpoint_signing_key`` each checkpoint is signed as a C2SP tlog-checkpoint and
+handed to every ``checkpoint_publish`` witness (docs/guides/audit.md).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import threading
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent_gate.errors import AuditCheckpointRefused
+from agent_gate.evidence.note import SignerKey
+from agent_gate.evidence.witness import publish_all
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.checkpoints import take
 
@@ -29,9 +33,15 @@ log = logging.getLogger("agent_gate.serve")
 class Checkpointer:
     """One thread: a checkpoint every ``every`` seconds until ``stop``."""
 
-    def __init__(self, url: str, every: float) -> None:
+    def __init__(self, url: str, every: float, *, signer: SignerKey | None = None,
+                 publish: tuple[str, ...] = ()) -> None:
         self.url = url
         self.every = every
+        self.signer = signer
+        """Signs each checkpoint as a C2SP tlog-checkpoint (``checkpoint_signing_key``)."""
+        self.publish = publish
+        """Witnesses each signed checkpoint is handed to (``checkpoint_publish``)."""
+        self.unpublished = 0
         self.taken = 0
         """Checkpoints this server wrote (a tick when no head moved writes none)."""
         self.refused = 0
@@ -51,7 +61,7 @@ class Checkpointer:
             newest = 0
             while not self._stop.wait(self.every):
                 try:
-                    made = take(ledger.engine)
+                    made = take(ledger.engine, signer=self.signer)
                 except AuditCheckpointRefused as exc:
                     self.refused += 1
                     log.error("audit checkpoint refused: %s", exc)
@@ -63,3 +73,14 @@ class Checkpointer:
                     newest = made.id
                     self.taken += 1
                     log.info("audit checkpoint %s (%d tasks)", made.anchor, made.tasks)
+                    self._hand_over(made.note)
+
+    def _hand_over(self, note: str | None) -> None:
+        """Publish a new signed checkpoint; a witness that fails is logged and served the
+        newest at the next checkpoint (a witness may skip one, never go back)."""
+        if note is None or not self.publish or self.signer is None:
+            return
+        _, failed = publish_all(self.publish, note, self.signer.verifier)
+        for failure in failed:
+            self.unpublished += 1
+            log.error("audit checkpoint not published: %s", failure)

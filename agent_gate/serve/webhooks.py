@@ -4,6 +4,8 @@ Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
 
     base_url: https://gate.example.com      # for the links in each event
     checkpoint_every: 600                   # seconds between audit checkpoints; null: none
+    checkpoint_signing_key: /etc/agent-gate/ledger.key   # optional: sign them (C2SP)
+    checkpoint_publish: [/mnt/witness/]     # optional: and hand them to witnesses
     notify:
       - name: ops-chat                      # the cursor's name in the ledger
         url: https://hooks.example.com/agent-gate
@@ -64,6 +66,10 @@ class ServeConfig(BaseModel):
     checkpoint_every: float | None = Field(default=600.0, gt=0)
     """Seconds between the audit checkpoints the server takes (``checkpointer``);
     None: none (take them with ``agent-gate audit checkpoint`` instead)."""
+    checkpoint_signing_key: str | None = None
+    """A key file from ``agent-gate audit keygen`` (mode 0600): checkpoints are signed."""
+    checkpoint_publish: tuple[str, ...] = ()
+    """Witnesses for each signed checkpoint: files, directories, http(s) URLs."""
 
 
 def load_config(path: str) -> ServeConfig:
@@ -81,6 +87,9 @@ def load_config(path: str) -> ServeConfig:
                                  f"expected some of {list(outbox.EVENT_KINDS)}")
         if not os.environ.get(e.secret_env):
             raise GateUsageError(f"{path}: notify {e.name!r}: ${e.secret_env} is not set")
+    if config.checkpoint_publish and config.checkpoint_signing_key is None:
+        raise GateUsageError(f"{path}: checkpoint_publish needs checkpoint_signing_key: "
+                             "only a signed checkpoint means anything outside the ledger")
     return config
 
 

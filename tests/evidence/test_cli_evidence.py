@@ -268,3 +268,45 @@ def test_a_time_window_exports_a_contiguous_run_proven_in_place(
     (out / "manifest.json").write_text(json.dumps(manifest))
     refused = check(out, vkey)
     assert refused.exit_code == 1 and "evidence BROKEN" in refused.output
+
+
+@pytest.mark.parametrize("damage", ["manifest", "entries", "note", "proof-index"])
+def test_malformed_evidence_is_a_one_line_error_not_a_crash(
+    exported: dict[str, Path], keys: tuple[Path, str], tmp_path: Path, damage: str
+) -> None:
+    _, vkey = keys
+    bundle = tmp_path / "copy"
+    shutil.copytree(exported["task"], bundle)
+    if damage == "manifest":
+        (bundle / "manifest.json").write_text("[1, 2")
+    elif damage == "entries":
+        (bundle / "entries.jsonl").write_text('{"task": 1}\n')
+    elif damage == "note":
+        (bundle / "checkpoint.note").unlink()
+    else:
+        proof = {"format": "agent-gate/audit-proof", "version": 1, "kind": "inclusion",
+                 "entries": [{"index": "zero"}]}
+        (tmp_path / "p.json").write_text(json.dumps(proof))
+        done = cli("audit", "verify", "--proof", tmp_path / "p.json", "--checkpoint",
+                   bundle / "checkpoint.note", "--key", vkey)
+        assert done.exit_code == 1 and "has no leaf index" in done.output
+        return
+    done = check(bundle, vkey)
+    assert done.exit_code == 1 and done.output.startswith("Error: cannot check it:"), done.output
+    assert "Traceback" not in done.output
+
+
+def test_no_proof_is_made_from_a_trail_that_no_longer_hashes_to_its_signature(
+    sqlite_url: str, keys: tuple[Path, str]
+) -> None:
+    import sqlite3
+
+    key, _ = keys
+    run_calls(sqlite_url, 0, 2)
+    assert cli("audit", "checkpoint", "--signing-key", key, "--db", sqlite_url).exit_code == 0
+    db = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
+    db.execute("UPDATE audit_events SET actor = 'mallory' WHERE id = 1")
+    db.commit()
+    db.close()
+    done = cli("audit", "prove", "c1", "--db", sqlite_url)
+    assert done.exit_code == 1 and "no longer hashes to signed checkpoint #1" in done.output

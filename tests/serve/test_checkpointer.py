@@ -9,6 +9,7 @@ head deleted) is logged as an error and the server keeps serving.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import httpx
 import pytest
@@ -61,3 +62,44 @@ def test_a_refused_checkpoint_is_logged_and_the_server_keeps_serving(
         assert httpx.get(f"{running.base}/health", timeout=10).json() == {"status": "ok"}
     refusal = next(r for r in caplog.records if "checkpoint refused" in r.getMessage())
     assert refusal.levelno == logging.ERROR and "'t1'" in refusal.getMessage()
+
+
+def test_a_configured_key_signs_each_checkpoint_and_a_witness_keeps_them(
+    world: World, tmp_path: Path
+) -> None:
+    import os
+
+    from agent_gate.evidence.checkpoint import open_checkpoint
+    from agent_gate.evidence.note import SignerKey
+
+    signer = SignerKey.generate("serve.example/ledger")
+    key = tmp_path / "ledger.key"
+    key.write_text(signer.text)
+    os.chmod(key, 0o600)
+    witness = tmp_path / "witness"
+    witness.mkdir()
+    config = ServeConfig(checkpoint_every=0.05, checkpoint_signing_key=str(key),
+                         checkpoint_publish=(str(witness),))
+    with serving(world, config):
+        wait_until(lambda: (witness / "latest.note").is_file(), what="a published checkpoint")
+        first = open_checkpoint((witness / "latest.note").read_text(), signer.verifier)[0]
+        world.call("t2", "mail-2", "send_email",
+                   {"to": "bo@elsewhere.org", "subject": "Hi", "body": "Hello"})
+        wait_until(lambda: open_checkpoint((witness / "latest.note").read_text(),
+                                           signer.verifier)[0].size > first.size,
+                   what="the next checkpoint published")
+    with Ledger(world.url) as ledger:
+        made = newest_of(ledger.engine)
+    assert made is not None and made.note is not None
+    assert open_checkpoint(made.note, signer.verifier)[0].size == made.tree_size
+    assert len(list(witness.glob("0*.note"))) >= 2
+
+
+def test_publishing_without_a_signing_key_is_refused_at_start(tmp_path: Path) -> None:
+    from agent_gate.errors import GateUsageError
+    from agent_gate.serve.webhooks import load_config
+
+    path = tmp_path / "serve.yaml"
+    path.write_text(f"checkpoint_publish: [{tmp_path / 'w'}]\n")
+    with pytest.raises(GateUsageError, match="checkpoint_publish needs checkpoint_signing_key"):
+        load_config(str(path))
