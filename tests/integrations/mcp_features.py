@@ -22,6 +22,7 @@ import mcp.types as mt
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http import EventMessage, EventStore
 
 warnings.simplefilter("ignore")  # logging and roots are deprecated in a later revision
 BARE = "--bare" in sys.argv
@@ -50,6 +51,8 @@ TOOLS = [
     mt.Tool(name="note", input_schema={"type": "object",
                                        "properties": {"text": {"type": "string"}}},
             annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
+    mt.Tool(name="reconnect", input_schema={"type": "object"},
+            annotations=mt.ToolAnnotations(read_only_hint=True)),
     mt.Tool(name="slow", input_schema={"type": "object",
                                        "properties": {"marker": {"type": "string"}}},
             annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
@@ -119,6 +122,11 @@ async def call_tool(ctx: ServerRequestContext[Any, Any],
         with open(os.environ["MCP_UPSTREAM_LOG"], "a", encoding="utf-8") as f:
             f.write(f"note:{args.get('text')}\n")
         return _text("noted")
+    if params.name == "reconnect":  # SEP-1699: the stream closed mid-call, resumed
+        if ctx.close_sse_stream is not None:
+            await ctx.close_sse_stream()
+        await anyio.sleep(0.1)
+        return _text("reconnected")
     if params.name == "slow":
         log = os.environ.get("MCP_UPSTREAM_LOG")
         if log:
@@ -205,13 +213,36 @@ def build() -> Server[Any]:
     return server
 
 
+class Events(EventStore):
+    """Every event kept in memory, so a stream closed mid-call can be resumed."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+
+    async def store_event(self, stream_id: str, message: Any) -> str:
+        event_id = str(len(self.events))
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        ids = [e[0] for e in self.events]
+        if last_event_id not in ids:
+            return None
+        stream = self.events[ids.index(last_event_id)][1]
+        for event_id, stream_id, message in self.events[ids.index(last_event_id) + 1:]:
+            if stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream
+
+
 async def main() -> None:
     server = build()
     if "--http" in sys.argv:
         import uvicorn
 
         port = int(sys.argv[sys.argv.index("--http") + 1])
-        app = server.streamable_http_app()
+        # A client is told to wait ten minutes before it resumes a closed stream.
+        app = server.streamable_http_app(event_store=Events(), retry_interval=600_000)
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                             log_level="warning")).serve()
         return

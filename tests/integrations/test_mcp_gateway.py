@@ -6,6 +6,8 @@ Real processes: the proxy (``python -m agent_gate mcp proxy``) in front of the r
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import mcp.types as mt
 import pytest
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_gateway_harness import Gateway, text
+from mcp_gateway_harness import FEATURES, Gateway, http_client, text
 
 TASK = "gateway"
 
@@ -179,18 +181,35 @@ def test_a_cancelled_call_that_had_started_is_in_doubt(tmp_path: Path) -> None:
     anyio.run(main)
 
 
+@pytest.mark.slow
 def test_a_malformed_upstream_tool_is_left_out_with_a_warning_never_fatal(
     tmp_path: Path,
 ) -> None:
+    """Was: the SDK validates a tools/list page whole, so one entry with no inputSchema
+    stopped the proxy at start. Now that tool is left out, said on stderr, and listed
+    by ``agent-gate mcp check``."""
     gw = Gateway(tmp_path, upstream_flags=("--bad-tool",))
 
-    async def main() -> None:
-        async with gw.stdio() as client:
+    async def main(url: str) -> None:
+        async with http_client(url) as client:
             names = [t.name for t in (await client.list_tools()).tools]
             assert "whoami" in names and "broken" not in names
             assert text(await client.call_tool("note", {"text": "x"})) == "noted"
 
-    anyio.run(main)
+    with gw.http() as (url, _):
+        anyio.run(main, url)
+    said = gw.stderr.read_text()
+    assert "tool 'broken' not offered: not a valid tool (inputSchema: missing)" in said, said
+
+    checked = subprocess.run(
+        [sys.executable, "-m", "agent_gate", "mcp", "check", "--policy", str(gw.policy), "--",
+         sys.executable, str(FEATURES), "--bad-tool"],
+        env=gw.env, capture_output=True, text=True, timeout=120, check=False)
+    assert checked.returncode == 1, checked.stderr
+    assert "left out: 'broken': not a valid tool (inputSchema: missing)" in checked.stdout
+    assert "offered: whoami, progress, log" in checked.stdout
+    assert checked.stdout.startswith(
+        "upstream: features (tools, resources (subscribe), prompts, logging, completions)")
 
 
 def test_a_cancelled_async_call_is_in_doubt_even_while_the_thread_pool_is_busy(
@@ -238,3 +257,19 @@ def test_a_cancelled_async_call_is_in_doubt_even_while_the_thread_pool_is_busy(
             assert gate.ledger.get("t", "c").state.value == "in_doubt"
 
     anyio.run(main)
+
+
+@pytest.mark.slow
+def test_a_stream_the_upstream_closes_mid_call_is_resumed_at_once(tmp_path: Path) -> None:
+    """The upstream closes the call's stream and says to resume in ten minutes
+    (``retry``, SEP-1699); the proxy, whose client waits on that call, resumes at once
+    (was: the SDK's client waited the ten minutes out, and the client timed out)."""
+
+    async def main(gw: Gateway) -> None:
+        async with gw.stdio() as client:
+            with anyio.fail_after(120):  # far under the ten minutes the upstream asks
+                result = await client.call_tool("reconnect", {})
+            assert text(result) == "reconnected", text(result)
+
+    with Gateway(tmp_path).http_upstream() as gw:
+        anyio.run(main, gw)

@@ -13,7 +13,8 @@ Needs the ``mcp`` extra (``pip install 'agent-gate[mcp]'``, the official SDK 2.x
 - ``calls``: one call through the gate, held while it waits; ``GatedSession``;
 - ``events``: the proxy's Streamable HTTP sessions, each with its own event store in
   the ledger's database (``ledger.mcp_events``): isolated, and resumable after a restart;
-- ``proxy``: ``agent-gate mcp proxy``, the server a client talks to.
+- ``proxy``: ``agent-gate mcp proxy``, the server a client talks to;
+- ``check``: ``agent-gate mcp check``, what the proxy would offer, and why not the rest.
 """
 
 from __future__ import annotations

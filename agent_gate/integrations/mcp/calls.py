@@ -111,8 +111,6 @@ class GatedCalls:
         self.registered = Registered((), ())
         self.listed: list[mt.Tool] | None = None
         """The upstream's tools as last read (what a client is shown while it is down)."""
-        self.malformed: tuple[tuple[str, str], ...] = ()
-        """(tool, why) for each entry of the upstream's list that is not a tool at all."""
 
     @property
     def upstream(self) -> ClientSession | None:
@@ -127,12 +125,12 @@ class GatedCalls:
         if session is None:
             raise UpstreamUnavailable(_why_down(link))
         tools, malformed = await list_all(session)
-        self.malformed = malformed
         refused = {name for name, _ in self.registered.refused}
         done = register_tools(self.gate, self.link,
                               [t for t in tools if t.name not in refused], self.dedupe)
+        new = tuple((name, why) for name, why in malformed if name not in refused)
         self.registered = Registered(
-            self.registered.added + done.added, self.registered.refused + done.refused,
+            self.registered.added + done.added, self.registered.refused + done.refused + new,
             done.kept,
         )
         self.listed = tools
