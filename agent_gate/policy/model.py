@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_gate.policy.mcp_rules import McpPolicy
 from agent_gate.policy.netaddr import NAMED_NETWORKS, validate_domain_pattern
 from agent_gate.policy.paths import parse_path
 from agent_gate.policy.regex import (
@@ -447,7 +448,8 @@ class Limit(_Model):
         return self
 
 
-_LATER_KEYS: Final[dict[str, Any]] = {"redact_result": [], "approvers": None, "operators": {}}
+_LATER_KEYS: Final[dict[str, Any]] = {"redact_result": [], "approvers": None, "operators": {},
+                                      "mcp": None}
 """Keys added to format version 1 after its first release, with their unused value."""
 
 
@@ -534,6 +536,8 @@ class PolicyDocument(_Model):
     operators: dict[OperatorId, OperatorEntry] = {}
     approvers: Approvers | None = None
     """The default for tools without an ``approvers`` entry of their own."""
+    mcp: McpPolicy | None = None
+    """What an MCP proxy lets through besides tool calls (``policy.mcp_rules``)."""
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -155,7 +155,7 @@ async def read_resource(ctx: Any, params: mt.ReadResourceRequestParams) -> mt.Re
     if uri == "docs://logo":
         return mt.ReadResourceResult(contents=[mt.BlobResourceContents(
             uri=uri, mime_type="image/png", blob=base64.b64encode(b"\x89PNG\r\n").decode())])
-    if uri.startswith(("docs://", "secret://")):
+    if uri in ("docs://readme", "secret://keys") or uri.startswith("docs://pages/"):
         return mt.ReadResourceResult(contents=[mt.TextResourceContents(
             uri=uri, mime_type="text/plain", text=f"contents of {uri}")])
     raise ValueError(f"no resource {uri}")

@@ -58,7 +58,7 @@ def test_every_feature_of_the_upstream_is_forwarded_and_advertised(tmp_path: Pat
             assert caps.logging is not None and caps.completions is not None
 
             listed = await client.list_resources()
-            assert [r.name for r in listed.resources] == ["readme", "logo", "keys"]
+            assert [r.name for r in listed.resources] == ["readme", "logo"]  # not the keys
             read = await client.read_resource("docs://readme")
             assert isinstance(read.contents[0], mt.TextResourceContents)
             assert read.contents[0].text == "contents of docs://readme"
@@ -67,8 +67,9 @@ def test_every_feature_of_the_upstream_is_forwarded_and_advertised(tmp_path: Pat
             assert base64.b64decode(blob.contents[0].blob) == b"\x89PNG\r\n"
             templates = await client.list_resource_templates()
             assert templates.resource_templates[0].uri_template == "docs://pages/{page}"
-            with pytest.raises(MCPError):  # the upstream's own error, passed on
-                await client.read_resource("docs-nothing://x")
+            with pytest.raises(MCPError) as raised:  # the upstream's own error, passed on
+                await client.read_resource("docs://nothing")
+            assert "no resource docs://nothing" in raised.value.message
 
             prompts = await client.list_prompts()
             assert [p.name for p in prompts.prompts] == ["greet"]
@@ -273,3 +274,25 @@ def test_a_stream_the_upstream_closes_mid_call_is_resumed_at_once(tmp_path: Path
 
     with Gateway(tmp_path).http_upstream() as gw:
         anyio.run(main, gw)
+
+
+def test_the_mcp_policy_section_is_optional_checked_and_leaves_old_hashes_alone() -> None:
+    from agent_gate.errors import PolicyLoadError
+    from agent_gate.policy import Policy
+
+    old = "version: 1\ntools:\n  t: {rules: [{id: r, effect: allow}]}\n"
+    policy = Policy.from_text(old)
+    assert policy.document.mcp is None
+    assert "mcp" not in policy.document.model_dump(mode="json", by_alias=True)
+    empty = Policy.from_text(old + "mcp: {}\n")
+    assert empty.document.mcp is not None and empty.hash != policy.hash
+    for bad, where in (
+        ("mcp:\n  resources:\n    - {id: a, effect: maybe, uri: 'x://*'}\n", "effect"),
+        ("mcp:\n  sampling:\n    - {id: a, effect: approve}\n", "effect"),
+        ("mcp:\n  prompts:\n    - {id: a, effect: allow}\n", "name"),
+        ("mcp:\n  resources:\n    - {id: a, effect: allow, uri: 'x'}\n"
+         "  prompts:\n    - {id: a, effect: allow, name: 'x'}\n", "duplicate rule id"),
+    ):
+        with pytest.raises(PolicyLoadError) as raised:
+            Policy.from_text(old + bad)
+        assert where in str(raised.value), str(raised.value)

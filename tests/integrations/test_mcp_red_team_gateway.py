@@ -16,6 +16,7 @@ import mcp.types as mt
 import pytest
 from mcp import ClientSession
 from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPError
 from mcp_gateway_harness import Gateway, alive, http_client, text
 
 TASK = "shared-task"
@@ -133,3 +134,69 @@ def test_two_clients_on_one_proxy_never_see_each_others_upstream(
     else:
         with base.http_upstream() as gw:
             run(gw)
+
+
+POLICY = """\
+version: 1
+tools:
+  sample: {rules: [{id: sample-allowed, effect: allow}]}
+  whoami: {rules: [{id: whoami-allowed, effect: allow}]}
+mcp:
+  resources:
+    - {id: no-keys, effect: deny, uri: "secret://*", reason: Keys stay on the server.}
+    - {id: logo-hidden, effect: redact, uri: "docs://logo"}
+    - {id: readme-only, effect: allow, uri: "docs://readme"}
+  prompts:
+    - {id: no-greetings, effect: deny, name: "gre*"}
+  sampling:
+    - {id: summaries-only, effect: allow, tool: summarize}
+"""
+
+
+@pytest.mark.slow
+def test_the_policy_keeps_resources_prompts_and_sampling_to_what_it_allows(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    gw = Gateway(tmp_path, policy=policy)
+    asked: list[str] = []
+
+    async def sampling(ctx: ClientRequestContext, params: Any) -> Any:
+        asked.append("sampling")
+        return mt.CreateMessageResult(role="assistant", model="m",
+                                      content=mt.TextContent(type="text", text="x"))
+
+    async def main() -> None:
+        async with gw.stdio("--task", TASK, sampling_callback=sampling) as client:
+            listed = [str(r.uri) for r in (await client.list_resources()).resources]
+            assert listed == ["docs://readme", "docs://logo"]  # the keys are not shown
+            for uri in ("secret://keys", "docs://pages/1", "file:///etc/passwd", "DOCS://readme"):
+                with pytest.raises(MCPError) as raised:
+                    await client.read_resource(uri)
+                rule = "no-keys" if uri.startswith("secret") else "mcp-default"
+                assert raised.value.error.data == {"agent-gate/rule-ids": [rule]}, uri
+                assert f"denied by policy rule {rule}" in raised.value.message
+            with pytest.raises(MCPError):
+                await client.subscribe_resource("secret://keys")
+            hidden = (await client.read_resource("docs://logo")).contents[0]
+            assert isinstance(hidden, mt.TextResourceContents)
+            assert "redacted by policy rule logo-hidden" in hidden.text
+            assert "PNG" not in hidden.text
+            readme = (await client.read_resource("docs://readme")).contents[0]
+            assert isinstance(readme, mt.TextResourceContents) and readme.text.startswith(
+                "contents of")
+
+            assert (await client.list_prompts()).prompts == []
+            with pytest.raises(MCPError) as raised:
+                await client.get_prompt("greet", {"who": "x"})
+            assert raised.value.error.data == {"agent-gate/rule-ids": ["no-greetings"]}
+
+            # The policy allows sampling for `summarize` only: `sample` asks in vain,
+            # the client is never asked, and the call is in doubt, not succeeded.
+            result = await client.call_tool("sample", {"prompt": "p"},
+                                            meta={"agent-gate/call-id": "s"})
+            assert result.is_error and asked == []
+        assert gw.state(TASK, "s") == "in_doubt"
+
+    anyio.run(main)

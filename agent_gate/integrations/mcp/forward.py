@@ -14,6 +14,7 @@ completing an argument changes nothing upstream. What carries risk is judged fir
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,12 +23,23 @@ from mcp import ClientSession
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR, METHOD_NOT_FOUND
+from mcp.types import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND
 
 from agent_gate.errors import UpstreamUnavailable
 from agent_gate.integrations.mcp.sessions import UpstreamSessions, made_for
+from agent_gate.policy.mcp_rules import (
+    McpDecision,
+    McpPolicy,
+    McpVerdict,
+    judge_prompt,
+    judge_resource,
+)
 
-__all__ = ["Capabilities", "advertised", "install"]
+__all__ = ["Capabilities", "Rules", "advertised", "denied", "install"]
+
+Rules = Callable[[], McpPolicy | None]
+"""The policy's ``mcp`` section (empty when the file has none: resources and sampling
+denied); None when the proxy runs without a policy file (everything open, as tools)."""
 
 Capabilities = Callable[[], mt.ServerCapabilities | None]
 """The upstream's capabilities as last read (None before it was first reached)."""
@@ -57,8 +69,51 @@ def advertised(upstream: mt.ServerCapabilities | None) -> mt.ServerCapabilities:
 
 
 def install(server: Server[Any], sessions: UpstreamSessions, check: Check,
-            capabilities: Capabilities) -> None:
-    """Register on ``server`` a handler for each method forwarded to the upstream."""
+            capabilities: Capabilities, rules: Rules) -> None:
+    """Register on ``server`` a handler for each method forwarded to the upstream, each
+    judged first by the policy's ``mcp`` section (``rules``)."""
+
+    def resource(uri: str) -> McpDecision | None:
+        section = rules()
+        return None if section is None else judge_resource(section, uri)
+
+    def prompt(name: str) -> McpDecision | None:
+        section = rules()
+        return None if section is None else judge_prompt(section, name)
+
+    def guard(method: str, params: Any) -> McpDecision | None:
+        """Refused before it is sent (an MCP error with the rule id), or the decision."""
+        if method in ("resources/read", "resources/subscribe"):
+            decision = resource(str(params.uri))
+        elif method == "prompts/get":
+            decision = prompt(params.name)
+        else:
+            return None
+        if decision is not None and not decision.allowed:
+            raise denied(decision)
+        return decision
+
+    def shown(method: str, result: Any, decision: McpDecision | None) -> Any:
+        """What of the upstream's answer the client may see."""
+        if method == "resources/list":
+            kept = [r for r in result.resources if (d := resource(str(r.uri))) is None
+                    or d.allowed]
+            return result.model_copy(update={"resources": kept})
+        if method == "prompts/list":
+            kept = [p for p in result.prompts if (d := prompt(p.name)) is None or d.allowed]
+            return result.model_copy(update={"prompts": kept})
+        if method == "resources/read" and decision is not None and (
+                decision.verdict is McpVerdict.REDACT):
+            return result.model_copy(update={"contents": [
+                _stand_in(c, decision.rule_id) for c in result.contents]})
+        if method == "prompts/get":
+            for message in result.messages:  # an embedded resource is judged as one
+                content = message.content
+                if isinstance(content, mt.EmbeddedResource):
+                    d = resource(str(content.resource.uri))
+                    if d is not None and d.verdict is not McpVerdict.ALLOW:
+                        raise denied(d)
+        return result
 
     async def upstream(ctx: ServerRequestContext[Any, Any], feature: str) -> ClientSession:
         await check()
@@ -75,14 +130,15 @@ def install(server: Server[Any], sessions: UpstreamSessions, check: Check,
         return session
 
     def forwarding(
-        feature: str, send: Send,
+        method: str, feature: str, send: Send,
     ) -> Callable[[ServerRequestContext[Any, Any], Any], Awaitable[Any]]:
         async def handle(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
             session = await upstream(ctx, feature)
+            decision = guard(method, params)
             made = await sessions.of(ctx)
             with made.peer.serving(ctx):
                 try:
-                    return await send(session, params, ctx)
+                    return shown(method, await send(session, params, ctx), decision)
                 except MCPError:
                     raise  # the upstream's own answer, or the SDK's "connection closed"
                 except (OSError, ValueError, RuntimeError) as exc:
@@ -108,7 +164,8 @@ def install(server: Server[Any], sessions: UpstreamSessions, check: Check,
 
     for method, feature, params_type, result in _FORWARDED:
         server.add_request_handler(
-            method, params_type, forwarding(feature, request(method, result, params_type)))
+            method, params_type,
+            forwarding(method, feature, request(method, result, params_type)))
 
     async def roots_changed(ctx: ServerRequestContext[Any, Any], params: Any) -> None:
         """The client's roots changed: its upstream session is told (if it has one)."""
@@ -146,6 +203,25 @@ _REQUESTS: dict[str, type[Any]] = {
     "completion/complete": mt.CompleteRequest,
     "logging/setLevel": mt.SetLevelRequest,
 }
+
+
+def denied(decision: McpDecision) -> MCPError:
+    """A request the policy refuses, as the MCP error a client reads: the rule id in
+    the message and in ``data`` (``agent-gate/rule-ids``), as a denied tool call has."""
+    why = f": {decision.reason}" if decision.reason else ""
+    return MCPError(INVALID_REQUEST, f"agent-gate: denied by policy rule "
+                    f"{decision.rule_id}{why}", {"agent-gate/rule-ids": [decision.rule_id]})
+
+
+def _stand_in(content: Any, rule_id: str) -> mt.TextResourceContents:
+    """A resource's contents as the client sees a redacted one: its size and a hash."""
+    raw = content.text.encode() if isinstance(content, mt.TextResourceContents) else (
+        content.blob.encode())
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return mt.TextResourceContents(
+        uri=content.uri, mime_type="text/plain",
+        text=f"[agent-gate: redacted by policy rule {rule_id}: {len(raw)} bytes, "
+             f"sha256 {digest}...]")
 
 
 def _unavailable(why: str) -> MCPError:

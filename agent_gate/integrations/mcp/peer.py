@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,8 @@ from mcp.client.session import ClientRequestContext
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+
+from agent_gate.policy.mcp_rules import McpPolicy, judge_sampling
 
 __all__ = ["ClientPeer", "Serving"]
 
@@ -46,6 +48,8 @@ class Serving:
 
     session: Any
     request_id: Any
+    tool: str | None = None
+    """The tool whose call this request is (None for any other request)."""
     refused: list[str] = field(default_factory=list)
 
     def degraded(self) -> str | None:
@@ -59,9 +63,11 @@ class Serving:
 class ClientPeer:
     """Delivers what one upstream session sends to the one client session it serves."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: Callable[[], McpPolicy | None] = lambda: None) -> None:
         self.connection: Any | None = None
         self._serving: list[Serving] = []
+        self.rules = rules
+        """The policy's ``mcp`` section, which judges sampling requests (None: open)."""
 
     def attach(self, ctx: ServerRequestContext[Any, Any]) -> None:
         """Know the client's connection (from any request of its session)."""
@@ -69,10 +75,11 @@ class ClientPeer:
             self.connection = getattr(ctx.session, "_connection", None)
 
     @contextlib.contextmanager
-    def serving(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[Serving]:
+    def serving(self, ctx: ServerRequestContext[Any, Any],
+                tool: str | None = None) -> Iterator[Serving]:
         """While the client waits on ``ctx``'s request, the upstream's messages ride it."""
         self.attach(ctx)
-        entry = Serving(ctx.session, ctx.request_id)
+        entry = Serving(ctx.session, ctx.request_id, tool)
         self._serving.append(entry)
         try:
             yield entry
@@ -99,6 +106,21 @@ class ClientPeer:
     async def sampling(
         self, context: ClientRequestContext, params: mt.CreateMessageRequestParams
     ) -> mt.CreateMessageResultWithTools | mt.ErrorData:
+        """Put to the client if the policy's ``mcp.sampling`` rules allow it (the client
+        pays for the model and the prompt is the upstream's): else refused with the rule
+        id, and the call that caused it is in doubt (its result lacks what it asked)."""
+        section = self.rules()
+        if section is not None:
+            current = self._serving[-1] if self._serving else None
+            decision = judge_sampling(section, current.tool if current is not None else None)
+            if not decision.allowed:
+                for entry in self._serving:
+                    entry.refused.append("sampling (denied by policy rule "
+                                         f"{decision.rule_id})")
+                why = f": {decision.reason}" if decision.reason else ""
+                return mt.ErrorData(code=mt.INVALID_REQUEST, message=(
+                    f"agent-gate: denied by policy rule {decision.rule_id}{why}"),
+                    data={"agent-gate/rule-ids": [decision.rule_id]})
         return await self._ask(  # type: ignore[return-value]
             "sampling", mt.CreateMessageRequest(params=params),
             mt.CreateMessageResultWithTools)

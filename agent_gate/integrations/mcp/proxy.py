@@ -63,6 +63,7 @@ from agent_gate.integrations.mcp.sessions import ClientUpstream, UpstreamSession
 from agent_gate.integrations.mcp.upstream import Registered, Route
 from agent_gate.ledger.mcp_events import DEFAULT_EVENT_BOUNDS, EventBounds, McpEventLog
 from agent_gate.policy import Principal
+from agent_gate.policy.mcp_rules import McpPolicy
 from agent_gate.tools import Effect
 
 __all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "Startup", "connect_upstream",
@@ -309,7 +310,7 @@ def proxy_server(
         try:
             await startup.check()
             made = await sessions.of(ctx)
-            with made.peer.serving(ctx) as serving:
+            with made.peer.serving(ctx, params.name) as serving:
                 return await calls.call(
                     task, params.name, params.arguments, meta=params.meta,  # type: ignore[arg-type]
                     progress=progress, ask=_asker(ctx, calls, task),
@@ -330,8 +331,15 @@ def proxy_server(
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-    forward.install(server, sessions, startup.check, capabilities)
+    forward.install(server, sessions, startup.check, capabilities, lambda: mcp_rules(calls.gate))
     return server
+
+
+def mcp_rules(gate: Gate) -> McpPolicy | None:
+    """The policy's ``mcp`` section (empty when the file has none); None without a policy."""
+    if gate.rules is None:
+        return None
+    return gate.rules.policy.document.mcp or McpPolicy()
 
 
 def _short(exc: BaseException) -> str:
@@ -370,7 +378,7 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
             await _tell_tools_changed(clients)
 
     # Served over stdio, the proxy has one client: the first link is its session's.
-    peer = ClientPeer() if config.listen is None else None
+    peer = ClientPeer(lambda: mcp_rules(gate)) if config.listen is None else None
     link = link_of(config, on_message, on_up, peer)
     calls = GatedCalls(gate, link, approval_wait=config.approval_wait,
                        principal=config.principal, dedupe=config.dedupe,
@@ -379,7 +387,7 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
     try:
         async with anyio.create_task_group() as tg:
             sessions = UpstreamSessions(
-                tg, lambda client: _client_link(config, client),
+                tg, lambda client: _client_link(config, client), lambda: mcp_rules(gate),
                 shared=ClientUpstream(link, peer) if peer is not None else None)
             server = proxy_server(calls, config, clients, startup, sessions)
             tg.start_soon(_follow, calls, changed, clients)

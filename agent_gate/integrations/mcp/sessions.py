@@ -30,6 +30,7 @@ from mcp.server.context import ServerRequestContext
 from agent_gate.errors import UpstreamUnavailable
 from agent_gate.integrations.mcp.link import Link
 from agent_gate.integrations.mcp.peer import ClientPeer
+from agent_gate.policy.mcp_rules import McpPolicy
 
 __all__ = ["ClientUpstream", "UpstreamSessions", "connection_of", "made_for"]
 
@@ -64,10 +65,12 @@ class UpstreamSessions:
 
     def __init__(
         self, tg: TaskGroup | None, make: Callable[[ClientPeer], Link],
+        rules: Callable[[], McpPolicy | None] = lambda: None,
         shared: ClientUpstream | None = None,
     ) -> None:
         self.tg = tg
         self.make = make
+        self.rules = rules
         self.shared = shared
         self.opened = 0
         """How many client sessions had an upstream session made for them."""
@@ -92,7 +95,7 @@ class UpstreamSessions:
             made = connection.state.get(_STATE_KEY)
             if isinstance(made, ClientUpstream):
                 return made
-            peer = ClientPeer()
+            peer = ClientPeer(self.rules)
             peer.attach(ctx)
             link = self.make(peer)
             close = await self._start(link)
