@@ -61,12 +61,16 @@ def mcp_group() -> None:
               "MAX between failed ones (each shortened by up to a quarter at random).")
 @click.option("--upstream-timeout", "start_timeout", default="30s", show_default=True,
               help="How long the upstream has to start and answer initialize.")
+@click.option("--max-upstream-sessions", "max_upstreams", default=64, show_default=True,
+              type=click.IntRange(min=1),
+              help="With --listen: how many client sessions may each have their own upstream "
+                   "session (a child process, for COMMAND) at once; more are asked to retry.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def proxy_command(
     policy_file: str, url: str | None, task_id: str | None, principal_id: str | None,
     roles: tuple[str, ...], approval_wait: str, upstream_url: str | None, listen: str | None,
     dedupe: tuple[str, ...], restart: bool, backoff: str, start_timeout: str,
-    command: tuple[str, ...],
+    max_upstreams: int, command: tuple[str, ...],
 ) -> None:
     """Serve the MCP server COMMAND (after --) with every tool call gated."""
     if bool(command) == bool(upstream_url):
@@ -105,6 +109,7 @@ def proxy_command(
         approval_wait=wait if wait is not None else float("inf"), listen=address, dedupe=keys,
         restart=restart, backoff=Backoff(first=delays[0] or 0.1, most=delays[1] or 5.0),
         start_timeout=timeout if timeout is not None else float("inf"),
+        max_upstreams=max_upstreams,
     )
     from agent_gate.gate import Gate
     from agent_gate.ledger.backend.dialect import resolve_url

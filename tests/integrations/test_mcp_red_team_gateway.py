@@ -200,3 +200,28 @@ def test_the_policy_keeps_resources_prompts_and_sampling_to_what_it_allows(
         assert gw.state(TASK, "s") == "in_doubt"
 
     anyio.run(main)
+
+
+def test_client_sessions_beyond_the_bound_are_asked_to_retry_not_given_a_child(
+    tmp_path: Path,
+) -> None:
+    """Each client session over HTTP may start a child: a client opening sessions
+    without end would start children without end. Past the bound, a session's request
+    is refused (retry), and once a session ends another gets its own."""
+    gw = Gateway(tmp_path)
+
+    async def main(url: str) -> None:
+        async with http_client(url) as first:
+            assert ":" in text(await first.call_tool("whoami", {}))
+            async with http_client(url) as second:
+                refused = await second.call_tool("whoami", {})
+                assert refused.is_error and "upstream unavailable, retry" in text(refused)
+                assert "--max-upstream-sessions" in text(refused)
+        async with http_client(url) as third:
+            with anyio.fail_after(60):
+                while (got := await third.call_tool("whoami", {})).is_error:
+                    await anyio.sleep(0.05)  # the first session's child is being stopped
+            assert ":" in text(got)
+
+    with gw.http("--max-upstream-sessions", "1") as (url, _):
+        anyio.run(main, url)

@@ -79,6 +79,10 @@ timed out shows "Request timed out" instead of the result that says the call wai
 and under which id. A client that resets on progress (``resetTimeoutOnProgress``, and
 a progress token in its request) can be given more."""
 
+DEFAULT_MAX_UPSTREAMS = 64
+"""Client sessions with an upstream session of their own at once, by default: each may
+be a child process, and the SDK keeps up to 10,000 sessions."""
+
 _APPROVE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"approve": {"type": "boolean", "title": "Run this call once"}},
@@ -108,6 +112,9 @@ class ProxyConfig:
     """Seconds between progress notifications while a call is held."""
     events: EventBounds = DEFAULT_EVENT_BOUNDS
     """How much of the Streamable HTTP sessions' events is kept (``ledger.mcp_events``)."""
+    max_upstreams: int | None = DEFAULT_MAX_UPSTREAMS
+    """Served over HTTP: how many client sessions may each have their own upstream
+    session (a child process, for a command) at once (``--max-upstream-sessions``)."""
 
 
 def link_of(
@@ -388,7 +395,8 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
         async with anyio.create_task_group() as tg:
             sessions = UpstreamSessions(
                 tg, lambda client: _client_link(config, client), lambda: mcp_rules(gate),
-                shared=ClientUpstream(link, peer) if peer is not None else None)
+                shared=ClientUpstream(link, peer) if peer is not None else None,
+                most=config.max_upstreams)
             server = proxy_server(calls, config, clients, startup, sessions)
             tg.start_soon(_follow, calls, changed, clients)
             if config.listen is None:

@@ -67,10 +67,14 @@ class UpstreamSessions:
         self, tg: TaskGroup | None, make: Callable[[ClientPeer], Link],
         rules: Callable[[], McpPolicy | None] = lambda: None,
         shared: ClientUpstream | None = None,
+        most: int | None = None,
     ) -> None:
         self.tg = tg
         self.make = make
         self.rules = rules
+        self.most = most
+        """How many client sessions may have an upstream session open at once (each may
+        be a child process): the next one is refused, to retry, until one ends."""
         self.shared = shared
         self.opened = 0
         """How many client sessions had an upstream session made for them."""
@@ -95,6 +99,10 @@ class UpstreamSessions:
             made = connection.state.get(_STATE_KEY)
             if isinstance(made, ClientUpstream):
                 return made
+            if self.most is not None and self.live >= self.most:
+                raise UpstreamUnavailable(
+                    f"{self.live} client sessions have an upstream session open, the most "
+                    "this proxy keeps (--max-upstream-sessions); one must end first")
             peer = ClientPeer(self.rules)
             peer.attach(ctx)
             link = self.make(peer)
