@@ -19,6 +19,8 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_gateway_harness import Gateway, alive, http_client, text
 
+from agent_gate.ledger import Ledger
+
 TASK = "shared-task"
 
 
@@ -198,6 +200,10 @@ def test_the_policy_keeps_resources_prompts_and_sampling_to_what_it_allows(
                                             meta={"agent-gate/call-id": "s"})
             assert result.is_error and asked == []
         assert gw.state(TASK, "s") == "in_doubt"
+        with Ledger(gw.db) as ledger:  # the request and its decision are on the call's trail
+            (entry,) = [e for e in ledger.audit(TASK, call_id="s") if e.event == "mcp_sampling"]
+            assert entry.detail["decision"] == "deny"
+            assert entry.detail["rule_ids"] == ["mcp-default"]
 
     anyio.run(main)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 from agent_gate.policy.mcp_rules import McpPolicy, judge_sampling
+from agent_gate.tools import CallInfo
 
-__all__ = ["ClientPeer", "Serving"]
+__all__ = ["Audit", "ClientPeer", "Serving"]
+
+Audit = Callable[[CallInfo, dict[str, Any]], Awaitable[None]]
+"""Records, on a gate call, what its upstream asked of the client meanwhile."""
 
 _FORWARDED = (mt.LoggingMessageNotification, mt.ResourceUpdatedNotification,
               mt.ResourceListChangedNotification, mt.PromptListChangedNotification)
@@ -51,6 +55,11 @@ class Serving:
     tool: str | None = None
     """The tool whose call this request is (None for any other request)."""
     refused: list[str] = field(default_factory=list)
+    call: CallInfo | None = None
+    """The gate call being sent upstream, once it is (``upstream.Route.started``)."""
+
+    def started(self, info: CallInfo) -> None:
+        self.call = info
 
     def degraded(self) -> str | None:
         """Why the upstream's answer to this request may not be what it would have been."""
@@ -63,11 +72,14 @@ class Serving:
 class ClientPeer:
     """Delivers what one upstream session sends to the one client session it serves."""
 
-    def __init__(self, rules: Callable[[], McpPolicy | None] = lambda: None) -> None:
+    def __init__(self, rules: Callable[[], McpPolicy | None] = lambda: None,
+                 audit: Audit | None = None) -> None:
         self.connection: Any | None = None
         self._serving: list[Serving] = []
         self.rules = rules
         """The policy's ``mcp`` section, which judges sampling requests (None: open)."""
+        self.audit = audit
+        """Records a sampling request on the gate call that caused it."""
 
     def attach(self, ctx: ServerRequestContext[Any, Any]) -> None:
         """Know the client's connection (from any request of its session)."""
@@ -110,17 +122,23 @@ class ClientPeer:
         pays for the model and the prompt is the upstream's): else refused with the rule
         id, and the call that caused it is in doubt (its result lacks what it asked)."""
         section = self.rules()
-        if section is not None:
-            current = self._serving[-1] if self._serving else None
-            decision = judge_sampling(section, current.tool if current is not None else None)
-            if not decision.allowed:
-                for entry in self._serving:
-                    entry.refused.append("sampling (denied by policy rule "
-                                         f"{decision.rule_id})")
-                why = f": {decision.reason}" if decision.reason else ""
-                return mt.ErrorData(code=mt.INVALID_REQUEST, message=(
-                    f"agent-gate: denied by policy rule {decision.rule_id}{why}"),
-                    data={"agent-gate/rule-ids": [decision.rule_id]})
+        current = self._serving[-1] if self._serving else None
+        decision = judge_sampling(section, current.tool if current is not None else None) if (
+            section is not None) else None
+        if self.audit is not None and current is not None and current.call is not None:
+            await self.audit(current.call, {
+                "request": "sampling/createMessage",
+                "decision": decision.verdict.value if decision is not None else "allow",
+                "rule_ids": [decision.rule_id] if decision is not None else [],
+                "max_tokens": params.max_tokens, "messages": len(params.messages)})
+        if decision is not None and not decision.allowed:
+            for entry in self._serving:
+                entry.refused.append("sampling (denied by policy rule "
+                                     f"{decision.rule_id})")
+            why = f": {decision.reason}" if decision.reason else ""
+            return mt.ErrorData(code=mt.INVALID_REQUEST, message=(
+                f"agent-gate: denied by policy rule {decision.rule_id}{why}"),
+                data={"agent-gate/rule-ids": [decision.rule_id]})
         return await self._ask(  # type: ignore[return-value]
             "sampling", mt.CreateMessageRequest(params=params),
             mt.CreateMessageResultWithTools)

@@ -57,14 +57,14 @@ from agent_gate.integrations.mcp import forward
 from agent_gate.integrations.mcp.calls import DEFAULT_PROGRESS_EVERY, GatedCalls
 from agent_gate.integrations.mcp.events import http_app
 from agent_gate.integrations.mcp.link import DEFAULT_START_TIMEOUT, Backoff, Link
-from agent_gate.integrations.mcp.peer import ClientPeer
+from agent_gate.integrations.mcp.peer import Audit, ClientPeer
 from agent_gate.integrations.mcp.results import unavailable
 from agent_gate.integrations.mcp.sessions import ClientUpstream, UpstreamSessions, connection_of
 from agent_gate.integrations.mcp.upstream import Registered, Route
 from agent_gate.ledger.mcp_events import DEFAULT_EVENT_BOUNDS, EventBounds, McpEventLog
 from agent_gate.policy import Principal
 from agent_gate.policy.mcp_rules import McpPolicy
-from agent_gate.tools import Effect
+from agent_gate.tools import CallInfo, Effect
 
 __all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "Startup", "connect_upstream",
            "dedupe_problems", "link_of", "parse_dedupe", "proxy_server", "serve",
@@ -321,7 +321,7 @@ def proxy_server(
                 return await calls.call(
                     task, params.name, params.arguments, meta=params.meta,  # type: ignore[arg-type]
                     progress=progress, ask=_asker(ctx, calls, task),
-                    route=Route(made.link, progress, serving.degraded),
+                    route=Route(made.link, progress, serving.degraded, serving.started),
                 )
         except UpstreamUnavailable as exc:  # went down while the call was being looked up
             return unavailable(params.name, str(exc))
@@ -340,6 +340,23 @@ def proxy_server(
     )
     forward.install(server, sessions, startup.check, capabilities, lambda: mcp_rules(calls.gate))
     return server
+
+
+def _auditor(gate: Gate) -> Audit:
+    """Records what an upstream asked of the client during a call, on that call's audit
+    trail (``mcp_sampling``: the decision and its rule, the request's size; never the
+    prompt, which may hold what the policy redacts)."""
+
+    async def audit(info: CallInfo, detail: dict[str, Any]) -> None:
+        def note() -> None:
+            rec = gate.ledger.get(info.task_id, info.call_id)
+            if rec is not None:
+                gate.ledger.note(rec, "mcp_sampling", actor="agent-gate-mcp-proxy",
+                                 detail=detail)
+
+        await anyio.to_thread.run_sync(note)
+
+    return audit
 
 
 def mcp_rules(gate: Gate) -> McpPolicy | None:
@@ -385,7 +402,8 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
             await _tell_tools_changed(clients)
 
     # Served over stdio, the proxy has one client: the first link is its session's.
-    peer = ClientPeer(lambda: mcp_rules(gate)) if config.listen is None else None
+    audit = _auditor(gate)
+    peer = ClientPeer(lambda: mcp_rules(gate), audit) if config.listen is None else None
     link = link_of(config, on_message, on_up, peer)
     calls = GatedCalls(gate, link, approval_wait=config.approval_wait,
                        principal=config.principal, dedupe=config.dedupe,
@@ -396,7 +414,7 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
             sessions = UpstreamSessions(
                 tg, lambda client: _client_link(config, client), lambda: mcp_rules(gate),
                 shared=ClientUpstream(link, peer) if peer is not None else None,
-                most=config.max_upstreams)
+                most=config.max_upstreams, audit=audit)
             server = proxy_server(calls, config, clients, startup, sessions)
             tg.start_soon(_follow, calls, changed, clients)
             if config.listen is None:

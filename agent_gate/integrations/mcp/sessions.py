@@ -29,7 +29,7 @@ from mcp.server.context import ServerRequestContext
 
 from agent_gate.errors import UpstreamUnavailable
 from agent_gate.integrations.mcp.link import Link
-from agent_gate.integrations.mcp.peer import ClientPeer
+from agent_gate.integrations.mcp.peer import Audit, ClientPeer
 from agent_gate.policy.mcp_rules import McpPolicy
 
 __all__ = ["ClientUpstream", "UpstreamSessions", "connection_of", "made_for"]
@@ -68,10 +68,12 @@ class UpstreamSessions:
         rules: Callable[[], McpPolicy | None] = lambda: None,
         shared: ClientUpstream | None = None,
         most: int | None = None,
+        audit: Audit | None = None,
     ) -> None:
         self.tg = tg
         self.make = make
         self.rules = rules
+        self.audit = audit
         self.most = most
         """How many client sessions may have an upstream session open at once (each may
         be a child process): the next one is refused, to retry, until one ends."""
@@ -103,7 +105,7 @@ class UpstreamSessions:
                 raise UpstreamUnavailable(
                     f"{self.live} client sessions have an upstream session open, the most "
                     "this proxy keeps (--max-upstream-sessions); one must end first")
-            peer = ClientPeer(self.rules)
+            peer = ClientPeer(self.rules, self.audit)
             peer.attach(ctx)
             link = self.make(peer)
             close = await self._start(link)

@@ -151,6 +151,9 @@ class Route:
     degraded: Callable[[], str | None] | None = None
     """Why the upstream's answer may rest on input the client could not give (it
     asked for sampling, say, and the client has none): such a result is in doubt."""
+    started: Callable[[CallInfo], None] | None = None
+    """Told which gate call is sent, before it is (what the upstream asks meanwhile
+    is audited on that call)."""
 
 
 _ROUTE: ContextVar[Route | None] = ContextVar("agent_gate_mcp_route", default=None)
@@ -172,6 +175,8 @@ def _dispatcher(default: Link | Fixed) -> Callable[[str, dict[str, Any]], Any]:
         route = _ROUTE.get()
         link = route.link if route is not None else default
         progress = route.progress if route is not None else None
+        if route is not None and route.started is not None:
+            route.started(info)
         session, wire = link.session, link.wire
         if session is None:
             gone = not_delivered(f"call {info.call_id!r} was not sent: {_down(link)}")
