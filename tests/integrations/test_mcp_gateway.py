@@ -296,3 +296,31 @@ def test_the_mcp_policy_section_is_optional_checked_and_leaves_old_hashes_alone(
         with pytest.raises(PolicyLoadError) as raised:
             Policy.from_text(old + bad)
         assert where in str(raised.value), str(raised.value)
+
+
+def test_only_whole_retry_lines_are_rewritten_wherever_the_chunks_split() -> None:
+    """The proxy's upstream SSE bodies: ``retry`` fields say 10 ms, every other byte
+    (a data line that mentions retry, CR, CRLF and LF line ends) goes through as it came,
+    however the body is cut into reads."""
+    from agent_gate.integrations.mcp import wire
+
+    body = (b"id: 1\r\nretry: 5000\r\ndata: retry: 7\n\nretry:600000\rdata: {}\n\n"
+            b"retry: soon\n\n")
+    want = (b"id: 1\r\nretry: 10\r\ndata: retry: 7\n\nretry: 10\rdata: {}\n\n"
+            b"retry: soon\n\n")
+
+    class Chunks:
+        def __init__(self, parts: list[bytes]) -> None:
+            self.parts = parts
+
+        async def __aiter__(self) -> Any:
+            for part in self.parts:
+                yield part
+
+    async def read(parts: list[bytes]) -> bytes:
+        return b"".join([c async for c in wire._SoonRetry(Chunks(parts))])
+
+    for cut in range(len(body) + 1):
+        parts = [body[:cut], body[cut:]]
+        assert anyio.run(read, parts) == want, cut
+    assert anyio.run(read, [bytes([b]) for b in body]) == want
