@@ -61,12 +61,16 @@ def mcp_group() -> None:
               "MAX between failed ones (each shortened by up to a quarter at random).")
 @click.option("--upstream-timeout", "start_timeout", default="30s", show_default=True,
               help="How long the upstream has to start and answer initialize.")
+@click.option("--max-upstream-sessions", "max_upstreams", default=64, show_default=True,
+              type=click.IntRange(min=1),
+              help="With --listen: how many client sessions may each have their own upstream "
+                   "session (a child process, for COMMAND) at once; more are asked to retry.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def proxy_command(
     policy_file: str, url: str | None, task_id: str | None, principal_id: str | None,
     roles: tuple[str, ...], approval_wait: str, upstream_url: str | None, listen: str | None,
     dedupe: tuple[str, ...], restart: bool, backoff: str, start_timeout: str,
-    command: tuple[str, ...],
+    max_upstreams: int, command: tuple[str, ...],
 ) -> None:
     """Serve the MCP server COMMAND (after --) with every tool call gated."""
     if bool(command) == bool(upstream_url):
@@ -105,6 +109,7 @@ def proxy_command(
         approval_wait=wait if wait is not None else float("inf"), listen=address, dedupe=keys,
         restart=restart, backoff=Backoff(first=delays[0] or 0.1, most=delays[1] or 5.0),
         start_timeout=timeout if timeout is not None else float("inf"),
+        max_upstreams=max_upstreams,
     )
     from agent_gate.gate import Gate
     from agent_gate.ledger.backend.dialect import resolve_url
@@ -113,3 +118,44 @@ def proxy_command(
     with failures(), Gate(ToolRegistry(), resolve_url(url), policy=policy_file,
                           create=True) as gate:
         anyio.run(serve, gate, config)
+
+
+@mcp_group.command(name="check", context_settings={"max_content_width": 100})
+@click.option("--policy", "policy_file", required=True, type=click.Path(dir_okay=False),
+              help="The policy file the proxy would run under.")
+@click.option("--upstream-url", "upstream_url", default=None,
+              help="Reach the upstream MCP server over Streamable HTTP at this URL "
+                   "instead of starting COMMAND.")
+@click.option("--upstream-timeout", "start_timeout", default="30s", show_default=True,
+              help="How long the upstream has to start and answer initialize.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def check_command(
+    policy_file: str, upstream_url: str | None, start_timeout: str, command: tuple[str, ...],
+) -> None:
+    """List what `mcp proxy` would offer of the upstream COMMAND (after --), and each tool
+    it would leave out with the reason. Exit status 1 when a tool is left out for what it
+    is (malformed, a schema the gate cannot check); tools the policy does not name are
+    listed but expected."""
+    if bool(command) == bool(upstream_url):
+        raise click.UsageError("give the upstream server as -- COMMAND [ARGS...] or "
+                               "--upstream-url URL (one of them)")
+    timeout = parse_duration(start_timeout, param_hint="--upstream-timeout")
+    try:
+        import anyio
+
+        from agent_gate.integrations.mcp.check import check_upstream
+        from agent_gate.integrations.mcp.proxy import ProxyConfig
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the MCP proxy needs the mcp extra: pip install 'agent-gate[mcp]' ({exc.name})"
+        ) from None
+    config = ProxyConfig(upstream_command=command, upstream_url=upstream_url, restart=False,
+                         start_timeout=timeout if timeout is not None else float("inf"))
+    with failures():
+        report = anyio.run(check_upstream, policy_file, config)
+    click.echo(f"upstream: {report.server} ({', '.join(report.features) or 'no capabilities'})")
+    click.echo(f"offered: {', '.join(report.offered) or '(none)'}")
+    for name, why in report.left_out:
+        click.echo(f"left out: {name!r}: {why}")
+    if report.broken:
+        raise SystemExit(1)

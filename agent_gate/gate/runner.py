@@ -222,7 +222,11 @@ class Runner:
                 return Ran(RunEnd.TIMEOUT, pending=future)
         except asyncio.CancelledError as exc:
             interrupted = Ran(RunEnd.INTERRUPTED, exc=exc, pending=future)
-            _interrupted(claimed, await asyncio.to_thread(self.finish, claimed, interrupted))
+            # Shielded: a cancelled task's next await is cancelled too (anyio cancels a
+            # scope's task again at each await), and a pool job cancelled before a worker
+            # took it never runs: the call would stay ``executing``, not in doubt.
+            finishing = asyncio.ensure_future(asyncio.to_thread(self.finish, claimed, interrupted))
+            _interrupted(claimed, await asyncio.shield(finishing))
             raise
         finally:
             halt()

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_gate.policy.mcp_rules import McpPolicy
 from agent_gate.policy.netaddr import NAMED_NETWORKS, validate_domain_pattern
 from agent_gate.policy.paths import parse_path
 from agent_gate.policy.regex import (
@@ -514,7 +515,7 @@ class Limit(_Model):
 
 _LATER_KEYS: Final[dict[str, Any]] = {
     "redact_result": [], "approvers": None, "operators": {}, "cedar": None,
-    "after": [], "not_after": [],
+    "after": [], "not_after": [], "mcp": None,
 }
 """Keys added to format version 1 after its first release, with their unused value."""
 
@@ -637,6 +638,8 @@ class PolicyDocument(_Model):
     """The default for tools without an ``approvers`` entry of their own."""
     cedar: CedarSource | None = None
     """The Cedar policy set that tools with a ``cedar:`` entry are decided by."""
+    mcp: McpPolicy | None = None
+    """What an MCP proxy lets through besides tool calls (``policy.mcp_rules``)."""
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -52,8 +52,10 @@ from agent_gate.integrations.mcp.link import Fixed, Link
 from agent_gate.integrations.mcp.results import result_of, unavailable
 from agent_gate.integrations.mcp.upstream import (
     Registered,
+    Route,
     list_all,
     register_tools,
+    routed,
     undelivered,
 )
 from agent_gate.ledger.states import TERMINAL, CallState
@@ -115,18 +117,20 @@ class GatedCalls:
         """The session calls go to now (None while the proxy's upstream is down)."""
         return self.link.session
 
-    async def load_tools(self) -> list[mt.Tool]:
-        """The upstream's tools, registered in the gate's registry (new ones only).
-        ``UpstreamUnavailable`` while the upstream is down."""
-        session = self.link.session
+    async def load_tools(self, link: Link | Fixed | None = None) -> list[mt.Tool]:
+        """The upstream's tools as ``link`` (default: ``upstream``) lists them, registered
+        in the gate's registry (new ones only). ``UpstreamUnavailable`` while it is down."""
+        link = link if link is not None else self.link
+        session = link.session
         if session is None:
-            raise UpstreamUnavailable(_why_down(self.link))
-        tools = await list_all(session)
+            raise UpstreamUnavailable(_why_down(link))
+        tools, malformed = await list_all(session)
         refused = {name for name, _ in self.registered.refused}
         done = register_tools(self.gate, self.link,
                               [t for t in tools if t.name not in refused], self.dedupe)
+        new = tuple((name, why) for name, why in malformed if name not in refused)
         self.registered = Registered(
-            self.registered.added + done.added, self.registered.refused + done.refused,
+            self.registered.added + done.added, self.registered.refused + done.refused + new,
             done.kept,
         )
         self.listed = tools
@@ -155,25 +159,38 @@ class GatedCalls:
         progress: Progress | None = None,
         ask: Asker | None = None,
         wait: float | None = None,
+        route: Route | None = None,
     ) -> mt.CallToolResult:
         """Run one call through the gate and hold it up to ``wait`` seconds (default
         ``approval_wait``) while it waits; the result as an MCP tool result.
 
+        ``route`` names the upstream session the call goes to and where its progress
+        goes (the proxy's client session's own); default: ``upstream``.
         While the upstream is down the call is refused before it is recorded (a
         result that says to retry); one whose request turned out not to leave is
         settled ``not_applied`` (runnable again) and refused the same way."""
+        route = route if route is not None else Route(self.link)
+        with routed(route):
+            return await self._call(task_id, name, arguments, meta, progress, ask, wait,
+                                    route.link)
+
+    async def _call(
+        self, task_id: str, name: str, arguments: Mapping[str, Any] | None,
+        meta: Mapping[str, Any] | None, progress: Progress | None, ask: Asker | None,
+        wait: float | None, link: Link | Fixed,
+    ) -> mt.CallToolResult:
         if name not in self.gate.tools:
-            if self.link.session is None:
-                return unavailable(name, _why_down(self.link))
-            await self.load_tools()  # a tool the upstream added since it was listed
+            if link.session is None:
+                return unavailable(name, _why_down(link))
+            await self.load_tools(link)  # a tool the upstream added since it was listed
         args = dict(arguments or {})
         call_id = asked_call_id(meta) or await anyio.to_thread.run_sync(
             self.ids.derive, task_id, name, args
         )
-        if self.link.session is None:  # down: only what the ledger holds is answered
+        if link.session is None:  # down: only what the ledger holds is answered
             rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, call_id)
             if rec is None or rec.state not in _ANSWERABLE:
-                return unavailable(name, _why_down(self.link))
+                return unavailable(name, _why_down(link))
         # Its tasks are recorded as the proxy's: an operator is told the call runs here.
         call = {"call_id": call_id, "name": name, "arguments": args, "provider": MCP_PROVIDER}
         deadline = time.monotonic() + (self.approval_wait if wait is None else wait)

@@ -33,6 +33,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from agent_gate.errors import UpstreamUnavailable, error_code
+from agent_gate.integrations.mcp.peer import ClientPeer
 from agent_gate.integrations.mcp.wire import Deliveries, recording_http_client, stdio_transport
 
 __all__ = ["DEFAULT_START_TIMEOUT", "Backoff", "Fixed", "Link"]
@@ -84,6 +85,7 @@ class Link:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         on_message: MessageHandlerFnT | None = None,
         on_up: Callable[[], Awaitable[Any]] | None = None,
+        peer: ClientPeer | None = None,
     ) -> None:
         self.command = tuple(command)
         self.url = url
@@ -93,6 +95,9 @@ class Link:
         self.on_message = on_message
         self.on_up = on_up
         """Run each time a session is made (the tools re-read), before calls use it."""
+        self.peer = peer
+        """The client session this link serves: the upstream's requests for input
+        (sampling, elicitation, roots) are put to it; without one they are refused."""
         self.wire: Deliveries | None = Deliveries()
         self.session: ClientSession | None = None
         self.why_down = "the upstream is starting"
@@ -191,9 +196,13 @@ class Link:
             read, write = await stack.enter_async_context(  # type: ignore[assignment]
                 stdio_transport(self.command, dict(os.environ), self.wire, self._lost)
             )
-        return await stack.enter_async_context(
-            ClientSession(read, write, message_handler=self.on_message)
-        )
+        peer = self.peer
+        return await stack.enter_async_context(ClientSession(
+            read, write, message_handler=self.on_message,
+            sampling_callback=peer.sampling if peer is not None else None,
+            elicitation_callback=peer.elicitation if peer is not None else None,
+            list_roots_callback=peer.list_roots if peer is not None else None,
+        ))
 
 
 def _said(exc: BaseException) -> UpstreamUnavailable | None:

@@ -5,7 +5,9 @@ over stdio, or a Streamable HTTP URL) and a server to its own client (over stdio
 or Streamable HTTP with ``listen``). It offers the upstream's tools (those the
 policy names: see ``GatedCalls.visible``) and answers each ``tools/call`` through
 the gate: the upstream's ``inputSchema``, the policy, the ledger, the audit chain.
-Nothing but ``tools/list`` and ``tools/call`` is proxied.
+The rest of the protocol is forwarded as the upstream offers it (``forward``), each
+client session through an upstream session of its own (``sessions``), so that what
+the upstream sends on its own reaches the client whose session caused it (``peer``).
 
 The task a call is recorded in is ``ProxyConfig.task`` when given (the same task
 across restarts, so a call repeated after a restart is answered from the ledger);
@@ -44,21 +46,25 @@ from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR
 
 from agent_gate.errors import AgentGateError, GateUsageError, UpstreamUnavailable, error_code
 from agent_gate.gate import Gate, Outcome
+from agent_gate.integrations.mcp import forward
 from agent_gate.integrations.mcp.calls import DEFAULT_PROGRESS_EVERY, GatedCalls
 from agent_gate.integrations.mcp.events import http_app
 from agent_gate.integrations.mcp.link import DEFAULT_START_TIMEOUT, Backoff, Link
+from agent_gate.integrations.mcp.peer import Audit, ClientPeer
 from agent_gate.integrations.mcp.results import unavailable
-from agent_gate.integrations.mcp.upstream import Registered
+from agent_gate.integrations.mcp.sessions import ClientUpstream, UpstreamSessions, connection_of
+from agent_gate.integrations.mcp.upstream import Registered, Route
 from agent_gate.ledger.mcp_events import DEFAULT_EVENT_BOUNDS, EventBounds, McpEventLog
 from agent_gate.policy import Principal
-from agent_gate.tools import Effect
+from agent_gate.policy.mcp_rules import McpPolicy
+from agent_gate.tools import CallInfo, Effect
 
 __all__ = ["DEFAULT_APPROVAL_WAIT", "ProxyConfig", "Startup", "connect_upstream",
            "dedupe_problems", "link_of", "parse_dedupe", "proxy_server", "serve",
@@ -72,6 +78,10 @@ request 60 s unless the client resets its timeout on progress, and a client that
 timed out shows "Request timed out" instead of the result that says the call waits
 and under which id. A client that resets on progress (``resetTimeoutOnProgress``, and
 a progress token in its request) can be given more."""
+
+DEFAULT_MAX_UPSTREAMS = 64
+"""Client sessions with an upstream session of their own at once, by default: each may
+be a child process, and the SDK keeps up to 10,000 sessions."""
 
 _APPROVE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -102,16 +112,19 @@ class ProxyConfig:
     """Seconds between progress notifications while a call is held."""
     events: EventBounds = DEFAULT_EVENT_BOUNDS
     """How much of the Streamable HTTP sessions' events is kept (``ledger.mcp_events``)."""
+    max_upstreams: int | None = DEFAULT_MAX_UPSTREAMS
+    """Served over HTTP: how many client sessions may each have their own upstream
+    session (a child process, for a command) at once (``--max-upstream-sessions``)."""
 
 
 def link_of(
     config: ProxyConfig, on_message: MessageHandlerFnT | None = None,
-    on_up: Callable[[], Awaitable[Any]] | None = None,
+    on_up: Callable[[], Awaitable[Any]] | None = None, peer: ClientPeer | None = None,
 ) -> Link:
-    """The link to the upstream ``config`` names."""
+    """The link to the upstream ``config`` names; ``peer`` is the client session it serves."""
     return Link(config.upstream_command, config.upstream_url, restart=config.restart,
                 backoff=config.backoff, start_timeout=config.start_timeout,
-                on_message=on_message, on_up=on_up)
+                on_message=on_message, on_up=on_up, peer=peer)
 
 
 @asynccontextmanager
@@ -222,28 +235,65 @@ class Startup:
         await anyio.sleep(0.1)  # the last answer's write to the client
 
 
+class _ProxyServer(Server[Any]):
+    """The SDK's server, advertising the upstream's capabilities (``forward.advertised``)
+    rather than those derived from the handlers it has: the SDK's session manager asks
+    each new Streamable HTTP session's options of ``create_initialization_options``."""
+
+    def __init__(self, capabilities: forward.Capabilities, **options: Any) -> None:
+        super().__init__("agent-gate-proxy", **options)
+        self.upstream_capabilities = capabilities
+
+    def create_initialization_options(self, *args: Any, **kwargs: Any) -> InitializationOptions:
+        options = super().create_initialization_options(*args, **kwargs)
+        caps = forward.advertised(self.upstream_capabilities())
+        return options.model_copy(update={"capabilities": caps})
+
+
 def proxy_server(
     calls: GatedCalls, config: ProxyConfig, clients: weakref.WeakSet[Any] | None = None,
-    startup: Startup | None = None,
+    startup: Startup | None = None, sessions: UpstreamSessions | None = None,
 ) -> Server[Any]:
-    """The MCP server the proxy's client talks to; ``calls`` reaches the upstream.
-    ``clients`` collects the connections of the clients that made a request; requests
-    wait for ``startup`` (when given) and fail with it."""
+    """The MCP server the proxy's client talks to; ``calls`` reaches the upstream, each
+    client session through its own upstream session (``sessions``; default: all through
+    ``calls``'s). ``clients`` collects the connections of the clients that made a
+    request; requests wait for ``startup`` (when given) and fail with it."""
     own_task = f"mcp-{uuid.uuid4().hex}"
     seen: weakref.WeakSet[Any] = clients if clients is not None else weakref.WeakSet()
     if startup is None:
         startup = Startup()
         startup.done.set()
+    if sessions is None:
+        assert isinstance(calls.link, Link), "a proxy's upstream is a Link"
+        link = calls.link
+        sessions = UpstreamSessions(None, lambda peer: link,
+                                    shared=ClientUpstream(link, link.peer or ClientPeer()))
+    known: list[mt.ServerCapabilities | None] = [None]
+
+    def capabilities() -> mt.ServerCapabilities | None:
+        """The upstream's, as its first link last read them."""
+        session = calls.link.session
+        if session is not None and session.server_capabilities is not None:
+            known[0] = session.server_capabilities
+        return known[0]
+
+    async def upstream_of(ctx: ServerRequestContext[Any, Any]) -> ClientUpstream:
+        try:
+            return await sessions.of(ctx)
+        except UpstreamUnavailable as exc:
+            raise MCPError(INTERNAL_ERROR, "agent-gate mcp proxy: upstream unavailable, "
+                           f"retry ({exc})") from None
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: mt.PaginatedRequestParams | None
     ) -> mt.ListToolsResult:
-        seen.add(_connection_of(ctx))
+        seen.add(connection_of(ctx))
         startup.in_flight += 1
         try:
             await startup.check()
+            made = await upstream_of(ctx)
             try:
-                tools = await calls.load_tools()
+                tools = await calls.load_tools(made.link)
             except (UpstreamUnavailable, MCPError, anyio.BrokenResourceError,
                     anyio.ClosedResourceError) as exc:
                 if calls.listed is None:  # never listed: nothing to show
@@ -257,19 +307,22 @@ def proxy_server(
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: mt.CallToolRequestParams
     ) -> mt.CallToolResult:
-        seen.add(_connection_of(ctx))
+        seen.add(connection_of(ctx))
         task = _task_of(ctx, config, own_task)
 
-        async def progress(done: float, total: float | None, message: str) -> None:
+        async def progress(done: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(done, total, message)
 
         startup.in_flight += 1
         try:
             await startup.check()
-            return await calls.call(
-                task, params.name, params.arguments, meta=params.meta,  # type: ignore[arg-type]
-                progress=progress, ask=_asker(ctx, calls, task),
-            )
+            made = await sessions.of(ctx)
+            with made.peer.serving(ctx, params.name) as serving:
+                return await calls.call(
+                    task, params.name, params.arguments, meta=params.meta,  # type: ignore[arg-type]
+                    progress=progress, ask=_asker(ctx, calls, task),
+                    route=Route(made.link, progress, serving.degraded, serving.started),
+                )
         except UpstreamUnavailable as exc:  # went down while the call was being looked up
             return unavailable(params.name, str(exc))
         except AgentGateError as exc:  # a bad _meta call id, a task bound elsewhere...
@@ -279,12 +332,38 @@ def proxy_server(
         finally:
             startup.in_flight -= 1
 
-    return Server(
-        "agent-gate-proxy",
+    server = _ProxyServer(
+        capabilities,
         instructions="Every tool call is checked and recorded by agent-gate before it runs.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    forward.install(server, sessions, startup.check, capabilities, lambda: mcp_rules(calls.gate))
+    return server
+
+
+def _auditor(gate: Gate) -> Audit:
+    """Records what an upstream asked of the client during a call, on that call's audit
+    trail (``mcp_sampling``: the decision and its rule, the request's size; never the
+    prompt, which may hold what the policy redacts)."""
+
+    async def audit(info: CallInfo, detail: dict[str, Any]) -> None:
+        def note() -> None:
+            rec = gate.ledger.get(info.task_id, info.call_id)
+            if rec is not None:
+                gate.ledger.note(rec, "mcp_sampling", actor="agent-gate-mcp-proxy",
+                                 detail=detail)
+
+        await anyio.to_thread.run_sync(note)
+
+    return audit
+
+
+def mcp_rules(gate: Gate) -> McpPolicy | None:
+    """The policy's ``mcp`` section (empty when the file has none); None without a policy."""
+    if gate.rules is None:
+        return None
+    return gate.rules.policy.document.mcp or McpPolicy()
 
 
 def _short(exc: BaseException) -> str:
@@ -308,6 +387,8 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
         if isinstance(message, mt.ToolListChangedNotification):
             with contextlib.suppress(anyio.WouldBlock):  # a re-read is due already
                 changes.send_nowait(None)
+        elif peer is not None:
+            await peer.on_message(message)
 
     async def on_up() -> None:
         """A (new) session: its tools re-read; after a restart, the clients told."""
@@ -320,22 +401,27 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
             print(f"agent-gate mcp proxy: the upstream {link.name} is back", file=sys.stderr)
             await _tell_tools_changed(clients)
 
-    link = link_of(config, on_message, on_up)
+    # Served over stdio, the proxy has one client: the first link is its session's.
+    audit = _auditor(gate)
+    peer = ClientPeer(lambda: mcp_rules(gate), audit) if config.listen is None else None
+    link = link_of(config, on_message, on_up, peer)
     calls = GatedCalls(gate, link, approval_wait=config.approval_wait,
                        principal=config.principal, dedupe=config.dedupe,
                        progress_every=config.progress_every)
     startup = Startup()
-    server = proxy_server(calls, config, clients, startup)
     try:
         async with anyio.create_task_group() as tg:
+            sessions = UpstreamSessions(
+                tg, lambda client: _client_link(config, client), lambda: mcp_rules(gate),
+                shared=ClientUpstream(link, peer) if peer is not None else None,
+                most=config.max_upstreams, audit=audit)
+            server = proxy_server(calls, config, clients, startup, sessions)
             tg.start_soon(_follow, calls, changed, clients)
             if config.listen is None:
                 async with stdio_server(stdin=_StdinLines()) as (read, write):  # type: ignore[arg-type]
                     tg.start_soon(_keep, link, calls, startup, config)
-                    options = server.create_initialization_options(
-                        NotificationOptions(tools_changed=True)
-                    )
-                    await server.run(read, write, options)
+                    await startup.done.wait()  # the upstream's capabilities are the proxy's
+                    await server.run(read, write, server.create_initialization_options())
                 await startup.done.wait()  # the client left first: still say what failed
             else:
                 await tg.start(_keep, link, calls, startup, config)
@@ -347,6 +433,21 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
         del group
     if startup.fatal is not None:
         raise startup.fatal
+
+
+def _client_link(config: ProxyConfig, peer: ClientPeer) -> Link:
+    """A client session's own link: what its upstream session sends goes to ``peer``;
+    a change of its tools is told to that client, which re-reads them through it."""
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            if peer.connection is not None:
+                with contextlib.suppress(Exception):
+                    await peer.connection.notify("notifications/tools/list_changed", None)
+        else:
+            await peer.on_message(message)
+
+    return link_of(config, on_message, None, peer)
 
 
 class _StdinLines:
@@ -429,13 +530,6 @@ async def _follow(
             continue
         _say(calls, before)
         await _tell_tools_changed(clients)
-
-
-def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Any:
-    """The client's connection: ``ctx.session`` is made per request and gone (from a weak
-    set) once it is answered, and the SDK's request context does not expose the
-    connection, so it is taken from the session (``_connection``), else the session."""
-    return getattr(ctx.session, "_connection", ctx.session)
 
 
 async def _tell_tools_changed(clients: weakref.WeakSet[Any]) -> None:

@@ -37,7 +37,9 @@ ran. So each call's request is followed on the wire (``wire.Sent``), and:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +59,8 @@ from agent_gate.integrations.mcp.link import Fixed, Link
 from agent_gate.integrations.mcp.wire import IDEMPOTENCY_KEY_META, Sent
 from agent_gate.tools import CallInfo, Effect, Idempotency
 
-__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "classes_of", "list_all", "not_delivered",
-           "register_tools", "reported_result", "undelivered"]
+__all__ = ["IDEMPOTENCY_KEY_META", "Registered", "Route", "classes_of", "list_all",
+           "not_delivered", "register_tools", "reported_result", "routed", "undelivered"]
 
 
 CALL_ID_FORWARD_META = "agent-gate/call-id"
@@ -86,23 +88,95 @@ def classes_of(tool: mt.Tool, gate: Gate) -> tuple[Effect, Idempotency]:
     return effect, idempotency
 
 
-async def list_all(session: ClientSession) -> list[mt.Tool]:
-    """Every tool the server lists, following its pagination cursor."""
+async def list_all(session: ClientSession) -> tuple[list[mt.Tool], tuple[tuple[str, str], ...]]:
+    """Every tool the server lists, following its pagination cursor, and (name, why)
+    for each entry that is not a tool at all (no ``inputSchema``, a name that is not a
+    string...): those are left out, not fatal.
+
+    The SDK's ``list_tools`` validates the page as a whole, so one malformed entry
+    would fail the listing of every tool; the page is read raw here (the session's
+    dispatcher and header stamp, which are not public API:
+    ``tests/integrations/test_mcp_gateway.py`` fails if they change) and each
+    entry validated on its own."""
     tools: list[mt.Tool] = []
+    malformed: list[tuple[str, str]] = []
     cursor: str | None = None
     while True:
-        page = await session.list_tools(
-            params=mt.PaginatedRequestParams(cursor=cursor) if cursor else None
-        )
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
+        data: dict[str, Any] = {"method": "tools/list"}
+        if cursor:
+            data["params"] = {"cursor": cursor}
+        opts: dict[str, Any] = {}
+        session._stamp(data, opts)  # type: ignore[arg-type]
+        raw = await session._dispatcher.send_raw_request(  # type: ignore[attr-defined]
+            "tools/list", data.get("params"), opts)
+        entries = raw.get("tools") if isinstance(raw, dict) else None
+        if not isinstance(entries, list):
+            raise MCPError(INTERNAL_ERROR, "the upstream's tools/list result has no tools list")
+        for index, entry in enumerate(entries):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            try:
+                tools.append(mt.Tool.model_validate(entry, by_name=False))
+            except ValueError as exc:
+                label = name if isinstance(name, str) else f"entry {index}"
+                malformed.append((label, _first_problem(exc)))
+        cursor = raw.get("nextCursor")
+        if not isinstance(cursor, str) or not cursor:
+            return tools, tuple(malformed)
 
 
-def _dispatcher(link: Link | Fixed) -> Callable[[str, dict[str, Any]], Any]:
+def _first_problem(exc: ValueError) -> str:
+    """What is wrong with a tool entry, by field, without its values."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "the entry"
+        return f"not a valid tool ({where}: {first.get('type', 'invalid')})"
+    return "not a valid tool"
+
+
+UpstreamProgress = Callable[[float, float | None, str | None], Awaitable[None]]
+"""Where the upstream's progress for one call goes: the client request it serves."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The upstream session a call is dispatched on, and where its progress goes.
+
+    The gate's registry holds one dispatcher per tool, shared by every client
+    session of the proxy; each client session has its own upstream session (its
+    own ``Link``), so the request being served names it here (``routed``)."""
+
+    link: Link | Fixed
+    progress: UpstreamProgress | None = None
+    degraded: Callable[[], str | None] | None = None
+    """Why the upstream's answer may rest on input the client could not give (it
+    asked for sampling, say, and the client has none): such a result is in doubt."""
+    started: Callable[[CallInfo], None] | None = None
+    """Told which gate call is sent, before it is (what the upstream asks meanwhile
+    is audited on that call)."""
+
+
+_ROUTE: ContextVar[Route | None] = ContextVar("agent_gate_mcp_route", default=None)
+
+
+@contextmanager
+def routed(route: Route) -> Iterator[None]:
+    """Calls dispatched inside go to ``route``'s upstream session."""
+    token = _ROUTE.set(route)
+    try:
+        yield
+    finally:
+        _ROUTE.reset(token)
+
+
+def _dispatcher(default: Link | Fixed) -> Callable[[str, dict[str, Any]], Any]:
     async def dispatch(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         info = current_call()
+        route = _ROUTE.get()
+        link = route.link if route is not None else default
+        progress = route.progress if route is not None else None
+        if route is not None and route.started is not None:
+            route.started(info)
         session, wire = link.session, link.wire
         if session is None:
             gone = not_delivered(f"call {info.call_id!r} was not sent: {_down(link)}")
@@ -114,15 +188,28 @@ def _dispatcher(link: Link | Fixed) -> Callable[[str, dict[str, Any]], Any]:
         if wire is not None:
             wire.expect(info.idempotency_key)
         try:
-            result = await session.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+            # Sent as a plain request: the SDK's call_tool would list the tools again
+            # (strictly) and check the result against its output schema; the proxy
+            # passes the upstream's answer on as it came.
+            result = await session.send_request(
+                mt.CallToolRequest(params=mt.CallToolRequestParams(
+                    name=name, arguments=arguments, _meta=meta)),  # type: ignore[arg-type]
+                mt.CallToolResult, progress_callback=progress,
+            )
         except Exception as exc:
             sent = wire.take(info.idempotency_key) if wire is not None else Sent.SENT
             judged = _judged(exc, sent, info, link)
+            why = route.degraded() if route is not None and route.degraded is not None else None
+            if judged is exc and why is not None:  # its error may be the input it lacked
+                raise OutcomeUnknown(f"call {info.call_id!r} ran, but {why}") from exc
             if judged is exc:
                 raise
             raise judged from (judged.__cause__ if undelivered(judged) else exc)
         if wire is not None:
             wire.take(info.idempotency_key)
+        why = route.degraded() if route is not None and route.degraded is not None else None
+        if why is not None:
+            raise OutcomeUnknown(f"call {info.call_id!r} ran, but {why}")
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         if result.is_error:
             raise MCPError(INTERNAL_ERROR, _error_text(result), {TOOL_RESULT_DATA: dumped})

@@ -226,6 +226,8 @@ class _Recording(httpx2.AsyncBaseTransport):
             self.wire.mark(key, Sent.SENT)
             if key is not None:
                 response.stream = _Watched(response.stream, self.wire, key)
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            response.stream = _SoonRetry(response.stream)
         return response
 
     async def aclose(self) -> None:
@@ -248,6 +250,53 @@ class _Watched(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+RECONNECT_MS = 10
+"""The ``retry`` the proxy's own upstream connection reconnects after (milliseconds)."""
+
+
+class _SoonRetry(httpx2.AsyncByteStream):
+    """An SSE body whose ``retry`` fields say ``RECONNECT_MS``.
+
+    A server that closes a request's stream mid-call (SEP-1699 polling) names in
+    ``retry`` how long a client should wait before it resumes; the SDK's client waits
+    it out (the conformance server says 5 s). The proxy has a client waiting on that
+    call, and resuming sooner only asks the server for the events it keeps: so the
+    proxy resumes at once instead of holding its client for the server's pause. Only
+    whole ``retry:`` lines are rewritten (a line is passed on once its end is read);
+    every other byte goes through as it came."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        pending = b""
+        async for chunk in self.inner:
+            pending += chunk
+            cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+            if cut < 0:
+                continue
+            whole, pending = pending[:cut + 1], pending[cut + 1:]
+            yield _retry_lines(whole)
+        if pending:
+            yield _retry_lines(pending)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _retry_lines(data: bytes) -> bytes:
+    """``data`` with each line that is a ``retry`` field set to ``RECONNECT_MS``."""
+    if b"retry:" not in data:
+        return data
+    out: list[bytes] = []
+    for line in data.splitlines(keepends=True):
+        body = line.rstrip(b"\r\n")
+        if body.startswith(b"retry:") and body[6:].strip().isdigit():
+            line = b"retry: %d" % RECONNECT_MS + line[len(body):]
+        out.append(line)
+    return b"".join(out)
 
 
 def _body_key(request: httpx2.Request) -> str | None:
