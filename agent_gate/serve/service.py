@@ -37,11 +37,12 @@ from agent_gate.ledger.audit import settled
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.views.details import CallDetails
+from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow, read_inbox
 from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators, actor_of
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, task_json
 from agent_gate.tools import ToolRegistry
 
-__all__ = ["Answer", "InboxService", "status_of"]
+__all__ = ["Answer", "InboxService", "RowResult", "status_of"]
 
 _PAGE = 50
 
@@ -72,6 +73,22 @@ class Answer:
     reason: str | None = None
     expires_in: float | None = DEFAULT_APPROVAL_TTL
     """Seconds the approval stays usable; None: no expiry."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """What became of one row of a bulk answer: answered, or refused and why."""
+
+    ref: int
+    call_id: str | None
+    tool: str | None
+    done: bool
+    status: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "call_id": self.call_id, "tool": self.tool,
+                "done": self.done, "status": self.status, "message": self.message}
 
 
 def call_json(d: CallDetails) -> dict[str, Any]:
@@ -135,6 +152,11 @@ class InboxService:
             recs = self.ledger.calls(states=[CallState.IN_DOUBT])
             found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
         return [d for d in found if d is not None]
+
+    def inbox(self, query: InboxQuery) -> tuple[list[InboxRow], InboxCounts]:
+        """A page of waiting (or in-doubt) calls across tasks, and their counts."""
+        with self._held():
+            return read_inbox(self.ledger.engine, query)
 
     def details(self, ref: int) -> CallDetails:
         """The call the ledger's row ``ref`` holds."""
@@ -224,6 +246,27 @@ class InboxService:
                                         result=result, note=answer.reason, by=op.name,
                                         args_hash=answer.args_hash)
         return {"ref": rec.row_id, "task_id": outcome.task_id, **outcome.to_dict()}
+
+    def answer_each(self, op: Operator, verb: str,
+                    answers: list[Answer]) -> list[RowResult]:
+        """Approve or deny each call, each bound to the hash its row showed: every
+        answer is its own transaction, so one refused (rights, a changed argument, no
+        longer waiting) never keeps the others from being answered."""
+        act = self.approve if verb == "approve" else self.deny
+        out: list[RowResult] = []
+        for answer in answers:
+            try:
+                done = act(op, answer)
+            except AgentGateError as exc:
+                rec = self.located(answer.ref)
+                out.append(RowResult(answer.ref, rec.call_id if rec else None,
+                                     rec.tool if rec else None, False, status_of(exc),
+                                     str(exc)))
+                continue
+            word = "approved" if verb == "approve" else "denied: it will not run"
+            out.append(RowResult(answer.ref, done.get("call_id"), done.get("tool"), True,
+                                 200, word))
+        return out
 
     def located(self, ref: int) -> CallRecord | None:
         """The call at row ``ref``, if any (to name it in the audit of a refused form)."""
