@@ -85,6 +85,11 @@ def create_app(url: str, policy: str | None = None, *,
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        """Nothing (browsers ask for it on every page; a 404 would be noise)."""
+        return Response(status_code=204)
+
     @app.get("/openapi.json", include_in_schema=False)
     def openapi(op: Op) -> JSONResponse:
         """The API's schema, for an operator's token."""

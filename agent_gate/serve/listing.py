@@ -72,6 +72,8 @@ class ListView:
     age: str | None = None
     q: str | None = None
     mine: bool = False
+    answered: bool = False
+    """Also the calls already approved that wait for a gate to run them."""
     sort: str = "oldest"
     after: int | None = None
     before: int | None = None
@@ -90,6 +92,7 @@ class ListView:
             tool=_text(params.get("tool")), task=_text(params.get("task")),
             rule=_text(params.get("rule")), age=age if age in AGES else None,
             q=_text((params.get("q") or "").strip()), mine=params.get("mine") == "1",
+            answered=params.get("answered") == "1",
             sort=sort if sort in ("oldest", "newest") else "oldest",
             after=_ref(params.get("after")), before=_ref(params.get("before")),
             limit=int(limit) if limit in {str(n) for n in PAGE_SIZES} else 50)
@@ -113,6 +116,8 @@ class ListView:
                 out[name] = value
         if view.mine:
             out["mine"] = "1"
+        if view.answered:
+            out["answered"] = "1"
         if view.sort != "oldest":
             out["sort"] = view.sort
         if view.after is not None:
@@ -143,7 +148,8 @@ class ListView:
             states=states, tool=self.tool, task_id=self.task, rule=self.rule,
             waiting_before=now - AGES[self.age] if self.age else None, search=self.q,
             tools=tools, after=self.after, before=self.before,
-            newest_first=self.sort == "newest", limit=limit or self.limit)
+            newest_first=self.sort == "newest", limit=limit or self.limit,
+            answered=self.answered)
 
 
 def etag(rows: list[InboxRow], counts: InboxCounts, view: ListView) -> str:

@@ -222,3 +222,21 @@ def test_a_forged_bulk_form_is_refused_and_audited(world: World, server: Running
     with Ledger(world.url) as ledger:
         details = ledger.call_details("t1", "mail-1")
     assert details is not None and details.approvals == ()
+
+
+def test_an_approved_call_leaves_the_list_until_asked_for(
+        world: World, server: Running) -> None:
+    """Approved, the call stays ``awaiting_approval`` until a gate runs it; nobody needs
+    to answer it again, so the list leaves it out (``answered=1`` shows it)."""
+    path, body = world.answer("t1", "mail-1")
+    with logged_in(server, world, "bob") as (http, _):
+        before = refs(http.get("/inbox").text)
+        got = http.post(f"{path}/approve", json=body,
+                        headers={"Authorization": f"Bearer {world.tokens['bob']}"})
+        after = refs(http.get("/inbox").text)
+        answered = refs(http.get("/inbox", params={"answered": "1"}).text)
+    ref, _ = world.shown("t1", "mail-1")
+    assert got.status_code == 200
+    assert (before, after, answered) == ([ref], [], [ref])
+    with Ledger(world.url) as ledger:
+        assert ledger.get("t1", "mail-1").state.value == "awaiting_approval"  # type: ignore[union-attr]

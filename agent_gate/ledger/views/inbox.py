@@ -14,7 +14,9 @@ shows and no others, so it costs what it shows whatever the ledger holds:
 * the next page starts after the last ``ref`` shown (``after``), the previous one
   before the first (``before``): keyset paging, never ``OFFSET``, so a call answered
   meanwhile never makes a row be skipped or shown twice;
-* filters (tool, task, rule, age, search, the operator's tools) narrow the same read.
+* filters (tool, task, rule, age, search, the operator's tools) narrow the same read;
+  a call already approved, which waits only for a gate to run it, is left out unless
+  asked for (``answered``): one lookup of its approvals through ``(call_row_id, id)``.
 
 ``InboxCounts``: the same calls counted by tool and by rule (every filter but tool and
 rule applies, so the counts say where else there is work). Arguments are read as
@@ -29,10 +31,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, or_, select, text
+from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, text
 
 from agent_gate.ledger.backend.dialect import begin_read
-from agent_gate.ledger.models import SWEPT_WHERE
+from agent_gate.ledger.lease import now_ms
+from agent_gate.ledger.models import APPROVALS, SWEPT_WHERE
 from agent_gate.ledger.records import CALLS
 from agent_gate.ledger.states import CallState
 from agent_gate.plainjson import canonical_json
@@ -89,6 +92,10 @@ class InboxQuery:
     before: int | None = None
     newest_first: bool = False
     limit: int = 50
+    answered: bool = False
+    """Also the calls a person approved that wait for a gate to run them (they stay
+    ``awaiting_approval`` until one does: ``ledger.approvals``); left out by default,
+    nobody needs to answer them again."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_INBOX_PAGE:
@@ -159,6 +166,13 @@ def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
         pattern = _like(query.search) + "%"
         out.append(or_(c.call_id.like(pattern, escape=_LIKE_ESCAPE),
                        c.task_id.like(pattern, escape=_LIKE_ESCAPE)))
+    if not query.answered:
+        a = APPROVALS.c
+        # A usable approval (for these arguments, not used, not expired by this
+        # process's clock: a listing, not a decision) through (call_row_id, id).
+        out.append(~exists().where(
+            a.call_row_id == c.id, a.verdict == "approved", a.consumed_at.is_(None),
+            a.args_hash == c.args_hash, or_(a.expires_ms.is_(None), a.expires_ms > now_ms())))
     if facets:
         if query.tool is not None:
             out.append(c.tool == query.tool)
