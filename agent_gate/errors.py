@@ -52,6 +52,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── LedgerReplaced              the file under an open ledger was swapped
     ├── LedgerSchemaError           the schema is not this version's
     ├── AuditCheckpointRefused      a checkpoint would bind a trail that lost heads
+    ├── EvidenceError               a key, note, proof or bundle that cannot be read [evidence]
     ├── SealError                   sealed arguments cannot be opened
     ├── SealKeyMissing              no seal key where one is needed
     │   └── SealKeyUnsafe           a key file others can read
@@ -639,6 +640,10 @@ class LedgerSchemaError(AgentGateError):
 
 class AuditCheckpointRefused(AgentGateError):
     """A checkpoint would hide task heads lost since the last one: ``audit verify``."""
+
+
+class EvidenceError(AgentGateError):
+    """A key, signed note, proof or bundle that is malformed or unreadable (not a failed check)."""
 
 
 class SealError(AgentGateError):

@@ -36,6 +36,7 @@ sys.path.append(str(Path(__file__).parent))  # for ledger_backends (a unique nam
 
 from ledger_backends import PG_ENV, PgSchema, pg_base_url, pg_schema
 from ledger_templates import NewSqliteLedger, SqliteTemplates
+from support import measured
 from support.slow_check import (  # the hooks that list slow tests without the marker
     pytest_runtest_logreport,
     pytest_runtest_makereport,
@@ -52,6 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "backends(*names): run this test only on these ledger backends"
     )
+    # Its hooks share names with slow_check's, so it is a plugin of its own, not imported here.
+    config.pluginmanager.register(measured, "agent-gate-measured")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -51,6 +51,13 @@ LAYERS: tuple[Layer, ...] = (
         "JSON: used everywhere",
     ),
     Layer(
+        "evidence formats",
+        ("agent_gate.evidence.merkle", "agent_gate.evidence.note",
+         "agent_gate.evidence.checkpoint"),
+        "RFC 6962 trees, C2SP signed notes and checkpoints: pure formats the ledger's "
+        "checkpoints and any offline verifier share",
+    ),
+    Layer(
         "telemetry",
         ("agent_gate.telemetry",),
         "traces, metrics and logs behind one observer; the gate and the transport both "
@@ -77,6 +84,8 @@ LAYERS: tuple[Layer, ...] = (
           "the policy file format and its default-deny evaluator"),
     Layer("ledger", ("agent_gate.ledger",),
           "the durable record: states, transitions, audit chain, approvals, quotas"),
+    Layer("evidence", ("agent_gate.evidence",),
+          "proofs and bundles of the ledger's trail, checked offline with a public key"),
     Layer(
         "gate",
         ("agent_gate.gate", "agent_gate.authorize", "agent_gate.heartbeat"),

@@ -1,5 +1,6 @@
 """``agent-gate audit``: read the audit trail; ``audit verify``: check its chains and
-checkpoints; ``audit checkpoint``: bind every task's chain into one root now."""
+checkpoints (or a proof or bundle offline); ``audit checkpoint``: bind every entry into
+one root now, signed when a key is given (``audit_evidence``: keygen, prove, export)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,6 +18,7 @@ from agent_gate.cli._listing import PAGE, PagedTable, listing_options, pages, pa
 from agent_gate.cli._operator import failures, open_ledger
 from agent_gate.cli._options import ledger_options
 from agent_gate.cli._output import cell, console, emit_json, state_cell, when
+from agent_gate.cli.audit_evidence import SUBCOMMANDS, signing_key_option
 
 if TYPE_CHECKING:
     from agent_gate.ledger import AuditRecord, Ledger
@@ -160,13 +163,41 @@ _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")
               help="A checkpoint printed by an earlier verify or checkpoint and kept "
                    "elsewhere (or a SEQ:HASH head printed before the upgrade to per-task "
                    "chains); it must still be there (catches a trail rewritten wholesale).")
+@click.option("--proof", "proof", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Check a proof from `audit prove` instead (no database; needs "
+                   "--checkpoint and --key).")
+@click.option("--bundle", "bundle", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Check a bundle from `audit export` instead (no database; needs --key).")
+@click.option("--checkpoint", "checkpoint", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="A signed checkpoint you trust (kept from earlier, or a witness's copy): "
+                   "alone, the ledger is checked from it on, reading only what came after.")
+@click.option("--key", "key", default=None, metavar="PUBKEY",
+              help="The ledger's verifier key NAME+KEYID+KEY (or a file holding it).")
 @ledger_options
-def verify_command(anchor: str | None, url: str | None, as_json: bool) -> None:
+def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
+                   checkpoint: Path | None, key: str | None, url: str | None,
+                   as_json: bool) -> None:
     """Check every task's hash chain and every checkpoint; name the first entry edited,
-    deleted, reordered or truncated.
+    deleted, reordered or truncated. With --proof or --bundle, check evidence offline
+    against the signed checkpoint and the verifier key instead.
 
-    Exit status 0 when the trail is whole, 1 when it is not.
+    Exit status 0 when the trail (or the evidence) is whole, 1 when it is not.
     """
+    if proof is not None or bundle is not None:
+        if proof is not None and bundle is not None:
+            raise click.UsageError("check a --proof or a --bundle, not both")
+        from agent_gate.cli.audit_evidence import verify_offline
+
+        verify_offline(proof, checkpoint, bundle, key, as_json)
+        return
+    if checkpoint is not None:
+        from agent_gate.cli.audit_evidence import verify_from
+
+        verify_from(checkpoint, key, url, as_json)
+        return
     pinned: tuple[int, str] | None = None
     if anchor is not None:
         match = _ANCHOR.match(anchor.strip().lower())
@@ -195,20 +226,49 @@ def verify_command(anchor: str | None, url: str | None, as_json: bool) -> None:
 
 
 @audit_group.command(name="checkpoint")
+@click.option("--publish", "publish", multiple=True, metavar="SINK",
+              type=click.Path(path_type=Path),
+              help="Hand the signed checkpoint to a witness: a file (the newest) or a "
+                   "directory (every one, and latest.note); repeatable. Never backwards.")
+@signing_key_option
 @ledger_options
-def checkpoint_command(url: str | None, as_json: bool) -> None:
+def checkpoint_command(publish: tuple[Path, ...], signing_key: Path | None,
+                       origin: str | None, url: str | None, as_json: bool) -> None:
     """Write a checkpoint: one root hash over every task's chain head, linked to the
     previous checkpoint (none is written when no task moved since the last one).
 
     Run it from cron or after a batch; keep the ID:HASH it prints elsewhere. Entries
-    newer than the newest checkpoint are protected by their task's chain only.
+    newer than the newest checkpoint are protected by their task's chain only. With a
+    signing key the checkpoint's Merkle tree is signed as a C2SP tlog-checkpoint, which
+    is printed: keep it, or hand it to a witness.
     """
+    from agent_gate.cli.audit_evidence import load_signer
     from agent_gate.ledger.checkpoints import take
 
+    signer = load_signer(signing_key)
+    if publish and signer is None:
+        raise click.UsageError("--publish needs --signing-key: only a signed checkpoint "
+                               "means anything outside the ledger")
     with failures(), open_ledger(url) as ledger:
-        made = take(ledger.engine)
+        made = take(ledger.engine, signer=signer, origin=origin)
+    published = []
+    if publish:
+        from agent_gate.evidence.witness import publish as hand_over
+
+        assert made.note is not None and signer is not None
+        with failures():
+            published = [str(hand_over(made.note, signer.verifier, sink)) for sink in publish]
     if as_json:
-        emit_json(made.to_dict())
+        emit_json({**made.to_dict(), "note": made.note, "published": published})
     else:
         click.echo(f"checkpoint: {made.anchor}")
-        click.echo(f"  taken {when(made.at)} over {made.tasks} task heads")
+        click.echo(f"  taken {when(made.at)} over {made.tasks} task heads, "
+                   f"{made.tree_size} entries")
+        if made.note is not None:
+            click.echo(made.note, nl=False)
+        for path in published:
+            click.echo(f"published to {path}")
+
+
+for _command in SUBCOMMANDS.commands.values():
+    audit_group.add_command(_command)

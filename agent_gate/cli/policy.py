@@ -21,6 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_gate.cli._options import role_option
+from agent_gate.cli.policy_backtest import backtest_command
+from agent_gate.cli.policy_test import load_schemas, schema_options, test_command
 from agent_gate.policy import (
     Policy,
     PolicyDecision,
@@ -29,6 +31,8 @@ from agent_gate.policy import (
     TaskScope,
     Verdict,
 )
+from agent_gate.policy.cedarload import cedar_problems
+from agent_gate.policy.reach import dead_rules
 
 _STYLE = {
     Verdict.ALLOW: "bold green",
@@ -173,13 +177,23 @@ def policy_group() -> None:
     """Validate policy files and explain the decisions they make."""
 
 
+policy_group.add_command(test_command)
+policy_group.add_command(backtest_command)
+
+
 @policy_group.command(name="check")
 @click.argument("files", nargs=-1, required=True)
-def check(files: tuple[str, ...]) -> None:
+@schema_options
+def check(files: tuple[str, ...], schemas_file: str | None, tools_spec: str | None) -> None:
     """Validate each policy FILE; print file:line:column: key: message per problem.
 
-    Exits 1 if any file has a problem, 0 if all are valid.
+    With --schemas or --tools, also warn (file:line:column: key: warning: ...) about
+    rules that can never match a call the tool's schema accepts, and run Cedar's
+    validator on the file's Cedar set against a schema generated from the tools'
+    JSON Schemas (its errors fail). Exits 1 if any file has a problem, 0 if all are
+    valid (warnings do not fail).
     """
+    schemas = load_schemas(schemas_file, tools_spec)
     failed = False
     for file in files:
         try:
@@ -190,6 +204,22 @@ def check(files: tuple[str, ...]) -> None:
                 click.echo(str(problem), err=True)
             continue
         document = policy.document
+        for dead in dead_rules(document, schemas):
+            where = policy.locate(
+                dead.loc,
+                f"warning: rule {dead.rule_id} can never match a valid call of "
+                f"{dead.tool!r}: {dead.why}",
+            )
+            click.echo(str(where), err=True)
+        if policy.cedar is not None and schemas:
+            counters = {name: sorted({lim.key for lim in policy.limits(name)})
+                        for name in document.tools}
+            invalid = cedar_problems(policy.cedar, document, schemas, counters)
+            for line in invalid:
+                click.echo(str(policy.locate(("cedar",), f"Cedar validator: {line}")), err=True)
+            if invalid:
+                failed = True
+                continue
         rules = len(document.rules) + sum(len(t.rules) for t in document.tools.values())
         limits = sum(len(t.limits) for t in document.tools.values())
         click.echo(

@@ -1,7 +1,7 @@
-"""The gate where tools are really dispatched: MCP and agent frameworks.
+"""The gate where tools are really dispatched: MCP, agent frameworks, durable engines.
 
 Each module adapts one outside package (the ``mcp`` SDK, the OpenAI Agents SDK,
-pydantic-ai, LangGraph) to an ordinary :class:`agent_gate.Gate`, taking each tool's
+pydantic-ai, LangGraph, DBOS, Celery) to an ordinary :class:`agent_gate.Gate`, taking each tool's
 schema from the framework's own definition so that nothing is declared twice. Every
 module imports its framework lazily and is an optional extra: importing this package
 costs nothing when none is installed.

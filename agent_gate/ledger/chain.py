@@ -47,6 +47,8 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from agent_gate.evidence.merkle import leaf_hash
+
 __all__ = [
     "CHAIN_VERSION",
     "GENESIS",
@@ -55,6 +57,7 @@ __all__ = [
     "as_utc",
     "checkpoint_hash",
     "entry_hash",
+    "entry_leaf",
     "entry_parts",
     "entry_text",
     "link_text",
@@ -111,6 +114,17 @@ def entry_hash(
     return hashlib.sha256(
         entry_text(head, prev_hash, seq, tail).encode("utf-8", "surrogatepass")
     ).hexdigest()
+
+
+def entry_leaf(
+    *, seq: int, prev_hash: str, version: int = CHAIN_VERSION, **fields: Any
+) -> tuple[str, bytes]:
+    """``(entry_hash, leaf)``: the entry's chain hash and its leaf in the trail's Merkle
+    tree, ``SHA-256(0x00 || text)`` over the same hashed text (RFC 6962's leaf hash),
+    the text written once for both."""
+    head, tail = entry_parts(version=version, **fields)
+    data = entry_text(head, prev_hash, seq, tail).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest(), leaf_hash(data)
 
 
 def entry_parts(
@@ -235,9 +249,14 @@ def checkpoint_hash(
     legacy_seq: int | None,
     legacy_hash: str | None,
     legacy_last_id: int | None,
+    tree: tuple[int, int, str] | None = None,
 ) -> str:
-    """SHA-256 (hex) of one checkpoint linked to the previous checkpoint's hash."""
-    body = {
+    """SHA-256 (hex) of one checkpoint linked to the previous checkpoint's hash.
+
+    ``tree`` (size, last entry id, root hex) is the Merkle tree over every entry the
+    checkpoint binds (revision 0010); hashed only when present, so the hashes of older
+    checkpoints recompute as they were written."""
+    body: dict[str, Any] = {
         "v": CHAIN_VERSION,
         "kind": "checkpoint",
         "id": checkpoint_id,
@@ -248,4 +267,6 @@ def checkpoint_hash(
         "legacy": None if legacy_seq is None else
         {"seq": legacy_seq, "hash": legacy_hash, "last_id": legacy_last_id},
     }
+    if tree is not None:
+        body["tree"] = {"size": tree[0], "last_id": tree[1], "root": tree[2]}
     return hashlib.sha256(_reference_text(body).encode("utf-8", "surrogatepass")).hexdigest()

@@ -29,17 +29,20 @@ is missing, or has moved backwards or sideways, the writer refuses
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select
+from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent_gate.errors import AuditCheckpointRefused
+from agent_gate.evidence.checkpoint import TreeHead
+from agent_gate.evidence.note import SignerKey
 from agent_gate.ledger.backend.dialect import begin_read, begin_write, lock_named
 from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
 from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_CHECKPOINTS, AUDIT_HEADS
+from agent_gate.ledger.trail_tree import extend
 
 __all__ = [
     "CHECKPOINT_LOCK",
@@ -49,7 +52,9 @@ __all__ = [
     "heads_at",
     "newest",
     "newest_of",
+    "sign",
     "take",
+    "tree_head",
     "write",
 ]
 
@@ -77,6 +82,20 @@ class Checkpoint:
     legacy_seq: int | None = None
     legacy_hash: str | None = None
     legacy_last_id: int | None = None
+    tree_size: int | None = None
+    """Leaves of the Merkle tree over every entry (``trail_tree``); None before 0010."""
+    tree_last_id: int | None = None
+    """``audit_events.id`` of the tree's last leaf (0 for an empty tree)."""
+    tree_root: str | None = None
+    tree_frontier: str | None = None
+    note: str | None = None
+    """The checkpoint signed as a C2SP tlog-checkpoint, if it was signed."""
+
+    @property
+    def tree(self) -> tuple[int, int, str] | None:
+        if self.tree_size is None or self.tree_last_id is None or self.tree_root is None:
+            return None
+        return self.tree_size, self.tree_last_id, self.tree_root
 
     @property
     def anchor(self) -> str:
@@ -87,7 +106,7 @@ class Checkpoint:
         return checkpoint_hash(
             checkpoint_id=self.id, prev_hash=self.prev_hash, at=self.at, tasks=self.tasks,
             root=self.root, legacy_seq=self.legacy_seq, legacy_hash=self.legacy_hash,
-            legacy_last_id=self.legacy_last_id,
+            legacy_last_id=self.legacy_last_id, tree=self.tree,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,6 +115,9 @@ class Checkpoint:
                                "anchor": self.anchor}
         if self.legacy_seq is not None:
             out["legacy_head"] = {"seq": self.legacy_seq, "hash": self.legacy_hash}
+        if self.tree is not None:
+            out["tree"] = {"size": self.tree_size, "root": self.tree_root}
+        out["signed"] = self.note is not None
         return out
 
 
@@ -106,6 +128,9 @@ def _checkpoint(row: Any) -> Checkpoint:
         legacy_seq=None if row.legacy_seq is None else int(row.legacy_seq),
         legacy_hash=row.legacy_hash,
         legacy_last_id=None if row.legacy_last_id is None else int(row.legacy_last_id),
+        tree_size=None if row.tree_size is None else int(row.tree_size),
+        tree_last_id=None if row.tree_last_id is None else int(row.tree_last_id),
+        tree_root=row.tree_root, tree_frontier=row.tree_frontier, note=row.note,
     )
 
 
@@ -148,6 +173,7 @@ def write(
     *,
     at: datetime | None = None,
     legacy: tuple[int, str, int] | None = None,
+    upto: int | None = None,
 ) -> Checkpoint:
     """Write the next checkpoint in ``conn``'s transaction, or return the newest one
     when no head moved since it (and no ``legacy`` head is to be recorded).
@@ -157,6 +183,11 @@ def write(
     read second are at least as new as the ones the previous checkpoint bound.
     ``legacy`` (seq, hash, last entry id) is the old global chain's head, recorded by
     the upgrade that split it (revision 0006).
+
+    The Merkle tree grows from the previous checkpoint's frontier by the entries after
+    its last leaf, up to ``upto`` (``audit.settled``: on PostgreSQL an id below which
+    nothing can still commit; None on SQLite, where ids commit in order): O(new entries
+    + log n), never a rescan (``trail_tree.extend``).
     """
     prev = newest(conn)
     before = heads_at(conn, prev.id) if prev is not None else {}
@@ -170,7 +201,9 @@ def write(
                 f"which now {found}: run `agent-gate audit verify`"
             )
     changed = {task: head for task, head in now.items() if before.get(task) != head}
-    if prev is not None and not changed and legacy is None:
+    frontier, last_id = extend(conn, prev, upto)
+    grown = prev is None or prev.tree_size != frontier.size
+    if prev is not None and not changed and legacy is None and not grown:
         return prev
     number = prev.id + 1 if prev is not None else 1
     stamp = as_utc(at) if at is not None else datetime.now(UTC)
@@ -180,6 +213,8 @@ def write(
         id=number, at=stamp, tasks=len(now), root=root,
         prev_hash=prev.hash if prev is not None else GENESIS, hash="",
         legacy_seq=legacy_seq, legacy_hash=legacy_hash, legacy_last_id=legacy_last_id,
+        tree_size=frontier.size, tree_last_id=last_id, tree_root=frontier.root().hex(),
+        tree_frontier=frontier.to_text(),
     )
     made = Checkpoint(**{**_fields(made), "hash": made.recomputed_hash()})
     conn.execute(insert(_CHECKPOINTS).values(_fields(made)))
@@ -194,21 +229,51 @@ def write(
 def _fields(c: Checkpoint) -> dict[str, Any]:
     return {"id": c.id, "at": c.at, "tasks": c.tasks, "root": c.root,
             "prev_hash": c.prev_hash, "hash": c.hash, "legacy_seq": c.legacy_seq,
-            "legacy_hash": c.legacy_hash, "legacy_last_id": c.legacy_last_id}
+            "legacy_hash": c.legacy_hash, "legacy_last_id": c.legacy_last_id,
+            "tree_size": c.tree_size, "tree_last_id": c.tree_last_id, "tree_root": c.tree_root,
+            "tree_frontier": c.tree_frontier, "note": c.note}
 
 
-def take(engine: Engine) -> Checkpoint:
+def take(engine: Engine, *, signer: SignerKey | None = None,
+         origin: str | None = None) -> Checkpoint:
     """Write the next checkpoint in a transaction of its own (``audit checkpoint``):
-    tried again if another writer took the same position first."""
+    tried again if another writer took the same position first. With ``signer`` it is
+    signed as a C2SP tlog-checkpoint (``origin`` defaults to the key's name, as the
+    spec recommends), and the newest checkpoint if it was not signed yet."""
+    from agent_gate.ledger.audit import settled
+
     for attempt in range(_RACES):
+        upto = settled(engine)
         try:
             with begin_write(engine) as conn:
                 lock_named(conn, CHECKPOINT_LOCK)
-                return write(conn)
+                made = write(conn, upto=upto)
+                if signer is not None and made.note is None:
+                    made = sign(conn, made, signer, origin or signer.name)
+                return made
         except IntegrityError:
             if attempt == _RACES - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def tree_head(checkpoint: Checkpoint, origin: str) -> TreeHead:
+    """The checkpoint's tree as a C2SP tlog-checkpoint body."""
+    if checkpoint.tree_size is None or checkpoint.tree_root is None:
+        raise AuditCheckpointRefused(
+            f"checkpoint #{checkpoint.id} was written before the trail's Merkle tree: "
+            "take a new one (`agent-gate audit checkpoint`)"
+        )
+    return TreeHead(origin, checkpoint.tree_size, bytes.fromhex(checkpoint.tree_root))
+
+
+def sign(conn: Connection, checkpoint: Checkpoint, signer: SignerKey, origin: str) -> Checkpoint:
+    """Sign ``checkpoint``'s tree and keep the note on its row (the note is public; the
+    key never reaches the database)."""
+    note = tree_head(checkpoint, origin).sign(signer)
+    conn.execute(update(_CHECKPOINTS).where(_CHECKPOINTS.c.id == checkpoint.id)
+                 .values(note=note))
+    return replace(checkpoint, note=note)
 
 
 def newest_of(engine: Engine) -> Checkpoint | None:

@@ -232,6 +232,14 @@ AUDIT_CHECKPOINTS = Table(
     Column("legacy_hash", String(64)),
     # ``audit_events.id`` of the old global chain's newest entry.
     Column("legacy_last_id", Integer),
+    # The Merkle tree over every entry in id order (revision 0010; None before it):
+    # leaves, the id of the last one, root and frontier (hex, comma-separated).
+    Column("tree_size", BigInteger),
+    Column("tree_last_id", BigInteger),
+    Column("tree_root", String(64)),
+    Column("tree_frontier", Text),
+    # The checkpoint signed as a C2SP tlog-checkpoint, when a key was given.
+    Column("note", Text),
 )
 """One checkpoint: a root hash over every task's head, linked to the previous one.
 

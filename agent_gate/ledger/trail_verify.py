@@ -11,7 +11,9 @@ kind, task, chain position and ``audit_events`` row):
    ahead of its entries means the newest entries were *deleted*.
 3. The checkpoints: positions without gaps, each linked to the previous one's hash,
    each hash recomputed, each root recomputed over the heads it binds
-   (*checkpoint*).
+   (*checkpoint*). The Merkle tree over every entry in id order is recomputed in the
+   same pass and compared with each checkpoint's size, root and frontier (*tree*:
+   ``trail_tree``).
    Then every head a checkpoint bound is still in its task's chain, as bound: an
    entry with another hash at that position means the chain was *rewritten* after
    the checkpoint, a chain cut below it is *truncated*, a task gone entirely is
@@ -46,6 +48,7 @@ from agent_gate.ledger.models import (
     QUOTA_CHARGES,
     TOOL_CALLS,
 )
+from agent_gate.ledger.trail_tree import TreeWalk, leaf_of
 
 __all__ = ["ChainProblem", "ChainReport", "verify"]
 
@@ -72,7 +75,8 @@ class ChainProblem:
     a head a checkpoint bound), ``rewritten`` (an entry differs from the one a
     checkpoint bound), ``legacy`` (pre-upgrade entries no longer hash to the old
     global head), ``checkpoint`` (a checkpoint edited, deleted or unlinked),
-    ``anchor``, ``state_rewritten`` (a call's row is not in the state its trail
+    ``anchor``, ``tree`` (a checkpoint's Merkle tree is not the tree of the entries it
+    bound), ``state_rewritten`` (a call's row is not in the state its trail
     last recorded), ``call_deleted`` (a call's trail names a row that is gone or
     holds another call), or ``charge_rewritten`` (a quota charge the trail recorded
     is gone or holds another amount)."""
@@ -155,8 +159,11 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     charged: dict[tuple[int, str], tuple[str, str, str]] = {}
     count = 0
     problem: ChainProblem | None = None
+    tree = TreeWalk(stored)
     for row in conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings():
         count += 1
+        recomputed, leaf = leaf_of(row)
+        tree.add(int(row["id"]), leaf)
         if row["call_row_id"] is not None and is_transition(row["from_state"], row["to_state"]):
             audited[int(row["call_row_id"])] = row["to_state"]
             if row["event"] == "received":  # the call the row was made for
@@ -172,7 +179,7 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
                 legacy.anchored = True
         if problem is None:
             chain = chains.setdefault(row["task_id"], _Chain())
-            problem = _entry_problem(row, fields, chain, bound)
+            problem = _entry_problem(row, fields, chain, bound, recomputed)
     if problem is None:
         problem = _head_problem(chains, heads)
     if problem is None:
@@ -183,6 +190,8 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
         problem = _bound_problem(chains, bound)
     if problem is None and legacy is not None:
         problem = _legacy_problem(legacy, first)
+    if problem is None and (wrong_tree := tree.finish()) is not None:
+        problem = ChainProblem("tree", wrong_tree[0], None, wrong_tree[1])
     if problem is None and anchor is not None:
         problem = _anchor_problem(anchor, stored, legacy)
     if problem is None:
@@ -194,12 +203,11 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
 
 def _entry_problem(
     row: Any, fields: dict[str, Any], chain: _Chain,
-    bound: dict[tuple[str, int], tuple[str, int]],
+    bound: dict[tuple[str, int], tuple[str, int]], recomputed: str,
 ) -> ChainProblem | None:
     task, expected = row["task_id"], chain.seq + 1
     seq, row_id = int(row["seq"]), int(row["id"])
     where = f"audit entry #{seq} of task {task!r} (row {row_id}, event {row['event']!r})"
-    recomputed = entry_hash(seq=seq, prev_hash=row["prev_hash"], **fields)
     if recomputed != row["hash"] and seq != expected and entry_hash(
         seq=expected, prev_hash=row["prev_hash"], **fields
     ) == row["hash"]:

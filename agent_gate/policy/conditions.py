@@ -21,7 +21,7 @@ chain of subjects from the rule down to the leaf, so ``arg: files`` / ``each`` /
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -64,6 +64,10 @@ class EvalContext:
     path_subjects: frozenset[SubjectKey] = frozenset()
     resolved: dict[str, tuple[bool, str]] = field(default_factory=dict)
     bad_paths: dict[str, str] = field(default_factory=dict)
+    tool: str = ""
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Per-decision state a kind of condition builds once (a CEL activation)."""
 
     def path_value(self, subject: str, value: Any) -> str:
         """The resolved path for ``value``; raises ``UnjudgeablePath`` and notes why."""
@@ -247,6 +251,11 @@ def compile_condition(condition: Condition, outer: SubjectKey = ()) -> Compiled:
     if combinator == "not":
         return _Not(compile_condition(condition.operand("not"), outer))
     predicate = condition.predicate
+    if predicate == "cel":
+        from agent_gate.policy.celexpr import CelCondition  # needs the optional runtime
+
+        assert condition.cel is not None
+        return CelCondition.build(condition.cel)
     subject = _subject(condition)
     key = (*outer, (subject.root, subject.path))
     if predicate in ("each", "some"):

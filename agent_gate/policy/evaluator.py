@@ -30,7 +30,7 @@ The decision names the ids that decided it, and every rule's outcome is kept in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -74,6 +74,9 @@ BUILTIN_DEFAULT_DENY: Final = "agent-gate:default-deny"
 BUILTIN_BAD_PATH: Final = "agent-gate:bad-path"
 
 Usage = Mapping[str, int | float | Decimal]
+
+Delegate = Callable[[EvalContext, Mapping[str, Any]], Sequence[RuleTrace]]
+"""Another policy source's answer for one call (``cedar``), as traces ranked like rules."""
 
 _PRECEDENCE: Final = (Verdict.DENY, Verdict.APPROVE, Verdict.ALLOW)
 """Strongest first: the first effect some rule that holds asks for decides."""
@@ -302,8 +305,13 @@ def decide(
     task_scope: TaskScope | None,
     usage: Usage | None,
     policy_hash: str,
+    delegate: Delegate | None = None,
 ) -> PolicyDecision:
-    """The decision for one call; ``rules`` is ``None`` when the tool is not declared."""
+    """The decision for one call; ``rules`` is ``None`` when the tool is not declared.
+
+    ``delegate`` is the tool's other policy source (a Cedar set): its traces count
+    exactly like rules of their effect, so deny > approve > allow holds across both.
+    """
     if rules is None:
         return _deny(
             tool,
@@ -325,6 +333,8 @@ def decide(
         principal=(principal or Principal()).as_subject(),
         task=task_scope.as_subject() if task_scope is not None else {"attributes": {}},
         path_subjects=frozenset().union(*(rule.path_subjects for rule in rules)),
+        tool=tool,
+        usage=usage or {},
     )
     traces: list[RuleTrace] = []
     by_effect: dict[Verdict, list[str]] = {e: [] for e in Verdict}
@@ -337,6 +347,19 @@ def decide(
             by_effect[rule.effect].append(rule.id)
         elif result.truth is Truth.ERROR and rule.effect is not Verdict.ALLOW:
             by_effect[Verdict.DENY].append(rule.id)
+    for trace in delegate(ctx, arguments) if delegate is not None else ():
+        traces.append(trace)
+        if trace.truth is Truth.ERROR:
+            sentences[trace.id] = (
+                f"{trace.id} ({trace.effect.value}) could not be evaluated, so the call is "
+                f"denied (fail closed): {trace.detail}"
+            )
+        else:
+            sentences[trace.id] = f"{trace.id} ({trace.effect.value}): {trace.detail}"
+        if trace.truth is Truth.TRUE:
+            by_effect[trace.effect].append(trace.id)
+        elif trace.truth is Truth.ERROR and trace.effect is not Verdict.ALLOW:
+            by_effect[Verdict.DENY].append(trace.id)
 
     for effect in _PRECEDENCE:
         if by_effect[effect]:

@@ -18,7 +18,7 @@ from agent_gate.errors import PolicyLoadError, Problem
 from agent_gate.policy.model import PREDICATES, Condition, PolicyDocument, Rule
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 
-__all__ = ["load_document"]
+__all__ = ["load_document", "load_located"]
 
 Loc = tuple[str | int, ...]
 
@@ -59,6 +59,9 @@ def _condition_problems(
         yield from _condition_problems(condition.operand("not"), (*loc, "not"), in_element)
         return
     subjects = condition.subjects
+    if condition.predicate == "cel":
+        yield from _cel_problems(condition, loc, in_element)
+        return
     if in_element:
         outer = [s for s in subjects if s != "field"]
         if outer:
@@ -76,9 +79,32 @@ def _condition_problems(
         yield from _condition_problems(condition.operand(predicate), (*loc, predicate), True)
 
 
+def _cel_problems(condition: Condition, loc: Loc, in_element: bool) -> Iterator[tuple[Loc, str]]:
+    from agent_gate.policy.celexpr import cel_problem  # the optional runtime, when used
+
+    if condition.subjects:
+        yield (
+            (*loc, condition.subjects[0]),
+            "a cel: condition names its values itself (args, principal, task, tool, "
+            "usage); remove the subject",
+        )
+    elif in_element:
+        yield (*loc, "cel"), "cel: is not available inside each/some; use CEL's all()/exists()"
+    else:
+        assert condition.cel is not None
+        problem = cel_problem(condition.cel)
+        if problem is not None:
+            yield (*loc, "cel"), problem
+
+
 def _rule_problems(rule: Rule, loc: Loc) -> Iterator[tuple[Loc, str]]:
     for index, condition in enumerate(rule.when):
-        yield from _condition_problems(condition, (*loc, "when", index), in_element=False)
+        for where, message in _condition_problems(
+            condition, (*loc, "when", index), in_element=False
+        ):
+            if where[-1] == "cel":
+                message = f"rule {rule.id}: {message}"
+            yield where, message
 
 
 def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:
@@ -106,6 +132,11 @@ def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:
                     "names a tool the policy does not declare",
                 )
     for tool_name, tool in document.tools.items():
+        if tool.cedar is not None and document.cedar is None:
+            yield (
+                ("tools", tool_name, "cedar"),
+                "the tool is handed to Cedar but the file has no top-level 'cedar:' policy set",
+            )
         for index, rule in enumerate(tool.rules):
             loc = ("tools", tool_name, "rules", index)
             yield from claim(rule.id, loc)
@@ -116,6 +147,12 @@ def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:
 
 def load_document(raw: bytes | str, source: str) -> PolicyDocument:
     """Parse and validate one policy file; raises ``PolicyLoadError`` listing every problem."""
+    return load_located(raw, source)[0]
+
+
+def load_located(raw: bytes | str, source: str) -> tuple[PolicyDocument, YamlDocument]:
+    """``load_document`` plus the YAML it came from, so later passes (dead rules, CEL
+    type errors, test coverage) can name the line of a rule."""
     doc = parse_yaml(raw, source)
     try:
         document = PolicyDocument.model_validate(doc.data)
@@ -127,4 +164,4 @@ def load_document(raw: bytes | str, source: str) -> PolicyDocument:
     if located:
         located.sort(key=lambda p: (p.line or 0, p.column or 0))
         raise PolicyLoadError(located)
-    return document
+    return document, doc

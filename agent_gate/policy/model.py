@@ -52,6 +52,8 @@ __all__ = [
     "PREDICATES",
     "SUBJECTS",
     "Approvers",
+    "CedarSource",
+    "CedarTool",
     "Condition",
     "GlobalRule",
     "Limit",
@@ -298,6 +300,7 @@ PREDICATES: Final = (
     "url",
     "ip_in",
     "email_domain",
+    "cel",
 )
 
 
@@ -329,6 +332,9 @@ class Condition(_Model):
     url: UrlSpec | None = None
     ip_in: Annotated[list[IpEntry], Field(min_length=1)] | None = None
     email_domain: Annotated[list[DomainPattern], Field(min_length=1)] | None = None
+    cel: Annotated[StrictStr, StringConstraints(min_length=1, max_length=4000)] | None = None
+    """A CEL expression over ``args``, ``principal``, ``task``, ``tool`` and ``usage``
+    (``celexpr``); it names its values itself, so it takes no subject."""
 
     def _given(self, names: tuple[str, ...]) -> list[str]:
         given = {(Condition.model_fields[f].alias or f) for f in self.model_fields_set}
@@ -447,7 +453,9 @@ class Limit(_Model):
         return self
 
 
-_LATER_KEYS: Final[dict[str, Any]] = {"redact_result": [], "approvers": None, "operators": {}}
+_LATER_KEYS: Final[dict[str, Any]] = {
+    "redact_result": [], "approvers": None, "operators": {}, "cedar": None,
+}
 """Keys added to format version 1 after its first release, with their unused value."""
 
 
@@ -496,6 +504,33 @@ class Approvers(_Model):
     self_approval: StrictBool = False
 
 
+# --- Cedar (a tool's decision handed to a Cedar policy set; see policy/cedar.py) -----
+
+CedarArgKind = Literal["path", "url", "ip", "decimal", "email"]
+
+
+class CedarSource(_Model):
+    """The policy set: ``file`` (relative to the policy file) or inline ``policies``."""
+
+    file: Annotated[StrictStr, StringConstraints(min_length=1, max_length=4096)] | None = None
+    policies: Annotated[StrictStr, StringConstraints(min_length=1, max_length=1 << 20)] | None = (
+        None
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CedarSource:
+        if (self.file is None) == (self.policies is None):
+            raise ValueError("give either 'file' or 'policies'")
+        return self
+
+
+class CedarTool(_Model):
+    """A tool decided by the policy set; ``args`` says how to hand arguments to Cedar
+    (a resolved path, a parsed URL record, an ``ipaddr``, a ``decimal``, an e-mail record)."""
+
+    args: dict[ArgPathText, CedarArgKind] = {}
+
+
 class ToolPolicy(_Model):
     """Everything the policy says about one tool."""
 
@@ -508,6 +543,8 @@ class ToolPolicy(_Model):
     rules: list[Rule] = []
     limits: list[Limit] = []
     approvers: Approvers | None = None
+    cedar: CedarTool | None = None
+    """Hand this tool's decision to the file's Cedar policy set (``cedar:``)."""
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -534,6 +571,8 @@ class PolicyDocument(_Model):
     operators: dict[OperatorId, OperatorEntry] = {}
     approvers: Approvers | None = None
     """The default for tools without an ``approvers`` entry of their own."""
+    cedar: CedarSource | None = None
+    """The Cedar policy set that tools with a ``cedar:`` entry are decided by."""
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -8,6 +8,7 @@ same ``PolicyDecision``. That is what lets the ledger bind an approval to
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from decimal import Decimal
@@ -16,14 +17,23 @@ from typing import Any
 
 from agent_gate.errors import PolicyLoadError, Problem, error_code
 from agent_gate.plainjson import canonical_bytes, sha256_hex
-from agent_gate.policy.evaluator import CompiledRule, LimitRule, decide
-from agent_gate.policy.loader import load_document
+from agent_gate.policy.cedar import CedarPolicySet
+from agent_gate.policy.cedarload import load_cedar
+from agent_gate.policy.conditions import EvalContext
+from agent_gate.policy.evaluator import CompiledRule, Delegate, LimitRule, decide
+from agent_gate.policy.loader import load_located
 from agent_gate.policy.model import PolicyDocument
 from agent_gate.policy.redaction import RedactionRule, redact_arguments
 from agent_gate.policy.values import PolicyDecision, Principal, TaskScope, ToolOverrides
-from agent_gate.policy.yamlsource import MAX_POLICY_BYTES
+from agent_gate.policy.yamlsource import MAX_POLICY_BYTES, YamlDocument, format_key
 
 __all__ = ["Policy"]
+
+
+def _cedar_judge(
+    cedar: CedarPolicySet, kinds: Mapping[str, str], ctx: EvalContext, arguments: Mapping[str, Any]
+) -> Any:
+    return cedar.judge(ctx, arguments, kinds)
 
 
 class Policy:
@@ -33,13 +43,24 @@ class Policy:
     both raise ``PolicyLoadError`` naming file, line and key on any problem.
     """
 
-    def __init__(self, document: PolicyDocument, *, source: str, source_sha256: str) -> None:
+    def __init__(
+        self,
+        document: PolicyDocument,
+        *,
+        source: str,
+        source_sha256: str,
+        yaml: YamlDocument | None = None,
+    ) -> None:
         self._document = document
+        self._yaml = yaml
         self._source = source
         self._source_sha256 = source_sha256
-        self._hash = "sha256:" + sha256_hex(
-            canonical_bytes(document.model_dump(mode="json", by_alias=True), "surrogatepass")
-        )
+        dumped = document.model_dump(mode="json", by_alias=True)
+        self._cedar = load_cedar(document, source, self.locate)
+        if self._cedar is not None and document.cedar is not None and document.cedar.file:
+            # the hash binds approvals to what decides: the set's text, not its file name
+            dumped["cedar"]["text_sha256"] = sha256_hex(self._cedar.text.encode("utf-8"))
+        self._hash = "sha256:" + sha256_hex(canonical_bytes(dumped, "surrogatepass"))
         global_rules = [CompiledRule.build(rule) for rule in document.rules]
         self._rules: dict[str, tuple[CompiledRule, ...]] = {}
         self._limits: dict[str, tuple[LimitRule, ...]] = {}
@@ -52,6 +73,10 @@ class Policy:
             self._redaction[name] = common_redaction + tuple(
                 RedactionRule.parse(r.path, r.preview) for r in tool.redact
             )
+            if tool.cedar is not None and self._cedar is not None:
+                self._redaction[name] += tuple(
+                    RedactionRule.parse(path, 0) for path in self._cedar.redactions(name)
+                )
         self._common_redaction = common_redaction
         self._common_result_redaction = tuple(
             RedactionRule.parse(r.path, r.preview) for r in document.redact_result
@@ -61,6 +86,12 @@ class Policy:
             + tuple(RedactionRule.parse(r.path, r.preview) for r in tool.redact_result)
             for name, tool in document.tools.items()
         }
+        self._delegates: dict[str, Delegate] = {}
+        if self._cedar is not None:
+            for name, tool in document.tools.items():
+                if tool.cedar is not None:
+                    kinds = dict(tool.cedar.args)
+                    self._delegates[name] = functools.partial(_cedar_judge, self._cedar, kinds)
         self._scopes: Mapping[str, frozenset[str]] = MappingProxyType(
             {name: frozenset(scope.tools) for name, scope in document.scopes.items()}
         )
@@ -85,8 +116,8 @@ class Policy:
     def from_text(cls, text: str | bytes, *, source: str = "<policy>") -> Policy:
         """Validate policy text; ``source`` is the name used in error messages."""
         raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-        document = load_document(text, source)
-        return cls(document, source=source, source_sha256=sha256_hex(raw))
+        document, yaml = load_located(text, source)
+        return cls(document, source=source, source_sha256=sha256_hex(raw), yaml=yaml)
 
     # --- identity ----------------------------------------------------------------
 
@@ -109,12 +140,24 @@ class Policy:
         return self._document
 
     @property
+    def cedar(self) -> CedarPolicySet | None:
+        """The Cedar policy set the file names (``cedar:``), parsed once at load."""
+        return self._cedar
+
+    @property
     def tools(self) -> tuple[str, ...]:
         return tuple(self._document.tools)
 
     @property
     def scopes(self) -> Mapping[str, frozenset[str]]:
         return self._scopes
+
+    def locate(self, loc: tuple[str | int, ...], message: str) -> Problem:
+        """A problem at ``loc`` (``("tools", "refund", "rules", 0)``) with its line, when the
+        policy was read from text (built from a document: no line)."""
+        if self._yaml is not None:
+            return self._yaml.problem(loc, message)
+        return Problem(self._source, None, None, format_key(loc), message)
 
     def __repr__(self) -> str:
         return f"Policy(source={self._source!r}, hash={self._hash[:19]}…)"
@@ -146,6 +189,7 @@ class Policy:
             task_scope=task_scope,
             usage=usage,
             policy_hash=self._hash,
+            delegate=self._delegates.get(tool),
         )
 
     def approval_refusal(self, tool: str, approver: str, principal: str | None) -> str | None:

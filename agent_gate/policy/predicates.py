@@ -41,7 +41,7 @@ from agent_gate.policy.paths import MISSING
 from agent_gate.policy.regex import compile_pattern
 from agent_gate.policy.values import Truth
 
-__all__ = ["Check", "Predicate", "compile_predicate", "json_equal"]
+__all__ = ["Check", "Predicate", "compile_predicate", "compile_predicate_for", "json_equal"]
 
 @dataclass(frozen=True, slots=True)
 class Check:
@@ -392,3 +392,9 @@ def compile_predicate(condition: Condition) -> Predicate:
     if build is None:
         raise ValueError(f"no leaf predicate {name!r}")  # each/some are compiled by conditions
     return build(condition.operand(name))
+
+
+def compile_predicate_for(name: str, operand: Any) -> Predicate:
+    """The leaf predicate ``name`` with ``operand``, outside a condition: how ``cel:``
+    functions reuse the very test a YAML predicate applies."""
+    return _BY_OPERAND[name](operand)

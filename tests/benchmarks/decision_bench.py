@@ -38,6 +38,7 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import policy_bench
 from harness import paired, paired_ratio
 
 from agent_gate import accumulate as accumulate_module
@@ -457,6 +458,10 @@ LIMIT_EVENTS = "limit: type check + append per event"
 LIMIT_CHECKS = "limit: agent-gate's per-event checks as C-level passes (no per-event Python)"
 LIMIT_CHECKS_PATH = "limit: agent-gate's checks as C-level passes + compiled per-call work"
 LIMIT_ONCE = "limit: msgspec + jsonschema-rs + orjson, nothing else"
+POLICY_GROUP = (
+    "policy decision: the same rules in YAML operators, CEL and Cedar (Policy.evaluate, "
+    "per decision, over 5 calls: refunds allowed/approved/denied, URLs allowed/denied)"
+)
 
 
 def run_section(quick: bool) -> dict[str, Any]:
@@ -594,6 +599,12 @@ def run_section(quick: bool) -> dict[str, Any]:
             rounds,
         ),
     }
+    groups[POLICY_GROUP] = _group(
+        policy_bench.candidates(), policy_bench.YAML, calls, rounds
+    )
+    for row in groups[POLICY_GROUP]:  # per decision, not per round of five
+        for key in ("median_us", "min_us", "max_us"):
+            row[key] /= len(policy_bench.CALLS)
     medians = {
         (label, row["candidate"]): row["median_us"]
         for label, rows in groups.items()
@@ -624,7 +635,28 @@ def run_section(quick: bool) -> dict[str, Any]:
     }
 
 
+def _policy_targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    rows = {r["candidate"]: r["median_us"] for r in section["groups"].get(POLICY_GROUP, [])}
+    if not rows:
+        return []
+    yaml_us = rows[policy_bench.YAML]
+    out = []
+    for name, bound in ((policy_bench.CEL, 1.5), (policy_bench.CEDAR, 5.0)):
+        ratio = rows[name] / yaml_us
+        out.append((
+            f"A decision with {name.split(' ')[0]} rules within {bound}x of the same rules "
+            "in YAML operators",
+            ratio <= bound,
+            f"{rows[name]:.0f} us against {yaml_us:.0f} us: {ratio:.2f}x",
+        ))
+    return out
+
+
 def targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    return _path_targets(section) + _policy_targets(section)
+
+
+def _path_targets(section: dict[str, Any]) -> list[tuple[str, bool, str]]:
     rows = section["groups"]["decision path, parsed events in (the target)"]
     ours = next(r for r in rows if r["candidate"] == AGENT_GATE)["median_us"]
     floor = section["floor"]

@@ -20,6 +20,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import backtest_bench  # noqa: E402
 import decision_bench  # noqa: E402
 import gate_bench  # noqa: E402
 import memory_bench  # noqa: E402
@@ -152,13 +153,13 @@ def main() -> None:
     parser.add_argument(
         "--only",
         choices=["sse", "decision", "memory", "gate", "pg_round_trips", "tricks", "peers",
-                 "stream"],
+                 "stream", "backtest"],
         action="append",
         default=None,
     )
     args = parser.parse_args()
     only = set(args.only or ["sse", "decision", "memory", "gate", "pg_round_trips", "tricks",
-                             "peers", "stream"])
+                             "peers", "stream", "backtest"])
 
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -217,6 +218,11 @@ def main() -> None:
         report["pg_round_trips"] = trips
         verdicts += pg_round_trips.targets(trips)
         md += ["### 8. PostgreSQL round trips per call", "", *pg_round_trips.markdown(trips)]
+    if "backtest" in only:
+        tested = backtest_bench.run_section(args.quick)
+        report["backtest"] = tested
+        verdicts += backtest_bench.targets(tested)
+        md += ["### 9. Backtesting a draft policy", "", *backtest_bench.markdown(tested)]
     report["targets"] = [{"target": t, "met": met, "measured": m} for t, met, m in verdicts]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -143,3 +143,23 @@ def test_an_agent_loop_sends_the_turn_back_and_gets_the_answer(db: str) -> None:
     assert states(db, "agent-loop") == {
         "call_lisbon": CallState.SUCCEEDED, "call_porto": CallState.SUCCEEDED,
     }
+
+
+@pytest.mark.slow  # two processes, the first killed mid-workflow: ~10 s on 2 cores
+@pytest.mark.parametrize(
+    ("example", "package", "final"),
+    [("with_dbos_openai_agents", "dbos_openai_agents", "paid acme"),
+     ("with_dbos_pydantic_ai", "pydantic_ai.durable_exec.dbos", "tool said: paid 40 to acme")],
+)
+def test_an_agent_on_dbos_recovered_after_a_crash_pays_once(
+    example: str, package: str, final: str, db: str
+) -> None:
+    """The recovered workflow replays the model's recorded answer, so the payment call
+    reaches the gate again, by its call id; the gate answers it from the ledger."""
+    pytest.importorskip(package)
+    report = load(example).main(["--db", db])
+    assert report["first_status"] == -9  # SIGKILLed before DBOS recorded the next step
+    assert report["final"] == final
+    assert report["asked_again"] is True
+    assert report["states"] == {"call-pay-acme": "succeeded"} and report["runs"] == 1
+    assert report["paid"] == [{"to": "acme", "amount": 40}]

@@ -8,7 +8,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,13 +57,15 @@ class Setup:
     def upstream(self) -> StdioServerParameters:
         return StdioServerParameters(command=sys.executable, args=[str(UPSTREAM)], env=self.env)
 
-    def proxy_args(self, *options: str, upstream_url: str | None = None) -> list[str]:
-        """The proxy's command line, in front of ``mcp_upstream.py`` (over stdio, or at
-        ``upstream_url`` when given)."""
-        upstream = (["--upstream-url", upstream_url] if upstream_url is not None
-                    else ["--", sys.executable, str(UPSTREAM)])
+    def proxy_args(
+        self, *options: str, upstream_url: str | None = None, upstream: Sequence[str] = (),
+    ) -> list[str]:
+        """The proxy's command line, in front of the server at ``upstream_url`` when given,
+        else of the stdio server ``upstream`` starts (default: ``mcp_upstream.py``)."""
+        tail = (["--upstream-url", upstream_url] if upstream_url is not None
+                else ["--", *(upstream or (sys.executable, str(UPSTREAM)))])
         return ["-m", "agent_gate", "mcp", "proxy", "--policy", str(self.policy), "--db", self.db,
-                *options, *upstream]
+                *options, *tail]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``agent-gate ARGS --db DB`` as an operator runs it, in its own process."""
@@ -99,15 +101,15 @@ class Setup:
             yield session
 
     @contextmanager
-    def http_proxy(self, *options: str) -> Iterator[str]:
-        """A proxy process serving Streamable HTTP on a free loopback port; its URL."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        proc = subprocess.Popen(
-            [sys.executable, *self.proxy_args("--listen", f"127.0.0.1:{port}", *options)],
-            env=self.env, cwd=str(ROOT),
-        )
+    def http_proxy(
+        self, *options: str, upstream_url: str | None = None, upstream: Sequence[str] = (),
+    ) -> Iterator[str]:
+        """A proxy process serving Streamable HTTP on a free loopback port, in front of
+        ``upstream_url`` or ``upstream`` (as ``proxy_args``); its URL."""
+        port = free_port()
+        args = self.proxy_args("--listen", f"127.0.0.1:{port}", *options,
+                               upstream_url=upstream_url, upstream=upstream)
+        proc = subprocess.Popen([sys.executable, *args], env=self.env, cwd=str(ROOT))
         try:
             wait_until(lambda: _accepts(port, proc), what=f"the proxy to listen on {port}")
             yield f"http://127.0.0.1:{port}/mcp"
@@ -116,9 +118,19 @@ class Setup:
             proc.wait(timeout=60)
 
 
-def _accepts(port: int, proc: subprocess.Popen[bytes]) -> bool:
+def free_port() -> int:
+    """A loopback port nothing listens on now (the kernel's pick)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def _accepts(port: int, proc: subprocess.Popen[bytes], what: str = "the proxy") -> bool:
+    """Whether ``port`` accepts a connection yet; fails at once when ``proc`` (``what``,
+    the process meant to listen there) has exited."""
     if proc.poll() is not None:
-        raise AssertionError(f"the proxy exited with status {proc.returncode}")
+        raise AssertionError(f"{what} exited with status {proc.returncode}")
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     except OSError:

@@ -135,3 +135,33 @@ def test_a_dedupe_key_catches_a_repeat_whether_or_not_a_redacted_field_was_sent(
     # Same dedupe key, other arguments: a conflict, never a second run.
     assert repeat.duplicate_of == "a" and repeat.code == "conflict"
     assert ran == ["O-1"]
+
+
+def test_an_exported_bundle_holds_no_redacted_value(
+    sqlite_url: str, support_tools: ModuleType, effects_file: Path, tmp_path: Path
+) -> None:
+    """The trail never holds a sealed or redacted value, so neither does a bundle: every
+    file of a task's bundle and of a full export is searched for the secrets."""
+    import os
+
+    from agent_gate.evidence.note import SignerKey
+
+    with Gate(support_tools.tools, sqlite_url, policy=EXAMPLE_POLICY,
+              principal=Principal(id="u1")) as gate:
+        for call in secret_calls():
+            gate.execute("t", call)
+        gate.approve("ext", by="alice")
+        gate.resume("t")
+    key = tmp_path / "ledger.key"
+    key.write_text(SignerKey.generate("ledger.example/redaction").text)
+    os.chmod(key, 0o600)
+    runner = CliRunner()
+    for name, extra in (("task", ["--task", "t"]), ("all", [])):
+        done = runner.invoke(cli, ["audit", "export", *extra, "--out", str(tmp_path / name),
+                                   "--signing-key", str(key), "--db", sqlite_url])
+        assert done.exit_code == 0, done.output
+    exported = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+                        and p.parent.name in ("task", "all"))
+    assert b'"call": "refund"' in exported and b"hmac-sha256:" in exported
+    for secret in (BODY_SECRET, "ZEBRA-QUILL", CARD_SECRET):
+        assert secret.encode() not in exported

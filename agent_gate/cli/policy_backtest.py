@@ -1,0 +1,100 @@
+"""``agent-gate policy backtest``: what a draft policy would have decided otherwise.
+
+The ledger's past calls are judged again under the draft (``gate.backtest``), with the
+database opened read-only. People get the transitions (allow -> deny, ...) with
+counts, the draft's rules that cause them with the first call ids, and the calls the
+draft cannot judge; ``--json`` lists every call id. Arguments are never printed.
+Exit status 0 whatever changes (it is a report), 1 if the draft is invalid, 2 for a
+ledger that cannot be opened.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from agent_gate.cli._listing import parse_since
+from agent_gate.cli._options import db_option, json_option
+from agent_gate.errors import LedgerConfigError, PolicyLoadError
+from agent_gate.gate.backtest import BacktestReport, backtest
+from agent_gate.policy import Policy
+
+__all__ = ["backtest_command"]
+
+SHOWN: int = 5
+_STYLE = {"allow": "green", "approve": "yellow", "deny": "red"}
+
+
+def _ids(items: list[object], shown: int = SHOWN) -> str:
+    names = [f"{c.call.task_id}/{c.call.call_id}" for c in items[:shown]]  # type: ignore[attr-defined]
+    more = f" (+{len(items) - shown} more)" if len(items) > shown else ""
+    return ", ".join(names) + more
+
+
+def _print(report: BacktestReport) -> None:
+    console = Console(highlight=False, width=max(100, Console().width))
+    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    say(f"draft: {report.draft_source} {report.draft_hash}")
+    say(f"{report.judged} calls judged: {len(report.changes)} would change, "
+        f"{report.unchanged} would not ({report.same_verdict_other_rules} by other rules); "
+        f"{len(report.unjudged)} cannot be judged")
+    if report.changes:
+        table = Table(title="changes", title_justify="left")
+        for column in ("before", "after", "calls", "call ids"):
+            table.add_column(column, overflow="fold")
+        for (before, after), items in report.by_transition().items():
+            table.add_row(Text(before.value, style=_STYLE[before.value]),
+                          Text(after.value, style=_STYLE[after.value]),
+                          Text(str(len(items))), Text(_ids(list(items))))
+        console.print(table)
+        table = Table(title="by the draft's deciding rule", title_justify="left")
+        for column in ("rule", "calls", "changes", "call ids"):
+            table.add_column(column, overflow="fold")
+        for rule_id, items in report.by_rule().items():
+            moves = sorted({f"{c.before.value} -> {c.after.value}" for c in items})
+            table.add_row(Text(rule_id), Text(str(len(items))), Text(", ".join(moves)),
+                          Text(_ids(list(items))))
+        console.print(table)
+    for why, items in report.by_reason().items():
+        say(f"cannot judge {len(items)}: {why}: {_ids(list(items))}")
+
+
+@click.command(name="backtest")
+@click.argument("draft")
+@click.option("--since", "since", default=None, metavar="WHEN",
+              help="Only calls since then: 30m, 2h, 7d ago, or an ISO time.")
+@click.option("--task", "task_id", default=None, help="Only the calls of this task.")
+@db_option
+@json_option
+def backtest_command(
+    draft: str, since: str | None, task_id: str | None, url: str | None, as_json: bool
+) -> None:
+    """Judge the ledger's past calls under DRAFT and report every decision that would change.
+
+    Read-only: the ledger is opened so that nothing can be written. Sealed arguments
+    are opened with the seal key ($AGENT_GATE_SEAL_KEY, $AGENT_GATE_SEAL_KEY_FILE or the
+    key file beside a SQLite ledger) and never printed.
+    """
+    from agent_gate.ledger.backend.dialect import resolve_url
+
+    try:
+        policy = Policy.load(draft)
+    except PolicyLoadError as exc:
+        for problem in exc.problems:
+            click.echo(str(problem), err=True)
+        sys.exit(1)
+    when = parse_since(since) if since is not None else None
+    try:
+        report = backtest(policy, resolve_url(url), since=when, task=task_id)
+    except LedgerConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), ensure_ascii=False))
+        return
+    _print(report)

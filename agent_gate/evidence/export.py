@@ -1,0 +1,149 @@
+"""Proofs and bundles made from a ledger: ``audit prove`` and ``audit export``.
+
+Everything is proven against a signed checkpoint (``checkpoints.take`` with a key signs a
+new one first). Making a proof reads the leaves up to that checkpoint once and builds the
+tree's levels (O(n) hashing, 2n hashes held); each proof is then O(log n). A bundle holds
+no value the trail does not: entries are exported as stored (``bundle.entry_json``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from agent_gate.errors import AuditCheckpointRefused, EvidenceError
+from agent_gate.evidence.bundle import BUNDLE_FORMAT, PROOF_FORMAT, VERSION, entry_json
+from agent_gate.evidence.merkle import Tree
+from agent_gate.evidence.note import SignerKey
+from agent_gate.ledger.backend.dialect import begin_read
+from agent_gate.ledger.chain import as_utc
+from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take
+from agent_gate.ledger.trail_tree import leaves
+
+__all__ = ["Signed", "export_bundle", "prove_call", "prove_consistency", "signed_checkpoint"]
+
+
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A signed checkpoint with the trail's leaves up to it."""
+
+    checkpoint: Checkpoint
+    rows: list[Mapping[str, Any]]
+    tree: Tree
+    history: list[Checkpoint]
+    """Earlier signed checkpoints with a tree, oldest first."""
+
+    @property
+    def note(self) -> str:
+        assert self.checkpoint.note is not None
+        return self.checkpoint.note
+
+
+def signed_checkpoint(engine: Engine, signer: SignerKey | None, origin: str | None) -> Signed:
+    """A new signed checkpoint (with ``signer``), else the newest signed one, and the leaves
+    it binds, read in one snapshot."""
+    if signer is not None:
+        take(engine, signer=signer, origin=origin)
+    with begin_read(engine) as conn:
+        stored = [c for c in checkpoints(conn) if c.note is not None and c.tree is not None]
+        if not stored:
+            raise AuditCheckpointRefused(
+                "no signed checkpoint yet: pass --signing-key (or set AGENT_GATE_AUDIT_KEY)"
+            )
+        newest = stored[-1]
+        assert newest.tree_last_id is not None
+        rows, hashes = [], []
+        for row, leaf in leaves(conn, upto=newest.tree_last_id):
+            rows.append(dict(row))
+            hashes.append(leaf)
+    return Signed(newest, rows, Tree(hashes), stored[:-1])
+
+
+def _proofs_of(signed: Signed, wanted: list[int]) -> list[dict[str, Any]]:
+    size = signed.tree.size
+    return [{**entry_json(signed.rows[i], i),
+             "proof": [h.hex() for h in signed.tree.inclusion_proof(i, size)]} for i in wanted]
+
+
+def prove_call(signed: Signed, call_id: str, task_id: str | None = None) -> dict[str, Any]:
+    """An inclusion proof of each of the call's entries in the signed checkpoint."""
+    wanted = [i for i, row in enumerate(signed.rows) if row["call_id"] == call_id
+              and (task_id is None or row["task_id"] == task_id)]
+    tasks = {signed.rows[i]["task_id"] for i in wanted}
+    if not wanted:
+        raise EvidenceError(f"call {call_id!r} has no entry in the newest signed checkpoint "
+                            "(take one after it ran: agent-gate audit checkpoint)")
+    if len(tasks) > 1:
+        raise EvidenceError(f"call id {call_id!r} is in {len(tasks)} tasks: name one with --task")
+    return {"format": PROOF_FORMAT, "version": VERSION, "kind": "inclusion",
+            "tree_size": signed.tree.size, "checkpoint": signed.note,
+            "entries": _proofs_of(signed, wanted)}
+
+
+def prove_consistency(signed: Signed, old_id: int, new_id: int) -> dict[str, Any]:
+    """A consistency proof between two signed checkpoints, by their ids."""
+    every = {c.id: c for c in [*signed.history, signed.checkpoint]}
+    old, new = every.get(old_id), every.get(new_id)
+    if old is None or new is None:
+        raise EvidenceError(f"checkpoint #{old_id if old is None else new_id} is not a signed "
+                            "checkpoint with a tree")
+    assert old.tree_size is not None and new.tree_size is not None
+    if old.tree_size > new.tree_size:
+        raise EvidenceError(f"checkpoint #{old_id} is newer than #{new_id}")
+    proof = signed.tree.consistency_proof(old.tree_size, new.tree_size)
+    return {"format": PROOF_FORMAT, "version": VERSION, "kind": "consistency",
+            "old": old.note, "checkpoint": new.note, "proof": [h.hex() for h in proof]}
+
+
+def export_bundle(
+    signed: Signed, out: Path, *, task_id: str | None = None,
+    since: datetime | None = None, until: datetime | None = None,
+) -> dict[str, Any]:
+    """Write a bundle into ``out`` (created; must be empty): see ``evidence.bundle``."""
+    if task_id is not None and (since is not None or until is not None):
+        raise EvidenceError("--task exports the whole task; --since/--until select a range "
+                            "of every task's entries")
+    out.mkdir(parents=True, exist_ok=True)
+    if any(out.iterdir()):
+        raise EvidenceError(f"{out} is not empty: a bundle is written into a new directory")
+    size = signed.tree.size
+    manifest: dict[str, Any] = {"format": BUNDLE_FORMAT, "version": VERSION,
+                                "tree_size": size, "checkpoint_id": signed.checkpoint.id,
+                                "filter": {"task": task_id,
+                                           "since": since.isoformat() if since else None,
+                                           "until": until.isoformat() if until else None}}
+    if task_id is not None:
+        wanted = [i for i, row in enumerate(signed.rows) if row["task_id"] == task_id]
+        if not wanted:
+            raise EvidenceError(f"task {task_id!r} has no entry in the signed checkpoint")
+        lines = _proofs_of(signed, wanted)
+        manifest["mode"] = "task"
+    else:
+        inside = [i for i, row in enumerate(signed.rows) if _within(row, since, until)]
+        first, end = (inside[0], inside[-1] + 1) if inside else (size, size)
+        lines = [entry_json(signed.rows[i], i) for i in range(first, end)]
+        manifest.update(mode="range", first=first, end=end,
+                        left=[h.hex() for h in signed.tree.frontier(first).hashes],
+                        right=[[level, h.hex()] for level, h in signed.tree.pieces(end)])
+    manifest["entries"] = len(lines)
+    history = [{"checkpoint": c.note, "proof": [
+        h.hex() for h in signed.tree.consistency_proof(c.tree_size or 0, size)]}
+        for c in signed.history if c.tree_size]
+    (out / "checkpoint.note").write_text(signed.note, encoding="utf-8")
+    (out / "entries.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines),
+                                       encoding="utf-8")
+    (out / "history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history),
+                                       encoding="utf-8")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _within(row: Mapping[str, Any], since: datetime | None, until: datetime | None) -> bool:
+    at = as_utc(row["at"])
+    return (since is None or at >= since) and (until is None or at < until)

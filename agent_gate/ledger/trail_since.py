@@ -1,0 +1,141 @@
+"""``audit verify --checkpoint NOTE --key KEY``: the trail checked from a trusted checkpoint
+on, reading only what came after it.
+
+The trusted checkpoint (signed, and kept outside the database: a witness's copy, an
+export) states the tree's size and root. The ledger must hold a checkpoint of that size
+with that root; its stored frontier must hash to the root (so the tree can go on from
+it without rereading the leaves it covers); then every entry after its last leaf is
+checked as a full verify checks it (hash, chain link, leaf), every later checkpoint's
+tree and link, and the heads of the tasks those entries touched. Cost: O(entries after
+the checkpoint + log n + later checkpoints + tasks touched).
+
+What it does not look at: entries the trusted checkpoint covers (they are proven by it:
+a proof or an export checks any of them against its root), and the call rows' states and
+charges (the full ``audit verify`` walks every call). A chain's link into the covered
+part is checked against the stored hash of the entry before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from agent_gate.evidence.checkpoint import TreeHead
+from agent_gate.evidence.merkle import Frontier
+from agent_gate.ledger.chain import GENESIS
+from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, current_heads
+from agent_gate.ledger.models import AUDIT_EVENTS
+from agent_gate.ledger.trail_tree import TreeWalk, leaf_of, leaves
+from agent_gate.ledger.trail_verify import ChainProblem, ChainReport
+
+__all__ = ["verify_since"]
+
+_EVENTS = AUDIT_EVENTS
+
+
+def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
+    """Check the trail after ``trusted`` in one snapshot; name the first problem."""
+    stored = checkpoints(conn)
+    newest = stored[-1] if stored else None
+    base = next((c for c in stored if c.tree_size == trusted.size), None)
+    problem = _base_problem(base, stored, trusted)
+    if problem is not None or base is None:
+        return ChainReport(0, 0, newest, problem)
+    assert base.tree_last_id is not None
+    newer = [c for c in stored if c.id > base.id]
+    walk = TreeWalk(newer, frontier=Frontier.from_text(trusted.size, base.tree_frontier),
+                    last_id=base.tree_last_id)
+    chains: dict[str, tuple[int, str]] = {}
+    count = 0
+    for row, leaf in leaves(conn, after=base.tree_last_id):
+        count += 1
+        walk.add(int(row["id"]), leaf)
+        if problem is None:
+            problem = _entry_problem(conn, row, chains)
+    if problem is None and (wrong := walk.finish()) is not None:
+        problem = ChainProblem("tree", wrong[0], None, wrong[1])
+    if problem is None:
+        problem = _newer_problem(base, newer)
+    if problem is None:
+        heads = current_heads(conn)
+        for task, (seq, digest) in sorted(chains.items()):
+            if heads.get(task) != (seq, digest):
+                problem = ChainProblem(
+                    "deleted", seq + 1, None,
+                    f"the head of task {task!r} is not its newest entry #{seq}: entries after "
+                    "it were deleted or the head was altered", task)
+                break
+    return ChainReport(count, len(chains), newest, problem)
+
+
+def _base_problem(base: Checkpoint | None, stored: list[Checkpoint], trusted: TreeHead
+                  ) -> ChainProblem | None:
+    if base is None:
+        biggest = max((c.tree_size or 0 for c in stored), default=0)
+        if trusted.size > biggest:
+            return ChainProblem(
+                "anchor", trusted.size, None,
+                f"the trusted checkpoint has {trusted.size} entries but this ledger's trees "
+                f"reach only {biggest}: it was rolled back, or it is another ledger")
+        return ChainProblem(
+            "anchor", trusted.size, None,
+            f"no checkpoint of this ledger has a tree of {trusted.size} entries: the trusted "
+            "checkpoint is not one of its own")
+    if base.tree_root != trusted.root.hex():
+        return ChainProblem(
+            "anchor", base.id, None,
+            f"checkpoint #{base.id} has {trusted.size} entries but another root than the "
+            "trusted checkpoint: the trail was rewritten up to it (or it is another ledger)")
+    frontier = Frontier.from_text(trusted.size, base.tree_frontier)
+    if frontier.root() != trusted.root:
+        return ChainProblem(
+            "tree", base.id, None,
+            f"checkpoint #{base.id}'s stored frontier does not hash to the trusted root: it "
+            "was edited")
+    return None
+
+
+def _entry_problem(conn: Connection, row: Mapping[str, Any],
+                   chains: dict[str, tuple[int, str]]) -> ChainProblem | None:
+    task, seq, row_id = row["task_id"], int(row["seq"]), int(row["id"])
+    recomputed, _ = leaf_of(row)
+    if recomputed != row["hash"]:
+        return ChainProblem("edited", seq, row_id, f"audit entry #{seq} of task {task!r} "
+                            f"(row {row_id}) was edited: its fields no longer match its hash",
+                            task)
+    before = chains.get(task)
+    if before is None:
+        before = (seq - 1, _stored_hash(conn, task, seq - 1))
+    if seq != before[0] + 1 or row["prev_hash"] != before[1]:
+        return ChainProblem("deleted", seq, row_id, f"audit entry #{seq} of task {task!r} "
+                            f"(row {row_id}) does not follow entry #{before[0]}: an entry was "
+                            "deleted, moved or replaced", task)
+    chains[task] = (seq, row["hash"])
+    return None
+
+
+def _stored_hash(conn: Connection, task: str, seq: int) -> str | None:
+    """The hash of a task's entry the trusted checkpoint covers (the ``task_id, seq``
+    index): the link the first entry after it must name."""
+    if seq == 0:
+        return GENESIS
+    return conn.execute(select(_EVENTS.c.hash).where(
+        _EVENTS.c.task_id == task, _EVENTS.c.seq == seq)).scalar()
+
+
+def _newer_problem(base: Checkpoint, newer: list[Checkpoint]) -> ChainProblem | None:
+    if base.recomputed_hash() != base.hash:
+        return ChainProblem("checkpoint", base.id, None, f"checkpoint #{base.id} was edited: "
+                            "its fields no longer match its hash")
+    prev = base
+    for cp in newer:
+        if cp.id != prev.id + 1 or cp.prev_hash != prev.hash:
+            return ChainProblem("checkpoint", cp.id, None,
+                                f"checkpoint #{cp.id} does not link to checkpoint #{prev.id}")
+        if cp.recomputed_hash() != cp.hash:
+            return ChainProblem("checkpoint", cp.id, None, f"checkpoint #{cp.id} was edited: "
+                                "its fields no longer match its hash")
+        prev = cp
+    return None

@@ -1,0 +1,139 @@
+"""The Merkle tree over the audit trail: its leaves read from the database, grown at each
+checkpoint, and walked again by ``audit verify``.
+
+Leaf ``i`` is the ``i``-th entry of ``audit_events`` in ``id`` order, and its leaf hash is
+RFC 6962's ``SHA-256(0x00 || text)`` over the same canonical text the entry's chain hash
+covers (``chain.entry_leaf``): one text, two commitments. The tree is one order over all
+tasks, where the chains are one order per task; a checkpoint keeps the tree's size, the
+id of its last leaf, its root and its frontier, so
+
+* the next checkpoint hashes only the entries after that id: O(new entries + log n);
+* ``audit verify`` recomputes the tree in its one pass over the trail and compares
+  every checkpoint's size, root and frontier (``TreeWalk``);
+* a verifier that trusts one checkpoint (signed, or published) starts from its frontier,
+  once the frontier hashes to the trusted root, and reads only what came after
+  (``trail_verify.verify_since``).
+
+Which entries a checkpoint's tree may take: on PostgreSQL ids are drawn at INSERT and
+transactions of different tasks commit in any order, so a checkpoint takes leaves only up
+to ``audit.settled``'s bound (every smaller id committed or never will be); a leaf can
+then never appear later below the tree's last id. On SQLite ids commit in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select
+
+from agent_gate.evidence.merkle import Frontier
+from agent_gate.ledger.chain import entry_leaf
+from agent_gate.ledger.models import AUDIT_EVENTS
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.checkpoints import Checkpoint
+
+__all__ = ["FIELDS", "TreeWalk", "extend", "leaf_of", "leaves"]
+
+_EVENTS = AUDIT_EVENTS
+FIELDS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state", "to_state",
+          "actor", "detail")
+"""The stored columns an entry's hashed text is made of (with ``seq`` and ``prev_hash``)."""
+_BATCH = 5000
+"""Rows fetched at a time while reading leaves: memory stays flat on a long trail."""
+
+
+def leaf_of(row: Mapping[str, Any]) -> tuple[str, bytes]:
+    """``(recomputed chain hash, leaf hash)`` of one stored entry."""
+    return entry_leaf(seq=int(row["seq"]), prev_hash=row["prev_hash"],
+                      **{k: row[k] for k in FIELDS})
+
+
+def leaves(
+    conn: Connection, *, after: int = 0, upto: int | None = None
+) -> Iterator[tuple[Mapping[str, Any], bytes]]:
+    """Every entry with ``after < id <= upto`` in id order, with its leaf hash."""
+    stmt = select(_EVENTS).where(_EVENTS.c.id > after).order_by(_EVENTS.c.id)
+    if upto is not None:
+        stmt = stmt.where(_EVENTS.c.id <= upto)
+    result = conn.execute(stmt.execution_options(yield_per=_BATCH)).mappings()
+    for row in result:
+        yield row, leaf_of(row)[1]
+
+
+def start_of(prev: Checkpoint | None) -> tuple[Frontier, int]:
+    """The tree a checkpoint left (its frontier and last leaf's id); empty when there is
+    none, or the checkpoint predates the tree (the next one hashes the whole trail once)."""
+    if prev is None or prev.tree_size is None or prev.tree_last_id is None:
+        return Frontier(), 0
+    return Frontier.from_text(prev.tree_size, prev.tree_frontier), prev.tree_last_id
+
+
+def extend(
+    conn: Connection, prev: Checkpoint | None, upto: int | None
+) -> tuple[Frontier, int]:
+    """The tree after ``prev``'s, grown by every entry after its last leaf up to ``upto``:
+    the new frontier and the id of its last leaf."""
+    frontier, last_id = start_of(prev)
+    if upto is not None and upto <= last_id:
+        return frontier, last_id
+    for row, leaf in leaves(conn, after=last_id, upto=upto):
+        frontier.append(leaf)
+        last_id = int(row["id"])
+    return frontier, last_id
+
+
+@dataclass(slots=True)
+class TreeWalk:
+    """The tree recomputed during one pass over the trail in id order, checked against
+    each checkpoint as the pass crosses its last leaf. ``problem`` is the first
+    checkpoint whose tree is not the tree of the entries (a message; the caller names
+    the kind)."""
+
+    checkpoints: list[Checkpoint]
+    frontier: Frontier = field(default_factory=Frontier)
+    last_id: int = 0
+    problem: tuple[int, str] | None = None
+    _next: int = 0
+
+    def __post_init__(self) -> None:
+        self.checkpoints = sorted((c for c in self.checkpoints if c.tree is not None),
+                                  key=lambda c: c.id)
+
+    def add(self, row_id: int, leaf: bytes) -> None:
+        self._settle(row_id)
+        self.frontier.append(leaf)
+        self.last_id = row_id
+
+    def finish(self) -> tuple[int, str] | None:
+        self._settle(None)
+        return self.problem
+
+    def _settle(self, row_id: int | None) -> None:
+        """Check every checkpoint whose last leaf comes before ``row_id`` (all, at the end)."""
+        while self._next < len(self.checkpoints):
+            cp = self.checkpoints[self._next]
+            assert cp.tree_last_id is not None
+            if row_id is not None and row_id <= cp.tree_last_id:
+                return
+            self._next += 1
+            if self.problem is None:
+                self.problem = self._compare(cp)
+
+    def _compare(self, cp: Checkpoint) -> tuple[int, str] | None:
+        size, root = self.frontier.size, self.frontier.root().hex()
+        if (cp.tree_size, cp.tree_root) != (size, root) or cp.tree_last_id != self.last_id:
+            return cp.id, (
+                f"checkpoint #{cp.id}'s Merkle tree holds {cp.tree_size} entries up to row "
+                f"{cp.tree_last_id}, but the trail holds {size} up to row {self.last_id} "
+                "with another root: entries it bound were edited, deleted, inserted or "
+                "reordered, or the checkpoint was"
+            )
+        if cp.tree_frontier != self.frontier.to_text():
+            return cp.id, (
+                f"checkpoint #{cp.id}'s stored frontier is not its tree's: the next "
+                "checkpoint would be built on hashes the trail does not hold"
+            )
+        return None

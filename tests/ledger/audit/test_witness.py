@@ -1,0 +1,149 @@
+"""Signed checkpoints published to witnesses (files, directories), and the ledger checked
+against one of them from it on (`audit verify --checkpoint NOTE --key KEY`), on every
+backend."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import text
+
+from agent_gate.cli import main
+from agent_gate.evidence.note import SignerKey
+from agent_gate.ledger import Event, Ledger, NewCall
+from agent_gate.ledger.backend.dialect import begin_write
+
+
+def cli(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def run_calls(url: str, start: int, count: int) -> None:
+    with Ledger(url) as ledger:
+        for i in range(start, start + count):
+            rec, _ = ledger.record(NewCall(
+                task_id=f"t{i % 2}", call_id=f"c{i}", idem_key=f"call:c{i}", tool="tool",
+                effect="write", idempotency="none", args_hash="0" * 64, arguments={}))
+            ledger.transition(rec, Event.ALLOW, actor="test")
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> tuple[Path, str]:
+    signer = SignerKey.generate("ledger.example/witnessed")
+    path = tmp_path / "signing.key"
+    path.write_text(signer.text)
+    os.chmod(path, 0o600)
+    return path, signer.verifier.text
+
+
+def publish(url: str, key: Path, sink: Path) -> dict[str, object]:
+    done = cli("audit", "checkpoint", "--signing-key", key, "--publish", sink, "--db", url,
+               "--json")
+    assert done.exit_code == 0, done.output
+    return json.loads(done.output)
+
+
+def verify_from(url: str, note: Path, vkey: str) -> Result:
+    return cli("audit", "verify", "--checkpoint", note, "--key", vkey, "--db", url, "--json")
+
+
+def test_the_ledger_is_checked_from_a_published_checkpoint_on(
+    db_url: str, key: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, vkey = key
+    witness = tmp_path / "witness"
+    witness.mkdir()
+    run_calls(db_url, 0, 4)
+    first = publish(db_url, path, witness)
+    assert (witness / "latest.note").read_text() == first["note"]
+    run_calls(db_url, 4, 3)
+    done = verify_from(db_url, witness / "latest.note", vkey)
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    # Only the entries after the published checkpoint were read.
+    with Ledger(db_url) as ledger:
+        total = ledger.verify_audit().entries
+    assert 0 < report["entries"] < total
+    assert report["entries"] == total - first["tree"]["size"]  # type: ignore[index]
+    second = publish(db_url, path, witness)
+    assert sorted(p.name for p in witness.iterdir()) == sorted(
+        [f"{first['tree']['size']:020d}.note", f"{second['tree']['size']:020d}.note",  # type: ignore[index]
+         "latest.note"])
+
+
+def test_a_ledger_rewritten_wholesale_after_publishing_is_caught(
+    db_url: str, key: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, vkey = key
+    sink = tmp_path / "published.note"
+    run_calls(db_url, 0, 3)
+    publish(db_url, path, sink)
+    with Ledger(db_url) as ledger, begin_write(ledger.engine) as conn:
+        # Everything an attacker with the database (not the key) can redo: edit an
+        # entry, rehash every chain, and take the checkpoints again.
+        conn.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE id = "
+                          "(SELECT MIN(id) FROM audit_events)"))
+        from audit_tamper import reseal
+
+        reseal(conn)
+        conn.execute(text("DELETE FROM audit_checkpoint_heads"))
+        conn.execute(text("DELETE FROM audit_checkpoints"))
+    with Ledger(db_url) as ledger:
+        from agent_gate.ledger.checkpoints import take
+
+        take(ledger.engine)
+        assert ledger.verify_audit().ok  # the database alone cannot tell
+    done = verify_from(db_url, sink, vkey)
+    assert done.exit_code == 1
+    problem = json.loads(done.output)["problem"]
+    assert problem["kind"] == "anchor" and "another root" in problem["message"]
+
+
+def test_entries_after_the_published_checkpoint_are_checked(
+    db_url: str, key: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, vkey = key
+    sink = tmp_path / "published.note"
+    run_calls(db_url, 0, 2)
+    publish(db_url, path, sink)
+    run_calls(db_url, 2, 2)
+    with Ledger(db_url) as ledger, begin_write(ledger.engine) as conn:
+        conn.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE id = "
+                          "(SELECT MAX(id) FROM audit_events)"))
+    done = verify_from(db_url, sink, vkey)
+    assert done.exit_code == 1 and json.loads(done.output)["problem"]["kind"] == "edited"
+
+
+def test_a_witness_never_goes_backwards(
+    sqlite_url: str, key: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, vkey = key
+    sink = tmp_path / "published.note"
+    run_calls(sqlite_url, 0, 2)
+    old = publish(sqlite_url, path, sink)["note"]
+    run_calls(sqlite_url, 2, 2)
+    newer = publish(sqlite_url, path, sink)["note"]
+    from agent_gate.errors import EvidenceError
+    from agent_gate.evidence.note import VerifierKey
+    from agent_gate.evidence.witness import publish as hand_over
+
+    with pytest.raises(EvidenceError, match="went back"):
+        hand_over(str(old), VerifierKey.parse(vkey), sink)
+    assert sink.read_text() == newer
+    # The ledger's checkpoints as a backup taken before the newer one held them: verify
+    # from the witness's copy names the rollback.
+    with Ledger(sqlite_url) as ledger, begin_write(ledger.engine) as conn:
+        conn.execute(text("DELETE FROM audit_checkpoint_heads WHERE checkpoint_id > 1"))
+        conn.execute(text("DELETE FROM audit_checkpoints WHERE id > 1"))
+    done = verify_from(sqlite_url, sink, vkey)
+    assert done.exit_code == 1
+    assert "rolled back" in json.loads(done.output)["problem"]["message"]
+
+
+def test_publishing_needs_a_signing_key(sqlite_url: str, tmp_path: Path) -> None:
+    done = cli("audit", "checkpoint", "--publish", tmp_path / "x.note", "--db", sqlite_url)
+    assert done.exit_code != 0 and "--publish needs --signing-key" in done.output
