@@ -26,7 +26,7 @@ from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
 from agent_gate.serve.service import Answer, InboxService, call_json
 
-__all__ = ["AnswerBody", "ResolveBody", "client_of", "router"]
+__all__ = ["AnswerBody", "ResolveBody", "RevealBody", "client_of", "router"]
 
 router = APIRouter(prefix="/api")
 _bearer = HTTPBearer(auto_error=False, description="An operator token (`agent-gate operator add`)")
@@ -171,6 +171,20 @@ def deny(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]
 @router.post("/calls/{ref}/resolve", summary="Settle a call in doubt, as it was shown")
 def resolve(ref: Ref, body: ResolveBody, op: Op, service: Service) -> dict[str, Any]:
     return service.resolve(op, Answer(ref, body.args_hash, body.reason), body.as_, body.result)
+
+
+class RevealBody(BaseModel):
+    """Which redacted argument field to read in clear (its path, as the call lists it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    field: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
+
+
+@router.post("/calls/{ref}/reveal",
+             summary="One redacted argument field in clear, for an operator with rights "
+                     "on the tool (audited; never for a field the policy marks reveal: never)")
+def reveal_field(ref: Ref, body: RevealBody, op: Op, service: Service) -> dict[str, Any]:
+    return service.reveal(op, ref, body.field).to_dict()
 
 
 @router.get("/tasks", summary="Tasks, newest activity first, a page at a time")

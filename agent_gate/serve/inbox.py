@@ -237,16 +237,20 @@ def inbox_rows(request: Request) -> Response:
 @router.get("/inbox/calls/{ref}", response_class=HTMLResponse)
 def call_page(request: Request, ref: Ref) -> Response:
     """One call whole; its query string is the list it was opened from (``back``)."""
-    def render(who: tuple[Operator, Session]) -> Response:
-        service = service_of(request)
-        view = ListView.read(request.query_params)
-        d = call_json(service.details(ref))
-        after = replace(view.query(who[0], datetime.now(UTC), limit=1), after=ref, before=None)
-        following, _ = service.inbox(after)
-        nxt = call_link(following[0].ref) + _qs(view) if following else None
-        return _page(request, "call.html", who, d=d, view=view, back=view.href(),
-                     back_query=urlencode(view.params()), next_call=nxt)
-    return _viewing(request, render)
+    view = ListView.read(request.query_params)
+    return _viewing(request, lambda who: _call_page(request, who, ref, view))
+
+
+def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: ListView,
+               revealed: dict[str, Any] | None = None) -> Response:
+    service = service_of(request)
+    d = call_json(service.details(ref))
+    after = replace(view.query(who[0], datetime.now(UTC), limit=1), after=ref, before=None)
+    following, _ = service.inbox(after)
+    nxt = call_link(following[0].ref) + _qs(view) if following else None
+    return _page(request, "call.html", who, d=d, view=view, back=view.href(),
+                 back_query=urlencode(view.params()), next_call=nxt,
+                 sealed=service.sealed_fields(ref), revealed=revealed)
 
 
 @router.get("/inbox/call")
@@ -306,7 +310,7 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
         rec = service.located(ref)
         service.audit_refusal(
             actor=actor_of(who[0].name) if who else "anonymous",
-            event=f"form_{action if action in _ACTIONS else 'unknown'}",
+            event=f"form_{action if action in (*_ACTIONS, 'reveal') else 'unknown'}",
             task_id=rec.task_id if rec else None, call_id=rec.call_id if rec else None,
             detail={"client": client_of(request), "reason": refusal, "ref": ref})
         return _page(request, "message.html", who, status=403, title="Refused",
@@ -316,6 +320,8 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
     back = ListView.from_back(fields.get("back"))
     reason = fields.get("reason", "").strip() or None
     shown = fields.get("args_hash", "")
+    if action == "reveal":
+        return _revealed(request, who, ref, fields.get("field", ""), back)
     if action not in _ACTIONS:
         return _page(request, "message.html", who, status=404, title="Not found",
                      message="No such action.")
@@ -347,6 +353,19 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
                      back=back.href())
     who[1].notes.append({"message": text, "ref": ref})
     return RedirectResponse(back.href(), status_code=303)
+
+
+def _revealed(request: Request, who: tuple[Operator, Session], ref: int, field: str,
+              view: ListView) -> Response:
+    """The call's page with one redacted field in clear, in this response only (every
+    response is ``no-store``); refused with why, audited either way."""
+    service = service_of(request)
+    try:
+        shown = service.reveal(who[0], ref, field[:200])
+    except AgentGateError as exc:
+        return _page(request, "message.html", who, status=status_of(exc), title="Refused",
+                     message=str(exc), link=call_link(ref) + _qs(view), back=view.href())
+    return _call_page(request, who, ref, view, revealed=shown.to_dict())
 
 
 _PICK = re.compile(r"([1-9][0-9]{0,18}):([0-9a-f]{64})")

@@ -33,6 +33,8 @@ from agent_gate.errors import (
     OperatorRefused,
 )
 from agent_gate.gate import DEFAULT_APPROVAL_TTL, Gate
+from agent_gate.gate.admission import Arguments
+from agent_gate.gate.reveal import Revealed, reveal, sealed_fields
 from agent_gate.ledger.audit import settled
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
@@ -40,6 +42,7 @@ from agent_gate.ledger.views.details import CallDetails
 from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow, read_inbox
 from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators, actor_of
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, task_json
+from agent_gate.policy import Policy
 from agent_gate.tools import ToolRegistry
 
 __all__ = ["Answer", "InboxService", "RowResult", "status_of"]
@@ -105,6 +108,7 @@ class InboxService:
         self.ledger = self.gate.ledger
         self.operators = Operators(self.ledger.engine)
         self.has_policy = policy is not None
+        self._keys: Arguments | None = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -267,6 +271,24 @@ class InboxService:
             out.append(RowResult(answer.ref, done.get("call_id"), done.get("tool"), True,
                                  200, word))
         return out
+
+    def sealed_fields(self, ref: int) -> dict[str, bool]:
+        """The call's redacted fields, and which a person with rights may reveal."""
+        with self._held():
+            return sealed_fields(self._row(ref), self._policy())
+
+    def reveal(self, op: Operator, ref: int, field: str) -> Revealed:
+        """One redacted field in clear for ``op`` (``gate.reveal``: rights, the policy's
+        ``reveal: never``, the audit under their name)."""
+        with self._held():
+            if self._keys is None:
+                self._keys = Arguments(None, self.ledger.url, None)
+            return reveal(self._row(ref), field, op=op, operators=self.operators,
+                          keys=self._keys, policy=self._policy())
+
+    def _policy(self) -> Policy | None:
+        rules = self.gate.rules
+        return rules.policy if rules is not None else None
 
     def located(self, ref: int) -> CallRecord | None:
         """The call at row ``ref``, if any (to name it in the audit of a refused form)."""
