@@ -76,7 +76,7 @@ def build(url: str, policy: Path, calls: int) -> None:
     from agent_gate import Gate, Principal
     from agent_gate.ledger import CallState, Ledger
 
-    with Ledger(url, create=True) as ledger:
+    with Ledger(url, create=True, auto_upgrade=True) as ledger:
         have = len(ledger.calls(states=[CallState.AWAITING_APPROVAL]))
     if have >= calls:
         return

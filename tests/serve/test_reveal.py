@@ -160,3 +160,40 @@ def test_reveal_rights_is_the_default_and_leaves_a_policy_hash_unchanged() -> No
     assert Policy.from_text(POLICY).hash != Policy.from_text(plain).hash
     with pytest.raises(Exception, match="reveal"):
         Policy.from_text(POLICY.replace("reveal: never", "reveal: always"))
+
+
+@pytest.mark.slow
+def test_reveal_in_a_real_browser(sealed: World, served: Running) -> None:
+    """Chromium: the call's page offers Reveal for the body only; the value shows once,
+    whole and escaped (``AGENT_GATE_SCREENSHOT_DIR``: saved as inbox-reveal.png)."""
+    import os
+    import shutil
+
+    chromium = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
+                     if p and os.access(p, os.X_OK)), None)
+    if chromium is None:
+        pytest.skip("no chromium binary")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ref, _ = sealed.shown("t1", "mail-1")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(served.base + "/login")
+            page.fill("#token", sealed.tokens["bob"])
+            page.click("#login")
+            page.wait_for_url(served.base + "/inbox")
+            with page.expect_navigation():
+                page.click(f"#row-{ref} a.call-link")
+            assert page.locator("button.reveal").all_text_contents() == ["Reveal body"]
+            with page.expect_navigation():
+                page.click("button.reveal")
+            assert page.text_content("pre.revealed-value") == BODY
+            if os.environ.get("AGENT_GATE_SCREENSHOT_DIR"):
+                page.screenshot(path=str(Path(os.environ["AGENT_GATE_SCREENSHOT_DIR"]) /
+                                         "inbox-reveal.png"), full_page=True)
+            page.goto(served.base + f"/inbox/calls/{ref}")
+            assert page.locator("pre.revealed-value").count() == 0
+        finally:
+            browser.close()
