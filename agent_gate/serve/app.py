@@ -11,6 +11,7 @@ was sent: a value may be a secret, and NaN or Infinity cannot be written as JSON
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,7 +41,7 @@ def create_app(url: str, policy: str | None = None, *,
     audit checkpoint, ``webhooks.ServeConfig``; its defaults without one)."""
     config = config if config is not None else ServeConfig()
     service = InboxService(url, policy)
-    notifier = Notifier(url, config) if config.notify else None
+    notifier = Notifier(url, config) if config.notify or config.mail else None
     every = config.checkpoint_every
     checkpointer = Checkpointer(url, every) if every is not None else None
 
@@ -79,6 +80,8 @@ def create_app(url: str, policy: str | None = None, *,
     app.state.service = service
     app.state.checkpointer = checkpointer
     app.state.sessions = Sessions()
+    app.state.link_secrets = [os.environ[m.link_secret_env].encode() for m in config.mail
+                              if os.environ.get(m.link_secret_env)]
     app.state.limiter = limiter or LoginLimiter()
 
     @app.get("/health", summary="Liveness: no token needed")

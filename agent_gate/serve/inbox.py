@@ -24,6 +24,7 @@ go in query strings, every reserved character encoded (the ``q`` filter).
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from agent_gate.serve.api import NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
+from agent_gate.serve.mail import link_signature
 from agent_gate.serve.service import Answer, call_json, status_of
 
 __all__ = ["EXPIRY_CHOICES", "call_link", "router", "task_link"]
@@ -254,8 +256,17 @@ def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: 
 
 
 @router.get("/inbox/call")
-def call_by_name(request: Request, task: Name, call: Name) -> Response:
-    """A call named by its task and call id (a webhook's link): to its page by ``ref``."""
+def call_by_name(request: Request, task: Name, call: Name,
+                 sig: Annotated[str | None, Query(max_length=64)] = None) -> Response:
+    """A call named by its task and call id (a webhook's or a mail's link): to its page
+    by ``ref``. A link with ``sig`` (a mail's) must be signed by this server."""
+    if sig is not None and not any(
+            hmac.compare_digest(sig, link_signature(secret, task, call))
+            for secret in request.app.state.link_secrets):
+        return _page(request, "message.html", _current(request), status=400,
+                     title="Not signed here",
+                     message="This link was not signed by this server: open the call from "
+                             "the inbox instead.", back="/inbox")
     return _viewing(request, lambda who: RedirectResponse(
         call_link(service_of(request).find(call, task).call.row_id), status_code=303))
 

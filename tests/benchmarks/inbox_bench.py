@@ -18,6 +18,7 @@ the first page within 200 ms. Prints a Markdown table.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import statistics
@@ -97,17 +98,25 @@ def build(url: str, policy: Path, calls: int) -> None:
           file=sys.stderr)
 
 
-def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float, float]:
+Timing = tuple[float, float, float, float]
+
+
+def timed(fn: Callable[[], object], rounds: int) -> Timing:
+    """Wall time (median, min, max) and this process's CPU time (median): on a loaded
+    machine the wall time also counts the waits for a core, the CPU time does not
+    (it covers the server and the client, both in this process, and on PostgreSQL not
+    the database server's own work)."""
     fn()  # warm: templates compiled, connections opened
-    seconds = []
+    seconds, cpu = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), min(seconds), max(seconds)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(seconds), min(seconds), max(seconds), statistics.median(cpu)
 
 
-def measure(url: str, policy: Path, rounds: int) -> list[tuple[str, tuple[float, float, float]]]:
+def measure(url: str, policy: Path, rounds: int) -> list[tuple[str, Timing]]:
     import httpx
     import uvicorn
 
@@ -129,7 +138,7 @@ def measure(url: str, policy: Path, rounds: int) -> list[tuple[str, tuple[float,
     thread.start()
     while not server.started:
         time.sleep(0.05)
-    out: list[tuple[str, tuple[float, float, float]]] = []
+    out: list[tuple[str, Timing]] = []
     try:
         with httpx.Client(base_url=base, headers={"Origin": base}) as http:
             assert http.post("/login", data={"token": token}).status_code == 303
@@ -185,12 +194,15 @@ def main() -> None:
     urls = [("SQLite", f"sqlite:///{args.sqlite or work / 'ledger.db'}")]
     if args.postgres:
         urls.append(("PostgreSQL", args.postgres))
-    print("| database | what | median ms | min | max |\n|---|---|---:|---:|---:|")
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("| database | what | median ms | min | max | CPU ms (median) |\n"
+          "|---|---|---:|---:|---:|---:|")
     for label, url in urls:
         build(url, policy, args.calls)
-        for what, (med, low, high) in measure(url, policy, args.rounds):
+        for what, (med, low, high, cpu) in measure(url, policy, args.rounds):
             print(f"| {label} | {what} | {med * 1000:.1f} | {low * 1000:.1f} | "
-                  f"{high * 1000:.1f} |", flush=True)
+                  f"{high * 1000:.1f} | {cpu * 1000:.1f} |", flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

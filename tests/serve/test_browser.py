@@ -6,7 +6,7 @@ that posts a forged approval form in the same browser (where the operator is log
 in) is refused and audited, and its call keeps waiting.
 
 ``AGENT_GATE_SCREENSHOT=PATH`` also saves the inbox as the operator first sees it
-(how docs/inbox.png was taken).
+(the list; docs/inbox-list.png comes from test_browser_list.py).
 """
 
 from __future__ import annotations
