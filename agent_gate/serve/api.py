@@ -31,9 +31,13 @@ __all__ = ["AnswerBody", "ResolveBody", "RevealBody", "client_of", "router"]
 router = APIRouter(prefix="/api")
 _bearer = HTTPBearer(auto_error=False, description="An operator token (`agent-gate operator add`)")
 
+MAX_ROW_ID = 2**31 - 1
+"""The largest row id a ledger holds (``tool_calls.id`` and ``audit_events.id`` are
+32-bit integers on PostgreSQL): a larger one names nothing, and binding it to those
+columns would be a database error, not an answer."""
 NO_NUL = r"^[^\x00]*$"
 """Text a ledger column can hold (PostgreSQL refuses NUL): anything else names nothing."""
-Ref = Annotated[int, Path(ge=1, le=2**63 - 1,
+Ref = Annotated[int, Path(ge=1, le=MAX_ROW_ID,
                           description="The call's `ref`: the ledger's id for it, as listed")]
 Name = Annotated[str, Query(min_length=1, max_length=255, pattern=NO_NUL)]
 ArgsHash = Annotated[str, Field(

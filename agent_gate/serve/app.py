@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
-from agent_gate.serve import api, inbox
+from agent_gate.serve import api, inbox, slack
 from agent_gate.serve.api import Op, bearer_operator, needs_token, unauthorized
 from agent_gate.serve.auth import LoginLimiter, Sessions
 from agent_gate.serve.checkpointer import Checkpointer
@@ -41,7 +41,7 @@ def create_app(url: str, policy: str | None = None, *,
     audit checkpoint, ``webhooks.ServeConfig``; its defaults without one)."""
     config = config if config is not None else ServeConfig()
     service = InboxService(url, policy)
-    notifier = Notifier(url, config) if config.notify or config.mail else None
+    notifier = Notifier(url, config) if config.notify or config.mail or config.slack else None
     every = config.checkpoint_every
     checkpointer = Checkpointer(url, every) if every is not None else None
 
@@ -80,6 +80,7 @@ def create_app(url: str, policy: str | None = None, *,
     app.state.service = service
     app.state.checkpointer = checkpointer
     app.state.sessions = Sessions()
+    app.state.slack_routes = list(config.slack)
     app.state.link_secrets = [os.environ[m.link_secret_env].encode() for m in config.mail
                               if os.environ.get(m.link_secret_env)]
     app.state.limiter = limiter or LoginLimiter()
@@ -111,4 +112,5 @@ def create_app(url: str, policy: str | None = None, *,
 
     app.include_router(api.router)
     app.include_router(inbox.router)
+    app.include_router(slack.router)
     return app

@@ -43,7 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from agent_gate.errors import AgentGateError
 from agent_gate.gate.desk import runs_next
 from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
-from agent_gate.serve.api import NO_NUL, Name, Ref, client_of, service_of
+from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
@@ -379,7 +379,7 @@ def _revealed(request: Request, who: tuple[Operator, Session], ref: int, field: 
     return _call_page(request, who, ref, view, revealed=shown.to_dict())
 
 
-_PICK = re.compile(r"([1-9][0-9]{0,18}):([0-9a-f]{64})")
+_PICK = re.compile(r"([1-9][0-9]{0,9}):([0-9a-f]{64})")
 """A bulk form's row: the call's ``ref`` and the hash of the arguments the row showed."""
 
 
@@ -419,7 +419,7 @@ def _bulk(request: Request, fields: dict[str, str], picks: list[str]) -> Respons
     answers, malformed = [], 0
     for pick in dict.fromkeys(picks):
         m = _PICK.fullmatch(pick)
-        if m is None:
+        if m is None or int(m.group(1)) > MAX_ROW_ID:
             malformed += 1
             continue
         answers.append(Answer(int(m.group(1)), m.group(2), reason, EXPIRY_CHOICES[expiry]))

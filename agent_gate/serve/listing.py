@@ -47,7 +47,7 @@ AGES: dict[str, timedelta] = {
 
 PAGE_SIZES = (25, 50, 100, 200)
 _TEXT = re.compile(r"[^\x00]{1,255}")
-_MAX_REF = 2**63 - 1
+_MAX_REF = 2**31 - 1  # tool_calls.id is a 32-bit integer on PostgreSQL
 
 
 def _text(value: str | None) -> str | None:
@@ -55,7 +55,7 @@ def _text(value: str | None) -> str | None:
 
 
 def _ref(value: str | None) -> int | None:
-    if value is None or not value.isascii() or not value.isdigit() or len(value) > 19:
+    if value is None or not value.isascii() or not value.isdigit() or len(value) > 10:
         return None
     n = int(value)
     return n if 1 <= n <= _MAX_REF else None

@@ -48,6 +48,7 @@ from agent_gate.tools import ToolRegistry
 __all__ = ["Answer", "InboxService", "RowResult", "status_of"]
 
 _PAGE = 50
+_MAX_ROW_ID = 2**31 - 1
 
 
 def status_of(exc: AgentGateError) -> int:
@@ -207,6 +208,8 @@ class InboxService:
         with self._held():
             # Paging forward stops below any entry a transaction still holds (PostgreSQL).
             upto = settled(self.ledger.engine) if after is not None else None
+            # Past the largest id there is nothing after; the column cannot hold more.
+            after = min(after, _MAX_ROW_ID) if after is not None else None
             page = self.ledger.audit_page(AuditQuery(task_id=task_id, after=after, limit=limit,
                                                      upto=upto))
         return [audit_json(e) for e in page]

@@ -40,6 +40,7 @@ from agent_gate.errors import GateUsageError
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.views import outbox
 from agent_gate.serve.mail import MailEndpoint, message, send
+from agent_gate.serve.slack import SlackRoute, post
 
 __all__ = ["Endpoint", "Notifier", "ServeConfig", "load_config", "sign"]
 
@@ -65,6 +66,8 @@ class ServeConfig(BaseModel):
     base_url: str = "http://127.0.0.1:8765"
     notify: tuple[Endpoint, ...] = ()
     mail: tuple[MailEndpoint, ...] = ()
+    slack: tuple[SlackRoute, ...] = ()
+    """Slack channels with Approve/Deny buttons (``serve.slack``)."""
     """E-mail routes (``serve.mail``): a link to the call's page, never a value."""
     checkpoint_every: float | None = Field(default=600.0, gt=0)
     """Seconds between the audit checkpoints the server takes (``checkpointer``);
@@ -94,6 +97,10 @@ def load_config(path: str) -> ServeConfig:
         for env in (m.link_secret_env, m.username_env, m.password_env):
             if env is not None and not os.environ.get(env):
                 raise GateUsageError(f"{path}: mail {m.name!r}: ${env} is not set")
+    for r in config.slack:
+        for env in (r.token_env, r.signing_secret_env):
+            if not os.environ.get(env):
+                raise GateUsageError(f"{path}: slack {r.name!r}: ${env} is not set")
     return config
 
 
@@ -114,7 +121,9 @@ class Notifier:
                                           name=f"agent-gate-webhook-{e.name}")
                          for e in config.notify] + [
             threading.Thread(target=self._mail, args=(m,), daemon=True,
-                             name=f"agent-gate-mail-{m.name}") for m in config.mail]
+                             name=f"agent-gate-mail-{m.name}") for m in config.mail] + [
+            threading.Thread(target=self._slack, args=(r,), daemon=True,
+                             name=f"agent-gate-slack-{r.name}") for r in config.slack]
 
     def start(self) -> None:
         for t in self._threads:
@@ -148,6 +157,27 @@ class Notifier:
 
         # Its own cursor name: a webhook and a mail route may share a name.
         self._follow(f"mail:{endpoint.name}", endpoint.events, endpoint.poll, deliver)
+
+    def _slack(self, route: SlackRoute) -> None:
+        from slack_sdk.errors import SlackApiError
+
+        def deliver(notice: outbox.Notice) -> bool:
+            rec = None
+            if notice.call_id is not None:
+                with Ledger(self.url) as ledger:
+                    rec = ledger.get(notice.task_id, notice.call_id)
+            delay = route.backoff
+            while not self._stop.is_set():
+                try:
+                    post(route, notice, rec.row_id if rec else None,
+                         rec.args_hash if rec else None, self.config.base_url)
+                    return True
+                except (SlackApiError, OSError):
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, route.max_backoff)
+            return False
+
+        self._follow(f"slack:{route.name}", route.events, route.poll, deliver)
 
     def _follow(self, name: str, events: tuple[str, ...], poll: float,
                 deliver: Callable[[outbox.Notice], bool]) -> None:

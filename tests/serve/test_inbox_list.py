@@ -240,3 +240,19 @@ def test_an_approved_call_leaves_the_list_until_asked_for(
     assert (before, after, answered) == ([ref], [], [ref])
     with Ledger(world.url) as ledger:
         assert ledger.get("t1", "mail-1").state.value == "awaiting_approval"  # type: ignore[union-attr]
+
+
+def test_refs_past_the_largest_row_id_name_nothing(world: World, server: Running) -> None:
+    """Row ids are 32-bit on PostgreSQL: a larger one in a cursor, a path, a bulk row or
+    an audit cursor is no call (or no entry), never a database error."""
+    bob = {"Authorization": f"Bearer {world.tokens['bob']}"}
+    with logged_in(server, world, "bob") as (http, csrf):
+        pages = [http.get("/inbox", params={name: str(2**31)}).status_code
+                 for name in ("after", "before")]
+        bulk = http.post("/inbox/bulk", data={"csrf": csrf, "action": "deny",
+                                              "pick": f"{2**31}:{'0' * 64}"},
+                         follow_redirects=True)
+    api = [httpx.get(f"{server.base}{path}", headers=bob).status_code
+           for path in (f"/api/calls/{2**31}", f"/api/audit?after={2**31}")]
+    assert pages == [200, 200] and api == [422, 200]
+    assert bulk.status_code == 200 and "named no call and hash" in bulk.text
