@@ -33,6 +33,7 @@ from agent_gate.policy import (
     Policy,
     PolicyDecision,
     Principal,
+    TaskHistory,
     TaskScope,
 )
 from agent_gate.tools import ToolSpec
@@ -85,8 +86,16 @@ def scope_from_json(task_id: str, text: str | Mapping[str, Any] | None) -> TaskS
 class PolicyAuthorizer:
     """A ``Policy`` as the gate uses it. Immutable, like the policy it wraps."""
 
-    def __init__(self, policy: Policy | str | os.PathLike[str]) -> None:
-        self.policy = policy if isinstance(policy, Policy) else Policy.load(policy)
+    def __init__(
+        self,
+        policy: Policy | str | os.PathLike[str],
+        *,
+        shadow_policy: Policy | str | os.PathLike[str] | None = None,
+    ) -> None:
+        """``shadow_policy``: a policy evaluated beside ``policy`` on every call, its
+        would-be decision recorded in the call's audit entry, never enforced."""
+        loaded = policy if isinstance(policy, Policy) else Policy.load(policy)
+        self.policy = loaded.with_shadow(shadow_policy) if shadow_policy is not None else loaded
 
     def __repr__(self) -> str:
         return f"PolicyAuthorizer({self.policy!r})"
@@ -109,8 +118,10 @@ class PolicyAuthorizer:
 
     @property
     def redacts_anything(self) -> bool:
+        """Whether any tool's arguments are redacted (and so sealed): the file's own
+        ``redact`` lists or a Cedar policy's ``@redact``."""
         doc = self.policy.document
-        return bool(doc.redact) or any(t.redact for t in doc.tools.values())
+        return bool(doc.redact) or any(self.policy.redaction_rules(t) for t in doc.tools)
 
     def redact(
         self, tool: str, arguments: Mapping[str, Any], *, key: bytes | None
@@ -144,7 +155,13 @@ class PolicyAuthorizer:
         principal: Principal,
         scope: TaskScope | None,
         usage: Mapping[str, Decimal],
+        history: TaskHistory | None = None,
     ) -> PolicyDecision:
         return self.policy.evaluate(
-            tool, arguments, principal=principal, task_scope=scope, usage=usage
+            tool, arguments, principal=principal, task_scope=scope, usage=usage,
+            history=history,
         )
+
+    def history_tools(self, tool: str) -> frozenset[str]:
+        """The tools whose earlier calls in the task the decision on ``tool`` reads."""
+        return self.policy.history_tools(tool)

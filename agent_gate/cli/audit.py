@@ -63,6 +63,9 @@ _COLUMNS = ("#", "time (UTC)", "task", "call", "tool", "event", "state", "decisi
 @click.option("--call", "call_id", default=None, help="Only this call's events.")
 @listing_options("SEQ", "Only entries after this position (#); the next page starts "
                         "after the last one shown.")
+@click.option("--ocsf", is_flag=True,
+              help="Print each entry as an OCSF API Activity event (JSON lines) for a SIEM; "
+                   "with --follow, a live feed. No argument values.")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep printing new entries as they are appended (Ctrl-C ends); starts "
                    "with the last --limit entries (default 10) unless --after is given.")
@@ -71,7 +74,7 @@ _COLUMNS = ("#", "time (UTC)", "task", "call", "tool", "event", "state", "decisi
 def audit_group(
     ctx: click.Context, task_id: str | None, call_id: str | None, state: str | None,
     tool: str | None, since: str | None, limit: int | None, after: str | None,
-    follow: bool, url: str | None, as_json: bool,
+    ocsf: bool, follow: bool, url: str | None, as_json: bool,
 ) -> None:
     """Show the audit trail: every transition and decision, oldest first, streamed.
 
@@ -95,13 +98,23 @@ def audit_group(
                        since=parse_since(since) if since is not None else None)
     out = console()
     table = PagedTable(out, _COLUMNS, ids=("task", "call"), right=("#",))
+    if ocsf:
+        from importlib.metadata import version
+
+        from agent_gate.evidence.ocsf import ocsf_event
+
+        product_version = version("agent-gate")
+        as_json = True
     shown = last = 0
 
     def show(page: list[AuditRecord]) -> None:
         nonlocal shown, last
         shown += len(page)
         last = page[-1].seq
-        if as_json:
+        if ocsf:
+            for e in page:
+                emit_json(ocsf_event(e, product_version=product_version))
+        elif as_json:
             for e in page:
                 emit_json(_json(e))
         else:
@@ -227,12 +240,13 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
 
 @audit_group.command(name="checkpoint")
 @click.option("--publish", "publish", multiple=True, metavar="SINK",
-              type=click.Path(path_type=Path),
-              help="Hand the signed checkpoint to a witness: a file (the newest) or a "
-                   "directory (every one, and latest.note); repeatable. Never backwards.")
+              help="Hand the signed checkpoint to a witness: a file (the newest), a "
+                   "directory (every one, and latest.note), or an http(s):// URL (a POST "
+                   "signed like the webhooks, secret in $AGENT_GATE_WITNESS_SECRET); "
+                   "repeatable. Never backwards.")
 @signing_key_option
 @ledger_options
-def checkpoint_command(publish: tuple[Path, ...], signing_key: Path | None,
+def checkpoint_command(publish: tuple[str, ...], signing_key: Path | None,
                        origin: str | None, url: str | None, as_json: bool) -> None:
     """Write a checkpoint: one root hash over every task's chain head, linked to the
     previous checkpoint (none is written when no task moved since the last one).
@@ -251,13 +265,12 @@ def checkpoint_command(publish: tuple[Path, ...], signing_key: Path | None,
                                "means anything outside the ledger")
     with failures(), open_ledger(url) as ledger:
         made = take(ledger.engine, signer=signer, origin=origin)
-    published = []
+    published: list[str] = []
     if publish:
-        from agent_gate.evidence.witness import publish as hand_over
+        from agent_gate.cli.audit_evidence import publish_to
 
         assert made.note is not None and signer is not None
-        with failures():
-            published = [str(hand_over(made.note, signer.verifier, sink)) for sink in publish]
+        published = publish_to(publish, made.note, signer)
     if as_json:
         emit_json({**made.to_dict(), "note": made.note, "published": published})
     else:

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from agent_gate.evidence.note import SignerKey, VerifierKey
 
 KEY_ENV = "AGENT_GATE_AUDIT_KEY"
+WITNESS_SECRET_ENV = "AGENT_GATE_WITNESS_SECRET"
+_POST_TRIES = 3
+_POST_TIMEOUT = 10.0
 SUBCOMMANDS = click.Group(name="audit")
 """The commands this module adds under `agent-gate audit` (``audit.py`` adds them)."""
 
@@ -131,7 +134,7 @@ def prove_command(call_id: str | None, task_id: str | None,
     signer = load_signer(signing_key)
     with failures(), open_ledger(url) as ledger:
         signed = signed_checkpoint(ledger.engine, signer, origin)
-        proof = (prove_call(signed, call_id, task_id) if call_id is not None
+        proof = (prove_call(ledger.engine, signed, call_id, task_id) if call_id is not None
                  else prove_consistency(signed, *consistency))  # type: ignore[misc]
     text = json.dumps(proof, indent=2) + "\n"
     if out is not None:
@@ -168,7 +171,8 @@ def export_command(task_id: str | None, since: str | None, until: str | None, ou
     end = parse_since(until) if until is not None else None
     with failures(), open_ledger(url) as ledger:
         signed = signed_checkpoint(ledger.engine, signer, origin)
-        manifest = export_bundle(signed, out, task_id=task_id, since=start, until=end)
+        manifest = export_bundle(ledger.engine, signed, out, task_id=task_id, since=start,
+                                 until=end)
     if as_json:
         emit_json({k: manifest[k] for k in ("mode", "entries", "tree_size", "checkpoint_id")})
     else:
@@ -243,3 +247,64 @@ def verify_from(checkpoint: Path, key: str | None, url: str | None, as_json: boo
         click.echo(f"audit trail BROKEN: {report.problem.message}", err=True)
     if not report.ok:
         raise SystemExit(1)
+
+
+def publish_to(sinks: tuple[str, ...], note: str, signer: SignerKey) -> list[str]:
+    """``audit checkpoint --publish``: each sink in turn; a sink that fails ends the command
+    with an error after the others were tried (the checkpoint itself is stored: the next
+    run publishes the newest)."""
+    from agent_gate.errors import EvidenceError
+    from agent_gate.evidence.witness import publish
+
+    done: list[str] = []
+    failed: list[str] = []
+    for sink in sinks:
+        try:
+            if sink.startswith(("http://", "https://")):
+                _post(sink, note)
+                done.append(sink)
+            else:
+                done.append(str(publish(note, signer.verifier, Path(sink))))
+        except (EvidenceError, OSError) as error:
+            failed.append(f"{sink}: {error}")
+    if failed:
+        from agent_gate.cli._exit import CliError
+
+        raise CliError("not published to " + "; ".join(failed))
+    return done
+
+
+def _post(url: str, note: str) -> None:
+    """POST the note to a witness endpoint, signed as the webhooks are (HMAC-SHA256 of
+    ``TIMESTAMP.BODY`` under ``$AGENT_GATE_WITNESS_SECRET``); a 2xx is delivery, tried
+    ``_POST_TRIES`` times with a short backoff."""
+    import time
+
+    import httpx
+
+    from agent_gate.errors import EvidenceError
+    from agent_gate.serve.webhooks import sign
+
+    secret = os.environ.get(WITNESS_SECRET_ENV)
+    if not secret:
+        raise EvidenceError(f"${WITNESS_SECRET_ENV} is not set: an HTTP witness needs the "
+                            "secret its POSTs are signed with")
+    body = note.encode("utf-8")
+    last = "no answer"
+    with httpx.Client(timeout=_POST_TIMEOUT) as http:
+        for attempt in range(_POST_TRIES):
+            stamp = int(time.time())
+            try:
+                got = http.post(url, content=body, headers={
+                    "Content-Type": "text/plain; charset=utf-8",
+                    "X-Agent-Gate-Event": "checkpoint",
+                    "X-Agent-Gate-Timestamp": str(stamp),
+                    "X-Agent-Gate-Signature": sign(secret.encode(), stamp, body)})
+                if got.is_success:
+                    return
+                last = f"HTTP {got.status_code}"
+            except httpx.HTTPError as error:
+                last = type(error).__name__
+            if attempt + 1 < _POST_TRIES:
+                time.sleep(0.2 * 2 ** attempt)
+    raise EvidenceError(f"the witness did not take it after {_POST_TRIES} tries ({last})")

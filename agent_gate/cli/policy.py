@@ -21,13 +21,14 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_gate.cli._options import role_option
-from agent_gate.cli.policy_backtest import backtest_command
+from agent_gate.cli.policy_backtest import backtest_command, shadow_report_command
 from agent_gate.cli.policy_test import load_schemas, schema_options, test_command
 from agent_gate.policy import (
     Policy,
     PolicyDecision,
     PolicyLoadError,
     Principal,
+    TaskHistory,
     TaskScope,
     Verdict,
 )
@@ -168,6 +169,11 @@ def _print_decision(
                 Text("yes" if limit.exceeded else "no", style="red" if limit.exceeded else ""),
             )
         console.print(table)
+    if decision.shadow is not None:
+        shadow = decision.shadow
+        differs = "differs" if shadow.differs else "same verdict"
+        _line(console, f"shadow (not enforced): {shadow.effect.value} by "
+                       f"{', '.join(shadow.rule_ids) or '-'} ({differs})")
     if assumed:
         _line(console, "note: no ledger here; usage assumed 0 for: " + ", ".join(assumed))
 
@@ -177,8 +183,10 @@ def policy_group() -> None:
     """Validate policy files and explain the decisions they make."""
 
 
-policy_group.add_command(test_command)
-policy_group.add_command(backtest_command)
+# subcommands whose modules carry only their options (see cli/policy_test.py)
+policy_group.command(name="test")(test_command)
+policy_group.command(name="backtest")(backtest_command)
+policy_group.command(name="shadow-report")(shadow_report_command)
 
 
 @policy_group.command(name="check")
@@ -259,6 +267,8 @@ def check(files: tuple[str, ...], schemas_file: str | None, tools_spec: str | No
     multiple=True,
     help="Per-task usage COUNTER=NUMBER, e.g. refund/sum/amount=1500 (default 0).",
 )
+@click.option("--shadow", "shadow_file", default=None, metavar="FILE",
+              help="A policy evaluated in shadow beside FILE: its would-be decision is shown.")
 @click.option("--json", "as_json", is_flag=True, help="Print the decision as one JSON object.")
 def explain(
     file: str,
@@ -271,6 +281,7 @@ def explain(
     scope_name: str | None,
     scope_tools: str | None,
     usage_items: tuple[str, ...],
+    shadow_file: str | None,
     as_json: bool,
 ) -> None:
     """Evaluate one call of --tool with --args against policy FILE and say why.
@@ -280,6 +291,8 @@ def explain(
     """
     try:
         policy = Policy.load(file)
+        if shadow_file is not None:
+            policy = policy.with_shadow(Policy.load(shadow_file))
     except PolicyLoadError as exc:
         for problem in exc.problems:
             click.echo(str(problem), err=True)
@@ -293,8 +306,10 @@ def explain(
             tools = frozenset(t.strip() for t in scope_tools.split(",") if t.strip())
         task_scope = TaskScope(name=scope_name, tools=tools)
     usage, assumed = _usage(policy, tool, usage_items)
+    history = TaskHistory() if policy.history_tools(tool) else None  # no earlier calls here
     decision = policy.evaluate(
-        tool, arguments, principal=principal, task_scope=task_scope, usage=usage
+        tool, arguments, principal=principal, task_scope=task_scope, usage=usage,
+        history=history,
     )
     if as_json:
         payload = decision.to_dict()

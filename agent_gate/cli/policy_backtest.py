@@ -1,4 +1,5 @@
-"""``agent-gate policy backtest``: what a draft policy would have decided otherwise.
+"""``agent-gate policy backtest`` and ``policy shadow-report``: what another policy
+would have decided (a draft, over past calls; shadow rules, as recorded).
 
 The ledger's past calls are judged again under the draft (``gate.backtest``), with the
 database opened read-only. People get the transitions (allow -> deny, ...) with
@@ -22,9 +23,10 @@ from agent_gate.cli._listing import parse_since
 from agent_gate.cli._options import db_option, json_option
 from agent_gate.errors import LedgerConfigError, PolicyLoadError
 from agent_gate.gate.backtest import BacktestReport, backtest
+from agent_gate.gate.shadow_report import ShadowReport, shadow_report
 from agent_gate.policy import Policy
 
-__all__ = ["backtest_command"]
+__all__ = ["backtest_command", "shadow_report_command"]
 
 SHOWN: int = 5
 _STYLE = {"allow": "green", "approve": "yellow", "deny": "red"}
@@ -64,7 +66,6 @@ def _print(report: BacktestReport) -> None:
         say(f"cannot judge {len(items)}: {why}: {_ids(list(items))}")
 
 
-@click.command(name="backtest")
 @click.argument("draft")
 @click.option("--since", "since", default=None, metavar="WHEN",
               help="Only calls since then: 30m, 2h, 7d ago, or an ISO time.")
@@ -98,3 +99,44 @@ def backtest_command(
         click.echo(json.dumps(report.to_dict(), ensure_ascii=False))
         return
     _print(report)
+
+
+def _print_shadow(report: ShadowReport) -> None:
+    console = Console(highlight=False, width=max(100, Console().width))
+    console.print(f"{report.shadowed} calls decided with a shadow evaluation; "
+                  f"{len(report.diffs)} where it differs from the enforced decision",
+                  markup=False, highlight=False, soft_wrap=True)
+    if not report.diffs:
+        return
+    table = Table(title="by the shadow decision's rule", title_justify="left")
+    for column in ("rule", "calls", "enforced -> shadow", "call ids"):
+        table.add_column(column, overflow="fold")
+    for rule_id, items in report.by_rule().items():
+        moves = sorted({f"{d.enforced.value} -> {d.shadow.value}" for d in items})
+        table.add_row(Text(rule_id), Text(str(len(items))), Text(", ".join(moves)),
+                      Text(_ids(list(items))))
+    console.print(table)
+
+
+@click.option("--since", "since", default=None, metavar="WHEN",
+              help="Only calls since then: 30m, 2h, 7d ago, or an ISO time.")
+@click.option("--task", "task_id", default=None, help="Only the calls of this task.")
+@db_option
+@json_option
+def shadow_report_command(
+    since: str | None, task_id: str | None, url: str | None, as_json: bool
+) -> None:
+    """List the calls where shadow rules (mode: shadow, or a shadow policy) would have
+    decided otherwise than the enforced policy, by rule, with call ids. Read-only."""
+    from agent_gate.ledger.backend.dialect import resolve_url
+
+    when = parse_since(since) if since is not None else None
+    try:
+        report = shadow_report(resolve_url(url), since=when, task=task_id)
+    except LedgerConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), ensure_ascii=False))
+        return
+    _print_shadow(report)

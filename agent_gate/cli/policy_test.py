@@ -33,6 +33,9 @@ from agent_gate.policy.yamlsource import parse_yaml
 
 __all__ = ["load_schemas", "schema_options", "test_command"]
 
+# The commands here are ``policy`` subcommands: ``cli/policy.py`` makes them commands
+# of its group (``policy_group.command(name=...)``), so they carry only their options.
+
 _STYLE = {"allow": "green", "approve": "yellow", "deny": "red"}
 
 
@@ -105,9 +108,8 @@ def _table(report: TestReport) -> Table:
 def _print(console: Console, report: TestReport) -> None:
     console.print(_table(report))
     for result in report.failed:
-        console.print(
-            f"FAIL {result.source}:{result.line}: {result.name}", markup=False, highlight=False
-        )
+        console.print(f"FAIL {result.source}:{result.line}: {result.name}", markup=False,
+                      highlight=False, soft_wrap=True)
         for failure in result.failures:
             console.print(f"  - {failure}", markup=False, highlight=False, soft_wrap=True)
     passed = sum(r.passed for r in report.results)
@@ -171,7 +173,6 @@ def junit_xml(report: TestReport) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-@click.command(name="test")
 @click.argument("policy_file", metavar="POLICY")
 @click.argument("test_files", metavar="TESTS...", nargs=-1, required=True)
 @schema_options

@@ -2,28 +2,30 @@
 
 Everything is proven against a signed checkpoint (``checkpoints.take`` with a key signs a
 new one first). Making a proof reads the leaves up to that checkpoint once and builds the
-tree's levels (O(n) hashing, 2n hashes held); each proof is then O(log n). A bundle holds
-no value the trail does not: entries are exported as stored (``bundle.entry_json``).
+tree's levels (O(n) hashing; 2n hashes and n ids held, not the rows); each proof is then
+O(log n), and only the exported rows are read again. A bundle holds no value the trail
+does not: entries are exported as stored (``bundle.entry_json``).
 """
 
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select, true
 
 from agent_gate.errors import AuditCheckpointRefused, EvidenceError
 from agent_gate.evidence.bundle import BUNDLE_FORMAT, PROOF_FORMAT, VERSION, entry_json
 from agent_gate.evidence.merkle import Tree
 from agent_gate.evidence.note import SignerKey
 from agent_gate.ledger.backend.dialect import begin_read
-from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take
+from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.trail_tree import leaves
 
 __all__ = ["Signed", "export_bundle", "prove_call", "prove_consistency", "signed_checkpoint"]
@@ -31,10 +33,10 @@ __all__ = ["Signed", "export_bundle", "prove_call", "prove_consistency", "signed
 
 @dataclass(frozen=True, slots=True)
 class Signed:
-    """A signed checkpoint with the trail's leaves up to it."""
+    """A signed checkpoint with the trail's leaves up to it (and each leaf's row id)."""
 
     checkpoint: Checkpoint
-    rows: list[Mapping[str, Any]]
+    ids: list[int]
     tree: Tree
     history: list[Checkpoint]
     """Earlier signed checkpoints with a tree, oldest first."""
@@ -58,24 +60,44 @@ def signed_checkpoint(engine: Engine, signer: SignerKey | None, origin: str | No
             )
         newest = stored[-1]
         assert newest.tree_last_id is not None
-        rows, hashes = [], []
+        ids, hashes = [], []
         for row, leaf in leaves(conn, upto=newest.tree_last_id):
-            rows.append(dict(row))
+            ids.append(int(row["id"]))
             hashes.append(leaf)
-    return Signed(newest, rows, Tree(hashes), stored[:-1])
+    return Signed(newest, ids, Tree(hashes), stored[:-1])
 
 
-def _proofs_of(signed: Signed, wanted: list[int]) -> list[dict[str, Any]]:
+def _rows(engine: Engine, signed: Signed, where: Any) -> list[tuple[int, Mapping[str, Any]]]:
+    """The rows ``where`` selects among the checkpoint's leaves, with their leaf index."""
+    stmt = (select(AUDIT_EVENTS).where(where, AUDIT_EVENTS.c.id <= signed.ids[-1])
+            .order_by(AUDIT_EVENTS.c.id)) if signed.ids else None
+    if stmt is None:
+        return []
+    with begin_read(engine) as conn:
+        rows = conn.execute(stmt).mappings().all()
+    out = []
+    for row in rows:
+        index = bisect_left(signed.ids, int(row["id"]))
+        if index < len(signed.ids) and signed.ids[index] == int(row["id"]):
+            out.append((index, row))
+    return out
+
+
+def _proofs_of(signed: Signed, rows: list[tuple[int, Mapping[str, Any]]]
+               ) -> list[dict[str, Any]]:
     size = signed.tree.size
-    return [{**entry_json(signed.rows[i], i),
-             "proof": [h.hex() for h in signed.tree.inclusion_proof(i, size)]} for i in wanted]
+    return [{**entry_json(row, i),
+             "proof": [h.hex() for h in signed.tree.inclusion_proof(i, size)]} for i, row in rows]
 
 
-def prove_call(signed: Signed, call_id: str, task_id: str | None = None) -> dict[str, Any]:
+def prove_call(engine: Engine, signed: Signed, call_id: str, task_id: str | None = None
+               ) -> dict[str, Any]:
     """An inclusion proof of each of the call's entries in the signed checkpoint."""
-    wanted = [i for i, row in enumerate(signed.rows) if row["call_id"] == call_id
-              and (task_id is None or row["task_id"] == task_id)]
-    tasks = {signed.rows[i]["task_id"] for i in wanted}
+    where = AUDIT_EVENTS.c.call_id == call_id
+    if task_id is not None:
+        where = where & (AUDIT_EVENTS.c.task_id == task_id)
+    wanted = _rows(engine, signed, where)
+    tasks = {row["task_id"] for _, row in wanted}
     if not wanted:
         raise EvidenceError(f"call {call_id!r} has no entry in the newest signed checkpoint "
                             "(take one after it ran: agent-gate audit checkpoint)")
@@ -102,7 +124,7 @@ def prove_consistency(signed: Signed, old_id: int, new_id: int) -> dict[str, Any
 
 
 def export_bundle(
-    signed: Signed, out: Path, *, task_id: str | None = None,
+    engine: Engine, signed: Signed, out: Path, *, task_id: str | None = None,
     since: datetime | None = None, until: datetime | None = None,
 ) -> dict[str, Any]:
     """Write a bundle into ``out`` (created; must be empty): see ``evidence.bundle``."""
@@ -119,15 +141,18 @@ def export_bundle(
                                            "since": since.isoformat() if since else None,
                                            "until": until.isoformat() if until else None}}
     if task_id is not None:
-        wanted = [i for i, row in enumerate(signed.rows) if row["task_id"] == task_id]
+        wanted = _rows(engine, signed, AUDIT_EVENTS.c.task_id == task_id)
         if not wanted:
             raise EvidenceError(f"task {task_id!r} has no entry in the signed checkpoint")
         lines = _proofs_of(signed, wanted)
         manifest["mode"] = "task"
     else:
-        inside = [i for i, row in enumerate(signed.rows) if _within(row, since, until)]
+        inside = [i for i, _ in _rows(engine, signed, _window(since, until))]
         first, end = (inside[0], inside[-1] + 1) if inside else (size, size)
-        lines = [entry_json(signed.rows[i], i) for i in range(first, end)]
+        run = (_rows(engine, signed, AUDIT_EVENTS.c.id.between(signed.ids[first],
+                                                               signed.ids[end - 1]))
+               if end > first else [])
+        lines = [entry_json(row, i) for i, row in run]
         manifest.update(mode="range", first=first, end=end,
                         left=[h.hex() for h in signed.tree.frontier(first).hashes],
                         right=[[level, h.hex()] for level, h in signed.tree.pieces(end)])
@@ -144,6 +169,11 @@ def export_bundle(
     return manifest
 
 
-def _within(row: Mapping[str, Any], since: datetime | None, until: datetime | None) -> bool:
-    at = as_utc(row["at"])
-    return (since is None or at >= since) and (until is None or at < until)
+def _window(since: datetime | None, until: datetime | None) -> Any:
+    """The entries at or after ``since`` and before ``until`` (every entry without them)."""
+    where = true()
+    if since is not None:
+        where = where & (AUDIT_EVENTS.c.at >= since)
+    if until is not None:
+        where = where & (AUDIT_EVENTS.c.at < until)
+    return where

@@ -37,7 +37,8 @@ from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import CallState, Event, verdict_arrow
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.txn import LedgerTxn
-from agent_gate.policy import PolicyDecision, Principal, TaskScope, Verdict
+from agent_gate.policy import PolicyDecision, Principal, TaskHistory, TaskScope, Verdict
+from agent_gate.telemetry import Observer
 from agent_gate.tools import (
     ArgumentsInvalid,
     ArgumentsNotObject,
@@ -91,6 +92,8 @@ class Decider:
         self.rules = policy if isinstance(policy, PolicyAuthorizer) else None
         self.keys = keys
         self.ledger = ledger
+        self.observer: Observer = Observer()
+        """Where a shadow decision is counted (the gate sets its telemetry here)."""
 
     # ------------------------------------------------------------ the tool's view
 
@@ -211,6 +214,9 @@ class Decider:
         arguments, _ = self.keys.of(rec)
         assert arguments is not None  # the ruling / the claim's hash check saw them
         decision = self._evaluate_in(txn, rec, arguments, besides=rec.row_id if recheck else None)
+        if decision.shadow is not None and not recheck:
+            self.observer.shadow(rec.task_id, rec.call_id, rec.tool, decision.effect.value,
+                                 decision.shadow.effect.value, decision.shadow.rule_ids)
         detail, changes, reason = _decision_record(decision)
         allowed = decision.effect is Verdict.ALLOW
         event, code = verdict_arrow(
@@ -357,10 +363,34 @@ class Decider:
         assert self.rules is not None
         principal, scope = _task_context(txn, rec.task_id)
         usage = txn.usage(rec.task_id, self.rules.counters(rec.tool), besides=besides)
+        tools = self.rules.history_tools(rec.tool)
+        history = self._history(txn, rec, tools) if tools else None
         return self.rules.evaluate(
-            rec.tool, arguments, principal=principal, scope=scope, usage=usage
+            rec.tool, arguments, principal=principal, scope=scope, usage=usage, history=history
         )
 
+    def _history(self, txn: LedgerTxn, rec: CallRecord, tools: frozenset[str]) -> TaskHistory:
+        """The task's earlier calls of ``tools``, read in the deciding transaction (the
+        task is locked, so no call of the task changes state until it commits): the
+        arguments of each one's latest succeeded call (unsealed), and which had one
+        authorized (it may have run: executing, in doubt, failed count too)."""
+        succeeded: dict[str, dict[str, Any]] = {}
+        authorized: set[str] = set()
+        for tool in sorted(tools):
+            for earlier in txn.earlier_calls(rec.task_id, tool, rec.row_id):
+                if earlier.state in _AUTHORIZED_ONCE:
+                    authorized.add(tool)
+                if earlier.state is CallState.SUCCEEDED:
+                    arguments, _ = self.keys.of(earlier)
+                    succeeded[tool] = arguments if arguments is not None else {}
+        return TaskHistory(succeeded=succeeded, authorized=frozenset(authorized))
+
+
+_AUTHORIZED_ONCE = frozenset({
+    CallState.AUTHORIZED, CallState.EXECUTING, CallState.SUCCEEDED, CallState.FAILED,
+    CallState.IN_DOUBT,
+})
+"""States only a call that was authorized reaches: it may have run (``not_after``)."""
 
 _POLICY_TEXT: dict[Verdict, str] = {
     Verdict.ALLOW: "{reason}",
@@ -401,5 +431,12 @@ def _decision_record(decision: PolicyDecision) -> tuple[dict[str, Any], dict[str
     exceeded = [c.id for c in decision.exceeded_limits]
     if exceeded:
         detail["exceeded_limits"] = exceeded
+    if decision.shadow is not None:  # mode: shadow rules / a shadow policy: recorded, not enforced
+        detail["shadow"] = {
+            "verdict": decision.shadow.effect.value,
+            "rule_ids": list(decision.shadow.rule_ids),
+            "policy_hash": decision.shadow.policy_hash,
+            "differs": decision.shadow.differs,
+        }
     changes = {"policy_hash": decision.policy_hash, "rule_ids": json.dumps(list(decision.rule_ids))}
     return detail, changes, reason

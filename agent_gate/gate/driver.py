@@ -253,6 +253,9 @@ class CallDriver:
         what the run ended in."""
         claimed.trace = trace
         trace.seen(claimed.rec, True)
+        if claimed.tool.spec.transactional:  # its writes commit with its outcome, here
+            with trace.running():
+                return self.finisher.finish_in_transaction(claimed)
         ran = yield RunTool(claimed)
         return self.finisher.finish(claimed, ran)
 
@@ -505,6 +508,12 @@ class CallDriver:
         if tool is None:
             return None
         hook = tool.spec.reconcile
+        if tool.spec.transactional and self._runnable_here(rec):
+            # No outcome committed means none of its writes did: they share the commit.
+            return self.ledger.transition(
+                rec, Event.RETRY, actor=this_owner(), code=R.RETRIED,
+                reason="transactional: its writes rolled back with the outcome; running again",
+            )
         if hook is None:
             if Idempotency(rec.idempotency).retry_safe and self._runnable_here(rec):
                 return self.ledger.transition(

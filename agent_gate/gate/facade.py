@@ -174,6 +174,7 @@ class Gate:
         self._finisher = finisher
         self.telemetry = telemetry or default_observer()
         """Traces, metrics and logs (``agent_gate.telemetry``); resolved once, here."""
+        self._decider.observer = self.telemetry
         self._driver = CallDriver(
             self._tools, self.ledger, self._decider, self._keys, finisher, self.lease_ms,
             self.telemetry,

@@ -21,11 +21,18 @@ from agent_gate.gate.admission import Arguments
 from agent_gate.gate.decide import Decider
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.gate.runner import Claimed, Ran
+from agent_gate.gate.transactional import running_in
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.outcome_store import KeptResult, OutcomeScrub, keep_result
 from agent_gate.ledger.privacy import clean_message, describe_error
 from agent_gate.ledger.reasons import ReasonCode
-from agent_gate.ledger.records import CallRecord, StoredResult, Transition
+from agent_gate.ledger.records import (
+    CallRecord,
+    Produced,
+    StoredResult,
+    Transition,
+    TxnConnection,
+)
 from agent_gate.ledger.states import (
     LATE_RUN_ENDS,
     RECONCILED,
@@ -95,6 +102,28 @@ class Finisher:
             duplicate_of=claimed.duplicate_of,
             result=value if final.state is CallState.SUCCEEDED and ran.end is RunEnd.OK else None,
             exception=ran.exc,
+        )
+
+    def finish_in_transaction(self, claimed: Claimed) -> Outcome:
+        """Run a transactional tool inside the transaction that commits its outcome
+        (``agent_gate.gate.transactional``): its writes and ``succeeded`` together."""
+        owner = this_owner()
+        kept: list[KeptResult] = []
+
+        def work(conn: TxnConnection) -> Produced:
+            with running_in(conn, claimed.info):
+                value = claimed.tool.invoke(claimed.validated)
+            kept.append(self._keep(claimed.rec.tool, claimed.info.arguments, value))
+            return Produced(Event.SUCCEED, kept[0].stored, kept[0].code, kept[0].reason)
+
+        try:
+            tr = self.ledger.finish_with(claimed.rec, work, lease_owner=owner)
+        except Exception as exc:  # rolled back, writes and all: it failed, nothing written
+            return self.finish(claimed, Ran(RunEnd.ERROR, exc=exc))
+        return outcome_of(
+            tr.record, replayed=not tr.won, call_id=claimed.call_id,
+            duplicate_of=claimed.duplicate_of,
+            result=kept[0].value if tr.won and tr.record.state is CallState.SUCCEEDED else None,
         )
 
     def _failure(

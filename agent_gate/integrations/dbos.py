@@ -25,7 +25,7 @@ function id, which a recovered workflow gives the same call again):
 
 How the answer reaches the workflow: the ledger is where every one of those paths
 writes it, so the workflow waits on ``DBOS.recv(answer_topic(call_id))`` for slices
-that grow from ``POLL_MIN`` to ``poll_max`` seconds and, after each, reads the answer
+that grow from ``poll_min`` to ``poll_max`` seconds and, after each, reads the answer
 from the ledger in a step of its own (recorded, so a recovered workflow replays the
 reads it made). No approval path needs to know DBOS, no relay thread can lose an
 answer, and an application that answers in process can wake the workflow at once
@@ -58,7 +58,7 @@ from agent_gate.ledger.states import CallState
 __all__ = ["POLL_MIN", "CallInDoubt", "GatedSteps", "answer_topic", "wake"]
 
 POLL_MIN = 0.1
-"""Seconds of the first wait for a person's answer; each next one doubles, to ``poll_max``."""
+"""Seconds of the first wait for a person's answer by default; each next one doubles."""
 
 _STEP_PREFIX = "dbos-step-"
 
@@ -79,7 +79,8 @@ class GatedSteps:
 
     ``approval_timeout``: seconds a workflow waits for a person before ``execute``
     returns the call still ``awaiting_approval`` (None: as long as it takes).
-    ``poll_max``: the longest single wait before the ledger is read again.
+    ``poll_min``, ``poll_max``: the first and the longest single wait before the
+    ledger is read again (each wait doubles; ``wake`` ends one at once).
     ``patience``: seconds to wait for a call another live worker runs (the same step
     running twice, in two processes) before its ``in_progress`` outcome is returned.
     """
@@ -89,13 +90,15 @@ class GatedSteps:
         gate: Gate,
         *,
         approval_timeout: float | None = None,
+        poll_min: float = POLL_MIN,
         poll_max: float = 10.0,
         patience: float | None = None,
     ) -> None:
-        if poll_max < POLL_MIN:
-            raise GateUsageError(f"poll_max must be at least {POLL_MIN} seconds")
+        if not 0 < poll_min <= poll_max:
+            raise GateUsageError("waits must be positive, and poll_min at most poll_max")
         self.gate = gate
         self.approval_timeout = approval_timeout
+        self.poll_min = poll_min
         self.poll_max = poll_max
         self.patience = patience if patience is not None else 2 * gate.lease_ms / 1000
 
@@ -109,7 +112,7 @@ class GatedSteps:
         task = _task(task_id)
         record = _execute_step(self, task, dict(call), None)
         call_id = record["call_id"]
-        waited, pause = 0.0, POLL_MIN
+        waited, pause = 0.0, self.poll_min
         while record["state"] == CallState.AWAITING_APPROVAL.value:
             if self.approval_timeout is not None and waited >= self.approval_timeout:
                 break
@@ -126,7 +129,7 @@ class GatedSteps:
         task = _task(task_id)
         record = await _aexecute_step(self, task, dict(call), None)
         call_id = record["call_id"]
-        waited, pause = 0.0, POLL_MIN
+        waited, pause = 0.0, self.poll_min
         while record["state"] == CallState.AWAITING_APPROVAL.value:
             if self.approval_timeout is not None and waited >= self.approval_timeout:
                 break

@@ -62,6 +62,7 @@ __all__ = [
     "entry_text",
     "link_text",
     "root_hash",
+    "row_leaf",
     "timestamp_us",
 ]
 
@@ -125,6 +126,19 @@ def entry_leaf(
     head, tail = entry_parts(version=version, **fields)
     data = entry_text(head, prev_hash, seq, tail).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest(), leaf_hash(data)
+
+
+def row_leaf(row: Any) -> tuple[str, bytes]:
+    """``entry_leaf`` of a stored ``audit_events`` row (a mapping): the same text, read
+    straight off the row (the verifier's and the checkpoint's per-entry path)."""
+    head, tail = entry_parts(
+        at=row["at"], task_id=row["task_id"], call_row_id=row["call_row_id"],
+        call_id=row["call_id"], event=row["event"], from_state=row["from_state"],
+        to_state=row["to_state"], actor=row["actor"], detail=row["detail"],
+    )
+    data = (head + link_text(row["prev_hash"], row["seq"]) + tail).encode(
+        "utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest(), hashlib.sha256(b"\x00" + data).digest()
 
 
 def entry_parts(

@@ -28,9 +28,11 @@ from agent_gate.ledger.records import (
     CallRecord,
     DbNowPlus,
     Guard,
+    Produced,
     Ruling,
     StoredResult,
     Transition,
+    TxnConnection,
 )
 from agent_gate.ledger.states import CallState, Event, arrow
 from agent_gate.ledger.txn import LedgerTxn, Lost, Txn
@@ -593,6 +595,30 @@ def finish(
         engine, rec, event, actor=actor, code=code, reason=reason, changes=changes,
         guard=guard, detail=info,
     )
+
+
+def finish_with(
+    engine: Engine, rec: CallRecord, work: Callable[[TxnConnection], Produced], *,
+    lease_owner: str,
+) -> Transition:
+    """``Ledger.finish_with``: run ``work`` on this transaction's connection and commit
+    what it wrote together with the outcome it produced, or neither: a row that moved
+    on (the lease lost) rolls its writes back too; what ``work`` raises rolls back and
+    propagates."""
+    guard = Guard(owner=True, lease_owner=lease_owner)
+    try:
+        with write(engine) as txn:
+            produced = work(txn.conn)
+            changes, info = _outcome(produced.result, None, None)
+            current = apply(
+                txn, rec, produced.event, actor=lease_owner, code=produced.code,
+                reason=produced.reason, changes=changes, guard=guard, detail=info,
+            )
+            if current is None:
+                raise Lost(rec.row_id)  # roll back the tool's writes with the outcome
+    except Lost:
+        return Transition(False, _reread(engine, rec))
+    return Transition(True, txn.committed(current))
 
 
 def _outcome(

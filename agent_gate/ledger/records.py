@@ -20,7 +20,7 @@ from decimal import Decimal
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from sqlalchemy import DateTime, Text
+from sqlalchemy import Connection, DateTime, Text
 
 import agent_gate._speedups as _speedups
 from agent_gate.errors import TaskContextConflict
@@ -36,12 +36,14 @@ __all__ = [
     "DbNowPlus",
     "Guard",
     "NewCall",
+    "Produced",
     "Ruling",
     "StoredResult",
     "TaskContextConflict",
     "TaskRecord",
     "TaskSummary",
     "Transition",
+    "TxnConnection",
     "call_record",
     "from_row",
     "new_call_row",
@@ -486,3 +488,19 @@ class StoredResult:
         text = canonical_json(value)
         size = len(text.encode("utf-8"))
         return cls(text if size <= max_bytes else None, sha256_hex(text), size)
+
+
+TxnConnection = Connection
+"""The connection a transactional tool writes through: the one of the ledger
+transaction that commits its outcome (``Ledger.finish_with``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """What a transactional tool's run produced, committed with its writes
+    (``Ledger.finish_with``)."""
+
+    event: Event
+    result: StoredResult | None = None
+    code: str | None = None
+    reason: str | None = None

@@ -50,11 +50,13 @@ if TYPE_CHECKING:
     from agent_gate.ledger.records import (
         CallRecord,
         NewCall,
+        Produced,
         Ruling,
         StoredResult,
         TaskRecord,
         TaskSummary,
         Transition,
+        TxnConnection,
     )
     from agent_gate.ledger.states import CallState, Event
     from agent_gate.ledger.txn import LedgerTxn, Txn
@@ -473,6 +475,14 @@ class Ledger:
             self.engine, rec, event, actor=actor, result=result, error=error, code=code,
             reason=reason, lease_owner=lease_owner, detail=detail,
         )
+
+    def finish_with(
+        self, rec: CallRecord, work: Callable[[TxnConnection], Produced], *, lease_owner: str
+    ) -> Transition:
+        """Run ``work`` (a transactional tool) inside the transaction that commits its
+        outcome: its writes on the connection it gets and the outcome commit together,
+        or neither (``lease_owner`` must still hold the call)."""
+        return flows.finish_with(self.engine, rec, work, lease_owner=lease_owner)
 
     def lose_if_abandoned(
         self, rec: CallRecord, *, actor: str, expired_only: bool, code: str, reason: str

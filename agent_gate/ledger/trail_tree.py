@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, select
 
 from agent_gate.evidence.merkle import Frontier
-from agent_gate.ledger.chain import entry_leaf
+from agent_gate.ledger.chain import row_leaf
 from agent_gate.ledger.models import AUDIT_EVENTS
 
 if TYPE_CHECKING:
@@ -46,9 +46,9 @@ _BATCH = 5000
 
 
 def leaf_of(row: Mapping[str, Any]) -> tuple[str, bytes]:
-    """``(recomputed chain hash, leaf hash)`` of one stored entry."""
-    return entry_leaf(seq=int(row["seq"]), prev_hash=row["prev_hash"],
-                      **{k: row[k] for k in FIELDS})
+    """``(recomputed chain hash, leaf hash)`` of one stored entry (``chain.row_leaf``;
+    a test holds it to ``chain.entry_leaf``)."""
+    return row_leaf(row)
 
 
 def leaves(
@@ -97,13 +97,22 @@ class TreeWalk:
     last_id: int = 0
     problem: tuple[int, str] | None = None
     _next: int = 0
+    _due: int = -1
+    """The last leaf id of the next checkpoint to compare: below it, ``add`` only appends."""
 
     def __post_init__(self) -> None:
         self.checkpoints = sorted((c for c in self.checkpoints if c.tree is not None),
                                   key=lambda c: c.id)
+        self._due = self._next_due()
+
+    def _next_due(self) -> int:
+        if self._next < len(self.checkpoints):
+            return self.checkpoints[self._next].tree_last_id or 0
+        return 1 << 62
 
     def add(self, row_id: int, leaf: bytes) -> None:
-        self._settle(row_id)
+        if row_id > self._due:
+            self._settle(row_id)
         self.frontier.append(leaf)
         self.last_id = row_id
 
@@ -119,6 +128,7 @@ class TreeWalk:
             if row_id is not None and row_id <= cp.tree_last_id:
                 return
             self._next += 1
+            self._due = self._next_due()
             if self.problem is None:
                 self.problem = self._compare(cp)
 

@@ -170,16 +170,15 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
                 received.setdefault(int(row["call_row_id"]), (row["task_id"], row["call_id"]))
             elif row["detail"] is not None and '"charges"' in row["detail"]:
                 _note_charges(row, charged)
-        fields = {k: row[k] for k in _FIELDS}
         if legacy is not None and row["id"] <= legacy.last_id:
             legacy.seq += 1
             legacy.hash = entry_hash(seq=legacy.seq, prev_hash=legacy.hash,
-                                     version=LEGACY_VERSION, **fields)
+                                     version=LEGACY_VERSION, **{k: row[k] for k in _FIELDS})
             if legacy_anchor == (legacy.seq, legacy.hash):
                 legacy.anchored = True
         if problem is None:
             chain = chains.setdefault(row["task_id"], _Chain())
-            problem = _entry_problem(row, fields, chain, bound, recomputed)
+            problem = _entry_problem(row, chain, bound, recomputed)
     if problem is None:
         problem = _head_problem(chains, heads)
     if problem is None:
@@ -202,14 +201,14 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
 
 
 def _entry_problem(
-    row: Any, fields: dict[str, Any], chain: _Chain,
+    row: Any, chain: _Chain,
     bound: dict[tuple[str, int], tuple[str, int]], recomputed: str,
 ) -> ChainProblem | None:
     task, expected = row["task_id"], chain.seq + 1
     seq, row_id = int(row["seq"]), int(row["id"])
     where = f"audit entry #{seq} of task {task!r} (row {row_id}, event {row['event']!r})"
     if recomputed != row["hash"] and seq != expected and entry_hash(
-        seq=expected, prev_hash=row["prev_hash"], **fields
+        seq=expected, prev_hash=row["prev_hash"], **{k: row[k] for k in _FIELDS}
     ) == row["hash"]:
         return ChainProblem(
             "reordered", expected, row_id,

@@ -211,6 +211,20 @@ class Txn(ABC):
         principal, scope = rows[0]
         return principal, scope
 
+    def earlier_calls(self, task_id: str, tool: str, before: int) -> list[CallRecord]:
+        """The task's calls of ``tool`` recorded before row ``before``, oldest first
+        (a policy's sequence rules: ``after``, ``not_after``, ``prior``)."""
+
+        def build() -> Any:
+            return select(*CALLS.c).where(
+                CALLS.c.task_id == bindparam("task"), CALLS.c.tool == bindparam("tool"),
+                CALLS.c.id < bindparam("before"),
+            )
+
+        rows = self.run("earlier_calls", build,
+                        {"task": task_id, "tool": tool, "before": before}).rows
+        return sorted((self.call_row(row) for row in rows), key=lambda r: r.row_id)
+
     def audited_state(self, task_id: str, call_row_id: int) -> str | None:
         """The state the call's newest transition entry moved it to (``audit``)."""
         return audit.audited_state(self, task_id, call_row_id)
@@ -253,6 +267,10 @@ class LedgerTxn:
         """What the task has used of each counter (``quota.usage``); ``besides``: not
         counting that call row's own charges."""
         return self._txn.usage(task_id, counters, besides=besides)
+
+    def earlier_calls(self, task_id: str, tool: str, before: int) -> list[CallRecord]:
+        """The task's calls of ``tool`` recorded before row ``before``, oldest first."""
+        return self._txn.earlier_calls(task_id, tool, before)
 
     def latest_approval(self, row_id: int) -> ApprovalRecord | None:
         """The newest approval or denial given for the call row."""

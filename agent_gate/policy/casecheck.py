@@ -22,7 +22,7 @@ from agent_gate.errors import Problem
 from agent_gate.policy.casefile import Case, LoadedCases
 from agent_gate.policy.policy import Policy
 from agent_gate.policy.reach import DeadRule, dead_rules
-from agent_gate.policy.values import PolicyDecision, Principal, TaskScope, Truth
+from agent_gate.policy.values import PolicyDecision, Principal, TaskHistory, TaskScope, Truth
 
 __all__ = ["CaseResult", "TestReport", "run_cases"]
 
@@ -49,7 +49,7 @@ class Unexercised:
     """A rule or limit no case made hold (or go over), located in the policy."""
 
     id: str
-    kind: str  # "rule" or "limit"
+    kind: str  # "rule", "limit" or "Cedar policy"
     where: Problem
 
 
@@ -149,6 +149,8 @@ def _all_ids(policy: Policy) -> list[tuple[str, str, tuple[str | int, ...]]]:
             (limit.id, "limit", ("tools", name, "limits", index))
             for index, limit in enumerate(tool.limits)
         ]
+    if policy.cedar is not None:
+        found += [(meta.name, "Cedar policy", ("cedar",)) for meta in policy.cedar.meta.values()]
     return found
 
 
@@ -170,8 +172,13 @@ def run_cases(
             decision = None
             failures = list(problems)
             if not problems:
+                history = TaskHistory(
+                    succeeded={prior.tool: prior.args for prior in case.prior},
+                    authorized=frozenset(prior.tool for prior in case.prior),
+                )
                 decision = policy.evaluate(
-                    case.tool, case.args, principal=principal, task_scope=scope, usage=usage
+                    case.tool, case.args, principal=principal, task_scope=scope, usage=usage,
+                    history=history,
                 )
                 failures = _compare(case, decision)
                 exercised.update(t.id for t in decision.rules if t.truth is Truth.TRUE)
@@ -190,7 +197,7 @@ def run_cases(
     all_schemas.update(schemas or {})
     unexercised = tuple(
         Unexercised(ident, kind, policy.locate(loc, f"no case makes {kind} {ident} "
-                                                  + ("hold" if kind == "rule" else "go over")))
+                                                  + ("go over" if kind == "limit" else "hold")))
         for ident, kind, loc in _all_ids(policy)
         if ident not in exercised
     )

@@ -89,7 +89,8 @@ class CaseScope(_Model):
 
 
 class PriorCall(_Model):
-    """A call the task already made and had authorized: it counts toward the limits."""
+    """A call the task already made, authorized and succeeded: it counts toward the
+    limits, and sequence rules (``after``, ``not_after``, ``prior:``) see it."""
 
     tool: ToolName
     args: dict[str, JsonValue] = {}

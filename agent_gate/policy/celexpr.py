@@ -12,10 +12,13 @@ line). The expression sees:
 
 agent-gate's operators are functions, so CEL never re-parses a path, URL, address
 or amount with rules of its own: ``path_under(args.path, ["/srv"])`` judges the one
-resolved path every other condition on the tool sees (``fspath``), ``host_in`` /
-``url_host`` / ``url_scheme`` / ``url_port`` read a URL as the ``url:`` predicate
-does, ``ip_in`` and ``email_domain_in`` as theirs do, and ``amount_le`` (``_lt``,
-``_ge``, ``_gt``) compare exact decimals (``amount_le(args.amount, "100.10")``).
+resolved path every other condition on the tool sees (``fspath``); ``host_in``,
+``url_host``, ``url_scheme`` and ``url_port`` read a URL as the ``url:`` predicate
+does; ``ip_in`` and ``email_domain_in`` as theirs do; ``amount_le`` (``_lt``, ``_ge``,
+``_gt``) compare exact decimals (``amount_le(args.amount, "100.10")``); and
+``matches_full(args.id, "ORD-[0-9]{6}")`` is the ``matches:`` predicate (a whole
+match, the pattern checked and compiled once, the input capped), where CEL's own
+``matches`` compiles its pattern on every call.
 
 Three-valued like every condition: a missing key, a wrong type or a function that
 cannot judge its input is an evaluation error, ``Truth.ERROR``, which never grants
@@ -46,6 +49,7 @@ from agent_gate.policy.netaddr import (
 )
 from agent_gate.policy.paths import MISSING
 from agent_gate.policy.predicates import compile_predicate_for
+from agent_gate.policy.regex import DEFAULT_MAX_INPUT, compile_pattern
 from agent_gate.policy.values import Truth
 
 __all__ = ["CelCondition", "CelUnavailable", "cel_problem", "compile_cel"]
@@ -112,6 +116,17 @@ def _url(text: str) -> Any:
     return _once("cel:url", parse_url, text)
 
 
+@functools.lru_cache(maxsize=512)
+def _pattern(pattern: str) -> Any:
+    return compile_pattern(pattern)  # ValueError for a refused pattern: an error
+
+
+def _matches_full(value: str, pattern: str) -> bool:
+    if len(value) > DEFAULT_MAX_INPUT:
+        raise _Unjudgeable(f"longer than {DEFAULT_MAX_INPUT} characters")
+    return _pattern(pattern).fullmatch(value) is not None
+
+
 def _host_in(url: str, patterns: Sequence[str]) -> bool:
     parsed = _url(url)
     return parsed.address is None and domain_matches(parsed.host, tuple(patterns)) is not None
@@ -171,7 +186,7 @@ _AMOUNTS: Final = {
 }
 
 FUNCTIONS: Final = (
-    "path_under", "host_in", "url_host", "url_scheme", "url_port", "ip_in",
+    "matches_full", "path_under", "host_in", "url_host", "url_scheme", "url_port", "ip_in",
     "email_domain_in", *_AMOUNTS,
 )
 
@@ -188,6 +203,7 @@ def _declarations(cel: Any) -> list[Any]:
             cel.Overload("path_under_list", t.BOOL, [t.STRING, strings], impl=_path_under),
             cel.Overload("path_under_string", t.BOOL, [t.STRING, t.STRING], impl=_path_under),
         ]),
+        one("matches_full", t.BOOL, [t.STRING, t.STRING], _matches_full),
         one("host_in", t.BOOL, [t.STRING, strings], _host_in),
         one("url_host", t.STRING, [t.STRING], _url_host),
         one("url_scheme", t.STRING, [t.STRING], _url_scheme),

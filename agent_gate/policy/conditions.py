@@ -66,6 +66,8 @@ class EvalContext:
     bad_paths: dict[str, str] = field(default_factory=dict)
     tool: str = ""
     usage: Mapping[str, Any] = field(default_factory=dict)
+    prior: Mapping[str, Any] = field(default_factory=dict)
+    """Per tool, the arguments of the task's latest succeeded call (``prior:``)."""
     memo: dict[str, Any] = field(default_factory=dict)
     """Per-decision state a kind of condition builds once (a CEL activation)."""
 
@@ -107,7 +109,7 @@ def _leaf_detail(subject: str, phrase: str, check: Check) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Subject:
-    root: str  # "arg", "principal", "task", "field" or "element"
+    root: str  # "arg", "principal", "task", "field", "prior" or "element"
     path: ArgPath
 
     def describe(self) -> str:
@@ -126,11 +128,13 @@ class _Subject:
             return resolve(ctx.task, self.path)
         if self.root == "field":
             return resolve(element, self.path)
+        if self.root == "prior":
+            return resolve(dict(ctx.prior), self.path)
         return element
 
 
 def _subject(condition: Condition) -> _Subject:
-    for root in ("arg", "principal", "task", "field"):
+    for root in ("arg", "principal", "task", "field", "prior"):
         text = getattr(condition, "field_" if root == "field" else root)
         if text is not None:
             return _Subject(root, parse_path(text))

@@ -49,20 +49,25 @@ from agent_gate.policy.values import (
     PolicyDecision,
     Principal,
     RuleTrace,
+    TaskHistory,
     TaskScope,
     Truth,
     Verdict,
 )
 
 __all__ = [
+    "BUILTIN_AFTER",
     "BUILTIN_BAD_ARGUMENTS",
     "BUILTIN_BAD_PATH",
     "BUILTIN_DEFAULT_DENY",
+    "BUILTIN_NOT_AFTER",
+    "BUILTIN_NO_HISTORY",
     "BUILTIN_TASK_SCOPE",
     "BUILTIN_UNKNOWN_SCOPE",
     "BUILTIN_UNKNOWN_TOOL",
     "CompiledRule",
     "LimitRule",
+    "Sequencing",
     "decide",
 ]
 
@@ -72,6 +77,44 @@ BUILTIN_TASK_SCOPE: Final = "agent-gate:task-scope"
 BUILTIN_UNKNOWN_SCOPE: Final = "agent-gate:unknown-scope"
 BUILTIN_DEFAULT_DENY: Final = "agent-gate:default-deny"
 BUILTIN_BAD_PATH: Final = "agent-gate:bad-path"
+BUILTIN_AFTER: Final = "agent-gate:after"
+BUILTIN_NOT_AFTER: Final = "agent-gate:not-after"
+BUILTIN_NO_HISTORY: Final = "agent-gate:no-history"
+
+
+@dataclass(frozen=True, slots=True)
+class Sequencing:
+    """A tool's sequence rules: ``after`` (each needs a succeeded call earlier in the
+    task), ``not_after`` (an authorized one forbids the call), and the tools whose
+    history its rules read (``prior:``); every one of them needs the task's history."""
+
+    after: tuple[str, ...] = ()
+    not_after: tuple[str, ...] = ()
+    reads: frozenset[str] = frozenset()
+
+    @property
+    def tools(self) -> frozenset[str]:
+        return frozenset(self.after) | frozenset(self.not_after) | self.reads
+
+    def denial(self, tool: str, history: TaskHistory | None) -> tuple[str, list[str]] | None:
+        """The built-in id and reasons that deny the call, or None."""
+        if not self.tools:
+            return None
+        if history is None:
+            return BUILTIN_NO_HISTORY, [
+                f"{_name(tool)} has sequence rules and no task history was supplied "
+                "(the ledger reads it), so the call is denied"]
+        missing = [t for t in self.after if t not in history.succeeded]
+        if missing:
+            return BUILTIN_AFTER, [
+                f"{_name(tool)} needs a succeeded call of {_name(t)} earlier in the task"
+                for t in missing]
+        done = [t for t in self.not_after if t in history.authorized]
+        if done:
+            return BUILTIN_NOT_AFTER, [
+                f"{_name(tool)} is not allowed after a call of {_name(t)} in the same task"
+                for t in done]
+        return None
 
 Usage = Mapping[str, int | float | Decimal]
 
@@ -95,6 +138,8 @@ class CompiledRule:
     reason: str | None
     tools: frozenset[str] | None = None
     path_subjects: frozenset[SubjectKey] = frozenset()
+    shadow: bool = False
+    """``mode: shadow``: evaluated for the would-be decision only, never enforced."""
 
     @classmethod
     def build(cls, rule: Rule) -> CompiledRule:
@@ -109,6 +154,7 @@ class CompiledRule:
             reason=rule.reason,
             tools=tools,
             path_subjects=frozenset().union(*(part.path_subjects() for part in when)),
+            shadow=rule.mode == "shadow",
         )
 
     def applies_to(self, tool: str) -> bool:
@@ -306,6 +352,8 @@ def decide(
     usage: Usage | None,
     policy_hash: str,
     delegate: Delegate | None = None,
+    sequencing: Sequencing | None = None,
+    history: TaskHistory | None = None,
 ) -> PolicyDecision:
     """The decision for one call; ``rules`` is ``None`` when the tool is not declared.
 
@@ -335,6 +383,7 @@ def decide(
         path_subjects=frozenset().union(*(rule.path_subjects for rule in rules)),
         tool=tool,
         usage=usage or {},
+        prior=history.succeeded if history is not None else {},
     )
     traces: list[RuleTrace] = []
     by_effect: dict[Verdict, list[str]] = {e: [] for e in Verdict}
@@ -383,6 +432,10 @@ def decide(
             f"as one ({why}), so the call is denied"
             for subject, why in ctx.bad_paths.items()
         ]
+
+    stopped = sequencing.denial(tool, history) if sequencing is not None else None
+    if stopped is not None and (effect is not Verdict.DENY or ids == [BUILTIN_DEFAULT_DENY]):
+        effect, ids, reasons = Verdict.DENY, [stopped[0]], stopped[1]
 
     checks: list[LimitCheck] = []
     if effect is not Verdict.DENY:

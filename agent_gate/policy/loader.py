@@ -18,7 +18,7 @@ from agent_gate.errors import PolicyLoadError, Problem
 from agent_gate.policy.model import PREDICATES, Condition, PolicyDocument, Rule
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 
-__all__ = ["load_document", "load_located"]
+__all__ = ["load_document", "load_located", "prior_tools"]
 
 Loc = tuple[str | int, ...]
 
@@ -29,7 +29,8 @@ def _message(error: Any, loc: Loc) -> str:
         if "when" in loc:
             return (
                 "unknown key: not a predicate, subject or combinator "
-                f"(predicates: {', '.join(PREDICATES)}; subjects: arg, principal, task, field; "
+                f"(predicates: {', '.join(PREDICATES)}; subjects: arg, principal, task, "
+                "field, prior; "
                 "combinators: all, any, not)"
             )
         return "unknown key"
@@ -73,7 +74,8 @@ def _condition_problems(
     elif "field" in subjects:
         yield (*loc, "field"), "'field' is only meaningful inside each/some; use 'arg'"
     elif not subjects and condition.predicate is not None:
-        yield loc, "a condition needs a subject: 'arg: <path>', 'principal: ...' or 'task: ...'"
+        yield loc, ("a condition needs a subject: 'arg: <path>', 'principal: ...', "
+                    "'task: ...' or 'prior: <tool>.<path>'")
     predicate = condition.predicate
     if predicate in ("each", "some"):
         yield from _condition_problems(condition.operand(predicate), (*loc, predicate), True)
@@ -95,6 +97,24 @@ def _cel_problems(condition: Condition, loc: Loc, in_element: bool) -> Iterator[
         problem = cel_problem(condition.cel)
         if problem is not None:
             yield (*loc, "cel"), problem
+
+
+def prior_tools(rule: Rule, loc: Loc) -> Iterator[tuple[Loc, str]]:
+    """Each ``prior:`` subject of ``rule`` with the tool it names."""
+    from agent_gate.policy.paths import parse_path
+
+    def walk(condition: Condition, where: Loc) -> Iterator[tuple[Loc, str]]:
+        combinator = condition.combinator
+        if combinator in ("all", "any"):
+            for i, part in enumerate(condition.operand(combinator)):
+                yield from walk(part, (*where, combinator, i))
+        elif combinator == "not":
+            yield from walk(condition.operand("not"), (*where, "not"))
+        elif condition.prior is not None:
+            yield (*where, "prior"), parse_path(condition.prior)[0]
+
+    for index, condition in enumerate(rule.when):
+        yield from walk(condition, (*loc, "when", index))
 
 
 def _rule_problems(rule: Rule, loc: Loc) -> Iterator[tuple[Loc, str]]:
@@ -132,6 +152,15 @@ def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:
                     "names a tool the policy does not declare",
                 )
     for tool_name, tool in document.tools.items():
+        for key in ("after", "not_after"):
+            for t_index, name in enumerate(getattr(tool, key)):
+                if name not in declared:
+                    yield (("tools", tool_name, key, t_index),
+                           "names a tool the policy does not declare")
+        for index, rule in enumerate(tool.rules):
+            for where, name in prior_tools(rule, ("tools", tool_name, "rules", index)):
+                if name not in declared:
+                    yield where, "'prior' names a tool the policy does not declare"
         if tool.cedar is not None and document.cedar is None:
             yield (
                 ("tools", tool_name, "cedar"),

@@ -181,6 +181,15 @@ ArgPathText = Annotated[StrictStr, AfterValidator(_arg_path)]
 RedactPathText = Annotated[StrictStr, AfterValidator(_redact_path)]
 PrincipalPath = Annotated[StrictStr, AfterValidator(_subject_path(_PRINCIPAL_ROOTS))]
 TaskPath = Annotated[StrictStr, AfterValidator(_subject_path(_TASK_ROOTS))]
+
+
+def _prior_path(text: str) -> str:
+    if len(parse_path(text)) < 2:
+        raise ValueError("name the tool and the argument: 'verify_identity.order_id'")
+    return text
+
+
+PriorPath = Annotated[StrictStr, AfterValidator(_prior_path)]
 DomainPattern = Annotated[StrictStr, AfterValidator(validate_domain_pattern)]
 IpEntry = Annotated[StrictStr, AfterValidator(_ip_entry)]
 Scheme = Annotated[StrictStr, AfterValidator(_scheme)]
@@ -282,7 +291,7 @@ class UrlSpec(_Model):
 # --- conditions --------------------------------------------------------------------
 
 COMBINATORS: Final = ("all", "any", "not")
-SUBJECTS: Final = ("arg", "principal", "task", "field")
+SUBJECTS: Final = ("arg", "principal", "task", "field", "prior")
 PREDICATES: Final = (
     "equals",
     "in",
@@ -315,6 +324,9 @@ class Condition(_Model):
     principal: PrincipalPath | None = None
     task: TaskPath | None = None
     field_: ArgPathText | None = Field(None, alias="field")
+    prior: PriorPath | None = None
+    """``<tool>.<argument path>``: that argument of the task's latest succeeded call of
+    the tool (absent when there is none)."""
 
     equals: JsonValue = None
     in_: list[JsonValue] | None = Field(None, alias="in")
@@ -409,12 +421,24 @@ def _listify(data: Any) -> Any:
 
 
 class Rule(_Model):
-    """A rule of one tool: when every ``when`` condition holds, ask for ``effect``."""
+    """A rule of one tool: when every ``when`` condition holds, ask for ``effect``.
+
+    ``mode: shadow`` evaluates the rule on every call and records what the decision
+    would have been with it enforced, without enforcing it."""
 
     id: RuleId
     effect: Verdict
     when: Annotated[list[Condition], BeforeValidator(_listify)] = []
     reason: Text | None = None
+    mode: Literal["enforce", "shadow"] = "enforce"
+
+    @model_serializer(mode="wrap")
+    def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # a rule that does not say ``mode`` keeps the hash it had before the key existed
+        data = handler(self)
+        if isinstance(data, dict) and data.get("mode") == "enforce":
+            del data["mode"]
+        return data
 
 
 class GlobalRule(Rule):
@@ -455,6 +479,7 @@ class Limit(_Model):
 
 _LATER_KEYS: Final[dict[str, Any]] = {
     "redact_result": [], "approvers": None, "operators": {}, "cedar": None,
+    "after": [], "not_after": [],
 }
 """Keys added to format version 1 after its first release, with their unused value."""
 
@@ -556,6 +581,10 @@ class ToolPolicy(_Model):
     approvers: Approvers | None = None
     cedar: CedarTool | None = None
     """Hand this tool's decision to the file's Cedar policy set (``cedar:``)."""
+    after: list[ToolName] = []
+    """Tools that must have a succeeded call earlier in the task (else deny)."""
+    not_after: list[ToolName] = []
+    """Tools whose authorized call earlier in the task forbids this one."""
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -8,6 +8,8 @@ same ``PolicyDecision``. That is what lets the ledger bind an approval to
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import os
 from collections.abc import Mapping
@@ -20,11 +22,18 @@ from agent_gate.plainjson import canonical_bytes, sha256_hex
 from agent_gate.policy.cedar import CedarPolicySet
 from agent_gate.policy.cedarload import load_cedar
 from agent_gate.policy.conditions import EvalContext
-from agent_gate.policy.evaluator import CompiledRule, Delegate, LimitRule, decide
-from agent_gate.policy.loader import load_located
+from agent_gate.policy.evaluator import CompiledRule, Delegate, LimitRule, Sequencing, decide
+from agent_gate.policy.loader import load_located, prior_tools
 from agent_gate.policy.model import PolicyDocument
 from agent_gate.policy.redaction import RedactionRule, redact_arguments
-from agent_gate.policy.values import PolicyDecision, Principal, TaskScope, ToolOverrides
+from agent_gate.policy.values import (
+    PolicyDecision,
+    Principal,
+    ShadowDecision,
+    TaskHistory,
+    TaskScope,
+    ToolOverrides,
+)
 from agent_gate.policy.yamlsource import MAX_POLICY_BYTES, YamlDocument, format_key
 
 __all__ = ["Policy"]
@@ -63,12 +72,28 @@ class Policy:
         self._hash = "sha256:" + sha256_hex(canonical_bytes(dumped, "surrogatepass"))
         global_rules = [CompiledRule.build(rule) for rule in document.rules]
         self._rules: dict[str, tuple[CompiledRule, ...]] = {}
+        self._shadow_rules: dict[str, tuple[CompiledRule, ...]] = {}
+        self._sequencing: dict[str, Sequencing] = {}
+        """Per tool with ``mode: shadow`` rules: every rule, the shadow ones enforced."""
+        self._shadow_policy: Policy | None = None
         self._limits: dict[str, tuple[LimitRule, ...]] = {}
         self._redaction: dict[str, tuple[RedactionRule, ...]] = {}
         common_redaction = tuple(RedactionRule.parse(r.path, r.preview) for r in document.redact)
         for name, tool in document.tools.items():
             own = [CompiledRule.build(rule) for rule in tool.rules]
-            self._rules[name] = tuple([r for r in global_rules if r.applies_to(name)] + own)
+            every = [r for r in global_rules if r.applies_to(name)] + own
+            reads = frozenset(
+                t for index, rule in enumerate(document.rules)
+                if rule.tools is None or name in rule.tools
+                for _, t in prior_tools(rule, ("rules", index))
+            ) | frozenset(
+                t for index, rule in enumerate(tool.rules)
+                for _, t in prior_tools(rule, ("tools", name, "rules", index))
+            )
+            self._sequencing[name] = Sequencing(tuple(tool.after), tuple(tool.not_after), reads)
+            self._rules[name] = tuple(r for r in every if not r.shadow)
+            if any(r.shadow for r in every):
+                self._shadow_rules[name] = tuple(every)
             self._limits[name] = tuple(LimitRule.build(name, limit) for limit in tool.limits)
             self._redaction[name] = common_redaction + tuple(
                 RedactionRule.parse(r.path, r.preview) for r in tool.redact
@@ -172,17 +197,54 @@ class Policy:
         principal: Principal | None = None,
         task_scope: TaskScope | None = None,
         usage: Mapping[str, int | float | Decimal] | None = None,
+        history: TaskHistory | None = None,
     ) -> PolicyDecision:
         """Decide one call. Never raises for anything about the call itself.
+
+        ``history`` is what the task's earlier calls tell the tool's sequence rules
+        (``after``, ``not_after``, ``prior:``; ``history_tools(tool)`` names the tools it
+        must cover); a tool with such rules and no history is denied.
 
         ``usage`` maps each counter key of ``limits(tool)`` to what the task has
         used so far; the ledger computes it in the transaction that authorizes
         the call. A limit whose counter is missing from ``usage`` denies.
         """
+        decision = self._decide(tool, arguments, self._rules.get(tool), principal, task_scope,
+                                usage, history)
+        would: PolicyDecision | None = None
+        if self._shadow_policy is not None:
+            would = self._shadow_policy.evaluate(
+                tool, arguments, principal=principal, task_scope=task_scope, usage=usage,
+                history=history,
+            )
+            would = dataclasses.replace(would, shadow=None)
+        elif tool in self._shadow_rules:
+            would = self._decide(tool, arguments, self._shadow_rules[tool], principal,
+                                 task_scope, usage, history)
+        if would is None:
+            return decision
+        shadow = ShadowDecision(
+            effect=would.effect,
+            rule_ids=would.rule_ids,
+            policy_hash=would.policy_hash,
+            differs=would.effect is not decision.effect,
+        )
+        return dataclasses.replace(decision, shadow=shadow)
+
+    def _decide(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        rules: tuple[CompiledRule, ...] | None,
+        principal: Principal | None,
+        task_scope: TaskScope | None,
+        usage: Mapping[str, int | float | Decimal] | None,
+        history: TaskHistory | None,
+    ) -> PolicyDecision:
         return decide(
             tool=tool,
             arguments=arguments,
-            rules=self._rules.get(tool),
+            rules=rules,
             limits=self._limits.get(tool, ()),
             scopes=self._scopes,
             principal=principal,
@@ -190,7 +252,33 @@ class Policy:
             usage=usage,
             policy_hash=self._hash,
             delegate=self._delegates.get(tool),
+            sequencing=self._sequencing.get(tool),
+            history=history,
         )
+
+    def history_tools(self, tool: str) -> frozenset[str]:
+        """The tools whose earlier calls in the task ``tool``'s decision reads (its
+        ``after``, ``not_after`` and ``prior:`` subjects): pass their ``TaskHistory``."""
+        found = self._sequencing.get(tool)
+        own = found.tools if found is not None else frozenset()
+        if self._shadow_policy is not None:
+            own |= self._shadow_policy.history_tools(tool)
+        return own
+
+    def with_shadow(self, shadow: Policy | str | os.PathLike[str] | None) -> Policy:
+        """This policy, enforced, with ``shadow`` (a policy or its file) evaluated beside
+        it on every call: its decision is recorded as the would-be one, never enforced.
+        The hash stays this policy's: approvals are bound to what is enforced."""
+        twin = copy.copy(self)
+        twin._shadow_policy = (
+            shadow if isinstance(shadow, Policy) or shadow is None else Policy.load(shadow)
+        )
+        return twin
+
+    @property
+    def shadow_policy(self) -> Policy | None:
+        """The policy evaluated in shadow beside this one (``with_shadow``), if any."""
+        return self._shadow_policy
 
     def approval_refusal(self, tool: str, approver: str, principal: str | None) -> str | None:
         """Why ``approver`` may not approve a call of ``tool`` in a task acting for

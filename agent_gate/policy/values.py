@@ -31,6 +31,8 @@ __all__ = [
     "PolicyDecision",
     "Principal",
     "RuleTrace",
+    "ShadowDecision",
+    "TaskHistory",
     "TaskScope",
     "ToolEffect",
     "ToolOverrides",
@@ -244,12 +246,14 @@ def _json_value(value: Any) -> Any:
         return _num(value)
     if isinstance(value, tuple):
         return [_json_value(item) for item in value]
-    if isinstance(value, (LimitCheck, RuleTrace)):
+    if isinstance(value, (LimitCheck, RuleTrace, ShadowDecision)):
         return value.to_dict()
     return value
 
 
-def _json_fields(record: LimitCheck | RuleTrace | PolicyDecision) -> dict[str, Any]:
+def _json_fields(
+    record: LimitCheck | RuleTrace | PolicyDecision | ShadowDecision,
+) -> dict[str, Any]:
     """Every field of a decision record, in field order, as JSON values: enums by
     value, amounts as numbers, tuples as lists, nested records as dicts. Why: the
     audit trail and ``--json`` print these records, and one mapping keeps their
@@ -265,6 +269,36 @@ class RuleTrace:
     effect: Verdict
     truth: Truth
     detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return _json_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHistory:
+    """What the task's earlier calls tell a tool's sequence rules (``after``,
+    ``not_after``, ``prior:``): per tool, the arguments of its latest succeeded call,
+    and the tools of which some call was authorized (it may have run)."""
+
+    succeeded: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    authorized: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "succeeded", _frozen_mapping(self.succeeded))
+        object.__setattr__(self, "authorized",
+                           frozenset(self.authorized) | frozenset(self.succeeded))
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowDecision:
+    """What the decision would have been with the shadow rules (or the shadow policy
+    file) enforced: recorded with the call, never enforced. ``differs`` says whether
+    its verdict is not the enforced one."""
+
+    effect: Verdict
+    rule_ids: tuple[str, ...]
+    policy_hash: str
+    differs: bool
 
     def to_dict(self) -> dict[str, Any]:
         return _json_fields(self)
@@ -289,6 +323,8 @@ class PolicyDecision:
     policy_hash: str
     rules: tuple[RuleTrace, ...] = ()
     limits: tuple[LimitCheck, ...] = ()
+    shadow: ShadowDecision | None = None
+    """The would-be decision of shadow rules, when the policy has any (else None)."""
 
     @property
     def allowed(self) -> bool:

@@ -398,6 +398,21 @@ class Observer:
                            if anomaly.call_id is not None else None},
                 )
 
+    def shadow(self, task_id: str, call_id: str, tool: str, enforced: str, would: str,
+               rule_ids: Sequence[str]) -> None:
+        """A call's decision had a shadow evaluation (``mode: shadow`` rules or a shadow
+        policy): ``would`` is its never-enforced verdict beside the ``enforced`` one. A
+        DEBUG record here, a counter in the OpenTelemetry observer."""
+        if would != enforced and CALL_LOG.isEnabledFor(_INFO):
+            task_id, call_id, tool = printable(task_id), printable(call_id), printable(tool)
+            CALL_LOG.info(
+                "call %s of task %s (%s): shadow decision %s differs from %s (%s)",
+                call_id, task_id, tool, would, enforced, ", ".join(rule_ids),
+                extra={"task_id": task_id, "call_id": call_id, "tool": tool,
+                       "decision": enforced, "shadow_decision": would,
+                       "shadow_rule_ids": list(rule_ids)},
+            )
+
     def operator(self, task_id: str, call_id: str, tool: str, before: str, after: str,
                  by: str) -> None:
         """A person moved a call (denied it, resolved it) outside any gated run."""

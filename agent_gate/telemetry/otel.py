@@ -102,6 +102,11 @@ class OtelObserver(Observer):
                 description="Calls this gate found in doubt, less those it settled",
             ),
         }
+        self.shadowed = meter.create_counter(
+            "agent_gate.policy.shadow_decisions", unit="{call}",
+            description="Decisions with a shadow evaluation, by tool, enforced and "
+            "would-be verdict (never enforced)",
+        )
         self.reconnects = meter.create_counter(
             "agent_gate.stream.reconnects", unit="{reconnect}",
             description="Stream re-subscriptions after a cut",
@@ -149,6 +154,13 @@ class OtelObserver(Observer):
             "agent_gate.stream", kind=SpanKind.INTERNAL, attributes=attributes
         )
         return _OtelStream(self, span, provider, task_id)
+
+    def shadow(self, task_id: str, call_id: str, tool: str, enforced: str, would: str,
+               rule_ids: Sequence[str]) -> None:
+        super().shadow(task_id, call_id, tool, enforced, would, rule_ids)
+        self.shadowed.add(1, {TOOL_NAME: printable(tool), "agent_gate.decision": enforced,
+                              "agent_gate.shadow_decision": would,
+                              "agent_gate.shadow_differs": would != enforced})
 
     def operator(self, task_id: str, call_id: str, tool: str, before: str, after: str,
                  by: str) -> None:

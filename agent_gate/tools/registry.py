@@ -57,6 +57,10 @@ class Tool:
 
     def __post_init__(self) -> None:
         self.is_async = _is_async(self.fn)
+        if self.is_async and self.spec.transactional:
+            raise ToolDefinitionError(
+                f"tool {self.spec.name!r}: a transactional tool is a sync function "
+                "(it runs on the ledger's own connection)")
         self.validator = compile_validator(self.spec.schema)
 
     @property

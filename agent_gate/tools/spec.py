@@ -120,6 +120,7 @@ class ToolOptions(TypedDict, total=False):
     timeout: float | None
     dispatch: object | None
     description: str | None
+    transactional: bool
 
 
 E = TypeVar("E", bound=StrEnum)
@@ -184,6 +185,9 @@ class ToolSpec:
     timeout: float | None = None
     dispatch: str | None = None
     description: str | None = None
+    transactional: bool = False
+    """Its writes live in the ledger's own database: it runs inside the transaction
+    that commits its outcome (``agent_gate.gate.transactional``), never in doubt."""
 
     @classmethod
     def build(
@@ -217,6 +221,13 @@ class ToolSpec:
         reconcile = options.get("reconcile")
         if reconcile is not None and not callable(reconcile):
             raise ToolDefinitionError(f"tool {name!r}: reconcile must be callable")
+        transactional = options.get("transactional", False)
+        if not isinstance(transactional, bool):
+            raise ToolDefinitionError(f"tool {name!r}: transactional must be True or False")
+        if transactional and timeout is not None:
+            raise ToolDefinitionError(
+                f"tool {name!r}: a transactional tool has no timeout (its transaction "
+                "cannot be left running)")
         return cls(
             name=name,
             schema=schema_dict,
@@ -234,4 +245,5 @@ class ToolSpec:
             timeout=float(timeout) if timeout is not None else None,
             dispatch=dispatch,
             description=options.get("description"),
+            transactional=transactional,
         )

@@ -62,11 +62,12 @@ tools:
       - id: refund-small
         effect: allow
         when:
-          - cel: 'args.order_id.matches("^ORD-[0-9]{6}$") && args.amount > 0 && args.amount <= 100'
+          - cel: 'matches_full(args.order_id, "ORD-[0-9]{6}") && args.amount > 0
+                  && args.amount <= 100'
       - id: refund-large
         effect: approve
         when:
-          - cel: 'args.order_id.matches("^ORD-[0-9]{6}$") && args.amount > 100
+          - cel: 'matches_full(args.order_id, "ORD-[0-9]{6}") && args.amount > 100
                   && args.amount <= 5000'
       - id: refund-finance-only-above-1000
         effect: deny

@@ -239,3 +239,32 @@ def test_evidence_from_one_ledger_does_not_verify_against_another(
     other_key = tmp_path / "other.key"
     theirs = cli("audit", "keygen", "ledger.example/agent-gate", "--out", other_key).output
     assert check(exported["all"], theirs.strip()).exit_code != 0
+
+
+def test_a_time_window_exports_a_contiguous_run_proven_in_place(
+    sqlite_url: str, keys: tuple[Path, str], tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    key, vkey = keys
+    run_calls(sqlite_url, 0, 3)
+    since = datetime.now(UTC)
+    run_calls(sqlite_url, 3, 3)
+    until = datetime.now(UTC)
+    run_calls(sqlite_url, 6, 3)
+    out = tmp_path / "window"
+    done = cli("audit", "export", "--since", since.isoformat(), "--until", until.isoformat(),
+               "--out", out, "--signing-key", key, "--db", sqlite_url)
+    assert done.exit_code == 0, done.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert 0 < manifest["first"] < manifest["end"] < manifest["tree_size"]
+    entries = [json.loads(x) for x in (out / "entries.jsonl").read_text().splitlines()]
+    assert {e["call"] for e in entries if e["call"]} == {"c3", "c4", "c5"}
+    assert check(out, vkey).exit_code == 0
+    # The first entry dropped and the manifest made to match: the tree does not rebuild.
+    lines = _lines(out / "entries.jsonl")
+    (out / "entries.jsonl").write_text("".join(lines[1:]))
+    manifest.update(first=manifest["first"] + 1, entries=manifest["entries"] - 1)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    refused = check(out, vkey)
+    assert refused.exit_code == 1 and "evidence BROKEN" in refused.output

@@ -163,3 +163,12 @@ def test_an_agent_on_dbos_recovered_after_a_crash_pays_once(
     assert report["asked_again"] is True
     assert report["states"] == {"call-pay-acme": "succeeded"} and report["runs"] == 1
     assert report["paid"] == [{"to": "acme", "amount": 40}]
+
+
+def test_a_dbos_workflow_waits_for_a_person_and_pays_once(db: str) -> None:
+    pytest.importorskip("dbos")
+    report = load("with_dbos").main(["--db", db])
+    assert report["first"] == ["dbos-step-1: succeeded", "dbos-step-2: succeeded"]
+    assert report["again"] == report["first"]  # DBOS's records: nothing runs again
+    assert report["paid"] == [("acme", 40), ("globex", 500)]
+    assert report["states"] == {"dbos-step-1": "succeeded", "dbos-step-2": "succeeded"}

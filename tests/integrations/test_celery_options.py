@@ -49,3 +49,22 @@ def test_the_same_key_sent_twice_pays_once(
     assert first == ["order-o9", "call-1", "succeeded", False]
     assert second == ["order-o9", "call-1", "succeeded", True]
     assert len((tmp_path / "outbox").read_text().splitlines()) == 1
+
+
+def test_on_waiting_return_hands_the_waiting_call_to_the_body(
+    app: Celery, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AG_OUTBOX", str(tmp_path / "outbox"))
+    policy = Path(__file__).with_name("engines_policy.yaml")
+    with Gate(make_tools(), sqlite_url, policy=policy) as gate:
+
+        @gated_task(app, gate=gate, on_waiting="return")
+        def pay_large(calls: TaskCalls) -> list[object]:
+            outcome = calls.execute({"name": "send_payment",
+                                     "arguments": {"to": "alice", "amount": 150}})
+            return [outcome.state.value, outcome.code]
+
+        assert pay_large.apply(task_id="t-large").get() == ["awaiting_approval",
+                                                            "awaiting_approval"]
+        assert [o.call_id for o in gate.pending("t-large")] == ["call-1"]  # Celery's id
+    assert not (tmp_path / "outbox").exists()

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from agent_gate import Gate
 from agent_gate.cli import main
 from agent_gate.demo.tools import tools
-from agent_gate.gate.backtest import backtest, read_only_engine
+from agent_gate.gate.backtest import backtest
+from agent_gate.ledger.history import read_only_engine
 from agent_gate.policy import Policy, Principal, TaskScope, Verdict
 
 from .conftest import EXAMPLE

@@ -194,6 +194,14 @@ def test_redact_annotations_redact_the_tools_they_name(policy: Policy) -> None:
     assert policy.redact("fetch_url", {"url": "x", "card_last4": "4242"})["card_last4"] == "4242"
 
 
+def test_a_cedar_redaction_makes_the_gate_need_a_seal_key(policy: Policy) -> None:
+    from agent_gate.authorize import PolicyAuthorizer
+
+    assert PolicyAuthorizer(policy).redacts_anything
+    assert PolicyAuthorizer(policy).redacts("refund") and not PolicyAuthorizer(policy).redacts(
+        "fetch_url")
+
+
 def test_the_hash_binds_the_cedar_text(tmp_path: Path, policy: Policy) -> None:
     before = policy.hash
     (tmp_path / "refunds.cedar").write_text(CEDAR.replace("100.00", "90.00"), encoding="utf-8")
@@ -283,6 +291,8 @@ def test_policy_test_runs_cases_against_a_cedar_policy(tmp_path: Path, policy: P
     result = CliRunner().invoke(main, ["policy", "test", str(tmp_path / "policy.yaml"),
                                        str(cases)])
     assert result.exit_code == 0, result.output
+    assert "no case makes Cedar policy cedar:refund-small hold" in result.stdout
+    assert "cedar:refund-large hold" not in result.stdout
 
 
 def test_a_gate_runs_what_cedar_permits_and_waits_on_advice(db_url: str, tmp_path: Path) -> None:

@@ -53,6 +53,10 @@ def truth(expression: str, args: dict[str, Any], **kwargs: Any) -> Truth:
         ('amount_le(args.a, "100.10")', {"a": "100.10"}, Truth.TRUE),
         ("amount_gt(args.a, 0) && amount_lt(args.a, 0.3)", {"a": 0.1}, Truth.TRUE),
         ('amount_le(args.a, "100")', {"a": True}, Truth.ERROR),
+        ('matches_full(args.id, "ORD-[0-9]{6}")', {"id": "ORD-123456"}, Truth.TRUE),
+        ('matches_full(args.id, "ORD-[0-9]{6}")', {"id": "xORD-123456"}, Truth.FALSE),
+        ('matches_full(args.id, "(a+)+")', {"id": "aaa"}, Truth.ERROR),  # a refused pattern
+        ('matches_full(args.id, "a")', {"id": "a" * 1025}, Truth.ERROR),  # over the input cap
         ("args.a > 5", {}, Truth.ERROR),  # a missing key: unknown, never false
         ("has(args.a) && args.a > 5", {}, Truth.FALSE),
         ("args.a > 5", {"a": "six"}, Truth.ERROR),

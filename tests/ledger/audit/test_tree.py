@@ -146,3 +146,17 @@ def test_a_checkpoint_whose_tree_and_hash_were_both_recomputed_is_caught(
         report = ledger.verify_audit()
     assert report.problem is not None and report.problem.kind == "tree"
     assert "holds 5 entries" in report.problem.message
+
+
+def test_the_row_fast_path_computes_the_same_hash_and_leaf(db_url: str) -> None:
+    from agent_gate.ledger.chain import entry_leaf, row_leaf
+
+    with Ledger(db_url) as ledger:
+        run_calls(ledger, 0, 4)
+        with ledger.engine.connect() as conn:
+            rows = conn.execute(select(AUDIT_EVENTS)).mappings().all()
+    assert rows
+    for row in rows:
+        reference = entry_leaf(seq=row["seq"], prev_hash=row["prev_hash"],
+                               **{k: row[k] for k in FIELDS})
+        assert row_leaf(row) == reference and reference[0] == row["hash"]

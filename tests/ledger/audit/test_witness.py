@@ -147,3 +147,65 @@ def test_a_witness_never_goes_backwards(
 def test_publishing_needs_a_signing_key(sqlite_url: str, tmp_path: Path) -> None:
     done = cli("audit", "checkpoint", "--publish", tmp_path / "x.note", "--db", sqlite_url)
     assert done.exit_code != 0 and "--publish needs --signing-key" in done.output
+
+
+class _Witness:
+    """A real HTTP witness on loopback: keeps each POST whose signature checks out, or
+    answers ``status`` to every one."""
+
+    def __init__(self, secret: bytes, status: int = 200) -> None:
+        import hashlib
+        import hmac
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.kept: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                stamp = self.headers["X-Agent-Gate-Timestamp"]
+                mac = hmac.new(secret, stamp.encode() + b"." + body, hashlib.sha256)
+                good = self.headers["X-Agent-Gate-Signature"] == "sha256=" + mac.hexdigest()
+                if good and status == 200:
+                    outer.kept.append(body.decode())
+                self.send_response(status if good else 401)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/checkpoints"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_checkpoint_is_posted_to_an_http_witness_signed_like_the_webhooks(
+    sqlite_url: str, key: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = key
+    monkeypatch.setenv("AGENT_GATE_WITNESS_SECRET", "s3cret")
+    good, broken = _Witness(b"s3cret"), _Witness(b"s3cret", status=500)
+    try:
+        run_calls(sqlite_url, 0, 2)
+        sent = publish(sqlite_url, path, good.url)  # type: ignore[arg-type]
+        assert good.kept == [sent["note"]] and sent["published"] == [good.url]
+        run_calls(sqlite_url, 2, 1)
+        done = cli("audit", "checkpoint", "--signing-key", path, "--publish", broken.url,
+                   "--publish", tmp_path / "also.note", "--db", sqlite_url)
+        assert done.exit_code == 1 and "not published to" in done.output
+        assert "HTTP 500" in done.output
+        assert (tmp_path / "also.note").is_file()  # the other sinks were still served
+        monkeypatch.delenv("AGENT_GATE_WITNESS_SECRET")
+        unset = cli("audit", "checkpoint", "--signing-key", path, "--publish", good.url,
+                    "--db", sqlite_url)
+        assert unset.exit_code == 1 and "AGENT_GATE_WITNESS_SECRET" in unset.output
+    finally:
+        good.close()
+        broken.close()
