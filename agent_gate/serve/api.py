@@ -145,6 +145,25 @@ def approvals(op: Op, service: Service) -> list[dict[str, Any]]:
     return [call_json(d) for d in service.pending()]
 
 
+@router.get("/inbox", summary="Waiting (or in-doubt) calls across tasks, a keyset page "
+                              "at a time, with counts by tool and rule")
+def inbox_page(op: Op, service: Service, request: Request) -> dict[str, Any]:
+    """The inbox's list as JSON: the same query parameters as ``/inbox`` (``state``,
+    ``tool``, ``task``, ``rule``, ``age``, ``q``, ``mine``, ``answered``, ``sort``,
+    ``after``, ``before``, ``limit``); ``next``: the ``after`` of the next page."""
+    from datetime import UTC, datetime
+
+    from agent_gate.serve.listing import ListView
+
+    view = ListView.read(request.query_params)
+    now = datetime.now(UTC)
+    rows, counts = service.inbox(view.query(op, now, limit=view.limit + 1))
+    more = len(rows) > view.limit and view.before is None
+    rows = rows[-view.limit:] if view.before is not None else rows[:view.limit]
+    return {"rows": [r.to_dict(now) for r in rows], "counts": counts.to_dict(),
+            "next": rows[-1].ref if more and rows else None}
+
+
 @router.get("/in-doubt", summary="Calls in doubt, with their details")
 def in_doubt(op: Op, service: Service) -> list[dict[str, Any]]:
     return [call_json(d) for d in service.in_doubt()]

@@ -362,7 +362,7 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
         return _page(request, "message.html", who, status=status_of(exc), title="Refused",
                      message=str(exc), link=call_link(ref) + _qs(back),
                      back=back.href())
-    who[1].notes.append({"message": text, "ref": ref})
+    _note(who[1], {"message": text, "ref": ref})
     return RedirectResponse(back.href(), status_code=303)
 
 
@@ -377,6 +377,13 @@ def _revealed(request: Request, who: tuple[Operator, Session], ref: int, field: 
         return _page(request, "message.html", who, status=status_of(exc), title="Refused",
                      message=str(exc), link=call_link(ref) + _qs(view), back=view.href())
     return _call_page(request, who, ref, view, revealed=shown.to_dict())
+
+
+def _note(session: Session, note: dict[str, Any]) -> None:
+    """Keep what an answer did for the next page of the list (the last 20: a client
+    that never reads the list cannot grow the session)."""
+    session.notes.append(note)
+    del session.notes[:-20]
 
 
 _PICK = re.compile(r"([1-9][0-9]{0,9}):([0-9a-f]{64})")
@@ -429,7 +436,7 @@ def _bulk(request: Request, fields: dict[str, str], picks: list[str]) -> Respons
             f"{len(results) + malformed}")
     if malformed:
         text += f"; {malformed} row(s) named no call and hash (ignored)"
-    who[1].notes.append({"message": text + ".", "results": results})
+    _note(who[1], {"message": text + ".", "results": results})
     return RedirectResponse(back.href(), status_code=303)
 
 

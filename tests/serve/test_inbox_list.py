@@ -256,3 +256,30 @@ def test_refs_past_the_largest_row_id_name_nothing(world: World, server: Running
            for path in (f"/api/calls/{2**31}", f"/api/audit?after={2**31}")]
     assert pages == [200, 200] and api == [422, 200]
     assert bulk.status_code == 200 and "named no call and hash" in bulk.text
+
+
+def test_the_api_lists_the_same_pages_as_json(world: World, server: Running) -> None:
+    record(world, mails(3, "api"))
+    bob = {"Authorization": f"Bearer {world.tokens['bob']}"}
+    first = httpx.get(f"{server.base}/api/inbox", params={"limit": "25"}, headers=bob).json()
+    tool = httpx.get(f"{server.base}/api/inbox", params={"task": "api", "sort": "newest"},
+                     headers=bob).json()
+    assert [r["call_id"] for r in first["rows"]] == ["mail-1", "m-000", "m-001", "m-002"]
+    assert first["counts"] == {"total": 4, "by_tool": {"send_email": 4},
+                               "by_rule": {"mail-needs-a-person": 4}}
+    assert first["next"] is None and first["rows"][0]["args_hash"] == world.shown("t1",
+                                                                                   "mail-1")[1]
+    assert [r["call_id"] for r in tool["rows"]] == ["m-002", "m-001", "m-000"]
+    assert httpx.get(f"{server.base}/api/inbox").status_code == 401
+
+
+def test_what_answers_did_is_kept_for_the_list_at_most_twenty_deep(
+        world: World, server: Running) -> None:
+    with logged_in(server, world, "bob") as (http, csrf):
+        for i in range(25):
+            got = http.post("/inbox/bulk", data={"csrf": csrf, "action": "deny",
+                                                 "pick": f"{900000 + i}:{'0' * 64}"})
+            assert got.status_code == 303
+        shown = http.get("/inbox").text.count('<p class="note"')
+        again = http.get("/inbox").text.count('<p class="note"')
+    assert (shown, again) == (20, 0)  # shown once, the newest twenty
