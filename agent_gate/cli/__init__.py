@@ -46,6 +46,8 @@ COMMANDS: dict[str, Command] = {
                    "Put the gate in front of an MCP server (every tools/call gated)."),
     "operator": Command("operator", "operator_group",
                         "Manage the operators `agent-gate serve` lets in (tokens, rights)."),
+    "pending": Command("pending", "pending_command",
+                       "List the calls that wait for a person across tasks (oldest first)."),
     "policy": Command("policy", "policy_group",
                       "Validate policy files and explain their decisions."),
     "replay": Command("replay", "replay_command",

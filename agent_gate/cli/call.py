@@ -33,24 +33,66 @@ def call_group() -> None:
 @click.argument("call_id")
 @click.option("--max-result", "max_shown", type=click.IntRange(min=100), default=4000,
               show_default=True, help="Characters of the stored result shown.")
+@click.option("--reveal", "reveal_fields", multiple=True, metavar="FIELD",
+              help="Also print this redacted field in clear (repeatable): needs --by an "
+                   "operator with rights on the tool, --policy, and the seal key; audited.")
+@click.option("--by", "by", default=None, metavar="OPERATOR",
+              help="The operator who reads a field with --reveal (agent-gate operator list).")
+@click.option("--policy", "policy", default=None, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False),
+              help="The policy file (it says which fields no person may see).")
 @call_options
 def show_command(
-    call_id: str, max_shown: int, task_id: str | None, url: str | None, as_json: bool
+    call_id: str, max_shown: int, reveal_fields: tuple[str, ...], by: str | None,
+    policy: str | None, task_id: str | None, url: str | None, as_json: bool
 ) -> None:
     """Show CALL_ID: arguments, schema verdict, decision, approvals, history, result.
 
-    Redacted argument fields appear as their stand-ins (digest, size, preview): this
-    command never unseals them. Name the task with --task when the id repeats.
+    Redacted argument fields appear as their stand-ins (digest, size, preview), unless
+    --reveal FIELD asks for one in clear for the operator --by names (their rights
+    must cover the tool, the policy must not mark the field `reveal: never`; each
+    reveal is in the audit trail under their name). Name the task with --task when
+    the id repeats.
     """
+    revealed: dict[str, Any] = {}
     with failures(), open_ledger(url) as ledger:
         rec = find_call(ledger, call_id, task_id)
         details = ledger.call_details(rec.task_id, rec.call_id, max_shown=max_shown)
+        if reveal_fields:
+            revealed = _reveal(ledger, rec, reveal_fields, by, policy)
     if details is None:  # the row cannot vanish (never deleted); kept for the type
         raise click.ClickException(f"no call {call_id!r} in the ledger")
     if as_json:
-        emit_json(details.to_dict())
+        emit_json({**details.to_dict(), **({"revealed": revealed} if revealed else {})})
         return
     _print(console(), details)
+    for field, value in revealed.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                                indent=2)
+        console().print(cell(f"{'revealed':<12}", "bold") + cell(f"{field} (audited):"))
+        for line in text.splitlines() or [""]:
+            console().print(cell("  " + line))
+
+
+def _reveal(ledger: Any, rec: Any, fields: tuple[str, ...], by: str | None,
+            policy: str | None) -> dict[str, Any]:
+    """Each field in clear for the operator ``by`` (``gate.reveal``), or a refusal."""
+    from agent_gate.cli._exit import CliError
+    from agent_gate.gate.admission import Arguments
+    from agent_gate.gate.reveal import reveal
+    from agent_gate.ledger.views.operators import Operators
+    from agent_gate.policy import Policy
+
+    if by is None or not by.strip():
+        raise CliError("--reveal needs --by OPERATOR: each reveal is audited under a name")
+    operators = Operators(ledger.engine)
+    found = [o for o in operators.list() if o.name == by.strip()]
+    if not found:
+        raise CliError(f"no operator {by.strip()!r} (agent-gate operator list)")
+    keys = Arguments(None, ledger.url, None)
+    rules = Policy.load(policy) if policy is not None else None
+    return {f: reveal(rec, f, op=found[0], operators=operators, keys=keys,
+                      policy=rules).value for f in fields}
 
 
 def _field(out: Console, name: str, value: object, style: str = "") -> None:

@@ -536,16 +536,27 @@ class RedactField(_Model):
     field kept in the ledger and shown to the model) only as a hash and a short preview.
 
     ``preview`` is how many leading characters of a string may be shown (at most a
-    quarter of the value is ever shown, whatever the number).
+    quarter of the value is ever shown, whatever the number). ``reveal``: ``rights``
+    (the default) lets an operator with rights on the tool unseal an argument field
+    on the call's page, audited; ``never``: no person may, whatever their rights.
     """
 
     path: RedactPathText
     preview: Annotated[StrictInt, Field(ge=0, le=MAX_REDACT_PREVIEW)] = 0
+    reveal: Literal["rights", "never"] = "rights"
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         return {"path": data} if isinstance(data, str) else data
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        # Added after format 1's release: a file that does not use it keeps its hash.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("reveal") == "rights":
+            del data["reveal"]
+        return data
 
 
 class OperatorEntry(_Model):

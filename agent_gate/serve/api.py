@@ -26,14 +26,18 @@ from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
 from agent_gate.serve.service import Answer, InboxService, call_json
 
-__all__ = ["AnswerBody", "ResolveBody", "client_of", "router"]
+__all__ = ["AnswerBody", "ResolveBody", "RevealBody", "client_of", "router"]
 
 router = APIRouter(prefix="/api")
 _bearer = HTTPBearer(auto_error=False, description="An operator token (`agent-gate operator add`)")
 
+MAX_ROW_ID = 2**31 - 1
+"""The largest row id a ledger holds (``tool_calls.id`` and ``audit_events.id`` are
+32-bit integers on PostgreSQL): a larger one names nothing, and binding it to those
+columns would be a database error, not an answer."""
 NO_NUL = r"^[^\x00]*$"
 """Text a ledger column can hold (PostgreSQL refuses NUL): anything else names nothing."""
-Ref = Annotated[int, Path(ge=1, le=2**63 - 1,
+Ref = Annotated[int, Path(ge=1, le=MAX_ROW_ID,
                           description="The call's `ref`: the ledger's id for it, as listed")]
 Name = Annotated[str, Query(min_length=1, max_length=255, pattern=NO_NUL)]
 ArgsHash = Annotated[str, Field(
@@ -141,6 +145,25 @@ def approvals(op: Op, service: Service) -> list[dict[str, Any]]:
     return [call_json(d) for d in service.pending()]
 
 
+@router.get("/inbox", summary="Waiting (or in-doubt) calls across tasks, a keyset page "
+                              "at a time, with counts by tool and rule")
+def inbox_page(op: Op, service: Service, request: Request) -> dict[str, Any]:
+    """The inbox's list as JSON: the same query parameters as ``/inbox`` (``state``,
+    ``tool``, ``task``, ``rule``, ``age``, ``q``, ``mine``, ``answered``, ``sort``,
+    ``after``, ``before``, ``limit``); ``next``: the ``after`` of the next page."""
+    from datetime import UTC, datetime
+
+    from agent_gate.serve.listing import ListView
+
+    view = ListView.read(request.query_params)
+    now = datetime.now(UTC)
+    rows, counts = service.inbox(view.query(op, now, limit=view.limit + 1))
+    more = len(rows) > view.limit and view.before is None
+    rows = rows[-view.limit:] if view.before is not None else rows[:view.limit]
+    return {"rows": [r.to_dict(now) for r in rows], "counts": counts.to_dict(),
+            "next": rows[-1].ref if more and rows else None}
+
+
 @router.get("/in-doubt", summary="Calls in doubt, with their details")
 def in_doubt(op: Op, service: Service) -> list[dict[str, Any]]:
     return [call_json(d) for d in service.in_doubt()]
@@ -171,6 +194,20 @@ def deny(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]
 @router.post("/calls/{ref}/resolve", summary="Settle a call in doubt, as it was shown")
 def resolve(ref: Ref, body: ResolveBody, op: Op, service: Service) -> dict[str, Any]:
     return service.resolve(op, Answer(ref, body.args_hash, body.reason), body.as_, body.result)
+
+
+class RevealBody(BaseModel):
+    """Which redacted argument field to read in clear (its path, as the call lists it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    field: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
+
+
+@router.post("/calls/{ref}/reveal",
+             summary="One redacted argument field in clear, for an operator with rights "
+                     "on the tool (audited; never for a field the policy marks reveal: never)")
+def reveal_field(ref: Ref, body: RevealBody, op: Op, service: Service) -> dict[str, Any]:
+    return service.reveal(op, ref, body.field).to_dict()
 
 
 @router.get("/tasks", summary="Tasks, newest activity first, a page at a time")

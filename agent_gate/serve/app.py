@@ -11,6 +11,7 @@ was sent: a value may be a secret, and NaN or Infinity cannot be written as JSON
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
 from agent_gate.evidence.note import read_signer
-from agent_gate.serve import api, inbox
+from agent_gate.serve import api, inbox, slack
 from agent_gate.serve.api import Op, bearer_operator, needs_token, unauthorized
 from agent_gate.serve.auth import LoginLimiter, Sessions
 from agent_gate.serve.checkpointer import Checkpointer
@@ -42,7 +43,7 @@ def create_app(url: str, policy: str | None = None, *,
     audit checkpoint, ``webhooks.ServeConfig``; its defaults without one)."""
     config = config if config is not None else ServeConfig()
     service = InboxService(url, policy)
-    notifier = Notifier(url, config) if config.notify else None
+    notifier = Notifier(url, config) if config.notify or config.mail or config.slack else None
     every = config.checkpoint_every
     signer = (read_signer(Path(config.checkpoint_signing_key))
               if config.checkpoint_signing_key is not None else None)
@@ -85,11 +86,19 @@ def create_app(url: str, policy: str | None = None, *,
     app.state.service = service
     app.state.checkpointer = checkpointer
     app.state.sessions = Sessions()
+    app.state.slack_routes = list(config.slack)
+    app.state.link_secrets = [os.environ[m.link_secret_env].encode() for m in config.mail
+                              if os.environ.get(m.link_secret_env)]
     app.state.limiter = limiter or LoginLimiter()
 
     @app.get("/health", summary="Liveness: no token needed")
     def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        """Nothing (browsers ask for it on every page; a 404 would be noise)."""
+        return Response(status_code=204)
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi(op: Op) -> JSONResponse:
@@ -109,4 +118,5 @@ def create_app(url: str, policy: str | None = None, *,
 
     app.include_router(api.router)
     app.include_router(inbox.router)
+    app.include_router(slack.router)
     return app

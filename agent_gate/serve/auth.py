@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -74,6 +75,9 @@ class Session:
     """``operators.token_digest`` of the token the session was opened with."""
     csrf: str
     expires: float
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    """What the last answers did, shown once on the next page of the list (then
+    dropped): an answer returns to the list, never to a page of its own."""
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """What every response of ``agent-gate serve`` tells the browser it may do with it.
 
-- ``Content-Security-Policy``: nothing loads but the inbox's one style sheet, inline
-  and allowed by its hash (``INBOX_CSS``); no script at all, from anywhere; forms post
+- ``Content-Security-Policy``: nothing loads but the inbox's one style sheet and its
+  one script, both inline and allowed by their hashes (``INBOX_CSS``, ``INBOX_JS``): no
+  other script, inline or from anywhere (a model's text that reached a page as markup
+  could not run); the script may fetch from this server only (the live list); forms post
   only to this server; ``frame-ancestors 'none'``, so no other site can frame a page
   and trick an operator into clicking Approve (clickjacking).
 - ``X-Frame-Options: DENY``: the same, for browsers that predate ``frame-ancestors``.
@@ -22,16 +24,26 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["INBOX_CSS", "SECURITY_HEADERS", "SecurityHeaders"]
+__all__ = ["INBOX_CSS", "INBOX_JS", "SECURITY_HEADERS", "SecurityHeaders"]
 
-INBOX_CSS = (Path(__file__).parent / "templates" / "inbox.css").read_text(encoding="utf-8")
+_HERE = Path(__file__).parent / "templates"
+INBOX_CSS = (_HERE / "inbox.css").read_text(encoding="utf-8")
 """The inbox's style sheet, inlined in every page (``base.html``): no route serves it."""
+INBOX_JS = (_HERE / "inbox.js").read_text(encoding="utf-8")
+"""The inbox's script (live list, keyboard), inlined likewise; the pages work without it."""
 
-_CSS_HASH = base64.b64encode(hashlib.sha256(INBOX_CSS.encode("utf-8")).digest()).decode()
+
+def _hash(text: str) -> str:
+    return base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
+
+
+_CSS_HASH = _hash(INBOX_CSS)
+_JS_HASH = _hash(INBOX_JS)
 
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": (
-        f"default-src 'none'; style-src 'sha256-{_CSS_HASH}'; img-src 'self'; "
+        f"default-src 'none'; style-src 'sha256-{_CSS_HASH}'; "
+        f"script-src 'sha256-{_JS_HASH}'; connect-src 'self'; img-src 'self'; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",

@@ -1,11 +1,20 @@
-"""The web inbox of ``agent-gate serve``: server-rendered pages, no JavaScript.
+"""The web inbox of ``agent-gate serve``: server-rendered pages, a small script on top.
 
 A person logs in with their operator token once (the session cookie then stands in
-for it: ``auth``), reads the waiting calls with their arguments and the policy's
-reasons, and approves or denies with a reason and an expiry; resolves calls in
-doubt; reads tasks, their timelines and the audit trail with its verification.
-Every form that changes something carries the session's CSRF token and is refused
-(403, audited) without it or from another origin.
+for it: ``auth``), reads the waiting calls (and the calls in doubt) across tasks as a
+list, a page at a time (``listing``: filters, counts, keyset pages), opens one on its
+own page with its arguments and the policy's reasons, and approves or denies it with
+a reason and an expiry, or ticks rows and answers them all at once; resolves calls in
+doubt; reads tasks, their timelines and the audit trail with its verification. An
+answer returns to the list where the person was, with what it did on top. Every
+form that changes something carries the session's CSRF token and is refused (403,
+audited) without it or from another origin.
+
+The list refreshes itself by polling ``/inbox/rows`` with ``If-None-Match`` (304
+while nothing changed), not by server-sent events: a new call reaches the ledger from
+any process, and only PostgreSQL could announce it (``notify``), so a server would
+poll the database per open stream anyway; a poll answered 304 costs one page read
+and holds no connection or worker thread between polls, behind any proxy.
 
 A call is reached by ``ref``, the id the ledger gave its row, and an answer's form
 carries the hash of the arguments the page showed (``args_hash``): a call id or task
@@ -15,23 +24,30 @@ go in query strings, every reserved character encoded (the ``q`` filter).
 
 from __future__ import annotations
 
+import hmac
 import json
+import re
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
 from agent_gate.gate.desk import runs_next
 from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
-from agent_gate.serve.api import NO_NUL, Name, Ref, client_of, service_of
+from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
-from agent_gate.serve.headers import INBOX_CSS
+from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
+from agent_gate.serve.listing import AGES, STATES, ListView, etag
+from agent_gate.serve.mail import link_signature
 from agent_gate.serve.service import Answer, call_json, status_of
 
 __all__ = ["EXPIRY_CHOICES", "call_link", "router", "task_link"]
@@ -44,12 +60,32 @@ templates.env.filters["when"] = lambda iso: (iso or "")[:19].replace("T", " ") +
     " UTC" if iso else "")
 templates.env.filters["q"] = lambda v: quote(str(v), safe="")
 """Every reserved character (``/ ? # & . %``...) encoded: for a query string value."""
-templates.env.globals["inbox_css"] = INBOX_CSS
+templates.env.globals["inbox_css"] = Markup(INBOX_CSS)  # our own file, not text from a request
+templates.env.globals["inbox_js"] = Markup(INBOX_JS)  # our own file, not text from a request
+templates.env.filters["age"] = lambda seconds: _age(int(seconds))
+
+
+def _age(seconds: int) -> str:
+    """``3m``, ``2h``, ``5d``: how long a call has waited, at a glance."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+MAX_PICKS = 500
+"""The most rows one bulk answer names."""
 
 
 def call_link(ref: int) -> str:
     """The inbox page of the call whose ledger row is ``ref``."""
     return f"/inbox/calls/{int(ref)}"
+
+
+def _qs(view: ListView) -> str:
+    """The list a call page was opened from, as that page's query string."""
+    query = urlencode(view.params())
+    return f"?{query}" if query else ""
 
 
 def task_link(task_id: str) -> str:
@@ -157,30 +193,89 @@ def logout(request: Request, csrf: Annotated[str, Form(max_length=100)] = "") ->
     return response
 
 
+def _listed(request: Request, who: tuple[Operator, Session], view: ListView
+            ) -> dict[str, Any]:
+    """The page of the list ``view`` names, its counts, and the links around it."""
+    now = datetime.now(UTC)
+    rows, counts = service_of(request).inbox(view.query(who[0], now, limit=view.limit + 1))
+    if view.before is not None:
+        has_prev, has_next = len(rows) > view.limit, True
+        rows = rows[-view.limit:]
+    else:
+        has_prev, has_next = view.after is not None, len(rows) > view.limit
+        rows = rows[:view.limit]
+    prev = (view.href(before=rows[0].ref, after=None) if rows else view.filtered()) \
+        if has_prev else None
+    after = view.href(after=rows[-1].ref, before=None) if has_next and rows else None
+    return {"view": view, "rows": [r.to_dict(now) for r in rows], "counts": counts,
+            "etag": etag(rows, counts, view), "prev": prev, "next": after,
+            "query": urlencode(view.params()), "states": list(STATES), "ages": list(AGES)}
+
+
 @router.get("/inbox", response_class=HTMLResponse)
 def inbox(request: Request) -> Response:
-    return _viewing(request, lambda who: _page(
-        request, "inbox.html", who, calls=[call_json(d) for d in service_of(request).pending()]))
+    """The waiting calls across tasks, filtered and paged; what the last answers did."""
+    def render(who: tuple[Operator, Session]) -> Response:
+        listed = _listed(request, who, ListView.read(request.query_params))
+        notes, who[1].notes[:] = list(who[1].notes), []
+        return _page(request, "inbox.html", who, notes=notes, **listed)
+    return _viewing(request, render)
+
+
+@router.get("/inbox/rows", response_class=HTMLResponse)
+def inbox_rows(request: Request) -> Response:
+    """The list's rows and counts alone, for the page's script: 304 while the
+    ``If-None-Match`` it sends still names them."""
+    def render(who: tuple[Operator, Session]) -> Response:
+        listed = _listed(request, who, ListView.read(request.query_params))
+        if request.headers.get("if-none-match") == listed["etag"]:
+            return Response(status_code=304, headers={"ETag": listed["etag"]})
+        page = _page(request, "_rows.html", who, **listed)
+        page.headers["ETag"] = listed["etag"]
+        return page
+    return _viewing(request, render)
 
 
 @router.get("/inbox/calls/{ref}", response_class=HTMLResponse)
 def call_page(request: Request, ref: Ref) -> Response:
-    return _viewing(request, lambda who: _page(
-        request, "call.html", who, d=call_json(service_of(request).details(ref))))
+    """One call whole; its query string is the list it was opened from (``back``)."""
+    view = ListView.read(request.query_params)
+    return _viewing(request, lambda who: _call_page(request, who, ref, view))
+
+
+def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: ListView,
+               revealed: dict[str, Any] | None = None) -> Response:
+    service = service_of(request)
+    d = call_json(service.details(ref))
+    after = replace(view.query(who[0], datetime.now(UTC), limit=1), after=ref, before=None)
+    following, _ = service.inbox(after)
+    nxt = call_link(following[0].ref) + _qs(view) if following else None
+    return _page(request, "call.html", who, d=d, view=view, back=view.href(),
+                 back_query=urlencode(view.params()), next_call=nxt,
+                 sealed=service.sealed_fields(ref), revealed=revealed)
 
 
 @router.get("/inbox/call")
-def call_by_name(request: Request, task: Name, call: Name) -> Response:
-    """A call named by its task and call id (a webhook's link): to its page by ``ref``."""
+def call_by_name(request: Request, task: Name, call: Name,
+                 sig: Annotated[str | None, Query(max_length=64)] = None) -> Response:
+    """A call named by its task and call id (a webhook's or a mail's link): to its page
+    by ``ref``. A link with ``sig`` (a mail's) must be signed by this server."""
+    if sig is not None and not any(
+            hmac.compare_digest(sig, link_signature(secret, task, call))
+            for secret in request.app.state.link_secrets):
+        return _page(request, "message.html", _current(request), status=400,
+                     title="Not signed here",
+                     message="This link was not signed by this server: open the call from "
+                             "the inbox instead.", back="/inbox")
     return _viewing(request, lambda who: RedirectResponse(
         call_link(service_of(request).find(call, task).call.row_id), status_code=303))
 
 
 @router.get("/inbox/in-doubt", response_class=HTMLResponse)
 def in_doubt_page(request: Request) -> Response:
-    return _viewing(request, lambda who: _page(
-        request, "in_doubt.html", who,
-        calls=[call_json(d) for d in service_of(request).in_doubt()]))
+    """The calls in doubt: the list, filtered to them."""
+    return _viewing(request, lambda who: RedirectResponse(
+        ListView(state="in_doubt").href(), status_code=303))
 
 
 @router.get("/inbox/tasks", response_class=HTMLResponse)
@@ -226,15 +321,18 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
         rec = service.located(ref)
         service.audit_refusal(
             actor=actor_of(who[0].name) if who else "anonymous",
-            event=f"form_{action if action in _ACTIONS else 'unknown'}",
+            event=f"form_{action if action in (*_ACTIONS, 'reveal') else 'unknown'}",
             task_id=rec.task_id if rec else None, call_id=rec.call_id if rec else None,
             detail={"client": client_of(request), "reason": refusal, "ref": ref})
         return _page(request, "message.html", who, status=403, title="Refused",
                      message=f"Refused: {refusal}.")
     assert who is not None
     op = who[0]
+    back = ListView.from_back(fields.get("back"))
     reason = fields.get("reason", "").strip() or None
     shown = fields.get("args_hash", "")
+    if action == "reveal":
+        return _revealed(request, who, ref, fields.get("field", ""), back)
     if action not in _ACTIONS:
         return _page(request, "message.html", who, status=404, title="Not found",
                      message="No such action.")
@@ -262,9 +360,84 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
                                         outcome["task_id"]) + "."
     except AgentGateError as exc:
         return _page(request, "message.html", who, status=status_of(exc), title="Refused",
-                     message=str(exc))
-    return _page(request, "message.html", who, title="Done", message=text,
-                 link=call_link(ref))
+                     message=str(exc), link=call_link(ref) + _qs(back),
+                     back=back.href())
+    _note(who[1], {"message": text, "ref": ref})
+    return RedirectResponse(back.href(), status_code=303)
+
+
+def _revealed(request: Request, who: tuple[Operator, Session], ref: int, field: str,
+              view: ListView) -> Response:
+    """The call's page with one redacted field in clear, in this response only (every
+    response is ``no-store``); refused with why, audited either way."""
+    service = service_of(request)
+    try:
+        shown = service.reveal(who[0], ref, field[:200])
+    except AgentGateError as exc:
+        return _page(request, "message.html", who, status=status_of(exc), title="Refused",
+                     message=str(exc), link=call_link(ref) + _qs(view), back=view.href())
+    return _call_page(request, who, ref, view, revealed=shown.to_dict())
+
+
+def _note(session: Session, note: dict[str, Any]) -> None:
+    """Keep what an answer did for the next page of the list (the last 20: a client
+    that never reads the list cannot grow the session)."""
+    session.notes.append(note)
+    del session.notes[:-20]
+
+
+_PICK = re.compile(r"([1-9][0-9]{0,9}):([0-9a-f]{64})")
+"""A bulk form's row: the call's ``ref`` and the hash of the arguments the row showed."""
+
+
+@router.post("/inbox/bulk", response_class=HTMLResponse)
+async def bulk(request: Request) -> Response:
+    """Approve or deny every ticked row, each bound to the hash that row showed."""
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    picks = [v for v in form.getlist("pick") if isinstance(v, str)]
+    return await run_in_threadpool(_bulk, request, fields, picks)
+
+
+def _bulk(request: Request, fields: dict[str, str], picks: list[str]) -> Response:
+    service = service_of(request)
+    who = _current(request)
+    verb = fields.get("action", "")
+    refusal = _forged(request, who, fields.get("csrf"))
+    if refusal is not None:
+        service.audit_refusal(
+            actor=actor_of(who[0].name) if who else "anonymous",
+            event=f"form_bulk_{verb if verb in ('approve', 'deny') else 'unknown'}",
+            detail={"client": client_of(request), "reason": refusal, "rows": len(picks)})
+        return _page(request, "message.html", who, status=403, title="Refused",
+                     message=f"Refused: {refusal}.")
+    assert who is not None
+    back = ListView.from_back(fields.get("back"))
+    if verb not in ("approve", "deny") or not picks or len(picks) > MAX_PICKS:
+        why = (f"at most {MAX_PICKS} rows at once" if len(picks) > MAX_PICKS
+               else "no row was ticked" if not picks else "no such action")
+        return _page(request, "message.html", who, status=400, title="Bad request",
+                     message=f"Nothing answered: {why}.", back=back.href())
+    expiry = fields.get("expires_in", "24h")
+    if expiry not in EXPIRY_CHOICES:
+        return _page(request, "message.html", who, status=400, title="Bad request",
+                     message=f"Unknown expiry {expiry[:10]!r}.", back=back.href())
+    reason = fields.get("reason", "").strip()[:1000] or None
+    answers, malformed = [], 0
+    for pick in dict.fromkeys(picks):
+        m = _PICK.fullmatch(pick)
+        if m is None or int(m.group(1)) > MAX_ROW_ID:
+            malformed += 1
+            continue
+        answers.append(Answer(int(m.group(1)), m.group(2), reason, EXPIRY_CHOICES[expiry]))
+    results = [r.to_dict() for r in service.answer_each(who[0], verb, answers)]
+    done = sum(r["done"] for r in results)
+    text = (f"{'Approved' if verb == 'approve' else 'Denied'} {done} of "
+            f"{len(results) + malformed}")
+    if malformed:
+        text += f"; {malformed} row(s) named no call and hash (ignored)"
+    _note(who[1], {"message": text + ".", "results": results})
+    return RedirectResponse(back.href(), status_code=303)
 
 
 def _forged(request: Request, who: tuple[Operator, Session] | None,

@@ -33,17 +33,22 @@ from agent_gate.errors import (
     OperatorRefused,
 )
 from agent_gate.gate import DEFAULT_APPROVAL_TTL, Gate
+from agent_gate.gate.admission import Arguments
+from agent_gate.gate.reveal import Revealed, reveal, sealed_fields
 from agent_gate.ledger.audit import settled
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.views.details import CallDetails
+from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow, read_inbox
 from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators, actor_of
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, task_json
+from agent_gate.policy import Policy
 from agent_gate.tools import ToolRegistry
 
-__all__ = ["Answer", "InboxService", "status_of"]
+__all__ = ["Answer", "InboxService", "RowResult", "status_of"]
 
 _PAGE = 50
+_MAX_ROW_ID = 2**31 - 1
 
 
 def status_of(exc: AgentGateError) -> int:
@@ -74,6 +79,22 @@ class Answer:
     """Seconds the approval stays usable; None: no expiry."""
 
 
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """What became of one row of a bulk answer: answered, or refused and why."""
+
+    ref: int
+    call_id: str | None
+    tool: str | None
+    done: bool
+    status: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "call_id": self.call_id, "tool": self.tool,
+                "done": self.done, "status": self.status, "message": self.message}
+
+
 def call_json(d: CallDetails) -> dict[str, Any]:
     """A call as the API and the inbox show it: ``CallDetails.to_dict()`` and ``ref``,
     the id every link and answer names it by."""
@@ -88,6 +109,7 @@ class InboxService:
         self.ledger = self.gate.ledger
         self.operators = Operators(self.ledger.engine)
         self.has_policy = policy is not None
+        self._keys: Arguments | None = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -136,6 +158,11 @@ class InboxService:
             found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
         return [d for d in found if d is not None]
 
+    def inbox(self, query: InboxQuery) -> tuple[list[InboxRow], InboxCounts]:
+        """A page of waiting (or in-doubt) calls across tasks, and their counts."""
+        with self._held():
+            return read_inbox(self.ledger.engine, query)
+
     def details(self, ref: int) -> CallDetails:
         """The call the ledger's row ``ref`` holds."""
         with self._held():
@@ -181,6 +208,8 @@ class InboxService:
         with self._held():
             # Paging forward stops below any entry a transaction still holds (PostgreSQL).
             upto = settled(self.ledger.engine) if after is not None else None
+            # Past the largest id there is nothing after; the column cannot hold more.
+            after = min(after, _MAX_ROW_ID) if after is not None else None
             page = self.ledger.audit_page(AuditQuery(task_id=task_id, after=after, limit=limit,
                                                      upto=upto))
         return [audit_json(e) for e in page]
@@ -224,6 +253,45 @@ class InboxService:
                                         result=result, note=answer.reason, by=op.name,
                                         args_hash=answer.args_hash)
         return {"ref": rec.row_id, "task_id": outcome.task_id, **outcome.to_dict()}
+
+    def answer_each(self, op: Operator, verb: str,
+                    answers: list[Answer]) -> list[RowResult]:
+        """Approve or deny each call, each bound to the hash its row showed: every
+        answer is its own transaction, so one refused (rights, a changed argument, no
+        longer waiting) never keeps the others from being answered."""
+        act = self.approve if verb == "approve" else self.deny
+        out: list[RowResult] = []
+        for answer in answers:
+            try:
+                done = act(op, answer)
+            except AgentGateError as exc:
+                rec = self.located(answer.ref)
+                out.append(RowResult(answer.ref, rec.call_id if rec else None,
+                                     rec.tool if rec else None, False, status_of(exc),
+                                     str(exc)))
+                continue
+            word = "approved" if verb == "approve" else "denied: it will not run"
+            out.append(RowResult(answer.ref, done.get("call_id"), done.get("tool"), True,
+                                 200, word))
+        return out
+
+    def sealed_fields(self, ref: int) -> dict[str, bool]:
+        """The call's redacted fields, and which a person with rights may reveal."""
+        with self._held():
+            return sealed_fields(self._row(ref), self._policy())
+
+    def reveal(self, op: Operator, ref: int, field: str) -> Revealed:
+        """One redacted field in clear for ``op`` (``gate.reveal``: rights, the policy's
+        ``reveal: never``, the audit under their name)."""
+        with self._held():
+            if self._keys is None:
+                self._keys = Arguments(None, self.ledger.url, None)
+            return reveal(self._row(ref), field, op=op, operators=self.operators,
+                          keys=self._keys, policy=self._policy())
+
+    def _policy(self) -> Policy | None:
+        rules = self.gate.rules
+        return rules.policy if rules is not None else None
 
     def located(self, ref: int) -> CallRecord | None:
         """The call at row ``ref``, if any (to name it in the audit of a refused form)."""

@@ -26,8 +26,10 @@ import hashlib
 import hmac
 import json
 import os
+import smtplib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -39,6 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_gate.errors import GateUsageError
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.views import outbox
+from agent_gate.serve.mail import MailEndpoint, message, send
+from agent_gate.serve.slack import SlackRoute, post
 
 __all__ = ["Endpoint", "Notifier", "ServeConfig", "load_config", "sign"]
 
@@ -63,6 +67,10 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     base_url: str = "http://127.0.0.1:8765"
     notify: tuple[Endpoint, ...] = ()
+    mail: tuple[MailEndpoint, ...] = ()
+    slack: tuple[SlackRoute, ...] = ()
+    """Slack channels with Approve/Deny buttons (``serve.slack``)."""
+    """E-mail routes (``serve.mail``): a link to the call's page, never a value."""
     checkpoint_every: float | None = Field(default=600.0, gt=0)
     """Seconds between the audit checkpoints the server takes (``checkpointer``);
     None: none (take them with ``agent-gate audit checkpoint`` instead)."""
@@ -90,6 +98,18 @@ def load_config(path: str) -> ServeConfig:
     if config.checkpoint_publish and config.checkpoint_signing_key is None:
         raise GateUsageError(f"{path}: checkpoint_publish needs checkpoint_signing_key: "
                              "only a signed checkpoint means anything outside the ledger")
+    for m in config.mail:
+        bad = set(m.events) - set(outbox.EVENT_KINDS)
+        if bad:
+            raise GateUsageError(f"{path}: mail {m.name!r}: unknown events {sorted(bad)}; "
+                                 f"expected some of {list(outbox.EVENT_KINDS)}")
+        for env in (m.link_secret_env, m.username_env, m.password_env):
+            if env is not None and not os.environ.get(env):
+                raise GateUsageError(f"{path}: mail {m.name!r}: ${env} is not set")
+    for r in config.slack:
+        for env in (r.token_env, r.signing_secret_env):
+            if not os.environ.get(env):
+                raise GateUsageError(f"{path}: slack {r.name!r}: ${env} is not set")
     return config
 
 
@@ -108,7 +128,11 @@ class Notifier:
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(e,), daemon=True,
                                           name=f"agent-gate-webhook-{e.name}")
-                         for e in config.notify]
+                         for e in config.notify] + [
+            threading.Thread(target=self._mail, args=(m,), daemon=True,
+                             name=f"agent-gate-mail-{m.name}") for m in config.mail] + [
+            threading.Thread(target=self._slack, args=(r,), daemon=True,
+                             name=f"agent-gate-slack-{r.name}") for r in config.slack]
 
     def start(self) -> None:
         for t in self._threads:
@@ -121,21 +145,67 @@ class Notifier:
 
     def _run(self, endpoint: Endpoint) -> None:
         secret = os.environ[endpoint.secret_env].encode()
-        with Ledger(self.url) as ledger, httpx.Client(timeout=endpoint.timeout) as http:
+        with httpx.Client(timeout=endpoint.timeout) as http:
+            self._follow(endpoint.name, endpoint.events, endpoint.poll,
+                         lambda notice: self._deliver(http, endpoint, secret, notice))
+
+    def _mail(self, endpoint: MailEndpoint) -> None:
+        secret = os.environ[endpoint.link_secret_env].encode()
+
+        def deliver(notice: outbox.Notice) -> bool:
+            msg = message(endpoint, notice, self.config.base_url, secret)
+            delay = endpoint.backoff
+            while not self._stop.is_set():
+                try:
+                    send(endpoint, msg)
+                    return True
+                except (smtplib.SMTPException, OSError):
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, endpoint.max_backoff)
+            return False
+
+        # Its own cursor name: a webhook and a mail route may share a name.
+        self._follow(f"mail:{endpoint.name}", endpoint.events, endpoint.poll, deliver)
+
+    def _slack(self, route: SlackRoute) -> None:
+        from slack_sdk.errors import SlackApiError
+
+        def deliver(notice: outbox.Notice) -> bool:
+            rec = None
+            if notice.call_id is not None:
+                with Ledger(self.url) as ledger:
+                    rec = ledger.get(notice.task_id, notice.call_id)
+            delay = route.backoff
+            while not self._stop.is_set():
+                try:
+                    post(route, notice, rec.row_id if rec else None,
+                         rec.args_hash if rec else None, self.config.base_url)
+                    return True
+                except (SlackApiError, OSError):
+                    self._stop.wait(delay)
+                    delay = min(delay * 2, route.max_backoff)
+            return False
+
+        self._follow(f"slack:{route.name}", route.events, route.poll, deliver)
+
+    def _follow(self, name: str, events: tuple[str, ...], poll: float,
+                deliver: Callable[[outbox.Notice], bool]) -> None:
+        """Read the trail after the cursor ``name``; deliver each notice of ``events``
+        (True once delivered, False: stopping) and only then move the cursor."""
+        with Ledger(self.url) as ledger:
             engine = ledger.engine
-            seq = outbox.cursor(engine, endpoint.name)
+            seq = outbox.cursor(engine, name)
             while not self._stop.is_set():
                 notices, last = outbox.notices_after(engine, seq)
                 for notice in notices:
-                    if notice.kind in endpoint.events and not self._deliver(
-                            http, endpoint, secret, notice):
+                    if notice.kind in events and not deliver(notice):
                         return  # stopping: the cursor stays before this notice
-                    outbox.advance(engine, endpoint.name, notice.seq)
+                    outbox.advance(engine, name, notice.seq)
                 if last > seq:
-                    outbox.advance(engine, endpoint.name, last)
+                    outbox.advance(engine, name, last)
                     seq = last
                     continue
-                self._stop.wait(endpoint.poll)
+                self._stop.wait(poll)
 
     def _deliver(self, http: httpx.Client, endpoint: Endpoint, secret: bytes,
                  notice: outbox.Notice) -> bool:

@@ -6,7 +6,7 @@ that posts a forged approval form in the same browser (where the operator is log
 in) is refused and audited, and its call keeps waiting.
 
 ``AGENT_GATE_SCREENSHOT=PATH`` also saves the inbox as the operator first sees it
-(how docs/inbox.png was taken).
+(the list; docs/inbox-list.png comes from test_browser_list.py).
 """
 
 from __future__ import annotations
@@ -91,13 +91,14 @@ def test_log_in_read_the_call_approve_it_and_it_runs_once(
 
     ref, _ = world.shown("t1", "mail-1")
     card = f"#call-{ref}"
-    page.click(f"{card} a.call-link")
+    page.click(f"#row-{ref} a.call-link")
     page.wait_for_url(server.base + f"/inbox/calls/{ref}")
     shown = json.loads(page.text_content(f"{card} pre.arguments") or "")
     assert shown == {"to": "ana@elsewhere.org", "subject": "Refund", "body": "Dear Ana"}
     page.fill(f"{card} input[name=reason]", "the customer asked for it")
     page.select_option(f"{card} select[name=expires_in]", "2h")
-    page.click(f"{card} button.approve")
+    with page.expect_navigation(url=server.base + "/inbox"):
+        page.click(f"{card} button.approve")  # back to the list, the answer on top
     assert "Approved call mail-1" in (page.text_content("#message") or "")
 
     assert world.runs == []
@@ -147,6 +148,10 @@ def test_approve_on_a_card_whose_call_id_climbs_out_approves_that_card(
     page.fill("#token", world.tokens["alice"])
     page.click("#login")
     page.wait_for_url(server.base + "/inbox")
+    row = page.locator("#rows tr.row", has_text=hostile)
+    assert row.count() == 1
+    with page.expect_navigation():
+        row.locator("a.call-link").click()
     card = page.locator("div.card.call", has_text=hostile)
     assert card.count() == 1
     card.locator("input[name=reason]").fill("a harmless mail")

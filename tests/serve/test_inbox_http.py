@@ -53,9 +53,11 @@ def test_a_form_without_the_csrf_token_or_from_elsewhere_is_refused(
         elsewhere = http.post(target, data={"csrf": csrf, "args_hash": shown},
                               headers={"Origin": "http://evil.example"})
         ok = http.post(target, data={"csrf": csrf, "reason": "fine", "expires_in": "2h",
-                                     "args_hash": shown})
+                                     "args_hash": shown}, follow_redirects=True)
     assert (no_token.status_code, wrong.status_code, elsewhere.status_code) == (403, 403, 403)
     assert ok.status_code == 200 and "Approved call mail-1" in ok.text
+    # Back to the list, not to a page of its own.
+    assert [r.status_code for r in ok.history] == [303] and ok.url.path == "/inbox"
     refused = [e for e in world.audit() if e.event == "operator_form_approve"]
     assert [e.detail["reason"] for e in refused] == [
         "the form's CSRF token is missing or wrong", "the form's CSRF token is missing or wrong",
@@ -118,7 +120,7 @@ def test_an_approval_says_what_runs_the_call_next(world: World, server: Running)
         for task, call in (("mcp-session-1", "mcp-1"), ("t1", "mail-1")):
             ref, shown = world.shown(task, call)
             got = http.post(f"/inbox/calls/{ref}/approve",
-                            data={"csrf": csrf, "args_hash": shown})
+                            data={"csrf": csrf, "args_hash": shown}, follow_redirects=True)
             assert got.status_code == 200, got.text
             said.append(got.text)
     assert "the MCP proxy that holds it runs it once" in said[0] and "resume" not in \

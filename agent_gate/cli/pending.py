@@ -1,0 +1,124 @@
+"""``agent-gate pending``: the calls that wait for a person, across every task.
+
+The command line's inbox: calls awaiting approval (and, with ``--state``, calls in
+doubt), oldest first, with their tool, the rules that asked for a person, how long
+they have waited and a short preview of their arguments, where a field the policy
+redacts is its stand-in (never unsealed). The same filters as the web inbox's list
+(``ledger.views.inbox``), keyset-paged and streamed a page at a time like ``tasks``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from agent_gate.cli._listing import PagedTable, pages, parse_since
+from agent_gate.cli._operator import failures, open_ledger
+from agent_gate.cli._options import ledger_options
+from agent_gate.cli._output import cell, console, emit_json, state_style
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.views.inbox import InboxRow
+
+_STATES = {"waiting": ("awaiting_approval",), "in-doubt": ("in_doubt",),
+           "all": ("awaiting_approval", "in_doubt")}
+
+
+def _age(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@click.command(name="pending")
+@click.option("--state", type=click.Choice(list(_STATES)), default="waiting",
+              show_default=True, help="Calls awaiting approval, in doubt, or both.")
+@click.option("--tool", default=None, help="Only this tool's calls.")
+@click.option("--task", "task_id", default=None, metavar="TASK", help="Only this task's calls.")
+@click.option("--rule", default=None, metavar="RULE",
+              help="Only calls this policy rule decided (asked a person for).")
+@click.option("--older-than", "older", default=None, metavar="AGE",
+              help="Only calls waiting at least this long: 30m, 2h, 7d.")
+@click.option("--search", default=None, metavar="ID",
+              help="Only calls whose call id or task id starts with this.")
+@click.option("--operator", "operator", default=None, metavar="NAME",
+              help="Only the calls this operator's rights cover (agent-gate operator list).")
+@click.option("--answered", is_flag=True,
+              help="Also the calls already approved that wait for a gate to run them.")
+@click.option("--newest-first", is_flag=True, help="Newest call first (default: oldest).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=None,
+              help="Show at most this many calls (one page); default: all, streamed.")
+@click.option("--after", type=click.IntRange(1), default=None, metavar="REF",
+              help="Continue after this call (the REF the last page ended at).")
+@ledger_options
+def pending_command(
+    state: str, tool: str | None, task_id: str | None, rule: str | None, older: str | None,
+    search: str | None, operator: str | None, answered: bool, newest_first: bool,
+    limit: int | None, after: int | None, url: str | None, as_json: bool,
+) -> None:
+    """List the calls that wait for a person across tasks (oldest first).
+
+    Each call is named by its REF (the ledger's id for it, as the inbox names it) and
+    its call and task ids; answer one with `agent-gate approve CALL --task TASK`
+    (or the inbox), read it whole with `agent-gate call show CALL --task TASK`.
+    """
+    from dataclasses import replace
+
+    from agent_gate.cli._exit import CliError
+    from agent_gate.ledger.states import CallState
+    from agent_gate.ledger.views.inbox import MAX_INBOX_PAGE, InboxQuery, read_inbox
+    from agent_gate.ledger.views.operators import ALL_TOOLS, Operators
+
+    before = parse_since(older) if older is not None else None
+    table: PagedTable | None = None
+    shown, last = 0, None
+    now = datetime.now(UTC)
+    with failures(), open_ledger(url) as ledger:
+        tools: tuple[str, ...] | None = None
+        if operator is not None:
+            found = [o for o in Operators(ledger.engine).list() if o.name == operator]
+            if not found:
+                raise CliError(f"no operator {operator!r} (agent-gate operator list)")
+            held = set(found[0].approve if state != "in-doubt" else ()) | set(
+                found[0].resolve if state != "waiting" else ())
+            tools = None if ALL_TOOLS in held else tuple(sorted(held))
+        query = InboxQuery(
+            states=tuple(CallState(s) for s in _STATES[state]), tool=tool, task_id=task_id,
+            rule=rule, waiting_before=before, search=search, tools=tools,
+            newest_first=newest_first, answered=answered)
+
+        def fetch(cursor: int | None, n: int) -> list[InboxRow]:
+            rows, _ = read_inbox(ledger.engine, replace(
+                query, after=cursor, limit=min(n, MAX_INBOX_PAGE)))
+            return rows
+
+        for page in pages(fetch, lambda r: r.ref, after, limit):
+            shown += len(page)
+            last = page[-1].ref
+            if as_json:
+                for r in page:
+                    emit_json(r.to_dict(now))
+                continue
+            if table is None:
+                table = PagedTable(console(), ("ref", "tool", "call", "task", "rules",
+                                               "waiting", "arguments"),
+                                   ids=("call", "task"), right=("ref", "waiting"))
+            table.print([_row(r, now) for r in page])
+    if not as_json and shown == 0:
+        console().print("no call waits for a person" if state == "waiting"
+                        else "no call matches")
+    elif not as_json and limit is not None and shown == limit and last is not None:
+        click.echo(f"more may follow: agent-gate pending --after {last} --limit {limit}",
+                   err=True)
+
+
+def _row(r: InboxRow, now: datetime) -> list[Any]:
+    d = r.to_dict(now)
+    tool = cell(r.tool, state_style(r.state.value)) if r.state.value == "in_doubt" \
+        else cell(r.tool)
+    return [cell(r.ref), tool, cell(r.call_id), cell(r.task_id),
+            cell(", ".join(r.rule_ids) or "-"), cell(_age(d["age_seconds"])),
+            cell(d["preview"])]

@@ -1,0 +1,268 @@
+"""The calls that wait for a person, across every task: filtered, keyset-paged, counted.
+
+What the inbox's list and ``agent-gate pending`` show: calls awaiting approval (and
+calls in doubt), oldest first by default, a page at a time. A page reads the rows it
+shows and no others, so it costs what it shows whatever the ledger holds:
+
+* the calls are found through the partial ``tool_calls (state)`` index over the swept
+  states (revision 0008); a query may use it only if it states the index's predicate
+  itself (``models.SWEPT_WHERE``), so every query here adds it;
+* the order is the row id (``ref``): the order calls were recorded in. On SQLite the
+  index's entries carry the row id, so a page is one range read in order; on
+  PostgreSQL the waiting rows are sorted by id (measured in docs/guides/performance.md:
+  10,000 waiting calls);
+* the next page starts after the last ``ref`` shown (``after``), the previous one
+  before the first (``before``): keyset paging, never ``OFFSET``, so a call answered
+  meanwhile never makes a row be skipped or shown twice;
+* filters (tool, task, rule, age, search, the operator's tools) narrow the same read;
+  a call already approved, which waits only for a gate to run it, is left out unless
+  asked for (``answered``): one lookup of its approvals through ``(call_row_id, id)``.
+
+``InboxCounts``: the same calls counted by tool and by rule (every filter but tool and
+rule applies, so the counts say where else there is work). Arguments are read as
+stored: the fields a policy redacts are their stand-ins, never unsealed here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, text
+
+from agent_gate.ledger.backend.dialect import begin_read
+from agent_gate.ledger.lease import now_ms
+from agent_gate.ledger.models import APPROVALS, SWEPT_WHERE
+from agent_gate.ledger.records import CALLS
+from agent_gate.ledger.states import CallState
+from agent_gate.plainjson import canonical_json
+
+__all__ = [
+    "INBOX_STATES",
+    "MAX_INBOX_PAGE",
+    "InboxCounts",
+    "InboxQuery",
+    "InboxRow",
+    "argument_preview",
+    "inbox_counts",
+    "inbox_page",
+    "read_inbox",
+]
+
+INBOX_STATES = (CallState.AWAITING_APPROVAL, CallState.IN_DOUBT)
+"""The states a person acts on: approve or deny, resolve."""
+
+MAX_INBOX_PAGE = 500
+REDACTED_KEY = "redacted"
+"""The key that marks a stand-in (as ``details.REDACTED_KEY``)."""
+
+_LIKE_ESCAPE = "\\"
+
+
+def _like(value: str) -> str:
+    """``value`` as a LIKE pattern's literal text (``%``, ``_`` and the escape escaped)."""
+    return (value.replace(_LIKE_ESCAPE, _LIKE_ESCAPE * 2)
+            .replace("%", _LIKE_ESCAPE + "%").replace("_", _LIKE_ESCAPE + "_"))
+
+
+@dataclass(frozen=True, slots=True)
+class InboxQuery:
+    """Which waiting calls, and which page of them.
+
+    ``states``: awaiting approval, in doubt, or both. ``tool``/``task_id``/``rule``:
+    exact matches (a call matches a rule when the rule is among those that decided it).
+    ``waiting_before``: calls that reached their state at or before this time (the age
+    filter). ``search``: a call id or task id, whole or its beginning. ``tools``: only
+    these tools (an operator's rights; None: every tool). ``after``/``before``: a
+    ``ref`` the previous page ended at / the next page started at. ``newest_first``:
+    the newest call first instead of the oldest.
+    """
+
+    states: tuple[CallState, ...] = (CallState.AWAITING_APPROVAL,)
+    tool: str | None = None
+    task_id: str | None = None
+    rule: str | None = None
+    waiting_before: datetime | None = None
+    search: str | None = None
+    tools: tuple[str, ...] | None = None
+    after: int | None = None
+    before: int | None = None
+    newest_first: bool = False
+    limit: int = 50
+    answered: bool = False
+    """Also the calls a person approved that wait for a gate to run them (they stay
+    ``awaiting_approval`` until one does: ``ledger.approvals``); left out by default,
+    nobody needs to answer them again."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limit <= MAX_INBOX_PAGE:
+            raise ValueError(f"a page holds 1 to {MAX_INBOX_PAGE} calls, not {self.limit}")
+        if not self.states or any(s not in INBOX_STATES for s in self.states):
+            raise ValueError("an inbox lists calls awaiting approval or in doubt")
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRow:
+    """One waiting call as a list shows it: the ``ref`` every link and answer names it
+    by, the hash of the arguments shown (what an answer from this row is bound to)."""
+
+    ref: int
+    task_id: str
+    call_id: str
+    tool: str
+    state: CallState
+    args_hash: str
+    arguments: dict[str, Any] | None
+    """As stored: the fields a policy redacts are their stand-ins."""
+    sealed: bool
+    rule_ids: tuple[str, ...]
+    reason: str | None
+    created_at: datetime
+    since: datetime
+    """When the call reached its state (its row's last change)."""
+
+    def to_dict(self, now: datetime | None = None) -> dict[str, Any]:
+        now = now or datetime.now(UTC)
+        return {"ref": self.ref, "task_id": self.task_id, "call_id": self.call_id,
+                "tool": self.tool, "state": self.state.value, "args_hash": self.args_hash,
+                "preview": argument_preview(self.arguments), "sealed": self.sealed,
+                "rule_ids": list(self.rule_ids), "reason": self.reason,
+                "created_at": self.created_at.isoformat(), "since": self.since.isoformat(),
+                "age_seconds": max(0, int((now - self.since).total_seconds()))}
+
+
+@dataclass(frozen=True, slots=True)
+class InboxCounts:
+    """The matching calls counted: all, by tool, by rule (a call decided by two rules
+    counts under both)."""
+
+    total: int
+    by_tool: dict[str, int] = field(default_factory=dict)
+    by_rule: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "by_tool": dict(self.by_tool),
+                "by_rule": dict(self.by_rule)}
+
+
+_COLUMNS = (CALLS.c.id, CALLS.c.task_id, CALLS.c.call_id, CALLS.c.tool, CALLS.c.state,
+            CALLS.c.args_hash, CALLS.c.arguments, CALLS.c.sealed_arguments.is_not(None),
+            CALLS.c.rule_ids, CALLS.c.reason, CALLS.c.created_at, CALLS.c.updated_at)
+
+
+def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
+    c = CALLS.c
+    out: list[Any] = [c.state.in_([s.value for s in query.states]), text(SWEPT_WHERE)]
+    if query.tools is not None:
+        out.append(c.tool.in_(query.tools) if query.tools else c.id.is_(None))
+    if query.task_id is not None:
+        out.append(c.task_id == query.task_id)
+    if query.waiting_before is not None:
+        out.append(c.updated_at <= query.waiting_before)
+    if query.search:
+        pattern = _like(query.search) + "%"
+        out.append(or_(c.call_id.like(pattern, escape=_LIKE_ESCAPE),
+                       c.task_id.like(pattern, escape=_LIKE_ESCAPE)))
+    if not query.answered:
+        a = APPROVALS.c
+        # A usable approval (for these arguments, not used, not expired by this
+        # process's clock: a listing, not a decision) through (call_row_id, id).
+        out.append(~exists().where(
+            a.call_row_id == c.id, a.verdict == "approved", a.consumed_at.is_(None),
+            a.args_hash == c.args_hash, or_(a.expires_ms.is_(None), a.expires_ms > now_ms())))
+    if facets:
+        if query.tool is not None:
+            out.append(c.tool == query.tool)
+        if query.rule is not None:
+            # rule_ids is canonical JSON (a list of strings): the rule's own JSON text
+            # appears in it exactly when it is one of the list's elements.
+            out.append(c.rule_ids.like("%" + _like(canonical_json(query.rule)) + "%",
+                                       escape=_LIKE_ESCAPE))
+    return out
+
+
+def inbox_page(conn: Connection, query: InboxQuery) -> list[InboxRow]:
+    """One page of waiting calls, in the listing's order."""
+    key = CALLS.c.id
+    where = _where(query)
+    backwards = query.before is not None
+    # Reading towards older rows: oldest-first paging back, or newest-first forward.
+    descending = query.newest_first != backwards
+    if query.after is not None:
+        where.append(key < query.after if query.newest_first else key > query.after)
+    if query.before is not None:
+        where.append(key > query.before if query.newest_first else key < query.before)
+    stmt = (select(*_COLUMNS).where(and_(*where))
+            .order_by(key.desc() if descending else key).limit(query.limit))
+    rows = [_row(r) for r in conn.execute(stmt)]
+    return rows[::-1] if backwards else rows
+
+
+def read_inbox(engine: Engine, query: InboxQuery) -> tuple[list[InboxRow], InboxCounts]:
+    """A page and the counts above it, read in one snapshot (they agree)."""
+    with begin_read(engine) as conn:
+        return inbox_page(conn, query), inbox_counts(conn, query)
+
+
+def inbox_counts(conn: Connection, query: InboxQuery) -> InboxCounts:
+    """The calls ``query`` matches (tool and rule aside), by tool and by rule."""
+    stmt = (select(CALLS.c.tool, CALLS.c.rule_ids, func.count())
+            .where(and_(*_where(query, facets=False)))
+            .group_by(CALLS.c.tool, CALLS.c.rule_ids))
+    total, by_tool, by_rule = 0, {}, {}
+    for tool, rules, n in conn.execute(stmt):
+        total += int(n)
+        by_tool[tool] = by_tool.get(tool, 0) + int(n)
+        for rule in _rules(rules):
+            by_rule[rule] = by_rule.get(rule, 0) + int(n)
+    return InboxCounts(total, dict(sorted(by_tool.items())), dict(sorted(by_rule.items())))
+
+
+def _rules(text_: str | None) -> tuple[str, ...]:
+    if not text_:
+        return ()
+    try:
+        value = json.loads(text_)
+    except ValueError:
+        return ()
+    return tuple(str(r) for r in value) if isinstance(value, list) else ()
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _row(r: Sequence[Any]) -> InboxRow:
+    ref, task_id, call_id, tool, state, args_hash, arguments, sealed, rules, reason, \
+        created, updated = r
+    try:
+        args = json.loads(arguments) if arguments is not None else None
+    except ValueError:
+        args = None
+    return InboxRow(int(ref), task_id, call_id, tool, CallState(state), args_hash,
+                    args if isinstance(args, dict) else None, bool(sealed), _rules(rules),
+                    reason, _utc(created), _utc(updated))
+
+
+def argument_preview(arguments: dict[str, Any] | None, width: int = 120) -> str:
+    """One short line of a call's arguments: ``key=value`` pairs, each value cut, a
+    redacted field as its stand-in (``‹redacted 412 chars›``), never unsealed."""
+    if arguments is None:
+        return "(no arguments)"
+    parts: list[str] = []
+    for key, value in arguments.items():
+        parts.append(f"{key}={_short(value)}")
+    line = " ".join(parts)
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _short(value: Any, width: int = 40) -> str:
+    if isinstance(value, dict) and REDACTED_KEY in value:
+        size = value.get("size")
+        unit = "chars" if value.get("type") == "string" else "bytes"
+        return f"‹redacted {size} {unit}›" if isinstance(size, int) else "‹redacted›"
+    shown = json.dumps(value, ensure_ascii=False)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
