@@ -4,12 +4,13 @@
 each observation calls for (no database code). ``store.Ledger`` is the facade that
 applies them as committed compare-and-set updates: ``records`` (row and value
 types, the one row converter), ``reads`` (queries), ``intake`` (a new call),
-``flows`` (every transition over one compare-and-set builder), ``txn`` (what a
-decision inside a transaction may read). ``reasons`` holds the stored reason codes.
-``backend`` picks the storage path (plain Core, or the driver-level ``prepared`` /
-kept-connection one; SQLAlchemy internals only in ``_sa_private``); ``dialect``
-holds everything that differs between SQLite and PostgreSQL; ``migrate`` brings a
-database to the schema through Alembic only.
+``flows`` (every transition over one compare-and-set builder), all written
+against ``txn.Txn``, the one seam under them. ``reasons`` holds the stored reason
+codes, ``sql`` the SQL that differs between SQLite and PostgreSQL. ``backend``
+picks the storage path (plain Core, or the driver-level ``prepared`` /
+kept-connection one; SQLAlchemy internals only in ``_sa_private``) and makes the
+engines (``backend.dialect``); ``migrate`` brings a database to the schema through
+Alembic only.
 """
 
 from __future__ import annotations

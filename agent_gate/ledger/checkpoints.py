@@ -37,9 +37,10 @@ from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from agent_gate.errors import AuditCheckpointRefused
-from agent_gate.ledger.backend.dialect import begin_read, begin_write, lock_named
+from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
 from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_CHECKPOINTS, AUDIT_HEADS
+from agent_gate.ledger.sql import lock_named
 
 __all__ = [
     "CHECKPOINT_LOCK",
@@ -57,7 +58,7 @@ _CHECKPOINTS = AUDIT_CHECKPOINTS
 _BOUND = AUDIT_CHECKPOINT_HEADS
 _HEADS = AUDIT_HEADS
 CHECKPOINT_LOCK = "audit_checkpoint"
-"""The ``dialect.lock_named`` lock checkpoint writers take turns on."""
+"""The ``sql.lock_named`` lock checkpoint writers take turns on."""
 _RACES = 5
 """Times ``take`` tries again after another writer took the same position."""
 

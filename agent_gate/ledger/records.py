@@ -79,7 +79,7 @@ def _loads(text: str | None) -> Any:
 @dataclass(frozen=True, slots=True)
 class DbNowPlus:
     """A column value of "the database clock plus ``ms``": lease expiries are measured
-    by the database's clock (``dialect.db_now_ms``), never a worker's."""
+    by the database's clock (``sql.db_now_ms``), never a worker's."""
 
     ms: int
 

@@ -29,7 +29,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, inspect
 
 from agent_gate.ledger import CallState, Event, Ledger, NewCall, store
-from agent_gate.ledger.backend.dialect import begin_write, create_ledger_engine
+from agent_gate.ledger.backend import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import alembic_config, head_revision
 from agent_gate.ledger.models import SWEPT_STATES, metadata
 from agent_gate.ledger.records import CallRecord, StoredResult
