@@ -43,11 +43,11 @@ from agent_gate.gate.runner import Driver, Runner
 from agent_gate.gate.stream import StreamRun
 from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.canonical import to_jsonable
 from agent_gate.ledger.lease import this_owner
+from agent_gate.ledger.outcome_store import StoredResult, to_jsonable
 from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reasons import ReasonCode as R
-from agent_gate.ledger.records import CallRecord, StoredResult
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
 from agent_gate.ledger.store import Ledger
 from agent_gate.policy import Policy, Principal, TaskScope

@@ -22,10 +22,10 @@ from agent_gate.gate.decide import Decider
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.gate.runner import Claimed, Ran
 from agent_gate.ledger.lease import this_owner
-from agent_gate.ledger.outcome_store import KeptResult, OutcomeScrub, keep_result
+from agent_gate.ledger.outcome_store import KeptResult, OutcomeScrub, StoredResult, keep_result
 from agent_gate.ledger.privacy import clean_message, describe_error
 from agent_gate.ledger.reasons import ReasonCode
-from agent_gate.ledger.records import CallRecord, StoredResult, Transition
+from agent_gate.ledger.records import CallRecord, Transition
 from agent_gate.ledger.states import (
     LATE_RUN_ENDS,
     RECONCILED,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sqlalchemy import Engine
 
@@ -30,12 +30,14 @@ from agent_gate.ledger.records import (
     DbNowPlus,
     Guard,
     Ruling,
-    StoredResult,
     Transition,
 )
 from agent_gate.ledger.states import CallState, Event, arrow
 from agent_gate.ledger.txn import Lost, Txn
 from agent_gate.plainjson import canonical_json
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.outcome_store import StoredResult
 
 __all__ = [
     "MAX_REASON_CHARS",

@@ -26,7 +26,7 @@ import agent_gate._speedups as _speedups
 from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger.models import TASKS, TOOL_CALLS
 from agent_gate.ledger.states import CallState, Event
-from agent_gate.plainjson import canonical_json, sha256_hex
+from agent_gate.plainjson import canonical_json
 
 __all__ = [
     "CALLS",
@@ -37,7 +37,6 @@ __all__ = [
     "Guard",
     "NewCall",
     "Ruling",
-    "StoredResult",
     "TaskContextConflict",
     "TaskRecord",
     "TaskSummary",
@@ -471,18 +470,3 @@ class Transition:
 
     won: bool
     record: CallRecord
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResult:
-    """A tool result as the ledger keeps it: JSON text, or only its hash when too big."""
-
-    text: str | None
-    sha256: str
-    size: int
-
-    @classmethod
-    def encode(cls, value: Any, max_bytes: int) -> StoredResult:
-        text = canonical_json(value)
-        size = len(text.encode("utf-8"))
-        return cls(text if size <= max_bytes else None, sha256_hex(text), size)

@@ -41,12 +41,12 @@ if TYPE_CHECKING:
         reads,
     )
     from agent_gate.ledger.flows import Decide
+    from agent_gate.ledger.outcome_store import StoredResult
     from agent_gate.ledger.reads import LedgerTxn
     from agent_gate.ledger.records import (
         CallRecord,
         NewCall,
         Ruling,
-        StoredResult,
         TaskRecord,
         TaskSummary,
         Transition,

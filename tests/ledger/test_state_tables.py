@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall
+from agent_gate.ledger.outcome_store import StoredResult
 from agent_gate.ledger.reasons import ReasonCode
-from agent_gate.ledger.records import CallRecord, StoredResult
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import (
     ARROWS,
     LATE_RUN_ENDS,

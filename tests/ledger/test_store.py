@@ -14,7 +14,7 @@ from support import WORKERS
 
 from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall, audit
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
-from agent_gate.ledger.records import StoredResult
+from agent_gate.ledger.outcome_store import StoredResult
 from agent_gate.ledger.txn import Txn
 
 WORKER = WORKERS / "ledger_worker.py"
