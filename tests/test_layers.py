@@ -77,6 +77,12 @@ LAYERS: tuple[Layer, ...] = (
           "tool declarations, the registry, argument validation"),
     Layer("policy", ("agent_gate.policy",),
           "the policy file format and its default-deny evaluator"),
+    Layer(
+        "privacy",
+        ("agent_gate.privacy",),
+        "sealing, scrubbing, keeping results: applies the policy's redaction rules to "
+        "what the ledger will store, so a result goes gate -> privacy -> ledger",
+    ),
     Layer("ledger", ("agent_gate.ledger",),
           "the durable record: states, transitions, audit chain, approvals, quotas"),
     Layer(

@@ -15,7 +15,8 @@ Alembic only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from agent_gate._lazy import exports
 
@@ -80,4 +81,13 @@ __all__ = [
     "resolve_url",
 ]
 
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+_exported, __dir__ = exports(__name__, _LAZY, globals())
+
+
+def __getattr__(name: str) -> Any:
+    # ``seal`` is the old path of ``agent_gate.privacy.seal``, which moved with the
+    # privacy room: integrations/mcp/identity.py (another room's) still imports it
+    # from here until its owner points it at the new one.
+    if name == "seal":
+        return importlib.import_module("agent_gate.privacy.seal")
+    return _exported(name)

@@ -74,8 +74,8 @@ from sqlalchemy import Connection, bindparam, literal_column, or_, select
 from agent_gate._lazy import exports
 from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.models import AUDIT_EVENTS
-from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.records import from_row
+from agent_gate.privacy.scrub import bound
 
 __all__ = [
     "MAX_DETAIL_CHARS",

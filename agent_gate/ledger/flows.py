@@ -22,7 +22,6 @@ from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, quota
 from agent_gate.ledger.backend import reading, writing
 from agent_gate.ledger.cas import NO_GUARD
-from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import (
@@ -35,9 +34,10 @@ from agent_gate.ledger.records import (
 from agent_gate.ledger.states import CallState, Event, arrow
 from agent_gate.ledger.txn import Lost, Txn
 from agent_gate.plainjson import canonical_json
+from agent_gate.privacy.scrub import bound
 
 if TYPE_CHECKING:
-    from agent_gate.ledger.outcome_store import StoredResult
+    from agent_gate.privacy.results import StoredResult
 
 __all__ = [
     "MAX_REASON_CHARS",

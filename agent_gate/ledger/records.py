@@ -130,7 +130,7 @@ class CallRecord:
     started_at: datetime | None
     finished_at: datetime | None
     sealed_arguments: str | None = None
-    """The full arguments, sealed (``agent_gate.ledger.seal``), when ``arguments`` holds
+    """The full arguments, sealed (``agent_gate.privacy.seal``), when ``arguments`` holds
     redacted stand-ins; None when nothing was redacted."""
     policy_hash: str | None = None
     rule_ids: tuple[str, ...] = ()

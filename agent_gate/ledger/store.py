@@ -41,7 +41,6 @@ if TYPE_CHECKING:
         reads,
     )
     from agent_gate.ledger.flows import Decide
-    from agent_gate.ledger.outcome_store import StoredResult
     from agent_gate.ledger.reads import LedgerTxn
     from agent_gate.ledger.records import (
         CallRecord,
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn
     from agent_gate.ledger.views import details, pages
     from agent_gate.ledger.views.details import CallDetails
+    from agent_gate.privacy.results import StoredResult
 
 # Opening a ledger and reading it needs the engine, the schema check and the rows;
 # each of these modules is imported by the first method that uses it, so that

@@ -14,8 +14,8 @@ from support import WORKERS
 
 from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall, audit
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
-from agent_gate.ledger.outcome_store import StoredResult
 from agent_gate.ledger.txn import Txn
+from agent_gate.privacy.results import StoredResult
 
 WORKER = WORKERS / "ledger_worker.py"
 

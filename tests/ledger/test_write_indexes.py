@@ -32,9 +32,9 @@ from agent_gate.ledger import CallState, Event, Ledger, NewCall, store
 from agent_gate.ledger.backend import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import alembic_config, head_revision
 from agent_gate.ledger.models import SWEPT_STATES, metadata
-from agent_gate.ledger.outcome_store import StoredResult
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery
+from agent_gate.privacy.results import StoredResult
 
 S = CallState
 BEFORE = "0007_pg_server_side_append"

@@ -21,10 +21,10 @@ from agent_gate.ledger import approvals
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
 from agent_gate.ledger.models import AUDIT_EVENTS
-from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
+from agent_gate.privacy.scrub import bound
 
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn
