@@ -13,14 +13,11 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from agent_gate.ledger.backend.dialect import (
-    begin_write,
-    create_ledger_engine,
-    lock_named,
-    resolve_url,
-)
+from agent_gate.ledger.backend import begin_write, create_ledger_engine
+from agent_gate.ledger.backend.dialect import resolve_url
 from agent_gate.ledger.migrate import MIGRATION_LOCK
 from agent_gate.ledger.models import metadata
+from agent_gate.ledger.sql import lock_named
 
 config = context.config
 

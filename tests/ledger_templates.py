@@ -32,8 +32,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event, text
 
 from agent_gate.ledger import Ledger
+from agent_gate.ledger.backend import create_ledger_engine
 from agent_gate.ledger.backend import default as default_storage
-from agent_gate.ledger.backend.dialect import create_ledger_engine
 from agent_gate.ledger.migrate import upgrade
 
 NewSqliteLedger = Callable[[Path], str]

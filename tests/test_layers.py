@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = "agent_gate"
 
 
@@ -82,6 +84,12 @@ LAYERS: tuple[Layer, ...] = (
           "tool declarations, the registry, argument validation"),
     Layer("policy", ("agent_gate.policy",),
           "the policy file format and its default-deny evaluator"),
+    Layer(
+        "privacy",
+        ("agent_gate.privacy",),
+        "sealing, scrubbing, keeping results: applies the policy's redaction rules to "
+        "what the ledger will store, so a result goes gate -> privacy -> ledger",
+    ),
     Layer("ledger", ("agent_gate.ledger",),
           "the durable record: states, transitions, audit chain, approvals, quotas"),
     Layer("evidence", ("agent_gate.evidence",),
@@ -219,6 +227,89 @@ def describe(imp: Import) -> str:
     )
 
 
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """The lines under ``if TYPE_CHECKING:`` (type hints only: no import at run time)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+        ):
+            for child in node.body:
+                lines.update(n.lineno for n in ast.walk(child) if hasattr(n, "lineno"))
+    return lines
+
+
+def run_time_graph(inside: str, modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Who imports whom among the modules under ``inside``, as the code runs: every
+    import wherever it is written (module level, in a function) except those under
+    ``TYPE_CHECKING``."""
+    def within(name: str) -> bool:
+        return name == inside or name.startswith(inside + ".")
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        if not within(module):
+            continue
+        hints = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
+        graph[module] = {
+            imp.target for imp in imports_of(module, modules)
+            if imp.line not in hints and within(imp.target) and imp.target != module
+        }
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of ``graph``: each set of two or more modules that reach each other
+    (a strongly connected component, Tarjan's algorithm without recursion), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in graph:
+                    continue
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    circle = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        circle.append(member)
+                        if member == node:
+                            break
+                    if len(circle) > 1:
+                        found.append(sorted(circle))
+    return sorted(found)
+
+
+def describe_cycle(circle: list[str], graph: dict[str, set[str]]) -> str:
+    members = set(circle)
+    arrows = [f"  {a} -> {b}" for a in circle for b in sorted(graph[a]) if b in members]
+    return f"{len(circle)} modules: {', '.join(circle)}\n" + "\n".join(arrows)
+
+
 def render_layers() -> str:
     """The architecture page's layer table, top layer first, as the block between markers."""
     rows = ["| layer | modules | why it sits here |", "|---|---|---|"]
@@ -261,6 +352,44 @@ def test_known_upward_imports_still_exist() -> None:
         "fixed upward imports: delete them from KNOWN_UPWARD in tests/test_layers.py: "
         + ", ".join(f"{s} -> {t}" for s, t in gone)
     )
+
+
+CYCLE_FREE = ("agent_gate.ledger",)
+"""Packages inside which no module may import, directly or through others, a module
+that imports it back. A circle has no bottom to read or test from: changing any
+member can break every other (issue 31: the transaction seam once drew one of twelve
+modules through ``txn``, ``backend`` and the rules it sits under)."""
+
+
+@pytest.mark.parametrize("package", CYCLE_FREE)
+def test_no_import_cycle_inside(package: str) -> None:
+    graph = run_time_graph(package, package_modules())
+    circles = import_cycles(graph)
+    assert not circles, f"import cycles inside {package}:\n" + "\n".join(
+        describe_cycle(circle, graph) for circle in circles
+    )
+
+
+def test_the_cycle_finder_sees_circles_and_skips_type_hints(tmp_path: Path) -> None:
+    """A circle through a function-level import counts; one closed only under
+    ``TYPE_CHECKING`` does not; a chain is no circle."""
+    files = {
+        "a": "from agent_gate.ledger.probe import b\n",
+        "b": "def f():\n    from agent_gate.ledger.probe import c\n",
+        "c": "import agent_gate.ledger.probe.a\nfrom agent_gate.ledger.probe import d\n",
+        "d": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+             "    from agent_gate.ledger.probe import c\n",
+        "e": "from agent_gate.ledger.probe import a\n",
+    }
+    modules = {"agent_gate.ledger.probe": tmp_path / "__init__.py"}
+    modules["agent_gate.ledger.probe"].write_text("", encoding="utf-8")
+    for name, source in files.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(source, encoding="utf-8")
+        modules[f"agent_gate.ledger.probe.{name}"] = path
+    graph = run_time_graph("agent_gate.ledger.probe", modules)
+    probe = "agent_gate.ledger.probe."
+    assert import_cycles(graph) == [[probe + "a", probe + "b", probe + "c"]]
 
 
 def test_the_checker_sees_nested_and_type_checking_imports(tmp_path: Path) -> None:

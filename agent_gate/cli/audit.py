@@ -141,8 +141,8 @@ def audit_group(
 def _follow(ledger: Ledger, query: AuditQuery, start: int | None, limit: int | None,
             show: Callable[[list[AuditRecord]], None]) -> None:
     """Print what is there, then poll for new entries (backing off while idle), never
-    past an entry a later commit could still precede (``audit.settled``)."""
-    from agent_gate.ledger.audit import settled
+    past an entry a later commit could still precede (``pages.settled``)."""
+    from agent_gate.ledger.views.pages import settled
 
     if start is None:
         backlog = ledger.audit_page(replace(query, newest=True, limit=limit or 10))

@@ -214,7 +214,7 @@ def verify_from(checkpoint: Path, key: str | None, url: str | None, as_json: boo
     """``audit verify --checkpoint NOTE --key KEY``: the ledger against a checkpoint kept
     outside it, checking only what came after it (``ledger.trail_since``)."""
     from agent_gate.evidence.checkpoint import open_checkpoint
-    from agent_gate.ledger.backend.dialect import begin_read
+    from agent_gate.ledger.backend import begin_read
     from agent_gate.ledger.trail_since import verify_since
 
     if key is None:

@@ -25,7 +25,8 @@ def upgrade_command(url: str | None, revision: str) -> None:
 
     Creates a SQLite ledger file that is not there: this is how a new one is started.
     """
-    from agent_gate.ledger.backend.dialect import create_ledger_engine, resolve_url
+    from agent_gate.ledger.backend import create_ledger_engine
+    from agent_gate.ledger.backend.dialect import resolve_url
     from agent_gate.ledger.migrate import upgrade
 
     resolved = resolve_url(url)
@@ -46,7 +47,8 @@ def upgrade_command(url: str | None, revision: str) -> None:
 @db_option
 def current_command(url: str | None) -> None:
     """Print the database's revision and the code's head revision."""
-    from agent_gate.ledger.backend.dialect import create_ledger_engine, resolve_url
+    from agent_gate.ledger.backend import create_ledger_engine
+    from agent_gate.ledger.backend.dialect import resolve_url
     from agent_gate.ledger.ledger_file import require_ledger_file
     from agent_gate.ledger.migrate import current_revision, head_revision
 

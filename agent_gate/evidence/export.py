@@ -23,7 +23,7 @@ from agent_gate.errors import AuditCheckpointRefused, EvidenceError
 from agent_gate.evidence.bundle import BUNDLE_FORMAT, PROOF_FORMAT, VERSION, entry_json
 from agent_gate.evidence.merkle import Tree
 from agent_gate.evidence.note import SignerKey
-from agent_gate.ledger.backend.dialect import begin_read
+from agent_gate.ledger.backend import begin_read
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take
 from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.trail_tree import leaves

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from agent_gate.authorize import PolicyAuthorizer, principal_json, scope_json
 from agent_gate.calls import JSON_CALL_KINDS, CallStatus, ToolCall
 from agent_gate.errors import ArgumentsTooDeep, GateUsageError, StrictParseError, json_type_name
-from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.canonical import arguments_hash, raw_arguments_hash
 from agent_gate.ledger.models import ID_LEN, TOOL_NAME_LEN
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import NewCall, Ruling
 from agent_gate.ledger.states import Event
 from agent_gate.plainjson import MAX_ARGUMENT_DEPTH, canonical_json, check_depth, sha256_hex
+from agent_gate.privacy import seal as sealing
 from agent_gate.strict_json import parse_arguments as strict_arguments
 from agent_gate.tools import (
     COERCION_UNSTABLE,
@@ -172,7 +172,7 @@ def admit(
     early = early or unstorable or reject
     # For a tool the policy redacts fields of, the row holds the redacted form, the
     # whole object is sealed, and every hash of argument content (argument hash,
-    # dedupe key) is keyed (see ledger.seal). This depends on the tool, not on
+    # dedupe key) is keyed (see privacy.seal). This depends on the tool, not on
     # whether this call carried a redacted field, so that two calls of one tool are
     # always hashed alike and a dedupe key still catches a repeated write.
     key_for: sealing.SealKey | None = None

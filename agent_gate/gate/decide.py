@@ -31,13 +31,13 @@ from pydantic import BaseModel
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_from_json
 from agent_gate.errors import GateUsageError
 from agent_gate.gate.admission import Arguments, stable_key
-from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import CallState, Event, verdict_arrow
 from agent_gate.ledger.store import Ledger
-from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import PolicyDecision, Principal, TaskHistory, TaskScope, Verdict
+from agent_gate.privacy.scrub import bound
 from agent_gate.telemetry import Observer
 from agent_gate.tools import (
     ArgumentsInvalid,

@@ -47,11 +47,11 @@ from agent_gate.gate.runner import (
     refuse_async_in_loop,
 )
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
+from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import CallRecord, Ruling, Transition
 from agent_gate.ledger.states import LEASE_ENDS, CallState, Event, LeaseEnd
 from agent_gate.ledger.store import Ledger
-from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.telemetry import CallTrace, Observer
 from agent_gate.telemetry.base import RowAs
 from agent_gate.tools import Idempotency, Reconciled, Reconciliation, Tool, ToolRegistry

@@ -41,16 +41,16 @@ from agent_gate.gate.mcp_approval import ApprovalTools
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of
 from agent_gate.gate.runner import Driver, Runner
 from agent_gate.gate.stream import StreamRun
-from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.canonical import to_jsonable
 from agent_gate.ledger.lease import this_owner
-from agent_gate.ledger.privacy import bound
 from agent_gate.ledger.reasons import ReasonCode as R
-from agent_gate.ledger.records import CallRecord, StoredResult
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
 from agent_gate.ledger.store import Ledger
 from agent_gate.policy import Policy, Principal, TaskScope
+from agent_gate.privacy import seal as sealing
+from agent_gate.privacy.results import StoredResult, to_jsonable
+from agent_gate.privacy.scrub import bound
 from agent_gate.telemetry import Observer
 from agent_gate.telemetry import observer as default_observer
 from agent_gate.tools import Effect, Reconciliation, ToolRegistry
@@ -121,7 +121,7 @@ class Gate:
     overrides, redaction) or a custom ``Authorizer``; without one every registered
     tool with valid arguments is allowed. ``principal`` and ``scope`` are the
     defaults for ``execute``/``run`` (bound to each task on first use).
-    ``seal_key`` seals the fields the policy redacts (``agent_gate.ledger.seal``
+    ``seal_key`` seals the fields the policy redacts (``agent_gate.privacy.seal``
     says where a key comes from otherwise). ``lease_seconds`` is how long a
     worker's claim on a running call lasts without renewal (it is renewed while the
     tool runs). ``telemetry`` is where traces, metrics and logs go

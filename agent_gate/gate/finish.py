@@ -23,16 +23,8 @@ from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.gate.runner import Claimed, Ran
 from agent_gate.gate.transactional import running_in
 from agent_gate.ledger.lease import this_owner
-from agent_gate.ledger.outcome_store import KeptResult, OutcomeScrub, keep_result
-from agent_gate.ledger.privacy import clean_message, describe_error
 from agent_gate.ledger.reasons import ReasonCode
-from agent_gate.ledger.records import (
-    CallRecord,
-    Produced,
-    StoredResult,
-    Transition,
-    TxnConnection,
-)
+from agent_gate.ledger.records import CallRecord, Produced, Transition, TxnConnection
 from agent_gate.ledger.states import (
     LATE_RUN_ENDS,
     RECONCILED,
@@ -42,6 +34,8 @@ from agent_gate.ledger.states import (
     run_end,
 )
 from agent_gate.ledger.store import Ledger
+from agent_gate.privacy.results import KeptResult, OutcomeScrub, StoredResult, keep_result
+from agent_gate.privacy.scrub import clean_message, describe_error
 from agent_gate.tools import Effect, Reconciliation
 
 __all__ = ["Finisher"]

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent_gate.errors import GateUsageError
 from agent_gate.gate.mcp_approval import is_approval_name
-from agent_gate.ledger.outcome_store import RESULT_UNSTORABLE
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
+from agent_gate.privacy.results import RESULT_UNSTORABLE
 
 if TYPE_CHECKING:
     from agent_gate.gate.outcome import Outcome

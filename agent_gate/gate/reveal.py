@@ -1,7 +1,7 @@
 """An approver reads what they approve: one redacted argument field, unsealed for them.
 
 The ledger keeps a redacted field as a stand-in and the whole arguments sealed
-(``ledger.seal``); a person asked to approve a mail must still be able to read its
+(``privacy.seal``); a person asked to approve a mail must still be able to read its
 body. ``reveal`` unseals one field for one operator, in the process that holds the
 seal key (``agent-gate serve``, or ``call show --reveal`` where the key is), and only:
 

@@ -4,17 +4,19 @@
 each observation calls for (no database code). ``store.Ledger`` is the facade that
 applies them as committed compare-and-set updates: ``records`` (row and value
 types, the one row converter), ``reads`` (queries), ``intake`` (a new call),
-``flows`` (every transition over one compare-and-set builder), ``txn`` (what a
-decision inside a transaction may read). ``reasons`` holds the stored reason codes.
-``backend`` picks the storage path (plain Core, or the driver-level ``prepared`` /
-kept-connection one; SQLAlchemy internals only in ``_sa_private``); ``dialect``
-holds everything that differs between SQLite and PostgreSQL; ``migrate`` brings a
-database to the schema through Alembic only.
+``flows`` (every transition over one compare-and-set builder), all written
+against ``txn.Txn``, the one seam under them. ``reasons`` holds the stored reason
+codes, ``sql`` the SQL that differs between SQLite and PostgreSQL. ``backend``
+picks the storage path (plain Core, or the driver-level ``prepared`` /
+kept-connection one; SQLAlchemy internals only in ``_sa_private``) and makes the
+engines (``backend.dialect``); ``migrate`` brings a database to the schema through
+Alembic only.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from agent_gate._lazy import exports
 
@@ -79,4 +81,13 @@ __all__ = [
     "resolve_url",
 ]
 
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+_exported, __dir__ = exports(__name__, _LAZY, globals())
+
+
+def __getattr__(name: str) -> Any:
+    # ``seal`` is the old path of ``agent_gate.privacy.seal``, which moved with the
+    # privacy room: integrations/mcp/identity.py (another room's) still imports it
+    # from here until its owner points it at the new one.
+    if name == "seal":
+        return importlib.import_module("agent_gate.privacy.seal")
+    return _exported(name)

@@ -13,7 +13,7 @@ resume the task at once cannot both use it, because the consuming update names
 
 A denial moves the call to ``rejected`` (``Ledger.deny``) and is recorded here too.
 
-Expiry is measured by the database's clock (``dialect.db_now_ms``), as leases are:
+Expiry is measured by the database's clock (``sql.db_now_ms``), as leases are:
 the expiry is written as "database now + ttl", and every read of an approval
 (``latest``) carries the database's now, which ``expired`` compares with. A
 worker or an approver whose clock is off can neither stretch nor revive an
@@ -28,29 +28,31 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from agent_gate.errors import NotAwaitingApproval
-from agent_gate.ledger.backend.dialect import db_now_ms
 from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import APPROVALS
 from agent_gate.ledger.records import from_row
-from agent_gate.ledger.views.notify import announce
+from agent_gate.ledger.sql import db_now_ms
 
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn
 
 __all__ = [
     "APPROVED",
+    "CHANNEL",
     "DENIED",
     "MAX_TTL_SECONDS",
     "ApprovalRecord",
     "NotAwaitingApproval",
+    "announce",
     "answers",
     "consume",
     "insert_answer",
     "latest",
+    "payload",
     "problem",
     "ttl_problem",
 ]
@@ -206,6 +208,24 @@ def latest(txn: Txn, call_row_id: int) -> ApprovalRecord | None:
     return _from_row(row) if row is not None else None
 
 
+CHANNEL = "agent_gate_decision"
+"""The PostgreSQL channel an answer is announced on (``views.notify`` listens)."""
+_SEP = "\x1f"
+"""Unit separator between task and call id: neither a task nor a call id contains it."""
+
+
+def payload(task_id: str, call_id: str) -> str:
+    """What an answer's notification says: the task and the call, ids only."""
+    return f"{task_id}{_SEP}{call_id}"
+
+
+def announce(txn: Txn, task_id: str, call_id: str) -> None:
+    """In ``txn``: wake whoever waits for this call (``views.notify.Listener``), once
+    it commits: PostgreSQL delivers a ``NOTIFY`` only if its transaction does."""
+    if txn.dialect.name == "postgresql":
+        txn.execute(select(func.pg_notify(CHANNEL, payload(task_id, call_id))))
+
+
 def insert_answer(
     txn: Txn,
     *,
@@ -242,7 +262,7 @@ def insert_answer(
     )
     key = result.inserted_primary_key
     assert key is not None
-    announce(txn.conn, task_id, call_id)  # delivered on commit: waiters find the answer
+    announce(txn, task_id, call_id)  # delivered on commit: waiters find the answer
     row = txn.execute(_select().where(_APPROVALS.c.id == key[0])).mappings().one()
     return _from_row(row)
 

@@ -13,7 +13,7 @@ Each entry's hash covers its predecessor's in the same task
 (``agent_gate.ledger.chain``). Linking needs "read the task's newest link, write
 the next one" to be atomic across processes, so each task's newest link lives in
 its row of ``audit_heads`` and an append locks that row only
-(``dialect.for_update``: ``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite every
+(``sql.for_update``: ``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite every
 write transaction already holds the database write lock from its ``BEGIN
 IMMEDIATE``). A second writer of the same task waits for the first to commit and
 then reads the link the first one wrote, so two entries can never share a
@@ -23,11 +23,11 @@ different tasks lock different rows and never wait for each other: no global row
 is on the write path. ``agent_gate.ledger.checkpoints`` binds every task's head
 into one root from time to time.
 
-``link`` is three statements: one read of the task's head ``FOR UPDATE``, one
-multi-row ``INSERT`` of every entry of the transaction, one ``UPDATE`` of the head.
-A task's first entry finds no head row; it inserts one (seq 0, genesis) unless a
-racing writer did, and reads it again under the lock: once per task. A backend may
-link in the server instead (``Txn.link_audit``: PostgreSQL's fast backend sends
+Linking (``txn.Txn.link_audit``) is three statements: one read of the task's head
+``FOR UPDATE``, one multi-row ``INSERT`` of every entry of the transaction, one
+``UPDATE`` of the head. A task's first entry finds no head row; it inserts one
+(seq 0, genesis) unless a racing writer did, and reads it again under the lock:
+once per task. A backend may link in the server instead (PostgreSQL's fast backend sends
 the entries to revision 0007's function, which reads the head under the lock,
 splices the link in and hashes with ``sha256``, so that nothing waits for the
 head's answer); the hashes are the ones ``chain.entry_hash`` computes, and
@@ -67,27 +67,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    bindparam,
-    func,
-    insert,
-    literal_column,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Connection, bindparam, literal_column, or_, select
 
 from agent_gate._lazy import exports
-from agent_gate.ledger.backend.dialect import begin_write, for_update
-from agent_gate.ledger.chain import GENESIS, as_utc, entry_hash
-from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
-from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.chain import as_utc
+from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.records import from_row
+from agent_gate.privacy.scrub import bound
 
 __all__ = [
     "MAX_DETAIL_CHARS",
@@ -96,16 +84,13 @@ __all__ = [
     "ChainReport",
     "append",
     "audited_state",
-    "link",
     "read",
     "record_of",
-    "settled",
     "verify",
 ]
 
 MAX_DETAIL_CHARS = 2000
 _EVENTS = AUDIT_EVENTS
-_HEAD = AUDIT_HEADS
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +130,7 @@ def _detail_text(detail: Mapping[str, Any] | None) -> str | None:
 
 
 def append(
-    txn: Txn | Connection,
+    txn: Txn,
     *,
     task_id: str,
     event: str,
@@ -157,12 +142,9 @@ def append(
     detail: Mapping[str, Any] | None = None,
     at: datetime | None = None,
 ) -> None:
-    """Add one event to the trail in ``txn``'s transaction.
-
-    In a write transaction the event is linked at its end (``Txn.finish``); in a
-    transaction a plain ``Connection`` holds, it is linked now (taking the head lock
-    now).
-    """
+    """Add one event to the trail in ``txn``'s transaction: linked at its end
+    (``Txn.finish``) in a write transaction of ``backend.writing``, now (taking the
+    head lock now) in one ``backend.on`` took over."""
     values: dict[str, Any] = {
         "at": as_utc(at) if at is not None else datetime.now(UTC),
         "task_id": task_id,
@@ -174,96 +156,7 @@ def append(
         "actor": actor,
         "detail": _detail_text(detail),
     }
-    if isinstance(txn, Connection):
-        from agent_gate.ledger.backend import on
-
-        txn = on(txn)
     txn.append_audit(values)
-
-
-_ROWS_PER_INSERT = 64
-"""Entries per ``INSERT`` (a call's transaction writes one to four): 768 parameters,
-under every SQLite build's limit, and one statement per transaction in practice."""
-_ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state",
-                  "to_state", "actor", "detail", "seq", "prev_hash", "hash")
-
-
-def link(txn: Txn, entries: list[dict[str, Any]]) -> None:
-    """Link ``entries`` into their tasks' chains, in the client: lock each head, insert
-    the entries, move the heads (``Txn.link_audit``'s reference)."""
-    # In task id order, so that two transactions touching the same tasks cannot deadlock.
-    heads = {task: _lock_head(txn, task)
-             for task in sorted({values["task_id"] for values in entries})}
-    for values in entries:  # each dict is append's own: completed in place
-        task = values["task_id"]
-        seq, prev = heads[task]
-        seq += 1
-        digest = entry_hash(seq=seq, prev_hash=prev, **values)
-        values["seq"], values["prev_hash"], values["hash"] = seq, prev, digest
-        heads[task] = (seq, digest)
-    for start in range(0, len(entries), _ROWS_PER_INSERT):
-        chunk = entries[start:start + _ROWS_PER_INSERT]
-        count = len(chunk)
-        params: dict[str, Any] = {}
-        for i, values in enumerate(chunk):
-            params.update(zip(_entry_keys(i), _ENTRY_VALUES(values), strict=True))
-        txn.run(("audit_insert", count), lambda count=count: _insert_rows(count), params)
-    for task, (seq, digest) in heads.items():
-        txn.run("audit_move_head", _move_head, {"head_task": task, "seq": seq, "hash": digest})
-
-
-def _move_head() -> Any:
-    return (
-        update(_HEAD)
-        # Not "task_id": Core reserves a column's name for the SET clause of an UPDATE.
-        .where(_HEAD.c.task_id == bindparam("head_task", type_=_HEAD.c.task_id.type))
-        .values(seq=bindparam("seq", type_=_HEAD.c.seq.type),
-                hash=bindparam("hash", type_=_HEAD.c.hash.type))
-    )
-
-
-_ENTRY_VALUES = itemgetter(*_ENTRY_COLUMNS)
-_ENTRY_KEYS: dict[int, tuple[str, ...]] = {}
-"""Per position ``i`` in an ``INSERT``, its parameters' names (``column_i``), made once."""
-
-
-def _entry_keys(i: int) -> tuple[str, ...]:
-    keys = _ENTRY_KEYS.get(i)
-    if keys is None:
-        keys = _ENTRY_KEYS.setdefault(i, tuple(f"{k}_{i}" for k in _ENTRY_COLUMNS))
-    return keys
-
-
-def _insert_rows(count: int) -> Any:
-    """One ``INSERT`` of ``count`` entries (parameters ``column_i``): a transaction's
-    entries in one statement, in order, so their ids follow their chain order."""
-    return insert(_EVENTS).values([
-        {k: bindparam(f"{k}_{i}", type_=_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
-        for i in range(count)
-    ])
-
-
-def _lock_head(txn: Txn, task_id: str) -> tuple[int, str]:
-    """The task's newest link, locked until the transaction ends."""
-    dialect = txn.dialect
-
-    def read() -> list[Any]:
-        return txn.run("audit_head", lambda: for_update(
-            dialect,
-            select(_HEAD.c.seq, _HEAD.c.hash)
-            .where(_HEAD.c.task_id == bindparam("task_id", type_=_HEAD.c.task_id.type)),
-        ), {"task_id": task_id}).rows
-
-    head = read()
-    if head:
-        return int(head[0][0]), str(head[0][1])
-    # The task's first entry. The row inserted here is this transaction's until it
-    # commits (a racing writer waits on its key); if a racing writer inserted it
-    # first, read theirs, committed by then, under the lock.
-    if txn.insert_ignore(_HEAD, {"task_id": task_id, "seq": 0, "hash": GENESIS}):
-        return 0, GENESIS
-    head = read()
-    return int(head[0][0]), str(head[0][1])
 
 
 def record_of(row: Mapping[str, Any]) -> AuditRecord:
@@ -292,41 +185,6 @@ def read(
     if call_id is not None:
         stmt = stmt.where(_EVENTS.c.call_id == call_id)
     return [record_of(row) for row in conn.execute(stmt).mappings()]
-
-
-_SETTLE_WAIT = "250ms"
-"""How long ``settled`` waits for inserting transactions before giving up for now."""
-
-
-def settled(engine: Engine) -> int | None:
-    """The id up to which the trail can no longer change: every entry with a smaller
-    or equal id is committed or will never be. None: no bound needed (SQLite).
-
-    Why: ids are given out at ``INSERT`` and, with one chain per task, transactions
-    of different tasks on PostgreSQL commit in any order, so a reader going forward
-    by id (``audit --follow``, webhooks) could pass an id whose entry commits a moment
-    later, and never see it. An ``INSERT`` holds the table's ROW EXCLUSIVE lock from
-    before its ids are drawn until its transaction ends, so taking SHARE on the table
-    waits for every transaction that drew ids and lets none draw more until the
-    highest id is read; the lock is held only for that read. When inserting
-    transactions hold it longer than ``_SETTLE_WAIT``, the answer is 0 (nothing new
-    is settled yet: the reader asks again at its next poll), so a reader never holds
-    writers up longer than that. On SQLite every write transaction holds the database
-    lock from its first statement to its commit: ids commit in order.
-    """
-    if engine.dialect.name != "postgresql":
-        return None
-    from sqlalchemy.exc import OperationalError
-
-    try:
-        with begin_write(engine) as conn:
-            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_SETTLE_WAIT}'")
-            conn.exec_driver_sql(f"LOCK TABLE {_EVENTS.name} IN SHARE MODE")
-            return int(conn.execute(select(func.coalesce(func.max(_EVENTS.c.id), 0))).scalar_one())
-    except OperationalError as error:
-        if getattr(error.orig, "sqlstate", None) == "55P03":  # lock_not_available
-            return 0
-        raise
 
 
 def audited_state(txn: Txn, task_id: str, call_row_id: int) -> str | None:

@@ -19,7 +19,6 @@ from agent_gate.plainjson import canonical_bytes, sha256_hex
 __all__ = [
     "arguments_hash",
     "raw_arguments_hash",
-    "to_jsonable",
 ]
 
 
@@ -35,22 +34,3 @@ def raw_arguments_hash(text: str | None) -> str:
     mistaken for a parsed object that happens to serialize to the same bytes.
     """
     return sha256_hex(b"raw\x00" + (text or "").encode("utf-8", "surrogatepass"))
-
-
-def to_jsonable(value: Any) -> Any:
-    """Turn a tool's return value into plain JSON data for storage and replay.
-
-    Pydantic models, dataclasses, dates and the like become what their JSON form
-    is; anything without a JSON form becomes its ``str``. A value that still has no
-    JSON form (nested deeper than serializers go, a cycle, a ``__str__`` that raises)
-    raises: ``ledger.outcome_store.keep_result`` turns that into a stored stand-in,
-    so the call still ends ``succeeded`` (one rule for every unstorable result).
-    """
-    # Imported here: the ledger's readers (``agent-gate tasks``) never store a result,
-    # and pydantic is a good part of their start-up.
-    from pydantic import BaseModel
-    from pydantic_core import to_jsonable_python
-
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return to_jsonable_python(value, fallback=str)

@@ -15,7 +15,6 @@ from sqlalchemy import BigInteger, bindparam, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
 
-from agent_gate.ledger.backend.dialect import db_now_ms
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
     CALLS,
@@ -24,6 +23,7 @@ from agent_gate.ledger.records import (
     Guard,
     moved,
 )
+from agent_gate.ledger.sql import db_now_ms
 from agent_gate.ledger.states import CallState
 
 __all__ = ["NO_GUARD", "predicted", "statement", "stored_values"]

@@ -39,9 +39,10 @@ from sqlalchemy.exc import IntegrityError
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.evidence.checkpoint import TreeHead
 from agent_gate.evidence.note import SignerKey
-from agent_gate.ledger.backend.dialect import begin_read, begin_write, lock_named
+from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
 from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_CHECKPOINTS, AUDIT_HEADS
+from agent_gate.ledger.sql import lock_named
 from agent_gate.ledger.trail_tree import extend
 
 __all__ = [
@@ -62,7 +63,7 @@ _CHECKPOINTS = AUDIT_CHECKPOINTS
 _BOUND = AUDIT_CHECKPOINT_HEADS
 _HEADS = AUDIT_HEADS
 CHECKPOINT_LOCK = "audit_checkpoint"
-"""The ``dialect.lock_named`` lock checkpoint writers take turns on."""
+"""The ``sql.lock_named`` lock checkpoint writers take turns on."""
 _RACES = 5
 """Times ``take`` tries again after another writer took the same position."""
 
@@ -240,7 +241,7 @@ def take(engine: Engine, *, signer: SignerKey | None = None,
     tried again if another writer took the same position first. With ``signer`` it is
     signed as a C2SP tlog-checkpoint (``origin`` defaults to the key's name, as the
     spec recommends), and the newest checkpoint if it was not signed yet."""
-    from agent_gate.ledger.audit import settled
+    from agent_gate.ledger.views.pages import settled
 
     for attempt in range(_RACES):
         upto = settled(engine)

@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sqlalchemy import Engine
 
 from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
-from agent_gate.ledger import approvals, audit
+from agent_gate.ledger import approvals, audit, quota
 from agent_gate.ledger.backend import reading, writing
 from agent_gate.ledger.cas import NO_GUARD
-from agent_gate.ledger.privacy import bound
+from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import (
     CallRecord,
@@ -30,13 +30,16 @@ from agent_gate.ledger.records import (
     Guard,
     Produced,
     Ruling,
-    StoredResult,
     Transition,
     TxnConnection,
 )
 from agent_gate.ledger.states import CallState, Event, arrow
-from agent_gate.ledger.txn import LedgerTxn, Lost, Txn
+from agent_gate.ledger.txn import Lost, Txn
 from agent_gate.plainjson import canonical_json
+from agent_gate.privacy.scrub import bound
+
+if TYPE_CHECKING:
+    from agent_gate.privacy.results import StoredResult
 
 __all__ = [
     "MAX_REASON_CHARS",
@@ -217,11 +220,11 @@ def apply_ruling(
     )
     if effects.consumes_approval and (
         ruling.approval_id is None
-        or not txn.consume_approval(ruling.approval_id, applied.attempt + 1)
+        or not approvals.consume(txn, ruling.approval_id, applied.attempt + 1)
     ):
         raise Lost
     if effects.charges and ruling.charges:
-        txn.charge(rec.task_id, rec.row_id, ruling.charges)
+        quota.charge(txn, task_id=rec.task_id, call_row_id=rec.row_id, amounts=ruling.charges)
     return applied
 
 
@@ -234,7 +237,7 @@ def refuse_unaudited(txn: Txn, rec: CallRecord, actor: str | None) -> CallRecord
     outside agent-gate (a finished call put back to ``authorized``) must not run
     the tool again. One indexed read per claim.
     """
-    trail = txn.audited_state(rec.task_id, rec.row_id)
+    trail = audit.audited_state(txn, rec.task_id, rec.row_id)
     if trail == rec.state._value_:
         return None
     current = txn.read_call(id=rec.row_id)
@@ -464,7 +467,7 @@ def _granted(
     expires_ms: int | None, ttl_ms: int | None, policy_hash: str | None,
 ) -> tuple[approvals.ApprovalRecord, bool]:
     bound_hash = policy_hash or current.policy_hash
-    last = txn.latest_approval(current.row_id)
+    last = approvals.latest(txn, current.row_id)
     # The standing approval is returned as is only if it is this approver's:
     # another person's approval (perhaps one the policy refuses) is no answer.
     if last is not None and last.decided_by == by and approvals.problem(

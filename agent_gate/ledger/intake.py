@@ -27,6 +27,7 @@ from sqlalchemy import Engine, update
 from agent_gate.ledger import audit
 from agent_gate.ledger.backend import transact
 from agent_gate.ledger.flows import apply, apply_ruling
+from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.records import (
     TASKS,
     CallRecord,
@@ -36,7 +37,7 @@ from agent_gate.ledger.records import (
     new_call_row,
 )
 from agent_gate.ledger.states import CallState, Event
-from agent_gate.ledger.txn import LedgerTxn, Lost, Txn
+from agent_gate.ledger.txn import Lost, Txn
 from agent_gate.plainjson import sha256_hex
 
 __all__ = ["ensure_task", "record"]

@@ -13,7 +13,7 @@ worker before and after a reboot) never judge each other's pids; they fall back
 to the lease expiry, as workers on different hosts do.
 
 Expiries are written and compared in SQL with the database's clock
-(``dialect.db_now_ms``), so the authoritative "has this lease run out" is the same
+(``sql.db_now_ms``), so the authoritative "has this lease run out" is the same
 for every worker. ``now_ms`` (this machine's clock) is only used for a first look
 before that guarded update: a worker whose clock is ahead can at worst try a
 takeover the database then refuses; one whose clock is behind waits a little longer.

@@ -9,7 +9,7 @@ source tree's top-level ``migrations/`` next to the package.
 An upgrade runs inside one write transaction on a connection handed to Alembic:
 two processes that open the same fresh SQLite file at once serialize on the write
 lock, and the second finds the schema at head and does nothing. On PostgreSQL the
-transaction first takes the advisory lock ``MIGRATION_LOCK`` (``dialect.lock_named``),
+transaction first takes the advisory lock ``MIGRATION_LOCK`` (``sql.lock_named``),
 so two ``agent-gate db upgrade`` runs (or two workers started with
 ``auto_upgrade=True``) against one database serialize the same way; PostgreSQL's
 DDL is transactional, so an upgrade that fails leaves the schema as it was.
@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, inspect, text
 
 from agent_gate.errors import LedgerSchemaError
-from agent_gate.ledger.backend.dialect import begin_read, begin_write, lock_named
+from agent_gate.ledger.backend import begin_read, begin_write
+from agent_gate.ledger.sql import lock_named
 from agent_gate.telemetry import MIGRATE_LOG
 
 if TYPE_CHECKING:

@@ -125,7 +125,7 @@ TOOL_CALLS = Table(
     # Canonical JSON of the arguments, kept so that recovery, approval and resume can
     # run the call without the stream; NULL when they never formed a JSON object.
     # Fields the policy redacts appear here only as their redacted stand-ins; the
-    # whole object is then in ``sealed_arguments`` (see ``agent_gate.ledger.seal``).
+    # whole object is then in ``sealed_arguments`` (see ``agent_gate.privacy.seal``).
     Column("arguments", Text),
     # The full arguments encrypted with the operator's seal key (AES-256-GCM, bound to
     # this row's task, call id and argument hash); NULL when nothing was redacted.
@@ -143,7 +143,7 @@ TOOL_CALLS = Table(
     Column("result", Text),
     Column("result_sha256", String(64)),
     Column("result_bytes", Integer),
-    # JSON ``{"type", "message"}``, bounded and scrubbed (``ledger.privacy``).
+    # JSON ``{"type", "message"}``, bounded and scrubbed (``privacy.scrub``).
     Column("error", Text),
     Column("reason_code", String(64)),
     Column("reason", String(1000)),

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, select
 
-from agent_gate.ledger.backend.dialect import lock_named
 from agent_gate.ledger.models import QUOTA_CHARGES, TASKS
+from agent_gate.ledger.sql import lock_named
 
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn

@@ -1,19 +1,28 @@
-"""The ledger's read queries, each over a connection the caller holds.
+"""The ledger's read queries, each over a connection the caller holds, and what a
+decision may read inside the transaction that applies it (``LedgerTxn``).
 
-``Ledger``'s read methods open a read snapshot (``backend.reading``) and call
-these; the write flows read a call through their transaction (``Txn.read_call``,
-which ``call_by`` is). Every ``tool_calls`` row becomes a record through
-``records.call_record`` (or the backend's ``Txn.call_row``), never by hand here.
+``Ledger``'s read methods open a read snapshot (``backend.begin_read``) and call
+these; the write flows read a call through their transaction (``Txn.read_call``).
+Every ``tool_calls`` row becomes a record through ``records.call_record`` (or the
+backend's ``Txn.call_row``), never by hand here.
+
+``LedgerTxn`` is the narrower view a decision gets inside the transaction that
+applies it (``Ledger.authorize``, ``claim_approved``, ``claim_rechecked``, ``record``
+with ``decide``): the task is locked, so the usage it reads cannot change before the
+charge commits; ``Ledger.reading()`` gives one over a read-only snapshot, for a
+decision that is only shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, bindparam, func, select, text
 
-from agent_gate.ledger.backend import on
+from agent_gate.ledger import approvals, quota
+from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.models import SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.records import (
     CALL_COLUMNS,
@@ -28,13 +37,7 @@ from agent_gate.ledger.records import (
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.txn import Txn
 
-__all__ = ["call_by", "calls", "find", "task", "tasks"]
-
-
-def call_by(txn: Txn | Connection, **where: Any) -> CallRecord | None:
-    """The row whose columns equal ``where`` (a unique key), read on every call
-    (``Txn.read_call``; a plain ``Connection``'s transaction is taken as its backend's)."""
-    return (txn if isinstance(txn, Txn) else on(txn)).read_call(**where)
+__all__ = ["LedgerTxn", "calls", "find", "task", "tasks"]
 
 
 def find(conn: Connection, call_id: str, task_id: str | None = None) -> list[CallRecord]:
@@ -91,3 +94,50 @@ def tasks(conn: Connection) -> list[TaskSummary]:
     for task_id, state, n in counted:
         counts.setdefault(task_id, {})[CallState(state)] = int(n)
     return [TaskSummary(task_record(r), counts.get(r["id"], {})) for r in rows]
+
+
+class LedgerTxn:
+    """The reads a decision may make inside one open ledger transaction."""
+
+    __slots__ = ("_txn",)
+
+    def __init__(self, txn: Txn) -> None:
+        self._txn = txn
+
+    def task_context(self, task_id: str) -> tuple[str | None, str | None]:
+        """The principal and scope JSON stored on the task (None, None: no such task,
+        or neither was given)."""
+        return self._txn.task_context(task_id)
+
+    def usage(
+        self, task_id: str, counters: Iterable[str], *, besides: int | None = None
+    ) -> dict[str, Decimal]:
+        """What the task has used of each counter (``quota.usage``); ``besides``: not
+        counting that call row's own charges."""
+        return quota.usage(self._txn, task_id, counters, besides=besides)
+
+    def latest_approval(self, row_id: int) -> ApprovalRecord | None:
+        """The newest approval or denial given for the call row."""
+        return approvals.latest(self._txn, row_id)
+
+    def scoped_usage(
+        self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],
+        *, besides: int | None = None,
+    ) -> dict[str, Decimal]:
+        """Counters summed per principal, over every task or in a window, each read under
+        a lock of its scope, so deciders of different tasks take turns on it."""
+        return quota.scoped_usage(self._txn, task_id, principal, counters, besides=besides)
+
+    def earlier_calls(self, task_id: str, tool: str, before: int) -> list[CallRecord]:
+        """The task's calls of ``tool`` recorded before row ``before``, oldest first (a
+        policy's sequence rules: ``after``, ``not_after``, ``prior``)."""
+
+        def build() -> Any:
+            return select(*CALLS.c).where(
+                CALLS.c.task_id == bindparam("task"), CALLS.c.tool == bindparam("tool"),
+                CALLS.c.id < bindparam("before"),
+            )
+
+        rows = self._txn.run("earlier_calls", build,
+                             {"task": task_id, "tool": tool, "before": before}).rows
+        return sorted((self._txn.call_row(row) for row in rows), key=lambda r: r.row_id)

@@ -26,7 +26,8 @@ import agent_gate._speedups as _speedups
 from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger.models import TASKS, TOOL_CALLS
 from agent_gate.ledger.states import CallState, Event
-from agent_gate.plainjson import canonical_json, sha256_hex
+from agent_gate.plainjson import canonical_json
+from agent_gate.privacy.results import StoredResult
 
 __all__ = [
     "CALLS",
@@ -38,7 +39,6 @@ __all__ = [
     "NewCall",
     "Produced",
     "Ruling",
-    "StoredResult",
     "TaskContextConflict",
     "TaskRecord",
     "TaskSummary",
@@ -81,7 +81,7 @@ def _loads(text: str | None) -> Any:
 @dataclass(frozen=True, slots=True)
 class DbNowPlus:
     """A column value of "the database clock plus ``ms``": lease expiries are measured
-    by the database's clock (``dialect.db_now_ms``), never a worker's."""
+    by the database's clock (``sql.db_now_ms``), never a worker's."""
 
     ms: int
 
@@ -133,7 +133,7 @@ class CallRecord:
     started_at: datetime | None
     finished_at: datetime | None
     sealed_arguments: str | None = None
-    """The full arguments, sealed (``agent_gate.ledger.seal``), when ``arguments`` holds
+    """The full arguments, sealed (``agent_gate.privacy.seal``), when ``arguments`` holds
     redacted stand-ins; None when nothing was redacted."""
     policy_hash: str | None = None
     rule_ids: tuple[str, ...] = ()
@@ -473,21 +473,6 @@ class Transition:
 
     won: bool
     record: CallRecord
-
-
-@dataclass(frozen=True, slots=True)
-class StoredResult:
-    """A tool result as the ledger keeps it: JSON text, or only its hash when too big."""
-
-    text: str | None
-    sha256: str
-    size: int
-
-    @classmethod
-    def encode(cls, value: Any, max_bytes: int) -> StoredResult:
-        text = canonical_json(value)
-        size = len(text.encode("utf-8"))
-        return cls(text if size <= max_bytes else None, sha256_hex(text), size)
 
 
 TxnConnection = Connection

@@ -9,7 +9,7 @@ the row in between, nothing is written and the caller gets the row as it now is
 ``Ledger`` is the facade: the row and value types live in ``records``, the read
 queries in ``reads``, the insert of a new call in ``intake``, the write flows over
 the one compare-and-set builder in ``flows``, and what a decision may read inside
-a transaction in ``txn``; callers import each from its own module.
+a transaction in ``reads``; callers import each from its own module.
 """
 
 from __future__ import annotations
@@ -21,17 +21,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Unpack
 
-from sqlalchemy import Connection, Engine, update
+from sqlalchemy import Engine, update
 
 from agent_gate._lazy import deferred
 from agent_gate.ledger import backend
-from agent_gate.ledger.backend import reading
-from agent_gate.ledger.backend.dialect import (
-    DEFAULT_BUSY_TIMEOUT,
-    begin_read,
-    create_ledger_engine,
-    resolve_url,
-)
+from agent_gate.ledger.backend import begin_read, create_ledger_engine, reading
+from agent_gate.ledger.backend.dialect import DEFAULT_BUSY_TIMEOUT, resolve_url
 from agent_gate.ledger.ledger_file import require_ledger_file
 from agent_gate.ledger.migrate import ensure_schema
 from agent_gate.ledger.records import TASKS
@@ -44,24 +39,24 @@ if TYPE_CHECKING:
         intake,
         quota,
         reads,
-        txn,
     )
     from agent_gate.ledger.flows import Decide
+    from agent_gate.ledger.reads import LedgerTxn
     from agent_gate.ledger.records import (
         CallRecord,
         NewCall,
         Produced,
         Ruling,
-        StoredResult,
         TaskRecord,
         TaskSummary,
         Transition,
         TxnConnection,
     )
     from agent_gate.ledger.states import CallState, Event
-    from agent_gate.ledger.txn import LedgerTxn, Txn
+    from agent_gate.ledger.txn import Txn
     from agent_gate.ledger.views import details, pages
     from agent_gate.ledger.views.details import CallDetails
+    from agent_gate.privacy.results import StoredResult
 
 # Opening a ledger and reading it needs the engine, the schema check and the rows;
 # each of these modules is imported by the first method that uses it, so that
@@ -75,7 +70,6 @@ deferred({
     "pages": "agent_gate.ledger.views.pages",
     "quota": "agent_gate.ledger.quota",
     "reads": "agent_gate.ledger.reads",
-    "txn": "agent_gate.ledger.txn",
 }, globals())
 
 __all__ = ["Ledger"]
@@ -206,8 +200,8 @@ class Ledger:
         ``details.DEFAULT_MAX_SHOWN``)."""
         if max_shown is None:
             max_shown = details.DEFAULT_MAX_SHOWN
-        with begin_read(self.engine) as conn:
-            return details.read_details(conn, task_id, call_id, max_shown=max_shown)
+        with reading(self.engine) as open_txn:
+            return details.read_details(open_txn, task_id, call_id, max_shown=max_shown)
 
     def verify_audit(self, anchor: tuple[int, str] | None = None) -> audit.ChainReport:
         """Check the audit hash chain in one snapshot (see ``audit.verify``)."""
@@ -216,8 +210,8 @@ class Ledger:
 
     def approval(self, rec: CallRecord) -> approvals.ApprovalRecord | None:
         """The newest approval or denial given for the call."""
-        with reading(self.engine) as txn:
-            return txn.latest_approval(rec.row_id)
+        with reading(self.engine) as open_txn:
+            return approvals.latest(open_txn, rec.row_id)
 
     def answered(
         self, row_id: int
@@ -225,8 +219,8 @@ class Ledger:
         """A call's row and the newest answer given for it, in one snapshot: read in
         two, an answer committed between them looked given while the row still
         waited (a denial with the call not yet rejected)."""
-        with reading(self.engine) as txn:
-            return txn.read_call(id=row_id), txn.latest_approval(row_id)
+        with reading(self.engine) as open_txn:
+            return open_txn.read_call(id=row_id), approvals.latest(open_txn, row_id)
 
     def usage(self, task_id: str) -> dict[str, Decimal]:
         """Every quota counter the task has charged, with its total."""
@@ -238,15 +232,14 @@ class Ledger:
         """One read-only snapshot, for a decision that is shown but not applied (the
         same questions a decision inside ``authorize`` may ask, ``LedgerTxn``)."""
         with reading(self.engine) as open_txn:
-            yield txn.LedgerTxn(open_txn)
+            yield reads.LedgerTxn(open_txn)
 
     # ----------------------------------------------------------------- writes
 
     @staticmethod
-    def lock_task(txn: Txn | Connection, task_id: str) -> None:
-        """Serialize the writers of one task until the transaction ends (``Txn.lock_task``;
-        a plain ``Connection``'s transaction is taken as its backend's)."""
-        (backend.on(txn) if isinstance(txn, Connection) else txn).lock_task(task_id)
+    def lock_task(txn: Txn, task_id: str) -> None:
+        """Serialize the writers of one task until the transaction ends (``Txn.lock_task``)."""
+        txn.lock_task(task_id)
 
     def ensure_task(self, task_id: str, provider: str | None = None) -> None:
         with flows.write(self.engine) as open_txn:

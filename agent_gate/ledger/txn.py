@@ -3,40 +3,39 @@ transaction.
 
 ``flows``, ``intake``, ``approvals``, ``quota`` and the audit append are written
 against this class alone: insert a call, compare-and-set an arrow, append an audit
-entry, lock a task, read a call or the task's context, read usage, charge, give or
-consume an approval. How the statements reach the database is a backend's
+entry, lock a task, read a call or the task's context, insert unless present, run a
+statement. How the statements reach the database is a backend's
 (``ledger.backend``, the one site that picks, as httpx's transports sit under one
 ``handle_request``): the plain-Core reference (``backend.core``), SQLite's
 statements on the driver (``backend.sqlite_fast``) and PostgreSQL's pipeline
 (``backend.pg_fast``). A backend provides the three primitives below (``run`` a
 statement built once, ``execute`` an ad hoc Core one, ``call_row``: a returned
-``tool_calls`` row as a record) and may do three steps its own way, keeping what is
-promised here: ``insert_call``, ``compare_and_set`` and ``link_audit``. The whole
-ledger suite runs over each backend (``tests/ledger/conftest.py``).
+``tool_calls`` row as a record) and may do three steps its own way, keeping what
+is promised here: ``insert_call``, ``compare_and_set`` and ``link_audit``. The
+whole ledger suite runs over each backend (``tests/ledger/conftest.py``).
 
-``LedgerTxn`` is the narrower view a decision gets inside the transaction that
-applies it (``Ledger.authorize``, ``claim_approved``, ``claim_rechecked``, ``record``
-with ``decide``): the task is locked, so the usage it reads cannot change before the
-charge commits; ``Ledger.reading()`` gives one over a read-only snapshot, for a
-decision that is only shown.
+This module sits under the rules: it imports their vocabulary (records, the
+compare-and-set builder ``cas``, the chain's hashes, ``ledger.sql``) and nothing of
+the rules themselves nor of a backend.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from decimal import Decimal
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, CursorResult, Table, bindparam, select
+from sqlalchemy import Connection, CursorResult, Table, bindparam, insert, select, update
 from sqlalchemy.sql import ClauseElement, Executable
 
-from agent_gate.ledger import approvals, audit, cas, quota
-from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.backend.dialect import for_update, insert_statement
+from agent_gate.ledger import cas
+from agent_gate.ledger.chain import GENESIS, entry_hash
+from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
 from agent_gate.ledger.records import CALLS, TASKS, CallRecord, Guard
+from agent_gate.ledger.sql import for_update, insert_statement
 
-__all__ = ["LedgerTxn", "Lost", "StatementResult", "Txn"]
+__all__ = ["Lost", "StatementResult", "Txn"]
 
 
 class Lost(Exception):
@@ -123,8 +122,56 @@ class Txn(ABC):
 
     def link_audit(self, entries: list[dict[str, Any]], *, now: bool) -> None:
         """Link entries into their tasks' hash chains (``audit``): ``now``, linked before
-        this returns (the heads locked), not only sent."""
-        audit.link(self, entries)
+        this returns (the heads locked), not only sent.
+
+        The reference links in the client, in three statements: each task's head
+        read ``FOR UPDATE`` (in task id order, so that two transactions touching the
+        same tasks cannot deadlock), one multi-row ``INSERT`` of the entries, one
+        ``UPDATE`` of each head. A task's first entry finds no head row; it inserts
+        one (seq 0, genesis) unless a racing writer did, and reads it again under
+        the lock."""
+        heads = {task: self._lock_head(task)
+                 for task in sorted({values["task_id"] for values in entries})}
+        for values in entries:  # each dict is append's own: completed in place
+            task = values["task_id"]
+            seq, prev = heads[task]
+            seq += 1
+            digest = entry_hash(seq=seq, prev_hash=prev, **values)
+            values["seq"], values["prev_hash"], values["hash"] = seq, prev, digest
+            heads[task] = (seq, digest)
+        for start in range(0, len(entries), _ROWS_PER_INSERT):
+            chunk = entries[start:start + _ROWS_PER_INSERT]
+            count = len(chunk)
+            params: dict[str, Any] = {}
+            for i, values in enumerate(chunk):
+                params.update(zip(_entry_keys(i), _ENTRY_VALUES(values), strict=True))
+            self.run(("audit_insert", count), lambda count=count: _insert_rows(count), params)
+        for task, (seq, digest) in heads.items():
+            self.run("audit_move_head", _move_head,
+                     {"head_task": task, "seq": seq, "hash": digest})
+
+    def _lock_head(self, task_id: str) -> tuple[int, str]:
+        """The task's newest link, locked until the transaction ends."""
+        dialect = self.dialect
+
+        def read() -> list[Any]:
+            return self.run("audit_head", lambda: for_update(
+                dialect,
+                select(AUDIT_HEADS.c.seq, AUDIT_HEADS.c.hash).where(
+                    AUDIT_HEADS.c.task_id == bindparam("task_id", type_=AUDIT_HEADS.c.task_id.type)
+                ),
+            ), {"task_id": task_id}).rows
+
+        head = read()
+        if head:
+            return int(head[0][0]), str(head[0][1])
+        # The task's first entry. The row inserted here is this transaction's until it
+        # commits (a racing writer waits on its key); if a racing writer inserted it
+        # first, read theirs, committed by then, under the lock.
+        if self.insert_ignore(AUDIT_HEADS, {"task_id": task_id, "seq": 0, "hash": GENESIS}):
+            return 0, GENESIS
+        head = read()
+        return int(head[0][0]), str(head[0][1])
 
     def committed(self, rec: CallRecord) -> CallRecord:
         """After the commit: the row the transaction's last arrow left (``rec``, unless
@@ -211,83 +258,39 @@ class Txn(ABC):
         principal, scope = rows[0]
         return principal, scope
 
-    def earlier_calls(self, task_id: str, tool: str, before: int) -> list[CallRecord]:
-        """The task's calls of ``tool`` recorded before row ``before``, oldest first
-        (a policy's sequence rules: ``after``, ``not_after``, ``prior``)."""
 
-        def build() -> Any:
-            return select(*CALLS.c).where(
-                CALLS.c.task_id == bindparam("task"), CALLS.c.tool == bindparam("tool"),
-                CALLS.c.id < bindparam("before"),
-            )
-
-        rows = self.run("earlier_calls", build,
-                        {"task": task_id, "tool": tool, "before": before}).rows
-        return sorted((self.call_row(row) for row in rows), key=lambda r: r.row_id)
-
-    def audited_state(self, task_id: str, call_row_id: int) -> str | None:
-        """The state the call's newest transition entry moved it to (``audit``)."""
-        return audit.audited_state(self, task_id, call_row_id)
-
-    def usage(
-        self, task_id: str, counters: Iterable[str], *, besides: int | None = None
-    ) -> dict[str, Decimal]:
-        """What the task has used of each counter (``quota.usage``)."""
-        return quota.usage(self, task_id, counters, besides=besides)
-
-    def scoped_usage(
-        self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],
-        *, besides: int | None = None,
-    ) -> dict[str, Decimal]:
-        """Counters summed per principal, over every task or in a window, each read
-        under a lock of its scope (``quota.scoped_usage``)."""
-        return quota.scoped_usage(self, task_id, principal, counters, besides=besides)
-
-    def charge(self, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]) -> None:
-        """Charge the call's amounts to the task's counters (``quota.charge``)."""
-        quota.charge(self, task_id=task_id, call_row_id=call_row_id, amounts=amounts)
-
-    def latest_approval(self, call_row_id: int) -> ApprovalRecord | None:
-        """The newest approval or denial given for the call row."""
-        return approvals.latest(self, call_row_id)
-
-    def consume_approval(self, approval_id: int, attempt: int) -> bool:
-        """Mark the approval used by ``attempt``; False if someone used it first."""
-        return approvals.consume(self, approval_id, attempt)
+_ROWS_PER_INSERT = 64
+"""Entries per ``INSERT`` (a call's transaction writes one to four): 768 parameters,
+under every SQLite build's limit, and one statement per transaction in practice."""
+_ENTRY_COLUMNS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state",
+                  "to_state", "actor", "detail", "seq", "prev_hash", "hash")
+_ENTRY_VALUES = itemgetter(*_ENTRY_COLUMNS)
+_ENTRY_KEYS: dict[int, tuple[str, ...]] = {}
+"""Per position ``i`` in an ``INSERT``, its parameters' names (``column_i``), made once."""
 
 
-class LedgerTxn:
-    """The reads a decision may make inside one open ledger transaction."""
+def _entry_keys(i: int) -> tuple[str, ...]:
+    keys = _ENTRY_KEYS.get(i)
+    if keys is None:
+        keys = _ENTRY_KEYS.setdefault(i, tuple(f"{k}_{i}" for k in _ENTRY_COLUMNS))
+    return keys
 
-    __slots__ = ("_txn",)
 
-    def __init__(self, txn: Txn) -> None:
-        self._txn = txn
+def _insert_rows(count: int) -> Any:
+    """One ``INSERT`` of ``count`` entries (parameters ``column_i``): a transaction's
+    entries in one statement, in order, so their ids follow their chain order."""
+    return insert(AUDIT_EVENTS).values([
+        {k: bindparam(f"{k}_{i}", type_=AUDIT_EVENTS.c[k].type) for k in _ENTRY_COLUMNS}
+        for i in range(count)
+    ])
 
-    def task_context(self, task_id: str) -> tuple[str | None, str | None]:
-        """The principal and scope JSON stored on the task (None, None: no such task,
-        or neither was given)."""
-        return self._txn.task_context(task_id)
 
-    def usage(
-        self, task_id: str, counters: Iterable[str], *, besides: int | None = None
-    ) -> dict[str, Decimal]:
-        """What the task has used of each counter (``quota.usage``); ``besides``: not
-        counting that call row's own charges."""
-        return self._txn.usage(task_id, counters, besides=besides)
-
-    def earlier_calls(self, task_id: str, tool: str, before: int) -> list[CallRecord]:
-        """The task's calls of ``tool`` recorded before row ``before``, oldest first."""
-        return self._txn.earlier_calls(task_id, tool, before)
-
-    def scoped_usage(
-        self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],
-        *, besides: int | None = None,
-    ) -> dict[str, Decimal]:
-        """Counters summed per principal, over every task or in a window, each under a
-        lock of its scope, so deciders of different tasks take turns on it."""
-        return self._txn.scoped_usage(task_id, principal, counters, besides=besides)
-
-    def latest_approval(self, row_id: int) -> ApprovalRecord | None:
-        """The newest approval or denial given for the call row."""
-        return self._txn.latest_approval(row_id)
+def _move_head() -> Any:
+    heads = AUDIT_HEADS
+    return (
+        update(heads)
+        # Not "task_id": Core reserves a column's name for the SET clause of an UPDATE.
+        .where(heads.c.task_id == bindparam("head_task", type_=heads.c.task_id.type))
+        .values(seq=bindparam("seq", type_=heads.c.seq.type),
+                hash=bindparam("hash", type_=heads.c.hash.type))
+    )

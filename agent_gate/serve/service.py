@@ -35,13 +35,12 @@ from agent_gate.errors import (
 from agent_gate.gate import DEFAULT_APPROVAL_TTL, Gate
 from agent_gate.gate.admission import Arguments
 from agent_gate.gate.reveal import Revealed, reveal, sealed_fields
-from agent_gate.ledger.audit import settled
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.views.details import CallDetails
 from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow, read_inbox
 from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators, actor_of
-from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, task_json
+from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, settled, task_json
 from agent_gate.policy import Policy
 from agent_gate.tools import ToolRegistry
 

@@ -106,7 +106,7 @@ def main() -> None:
     from agent_gate.evidence.export import signed_checkpoint
     from agent_gate.evidence.note import SignerKey
     from agent_gate.ledger import Ledger
-    from agent_gate.ledger.backend.dialect import begin_read
+    from agent_gate.ledger.backend import begin_read
     from agent_gate.ledger.checkpoints import take
     from agent_gate.ledger.trail_since import verify_since
 

@@ -31,7 +31,7 @@ stream parsing."""
 WRITE_PATH = ("agent_gate.ledger.flows", "agent_gate.ledger.intake",
               "agent_gate.ledger.audit", "agent_gate.ledger.approvals",
               "agent_gate.ledger.quota", "agent_gate.ledger.txn", "agent_gate.ledger.chain",
-              "agent_gate.ledger.privacy", "agent_gate.ledger.lease",
+              "agent_gate.privacy.scrub", "agent_gate.ledger.lease",
               "agent_gate.ledger.views.notify")
 """The ledger's writers: what ``tasks``, a read, has no use for."""
 

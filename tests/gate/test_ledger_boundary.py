@@ -18,6 +18,7 @@ ALLOWED = {
     ("agent_gate.ledger.models", "ID_LEN"),  # column sizes an identifier must fit
     ("agent_gate.ledger.models", "TOOL_NAME_LEN"),
     ("sqlalchemy.exc", "SQLAlchemyError"),  # a database error is re-raised, never swallowed
+    ("agent_gate.ledger.reads", "LedgerTxn"),  # the one view a decision reads through
 }
 
 

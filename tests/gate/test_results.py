@@ -28,7 +28,7 @@ from agent_gate import (
     current_call,
     render_tool_result,
 )
-from agent_gate.ledger.privacy import MAX_ERROR_CHARS
+from agent_gate.privacy.scrub import MAX_ERROR_CHARS
 
 PROVIDERS = ("openai-responses", "openai-chat", "anthropic", "gemini")
 

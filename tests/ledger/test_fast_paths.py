@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import event, exc, select, text
 
 from agent_gate.errors import TaskContextConflict
-from agent_gate.ledger import Ledger, TaskRecord
-from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger import Ledger, TaskRecord, backend
+from agent_gate.ledger.backend import begin_write
 from agent_gate.ledger.chain import (
     CHAIN_VERSION,
     GENESIS,
@@ -101,7 +101,7 @@ def test_a_listener_on_a_kept_connection_itself_sees_its_next_transactions(
         for _ in range(3):  # the same kept connection serves the next write
             with begin_write(ledger.engine) as conn:
                 assert conn is kept
-                ledger.lock_task(conn, "t1")
+                ledger.lock_task(backend.on(conn), "t1")
         assert commits == [kept, kept, kept]
         event.remove(kept, "commit", count)
 
@@ -113,13 +113,13 @@ def test_core_statements_inside_a_driver_transaction_join_it(db_url: str) -> Non
         insert = text("INSERT INTO tasks (id, created_at, updated_at) "
                       "VALUES (:id, '2026-01-01', '2026-01-01')")
         with pytest.raises(RuntimeError), begin_write(ledger.engine) as conn:
-            ledger.lock_task(conn, "t1")  # a prepared statement on the driver first
+            ledger.lock_task(backend.on(conn), "t1")  # a prepared statement on the driver first
             conn.execute(insert, {"id": "doomed"})  # then Core: joins, does not BEGIN
             raise RuntimeError("roll it all back")
         assert ledger.task("doomed") is None
         with begin_write(ledger.engine) as conn:
             conn.execute(insert, {"id": "kept"})
-            ledger.lock_task(conn, "kept")
+            ledger.lock_task(backend.on(conn), "kept")
         assert isinstance(ledger.task("kept"), TaskRecord)
         _one_call(ledger, "after")  # the kept connection is clean for the next one
 
@@ -147,7 +147,7 @@ def test_a_kept_connection_whose_begin_failed_still_joins_core_statements(
         blocker.execute("BEGIN IMMEDIATE")
         try:
             with pytest.raises(exc.OperationalError), begin_write(ledger.engine) as conn:
-                ledger.lock_task(conn, "t1")
+                ledger.lock_task(backend.on(conn), "t1")
         finally:
             blocker.rollback()
             blocker.close()

@@ -37,9 +37,9 @@ from agent_gate.cli import main as cli_main
 from agent_gate.ledger import Ledger, NewCall
 from agent_gate.ledger.backend import prepared
 from agent_gate.ledger.models import TOOL_CALLS
+from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import Event
-from agent_gate.ledger.txn import LedgerTxn
 from agent_gate.policy import Policy
 
 WORKER = WORKERS / "fold_worker.py"

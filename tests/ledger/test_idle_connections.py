@@ -1,4 +1,4 @@
-"""SQLite connections kept between transactions (``dialect.begin_write``/``begin_read``).
+"""SQLite connections kept between transactions (``backend.begin_write``/``begin_read``).
 
 Real SQLite files; what a user would notice if the reuse went wrong: a pragma set
 for new connections that never applies, an engine (and its file handles) that
@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import event
 
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.backend.dialect import begin_read, begin_write
+from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.records import NewCall
 
 

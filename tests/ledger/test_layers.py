@@ -9,7 +9,7 @@ import agent_gate.ledger
 
 LEDGER = Path(agent_gate.ledger.__file__).resolve().parent
 BELOW = ("agent_gate.ledger", "agent_gate.errors", "agent_gate._lazy", "agent_gate._speedups",
-         "agent_gate.plainjson", "agent_gate.policy", "agent_gate.telemetry")
+         "agent_gate.plainjson", "agent_gate.policy", "agent_gate.privacy", "agent_gate.telemetry")
 """What the ledger may import from agent-gate (the layers under it, and itself)."""
 
 

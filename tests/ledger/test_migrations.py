@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from support import WORKERS
 
 from agent_gate.ledger import Ledger, LedgerConfigError, LedgerSchemaError
-from agent_gate.ledger.backend.dialect import begin_write, create_ledger_engine
+from agent_gate.ledger.backend import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import HEAD, alembic_config, head_revision
 from agent_gate.ledger.models import metadata
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import bindparam, event, exc, insert, select
 
-from agent_gate.ledger import Ledger
-from agent_gate.ledger.backend.dialect import begin_read, begin_write
+from agent_gate.ledger import Ledger, backend
+from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.backend.prepared import prepare
 from agent_gate.ledger.models import TASKS
 from agent_gate.ledger.records import NewCall
@@ -115,7 +115,7 @@ def test_a_session_lost_mid_transaction_is_invalidated_and_the_next_write_reconn
             with ledger.engine.connect() as other:
                 other.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
                 other.commit()
-            ledger.lock_task(conn, rec.task_id)
+            ledger.lock_task(backend.on(conn), rec.task_id)
         assert raised.value.connection_invalidated
         # Nothing committed; the pool hands out a live session next.
         now = ledger.get_row(rec.row_id)

@@ -27,11 +27,15 @@ MACHINERY = ("prepared", "pg_pipeline", "_libpq", "spares", "_sa_private", "fast
              "sqlite_fast", "pg_fast")
 """The backend modules that are speed, not seam (``core`` is the reference and
 ``dialect`` the portable differences; ``__init__`` is the site that picks)."""
-EXTRA_WORDS = frozenset({"later", "pipe", "pipeline", "libpq", "is_fast", "FAST_CACHE"})
+EXTRA_WORDS = frozenset({"later", "pipe", "pipeline", "libpq", "is_fast", "FAST_CACHE",
+                         "processed"})
 """Words of the fast path no machinery module exports that the rules used to speak:
 ``cas.compare_and_set``'s ``later=`` list, an open transaction's pipeline
-(``prepared.Open.pipe``), the modules' names before the move, and ``backend``'s own
-test of the choice (the seam answers it by picking a class)."""
+(``prepared.Open.pipe``), the modules' names before the move, ``backend``'s old
+test of the choice (the seam answers it by picking a class) and the flag that told
+Core's rows from the driver's (``Rows.processed``)."""
+PICKING = ("chosen", "is_fast", "txn_class")
+"""What tells one backend from another: asked by ``backend/__init__.py`` alone."""
 
 
 def fast_path_names() -> frozenset[str]:
@@ -67,6 +71,10 @@ def identifiers(tree: ast.AST) -> set[str]:
 
 def rule_modules() -> list[Path]:
     return sorted(p for p in LEDGER.rglob("*.py") if "backend" not in p.relative_to(LEDGER).parts)
+
+
+def _named(path: Path, words: frozenset[str]) -> list[str]:
+    return sorted(identifiers(ast.parse(path.read_text())) & words)
 
 
 def test_the_derived_names_cover_the_fast_path_vocabulary() -> None:
@@ -105,3 +113,38 @@ def test_one_site_picks_the_implementation() -> None:
                        "agent_gate.ledger.backend.pg_fast"}:
             pickers.append(str(path.relative_to(LEDGER)))
     assert pickers == ["backend/__init__.py"]
+
+
+def test_only_the_picking_site_asks_which_backend_runs() -> None:
+    """Beginning a transaction, compiling a statement, a begin hook: none asks which
+    backend a dialect has (``begin_write``/``begin_read`` once did, in ``dialect``);
+    ``backend/__init__.py`` picks, and each implementation is what it is."""
+    picker = LEDGER / "backend" / "__init__.py"
+    asking = {
+        str(path.relative_to(LEDGER)): words for path in sorted(LEDGER.rglob("*.py"))
+        if path != picker and (words := _named(path, frozenset(PICKING)))
+    }
+    assert not asking, f"modules that ask which backend runs (only backend/__init__ may): {asking}"
+
+
+def test_the_reference_names_none_of_the_machinery() -> None:
+    """``core.py`` is plain Core: it builds its own statements, shares nothing with the
+    fast path (``prepared.CoreStatement`` once was its twin inside the machinery)."""
+    assert _named(LEDGER / "backend" / "core.py", fast_path_names()) == []
+
+
+def test_rules_take_the_transaction_never_a_raw_connection() -> None:
+    """A rule's parameter is a ``Txn``, not "``Txn`` or a ``Connection``" (which made it
+    reach under the seam for the backend of a bare connection: ``audit.append``,
+    ``reads.call_by`` and ``Ledger.lock_task`` once did)."""
+    both = []
+    for path in rule_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.arg) and node.annotation is not None:
+                words = identifiers(node.annotation) | {
+                    n.value for n in ast.walk(node.annotation)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                }
+                if {"Txn", "Connection"} <= words:
+                    both.append(f"{path.relative_to(LEDGER)}:{node.lineno} {node.arg}")
+    assert not both, f"parameters that take a Txn or a raw Connection: {both}"

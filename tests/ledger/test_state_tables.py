@@ -6,7 +6,7 @@ import pytest
 
 from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall
 from agent_gate.ledger.reasons import ReasonCode
-from agent_gate.ledger.records import CallRecord, StoredResult
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import (
     ARROWS,
     LATE_RUN_ENDS,
@@ -20,6 +20,7 @@ from agent_gate.ledger.states import (
     arrow,
     run_end,
 )
+from agent_gate.privacy.results import StoredResult
 from agent_gate.schema import Reconciliation
 
 S, E = CallState, Event

@@ -14,7 +14,8 @@ from support import WORKERS
 
 from agent_gate.ledger import CallState, Event, IllegalTransition, Ledger, NewCall, audit
 from agent_gate.ledger.lease import Liveness, liveness, now_ms, this_owner
-from agent_gate.ledger.records import StoredResult
+from agent_gate.ledger.txn import Txn
+from agent_gate.privacy.results import StoredResult
 
 WORKER = WORKERS / "ledger_worker.py"
 
@@ -196,9 +197,9 @@ def test_within_commits_with_the_transition_or_not_at_all(db_url: str) -> None:
         assert stale is not None
         calls: list[tuple[int, str]] = []
 
-        def count(conn: Any, row: Any) -> None:
+        def count(txn: Txn, row: Any) -> None:
             calls.append((row.version, row.state.value))
-            audit.append(conn, task_id="t", event="quota")
+            audit.append(txn, task_id="t", event="quota")
 
         def refuse(conn: Any, row: Any) -> None:
             raise RuntimeError("quota exceeded")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from agent_gate.ledger import Event, Ledger, NewCall
+from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.records import Ruling
-from agent_gate.ledger.txn import LedgerTxn
 
 
 def _new(call_id: str, *, principal: str | None = None, scope: str | None = None) -> NewCall:

@@ -29,11 +29,12 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, inspect
 
 from agent_gate.ledger import CallState, Event, Ledger, NewCall, store
-from agent_gate.ledger.backend.dialect import begin_write, create_ledger_engine
+from agent_gate.ledger.backend import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import alembic_config, head_revision
 from agent_gate.ledger.models import SWEPT_STATES, metadata
-from agent_gate.ledger.records import CallRecord, StoredResult
+from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery
+from agent_gate.privacy.results import StoredResult
 
 S = CallState
 BEFORE = "0007_pg_server_side_append"

@@ -19,7 +19,7 @@ from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.backend import pg_pipeline as pipeline
 from agent_gate.ledger.backend._libpq import _convert
-from agent_gate.ledger.backend.dialect import release_idle
+from agent_gate.ledger.backend.spares import release_idle
 
 pytestmark = pytest.mark.backends("postgresql")
 

@@ -17,7 +17,7 @@ from ledger_backends import PgSchema
 from sqlalchemy import Engine, String, inspect, text
 
 from agent_gate.ledger import Ledger, LedgerConfigError, LedgerSchemaError
-from agent_gate.ledger.backend.dialect import begin_write, create_ledger_engine
+from agent_gate.ledger.backend import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import MIGRATION_LOCK, alembic_config, head_revision
 from agent_gate.ledger.models import AUDIT_EVENTS, metadata
 

@@ -23,9 +23,8 @@ from sqlalchemy import Insert, bindparam, exc, insert
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger
+from agent_gate.ledger.backend import begin_write, spares
 from agent_gate.ledger.backend import pg_pipeline as pipeline
-from agent_gate.ledger.backend import spares
-from agent_gate.ledger.backend.dialect import begin_write
 from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn
 from agent_gate.ledger.backend.prepared import opened, prepare
 from agent_gate.ledger.records import TASKS
@@ -49,7 +48,7 @@ def terminate(pg: PgSchema, pids: list[int]) -> None:
 
 def kept_pids(ledger: Ledger) -> list[int]:
     """The server pids of the connections the ledger keeps for its pipelined writes
-    between transactions (``dialect._kept_write``), outside the pool."""
+    between transactions (``spares._kept_write``), outside the pool."""
     kept = spares.spares_of(ledger.engine).write
     return sorted(c.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
                   for c in kept)

@@ -17,8 +17,7 @@ import pytest
 from sqlalchemy import bindparam, select, text, update
 
 from agent_gate.ledger import Ledger, audit
-from agent_gate.ledger.backend import pg_fast, writing
-from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend import begin_write, pg_fast, writing
 from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn, Unexpected
 from agent_gate.ledger.backend.prepared import opened, prepare
 from agent_gate.ledger.chain import entry_hash

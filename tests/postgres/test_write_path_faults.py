@@ -41,8 +41,8 @@ from agent_gate.ledger import CallRecord, Event, Ledger, NewCall
 from agent_gate.ledger.backend import pg_fast, spares
 from agent_gate.ledger.backend import pg_pipeline as pipeline
 from agent_gate.ledger.backend.pg_pipeline import PipelinedTxn
+from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.records import Ruling
-from agent_gate.ledger.txn import LedgerTxn
 
 pytestmark = pytest.mark.backends("postgresql")
 

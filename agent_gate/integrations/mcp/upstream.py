@@ -13,7 +13,7 @@ A call that reaches the upstream and comes back with a JSON-RPC error failed
 there, definitely; so did one whose result has ``isError: true`` (the tool ran and
 reported an error): both are recorded ``failed``, never re-run, with the error's
 text as the ledger keeps any tool's error (bounded, argument values and redacted
-fields scrubbed out: ``ledger.privacy``). The tool's own result travels on the
+fields scrubbed out: ``privacy.scrub``). The tool's own result travels on the
 exception (``ErrorData.data``) so the request that ran it returns it unchanged.
 
 What the SDK reports as an ``MCPError`` is not always the upstream's answer: a

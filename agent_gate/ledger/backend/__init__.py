@@ -11,9 +11,8 @@ SQLAlchemy's ``engine/processors.py`` picks its compiled or pure twin:
   SQLAlchemy internals.
 * ``sqlite_fast.SqliteFastTxn``: the same statements compiled once and run on the
   DB-API cursor (``prepared``), on a few connections kept checked out between
-  transactions with ``BEGIN``/``COMMIT`` issued on the driver (``dialect``,
-  ``spares``), a new call's arrows folded into its insert (``fast``): two synced
-  commits a gate call.
+  transactions with ``BEGIN``/``COMMIT`` issued on the driver (``spares``), a new
+  call's arrows folded into its insert (``fast``): two synced commits a gate call.
 * ``pg_fast.PgPipelineTxn``: PostgreSQL's write transactions in libpq's pipeline
   mode (``pg_pipeline``, ``_libpq``): two round trips a gate call.
 
@@ -25,20 +24,26 @@ The storage is chosen per engine, here only: ``Ledger(..., storage=...)`` or
 ``create_ledger_engine(..., storage=...)``, else ``$AGENT_GATE_LEDGER_BACKEND``
 (``core`` or ``fast``), else ``FAST`` unless ``AGENT_GATE_PURE_PYTHON`` is set; the
 fast implementation is then the engine's dialect's. It is kept on the engine's
-dialect, which is also where compiled statements are cached.
+dialect, which is also where compiled statements are cached. Every transaction,
+the rules' (``writing``, ``reading``, ``transact``) and the plain ones of the read
+models and migrations (``begin_write``, ``begin_read``), is begun as the chosen
+implementation begins them (``dialect.pooled``, or a fast one's ``spares.begin_fast``):
+nothing else asks which one it is.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
 import agent_gate._speedups as _speedups
 from agent_gate.errors import LedgerConfigError
+from agent_gate.ledger.backend import spares
+from agent_gate.ledger.backend.dialect import DEFAULT_BUSY_TIMEOUT, build_engine, pooled
 
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn
@@ -50,11 +55,12 @@ __all__ = [
     "CORE",
     "ENV_BACKEND",
     "FAST",
-    "FAST_CACHE",
+    "begin_read",
+    "begin_write",
     "choose",
     "chosen",
+    "create_ledger_engine",
     "default",
-    "is_fast",
     "on",
     "reading",
     "register",
@@ -70,9 +76,6 @@ FAST = "fast"
 BACKENDS = (CORE, FAST)
 ENV_BACKEND = "AGENT_GATE_LEDGER_BACKEND"
 _ATTR = "_agent_gate_backend"
-FAST_CACHE = "_agent_gate_prepared"
-"""Where a ``FAST`` dialect caches its compiled statements (``prepared.prepare``): a
-dialect that has one is fast, which is all the hot path needs to know."""
 
 
 def _valid(name: str, source: str) -> str:
@@ -97,8 +100,6 @@ def resolve(backend: str | None) -> str:
 def choose(dialect: Any, backend: str | None = None) -> str:
     """Fix ``dialect``'s (one engine's) backend: ``backend``, else ``default()``."""
     name = resolve(backend)
-    if name != FAST:
-        dialect.__dict__.pop(FAST_CACHE, None)
     dialect.__dict__.pop(_TXN_ATTR, None)
     dialect.__dict__[_ATTR] = name
     return name
@@ -110,10 +111,6 @@ def chosen(dialect: Any) -> str:
     return name if name is not None else choose(dialect)
 
 
-def is_fast(dialect: Any) -> bool:
-    return chosen(dialect) == FAST
-
-
 _TXN_ATTR = "_agent_gate_txn_class"
 
 
@@ -122,7 +119,7 @@ def txn_class(dialect: Any) -> type[Txn]:
     cls: type[Txn] | None = dialect.__dict__.get(_TXN_ATTR)
     if cls is not None:
         return cls
-    if not is_fast(dialect):
+    if chosen(dialect) != FAST:
         from agent_gate.ledger.backend.core import CoreTxn as cls
     elif dialect.name == "postgresql":
         from agent_gate.ledger.backend.pg_fast import PgPipelineTxn as cls
@@ -132,12 +129,55 @@ def txn_class(dialect: Any) -> type[Txn]:
     return cls
 
 
+def create_ledger_engine(
+    url: str,
+    *,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    create: bool = True,
+    storage: str | None = None,
+) -> Engine:
+    """An engine configured for durable compare-and-set writes on its database, its
+    backend chosen (``storage``: ``"core"`` or ``"fast"``; default ``default()``).
+
+    ``create=False``: not even its first connection may create a SQLite file (a
+    caller that checked ``require_ledger_file`` first keeps that promise under a
+    race with whoever deletes the file).
+    """
+    storage = resolve(storage)
+    fast = storage == FAST
+    engine = build_engine(url, busy_timeout=busy_timeout, create=create, ping=not fast)
+    choose(engine.dialect, storage)
+    if fast and engine.dialect.name == "postgresql":
+        from agent_gate.ledger.backend import pg_pipeline
+
+        if pg_pipeline.supported():
+            pg_pipeline.install(engine)
+    return engine
+
+
+def begin_write(engine: Engine, *, reuse: bool = True) -> AbstractContextManager[Connection]:
+    """A transaction that will write, begun as ``engine``'s backend begins them: it
+    holds the write lock from its first statement on SQLite; on PostgreSQL rows are
+    locked as they are updated. ``reuse=False``: on a connection of its own, not one
+    kept for the next transaction (for callers such as Alembic that keep references
+    to it)."""
+    if chosen(engine.dialect) != FAST:
+        return pooled(engine, write=True)
+    return spares.begin_fast(engine, write=True, reuse=reuse)
+
+
+def begin_read(engine: Engine, *, reuse: bool = True) -> AbstractContextManager[Connection]:
+    """A read-only transaction over one consistent snapshot, taking no lock
+    (``reuse`` as for ``begin_write``)."""
+    if chosen(engine.dialect) != FAST:
+        return pooled(engine, write=False)
+    return spares.begin_fast(engine, write=False, reuse=reuse)
+
+
 @contextmanager
 def writing(engine: Engine, *, guess: bool = True) -> Iterator[Txn]:
     """A write transaction: its audit entries linked right before it commits.
     ``guess=False``: the backend guesses nothing (``transact``)."""
-    from agent_gate.ledger.backend.dialect import begin_write
-
     cls = txn_class(engine.dialect)
     with begin_write(engine) as conn:
         txn = cls(conn, guess=guess)
@@ -148,9 +188,7 @@ def writing(engine: Engine, *, guess: bool = True) -> Iterator[Txn]:
 
 @contextmanager
 def reading(engine: Engine) -> Iterator[Txn]:
-    """A read-only transaction over one consistent snapshot (``dialect.begin_read``)."""
-    from agent_gate.ledger.backend.dialect import begin_read
-
+    """A read-only transaction over one consistent snapshot (``begin_read``)."""
     with begin_read(engine) as conn:
         yield txn_class(engine.dialect)(conn, staged=False)
 
@@ -173,19 +211,15 @@ def transact(engine: Engine, body: Callable[[Txn], _T]) -> tuple[Txn, _T]:
 
 def on(conn: Connection) -> Txn:
     """The ``Txn`` of a transaction a plain ``Connection`` holds (opened with
-    ``dialect.begin_write`` or ``begin_read``): each audit entry linked as appended."""
+    ``begin_write`` or ``begin_read``): each audit entry linked as appended."""
     return txn_class(conn.dialect)(conn, staged=False)
 
 
 def register(engine: Engine) -> None:
     """A ledger opened ``engine``: in a forked child it starts with a pool of its own."""
-    from agent_gate.ledger.backend.spares import forget_in_children
-
-    forget_in_children(engine)
+    spares.forget_in_children(engine)
 
 
 def release(engine: Engine) -> None:
     """Close the connections ``engine`` keeps between transactions (before dispose)."""
-    from agent_gate.ledger.backend.spares import release_idle
-
-    release_idle(engine)
+    spares.release_idle(engine)

@@ -23,7 +23,6 @@ from sqlalchemy import BigInteger, Connection, bindparam, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
-from agent_gate.ledger.backend.dialect import db_now_ms
 from agent_gate.ledger.backend.pg_pipeline import Pending
 from agent_gate.ledger.backend.prepared import Open, Rows, prepare, result_processors
 from agent_gate.ledger.cas import NO_GUARD, predicted, statement, stored_values
@@ -35,6 +34,7 @@ from agent_gate.ledger.records import (
     Guard,
     call_record,
 )
+from agent_gate.ledger.sql import db_now_ms
 from agent_gate.ledger.txn import StatementResult, Txn
 
 __all__ = ["FastTxn", "Folded", "Later", "driver_call_record"]

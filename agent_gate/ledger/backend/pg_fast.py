@@ -38,7 +38,7 @@ SPARE_BATCH = 16
 out (``SpareIds``): one statement per sixteen calls instead of one per call."""
 _UNIQUE_VIOLATION = "23505"
 _ROWS_PER_CALL = 64
-"""Entries per call of the append function (as ``audit``'s client-side inserts)."""
+"""Entries per call of the append function (as ``Txn.link_audit``'s inserts in the client)."""
 
 
 def _next_call_ids() -> TextClause:
@@ -112,12 +112,12 @@ def _append_sql(count: int) -> str:
 
 
 def link_in_server(pipe: PipelinedTxn, entries: list[dict[str, Any]]) -> None:
-    """``audit.link`` on a pipelined transaction, computed by the server: the head
+    """``Txn.link_audit`` on a pipelined transaction, computed by the server: the head
     reads would otherwise be the one answer the transaction waits for before its
     ``COMMIT``. The client writes each entry's hashed text around its link
     (``chain.entry_parts``, encoded as ``entry_hash`` encodes it) and the task ids
     in lock order; the server locks the heads, splices each link in, hashes,
-    inserts and moves the heads, in the order and with the locks ``audit.link``
+    inserts and moves the heads, in the order and with the locks ``Txn.link_audit``
     takes. Sent unanswered: it goes out with the ``COMMIT``.
 
     In chunks of ``_ROWS_PER_CALL`` entries, each naming every task of the

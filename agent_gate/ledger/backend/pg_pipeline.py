@@ -9,7 +9,7 @@ each ``INSERT``/``UPDATE``, ``COMMIT``), about twenty per gate call. In pipeline
 mode the client sends statements without waiting for their answers and waits only
 when it needs one (the statements go out on libpq itself, ``libpq.Wire``, not
 through psycopg's cursors, which cost more CPU than the ledger's own work). So a
-transaction begun here (``dialect.begin_write`` on the fast backend) does not wait
+transaction begun here (``backend.begin_write`` on the fast backend) does not wait
 for anything it does not read:
 
 * ``BEGIN`` is sent with the first statement, not answered on its own;
@@ -241,14 +241,12 @@ def supported() -> bool:
 class Pending:
     """The answer to one statement sent in a pipeline: read on first use.
 
-    The attributes of ``prepared.Rows``: ``rows`` (fetched rows), ``rowcount``,
-    ``processed`` (always False: the driver's values). Reading either waits for
+    The attributes of ``prepared.Rows``: ``rows`` (fetched rows, the driver's values)
+    and ``rowcount``. Reading either waits for
     every statement sent so far (one round trip) unless the answer is already in.
     """
 
     __slots__ = ("_rowcount", "_rows", "answer", "args", "done", "fetch", "sql", "txn")
-
-    processed = False
 
     def __init__(self, txn: PipelinedTxn, sql: str, args: Any, fetch: bool) -> None:
         self.txn = txn

@@ -31,16 +31,16 @@ to ``Connection.execute``:
   compiled text runs through ``Connection.exec_driver_sql`` instead, so the
   listeners and the log see it.
 
-Within a transaction opened by ``dialect.begin_write``/``begin_read`` (``track``),
-that question is asked once, at its start, and the statements share one driver
-cursor (``Open``): a call runs about fifteen statements, and asking the listener
+Within a transaction a fast backend begins (``track``, ``tracked``), that question
+is asked once, at its start, and the statements share one driver cursor
+(``Open``): a call runs about fifteen statements, and asking the listener
 collections before each cost more than some of the statements themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from operator import itemgetter
@@ -53,7 +53,6 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.types import TypeEngine
 
-from agent_gate.ledger.backend import FAST_CACHE, is_fast
 from agent_gate.ledger.backend._sa_private import (
     SQLITE_DATETIME_FORMAT,
     cursor_watched,
@@ -61,7 +60,6 @@ from agent_gate.ledger.backend._sa_private import (
 )
 
 __all__ = [
-    "CoreStatement",
     "Open",
     "Prepared",
     "Rows",
@@ -73,6 +71,7 @@ __all__ = [
     "result_processors",
     "statements_watched",
     "track",
+    "tracked",
     "untrack",
 ]
 
@@ -84,22 +83,7 @@ class Rows(NamedTuple):
 
     rowcount: int
     rows: list[tuple[Any, ...]]
-    processed: bool = False
-    """The values are Core's (result processors applied: ``backend.CORE``), not the
-    driver's (``backend.FAST``; ``result_processors`` converts them)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CoreStatement:
-    """``backend.CORE``'s ``Prepared``: the statement built once, run by
-    ``Connection.execute`` with Core's own processing. The reference path."""
-
-    statement: ClauseElement
-
-    def run(self, conn: Connection, params: Mapping[str, Any]) -> Rows:
-        result = conn.execute(self.statement, dict(params))  # type: ignore[call-overload]
-        fetched = [tuple(r) for r in result] if result.returns_rows else []
-        return Rows(result.rowcount, fetched, True)
+    """As the driver returned them (``result_processors`` converts them as Core would)."""
 
 
 class Open:
@@ -164,6 +148,20 @@ def untrack(conn: Connection, state: Open) -> None:
     if cursor is not None:
         with suppress(Exception):  # a cursor of a connection already gone
             cursor.close()
+
+
+@contextmanager
+def tracked(conn: Connection) -> Iterator[None]:
+    """A transaction begun and ended by Core whose statements share one ``Open``
+    (noted before its ``BEGIN``, which the engine's own ``begin`` hook then sends on
+    the driver unless someone watches)."""
+    state = track(conn)
+    try:
+        with conn.begin():
+            yield
+            state.undefer()
+    finally:
+        untrack(conn, state)
 
 
 def opened(conn: Connection) -> Open | None:
@@ -287,27 +285,20 @@ def driver_error(
 
 _CACHE: dict[tuple[str, Hashable], Prepared] = {}
 _CACHE_LOCK = Lock()
-_DIALECT_CACHE = FAST_CACHE
+_DIALECT_CACHE = "_agent_gate_prepared"
 """Where a dialect keeps its own view of ``_CACHE`` (found without building a key)."""
-_CORE_CACHE = "_agent_gate_core_statements"
-"""Where a ``backend.CORE`` dialect keeps its built statements."""
 
 
-def prepare(
-    conn: Connection, key: Hashable, build: Callable[[], ClauseElement]
-) -> Prepared | CoreStatement:
-    """The statement ``build()`` makes, ready to run on ``conn``'s engine's backend
-    (``backend``): compiled for the dialect (``FAST``), or built once (``CORE``);
-    cached by ``key`` either way.
+def prepare(conn: Connection, key: Hashable, build: Callable[[], ClauseElement]) -> Prepared:
+    """The statement ``build()`` makes, compiled for ``conn``'s dialect and cached by
+    ``key`` (the fast backends' ``Txn.run``; the reference builds its own).
 
     ``key`` must name everything that shapes the SQL (which columns are set, which
     guards apply): two statements with one key would share one compiled text.
     """
     dialect = conn.dialect
     mine: dict[Hashable, Prepared] | None = dialect.__dict__.get(_DIALECT_CACHE)
-    if mine is None:  # no fast statement yet: a Core dialect never has one
-        if not is_fast(dialect):
-            return _core_statement(dialect, key, build)
+    if mine is None:
         mine = dialect.__dict__.setdefault(_DIALECT_CACHE, {})
     found = mine.get(key)
     if found is not None:
@@ -352,18 +343,6 @@ def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, 
         get = itemgetter(names[0])
         return lambda params: (get(params),)
     return itemgetter(*names)
-
-
-def _core_statement(
-    dialect: Dialect, key: Hashable, build: Callable[[], ClauseElement]
-) -> CoreStatement:
-    core: dict[Hashable, CoreStatement] | None = dialect.__dict__.get(_CORE_CACHE)
-    if core is None:
-        core = dialect.__dict__.setdefault(_CORE_CACHE, {})
-    statement = core.get(key)
-    if statement is None:
-        statement = core.setdefault(key, CoreStatement(build()))
-    return statement
 
 
 _DATETIME_SAMPLES = (

@@ -1,7 +1,7 @@
 """SQLite's fast backend: statements on the driver, a new call's arrows in its insert.
 
 Its transactions are begun and ended on the driver of a connection kept between
-transactions (``dialect.begin_write``, ``spares``), its statements run on the
+transactions (``spares.begin_fast``), its statements run on the
 driver's cursor (``fast.FastTxn``). A call decided in the transaction that records
 it is inserted under the id SQLite itself would give it (``_free_id``: the write
 lock is held since ``BEGIN IMMEDIATE``), as late as it can be, with the decision's

@@ -13,19 +13,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import select
 
 from agent_gate.ledger import approvals
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
 from agent_gate.ledger.models import AUDIT_EVENTS
-from agent_gate.ledger.privacy import bound
-from agent_gate.ledger.reads import call_by
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
+from agent_gate.privacy.scrub import bound
+
+if TYPE_CHECKING:
+    from agent_gate.ledger.txn import Txn
 
 __all__ = [
     "DEFAULT_MAX_SHOWN",
@@ -184,12 +186,13 @@ def _entry(e: AuditRecord) -> dict[str, Any]:
 
 
 def read_details(
-    conn: Connection, task_id: str, call_id: str, *, max_shown: int = DEFAULT_MAX_SHOWN
+    txn: Txn, task_id: str, call_id: str, *, max_shown: int = DEFAULT_MAX_SHOWN
 ) -> CallDetails | None:
-    """The call's details in the snapshot ``conn`` reads, or None if there is no such call."""
-    rec = call_by(conn, task_id=task_id, call_id=call_id)
+    """The call's details in the snapshot ``txn`` reads, or None if there is no such call."""
+    rec = txn.read_call(task_id=task_id, call_id=call_id)
     if rec is None:
         return None
+    conn = txn.conn
     history = tuple(
         record_of(r) for r in conn.execute(
             select(_EVENTS)

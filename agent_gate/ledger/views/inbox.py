@@ -33,7 +33,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, text
 
-from agent_gate.ledger.backend.dialect import begin_read
+from agent_gate.ledger.backend import begin_read
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import APPROVALS, SWEPT_WHERE
 from agent_gate.ledger.records import CALLS

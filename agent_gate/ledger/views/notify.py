@@ -1,7 +1,8 @@
-"""Telling waiting processes that a person answered a call: PostgreSQL ``NOTIFY``.
+"""Waiting for a person's answer to a call: PostgreSQL ``LISTEN``.
 
 A person's answer (``approvals.insert_answer``: an approval or a denial) announces
-itself on the channel ``agent_gate_decision`` inside the transaction that records it,
+itself (``approvals.announce``, a ``NOTIFY``) on the channel ``agent_gate_decision``
+inside the transaction that records it,
 so PostgreSQL delivers the notification when, and only if, that transaction commits:
 a waiter woken by it always finds the answer. The payload names the task and the call
 (ids only, never arguments); waiters re-read the row anyway, so a notification for
@@ -17,23 +18,11 @@ from __future__ import annotations
 from contextlib import closing
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Engine
 
-__all__ = ["CHANNEL", "Listener", "announce", "payload"]
+from agent_gate.ledger.approvals import CHANNEL, payload
 
-CHANNEL = "agent_gate_decision"
-_SEP = "\x1f"
-"""Unit separator between task and call id: neither a task nor a call id contains it."""
-
-
-def payload(task_id: str, call_id: str) -> str:
-    return f"{task_id}{_SEP}{call_id}"
-
-
-def announce(conn: Connection, task_id: str, call_id: str) -> None:
-    """In ``conn``'s transaction: wake whoever waits for this call, once it commits."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_notify(CHANNEL, payload(task_id, call_id))))
+__all__ = ["CHANNEL", "Listener", "payload"]
 
 
 class Listener:

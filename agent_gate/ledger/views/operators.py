@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import Engine, delete, insert, select
 
 from agent_gate.errors import OperatorRefused
-from agent_gate.ledger import audit, reads
-from agent_gate.ledger.backend.dialect import begin_read, begin_write
+from agent_gate.ledger import audit
+from agent_gate.ledger.backend import begin_read, writing
 from agent_gate.ledger.models import OPERATORS
 
 __all__ = [
@@ -125,12 +125,12 @@ class Operators:
         values = {"name": name, "token_hash": token_digest(token),
                   "approve_tools": json.dumps(list(approve)),
                   "resolve_tools": json.dumps(list(resolve)), "created_at": now}
-        with begin_write(self.engine) as conn:
-            exists = conn.execute(select(_TABLE.c.id).where(_TABLE.c.name == name)).first()
+        with writing(self.engine) as txn:
+            exists = txn.execute(select(_TABLE.c.id).where(_TABLE.c.name == name)).first()
             if exists is not None:
                 raise OperatorRefused(f"operator {name!r} exists already; remove them first")
-            conn.execute(insert(_TABLE).values(values))
-            audit.append(conn, task_id=OPERATORS_TASK, event="operator_added", actor=actor,
+            txn.execute(insert(_TABLE).values(values))
+            audit.append(txn, task_id=OPERATORS_TASK, event="operator_added", actor=actor,
                          detail={"operator": name, "approve": list(approve),
                                  "resolve": list(resolve)}, at=now)
         return Operator(name, tuple(approve), tuple(resolve), now), token
@@ -142,10 +142,10 @@ class Operators:
 
     def remove(self, name: str, *, actor: str = "cli") -> bool:
         """Remove an operator (their token stops working at once); False if none."""
-        with begin_write(self.engine) as conn:
-            gone = conn.execute(delete(_TABLE).where(_TABLE.c.name == name)).rowcount
+        with writing(self.engine) as txn:
+            gone = txn.execute(delete(_TABLE).where(_TABLE.c.name == name)).rowcount
             if gone:
-                audit.append(conn, task_id=OPERATORS_TASK, event="operator_removed",
+                audit.append(txn, task_id=OPERATORS_TASK, event="operator_removed",
                              actor=actor, detail={"operator": name})
         return bool(gone)
 
@@ -171,11 +171,11 @@ class Operators:
         ``event`` names the action (``approve``, ``login``...); the entry's event is
         ``operator_<event>`` with ``allowed`` in its detail. Never argument values.
         """
-        with begin_write(self.engine) as conn:
+        with writing(self.engine) as txn:
             row_id = None
             if task_id is not None and call_id is not None:
-                rec = reads.call_by(conn, task_id=task_id, call_id=call_id)
+                rec = txn.read_call(task_id=task_id, call_id=call_id)
                 row_id = rec.row_id if rec is not None else None
-            audit.append(conn, task_id=task_id or OPERATORS_TASK, call_row_id=row_id,
+            audit.append(txn, task_id=task_id or OPERATORS_TASK, call_row_id=row_id,
                          call_id=call_id, event=f"operator_{event}", actor=actor,
                          detail={"allowed": allowed, **(detail or {})})

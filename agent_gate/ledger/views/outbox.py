@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
-from agent_gate.ledger.audit import AuditRecord, settled
-from agent_gate.ledger.backend.dialect import begin_read, begin_write
+from agent_gate.ledger.audit import AuditRecord
+from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.models import WEBHOOK_CURSORS
-from agent_gate.ledger.views.pages import AuditQuery, audit_page
+from agent_gate.ledger.views.pages import AuditQuery, audit_page, settled
 
 __all__ = ["EVENT_KINDS", "Notice", "advance", "cursor", "notice_of", "notices_after"]
 

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger import Event, Ledger, NewCall
 from agent_gate.ledger.audit import ChainReport
-from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend import begin_write
 from agent_gate.ledger.chain import GENESIS
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take, write
 

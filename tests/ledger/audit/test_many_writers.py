@@ -14,12 +14,11 @@ import support
 from sqlalchemy import Engine, text
 from waiting import wait_until
 
-from agent_gate.ledger import Ledger, audit
-from agent_gate.ledger.audit import settled
-from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger import Ledger, audit, backend
+from agent_gate.ledger.backend import begin_write
 from agent_gate.ledger.checkpoints import Checkpoint, take
 from agent_gate.ledger.views import outbox
-from agent_gate.ledger.views.pages import AuditQuery
+from agent_gate.ledger.views.pages import AuditQuery, settled
 
 pytestmark = pytest.mark.backends("postgresql")
 
@@ -114,7 +113,7 @@ def test_an_append_locks_only_its_own_task(db_url: str, pg_admin: Engine) -> Non
             done.append(task)
 
         with begin_write(ledger.engine) as conn:
-            audit.append(conn, task_id="x", event="held")  # links now: holds x's head
+            audit.append(backend.on(conn), task_id="x", event="held")  # links now: holds x's head
             y = threading.Thread(target=other, args=("y",))
             y.start()
             y.join()  # never waits on x's head: it has finished with x still held
@@ -133,14 +132,14 @@ def test_an_append_locks_only_its_own_task(db_url: str, pg_admin: Engine) -> Non
 
 def test_readers_going_forward_never_pass_an_entry_still_to_commit(db_url: str) -> None:
     """Ids are drawn at INSERT, so with one chain per task a later id can commit first.
-    ``audit.settled`` bounds a forward reader (follow, webhooks) below any entry a
+    ``pages.settled`` bounds a forward reader (follow, webhooks) below any entry a
     transaction still holds, so nothing is skipped."""
     with Ledger(db_url) as ledger:
         ledger.ensure_task("x")
         ledger.ensure_task("y")
         before = ledger.audit_page(AuditQuery(newest=True, limit=1))[-1].seq
         with begin_write(ledger.engine) as conn:
-            audit.append(conn, task_id="x", event="held")  # id before+1, not committed
+            audit.append(backend.on(conn), task_id="x", event="held")  # id before+1, not committed
             other = threading.Thread(target=ledger.record_terminal, args=("y", "completed"))
             other.start()
             other.join()  # id before+2, committed

@@ -291,7 +291,7 @@ def test_the_scrubber_cuts_exactly_the_pieces_a_naive_search_finds() -> None:
     a piece of a value (any case), and whole values of 4 to 7 characters."""
     import random
 
-    from agent_gate.ledger.privacy import SecretScrubber
+    from agent_gate.privacy.scrub import SecretScrubber
 
     rng = random.Random(7)
     alphabet = "abAB -xyZ"

@@ -10,7 +10,7 @@ from sqlalchemy import select, text
 
 from agent_gate.evidence.merkle import Tree, leaf_hash
 from agent_gate.ledger import Event, Ledger, NewCall
-from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend import begin_write
 from agent_gate.ledger.chain import entry_parts, entry_text
 from agent_gate.ledger.checkpoints import Checkpoint, take
 from agent_gate.ledger.models import AUDIT_EVENTS

@@ -15,7 +15,7 @@ from ledger_backends import pg_schema
 from sqlalchemy import Engine, text
 
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.backend.dialect import begin_write, create_ledger_engine
+from agent_gate.ledger.backend import begin_write, create_ledger_engine
 from agent_gate.ledger.checkpoints import take, write
 from agent_gate.ledger.migrate import alembic_config
 

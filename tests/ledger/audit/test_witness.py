@@ -15,7 +15,7 @@ from sqlalchemy import text
 from agent_gate.cli import main
 from agent_gate.evidence.note import SignerKey
 from agent_gate.ledger import Event, Ledger, NewCall
-from agent_gate.ledger.backend.dialect import begin_write
+from agent_gate.ledger.backend import begin_write
 
 
 def cli(*args: str | Path) -> Result:

@@ -11,8 +11,8 @@ digest) and the call still ``succeeded``, with reason code ``result_unstorable``
 A result is also the tool's own words about its arguments. Before it is stored or
 shown to the model, the fields a policy names under ``redact_result`` become
 stand-ins (``policy.redaction.redact_result``) and every string is cut of the call's
-redacted argument values and their pieces (``privacy.SecretScrubber``); the same
-scrubber cleans the stored error (``privacy.describe_error``).
+redacted argument values and their pieces (``scrub.SecretScrubber``); the same
+scrubber cleans the stored error (``scrub.describe_error``).
 """
 
 from __future__ import annotations
@@ -23,16 +23,50 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agent_gate.ledger.canonical import to_jsonable
-from agent_gate.ledger.privacy import SecretScrubber, bound, safe_text, string_values
-from agent_gate.ledger.records import StoredResult
+from agent_gate.plainjson import canonical_json, sha256_hex
 from agent_gate.policy.paths import iter_matches
 from agent_gate.policy.redaction import RedactionRule, redact_result, scrub_strings
+from agent_gate.privacy.scrub import SecretScrubber, bound, safe_text, string_values
 
-__all__ = ["RESULT_UNSTORABLE", "KeptResult", "OutcomeScrub", "keep_result"]
+__all__ = ["RESULT_UNSTORABLE", "KeptResult", "OutcomeScrub", "StoredResult", "keep_result",
+           "to_jsonable"]
 
 RESULT_UNSTORABLE: Final = "result_unstorable"
 """Reason code (and stand-in key) of a success whose result has no stored form."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResult:
+    """A tool result as the ledger keeps it: JSON text, or only its hash when too big."""
+
+    text: str | None
+    sha256: str
+    size: int
+
+    @classmethod
+    def encode(cls, value: Any, max_bytes: int) -> StoredResult:
+        text = canonical_json(value)
+        size = len(text.encode("utf-8"))
+        return cls(text if size <= max_bytes else None, sha256_hex(text), size)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn a tool's return value into plain JSON data for storage and replay.
+
+    Pydantic models, dataclasses, dates and the like become what their JSON form
+    is; anything without a JSON form becomes its ``str``. A value that still has no
+    JSON form (nested deeper than serializers go, a cycle, a ``__str__`` that raises)
+    raises: ``keep_result`` turns that into a stored stand-in,
+    so the call still ends ``succeeded`` (one rule for every unstorable result).
+    """
+    # Imported here: the ledger's readers (``agent-gate tasks``) never store a result,
+    # and pydantic is a good part of their start-up.
+    from pydantic import BaseModel
+    from pydantic_core import to_jsonable_python
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return to_jsonable_python(value, fallback=str)
 
 
 @dataclass(frozen=True, slots=True)
