@@ -23,7 +23,7 @@ what differs between sync and async callers (``runner.RunTool``,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 __all__ = ["CallDriver", "lease_end"]
 
 _MAX_STEPS = 16
+_Step = Generator[Request, Any, "Outcome | None"]
+"""A step that hands requests out (the tool runs, a reconcile hook is asked): it
+returns the outcome to report, or None to go on from the row it left."""
 
 _RECONCILED = {
     Reconciliation.SUCCEEDED: "the reconcile hook found that the write happened",
@@ -100,6 +103,44 @@ def _normalize_verdict(value: Any) -> Reconciled:
         return value
     raw = getattr(value, "value", value)
     return Reconciled(Reconciliation(raw))
+
+
+@dataclass(slots=True)
+class _Walk:
+    """One call's walk through ``CallDriver.advance``: the row as last seen, and
+    whether this invocation made the arrow that left it there."""
+
+    rec: CallRecord
+    acted: bool
+    """``replayed`` is False only when this invocation made the transition that
+    produced the state it reports: losing a race to another worker, or finding the
+    row already there, means the outcome was read, not produced."""
+    early: Ruling | None
+    call_id: str
+    duplicate_of: str | None
+    trace: CallTrace
+    fresh: int | None = None
+    """The version at which this invocation itself authorized the row, under this
+    gate's policy, from arguments it holds: a claim of exactly that version need not
+    re-check it. Any later arrow bumps the version."""
+
+    def __post_init__(self) -> None:
+        if self.acted and self.rec.state is CallState.AUTHORIZED:
+            self.fresh = self.rec.version
+
+    def moved(self, tr: Transition, *, decided: bool = False) -> None:
+        """The row a step's compare-and-set left (``decided``: by this gate's decision)."""
+        self.rec, self.acted = tr.record, tr.won
+        if decided:
+            authorized = self.acted and self.rec.state is CallState.AUTHORIZED
+            self.fresh = self.rec.version if authorized else None
+
+    def report(self, *, replayed: bool | None = None, **fields: Any) -> Outcome:
+        """The outcome of the row as it stands."""
+        return outcome_of(
+            self.rec, replayed=(not self.acted) if replayed is None else replayed,
+            call_id=self.call_id, duplicate_of=self.duplicate_of, **fields,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,111 +354,105 @@ class CallDriver:
         decide_only: bool = False,
         trace: CallTrace | None = None,
     ) -> Driver:
-        """Move the row forward from whatever state it is in, one CAS at a time.
+        """Move the row forward from whatever state it is in, one CAS at a time: each
+        pass hands the row to its state's step (``_STEPS``, as h11's connection
+        dispatches by state), which takes the one arrow that state allows.
 
         ``acted``: this invocation already moved the row (decided it as it recorded it).
         ``decide_only``: take the call's decision and stop there: never claim, run,
         sweep or reconcile (an agent framework asks before it invokes the tool).
         """
-        # ``replayed`` is False only when this invocation made the transition that
-        # produced the state it reports: losing a race to another worker, or finding the
-        # row already there, means the outcome was read, not produced.
-        extra: dict[str, Any] = {"call_id": call_id, "duplicate_of": duplicate_of}
-        # ``fresh``: the version at which this invocation itself authorized the row,
-        # under this gate's policy, from arguments it holds: a claim of exactly that
-        # version need not re-check it. Any later arrow bumps the version.
-        fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
-        trace = trace or _LOGS_ONLY.call(rec.task_id, call_id, rec.tool)
+        walk = _Walk(rec, acted, early, call_id, duplicate_of,
+                     trace or _LOGS_ONLY.call(rec.task_id, call_id, rec.tool))
         for _ in range(_MAX_STEPS):
-            trace.seen(rec, acted)
-            state = rec.state
-            if state is CallState.RECEIVED:
-                ruling = self.decider.ruling(rec, early)
-                if ruling is None:
-                    tr, _ = self.ledger.authorize(
-                        rec, self.decider.policy_ruling, actor=this_owner()
-                    )
-                elif ruling.event is None:
-                    # Cannot be decided here (sealed arguments without the key): report.
-                    return outcome_of(
-                        rec, replayed=not acted, code=ruling.code, reason=ruling.reason,
-                        state=rec.state, **extra,
-                    )
-                else:
-                    tr = self.ledger.transition(
-                        rec,
-                        ruling.event,
-                        actor=this_owner(),
-                        code=ruling.code,
-                        reason=ruling.reason,
-                        detail=ruling.detail,
-                        changes=ruling.changes,
-                    )
-                rec, acted = tr.record, tr.won
-                fresh = rec.version if acted and rec.state is CallState.AUTHORIZED else None
-                continue
-            if decide_only and state is not CallState.RECEIVED:
-                return outcome_of(rec, replayed=not acted, **extra)
-            if state is CallState.AWAITING_APPROVAL:
-                approved = self._claim_approved(rec, call_id, duplicate_of)
-                if isinstance(approved, Claimed):
-                    return (yield from self._run(approved, trace))
-                now, waiting, won = approved
-                if now.state is CallState.AWAITING_APPROVAL:
-                    return outcome_of(
-                        now,
-                        replayed=not acted,
-                        state=now.state,
-                        code=R.AWAITING_APPROVAL,
-                        reason=waiting or now.reason,
-                        **extra,
-                    )
-                rec, acted = now, won
-                continue
-            if state is CallState.AUTHORIZED:
-                claimed = self._claim(rec, call_id, duplicate_of, recheck=rec.version != fresh)
-                if isinstance(claimed, Transition):
-                    if claimed.record.version == rec.version:
-                        # Cannot run here (tool missing or invalid now, or its state is
-                        # not what its audit trail recorded): report, leave it.
-                        return outcome_of(claimed.record, replayed=not acted, **extra)
-                    # Lost the claim to someone else, or the re-check moved the call.
-                    rec, acted = claimed.record, claimed.won
-                    continue
-                return (yield from self._run(claimed, trace))
-            if state is CallState.EXECUTING:
-                ended = lease_end(rec)
-                if ended is None:
-                    return outcome_of(
-                        rec,
-                        replayed=True,
-                        code=R.IN_PROGRESS,
-                        reason=f"running under another worker (attempt {rec.attempt}); "
-                        "not started again",
-                        **extra,
-                    )
-                tr = self.ledger.lose_if_abandoned(
-                    rec,
-                    actor=this_owner(),
-                    expired_only=ended is LeaseEnd.LEASE_EXPIRED,
-                    code=LEASE_ENDS[ended].code,
-                    reason=(
-                        "the worker running this call died; whether it took effect is unknown"
-                        if ended is LeaseEnd.OWNER_DEAD
-                        else "the worker's lease expired; whether it took effect is unknown"
-                    ),
-                )
-                rec, acted = tr.record, tr.won
-                continue
-            if state is CallState.IN_DOUBT:
-                settled = yield from self._settle(rec)
-                if settled is None:
-                    return outcome_of(rec, replayed=not acted, **extra)
-                rec, acted = settled.record, settled.won
-                continue
-            # Terminal: report what is stored.
-            return outcome_of(rec, replayed=not acted, **extra)
-        return outcome_of(rec, replayed=not acted, **extra)  # pragma: no cover
+            walk.trace.seen(walk.rec, walk.acted)
+            state = walk.rec.state
+            step = _STEPS.get(state)
+            if step is None or (decide_only and state is not CallState.RECEIVED):
+                return walk.report()  # terminal, or decided: report what is stored
+            done = step(self, walk)
+            if isinstance(done, Generator):
+                done = yield from done
+            if done is not None:
+                return done
+        return walk.report()  # pragma: no cover
+
+    # -- the steps: one per state that has an arrow to take. Each returns the outcome
+    # to report, None to go on from the row it left in ``walk``, or a driver that
+    # returns either (the tool runs, a reconcile hook is asked).
+
+    def _on_received(self, walk: _Walk) -> Outcome | None:
+        rec = walk.rec
+        ruling = self.decider.ruling(rec, walk.early)
+        if ruling is None:
+            tr, _ = self.ledger.authorize(rec, self.decider.policy_ruling, actor=this_owner())
+        elif ruling.event is None:
+            # Cannot be decided here (sealed arguments without the key): report.
+            return walk.report(code=ruling.code, reason=ruling.reason, state=rec.state)
+        else:
+            tr = self.ledger.transition(
+                rec, ruling.event, actor=this_owner(), code=ruling.code,
+                reason=ruling.reason, detail=ruling.detail, changes=ruling.changes,
+            )
+        walk.moved(tr, decided=True)
+        return None
+
+    def _on_awaiting_approval(self, walk: _Walk) -> _Step | Outcome | None:
+        approved = self._claim_approved(walk.rec, walk.call_id, walk.duplicate_of)
+        if isinstance(approved, Claimed):
+            return self._run(approved, walk.trace)
+        now, waiting, won = approved
+        if now.state is CallState.AWAITING_APPROVAL:
+            walk.rec = now
+            return walk.report(state=now.state, code=R.AWAITING_APPROVAL,
+                               reason=waiting or now.reason)
+        walk.rec, walk.acted = now, won
+        return None
+
+    def _on_authorized(self, walk: _Walk) -> _Step | Outcome | None:
+        rec = walk.rec
+        claimed = self._claim(rec, walk.call_id, walk.duplicate_of,
+                              recheck=rec.version != walk.fresh)
+        if not isinstance(claimed, Transition):
+            return self._run(claimed, walk.trace)
+        if claimed.record.version == rec.version:
+            # Cannot run here (tool missing or invalid now, or its state is not what
+            # its audit trail recorded): report, leave it.
+            walk.rec = claimed.record
+            return walk.report()
+        # Lost the claim to someone else, or the re-check moved the call.
+        walk.moved(claimed)
+        return None
+
+    def _on_executing(self, walk: _Walk) -> Outcome | None:
+        rec = walk.rec
+        ended = lease_end(rec)
+        if ended is None:
+            return walk.report(
+                replayed=True, code=R.IN_PROGRESS,
+                reason=f"running under another worker (attempt {rec.attempt}); "
+                "not started again",
+            )
+        tr = self.ledger.lose_if_abandoned(
+            rec,
+            actor=this_owner(),
+            expired_only=ended is LeaseEnd.LEASE_EXPIRED,
+            code=LEASE_ENDS[ended].code,
+            reason=(
+                "the worker running this call died; whether it took effect is unknown"
+                if ended is LeaseEnd.OWNER_DEAD
+                else "the worker's lease expired; whether it took effect is unknown"
+            ),
+        )
+        walk.moved(tr)
+        return None
+
+    def _on_in_doubt(self, walk: _Walk) -> _Step:
+        settled = yield from self._settle(walk.rec)
+        if settled is None:
+            return walk.report()
+        walk.moved(settled)
+        return None
 
     # ------------------------------------------------------------ claims
 
@@ -583,3 +618,13 @@ class CallDriver:
             return "none", rec.reason
         return "run", rec.reason or "the next resume decides or runs it"
 
+
+_STEPS: Mapping[CallState, Callable[[CallDriver, _Walk], _Step | Outcome | None]] = {
+    CallState.RECEIVED: CallDriver._on_received,
+    CallState.AWAITING_APPROVAL: CallDriver._on_awaiting_approval,
+    CallState.AUTHORIZED: CallDriver._on_authorized,
+    CallState.EXECUTING: CallDriver._on_executing,
+    CallState.IN_DOUBT: CallDriver._on_in_doubt,
+}
+"""Each state with an arrow to take, and the step that takes it (``advance``); a
+state not here is terminal: its outcome is reported as stored."""
