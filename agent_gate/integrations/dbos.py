@@ -119,6 +119,8 @@ class GatedSteps:
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.patience = patience if patience is not None else 2 * gate.lease_ms / 1000
+        if datasource is not None:
+            _same_database(gate, datasource)
         self.datasource = datasource
 
     def execute(self, call: CallLike, *, task_id: str | None = None) -> Outcome:
@@ -178,6 +180,20 @@ class GatedSteps:
         except NotAwaitingApproval:
             return True  # settled otherwise meanwhile: the next execute reports it
         return answer.status is not AnswerStatus.WAITING
+
+
+def _same_database(gate: Gate, datasource: SQLAlchemyDatasource) -> None:
+    """A datasource elsewhere would commit the tool's writes apart from the ledger's
+    outcome: refused, naming neither URL (they may hold passwords)."""
+    ours, theirs = (
+        (url.get_backend_name(), url.host, url.port or 5432, url.database)
+        for url in (gate.ledger.engine.url, datasource.engine.url)
+    )
+    if ours[0] != "postgresql" or ours != theirs:
+        raise GateUsageError(
+            "GatedSteps: the datasource must be on the ledger's own PostgreSQL database "
+            "(same host, port and database)"
+        )
 
 
 def _task(task_id: str | None) -> str:

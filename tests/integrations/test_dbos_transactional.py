@@ -152,3 +152,30 @@ def test_killed_around_the_commit_the_row_is_written_exactly_once(app: App, poin
     assert app.ledger_state("wf-t") is CallState.SUCCEEDED
     assert app.recover("wf-t", 7) == result
     assert app.credits() == [7]
+
+
+@pytest.mark.backends("sqlite", "postgresql")
+def test_a_datasource_elsewhere_is_refused(db_url: str, tmp_path: Path) -> None:
+    """Its transaction would commit the tool's writes apart from the ledger's outcome:
+    GatedSteps refuses it, naming no URL. A SQLite ledger has no such composition."""
+    from dbos import SQLAlchemyDatasource
+
+    from agent_gate import GateUsageError
+    from agent_gate.integrations.dbos import GatedSteps
+
+    elsewhere = SQLAlchemyDatasource.create(f"sqlite:///{tmp_path / 'app.sqlite'}")
+    try:
+        with Gate(ToolRegistry(), db_url) as gate:
+            with pytest.raises(GateUsageError, match="ledger's own PostgreSQL") as caught:
+                GatedSteps(gate, datasource=elsewhere)
+            assert "sqlite" not in str(caught.value) and "postgres@" not in str(caught.value)
+            if db_url.startswith("postgresql"):
+                same = SQLAlchemyDatasource.create(db_url, schema=f"ds_{uuid.uuid4().hex[:8]}")
+                try:
+                    assert GatedSteps(gate, datasource=same).datasource is same
+                finally:
+                    with same.engine.begin() as conn:
+                        conn.execute(text(f'DROP SCHEMA "{same.schema}" CASCADE'))
+                    same.engine.dispose()
+    finally:
+        elsewhere.engine.dispose()
