@@ -179,3 +179,38 @@ def test_a_datasource_elsewhere_is_refused(db_url: str, tmp_path: Path) -> None:
                     same.engine.dispose()
     finally:
         elsewhere.engine.dispose()
+
+
+def test_a_transaction_retried_in_the_same_process_runs_the_call_once_more(
+    db_url: str, pg_admin: Engine
+) -> None:
+    """What a DBOS datasource transaction retried in process meets (its commit failed,
+    rolled back whole): the call ``executing`` under this live process's claim. The
+    step's wait (``execute_when_free``) outlasts the lease, and the call then runs once
+    more: one row, ``succeeded`` at attempt 2."""
+    from agent_gate.gate.transactional import current_transaction, joining
+    from agent_gate.integrations.engines import execute_when_free
+
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write", transactional=True)
+    def credit_one() -> str:
+        current_transaction().execute(text("INSERT INTO engine_credits (amount) VALUES (1)"))
+        return "ok"
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE engine_credits (amount INTEGER NOT NULL)"))
+    call = {"call_id": "c", "name": "credit_one", "arguments": {}}
+    try:
+        with Gate(tools, db_url, lease_seconds=0.5) as gate:
+            with engine.connect() as conn, conn.begin() as txn, joining(conn):
+                assert execute_when_free(gate, "t", call, patience=0).state is CallState.SUCCEEDED
+                txn.rollback()  # as a failed commit of DBOS's transaction leaves it
+            with engine.connect() as conn, conn.begin(), joining(conn):
+                again = execute_when_free(gate, "t", call, patience=2 * gate.lease_ms / 1000)
+        assert (again.state, again.attempt, again.replayed) == (CallState.SUCCEEDED, 2, False)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM engine_credits")).scalar() == 1
+    finally:
+        engine.dispose()
