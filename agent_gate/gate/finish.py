@@ -21,7 +21,7 @@ from agent_gate.gate.admission import Arguments
 from agent_gate.gate.decide import Decider
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.gate.runner import Claimed, Ran
-from agent_gate.gate.transactional import running_in
+from agent_gate.gate.transactional import joined_transaction, running_in
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CallRecord, Produced, Transition, TxnConnection
@@ -111,7 +111,9 @@ class Finisher:
             return Produced(Event.SUCCEED, kept[0].stored, kept[0].code, kept[0].reason)
 
         try:
-            tr = self.ledger.finish_with(claimed.rec, work, lease_owner=owner)
+            tr = self.ledger.finish_with(
+                claimed.rec, work, lease_owner=owner, conn=joined_transaction()
+            )
         except Exception as exc:  # rolled back, writes and all: it failed, nothing written
             return self.finish(claimed, Ran(RunEnd.ERROR, exc=exc))
         return outcome_of(

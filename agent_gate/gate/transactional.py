@@ -17,6 +17,11 @@ a sync function, and nothing that waits on a second connection to the ledger whi
 the transaction holds SQLite's write lock. The lease is not renewed while it runs: a
 tool slower than ``lease_seconds`` can lose its call to ``in_doubt``, and its
 transaction then rolls back whole, writes included.
+
+``joining(conn)``: the transaction is not the ledger's but one a caller holds on the
+ledger's database (a DBOS datasource transaction, which records its step's output in
+it): the tool's writes and the outcome go into it through a savepoint, and commit when
+the caller commits, with whatever the caller wrote there.
 """
 
 from __future__ import annotations
@@ -30,11 +35,32 @@ from agent_gate.gate.runner import _current
 from agent_gate.ledger.records import TxnConnection
 from agent_gate.tools import CallInfo
 
-__all__ = ["current_transaction", "running_in"]
+__all__ = ["current_transaction", "joined_transaction", "joining", "running_in"]
 
 _connection: contextvars.ContextVar[TxnConnection | None] = contextvars.ContextVar(
     "agent_gate_transaction", default=None
 )
+
+_joined: contextvars.ContextVar[TxnConnection | None] = contextvars.ContextVar(
+    "agent_gate_joined_transaction", default=None
+)
+
+
+def joined_transaction() -> TxnConnection | None:
+    """The caller's transaction a transactional tool's outcome commits in, if any."""
+    return _joined.get()
+
+
+@contextmanager
+def joining(conn: TxnConnection) -> Iterator[None]:
+    """Within this block a transactional tool run by the gate (in this thread, or a
+    task copying this context) writes, with its outcome, in ``conn``'s transaction,
+    which the caller commits: it must be on the ledger's own database."""
+    token = _joined.set(conn)
+    try:
+        yield
+    finally:
+        _joined.reset(token)
 
 
 def current_transaction() -> TxnConnection:

@@ -32,6 +32,20 @@ answer, and an application that answers in process can wake the workflow at once
 with ``wake(workflow_id, call_id)`` (a message whose content is never trusted: the
 ledger is read anyway). The waits, with their durations, are DBOS's own durable
 sleeps: a recovered workflow waits only what was left.
+
+Exactly once, for a tool declared ``transactional=True`` when DBOS has a datasource
+on the ledger's own PostgreSQL database (``GatedSteps(gate, datasource=ds)``): its
+call runs as that datasource's transaction (``SQLAlchemyDatasource.run_tx_step``),
+which DBOS checks for a recorded output first and records its output in before it
+commits. The gate writes the tool's writes and the call's outcome into that same
+transaction (``joining``), so the tool's rows, the ledger's ``succeeded`` and DBOS's
+record of the step commit together or not at all: a process killed before the commit
+leaves none of them (the ledger holds the call ``executing`` under a dead owner, which
+the gate knows it may run again: nothing was written), after it all three, and DBOS's
+recovery replays the step without calling the gate. The transaction runs at READ
+COMMITTED: the gate commits the call's claim on its own connection before the tool
+runs, and a snapshot taken earlier would refuse the outcome's update. Other tools
+keep the plain step.
 """
 
 from __future__ import annotations
@@ -39,10 +53,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from dbos import DBOS
+from dbos import DBOS, SQLAlchemyDatasource
 
 from agent_gate.errors import GateUsageError, NotAwaitingApproval
 from agent_gate.gate import Gate, Outcome
+from agent_gate.gate.transactional import joining
 from agent_gate.gate.waiting import AnswerStatus
 from agent_gate.integrations.engines import (
     CallInDoubt,
@@ -83,6 +98,8 @@ class GatedSteps:
     ledger is read again (each wait doubles; ``wake`` ends one at once).
     ``patience``: seconds to wait for a call another live worker runs (the same step
     running twice, in two processes) before its ``in_progress`` outcome is returned.
+    ``datasource``: a DBOS datasource on the ledger's own database; a transactional
+    tool's call then runs as its transaction, committed with DBOS's record of it.
     """
 
     def __init__(
@@ -93,6 +110,7 @@ class GatedSteps:
         poll_min: float = POLL_MIN,
         poll_max: float = 10.0,
         patience: float | None = None,
+        datasource: SQLAlchemyDatasource | None = None,
     ) -> None:
         if not 0 < poll_min <= poll_max:
             raise GateUsageError("waits must be positive, and poll_min at most poll_max")
@@ -101,6 +119,9 @@ class GatedSteps:
         self.poll_min = poll_min
         self.poll_max = poll_max
         self.patience = patience if patience is not None else 2 * gate.lease_ms / 1000
+        if datasource is not None:
+            _same_database(gate, datasource)
+        self.datasource = datasource
 
     def execute(self, call: CallLike, *, task_id: str | None = None) -> Outcome:
         """Run ``call`` at most once for this workflow (``task_id``: another task than
@@ -110,7 +131,7 @@ class GatedSteps:
         DBOS as the step's error: a recovered workflow raises it again).
         """
         task = _task(task_id)
-        record = _execute_step(self, task, dict(call), None)
+        record = self._step(task, dict(call), None)
         call_id = record["call_id"]
         waited, pause = 0.0, self.poll_min
         while record["state"] == CallState.AWAITING_APPROVAL.value:
@@ -121,8 +142,19 @@ class GatedSteps:
             DBOS.recv(answer_topic(call_id), timeout_seconds=wait)
             waited, pause = waited + wait, min(pause * 2, self.poll_max)
             if _answered_step(self, task, call_id):
-                record = _execute_step(self, task, dict(call), call_id)
+                record = self._step(task, dict(call), call_id)
         return outcome_from(record)
+
+    def _step(self, task: str, call: dict[str, Any], call_id: str | None) -> dict[str, Any]:
+        """The call's step: the datasource's transaction for a transactional tool
+        when there is a datasource, else the plain step."""
+        tool = self.gate.tools.get(str(call.get("name")))
+        if self.datasource is None or tool is None or not tool.spec.transactional:
+            return _execute_step(self, task, call, call_id)
+        return self.datasource.run_tx_step(
+            {"name": "agent_gate.transact", "isolation_level": "READ COMMITTED"},
+            _transact, self, self.datasource, task, call, call_id,
+        )
 
     async def aexecute(self, call: CallLike, *, task_id: str | None = None) -> Outcome:
         """``execute`` for async workflows: async steps, ``DBOS.recv_async``."""
@@ -148,6 +180,20 @@ class GatedSteps:
         except NotAwaitingApproval:
             return True  # settled otherwise meanwhile: the next execute reports it
         return answer.status is not AnswerStatus.WAITING
+
+
+def _same_database(gate: Gate, datasource: SQLAlchemyDatasource) -> None:
+    """A datasource elsewhere would commit the tool's writes apart from the ledger's
+    outcome: refused, naming neither URL (they may hold passwords)."""
+    ours, theirs = (
+        (url.get_backend_name(), url.host, url.port or 5432, url.database)
+        for url in (gate.ledger.engine.url, datasource.engine.url)
+    )
+    if ours[0] != "postgresql" or ours != theirs:
+        raise GateUsageError(
+            "GatedSteps: the datasource must be on the ledger's own PostgreSQL database "
+            "(same host, port and database)"
+        )
 
 
 def _task(task_id: str | None) -> str:
@@ -177,6 +223,18 @@ async def _aexecute_step(
 ) -> dict[str, Any]:
     named = call_mapping(call, _identity(call_id))
     outcome = await aexecute_when_free(steps.gate, task_id, named, patience=steps.patience)
+    return outcome_record(outcome)
+
+
+def _transact(
+    steps: GatedSteps, datasource: SQLAlchemyDatasource, task_id: str,
+    call: dict[str, Any], call_id: str | None,
+) -> dict[str, Any]:
+    """The body of the datasource transaction: the gate's outcome and the tool's
+    writes go into it (DBOS then records this return value in it and commits)."""
+    named = call_mapping(call, _identity(call_id))
+    with joining(datasource.sql_session().connection()):
+        outcome = execute_when_free(steps.gate, task_id, named, patience=steps.patience)
     return outcome_record(outcome)
 
 

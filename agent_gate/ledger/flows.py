@@ -602,13 +602,16 @@ def finish(
 
 def finish_with(
     engine: Engine, rec: CallRecord, work: Callable[[TxnConnection], Produced], *,
-    lease_owner: str,
+    lease_owner: str, conn: TxnConnection | None = None,
 ) -> Transition:
     """``Ledger.finish_with``: run ``work`` on this transaction's connection and commit
     what it wrote together with the outcome it produced, or neither: a row that moved
     on (the lease lost) rolls its writes back too; what ``work`` raises rolls back and
-    propagates."""
+    propagates. ``conn``: a transaction the caller holds and commits (another
+    library's, on the ledger's database), used through a savepoint instead."""
     guard = Guard(owner=True, lease_owner=lease_owner)
+    if conn is not None:
+        return _finish_within(engine, conn, rec, work, guard, lease_owner)
     try:
         with write(engine) as txn:
             produced = work(txn.conn)
@@ -622,6 +625,29 @@ def finish_with(
     except Lost:
         return Transition(False, _reread(engine, rec))
     return Transition(True, txn.committed(current))
+
+
+def _finish_within(
+    engine: Engine, conn: TxnConnection, rec: CallRecord,
+    work: Callable[[TxnConnection], Produced], guard: Guard, lease_owner: str,
+) -> Transition:
+    """``finish_with`` inside the caller's transaction: in plain Core (the caller's
+    connection is not one the ledger's backend opened), its audit entries linked as
+    appended, the savepoint rolled back when the row moved on or ``work`` raised."""
+    from agent_gate.ledger.backend.core import CoreTxn
+
+    txn = CoreTxn(conn, staged=False)
+    with conn.begin_nested() as savepoint:
+        produced = work(conn)
+        changes, info = _outcome(produced.result, None, None)
+        current = apply(
+            txn, rec, produced.event, actor=lease_owner, code=produced.code,
+            reason=produced.reason, changes=changes, guard=guard, detail=info,
+        )
+        if current is None:
+            savepoint.rollback()
+            return Transition(False, _reread(engine, rec))
+    return Transition(True, current)
 
 
 def _outcome(

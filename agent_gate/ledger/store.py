@@ -470,12 +470,14 @@ class Ledger:
         )
 
     def finish_with(
-        self, rec: CallRecord, work: Callable[[TxnConnection], Produced], *, lease_owner: str
+        self, rec: CallRecord, work: Callable[[TxnConnection], Produced], *, lease_owner: str,
+        conn: TxnConnection | None = None,
     ) -> Transition:
         """Run ``work`` (a transactional tool) inside the transaction that commits its
         outcome: its writes on the connection it gets and the outcome commit together,
-        or neither (``lease_owner`` must still hold the call)."""
-        return flows.finish_with(self.engine, rec, work, lease_owner=lease_owner)
+        or neither (``lease_owner`` must still hold the call). ``conn``: that
+        transaction is the caller's own, on this ledger's database, committed by it."""
+        return flows.finish_with(self.engine, rec, work, lease_owner=lease_owner, conn=conn)
 
     def lose_if_abandoned(
         self, rec: CallRecord, *, actor: str, expired_only: bool, code: str, reason: str

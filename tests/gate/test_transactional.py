@@ -149,3 +149,69 @@ def test_aexecute_runs_it_off_the_loop_in_the_same_transaction(ledger_with_table
     assert (first.state, first.result, second.replayed) == (CallState.SUCCEEDED, "ok", True)
     assert threads != ["MainThread"] and len(threads) == 1
     assert credits(ledger_with_table) == [1]
+
+
+@pytest.mark.backends("postgresql")
+def test_joining_a_callers_transaction_commits_or_rolls_back_with_it(
+    ledger_with_table: str,
+) -> None:
+    """``joining``: the tool's write and the outcome go into the caller's transaction
+    (as DBOS's datasource transaction does): rolled back by the caller, neither
+    exists (the call stays ``executing``); committed, both do."""
+    from agent_gate.gate.transactional import joining
+
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write", transactional=True)
+    def credit_one() -> str:
+        current_transaction().execute(text("INSERT INTO engine_credits (amount) VALUES (1)"))
+        return "ok"
+
+    engine = create_engine(ledger_with_table)
+    try:
+        with Gate(tools, ledger_with_table) as gate:
+            with engine.connect() as conn, conn.begin() as txn:
+                with joining(conn):
+                    outcome = gate.execute("t", {"call_id": "a", "name": "credit_one",
+                                                 "arguments": {}})
+                assert outcome.state is CallState.SUCCEEDED
+                txn.rollback()
+            assert credits(ledger_with_table) == []
+            assert gate.calls("t")[0].state is CallState.EXECUTING
+            with engine.connect() as conn, conn.begin(), joining(conn):
+                gate.execute("t", {"call_id": "b", "name": "credit_one", "arguments": {}})
+            states = {c.call_id: c.state for c in gate.calls("t")}
+            assert states["b"] is CallState.SUCCEEDED
+            assert credits(ledger_with_table) == [1]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.backends("postgresql")
+def test_a_tool_that_raises_in_a_joined_transaction_leaves_the_callers_writes(
+    ledger_with_table: str,
+) -> None:
+    """Its savepoint rolls back its own write only: the caller's earlier write in the
+    same transaction commits, and the call is recorded ``failed``."""
+    from agent_gate.gate.transactional import joining
+
+    tools = ToolRegistry()
+
+    @tools.tool(schema={"type": "object"}, effect="write", transactional=True)
+    def half_done() -> None:
+        current_transaction().execute(text("INSERT INTO engine_credits (amount) VALUES (1)"))
+        raise RuntimeError("downstream refused")
+
+    engine = create_engine(ledger_with_table)
+    try:
+        with Gate(tools, ledger_with_table) as gate:
+            with engine.connect() as conn, conn.begin():
+                conn.execute(text("INSERT INTO engine_credits (amount) VALUES (5)"))
+                with joining(conn):
+                    outcome = gate.execute("t", {"call_id": "c", "name": "half_done",
+                                                 "arguments": {}})
+            assert outcome.state is CallState.FAILED
+            assert gate.calls("t")[0].state is CallState.FAILED
+    finally:
+        engine.dispose()
+    assert credits(ledger_with_table) == [5]
