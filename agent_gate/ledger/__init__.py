@@ -15,8 +15,7 @@ Alembic only.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agent_gate._lazy import exports
 
@@ -81,13 +80,4 @@ __all__ = [
     "resolve_url",
 ]
 
-_exported, __dir__ = exports(__name__, _LAZY, globals())
-
-
-def __getattr__(name: str) -> Any:
-    # ``seal`` is the old path of ``agent_gate.privacy.seal``, which moved with the
-    # privacy room: integrations/mcp/identity.py (another room's) still imports it
-    # from here until its owner points it at the new one.
-    if name == "seal":
-        return importlib.import_module("agent_gate.privacy.seal")
-    return _exported(name)
+__getattr__, __dir__ = exports(__name__, _LAZY, globals())

@@ -9,7 +9,10 @@ import agent_gate.ledger
 
 LEDGER = Path(agent_gate.ledger.__file__).resolve().parent
 BELOW = ("agent_gate.ledger", "agent_gate.errors", "agent_gate._lazy", "agent_gate._speedups",
-         "agent_gate.plainjson", "agent_gate.policy", "agent_gate.privacy", "agent_gate.telemetry")
+         "agent_gate.plainjson", "agent_gate.policy", "agent_gate.privacy", "agent_gate.telemetry",
+         # the pure evidence formats (tests/test_layers.py: "evidence formats"), which the
+         # checkpoints build on; the bundles and exports above the ledger are not here
+         "agent_gate.evidence.merkle", "agent_gate.evidence.note", "agent_gate.evidence.checkpoint")
 """What the ledger may import from agent-gate (the layers under it, and itself)."""
 
 

@@ -28,9 +28,9 @@ from typing import Any
 
 from agent_gate.errors import GateUsageError
 from agent_gate.gate import Gate
-from agent_gate.ledger import seal as sealing
 from agent_gate.ledger.models import ID_LEN
 from agent_gate.plainjson import canonical_json, sha256_hex
+from agent_gate.privacy import seal as sealing
 from agent_gate.tools import Effect
 
 __all__ = ["CALL_ID_META", "CallIds", "asked_call_id"]
