@@ -34,7 +34,7 @@ from agent_gate.ledger.records import (
     Transition,
     TxnConnection,
 )
-from agent_gate.ledger.states import CallState, Event, arrow
+from agent_gate.ledger.states import KEEPS_CHARGES, CallState, Event, arrow
 from agent_gate.ledger.txn import LedgerTxn, Lost, Txn
 from agent_gate.plainjson import canonical_json
 
@@ -167,6 +167,12 @@ def apply(
     if values.get("attempt") is not None:
         info["attempt"] = values["attempt"]
     info.update(detail or {})
+    if effects.refunds and code not in KEEPS_CHARGES:
+        # In the same entry as the arrow, as charges are: ``audit verify`` then expects
+        # the call's charges gone, and a refund outside agent-gate shows.
+        refunded = txn.refund(rec.row_id)
+        if refunded:
+            info["refunds"] = refunded
     audit.append(
         txn,
         task_id=rec.task_id,
@@ -206,11 +212,16 @@ def apply_ruling(
     assert ruling.event is not None
     effects = arrow(rec.state, ruling.event).effects
     recorded = ruling.detail if detail is None else detail
-    if effects.charges and ruling.charges:
+    charges = ruling.charges if effects.charges else {}
+    if charges and ruling.event is Event.CLAIM:
+        # A re-checked claim charges only what a refund gave back (the call was found
+        # not applied and runs again); a call still charged is left as it is.
+        charges = txn.charge(rec.task_id, rec.row_id, charges)
+    if charges:
         # In the entry as stored (``quota.charge``'s text), so that ``audit verify`` finds
         # a charge deleted or lowered: the task could otherwise spend past its limit.
         recorded = {**(recorded or {}),
-                    "charges": {k: str(v) for k, v in sorted(ruling.charges.items())}}
+                    "charges": {k: str(v) for k, v in sorted(charges.items())}}
     applied = _applied(
         txn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
         changes=ruling.changes, detail=recorded, lease=lease, unread=unread,
@@ -220,8 +231,8 @@ def apply_ruling(
         or not txn.consume_approval(ruling.approval_id, applied.attempt + 1)
     ):
         raise Lost
-    if effects.charges and ruling.charges:
-        txn.charge(rec.task_id, rec.row_id, ruling.charges)
+    if charges and ruling.event is not Event.CLAIM:
+        txn.charge(rec.task_id, rec.row_id, charges)
     return applied
 
 

@@ -243,9 +243,16 @@ class Txn(ABC):
         under a lock of its scope (``quota.scoped_usage``)."""
         return quota.scoped_usage(self, task_id, principal, counters, besides=besides)
 
-    def charge(self, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]) -> None:
-        """Charge the call's amounts to the task's counters (``quota.charge``)."""
-        quota.charge(self, task_id=task_id, call_row_id=call_row_id, amounts=amounts)
+    def charge(
+        self, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]
+    ) -> dict[str, Decimal]:
+        """Charge the call's amounts to the task's counters (``quota.charge``): those
+        charged now."""
+        return quota.charge(self, task_id=task_id, call_row_id=call_row_id, amounts=amounts)
+
+    def refund(self, call_row_id: int) -> dict[str, str]:
+        """Give the call's charges back (``quota.refund``): what they were."""
+        return quota.refund(self, call_row_id)
 
     def latest_approval(self, call_row_id: int) -> ApprovalRecord | None:
         """The newest approval or denial given for the call row."""
