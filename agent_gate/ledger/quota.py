@@ -136,9 +136,10 @@ def charge(
 
 def refund(txn: Txn, call_row_id: int) -> dict[str, str]:
     """Delete the call's charges: what it was charged, per counter, as stored (the
-    text its audit entry records). Its task is locked by the caller's transaction,
-    and each scoped counter is read under its own lock after that one, so no decider
-    sees a usage that a refund changes before it commits."""
+    text its audit entry records), in the transaction of the arrow that gives them
+    back, its task locked. A refund only lowers a usage: a decider of another task
+    that read a scoped counter before the refund committed counted the charge once
+    more than needed, never one too few, so no limit can be passed by a race."""
     rows = txn.execute(
         select(_CHARGES.c.counter, _CHARGES.c.amount).where(_CHARGES.c.call_row_id == call_row_id)
     ).all()
