@@ -6,8 +6,11 @@ still matches the stored charges to the trail."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agent_gate import CallState, Gate, OutcomeUnknown, ToolRegistry
 from agent_gate.policy import Principal
@@ -81,4 +84,48 @@ def test_a_refunded_call_run_again_is_charged_again(db_url: str, tmp_path: Path)
                   if e.call_id == "c1" and e.to_state == "executing"]
         assert json.dumps(claims[-1].detail["charges"], sort_keys=True) == json.dumps(
             {"pay/sum/amount": "80", "pay/sum/amount@principal/86400s": "80"}, sort_keys=True)
+        assert gate.ledger.verify_audit().problem is None
+
+
+@pytest.mark.slow
+def test_refunds_racing_new_calls_never_exceed_a_principals_limit(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Three in-doubt calls hold ana's budget of three; eight workers race: three find
+    their call not applied (a refund) and send it again, five send new calls in their
+    own tasks. Every freed slot is taken exactly once: three succeed, never more."""
+    policy = "version: 1\ntools:\n  pay:\n    rules: [{id: pay-ok, effect: allow}]\n" \
+             "    limits: [{id: three-per-principal, max_calls: 3, per: principal}]\n"
+    (tmp_path / "p.yaml").write_text(policy, encoding="utf-8")
+    ran: list[float] = []
+    with Gate(_tools(ran, unsure={1, 2, 3}), db_url, policy=tmp_path / "p.yaml") as gate:
+        for i in (1, 2, 3):
+            assert gate.execute(f"d{i}", {"call_id": "c", "name": "pay", "arguments": {
+                "amount": i}}, principal=ANA).state is CallState.IN_DOUBT
+    start = threading.Barrier(8)
+    states: list[CallState] = []
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        with Gate(_tools(ran, unsure=set()), db_url, policy=tmp_path / "p.yaml") as gate:
+            start.wait(timeout=60)
+            if index < 3:
+                task, amount = f"d{index + 1}", index + 1
+                gate.resolve("c", as_="not_applied", task_id=task, by="ops")
+            else:
+                task, amount = f"n{index}", 10 + index
+            state = gate.execute(task, {"call_id": "c", "name": "pay",
+                                        "arguments": {"amount": amount}}, principal=ANA).state
+            with lock:
+                states.append(state)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(s.value for s in states) == ["rejected"] * 5 + ["succeeded"] * 3
+    assert len(ran) == 3
+    with Gate(ToolRegistry(), db_url) as gate:
         assert gate.ledger.verify_audit().problem is None
