@@ -25,6 +25,7 @@ from agent_gate.errors import (
 )
 
 if TYPE_CHECKING:
+    from agent_gate.authorize import PolicyAuthorizer
     from agent_gate.gate import Gate
     from agent_gate.ledger import CallRecord, Ledger
     from agent_gate.tools import ToolRegistry
@@ -121,7 +122,8 @@ def open_ledger(url: str | None) -> Ledger:
 
 
 def open_gate(
-    url: str | None, tools: ToolRegistry | None = None, policy: str | None = None
+    url: str | None, tools: ToolRegistry | None = None,
+    policy: str | PolicyAuthorizer | None = None,
 ) -> Gate:
     """A gate on the existing ledger at ``url`` (never creates one, as ``open_ledger``)."""
     from agent_gate.gate import Gate

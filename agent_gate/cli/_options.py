@@ -6,9 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from agent_gate.authorize import PolicyAuthorizer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -150,3 +153,27 @@ def parse_duration(text: str, *, param_hint: str = "--expires-in") -> float | No
     if why is not None:
         raise click.BadParameter(f"{text!r}: {why}; give {expected}", param_hint=param_hint)
     return value
+
+
+def shadow_option(fn: F) -> F:
+    """``--shadow FILE`` as ``shadow_file``: every command that runs a gate with a policy
+    (``run``, ``resume``, ``mcp proxy``, ``serve``) takes a shadow policy the same way
+    (``gate_policy`` builds what the gate is given)."""
+    return click.option(
+        "--shadow", "shadow_file", default=None, metavar="FILE", type=click.Path(dir_okay=False),
+        help="A policy evaluated beside --policy on every call: its would-be decision is "
+        "recorded in the call's audit entry and counted in metrics, never enforced.",
+    )(fn)
+
+
+def gate_policy(policy_file: str | None, shadow_file: str | None) -> PolicyAuthorizer | None:
+    """The policy a command's gate runs: ``--policy`` with ``--shadow`` beside it. Call it
+    inside ``failures()``: a file that does not load is reported as ``policy check`` would."""
+    if shadow_file is not None and policy_file is None:
+        raise click.UsageError("--shadow needs --policy: a shadow policy's would-be "
+                               "decision is recorded beside the enforced one's")
+    if policy_file is None:
+        return None
+    from agent_gate.authorize import PolicyAuthorizer
+
+    return PolicyAuthorizer(policy_file, shadow_policy=shadow_file)

@@ -10,7 +10,14 @@ from __future__ import annotations
 import click
 
 from agent_gate.cli._operator import failures
-from agent_gate.cli._options import db_option, parse_duration, parse_listen, role_option
+from agent_gate.cli._options import (
+    db_option,
+    gate_policy,
+    parse_duration,
+    parse_listen,
+    role_option,
+    shadow_option,
+)
 
 _EPILOG = """\b
 Examples:
@@ -34,6 +41,7 @@ def mcp_group() -> None:
 @mcp_group.command(name="proxy", epilog=_EPILOG, context_settings={"max_content_width": 100})
 @click.option("--policy", "policy_file", required=True, type=click.Path(dir_okay=False),
               help="The policy file every tools/call is judged by.")
+@shadow_option
 @db_option
 @click.option("--task", "task_id", default=None,
               help="Record every call in this task (default: one task per client session). "
@@ -67,7 +75,8 @@ def mcp_group() -> None:
                    "session (a child process, for COMMAND) at once; more are asked to retry.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def proxy_command(
-    policy_file: str, url: str | None, task_id: str | None, principal_id: str | None,
+    policy_file: str, shadow_file: str | None, url: str | None, task_id: str | None,
+    principal_id: str | None,
     roles: tuple[str, ...], approval_wait: str, upstream_url: str | None, listen: str | None,
     dedupe: tuple[str, ...], restart: bool, backoff: str, start_timeout: str,
     max_upstreams: int, command: tuple[str, ...],
@@ -115,7 +124,8 @@ def proxy_command(
     from agent_gate.ledger.backend.dialect import resolve_url
     from agent_gate.tools import ToolRegistry
 
-    with failures(), Gate(ToolRegistry(), resolve_url(url), policy=policy_file,
+    with failures(), Gate(ToolRegistry(), resolve_url(url),
+                          policy=gate_policy(policy_file, shadow_file),
                           create=True) as gate:
         anyio.run(serve, gate, config)
 

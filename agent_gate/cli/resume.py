@@ -10,7 +10,7 @@ import click
 from agent_gate.cli._exit import EXIT_CODES_HELP, CliError
 from agent_gate.cli._listing import PagedTable
 from agent_gate.cli._operator import failures, open_gate
-from agent_gate.cli._options import ledger_options, tools_option
+from agent_gate.cli._options import gate_policy, ledger_options, shadow_option, tools_option
 from agent_gate.cli._output import cell, console, print_traces, state_cell
 from agent_gate.cli._progress import finish, watching
 from agent_gate.cli.replay import load_registry
@@ -52,11 +52,12 @@ def _outcomes(out: Console, outcomes: list[Outcome]) -> None:
 @tools_option
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="The policy file the task runs under (approvals are bound to its hash).")
+@shadow_option
 @click.option("--dry-run", is_flag=True, help="Only show what stands in the way.")
 @ledger_options
 def resume_command(
-    task_id: str, tools_spec: str, policy_file: str | None, dry_run: bool, url: str | None,
-    as_json: bool,
+    task_id: str, tools_spec: str, policy_file: str | None, shadow_file: str | None,
+    dry_run: bool, url: str | None, as_json: bool,
 ) -> None:
     """Show what stands between TASK and completion, then run what is approved and safe.
 
@@ -70,7 +71,7 @@ def resume_command(
     if policy_file is None and not as_json:
         out.print("[yellow]note:[/] no --policy: every registered tool with valid arguments "
                   "is allowed, and approved calls wait for a resume under their policy")
-    with failures(), open_gate(url, registry, policy_file) as gate:
+    with failures(), open_gate(url, registry, gate_policy(policy_file, shadow_file)) as gate:
         if gate.ledger.task(task_id) is None:
             raise CliError(f"no task {task_id!r} in the ledger; expected a task id as "
                            "`agent-gate tasks` lists them")

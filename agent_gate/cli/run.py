@@ -22,7 +22,14 @@ import click
 
 from agent_gate.cli._exit import EXIT_CODES_HELP, CliError
 from agent_gate.cli._operator import failures
-from agent_gate.cli._options import F, db_option_as, next_input_option, stream_task_options
+from agent_gate.cli._options import (
+    F,
+    db_option_as,
+    gate_policy,
+    next_input_option,
+    shadow_option,
+    stream_task_options,
+)
 from agent_gate.cli._progress import finish, watching
 from agent_gate.cli.replay import echo_outcomes, load_registry, write_next_input
 from agent_gate.providers import AUTO, provider_names
@@ -127,6 +134,7 @@ def _summary(result: LiveResult) -> dict[str, object]:
     help="Policy file deciding each call (default: every registered tool with valid "
     "arguments is allowed).",
 )
+@shadow_option
 @db_option_as("url_db")
 @_timeout_option(
     "--idle-timeout", 60.0, "Seconds with no byte at all before the stream is abandoned."
@@ -158,6 +166,7 @@ def run_command(
     task_id: str,
     tools_spec: str,
     policy_file: str | None,
+    shadow_file: str | None,
     url_db: str | None,
     idle_timeout: float,
     progress_timeout: float,
@@ -200,7 +209,8 @@ def run_command(
             headers["Content-Type"] = "application/json"
     verb = (method or ("POST" if content is not None else "GET")).upper()
     try:
-        with (failures(), Gate(registry, url_db, policy=policy_file, create=True) as gate,
+        with (failures(), Gate(registry, url_db, policy=gate_policy(policy_file, shadow_file),
+                   create=True) as gate,
               watching(gate.ledger, task_id, as_json=as_json) as progress):
             result = run_live(
                 gate,

@@ -12,13 +12,20 @@ import click
 
 from agent_gate.cli._exit import CliError, ExitCode
 from agent_gate.cli._operator import failures, open_ledger
-from agent_gate.cli._options import db_option, parse_duration, parse_listen
+from agent_gate.cli._options import (
+    db_option,
+    gate_policy,
+    parse_duration,
+    parse_listen,
+    shadow_option,
+)
 
 
 @click.command(name="serve")
 @db_option
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="Judge approvals under this policy (its approvers, self_approval).")
+@shadow_option
 @click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
               help="A YAML file: base_url for links, and notify: the webhooks to send "
                    "(see agent_gate.serve.webhooks).")
@@ -28,7 +35,8 @@ from agent_gate.cli._options import db_option, parse_duration, parse_listen
 @click.option("--checkpoint-every", "checkpoint_every", default=None, metavar="DURATION",
               help="Take an audit checkpoint this often (30m, 2h, 1d) or never. Default: "
                    "the config file's checkpoint_every, else every 10 minutes.")
-def serve_command(url: str | None, policy_file: str | None, config_file: str | None,
+def serve_command(url: str | None, policy_file: str | None, shadow_file: str | None,
+                  config_file: str | None,
                   listen: str, checkpoint_every: str | None) -> None:
     """Serve the JSON API (/api, schema at /openapi.json) and the web inbox (/inbox).
 
@@ -54,7 +62,7 @@ def serve_command(url: str | None, policy_file: str | None, config_file: str | N
         if checkpoint_every is not None:
             every = parse_duration(checkpoint_every, param_hint="--checkpoint-every")
             config = config.model_copy(update={"checkpoint_every": every})
-        app = create_app(resolved, policy_file, config=config)
+        app = create_app(resolved, gate_policy(policy_file, shadow_file), config=config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

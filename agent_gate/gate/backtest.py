@@ -13,7 +13,12 @@ saw it, or decided by no policy file).
 Usage and history are replayed per task in arrival order: a call counts toward the
 draft's limits (and its ``not_after``) when it was in fact authorized, and toward
 ``after`` / ``prior:`` when it in fact succeeded, whatever the draft would have said;
-the draft's limits are computed over the draft's own counters.
+the draft's limits are computed over the draft's own counters. A limit beyond one
+task (``per: principal``, ``per: all``) or in a window counts as the live gate
+counts it: every counted call of the principal's tasks (or of every task) that
+arrived before this one, within the window (``_Scoped``, filled by a first pass
+over the calls when the draft has such a limit; a call counts from its arrival,
+where the live gate counts it from its authorization, later for an approved one).
 
 The ledger is read through ``ledger.history``, whose connection cannot write (SQLite
 ``mode=ro``; PostgreSQL sessions with ``default_transaction_read_only``), so a
@@ -22,10 +27,11 @@ backtest cannot write the ledger even by mistake.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final, cast
 
@@ -34,7 +40,7 @@ from agent_gate.gate.admission import Arguments
 from agent_gate.ledger.history import PastCall, past_calls
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
-from agent_gate.policy import Policy, Principal, TaskHistory, TaskScope, Verdict
+from agent_gate.policy import Policy, PolicyDecision, Principal, TaskHistory, TaskScope, Verdict
 
 __all__ = ["BacktestReport", "CallRef", "Change", "Unjudged", "backtest"]
 
@@ -164,6 +170,60 @@ def _charge(draft: Policy, tool: str, arguments: Mapping[str, Any], task: _Task)
         task.usage[key] = task.usage.get(key, Decimal(0)) + amount
 
 
+class _Scoped:
+    """The counted calls' charges to the draft's scoped counters, by counter and scope
+    (the principal's JSON text, or "" for ``per: all``), in arrival order, with
+    running sums: the usage before a call, in a window, is two bisections."""
+
+    def __init__(self) -> None:
+        self._times: dict[tuple[str, str], list[tuple[datetime, int]]] = defaultdict(list)
+        self._sums: dict[tuple[str, str], list[Decimal]] = defaultdict(lambda: [Decimal(0)])
+        self._pending: list[tuple[datetime, int, str, str, Decimal]] = []
+
+    def add(self, at: datetime, row_id: int, key: str, scope: str, amount: Decimal) -> None:
+        self._pending.append((at, row_id, key, scope, amount))
+
+    def seal(self) -> None:
+        """Order what was added (the calls came in task order) and sum it up."""
+        for at, row_id, key, scope, amount in sorted(self._pending):
+            self._times[(key, scope)].append((at, row_id))
+            sums = self._sums[(key, scope)]
+            sums.append(sums[-1] + amount)
+        self._pending = []
+
+    def used(self, key: str, scope: str, at: datetime, row_id: int,
+             window: int | None) -> Decimal:
+        """What the calls that arrived before (``at``, ``row_id``) charged, in the window."""
+        times, sums = self._times.get((key, scope), []), self._sums[(key, scope)]
+        end = bisect_left(times, (at, row_id))
+        start = 0 if window is None else bisect_left(times, (at - timedelta(seconds=window), -1))
+        return sums[end] - sums[min(start, end)]
+
+
+def _scope(per: str, principal: str | None) -> str:
+    return principal or "" if per == "principal" else ""
+
+
+def _scoped_charges(draft: Policy, keys: Arguments, url: str, since: datetime | None,
+                    task: str | None) -> _Scoped:
+    """First pass: every counted call's charges to the draft's scoped counters."""
+    scoped = _Scoped()
+    for rec in past_calls(url, since=since, task=task):
+        limits = [limit for limit in draft.limits(rec.tool) if limit.scoped]
+        if not limits or rec.state not in COUNTED_STATES:
+            continue
+        arguments, _ = keys.of(cast(CallRecord, rec))
+        if arguments is None:
+            continue
+        for limit in limits:
+            amount = limit.amount(arguments)
+            if amount is not None:
+                scoped.add(rec.created_at, rec.row_id, limit.key,
+                           _scope(limit.per, rec.principal), amount)
+    scoped.seal()
+    return scoped
+
+
 def backtest(
     draft: Policy,
     url: str,
@@ -182,6 +242,8 @@ def backtest(
     unjudged: list[Unjudged] = []
     judged = other_rules = 0
     current = _Task()
+    has_scoped = any(limit.scoped for tool in draft.tools for limit in draft.limits(tool))
+    scoped = _scoped_charges(draft, keys, url, since, task) if has_scoped else _Scoped()
     for rec in past_calls(url, since=since, task=task):
         if rec.task_id != current.task_id:
             current = _Task(rec.task_id, context=(
@@ -196,13 +258,7 @@ def backtest(
         if verdict not in ("allow", "approve", "deny"):
             unjudged.append(Unjudged(ref, _undecided_why(rec, rec.decision)))
         else:
-            principal, scope = current.context
-            usage = {key: current.usage.get(key, Decimal(0))
-                     for key in {limit.key for limit in draft.limits(rec.tool)}}
-            history = TaskHistory(succeeded=current.succeeded,
-                                  authorized=frozenset(current.authorized))
-            after = draft.evaluate(rec.tool, arguments, principal=principal,
-                                   task_scope=scope, usage=usage, history=history)
+            after = _rejudge(draft, rec, arguments, current, scoped)
             judged += 1
             before_rules = tuple(rec.decision.get("rule_ids") or ())
             if after.effect.value != verdict:
@@ -223,6 +279,23 @@ def backtest(
         unjudged=tuple(unjudged),
         same_verdict_other_rules=other_rules,
     )
+
+
+def _rejudge(
+    draft: Policy, rec: PastCall, arguments: Any, current: _Task, scoped: _Scoped
+) -> PolicyDecision:
+    """The draft's decision on one past call, with the usage and history the live gate
+    would have read at that point of its task (and, for scoped limits, of the ledger)."""
+    principal, scope = current.context
+    usage = {
+        limit.key: scoped.used(limit.key, _scope(limit.per, rec.principal),
+                               rec.created_at, rec.row_id, limit.window)
+        if limit.scoped else current.usage.get(limit.key, Decimal(0))
+        for limit in draft.limits(rec.tool)
+    }
+    history = TaskHistory(succeeded=current.succeeded, authorized=frozenset(current.authorized))
+    return draft.evaluate(rec.tool, arguments, principal=principal, task_scope=scope,
+                          usage=usage, history=history)
 
 
 def _unjudged_why(rec: PastCall, why: str | None) -> str:

@@ -222,8 +222,9 @@ class Decider:
         event, code = verdict_arrow(
             CallState.AUTHORIZED if recheck else CallState.RECEIVED, decision.effect
         )
-        if event is Event.CLAIM:
-            return Ruling(event, detail=detail, changes=changes)
+        if event is Event.CLAIM:  # charged again only if a refund gave its charges back
+            return Ruling(event, detail=detail, changes=changes,
+                          charges=self.rules.charges(rec.tool, arguments))
         when = " when claimed" if recheck else ""
         return Ruling(
             event,

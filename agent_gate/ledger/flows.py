@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, quota
-from agent_gate.ledger.backend import reading, writing
+from agent_gate.ledger.backend import joined, reading, writing
 from agent_gate.ledger.cas import NO_GUARD
 from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.reasons import ReasonCode
@@ -33,7 +33,7 @@ from agent_gate.ledger.records import (
     Transition,
     TxnConnection,
 )
-from agent_gate.ledger.states import CallState, Event, arrow
+from agent_gate.ledger.states import KEEPS_CHARGES, CallState, Event, arrow
 from agent_gate.ledger.txn import Lost, Txn
 from agent_gate.plainjson import canonical_json
 from agent_gate.privacy.scrub import bound
@@ -170,6 +170,12 @@ def apply(
     if values.get("attempt") is not None:
         info["attempt"] = values["attempt"]
     info.update(detail or {})
+    if effects.refunds and code not in KEEPS_CHARGES:
+        # In the same entry as the arrow, as charges are: ``audit verify`` then expects
+        # the call's charges gone, and a refund outside agent-gate shows.
+        refunded = quota.refund(txn, rec.row_id)
+        if refunded:
+            info["refunds"] = refunded
     audit.append(
         txn,
         task_id=rec.task_id,
@@ -209,11 +215,17 @@ def apply_ruling(
     assert ruling.event is not None
     effects = arrow(rec.state, ruling.event).effects
     recorded = ruling.detail if detail is None else detail
-    if effects.charges and ruling.charges:
+    charges = ruling.charges if effects.charges else {}
+    if charges and ruling.event is Event.CLAIM:
+        # A re-checked claim charges only what a refund gave back (the call was found
+        # not applied and runs again); a call still charged is left as it is.
+        charges = quota.charge(txn, task_id=rec.task_id, call_row_id=rec.row_id,
+                               amounts=charges)
+    if charges:
         # In the entry as stored (``quota.charge``'s text), so that ``audit verify`` finds
         # a charge deleted or lowered: the task could otherwise spend past its limit.
         recorded = {**(recorded or {}),
-                    "charges": {k: str(v) for k, v in sorted(ruling.charges.items())}}
+                    "charges": {k: str(v) for k, v in sorted(charges.items())}}
     applied = _applied(
         txn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
         changes=ruling.changes, detail=recorded, lease=lease, unread=unread,
@@ -223,8 +235,8 @@ def apply_ruling(
         or not approvals.consume(txn, ruling.approval_id, applied.attempt + 1)
     ):
         raise Lost
-    if effects.charges and ruling.charges:
-        quota.charge(txn, task_id=rec.task_id, call_row_id=rec.row_id, amounts=ruling.charges)
+    if charges and ruling.event is not Event.CLAIM:
+        quota.charge(txn, task_id=rec.task_id, call_row_id=rec.row_id, amounts=charges)
     return applied
 
 
@@ -634,9 +646,7 @@ def _finish_within(
     """``finish_with`` inside the caller's transaction: in plain Core (the caller's
     connection is not one the ledger's backend opened), its audit entries linked as
     appended, the savepoint rolled back when the row moved on or ``work`` raised."""
-    from agent_gate.ledger.backend.core import CoreTxn
-
-    txn = CoreTxn(conn, staged=False)
+    txn = joined(conn)
     with conn.begin_nested() as savepoint:
         produced = work(conn)
         changes, info = _outcome(produced.result, None, None)

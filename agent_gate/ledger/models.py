@@ -307,9 +307,10 @@ QUOTA_CHARGES = Table(
 )
 """What one authorized call added to one per-task counter of the policy's limits.
 
-Charged in the transaction that authorizes the call, never refunded: a call that
-reached ``authorized`` counts even if it later failed or is in doubt, because
-nobody can prove it did not spend the budget. Amounts are decimal strings, summed
+Charged in the transaction that authorizes the call: a call that reached
+``authorized`` counts even if it later failed or is in doubt, because nobody can
+prove it did not spend the budget; refunded (its rows deleted, ``quota.refund``)
+only when it ends rejected or its write is found not applied. Amounts are decimal strings, summed
 exactly in Python.
 """
 

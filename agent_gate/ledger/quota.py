@@ -8,9 +8,12 @@ usage, deciding and charging happen in one write transaction that first locks th
 task (``Txn.lock_task``), so two workers can never both see the same usage and
 both slip under a limit.
 
-Charges are never refunded: a call that failed or is in doubt may have spent the
-budget, and nobody can prove it did not. A retry of the same call is not charged
-again.
+A call that ends ``rejected`` after it was authorized (its claim re-check denied
+it), or whose write was found ``not_applied``, gets its charges back (``refund``,
+in the transaction of that arrow, recorded in its audit entry as ``refunds``); a
+call that failed or is in doubt keeps them: it may have spent the budget, and
+nobody can prove it did not. A refunded call that runs again is charged again
+when claimed. A retry of the same call is not charged again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, delete, select
 
 from agent_gate.ledger.models import QUOTA_CHARGES, TASKS
 from agent_gate.ledger.sql import lock_named
@@ -29,7 +32,7 @@ from agent_gate.ledger.sql import lock_named
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn
 
-__all__ = ["ScopedCounter", "charge", "charges_of", "scoped_usage", "usage"]
+__all__ = ["ScopedCounter", "charge", "charges_of", "refund", "scoped_usage", "usage"]
 
 _CHARGES = QUOTA_CHARGES
 
@@ -111,11 +114,13 @@ def scoped_usage(
 
 def charge(
     txn: Txn, *, task_id: str, call_row_id: int, amounts: Mapping[str, Decimal]
-) -> None:
-    """Add this call's amounts to the task's counters (once per call and counter)."""
+) -> dict[str, Decimal]:
+    """Add this call's amounts to the task's counters (once per call and counter):
+    the amounts charged now (a counter the call was charged already is left)."""
     now = datetime.now(UTC)
+    charged: dict[str, Decimal] = {}
     for counter, amount in sorted(amounts.items()):
-        txn.insert_ignore(
+        if txn.insert_ignore(
             _CHARGES,
             {
                 "task_id": task_id,
@@ -124,7 +129,23 @@ def charge(
                 "amount": str(amount),
                 "at": now,
             },
-        )
+        ):
+            charged[counter] = amount
+    return charged
+
+
+def refund(txn: Txn, call_row_id: int) -> dict[str, str]:
+    """Delete the call's charges: what it was charged, per counter, as stored (the
+    text its audit entry records), in the transaction of the arrow that gives them
+    back, its task locked. A refund only lowers a usage: a decider of another task
+    that read a scoped counter before the refund committed counted the charge once
+    more than needed, never one too few, so no limit can be passed by a race."""
+    rows = txn.execute(
+        select(_CHARGES.c.counter, _CHARGES.c.amount).where(_CHARGES.c.call_row_id == call_row_id)
+    ).all()
+    if rows:
+        txn.execute(delete(_CHARGES).where(_CHARGES.c.call_row_id == call_row_id))
+    return {str(counter): str(amount) for counter, amount in sorted(rows)}
 
 
 def charges_of(conn: Connection, task_id: str) -> dict[str, Decimal]:

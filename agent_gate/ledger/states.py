@@ -174,7 +174,12 @@ class Effects:
     finishes: bool = False
     """Sets ``finished_at`` (the arrow ends in a terminal state)."""
     charges: bool = False
-    """Commits the call's quota charges with the arrow."""
+    """Commits the call's quota charges with the arrow (a claim: only those a refund
+    gave back, ``flows.apply_ruling``)."""
+    refunds: bool = False
+    """Gives the call's quota charges back: it ends rejected, or goes back to
+    ``authorized`` because its write did not happen (``KEEPS_CHARGES``: not when
+    it is only retried, and may have applied)."""
     consumes_approval: bool = False
     """Uses up the approval the ruling names (``approvals.consume``)."""
     outcome: bool = False
@@ -203,18 +208,25 @@ ARROWS: Mapping[tuple[CallState, Event], Arrow] = MappingProxyType(
             S.AUTHORIZED, Effects(charges=True, consumes_approval=True)
         ),
         (S.AWAITING_APPROVAL, E.DENY): Arrow(S.REJECTED, _END),
-        (S.AUTHORIZED, E.CLAIM): Arrow(S.EXECUTING, _RUN),
-        (S.AUTHORIZED, E.REJECT): Arrow(S.REJECTED, _END),
+        (S.AUTHORIZED, E.CLAIM): Arrow(
+            S.EXECUTING, Effects(takes_lease=True, new_attempt=True, charges=True)
+        ),
+        (S.AUTHORIZED, E.REJECT): Arrow(S.REJECTED, Effects(finishes=True, refunds=True)),
         (S.AUTHORIZED, E.REQUIRE_APPROVAL): Arrow(S.AWAITING_APPROVAL, _MOVE),
         (S.EXECUTING, E.SUCCEED): Arrow(S.SUCCEEDED, _OUTCOME),
         (S.EXECUTING, E.FAIL): Arrow(S.FAILED, _OUTCOME),
         (S.EXECUTING, E.LOSE): Arrow(S.IN_DOUBT, Effects(outcome=True)),
-        (S.IN_DOUBT, E.RETRY): Arrow(S.AUTHORIZED, _MOVE),
+        (S.IN_DOUBT, E.RETRY): Arrow(S.AUTHORIZED, Effects(refunds=True)),
         (S.IN_DOUBT, E.SETTLE_SUCCEEDED): Arrow(S.SUCCEEDED, _OUTCOME),
         (S.IN_DOUBT, E.SETTLE_FAILED): Arrow(S.FAILED, _OUTCOME),
     }
 )
 """Every legal arrow with its column effects; ``TRANSITIONS`` is its state view."""
+
+KEEPS_CHARGES: frozenset[str] = frozenset({ReasonCode.RETRIED})
+"""Reason codes of a refunding arrow that keeps the charges: an in-doubt call of an
+idempotent tool retried without knowing whether its write happened may have spent
+the budget; only one found ``not_applied`` gives it back."""
 
 TRANSITIONS: Mapping[tuple[CallState, Event], CallState] = MappingProxyType(
     {key: arrow.target for key, arrow in ARROWS.items()}

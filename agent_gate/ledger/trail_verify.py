@@ -168,7 +168,9 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
             audited[int(row["call_row_id"])] = row["to_state"]
             if row["event"] == "received":  # the call the row was made for
                 received.setdefault(int(row["call_row_id"]), (row["task_id"], row["call_id"]))
-            elif row["detail"] is not None and '"charges"' in row["detail"]:
+            elif row["detail"] is not None and (
+                '"charges"' in row["detail"] or '"refunds"' in row["detail"]
+            ):
                 _note_charges(row, charged)
         if legacy is not None and row["id"] <= legacy.last_id:
             legacy.seq += 1
@@ -425,12 +427,17 @@ def _note_charges(
     row: Any, charged: dict[tuple[int, str], tuple[str, str, str]]
 ) -> None:
     """The charges an authorizing entry recorded (the first entry per call and counter:
-    a call is charged once, ``quota.charge``). A detail that does not parse is left to
-    the hash check, which names it."""
+    a call is charged once, ``quota.charge``), less those an entry refunded (a
+    refunded call claimed again records its new charges). A detail that does not
+    parse is left to the hash check, which names it."""
     try:
-        charges = json.loads(row["detail"]).get("charges")
+        detail = json.loads(row["detail"])
+        charges, refunds = detail.get("charges"), detail.get("refunds")
     except (ValueError, AttributeError):
         return
+    if isinstance(refunds, dict):  # given back with this arrow: no longer stored
+        for counter in refunds:
+            charged.pop((int(row["call_row_id"]), str(counter)), None)
     if not isinstance(charges, dict):
         return
     for counter, amount in charges.items():

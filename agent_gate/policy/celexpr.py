@@ -8,7 +8,11 @@ line). The expression sees:
 
 * ``args``: the call's judged arguments (``map(string, dyn)``);
 * ``principal``: ``{id, roles, attributes}``; ``task``: ``{id, name, tools, attributes}``;
-* ``tool``: the tool's name; ``usage``: the task's counters (``map(string, double)``).
+* ``tool``: the tool's name; ``usage``: the task's counters (``map(string, double)``);
+* ``prior``: per tool, the arguments of the task's latest succeeded call of it
+  (``prior.lookup_order.order_id``), as the ``prior:`` subject reads them. The tools
+  must be named literally (``prior.TOOL`` or ``prior["TOOL"]``): the ledger reads the
+  history of exactly those tools in the deciding transaction (``prior_tools_of``).
 
 agent-gate's operators are functions, so CEL never re-parses a path, URL, address
 or amount with rules of its own: ``path_under(args.path, ["/srv"])`` judges the one
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -239,6 +244,7 @@ def _env() -> Any:
         "task": t.Map(t.STRING, t.DYN),
         "tool": t.STRING,
         "usage": t.Map(t.STRING, t.DOUBLE),
+        "prior": t.Map(t.STRING, t.DYN),
     }
     return cel, cel.NewEnv(variables=variables, functions=_declarations(cel))
 
@@ -259,8 +265,36 @@ def compile_cel(text: str) -> Any:
     return program
 
 
+_STRINGS = re.compile(r""" "(?:[^"\\\n]|\\.)*" | '(?:[^'\\\n]|\\.)*' """, re.VERBOSE)
+_PRIOR_NAMED = re.compile(
+    r"""(?<![.\w])prior\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(?:"([^"\\]*)"|'([^'\\]*)')\s*\])"""
+)
+_PRIOR_ANY = re.compile(r"(?<![.\w])prior(?!\w)")
+_PRIOR_KEYED = re.compile(r"(?<![.\w])prior\s*\[\s*\Z")
+
+
+def prior_tools_of(text: str) -> tuple[frozenset[str], bool]:
+    """The tools a ``cel:`` expression reads from ``prior`` (``prior.TOOL``,
+    ``prior["TOOL"]``), and whether it uses ``prior`` in another way (a computed
+    key, ``"t" in prior``): the decision could not know which history to read, so
+    ``cel_problem`` refuses it. Found in the text (strings aside), since the CEL
+    binding gives no syntax tree; a name inside a comment at worst reads one more
+    tool's history."""
+    def blank(m: re.Match[str]) -> str:  # a string, unless it is prior's key
+        keyed = _PRIOR_KEYED.search(text, 0, m.start())
+        return m.group() if keyed is not None else " " * len(m.group())
+
+    code = _STRINGS.sub(blank, text)
+    found = {next(g for g in m.groups() if g is not None) for m in _PRIOR_NAMED.finditer(code)}
+    rest = _STRINGS.sub('""', _PRIOR_NAMED.sub("_", code))
+    return frozenset(found), _PRIOR_ANY.search(rest) is not None
+
+
 def cel_problem(text: str) -> str | None:
     """What is wrong with the expression ``text`` (None: it compiles and is boolean)."""
+    if prior_tools_of(text)[1]:
+        return ("'prior' must name its tool literally (prior.TOOL or prior[\"TOOL\"]): "
+                "the task's history is read for the tools named")
     try:
         compile_cel(text)
     except (ValueError, CelUnavailable) as exc:
@@ -276,7 +310,7 @@ def _activation(ctx: EvalContext) -> Any:
         usage = {k: float(v) for k, v in ctx.usage.items()}
         found = env.Activation({
             "args": ctx.arguments, "principal": ctx.principal, "task": ctx.task,
-            "tool": ctx.tool, "usage": usage,
+            "tool": ctx.tool, "usage": usage, "prior": dict(ctx.prior),
         })
         ctx.memo[_ACTIVATION] = found
     return found

@@ -100,7 +100,8 @@ def _cel_problems(condition: Condition, loc: Loc, in_element: bool) -> Iterator[
 
 
 def prior_tools(rule: Rule, loc: Loc) -> Iterator[tuple[Loc, str]]:
-    """Each ``prior:`` subject of ``rule`` with the tool it names."""
+    """Each ``prior:`` subject of ``rule`` (and ``prior.TOOL`` of its ``cel:``
+    conditions) with the tool it names."""
     from agent_gate.policy.paths import parse_path
 
     def walk(condition: Condition, where: Loc) -> Iterator[tuple[Loc, str]]:
@@ -112,6 +113,11 @@ def prior_tools(rule: Rule, loc: Loc) -> Iterator[tuple[Loc, str]]:
             yield from walk(condition.operand("not"), (*where, "not"))
         elif condition.prior is not None:
             yield (*where, "prior"), parse_path(condition.prior)[0]
+        elif condition.cel is not None:  # ``prior.TOOL`` in a CEL expression
+            from agent_gate.policy.celexpr import prior_tools_of
+
+            for name in sorted(prior_tools_of(condition.cel)[0]):
+                yield (*where, "cel"), name
 
     for index, condition in enumerate(rule.when):
         yield from walk(condition, (*loc, "when", index))

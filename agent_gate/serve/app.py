@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.errors import AgentGateError
 from agent_gate.evidence.note import read_signer
 from agent_gate.serve import api, inbox, slack
@@ -35,7 +36,7 @@ from agent_gate.serve.webhooks import Notifier, ServeConfig
 __all__ = ["create_app"]
 
 
-def create_app(url: str, policy: str | None = None, *,
+def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
                limiter: LoginLimiter | None = None,
                config: ServeConfig | None = None) -> FastAPI:
     """The server for the ledger at ``url`` (answers judged under ``policy``, if given;

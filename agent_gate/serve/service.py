@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from agent_gate.authorize import principal_from_json
+from agent_gate.authorize import PolicyAuthorizer, principal_from_json
 from agent_gate.errors import (
     AgentGateError,
     AmbiguousCall,
@@ -103,7 +103,7 @@ def call_json(d: CallDetails) -> dict[str, Any]:
 class InboxService:
     """The server's one gate on the ledger, and every operator action through it."""
 
-    def __init__(self, url: str, policy: str | None = None) -> None:
+    def __init__(self, url: str, policy: str | PolicyAuthorizer | None = None) -> None:
         self.gate = Gate(ToolRegistry(), url, policy=policy)
         self.ledger = self.gate.ledger
         self.operators = Operators(self.ledger.engine)

@@ -309,3 +309,38 @@ def test_run_with_provider_auto_detects_the_protocol_across_a_cut(
     assert f"provider: detected {DEMO.provider}" in result.output
     assert "terminal: completed" in result.output
     assert dict(e2e_tools.executions(effects, "t")) == {c: 1 for c in DEMO.complete}
+
+
+SHADOW_DRAFT = """\
+version: 1
+tools:
+  get_weather:
+    rules: [{id: draft-no-weather, effect: deny}]
+"""
+
+
+def test_run_records_a_shadow_policy_beside_the_enforced_one(
+    cli: Any, e2e_tools: ModuleType, effects: Path, db_url: str, tmp_path: Path
+) -> None:
+    """``--shadow FILE``: the draft's would-be decision lands in each call's audit
+    entry; the enforced policy alone decides what runs."""
+    draft = tmp_path / "draft.yaml"
+    draft.write_text(SHADOW_DRAFT, encoding="utf-8")
+    with StreamServer({"s": DEMO.transcript}) as server:
+        result = cli(*run_args(DEMO, server.stream_url("s")), "--policy", str(EXAMPLE_POLICY),
+                     "--shadow", str(draft), "--json")
+    assert result.exit_code == 5, result.output
+    assert dict(e2e_tools.executions(effects, "t")) == {"call_weather": 1, "call_mail_team": 1}
+    from agent_gate.ledger import Ledger
+
+    with Ledger(db_url) as ledger:
+        entries = ledger.audit("t", call_id="call_weather")
+    decided = [e for e in entries if e.to_state == "authorized"]
+    assert len(decided) == 1
+    shadow = decided[0].detail["shadow"]
+    assert shadow["verdict"] == "deny" and shadow["rule_ids"] == ["draft-no-weather"]
+    assert shadow["differs"] is True
+    # --shadow without --policy is a usage error, not a silently ignored draft
+    with StreamServer({"s": DEMO.transcript}) as server:
+        alone = cli(*run_args(DEMO, server.stream_url("s")), "--shadow", str(draft))
+    assert alone.exit_code == 2 and "--shadow needs --policy" in alone.output

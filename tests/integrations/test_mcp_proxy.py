@@ -299,3 +299,27 @@ def test_a_duplicate_by_dedupe_key_waits_on_the_call_it_duplicates(tmp_path: Pat
 
     anyio.run(main)
     assert setup.lines() == ["pay:hal:9000"]
+
+
+def test_a_shadow_policy_is_recorded_never_enforced(tmp_path: Path) -> None:
+    """``mcp proxy --shadow FILE``: the draft's would-be decision lands in the call's
+    audit entry; the enforced policy alone decides what reaches the upstream."""
+    setup = Setup(tmp_path)
+    draft = tmp_path / "draft.yaml"
+    draft.write_text("version: 1\ntools:\n  count_lines:\n"
+                     "    rules: [{id: draft-no-reads, effect: deny}]\n", encoding="utf-8")
+
+    async def main() -> None:
+        async with setup.proxy("--task", "t", "--shadow", str(draft)) as client:
+            read = await client.call_tool("count_lines", {})
+            assert not read.is_error and text(read) == "0"
+            call_id = meta(read)["agent-gate/call-id"]
+        with Ledger(setup.db) as ledger:
+            decided = [e for e in ledger.audit("t", call_id=call_id)
+                       if e.to_state == "authorized"]
+        assert len(decided) == 1
+        shadow = decided[0].detail["shadow"]
+        assert shadow == {"verdict": "deny", "rule_ids": ["draft-no-reads"],
+                          "policy_hash": shadow["policy_hash"], "differs": True}
+
+    anyio.run(main)

@@ -61,6 +61,7 @@ __all__ = [
     "chosen",
     "create_ledger_engine",
     "default",
+    "joined",
     "on",
     "reading",
     "register",
@@ -213,6 +214,15 @@ def on(conn: Connection) -> Txn:
     """The ``Txn`` of a transaction a plain ``Connection`` holds (opened with
     ``begin_write`` or ``begin_read``): each audit entry linked as appended."""
     return txn_class(conn.dialect)(conn, staged=False)
+
+
+def joined(conn: Connection) -> Txn:
+    """The ``Txn`` of a transaction the caller began on a connection of its own (a
+    DBOS datasource's, for a transactional tool): always the reference, because the
+    fast machinery only knows connections it opened; audit entries linked as appended."""
+    from agent_gate.ledger.backend.core import CoreTxn
+
+    return CoreTxn(conn, staged=False)
 
 
 def register(engine: Engine) -> None:
