@@ -18,7 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, DateTime, Text
 
@@ -27,7 +27,11 @@ from agent_gate.errors import TaskContextConflict
 from agent_gate.ledger.models import TASKS, TOOL_CALLS
 from agent_gate.ledger.states import CallState, Event
 from agent_gate.plainjson import canonical_json
-from agent_gate.privacy.results import StoredResult
+
+if TYPE_CHECKING:
+    # only an annotation here: importing it would load the policy package (and
+    # pydantic) into every read of the ledger, `agent-gate tasks` included
+    from agent_gate.privacy.results import StoredResult
 
 __all__ = [
     "CALLS",
