@@ -27,6 +27,7 @@ from sqlalchemy import Engine, update
 from agent_gate.ledger import audit
 from agent_gate.ledger.backend import transact
 from agent_gate.ledger.flows import apply, apply_ruling
+from agent_gate.ledger.pruned import ArchivedCall, tombstone
 from agent_gate.ledger.records import (
     TASKS,
     CallRecord,
@@ -116,6 +117,8 @@ def record(
 
     try:
         txn, (rec, inserted) = transact(engine, body)
+    except ArchivedCall as archived:  # the insert rolled back with it
+        return archived.record, False
     except Lost:  # pragma: no cover - the row is ours until commit
         raise RuntimeError("a ledger row changed under its insert") from None
     return txn.committed(rec), inserted
@@ -154,6 +157,8 @@ def _record(
         raise RuntimeError("ledger row vanished during insert")
     if not inserted:
         return rec, False
+    if (kept := tombstone(txn.execute, new.task_id, new.call_id, new.idem_key)) is not None:
+        raise ArchivedCall(kept)  # pruned by `audit archive`: answered, never run again
     info: dict[str, Any] = {"tool": new.tool, "args_hash": new.args_hash,
                             "idem_key": new.idem_key}
     if new.sealed_arguments is not None:

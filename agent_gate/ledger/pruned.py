@@ -18,20 +18,25 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Connection, or_, select
+from sqlalchemy import Connection, DateTime, or_, select
 
 from agent_gate.evidence.merkle import Frontier
 from agent_gate.ledger.models import ARCHIVED_CALLS, AUDIT_EVENTS, AUDIT_PRUNED
+from agent_gate.ledger.records import CALL_COLUMNS, CallRecord, call_record
 
-__all__ = ["ARCHIVE_EVENT", "ARCHIVE_TASK", "archive_problem", "merge", "pruned_rows",
-           "stored_hash", "tombstone"]
+__all__ = ["ARCHIVED_ROW", "ARCHIVE_EVENT", "ARCHIVE_TASK", "ArchivedCall", "archive_problem",
+           "merge", "pruned_rows", "stored_hash", "tombstone", "tombstone_text"]
 
 ARCHIVE_TASK: Final = "agent-gate:archive"
 """The task whose chain holds the archive records (no call is ever made in it)."""
 ARCHIVE_EVENT: Final = "archived"
+ARCHIVED_ROW: Final = 0
+"""The ``row_id`` of a call answered from its tombstone: its row is gone (and on SQLite
+its id may since hold another call), and no row ever has id 0."""
 _BATCH = 5000
 
 
@@ -93,11 +98,49 @@ def archive_problem(conn: Connection, batches: set[str]) -> str | None:
     return None
 
 
-def tombstone(conn: Connection, task_id: str, call_id: str, idem_key: str
-              ) -> dict[str, Any] | None:
-    """The stored row (without arguments and result) of a pruned call with this identity."""
-    found = conn.execute(select(ARCHIVED_CALLS.c.record).where(
+class ArchivedCall(Exception):
+    """A new call's identity names a pruned call: intake's transaction rolls back and
+    the call is answered with ``record``, its row as it was archived."""
+
+    def __init__(self, record: CallRecord) -> None:
+        super().__init__(record.call_id)
+        self.record = record
+
+
+def tombstone(execute: Callable[[Any], Any], task_id: str, call_id: str, idem_key: str
+              ) -> CallRecord | None:
+    """The pruned call with this identity (task and call id, or task and dedupe key) as
+    archived: its row without arguments and result (``result_omitted`` when it had one),
+    under ``ARCHIVED_ROW``.
+
+    Intake asks after its insert, in the same transaction: on PostgreSQL an insert racing
+    the archive's delete of the same identity waits for that commit, and this statement
+    then sees the tombstone committed with it."""
+    found = execute(select(ARCHIVED_CALLS.c.record).where(
         ARCHIVED_CALLS.c.task_id == task_id,
         or_(ARCHIVED_CALLS.c.call_id == call_id, ARCHIVED_CALLS.c.idem_key == idem_key),
     ).limit(1)).scalar()
-    return None if found is None else dict(json.loads(found))
+    if found is None:
+        return None
+    kept = json.loads(found)
+    values = []
+    for column in CALL_COLUMNS:
+        value = kept.get(column.name)
+        if value is not None and isinstance(column.type, DateTime):
+            value = datetime.fromisoformat(value)
+        values.append(value)
+    values[[c.name for c in CALL_COLUMNS].index("id")] = ARCHIVED_ROW
+    return call_record(values)
+
+
+def tombstone_text(row: Mapping[str, Any]) -> str:
+    """What a tombstone keeps of a ``tool_calls`` row: every column but the values."""
+    kept = {}
+    for column in CALL_COLUMNS:
+        value = None if column.name in _VALUES else row[column.name]
+        kept[column.name] = value.isoformat() if isinstance(value, datetime) else value
+    return json.dumps(kept, sort_keys=True)
+
+
+_VALUES = frozenset({"arguments", "sealed_arguments", "result"})
+"""Columns a tombstone never keeps: the archive's bundle does not hold them either."""
