@@ -67,9 +67,9 @@ def test_archive_prunes_finished_tasks_keeps_the_proof_and_never_reruns(
 ) -> None:
     key, vkey = keys
     with Ledger(db_url) as ledger:
+        ledger.record(new_call("open0", task="busy"))  # never finished: stays live
         for i in range(6):
             finish(ledger, f"old{i}", task=f"done{i % 3}")
-        ledger.record(new_call("open0", task="busy"))  # never finished: stays live
         finish(ledger, "busy-done", task="busy")
     early = cli("audit", "checkpoint", "--signing-key", key, "--db", db_url, "--json")
     assert early.exit_code == 0, early.output
@@ -105,6 +105,14 @@ def test_archive_prunes_finished_tasks_keeps_the_proof_and_never_reruns(
     assert count(db_url, TOOL_CALLS, TOOL_CALLS.c.task_id.like("done%")) == 1
     again = cli("audit", "verify", "--db", db_url)  # a pruned task's chain goes on
     assert again.exit_code == 0, again.output
+    busy = cli("audit", "export", "--task", "busy", "--out", tmp_path / "busy",
+               "--signing-key", key, "--db", db_url)
+    assert busy.exit_code == 0, busy.output
+    assert cli("audit", "verify", "--bundle", tmp_path / "busy", "--key", vkey).exit_code == 0
+    # Every live entry: pruned leaves lie between task "busy"'s first entries and the rest.
+    gap = cli("audit", "export", "--out", tmp_path / "all", "--signing-key", key,
+              "--db", db_url)
+    assert gap.exit_code != 0 and "were archived" in gap.output, gap.output
 
 
 def test_a_deletion_no_archive_record_covers_is_caught(
