@@ -157,8 +157,6 @@ def _record(
         raise RuntimeError("ledger row vanished during insert")
     if not inserted:
         return rec, False
-    if (kept := tombstone(txn.execute, new.task_id, new.call_id, new.idem_key)) is not None:
-        raise ArchivedCall(kept)  # pruned by `audit archive`: answered, never run again
     info: dict[str, Any] = {"tool": new.tool, "args_hash": new.args_hash,
                             "idem_key": new.idem_key}
     if new.sealed_arguments is not None:
@@ -181,4 +179,11 @@ def _record(
                 rec = claimed
         except Lost:  # pragma: no cover - the row is ours until commit
             raise RuntimeError(f"ledger row {rec.row_id} changed under its insert") from None
+    # Pruned by `audit archive`: answered from its tombstone, never run again (the
+    # insert and its arrows roll back). Asked last, through the backend's own statements
+    # (``Txn.run``), so the arrows are folded into the insert first and the deferred
+    # insert is sent before this read: on PostgreSQL an insert racing the prune waits
+    # for its commit and this read then sees the tombstone; SQLite holds the write lock.
+    if (kept := tombstone(txn.run, new.task_id, new.call_id, new.idem_key)) is not None:
+        raise ArchivedCall(kept)
     return rec, True

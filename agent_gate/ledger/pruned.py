@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Connection, DateTime, or_, select
+from sqlalchemy import Connection, DateTime, bindparam, or_, select
 
 from agent_gate.evidence.merkle import Frontier
 from agent_gate.ledger.models import ARCHIVED_CALLS, AUDIT_EVENTS, AUDIT_PRUNED
@@ -107,7 +107,15 @@ class ArchivedCall(Exception):
         self.record = record
 
 
-def tombstone(execute: Callable[[Any], Any], task_id: str, call_id: str, idem_key: str
+def _tombstone_query() -> Any:
+    calls = ARCHIVED_CALLS.c
+    return select(calls.record).where(
+        calls.task_id == bindparam("task_id"),
+        or_(calls.call_id == bindparam("call_id"), calls.idem_key == bindparam("idem_key")),
+    )  # at most two rows (one per unique key), and either answers
+
+
+def tombstone(run: Callable[..., Any], task_id: str, call_id: str, idem_key: str
               ) -> CallRecord | None:
     """The pruned call with this identity (task and call id, or task and dedupe key) as
     archived: its row without arguments and result (``result_omitted`` when it had one),
@@ -116,13 +124,11 @@ def tombstone(execute: Callable[[Any], Any], task_id: str, call_id: str, idem_ke
     Intake asks after its insert, in the same transaction: on PostgreSQL an insert racing
     the archive's delete of the same identity waits for that commit, and this statement
     then sees the tombstone committed with it."""
-    found = execute(select(ARCHIVED_CALLS.c.record).where(
-        ARCHIVED_CALLS.c.task_id == task_id,
-        or_(ARCHIVED_CALLS.c.call_id == call_id, ARCHIVED_CALLS.c.idem_key == idem_key),
-    ).limit(1)).scalar()
-    if found is None:
+    rows = run("archived_call", _tombstone_query,
+               {"task_id": task_id, "call_id": call_id, "idem_key": idem_key}).rows
+    if not rows:
         return None
-    kept = json.loads(found)
+    kept = json.loads(rows[0][0])
     values = []
     for column in CALL_COLUMNS:
         value = kept.get(column.name)
