@@ -158,11 +158,15 @@ def test_killed_around_the_commit_the_row_is_written_exactly_once(app: App, poin
 def test_a_datasource_elsewhere_is_refused(db_url: str, tmp_path: Path) -> None:
     """Its transaction would commit the tool's writes apart from the ledger's outcome:
     GatedSteps refuses it, naming no URL. A SQLite ledger has no such composition."""
-    from dbos import SQLAlchemyDatasource
+    from dbos import DBOS, SQLAlchemyDatasource
 
     from agent_gate import GateUsageError
     from agent_gate.integrations.dbos import GatedSteps
 
+    # Datasources register with the process's DBOS, which refuses them once launched:
+    # an instance of this test's own, not launched, whatever ran before in this worker.
+    DBOS(config={"name": "agent-gate-ds-refusal", "log_level": "WARNING",
+                 "system_database_url": f"sqlite:///{tmp_path / 'dbos.sqlite'}"})
     elsewhere = SQLAlchemyDatasource.create(f"sqlite:///{tmp_path / 'app.sqlite'}")
     try:
         with Gate(ToolRegistry(), db_url) as gate:
@@ -179,6 +183,7 @@ def test_a_datasource_elsewhere_is_refused(db_url: str, tmp_path: Path) -> None:
                     same.engine.dispose()
     finally:
         elsewhere.engine.dispose()
+        DBOS.destroy(destroy_registry=False)
 
 
 def test_a_transaction_retried_in_the_same_process_runs_the_call_once_more(
