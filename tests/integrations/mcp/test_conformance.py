@@ -30,6 +30,7 @@ from conformance_results import (
     judge,
     read_expected,
     read_results,
+    worse,
 )
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -133,6 +134,30 @@ def run_suite(url: str, out: Path, names: list[str]) -> dict[str, Scenario]:
     return read_results(out, names)
 
 
+def second_chance(
+    url: str, tmp_path: Path, direct: dict[str, Scenario], proxied: dict[str, Scenario]
+) -> tuple[dict[str, Scenario], list[str]]:
+    """Each scenario worse through the proxy, run once more on its own: the suite's
+    request timeouts turn a busy machine into a failure (seen once for the elicitation
+    scenarios through a stdio upstream, on a 2-core CI machine). One worse twice counts;
+    one that passes the second time is named in the measured line, never hidden."""
+    kept = dict(proxied)
+    flaky = []
+    for name in sorted(proxied):
+        if name not in direct or not worse(direct[name], proxied[name]):
+            continue
+        out = tmp_path / f"again-{name}"
+        with out.with_suffix(".log").open("wb") as log:
+            subprocess.run([BIN / "conformance", "server", "--url", url, "--scenario", name,
+                            "--output-dir", out], stdout=log, stderr=subprocess.STDOUT,
+                           timeout=300, check=False)
+        retried = read_results(out, [name])[name]
+        if not worse(direct[name], retried):
+            kept[name] = retried
+            flaky.append(name)
+    return kept, flaky
+
+
 def failing(results: dict[str, Scenario]) -> list[str]:
     """A line per scenario the suite calls failed, with its failed checks' messages."""
     lines = []
@@ -182,8 +207,10 @@ def test_no_scenario_is_worse_through_the_proxy_than_directly_unless_expected(
                           else setup.http_proxy(upstream=relay))
         with proxy_in_front as proxy:
             proxied = run_suite(proxy, tmp_path / "proxied", scenarios)
+            proxied, flaky = second_chance(proxy, tmp_path, direct, proxied)
     verdict = judge(transport, direct, proxied, expected)
-    record_property("measured", f"MCP conformance {suite_version()}, {verdict.summary()}")
+    again = f"; worse once, then as directly when run again alone: {flaky}" if flaky else ""
+    record_property("measured", f"MCP conformance {suite_version()}, {verdict.summary()}{again}")
     if verdict.problems():
         pytest.fail(f"{verdict.problems()}\nsuite output: {tmp_path / 'proxied.log'}",
                     pytrace=False)
