@@ -66,7 +66,6 @@ class App:
         proc = subprocess.Popen(self.argv("start", workflow, tool, amount),
                                 env={**self.env, "AG_HANG": point},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
         kill_at_mark(proc, self.marks, point)
 
     def run(self, mode: str, workflow: str, tool: str, amount: int = 10) -> dict[str, object]:

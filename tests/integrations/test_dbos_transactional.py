@@ -56,7 +56,6 @@ class App:
         proc = subprocess.Popen(self.argv("start", workflow, amount),
                                 env={**self.env, "AG_HANG": point},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
         kill_at_mark(proc, self.marks, point)
 
     def recover(self, workflow: str, amount: int) -> dict[str, object]:
