@@ -138,8 +138,9 @@ def test_slots_freed_by_refunds_are_taken_exactly_once_by_racing_new_calls(
     """Three in-doubt calls hold ana's budget of three. Three operators find them not
     applied (each refund frees a slot) while five workers keep sending new calls in
     tasks of their own, each until it ran one or was refused after every refund had
-    committed. The three freed slots are taken exactly once: three new calls run,
-    never four. Sent again, the refunded calls find the slots taken (their claim's
+    committed (a refused one tries again once another refund committed, racing the
+    other callers for it). The three freed slots are taken exactly once: three new
+    calls run, never four. Sent again, the refunded calls find the slots taken (their claim's
     re-check is charged under the same lock) and run nowhere."""
     policy = "version: 1\ntools:\n  pay:\n    rules: [{id: pay-ok, effect: allow}]\n" \
              "    limits: [{id: three-per-principal, max_calls: 3, per: principal}]\n"
@@ -152,8 +153,8 @@ def test_slots_freed_by_refunds_are_taken_exactly_once_by_racing_new_calls(
     ran.clear()
     start = threading.Barrier(8)
     lock = threading.Lock()
+    refunds = threading.Condition(lock)
     refunded: list[str] = []
-    all_refunded = threading.Event()
     succeeded: list[str] = []
     errors: list[BaseException] = []
 
@@ -162,16 +163,16 @@ def test_slots_freed_by_refunds_are_taken_exactly_once_by_racing_new_calls(
             start.wait(timeout=60)
             settled = gate.resolve("c", as_="not_applied", task_id=f"d{index + 1}", by="ops")
             assert settled.state is CallState.AUTHORIZED
-            with lock:
+            with refunds:
                 refunded.append(f"d{index + 1}")
-                if len(refunded) == 3:
-                    all_refunded.set()
+                refunds.notify_all()
 
     def caller(index: int) -> None:
         with Gate(_tools(ran, unsure=set()), db_url, policy=tmp_path / "p.yaml") as gate:
             start.wait(timeout=60)
-            for n in range(500):
-                after_refunds = all_refunded.is_set()
+            for n in range(8):
+                with lock:
+                    seen = len(refunded)
                 state = gate.execute(f"n{index}", {"call_id": f"c{n}", "name": "pay",
                                                    "arguments": {"amount": 100 + index}},
                                      principal=ANA).state
@@ -180,9 +181,11 @@ def test_slots_freed_by_refunds_are_taken_exactly_once_by_racing_new_calls(
                         succeeded.append(f"n{index}/c{n}")
                     return
                 assert state is CallState.REJECTED, state
-                if after_refunds:  # refused with every slot freed: all are taken
+                if seen == 3:  # refused with every slot freed: all are taken
                     return
-            raise AssertionError("a caller never saw the refunds")
+                with refunds:  # refused: try again once another slot was freed
+                    assert refunds.wait_for(lambda seen=seen: len(refunded) > seen, timeout=120)
+            raise AssertionError("a caller was refused more often than slots were freed")
 
     def guarded(work: Any, index: int) -> None:
         try:
