@@ -214,9 +214,6 @@ class Decider:
         arguments, _ = self.keys.of(rec)
         assert arguments is not None  # the ruling / the claim's hash check saw them
         decision = self._evaluate_in(txn, rec, arguments, besides=rec.row_id if recheck else None)
-        if decision.shadow is not None and not recheck:
-            self.observer.shadow(rec.task_id, rec.call_id, rec.tool, decision.effect.value,
-                                 decision.shadow.effect.value, decision.shadow.rule_ids)
         detail, changes, reason = _decision_record(decision)
         allowed = decision.effect is Verdict.ALLOW
         event, code = verdict_arrow(
@@ -234,6 +231,19 @@ class Decider:
             charges=self.rules.charges(rec.tool, arguments) if allowed else {},
             changes=changes,
         )
+
+    def observe(self, rec: CallRecord, ruling: Ruling | None) -> None:
+        """Count a committed decision's shadow evaluation (metrics, log), once.
+
+        Called after the transaction that applied ``ruling`` committed, never from
+        inside it: a write transaction may run its body twice (a pipelined intake
+        whose guessed row id was taken runs again, ``backend.transact``), and a
+        decision that was asked for but not committed was never taken."""
+        detail = ruling.detail if ruling is not None and ruling.detail is not None else {}
+        shadow = detail.get("shadow")
+        if isinstance(shadow, Mapping):  # only a policy file's decision records one
+            self.observer.shadow(rec.task_id, rec.call_id, rec.tool, str(detail["verdict"]),
+                                 str(shadow["verdict"]), tuple(shadow["rule_ids"]))
 
     # ------------------------------------------------------------ claims
 

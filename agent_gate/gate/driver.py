@@ -202,6 +202,7 @@ class CallDriver:
             new = replace(new, trace_id=trace.ids[0], span_id=trace.ids[1])
         failed: list[BaseException] = []
         runs: list[tuple[Tool, Mapping[str, Any] | BaseModel]] = []
+        rulings: list[Ruling] = []
 
         def decide(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
             # Deciding a call that was just inserted commits with the insert (one
@@ -215,6 +216,7 @@ class CallDriver:
             # last asking counts, and only for a call it then inserted.
             failed.clear()
             runs.clear()
+            rulings.clear()
             try:
                 ruling = self.decider.ruling_in(txn, rec, early)
             except SQLAlchemyError:
@@ -222,6 +224,8 @@ class CallDriver:
             except Exception as exc:
                 failed.append(exc)
                 return None
+            if ruling is not None:
+                rulings.append(ruling)
             if decide_only or ruling is None or ruling.event is not Event.ALLOW:
                 return ruling
             runnable = self._claim_now(rec)
@@ -243,6 +247,8 @@ class CallDriver:
         if failed and inserted:
             trace.seen(rec, inserted)
             raise failed[0]
+        if inserted and rulings:  # the last asking, committed with the insert
+            self.decider.observe(rec, rulings[-1])
         if inserted and runs and rec.state is CallState.EXECUTING:
             # Decided and claimed in the insert's commit: the decision is seen, then the claim.
             trace.seen(RowAs(CallState.AUTHORIZED, rec.attempt, rec.rule_ids, rec.reason_code),
@@ -385,7 +391,10 @@ class CallDriver:
         rec = walk.rec
         ruling = self.decider.ruling(rec, walk.early)
         if ruling is None:
-            tr, _ = self.ledger.authorize(rec, self.decider.policy_ruling, actor=this_owner())
+            tr, decided = self.ledger.authorize(
+                rec, self.decider.policy_ruling, actor=this_owner())
+            if tr.won:
+                self.decider.observe(rec, decided)
         elif ruling.event is None:
             # Cannot be decided here (sealed arguments without the key): report.
             return walk.report(code=ruling.code, reason=ruling.reason, state=rec.state)
