@@ -60,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.jwks import JwksCache
 
-__all__ = ["ASYMMETRIC", "IdentityConfig", "IdentityGate", "Rights", "Verdict"]
+__all__ = ["ASYMMETRIC", "IdentityConfig", "IdentityGate", "IdentityVerdict", "Rights"]
 
 ASYMMETRIC = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
                         "ES256", "ES384", "ES512", "EdDSA"})
@@ -127,7 +127,7 @@ class IdentityConfig(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class IdentityVerdict:
     """What an assertion came to: the operator (``status`` 200), or a refusal (401 not
     accepted, 403 accepted but holding no rights) and its one-word reason."""
 
@@ -175,20 +175,20 @@ class IdentityGate:
             return None
         return value
 
-    def check(self, assertion: str) -> Verdict:
+    def check(self, assertion: str) -> IdentityVerdict:
         """Verify ``assertion`` and map it to an operator (see the module's text)."""
         claims, why = self._claims(assertion)
         if claims is None:
-            return Verdict(401, why)
+            return IdentityVerdict(401, why)
         name = claims.get(self.config.name_claim)
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            return Verdict(403, "no operator name")
+            return IdentityVerdict(403, "no operator name")
         rights = self._rights(name, claims)
         if not rights:
-            return Verdict(403, "no rights", name=name)
+            return IdentityVerdict(403, "no rights", name=name)
         approve = _union(r.approve for r in rights)
         resolve = _union(r.resolve for r in rights)
-        return Verdict(200, "ok", Operator(name, approve, resolve, datetime.now(UTC)), name)
+        return IdentityVerdict(200, "ok", Operator(name, approve, resolve, datetime.now(UTC)), name)
 
     def _claims(self, assertion: str) -> tuple[dict[str, Any] | None, str]:
         if len(assertion) > _MAX_ASSERTION:

@@ -15,7 +15,7 @@ from fastapi import Request
 
 from agent_gate.ledger.views.operators import Operator, actor_of
 from agent_gate.serve.auth import COOKIE, Session, Sessions
-from agent_gate.serve.identity import IDENTITY_DIGEST, IdentityGate, Verdict
+from agent_gate.serve.identity import IDENTITY_DIGEST, IdentityGate, IdentityVerdict
 from agent_gate.serve.service import InboxService
 
 __all__ = ["NEW_SESSION", "from_proxy", "proxied_session", "refused", "tokens_allowed"]
@@ -26,7 +26,7 @@ application sets its cookie on the response."""
 VERDICT = "identity_verdict"
 """The ``request.state`` attribute holding this request's verdict (None: no assertion)."""
 REFUSED = "identity_refused"
-"""The ``request.state`` attribute holding the refused ``Verdict`` of this request."""
+"""The ``request.state`` attribute holding this request's refused ``IdentityVerdict``."""
 
 
 def _gate(request: Request) -> IdentityGate | None:
@@ -49,11 +49,11 @@ def tokens_allowed(request: Request) -> bool:
     return gate is None or gate.config.allow_tokens
 
 
-def from_proxy(request: Request) -> Verdict | None:
+def from_proxy(request: Request) -> IdentityVerdict | None:
     """The verdict on the request's assertion; None when the server reads none (no
     ``identity:`` configured) or the request carries none. A refusal is audited."""
     if hasattr(request.state, VERDICT):  # verified once per request
-        known: Verdict | None = getattr(request.state, VERDICT)
+        known: IdentityVerdict | None = getattr(request.state, VERDICT)
         return known
     gate = _gate(request)
     assertion = gate.assertion(request.headers) if gate is not None else None
@@ -72,13 +72,14 @@ def from_proxy(request: Request) -> Verdict | None:
     return verdict
 
 
-def refused(request: Request) -> Verdict | None:
+def refused(request: Request) -> IdentityVerdict | None:
     """The refused verdict of this request, if its assertion was refused."""
-    verdict: Verdict | None = getattr(request.state, REFUSED, None)
+    verdict: IdentityVerdict | None = getattr(request.state, REFUSED, None)
     return verdict
 
 
-def proxied_session(request: Request, verdict: Verdict) -> tuple[Operator, Session] | None:
+def proxied_session(request: Request, verdict: IdentityVerdict
+                    ) -> tuple[Operator, Session] | None:
     """The browser session of the operator the assertion names (opened if there is
     none for them yet: ``NEW_SESSION``); None when the assertion was refused."""
     op = verdict.operator

@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_gate.ledger.audit import AuditRecord
 
-__all__ = ["EVENT", "REPLY_WINDOW", "Reply", "Sent", "open_reply", "seal", "send"]
+__all__ = ["EVENT", "REPLY_WINDOW", "ReplyOutcome", "SlackReply", "open_reply", "seal", "send"]
 
 EVENT = "operator_slack_reply"
 """The audit event a reply waits in (``record_action``'s ``operator_`` + ``slack_reply``)."""
@@ -49,7 +49,7 @@ REPLY_WINDOW = timedelta(minutes=30)
 _INFO = b"agent-gate slack response_url v1"
 
 
-class Sent(StrEnum):
+class ReplyOutcome(StrEnum):
     """What one POST to a ``response_url`` came to."""
 
     DONE = "done"
@@ -60,7 +60,7 @@ class Sent(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class SlackReply:
     """One message to replace: where, and what it now says."""
 
     url: str
@@ -98,7 +98,7 @@ def _text(value: str, limit: int = 150) -> str:
     return inert(value, limit)
 
 
-def open_reply(route: Any, entry: AuditRecord, base_url: str) -> Reply | None:
+def open_reply(route: Any, entry: AuditRecord, base_url: str) -> SlackReply | None:
     """The reply an audit entry asks for on ``route`` (a ``SlackRoute``), or None (not
     a reply, another route's, past its window, or sealed under another secret)."""
     detail = entry.detail or {}
@@ -125,11 +125,11 @@ def open_reply(route: Any, entry: AuditRecord, base_url: str) -> Reply | None:
             {"type": "button", "action_id": "open",
              "text": {"type": "plain_text", "text": "Open"},
              "url": f"{base_url.rstrip('/')}/inbox/call?{query}"}]})
-    return Reply(url, f"{detail.get('tool') or 'a call'}: {word} by {who}"[:300], blocks,
+    return SlackReply(url, f"{detail.get('tool') or 'a call'}: {word} by {who}"[:300], blocks,
                  until)
 
 
-def send(reply: Reply, timeout: float = 30.0) -> Sent:
+def send(reply: SlackReply, timeout: float = 30.0) -> ReplyOutcome:
     """POST the replacement (Slack's documented ``replace_original`` message)."""
     from slack_sdk.webhook import WebhookClient
 
@@ -137,7 +137,9 @@ def send(reply: Reply, timeout: float = 30.0) -> Sent:
         got = WebhookClient(reply.url, timeout=int(timeout)).send(
             text=_text(reply.text, 300), blocks=reply.blocks, replace_original=True)
     except OSError:
-        return Sent.RETRY
+        return ReplyOutcome.RETRY
     if 200 <= got.status_code < 300:
-        return Sent.DONE
-    return Sent.RETRY if got.status_code == 429 or got.status_code >= 500 else Sent.REFUSED
+        return ReplyOutcome.DONE
+    if got.status_code == 429 or got.status_code >= 500:
+        return ReplyOutcome.RETRY
+    return ReplyOutcome.REFUSED

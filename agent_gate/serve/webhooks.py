@@ -204,7 +204,7 @@ class Notifier:
                 return None
             delay = route.backoff
             while not self._stop.is_set():
-                if slack_reply.send(reply) is not slack_reply.Sent.RETRY or \
+                if slack_reply.send(reply) is not slack_reply.ReplyOutcome.RETRY or \
                         datetime.now(UTC) >= reply.until:
                     return True
                 self._stop.wait(delay)
