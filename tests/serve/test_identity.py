@@ -21,6 +21,7 @@ from identity_world import AUDIENCE, HEADER, ISSUER, Provider, b64, forge, provi
 from serve_world import Running, World, serving
 
 from agent_gate.ledger import Ledger
+from agent_gate.serve import auth
 from agent_gate.serve.identity import IdentityConfig, Rights
 from agent_gate.serve.jwks import JwksCache
 from agent_gate.serve.webhooks import ServeConfig
@@ -303,3 +304,18 @@ def test_the_key_cache_fetches_at_most_once_per_interval_and_expires() -> None:
         idp.up = False
         now[0] += 400
         assert cache.key("k9") is not None and idp.fetches == 4  # outage: kept keys
+
+
+def test_sessions_opened_per_page_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client behind the proxy that keeps no cookie opens a session per page; the
+    server keeps at most MAX_SESSIONS, the ended ones dropped first, then the oldest."""
+    monkeypatch.setattr(auth, "MAX_SESSIONS", 3)
+    now = [0.0]
+    sessions = auth.Sessions(clock=lambda: now[0])
+    first, _ = sessions.start("dana@example.com", "identity:dana@example.com")
+    now[0] = auth.SESSION_SECONDS + 1  # the first has ended
+    ids = [sessions.start("dana@example.com", "identity:dana@example.com")[0]
+           for _ in range(4)]
+    assert sessions.get(first) is None and sessions.get(ids[0]) is None
+    assert all(sessions.get(i) is not None for i in ids[1:])
+    assert len(sessions._by_id) == 3
