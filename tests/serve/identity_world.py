@@ -26,6 +26,11 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from serve_world import World
+
+from agent_gate.ledger import Ledger
+from agent_gate.serve.identity import IdentityConfig, Rights
+from agent_gate.serve.webhooks import ServeConfig
 
 ISSUER = "https://team.example.test"
 AUDIENCE = "aud-tag-for-agent-gate"
@@ -131,3 +136,20 @@ def provider() -> Iterator[Provider]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def config(idp: Provider, **changes: Any) -> ServeConfig:
+    identity = IdentityConfig(
+        header=HEADER, jwks_url=idp.url, issuer=ISSUER, audience=(AUDIENCE,),
+        algorithms=("RS256", "ES256"), name_claim="email", groups_claim="groups",
+        operators={"dana@example.com": Rights(approve=("send_email",))},
+        groups={"finance": Rights(approve=("refund",)), "ops": Rights(resolve=("*",))},
+        **{"jwks_refresh_interval": 3600.0, **changes})
+    return ServeConfig(checkpoint_every=None, identity=identity)
+
+
+def decided_by(world: World, task: str, call: str) -> list[str]:
+    with Ledger(world.url) as ledger:
+        details = ledger.call_details(task, call)
+    assert details is not None
+    return [a.decided_by for a in details.approvals]

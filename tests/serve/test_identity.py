@@ -17,24 +17,24 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-from identity_world import AUDIENCE, HEADER, ISSUER, Provider, b64, forge, provider, rsa_key
+from identity_world import (
+    AUDIENCE,
+    HEADER,
+    ISSUER,
+    Provider,
+    b64,
+    config,
+    decided_by,
+    forge,
+    provider,
+    rsa_key,
+)
 from serve_world import Running, World, serving
 
-from agent_gate.ledger import Ledger
 from agent_gate.serve import auth
-from agent_gate.serve.identity import IdentityConfig, Rights
+from agent_gate.serve.identity import IdentityConfig
 from agent_gate.serve.jwks import JwksCache
 from agent_gate.serve.webhooks import ServeConfig
-
-
-def config(idp: Provider, **changes: Any) -> ServeConfig:
-    identity = IdentityConfig(
-        header=HEADER, jwks_url=idp.url, issuer=ISSUER, audience=(AUDIENCE,),
-        algorithms=("RS256", "ES256"), name_claim="email", groups_claim="groups",
-        operators={"dana@example.com": Rights(approve=("send_email",))},
-        groups={"finance": Rights(approve=("refund",)), "ops": Rights(resolve=("*",))},
-        **{"jwks_refresh_interval": 3600.0, **changes})
-    return ServeConfig(checkpoint_every=None, identity=identity)
 
 
 @contextmanager
@@ -54,13 +54,6 @@ def api(server: Running, path: str, assertion: str | None = None, *,
     if body is not None:
         return httpx.post(server.base + path, json=body, headers=sent)
     return httpx.get(server.base + path, headers=sent)
-
-
-def decided_by(world: World, task: str, call: str) -> list[str]:
-    with Ledger(world.url) as ledger:
-        details = ledger.call_details(task, call)
-    assert details is not None
-    return [a.decided_by for a in details.approvals]
 
 
 def refusals(world: World) -> list[tuple[str | None, str]]:
