@@ -37,8 +37,14 @@ from agent_gate.gate.admission import Arguments
 from agent_gate.gate.reveal import Revealed, reveal, sealed_fields
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
-from agent_gate.ledger.views.details import CallDetails
-from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow, read_inbox
+from agent_gate.ledger.views.details import CallDetails, details_page
+from agent_gate.ledger.views.inbox import (
+    InboxCounts,
+    InboxQuery,
+    InboxRow,
+    inbox_mark,
+    read_inbox,
+)
 from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators, actor_of
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, settled, task_json
 from agent_gate.policy import Policy
@@ -47,6 +53,8 @@ from agent_gate.tools import ToolRegistry
 __all__ = ["Answer", "InboxService", "RowResult", "status_of"]
 
 _PAGE = 50
+DETAILS_PAGE = 100
+"""Calls with their whole details in one page of ``/api/approvals`` and ``/api/in-doubt``."""
 _MAX_ROW_ID = 2**31 - 1
 
 
@@ -142,25 +150,41 @@ class InboxService:
         with self._held():
             self.operators.record_action(actor=actor, event=event, allowed=True, detail=detail)
 
+    def slack_reply(self, op: Operator, ref: int, detail: dict[str, Any]) -> None:
+        """Append the entry that has the Slack message of an answered call replaced
+        (``slack_reply``: the outbox reads it), under the operator's name."""
+        with self._held():
+            rec = self._row(ref)
+            self.operators.record_action(actor=actor_of(op.name), event="slack_reply",
+                                         allowed=True, task_id=rec.task_id,
+                                         call_id=rec.call_id, detail=detail)
+
     # ------------------------------------------------------------ reads
 
-    def pending(self) -> list[CallDetails]:
-        """Every call waiting for a person, oldest first, each with its details."""
+    def pending(self, *, after: int | None = None, limit: int = DETAILS_PAGE
+                ) -> list[CallDetails]:
+        """A page of the calls waiting for a person, in ``ref`` order after ``after``,
+        each with its details (three statements a page, whatever its size)."""
         with self._held():
-            recs = self.ledger.calls(states=[CallState.AWAITING_APPROVAL])
-            found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
-        return sorted((d for d in found if d is not None), key=lambda d: d.call.created_at)
+            return details_page(self.ledger.engine, [CallState.AWAITING_APPROVAL],
+                                after=after, limit=limit)
 
-    def in_doubt(self) -> list[CallDetails]:
+    def in_doubt(self, *, after: int | None = None, limit: int = DETAILS_PAGE
+                 ) -> list[CallDetails]:
+        """A page of the calls in doubt, as ``pending``."""
         with self._held():
-            recs = self.ledger.calls(states=[CallState.IN_DOUBT])
-            found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
-        return [d for d in found if d is not None]
+            return details_page(self.ledger.engine, [CallState.IN_DOUBT], after=after,
+                                limit=limit)
 
     def inbox(self, query: InboxQuery) -> tuple[list[InboxRow], InboxCounts]:
         """A page of waiting (or in-doubt) calls across tasks, and their counts."""
         with self._held():
             return read_inbox(self.ledger.engine, query)
+
+    def inbox_mark(self, query: InboxQuery) -> str:
+        """The list's ``inbox_mark`` alone: one aggregate, what a poll costs."""
+        with self._held():
+            return inbox_mark(self.ledger.engine, query)
 
     def details(self, ref: int) -> CallDetails:
         """The call the ledger's row ``ref`` holds."""

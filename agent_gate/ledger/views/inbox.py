@@ -48,6 +48,7 @@ __all__ = [
     "InboxRow",
     "argument_preview",
     "inbox_counts",
+    "inbox_mark",
     "inbox_page",
     "read_inbox",
 ]
@@ -142,6 +143,8 @@ class InboxCounts:
     total: int
     by_tool: dict[str, int] = field(default_factory=dict)
     by_rule: dict[str, int] = field(default_factory=dict)
+    mark: str = ""
+    """``inbox_mark`` of the same calls, taken from the same read."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"total": self.total, "by_tool": dict(self.by_tool),
@@ -207,18 +210,45 @@ def read_inbox(engine: Engine, query: InboxQuery) -> tuple[list[InboxRow], Inbox
         return inbox_page(conn, query), inbox_counts(conn, query)
 
 
+_MARKS = (func.count(), func.sum(CALLS.c.id), func.sum(CALLS.c.version),
+          func.max(CALLS.c.updated_at))
+"""What says the list changed: how many calls, the sums of their ids and of their
+versions (every transition adds one), the newest change. A call entering or leaving
+the list moves the count or the sum of ids; a call changing moves its version and the
+newest change. One aggregate, no row sent back: what a poll costs."""
+
+
+def _mark(total: int, ids: int, versions: int, newest: datetime | None) -> str:
+    return f"{total}:{ids}:{versions}:{_utc(newest).isoformat() if newest else '-'}"
+
+
 def inbox_counts(conn: Connection, query: InboxQuery) -> InboxCounts:
-    """The calls ``query`` matches (tool and rule aside), by tool and by rule."""
-    stmt = (select(CALLS.c.tool, CALLS.c.rule_ids, func.count())
+    """The calls ``query`` matches (tool and rule aside), by tool and by rule, and
+    their ``inbox_mark`` from the same groups."""
+    stmt = (select(CALLS.c.tool, CALLS.c.rule_ids, *_MARKS)
             .where(and_(*_where(query, facets=False)))
             .group_by(CALLS.c.tool, CALLS.c.rule_ids))
-    total, by_tool, by_rule = 0, {}, {}
-    for tool, rules, n in conn.execute(stmt):
+    total, ids, versions, newest, by_tool, by_rule = 0, 0, 0, None, {}, {}
+    for tool, rules, n, id_sum, version_sum, latest in conn.execute(stmt):
         total += int(n)
+        ids, versions = ids + int(id_sum or 0), versions + int(version_sum or 0)
+        if latest is not None and (newest is None or _utc(latest) > _utc(newest)):
+            newest = latest
         by_tool[tool] = by_tool.get(tool, 0) + int(n)
         for rule in _rules(rules):
             by_rule[rule] = by_rule.get(rule, 0) + int(n)
-    return InboxCounts(total, dict(sorted(by_tool.items())), dict(sorted(by_rule.items())))
+    return InboxCounts(total, dict(sorted(by_tool.items())), dict(sorted(by_rule.items())),
+                       _mark(total, ids, versions, newest))
+
+
+def inbox_mark(engine: Engine, query: InboxQuery) -> str:
+    """What the list ``query`` names looks like, in one aggregate statement (tool and
+    rule aside, as the counts): equal to ``InboxCounts.mark`` of a full read while
+    nothing changed, so a poll compares it and reads no page."""
+    with begin_read(engine) as conn:
+        total, ids, versions, newest = conn.execute(
+            select(*_MARKS).where(and_(*_where(query, facets=False)))).one()
+    return _mark(int(total or 0), int(ids or 0), int(versions or 0), newest)
 
 
 def _rules(text_: str | None) -> tuple[str, ...]:
