@@ -299,7 +299,7 @@ def consume(txn: Txn, approval_id: int, attempt: int) -> bool:
     return result.rowcount == 1
 
 
-def answers(conn: Connection, call_row_id: int) -> list[ApprovalRecord]:
+def answers(conn: Connection | Txn, call_row_id: int) -> list[ApprovalRecord]:
     """Every answer given for the call, oldest first (the ``call_row_id, id`` index)."""
     rows = conn.execute(
         _select().where(_APPROVALS.c.call_row_id == call_row_id).order_by(_APPROVALS.c.id)
