@@ -182,7 +182,7 @@ def _denied(txn: Txn, current: CallRecord, *, by: str, reason: str | None, text:
             call_id=current.call_id, verdict=approvals.DENIED, args_hash=current.args_hash,
             policy_hash=current.policy_hash, by=by, reason=answer, expires_ms=None,
         )
-        who = distinct_denials(approvals.answers(txn, current.row_id), current.args_hash)
+        who = distinct_denials(approvals.answers_in(txn, current.row_id), current.args_hash)
         if len(who) < quorum:
             audit.append(
                 txn, task_id=current.task_id, call_row_id=current.row_id,

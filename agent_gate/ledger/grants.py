@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy import insert, or_, select, update
 
 from agent_gate.errors import GateUsageError
 from agent_gate.ledger import audit
@@ -192,8 +192,8 @@ def listed(engine: Engine, *, task_id: str | None = None,
         return [_record(r) for r in txn.execute(stmt).mappings()]
 
 
-def _one(conn: Connection | Txn, grant_id: int) -> GrantRecord | None:
-    row = conn.execute(_select().where(_G.c.id == grant_id)).mappings().first()
+def _one(txn: Txn, grant_id: int) -> GrantRecord | None:
+    row = txn.execute(_select().where(_G.c.id == grant_id)).mappings().first()
     return _record(row) if row is not None else None
 
 

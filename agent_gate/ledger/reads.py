@@ -122,7 +122,7 @@ class LedgerTxn:
 
     def answers(self, row_id: int) -> list[ApprovalRecord]:
         """Every answer given for the call row, oldest first (a quorum counts them)."""
-        return approvals.answers(self._txn, row_id)
+        return approvals.answers_in(self._txn, row_id)
 
     def live_grants(self, task_id: str, tool: str, policy_hash: str) -> list[grants.GrantRecord]:
         """The task's grants that may still cover a call of ``tool`` under the policy."""
