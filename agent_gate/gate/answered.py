@@ -31,7 +31,7 @@ from agent_gate.ledger.states import GRANTED, CallState
 from agent_gate.policy import PolicyDecision
 from agent_gate.policy.approval import Requirement, grant_covers, requirement
 
-__all__ = ["granted", "quorum", "requirement_of", "still_granted"]
+__all__ = ["granted", "progress", "quorum", "requirement_of", "still_granted"]
 
 
 def requirement_of(rules: PolicyAuthorizer, rec: CallRecord) -> Requirement:
@@ -97,3 +97,28 @@ def quorum(
         f"{len(counted)} of {need.min} approvals: {need.min - len(counted)} more distinct "
         f"approver{'s' if need.min - len(counted) != 1 else ''}{roles} must approve it"
     )
+
+
+def progress(rules: PolicyAuthorizer, rec: CallRecord,
+             answers: list[ApprovalRecord]) -> dict[str, Any]:
+    """Where the answers to a waiting call stand, for the people asked (the inbox's
+    "1 of 2"): distinct approvers whose approval of these arguments, under this policy,
+    is unused and unexpired and who hold a role the quorum counts; who denied; and the
+    grant options an approver may choose. What the gate decides is ``quorum``'s count,
+    in its own transaction; this is only shown."""
+    need = requirement_of(rules, rec)
+    operators = rules.policy.document.operators
+
+    def counts(name: str) -> bool:
+        entry = operators.get(name)
+        return not need.roles or (entry is not None and bool(set(entry.roles) & set(need.roles)))
+
+    approved = sorted({a.decided_by for a in answers
+                       if not a.denied and not a.consumed and not a.expired()
+                       and a.args_hash == rec.args_hash and a.policy_hash == rules.hash
+                       and counts(a.decided_by)})
+    denied = sorted({a.decided_by for a in answers if a.denied and a.args_hash == rec.args_hash})
+    return {"min": need.min, "roles": list(need.roles), "approved_by": approved,
+            "denied_by": denied, "deny": "quorum" if need.deny_quorum else "any",
+            "grants": [{"id": g.id, "summary": g.summary()} for g in need.grants]
+            if rec.policy_hash == rules.hash else []}
