@@ -352,7 +352,9 @@ class Gate:
         args_hash: str | None = None,
     ) -> Outcome:
         """A person denies a call that waits for approval: it is rejected, never run
-        (``args_hash`` as for ``approve``)."""
+        (``args_hash`` as for ``approve``). Under a rule with ``approvers: {deny:
+        quorum}`` the denial is recorded and the call stays ``awaiting_approval`` until
+        that many distinct people denied it (the outcome says which)."""
         call_id, task_id = self._name(call, task_id)
         check = self._decider if self.rules is not None else None
         tr = desk.deny(self.ledger, call_id, by=by, task_id=task_id, reason=reason,

@@ -156,3 +156,33 @@ def test_grant_list_shows_what_is_left_as_json(
     (row,) = json.loads(listed.output)
     assert (row["option"], row["used_calls"], row["max_calls"], row["status"]) == (
         "two-more-in-domain", 1, 2, "active")
+
+
+def test_a_call_decided_under_a_grant_runs_when_claimed_later_unless_revoked(
+    db_url: str, setup: tuple[ToolRegistry, Counter[str], Path]
+) -> None:
+    """A framework decides first and runs later: the claim re-checks the call, the policy
+    still asks for a person, and the grant that authorized it stands for them (once: it
+    is not spent again); revoked in between, the call waits for a person after all."""
+    tools, ran, policy = setup
+    with Gate(tools, db_url, policy=policy) as g:
+        mail(g, "c1", "a@example.com")
+        g.approve("c1", by="alice", task_id="t", grant="for-an-hour")
+        g.resume("t")
+        for call_id in ("d1", "d2"):
+            decided = g.decide("t", {"call_id": call_id, "name": "send_email",
+                                     "arguments": {"to": f"{call_id}@example.com"}})
+            assert decided.state is CallState.AUTHORIZED
+        (grant,) = g.ledger.grants(task_id="t")
+        assert grant.used_calls == 2
+    with Gate(tools, db_url, policy=policy) as g2:  # another process: the claim re-checks
+        ran_d1 = g2.execute("t", {"call_id": "d1", "name": "send_email",
+                                  "arguments": {"to": "d1@example.com"}})
+        assert ran_d1.state is CallState.SUCCEEDED
+        g2.ledger.revoke_grant(grant.id, by="bob")
+        held = g2.execute("t", {"call_id": "d2", "name": "send_email",
+                                "arguments": {"to": "d2@example.com"}})
+        assert held.state is CallState.AWAITING_APPROVAL
+        (after,) = g2.ledger.grants(task_id="t")
+        assert after.used_calls == 2
+    assert ran == Counter({"a@example.com": 1, "d1@example.com": 1})
