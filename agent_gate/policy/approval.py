@@ -52,6 +52,7 @@ __all__ = [
     "Requirement",
     "RuleApproval",
     "grant_covers",
+    "quorum_rule_ids",
     "requirement",
 ]
 
@@ -214,3 +215,12 @@ def grant_covers(document: PolicyDocument, tool: str, rule_ids: Sequence[str], o
         if evaluate_all(parts, ctx).truth is not Truth.TRUE:
             return False
     return True
+
+
+def quorum_rule_ids(document: PolicyDocument) -> tuple[str, ...]:
+    """The ids of the rules that want more than one approver (for a listing that keeps
+    their calls in view until the quorum is reached)."""
+    rules = [*document.rules, *(r for t in document.tools.values() for r in t.rules)]
+    return tuple(sorted({r.id for r in rules if r.approval is not None
+                         and r.approval.approvers is not None
+                         and r.approval.approvers.min > 1}))

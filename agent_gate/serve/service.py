@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json
@@ -44,6 +44,7 @@ from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow, rea
 from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators, actor_of
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, settled, task_json
 from agent_gate.policy import Policy
+from agent_gate.policy.approval import quorum_rule_ids
 from agent_gate.tools import ToolRegistry
 
 __all__ = ["Answer", "InboxService", "RowResult", "status_of"]
@@ -162,7 +163,11 @@ class InboxService:
         return [d for d in found if d is not None]
 
     def inbox(self, query: InboxQuery) -> tuple[list[InboxRow], InboxCounts]:
-        """A page of waiting (or in-doubt) calls across tasks, and their counts."""
+        """A page of waiting (or in-doubt) calls across tasks, and their counts (a call a
+        quorum rule sent stays listed after one approval: ``InboxQuery.quorum_rules``)."""
+        rules = self.gate.rules
+        if rules is not None:
+            query = replace(query, quorum_rules=quorum_rule_ids(rules.policy.document))
         with self._held():
             return read_inbox(self.ledger.engine, query)
 

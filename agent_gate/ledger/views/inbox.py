@@ -96,6 +96,9 @@ class InboxQuery:
     """Also the calls a person approved that wait for a gate to run them (they stay
     ``awaiting_approval`` until one does: ``ledger.approvals``); left out by default,
     nobody needs to answer them again."""
+    quorum_rules: tuple[str, ...] = ()
+    """Rule ids that want several approvers (``approval: approvers: min``): a call one of
+    them sent stays listed after an approval, since others still have to give theirs."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_INBOX_PAGE:
@@ -170,9 +173,12 @@ def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
         a = APPROVALS.c
         # A usable approval (for these arguments, not used, not expired by this
         # process's clock: a listing, not a decision) through (call_row_id, id).
-        out.append(~exists().where(
+        unanswered = ~exists().where(
             a.call_row_id == c.id, a.verdict == "approved", a.consumed_at.is_(None),
-            a.args_hash == c.args_hash, or_(a.expires_ms.is_(None), a.expires_ms > now_ms())))
+            a.args_hash == c.args_hash, or_(a.expires_ms.is_(None), a.expires_ms > now_ms()))
+        out.append(or_(unanswered, *(
+            c.rule_ids.like("%" + _like(canonical_json(r)) + "%", escape=_LIKE_ESCAPE)
+            for r in query.quorum_rules)) if query.quorum_rules else unanswered)
     if facets:
         if query.tool is not None:
             out.append(c.tool == query.tool)
