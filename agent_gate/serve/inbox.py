@@ -207,8 +207,10 @@ def _listed(request: Request, who: tuple[Operator, Session], view: ListView
     prev = (view.href(before=rows[0].ref, after=None) if rows else view.filtered()) \
         if has_prev else None
     after = view.href(after=rows[-1].ref, before=None) if has_next and rows else None
+    progress = service_of(request).quorum_progress(rows)
     return {"view": view, "rows": [r.to_dict(now) for r in rows], "counts": counts,
-            "etag": etag(rows, counts, view), "prev": prev, "next": after,
+            "progress": progress,
+            "etag": etag(rows, counts, view, progress), "prev": prev, "next": after,
             "query": urlencode(view.params()), "states": list(STATES), "ages": list(AGES)}
 
 

@@ -152,9 +152,13 @@ class ListView:
             answered=self.answered)
 
 
-def etag(rows: list[InboxRow], counts: InboxCounts, view: ListView) -> str:
-    """What the list shows, as an entity tag: it changes when a row or a count does."""
+def etag(rows: list[InboxRow], counts: InboxCounts, view: ListView,
+         progress: dict[int, str] | None = None) -> str:
+    """What the list shows, as an entity tag: it changes when a row or a count does, or
+    a quorum's progress (``progress``: a row's "1 of 2")."""
     shown = {"rows": [(r.ref, r.args_hash, r.state.value, r.since.isoformat()) for r in rows],
              "counts": counts.to_dict(), "view": view.params()}
+    if progress:
+        shown["progress"] = sorted(progress.items())
     digest = hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
     return f'"{digest[:32]}"'

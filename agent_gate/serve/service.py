@@ -296,6 +296,23 @@ class InboxService:
                 return None
             return progress(rules, rec, self.ledger.answers(rec))
 
+    def quorum_progress(self, rows: list[InboxRow]) -> dict[int, str]:
+        """The "1 of 2" of each listed waiting call a quorum rule sent (one read of its
+        answers per such row; none for the rest, nor without a policy file)."""
+        rules = self.gate.rules
+        if rules is None:
+            return {}
+        wanted = set(quorum_rule_ids(rules.policy.document))
+        out: dict[int, str] = {}
+        with self._held():
+            for row in rows:
+                if row.state is not CallState.AWAITING_APPROVAL or not wanted & set(row.rule_ids):
+                    continue
+                rec = self._row(row.ref)
+                shown = progress(rules, rec, self.ledger.answers(rec))
+                out[row.ref] = f"{len(shown['approved_by'])} of {shown['min']}"
+        return out
+
     def grants(self, *, task_id: str | None = None, active: bool = False) -> list[GrantRecord]:
         with self._held():
             return self.ledger.grants(task_id=task_id, active=active)

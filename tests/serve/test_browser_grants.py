@@ -110,8 +110,9 @@ def test_two_operators_in_two_browsers_reach_the_quorum(
     assert waiting.state.value == "awaiting_approval"
     assert "1 of 2 approvals" in (waiting.reason or "")
 
-    # still in alice's list after carol's approval: she opens it from there
+    # still in alice's list after carol's approval, "1 of 2": she opens it from there
     alice.goto(granting.base + "/inbox")  # type: ignore[attr-defined]
+    assert alice.text_content(f"#row-{ref} .quorum") == "1 of 2"  # type: ignore[attr-defined]
     alice.click(f"#row-{ref} a.call-link")  # type: ignore[attr-defined]
     alice.wait_for_url(granting.base + f"/inbox/calls/{ref}")  # type: ignore[attr-defined]
     progress = alice.text_content("#quorum") or ""  # type: ignore[attr-defined]
