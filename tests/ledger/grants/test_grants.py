@@ -186,3 +186,18 @@ def test_a_call_decided_under_a_grant_runs_when_claimed_later_unless_revoked(
         (after,) = g2.ledger.grants(task_id="t")
         assert after.used_calls == 2
     assert ran == Counter({"a@example.com": 1, "d1@example.com": 1})
+
+
+def test_approve_grant_without_the_policy_is_a_usage_error_and_changes_nothing(
+    db_url: str, setup: tuple[ToolRegistry, Counter[str], Path]
+) -> None:
+    tools, _, policy = setup
+    with Gate(tools, db_url, policy=policy) as g:
+        mail(g, "c1", "a@example.com")
+    out = CliRunner().invoke(cli, ["approve", "c1", "--by", "alice", "--grant", "for-an-hour",
+                                   "--db", db_url])
+    assert out.exit_code == 2
+    assert "--grant needs --policy" in out.output
+    with Gate(tools, db_url, policy=policy) as g:
+        assert g.ledger.grants() == []
+        assert g.ledger.answers(g.ledger.get("t", "c1")) == []
