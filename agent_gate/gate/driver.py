@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.calls import CallStatus, ToolCall
 from agent_gate.errors import GateUsageError
+from agent_gate.gate import answered
 from agent_gate.gate.admission import Arguments, CallContext, admit, check_task_id
 from agent_gate.gate.decide import Decider
 from agent_gate.gate.finish import Finisher
@@ -614,6 +615,8 @@ class CallDriver:
                 policy_hash=self.rules.hash if self.rules else None,
             )
             problem = problem or self.decider.approver_refusal(rec, last.decided_by)
+            if problem is None and self.rules is not None:
+                problem = self._short_of_quorum(rec)
             if problem is None:
                 return "run", f"approved by {last.decided_by}; the next resume runs it"
             return "approval", problem
@@ -626,6 +629,15 @@ class CallDriver:
         if rec.state is CallState.INCOMPLETE:
             return "none", rec.reason
         return "run", rec.reason or "the next resume decides or runs it"
+
+
+    def _short_of_quorum(self, rec: CallRecord) -> str | None:
+        """How far a quorum rule's call is from its count (None: not a quorum, or met)."""
+        assert self.rules is not None
+        shown = answered.progress(self.rules, rec, self.ledger.answers(rec))
+        if len(shown["approved_by"]) >= shown["min"]:
+            return None
+        return f"{len(shown['approved_by'])} of {shown['min']} approvals"
 
 
 _STEPS: Mapping[CallState, Callable[[CallDriver, _Walk], _Step | Outcome | None]] = {

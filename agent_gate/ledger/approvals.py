@@ -50,6 +50,7 @@ __all__ = [
     "NotAwaitingApproval",
     "announce",
     "answers",
+    "answers_in",
     "answers_of",
     "consume",
     "insert_answer",
@@ -303,7 +304,16 @@ def consume(txn: Txn, approval_id: int, attempt: int) -> bool:
 
 def answers(conn: Connection, call_row_id: int) -> list[ApprovalRecord]:
     """Every answer given for the call, oldest first (the ``call_row_id, id`` index)."""
-    rows = conn.execute(
+    return _answers(conn.execute, call_row_id)
+
+
+def answers_in(txn: Txn, call_row_id: int) -> list[ApprovalRecord]:
+    """``answers`` in a ledger transaction (a quorum counts them where it decides)."""
+    return _answers(txn.execute, call_row_id)
+
+
+def _answers(execute: Any, call_row_id: int) -> list[ApprovalRecord]:
+    rows = execute(
         _select().where(_APPROVALS.c.call_row_id == call_row_id).order_by(_APPROVALS.c.id)
     ).mappings()
     return [_from_row(row) for row in rows]

@@ -147,6 +147,10 @@ class AnswerBody(BaseModel):
     expires_in: float | None = Field(
         default=DEFAULT_APPROVAL_TTL, gt=0, allow_inf_nan=False,
         description="Seconds the approval stays usable (default one day); null: no expiry.")
+    grant: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+        description="Approve: also give this grant, one of the options the call's approve "
+                    "rule offers (GET /api/calls/{ref}/approval lists them).")
 
 
 class ResolveBody(BaseModel):
@@ -230,7 +234,37 @@ def call_by_ref(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
 
 @router.post("/calls/{ref}/approve", summary="Approve a waiting call, as it was shown")
 def approve(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in))
+    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in,
+                                      body.grant))
+
+
+@router.get("/calls/{ref}/approval",
+            summary="A waiting call's quorum progress and the grants an approver may give")
+def approval_state(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
+    state = service.approval_state(ref)
+    if state is None:
+        raise HTTPException(409, "the call does not wait for approval under a policy file")
+    return state
+
+
+class RevokeBody(BaseModel):
+    """Why a grant is ended (recorded)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+@router.get("/grants", summary="Grants approvers gave, newest first")
+def list_grants(op: Op, service: Service,
+                task: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
+                active: bool = False) -> list[dict[str, Any]]:
+    return [g.to_dict() for g in service.grants(task_id=task, active=active)]
+
+
+@router.post("/grants/{grant_id}/revoke", summary="End a grant now (audited)")
+def revoke_grant(grant_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)], body: RevokeBody,
+                 op: Op, service: Service) -> dict[str, Any]:
+    return service.revoke_grant(op, grant_id, body.reason).to_dict()
 
 
 @router.post("/calls/{ref}/deny", summary="Deny a waiting call, as it was shown: it never runs")

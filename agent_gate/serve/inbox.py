@@ -233,7 +233,9 @@ def _listed(request: Request, who: tuple[Operator, Session], view: ListView
     prev = (view.href(before=rows[0].ref, after=None) if rows else view.filtered()) \
         if has_prev else None
     after = view.href(after=rows[-1].ref, before=None) if has_next and rows else None
+    progress = service_of(request).quorum_progress(rows)
     return {"view": view, "rows": [r.to_dict(now) for r in rows], "counts": counts,
+            "progress": progress,
             "etag": etag(counts.mark, view), "prev": prev, "next": after,
             "query": urlencode(view.params()), "states": list(STATES), "ages": list(AGES)}
 
@@ -283,7 +285,8 @@ def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: 
     nxt = call_link(following[0].ref) + _qs(view) if following else None
     return _page(request, "call.html", who, d=d, view=view, back=view.href(),
                  back_query=urlencode(view.params()), next_call=nxt,
-                 sealed=service.sealed_fields(ref), revealed=revealed)
+                 sealed=service.sealed_fields(ref), revealed=revealed,
+                 approval=service.approval_state(ref))
 
 
 @router.get("/inbox/call")
@@ -333,6 +336,48 @@ def audit_page(request: Request,
         verified=service.verify() if verify else None))
 
 
+@router.get("/inbox/grants", response_class=HTMLResponse)
+def grants_page(request: Request) -> Response:
+    """Every grant, newest first, with a Revoke button where the operator may."""
+    def render(who: tuple[Operator, Session]) -> Response:
+        notes = [n for n in who[1].notes if n.get("grants")]
+        who[1].notes[:] = [n for n in who[1].notes if not n.get("grants")]
+        return _page(request, "grants.html", who,
+                     grants=[g.to_dict() for g in service_of(request).grants()],
+                     message=notes[-1]["message"] if notes else None)
+    return _viewing(request, render)
+
+
+@router.post("/inbox/grants/{grant_id}/revoke", response_class=HTMLResponse)
+async def revoke_grant(request: Request, grant_id: Ref) -> Response:
+    """End a grant from its row: session, origin and CSRF token checked, audited."""
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    return await run_in_threadpool(_revoke, request, grant_id, fields)
+
+
+def _revoke(request: Request, grant_id: int, fields: dict[str, str]) -> Response:
+    service = service_of(request)
+    who = _current(request)
+    refusal = _forged(request, who, fields.get("csrf"))
+    if refusal is not None:
+        service.audit_refusal(actor=actor_of(who[0].name) if who else "anonymous",
+                              event="form_revoke_grant",
+                              detail={"client": client_of(request), "reason": refusal,
+                                      "grant_id": grant_id})
+        return _page(request, "message.html", who, status=403, title="Refused",
+                     message=f"Refused: {refusal}.")
+    assert who is not None
+    try:
+        g = service.revoke_grant(who[0], grant_id, fields.get("reason", "").strip() or None)
+    except AgentGateError as exc:
+        return _page(request, "message.html", who, status=status_of(exc), title="Refused",
+                     message=str(exc), back="/inbox/grants")
+    _note(who[1], {"grants": True, "message": f"Revoked grant {g.id} ({g.option}) after "
+                                              f"{g.used_calls} call(s)."})
+    return RedirectResponse("/inbox/grants", status_code=303)
+
+
 _ACTIONS = ("approve", "deny", "resolve")
 
 
@@ -377,12 +422,19 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
             if expiry not in EXPIRY_CHOICES:
                 return _page(request, "message.html", who, status=400, title="Bad request",
                              message=f"Unknown expiry {expiry[:10]!r}.")
-            result = service.approve(op, Answer(ref, shown, reason, EXPIRY_CHOICES[expiry]))
+            grant = fields.get("grant", "").strip()[:64] or None
+            result = service.approve(op, Answer(ref, shown, reason, EXPIRY_CHOICES[expiry],
+                                                grant))
             then = runs_next(service.task_provider(result["task_id"]), result["task_id"])
             text = f"Approved call {result['call_id']} ({result['tool']}); {then}."
+            text += "".join(f" Grant {g['grant_id']} ({g['option']}) given." for g in
+                            result["grants"])
         elif action == "deny":
             outcome = service.deny(op, Answer(ref, shown, reason))
-            text = f"Denied call {outcome['call_id']}: it will not run."
+            text = (f"Denied call {outcome['call_id']}: it will not run."
+                    if outcome["state"] != "awaiting_approval" else
+                    f"Denial of call {outcome['call_id']} recorded: it still waits for "
+                    "more denials (deny: quorum).")
         else:
             outcome = service.resolve(op, Answer(ref, shown, reason), fields.get("as", ""))
             text = f"Resolved call {outcome['call_id']}: now {outcome['state']}."
