@@ -9,7 +9,8 @@ applies the ruling, with the task locked.
 * ``granted``: a call the policy sends to a person, covered by a live grant of its
   task, spends the grant (one conditional update, ``LedgerTxn.spend_grant``) and is
   allowed, with the grant named in its audit entry. Only a call that would otherwise
-  wait reads the grants: a call the policy allows or denies never does.
+  wait, sent by rules that offer a grant, reads the grants: a call the policy allows
+  or denies never does, nor one whose rules offer none.
 * ``still_granted``: a claim re-checked later finds the grant that authorized it
   (revoked: it waits for a person after all).
 * ``quorum``: a rule with ``approvers: {min: N}`` lets the call run once N distinct
@@ -46,6 +47,8 @@ def granted(
     """``allowed`` as the arrow a grant that covers the call takes, the grant spent;
     None when no live grant covers it (it waits for a person)."""
     document = rules.policy.document
+    if not requirement(document, rec.tool, decision.rule_ids).grants:
+        return None  # the rules that ask offer no grant: nothing to read
     for grant in txn.live_grants(rec.task_id, rec.tool, rules.hash):
         if not grant_covers(document, rec.tool, decision.rule_ids, grant.option, arguments):
             continue
