@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agent_gate.cli import audit_archive as _archive  # noqa: F401 - adds `audit archive`
 from agent_gate.cli._listing import PAGE, PagedTable, listing_options, pages, parse_since
 from agent_gate.cli._operator import failures, open_ledger
 from agent_gate.cli._options import ledger_options

@@ -27,6 +27,7 @@ from sqlalchemy import Engine, update
 from agent_gate.ledger import audit
 from agent_gate.ledger.backend import transact
 from agent_gate.ledger.flows import apply, apply_ruling
+from agent_gate.ledger.pruned import ArchivedCall, tombstone
 from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.records import (
     TASKS,
@@ -117,6 +118,8 @@ def record(
 
     try:
         txn, (rec, inserted) = transact(engine, body)
+    except ArchivedCall as archived:  # the insert rolled back with it
+        return archived.record, False
     except Lost:  # pragma: no cover - the row is ours until commit
         raise RuntimeError("a ledger row changed under its insert") from None
     return txn.committed(rec), inserted
@@ -177,4 +180,11 @@ def _record(
                 rec = claimed
         except Lost:  # pragma: no cover - the row is ours until commit
             raise RuntimeError(f"ledger row {rec.row_id} changed under its insert") from None
+    # Pruned by `audit archive`: answered from its tombstone, never run again (the
+    # insert and its arrows roll back). Asked last, through the backend's own statements
+    # (``Txn.run``), so the arrows are folded into the insert first and the deferred
+    # insert is sent before this read: on PostgreSQL an insert racing the prune waits
+    # for its commit and this read then sees the tombstone; SQLite holds the write lock.
+    if (kept := tombstone(txn.run, new.task_id, new.call_id, new.idem_key)) is not None:
+        raise ArchivedCall(kept)
     return rec, True
