@@ -11,7 +11,11 @@ in id order: ``verify`` recomputes that root from ``audit_pruned``, so an entry 
 from ``audit_events`` is accepted only where a hash-chained archive record covers it.
 
 A pruned call keeps a tombstone in ``archived_calls`` by (task, call id) and (task,
-dedupe key): intake answers a re-delivery with the stored outcome and never runs it.
+dedupe key), and the database refuses to record it again: a trigger on ``tool_calls``
+(revision 0011) raises ``REFUSED`` (SQLSTATE ``REFUSED_SQLSTATE`` on PostgreSQL) and the
+intake transaction rolls back whole. Intake recognises that error (``refused``) and
+only then reads the stored outcome (``tombstone``): the common path never waits for a
+tombstone read.
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import Connection, DateTime, bindparam, or_, select
+from sqlalchemy.exc import IntegrityError
 
 from agent_gate.evidence.merkle import Frontier
 from agent_gate.ledger.models import ARCHIVED_CALLS, AUDIT_EVENTS, AUDIT_PRUNED
 from agent_gate.ledger.records import CALL_COLUMNS, CallRecord, call_record
 
-__all__ = ["ARCHIVED_ROW", "ARCHIVE_EVENT", "ARCHIVE_TASK", "ArchivedCall", "archive_problem",
-           "merge", "pruned_rows", "stored_hash", "tombstone", "tombstone_text"]
+__all__ = ["ARCHIVED_ROW", "ARCHIVE_EVENT", "ARCHIVE_TASK", "REFUSED", "REFUSED_SQLSTATE",
+           "archive_problem", "merge", "pruned_rows", "refused", "stored_hash", "tombstone",
+           "tombstone_text"]
 
 ARCHIVE_TASK: Final = "agent-gate:archive"
 """The task whose chain holds the archive records (no call is ever made in it)."""
@@ -37,6 +43,10 @@ ARCHIVE_EVENT: Final = "archived"
 ARCHIVED_ROW: Final = 0
 """The ``row_id`` of a call answered from its tombstone: its row is gone (and on SQLite
 its id may since hold another call), and no row ever has id 0."""
+REFUSED: Final = "agent_gate_archived"
+"""How the message of the trigger's refusal starts (SQLite's ``RAISE(ABORT, ...)``)."""
+REFUSED_SQLSTATE: Final = "23AG1"
+"""The SQLSTATE PostgreSQL's trigger function raises (class 23: an integrity error)."""
 _BATCH = 5000
 
 
@@ -98,13 +108,16 @@ def archive_problem(conn: Connection, batches: set[str]) -> str | None:
     return None
 
 
-class ArchivedCall(Exception):
-    """A new call's identity names a pruned call: intake's transaction rolls back and
-    the call is answered with ``record``, its row as it was archived."""
-
-    def __init__(self, record: CallRecord) -> None:
-        super().__init__(record.call_id)
-        self.record = record
+def refused(error: BaseException) -> bool:
+    """Whether ``error`` is the database refusing to record a pruned call again (the
+    trigger of revision 0011), as every backend raises it: SQLAlchemy's
+    ``IntegrityError`` around the driver's error, whichever statement or ``COMMIT``
+    of a pipelined transaction it surfaced at."""
+    if not isinstance(error, IntegrityError):
+        return False
+    orig = error.orig
+    return (getattr(orig, "sqlstate", None) == REFUSED_SQLSTATE
+            or str(orig).startswith(REFUSED))
 
 
 def _tombstone_query() -> Any:
@@ -121,9 +134,8 @@ def tombstone(run: Callable[..., Any], task_id: str, call_id: str, idem_key: str
     archived: its row without arguments and result (``result_omitted`` when it had one),
     under ``ARCHIVED_ROW``.
 
-    Intake asks after its insert, in the same transaction: on PostgreSQL an insert racing
-    the archive's delete of the same identity waits for that commit, and this statement
-    then sees the tombstone committed with it."""
+    Intake asks only after the database refused the call's insert (``refused``): the
+    tombstone that refused it was committed, so this read finds it."""
     rows = run("archived_call", _tombstone_query,
                {"task_id": task_id, "call_id": call_id, "idem_key": idem_key}).rows
     if not rows:

@@ -28,7 +28,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, inspect
 
-from agent_gate.ledger import CallState, Event, Ledger, NewCall, intake, store
+from agent_gate.ledger import CallState, Event, Ledger, NewCall, store
 from agent_gate.ledger.backend import begin_write, create_ledger_engine
 from agent_gate.ledger.migrate import alembic_config, head_revision
 from agent_gate.ledger.models import SWEPT_STATES, metadata
@@ -142,8 +142,6 @@ def test_calls_recorded_before_and_after_0008_are_found_by_state_both_ways(
     assert AUDIT_BY_TASK_ID in _audit_indexes(empty_url)
     with monkeypatch.context() as patched:  # this code, on the schema as 0007 left it
         patched.setattr(store, "ensure_schema", lambda *_a, **_k: None)
-        # No archive before 0011: no tombstone to look for (nor its table).
-        patched.setattr(intake, "tombstone", lambda *_a, **_k: None)
         with Ledger(empty_url) as ledger:
             _calls_in_every_state(ledger, "old")
 
@@ -180,8 +178,6 @@ def test_calls_recorded_before_and_after_0008_are_found_by_state_both_ways(
     assert AUDIT_BY_TASK_ID in _audit_indexes(empty_url)
     with monkeypatch.context() as patched:
         patched.setattr(store, "ensure_schema", lambda *_a, **_k: None)
-        # No archive before 0011: no tombstone to look for (nor its table).
-        patched.setattr(intake, "tombstone", lambda *_a, **_k: None)
         with Ledger(empty_url) as ledger:
             _call(ledger, "t0", "down-in_doubt", S.IN_DOUBT)
             assert _found(ledger, S.IN_DOUBT) == {"old-in_doubt", "new-in_doubt",
