@@ -118,6 +118,29 @@ def test_entries_after_the_published_checkpoint_are_checked(
     assert done.exit_code == 1 and json.loads(done.output)["problem"]["kind"] == "edited"
 
 
+def test_entries_cut_off_a_chain_after_the_published_checkpoint_are_caught_by_its_head(
+    db_url: str, key: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The newest entries of a task deleted after the checkpoint: what is left links
+    up, and only that task's head (read for the tasks the newer entries touched, not
+    every task the ledger ever had) says entries are missing."""
+    path, vkey = key
+    sink = tmp_path / "published.note"
+    run_calls(db_url, 0, 6)  # tasks t0 and t1, and heads of tasks nobody touches again
+    with Ledger(db_url) as ledger:
+        for n in range(20):
+            ledger.ensure_task(f"idle{n}")
+    publish(db_url, path, sink)
+    run_calls(db_url, 6, 4)
+    with Ledger(db_url) as ledger, begin_write(ledger.engine) as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE id = "
+                          "(SELECT MAX(id) FROM audit_events WHERE task_id = 't1')"))
+    done = verify_from(db_url, sink, vkey)
+    assert done.exit_code == 1, done.output
+    problem = json.loads(done.output)["problem"]
+    assert problem["kind"] == "deleted" and "head of task 't1'" in problem["message"]
+
+
 def test_a_witness_never_goes_backwards(
     sqlite_url: str, key: tuple[Path, str], tmp_path: Path
 ) -> None:
