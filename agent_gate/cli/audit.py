@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agent_gate.cli import audit_archive as _archive  # noqa: F401 - adds `audit archive`
 from agent_gate.cli._listing import PAGE, PagedTable, listing_options, pages, parse_since
 from agent_gate.cli._operator import failures, open_ledger
 from agent_gate.cli._options import ledger_options
@@ -241,9 +242,10 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
 @audit_group.command(name="checkpoint")
 @click.option("--publish", "publish", multiple=True, metavar="SINK",
               help="Hand the signed checkpoint to a witness: a file (the newest), a "
-                   "directory (every one, and latest.note), or an http(s):// URL (a POST "
-                   "signed like the webhooks, secret in $AGENT_GATE_WITNESS_SECRET); "
-                   "repeatable. Never backwards.")
+                   "directory (every one, and latest.note), or an http(s):// URL (through "
+                   "the webhooks' signed outbox: secret in $AGENT_GATE_WITNESS_SECRET, "
+                   "at least once, what it missed sent again first); repeatable. Never "
+                   "backwards.")
 @signing_key_option
 @ledger_options
 def checkpoint_command(publish: tuple[str, ...], signing_key: Path | None,
@@ -263,14 +265,14 @@ def checkpoint_command(publish: tuple[str, ...], signing_key: Path | None,
     if publish and signer is None:
         raise click.UsageError("--publish needs --signing-key: only a signed checkpoint "
                                "means anything outside the ledger")
+    published: list[str] = []
     with failures(), open_ledger(url) as ledger:
         made = take(ledger.engine, signer=signer, origin=origin)
-    published: list[str] = []
-    if publish:
-        from agent_gate.cli.audit_evidence import publish_to
+        if publish:
+            from agent_gate.cli.audit_evidence import publish_to
 
-        assert made.note is not None and signer is not None
-        published = publish_to(publish, made.note, signer)
+            assert made.note is not None and signer is not None
+            published = publish_to(ledger.engine, publish, made.note, signer)
     if as_json:
         emit_json({**made.to_dict(), "note": made.note, "published": published})
     else:

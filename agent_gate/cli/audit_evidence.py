@@ -16,6 +16,8 @@ from agent_gate.cli._options import ledger_options
 from agent_gate.cli._output import emit_json
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from agent_gate.evidence.note import SignerKey, VerifierKey
 
 KEY_ENV = "AGENT_GATE_AUDIT_KEY"
@@ -237,14 +239,16 @@ def verify_from(checkpoint: Path, key: str | None, url: str | None, as_json: boo
         raise SystemExit(1)
 
 
-def publish_to(sinks: tuple[str, ...], note: str, signer: SignerKey) -> list[str]:
-    """``audit checkpoint --publish``: each sink in turn (``witness.publish_all``); a sink
-    that fails ends the command with an error after the others were served (the
-    checkpoint itself is stored: the next run publishes the newest)."""
+def publish_to(engine: Engine, sinks: tuple[str, ...], note: str, signer: SignerKey
+               ) -> list[str]:
+    """``audit checkpoint --publish``: each sink in turn (``webhooks.hand_to_witnesses``:
+    files directly, HTTP witnesses through the signed outbox); a sink that fails ends
+    the command with an error after the others were served (the checkpoint itself is
+    stored: the next run publishes the newest, and sends an HTTP witness what it missed)."""
     from agent_gate.cli._exit import CliError
-    from agent_gate.evidence.witness import publish_all
+    from agent_gate.serve.webhooks import hand_to_witnesses
 
-    done, failed = publish_all(sinks, note, signer.verifier)
+    done, failed = hand_to_witnesses(engine, sinks, note, signer.verifier)
     if failed:
         raise CliError("not published to " + "; ".join(failed))
     return done

@@ -159,6 +159,11 @@ def export_bundle(
         run = (_rows(engine, signed, AUDIT_EVENTS.c.id.between(signed.ids[first],
                                                                signed.ids[end - 1]))
                if end > first else [])
+        if len(run) != end - first:  # leaves of pruned entries inside the run
+            raise EvidenceError(
+                f"{end - first - len(run)} of the {end - first} entries from leaf {first} to "
+                f"{end - 1} were archived (`audit archive`): their bundles are in the "
+                "archive; export a range that starts after them, or one task (--task)")
         lines = [entry_json(row, i) for i, row in run]
         manifest.update(mode="range", first=first, end=end,
                         left=[h.hex() for h in signed.tree.frontier(first).hashes],

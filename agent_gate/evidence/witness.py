@@ -1,10 +1,9 @@
 """Publishing signed checkpoints to sinks outside the ledger: the simplest witnesses.
 
-A sink is a file (it holds the newest checkpoint), a directory (every checkpoint as
-``<size>.note``, zero-padded so names sort by size, and ``latest.note``), or an
-``http(s)://`` endpoint: one POST of the note, signed as the webhooks are (HMAC-SHA256 of
-``TIMESTAMP.BODY`` under ``$AGENT_GATE_WITNESS_SECRET``, the ``X-Agent-Gate-Timestamp``
-and ``X-Agent-Gate-Signature: sha256=HEX`` headers), a 2xx being delivery. A ledger
+A sink here is a file (it holds the newest checkpoint) or a directory (every checkpoint
+as ``<size>.note``, zero-padded so names sort by size, and ``latest.note``). An
+``http(s)://`` endpoint is served through the webhooks' signed outbox instead
+(``serve.webhooks.deliver_checkpoints``: at least once, in order, retried). A ledger
 rewritten later cannot rewrite what a sink kept, and ``agent-gate audit verify
 --checkpoint SINK_FILE --key KEY`` compares the ledger with it.
 
@@ -18,20 +17,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 from agent_gate.errors import EvidenceError
 from agent_gate.evidence.checkpoint import TreeHead, open_checkpoint
 from agent_gate.evidence.note import VerifierKey
 
-__all__ = ["LATEST", "SECRET_ENV", "post", "publish", "publish_all"]
+__all__ = ["LATEST", "publish"]
 
 LATEST = "latest.note"
-SECRET_ENV = "AGENT_GATE_WITNESS_SECRET"
-"""The HMAC secret an HTTP witness's POSTs are signed with."""
-_POST_TRIES = 3
-_POST_TIMEOUT = 10.0
 
 
 def _write(path: Path, text: str) -> None:
@@ -77,54 +71,3 @@ def _refuse_going_back(latest: Path, head: TreeHead, key: VerifierKey) -> None:
         raise EvidenceError(
             f"{latest} holds another checkpoint of {head.size} entries: the ledger's history "
             "forked (rewritten after it was published)")
-
-
-def post(url: str, note: str, secret: bytes) -> None:
-    """POST ``note`` to a witness endpoint; ``EvidenceError`` when no try got a 2xx."""
-    import hashlib
-    import hmac
-    import time
-
-    import httpx
-
-    body = note.encode("utf-8")
-    last = "no answer"
-    with httpx.Client(timeout=_POST_TIMEOUT) as http:
-        for attempt in range(_POST_TRIES):
-            stamp = int(time.time())
-            mac = hmac.new(secret, str(stamp).encode() + b"." + body, hashlib.sha256)
-            try:
-                got = http.post(url, content=body, headers={
-                    "Content-Type": "text/plain; charset=utf-8",
-                    "X-Agent-Gate-Event": "checkpoint",
-                    "X-Agent-Gate-Timestamp": str(stamp),
-                    "X-Agent-Gate-Signature": "sha256=" + mac.hexdigest()})
-                if got.is_success:
-                    return
-                last = f"HTTP {got.status_code}"
-            except httpx.HTTPError as error:
-                last = type(error).__name__
-            if attempt + 1 < _POST_TRIES:
-                time.sleep(0.2 * 2 ** attempt)
-    raise EvidenceError(f"the witness did not take it after {_POST_TRIES} tries ({last})")
-
-
-def publish_all(sinks: Iterable[str], note: str, key: VerifierKey) -> tuple[list[str], list[str]]:
-    """Hand ``note`` to every sink in turn: ``(published, failures)``, one failure never
-    keeping the others from theirs."""
-    done: list[str] = []
-    failed: list[str] = []
-    for sink in sinks:
-        try:
-            if sink.startswith(("http://", "https://")):
-                secret = os.environ.get(SECRET_ENV)
-                if not secret:
-                    raise EvidenceError(f"${SECRET_ENV} is not set: an HTTP witness needs "
-                                        "the secret its POSTs are signed with")
-                post(sink, note, secret.encode())
-                done.append(sink)
-            else:
-                done.append(str(publish(note, key, Path(sink))))
-        except (EvidenceError, OSError) as error:
-            failed.append(f"{sink}: {error}")
-    return done, failed

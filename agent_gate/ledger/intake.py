@@ -14,6 +14,11 @@ before anything else (``Txn.insert_call``'s ``decided``): a backend may write th
 with the insert and read the rows with the commit. The transaction runs through
 ``backend.transact``, which runs it once more when a backend's own guess failed
 (nothing of the first run committed).
+
+A call ``audit archive`` pruned is never recorded again: the database refuses its
+insert (``pruned``: a trigger on ``tool_calls``), nothing of the transaction commits,
+and only then is its tombstone read, to answer with the outcome it had. The common
+path asks nothing about tombstones (a read there was a PostgreSQL round trip).
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, update
+from sqlalchemy.exc import IntegrityError
 
 from agent_gate.ledger import audit
-from agent_gate.ledger.backend import transact
+from agent_gate.ledger.backend import reading, transact
 from agent_gate.ledger.flows import apply, apply_ruling
+from agent_gate.ledger.pruned import refused, tombstone
 from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.records import (
     TASKS,
@@ -117,6 +124,10 @@ def record(
 
     try:
         txn, (rec, inserted) = transact(engine, body)
+    except IntegrityError as error:
+        if not refused(error):
+            raise
+        return _archived(engine, new), False
     except Lost:  # pragma: no cover - the row is ours until commit
         raise RuntimeError("a ledger row changed under its insert") from None
     return txn.committed(rec), inserted
@@ -178,3 +189,13 @@ def _record(
         except Lost:  # pragma: no cover - the row is ours until commit
             raise RuntimeError(f"ledger row {rec.row_id} changed under its insert") from None
     return rec, True
+
+
+def _archived(engine: Engine, new: NewCall) -> CallRecord:
+    """The pruned call the database refused to record again, as it was archived (read
+    in a transaction of its own: the refused one is rolled back)."""
+    with reading(engine) as txn:
+        kept = tombstone(txn.run, new.task_id, new.call_id, new.idem_key)
+    if kept is None:  # pragma: no cover - a tombstone is never deleted
+        raise RuntimeError(f"call {new.call_id!r} was refused as archived, but has no tombstone")
+    return kept

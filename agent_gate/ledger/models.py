@@ -35,10 +35,12 @@ __all__ = [
     "APPROVALS",
     "APPROVAL_GRANTS",
     "APPROVAL_GRANT_USES",
+    "ARCHIVED_CALLS",
     "AUDIT_CHECKPOINTS",
     "AUDIT_CHECKPOINT_HEADS",
     "AUDIT_EVENTS",
     "AUDIT_HEADS",
+    "AUDIT_PRUNED",
     "MCP_EVENTS",
     "OPERATORS",
     "QUOTA_CHARGES",
@@ -415,3 +417,33 @@ again when its stream is resumed in a process that did not see it) or ``event``
 only ever looked up together with ``session_id``. Rows are pruned oldest first
 past a total ``size`` and an age (``created_ms``, epoch milliseconds).
 """
+
+
+AUDIT_PRUNED = Table(
+    "audit_pruned",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("task_id", String(ID_LEN), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("leaf", String(64), nullable=False),
+    Column("archive", String(64), nullable=False),
+    UniqueConstraint("task_id", "seq"),
+    Index(None, "archive", "id"),
+)
+"""What ``audit archive`` keeps of each ``audit_events`` row it pruned (``ledger.archive``):
+no content, only the hashes the chains and the Merkle tree are recomputed over."""
+
+ARCHIVED_CALLS = Table(
+    "archived_calls",
+    metadata,
+    Column("task_id", String(ID_LEN), primary_key=True),
+    Column("call_id", String(ID_LEN), primary_key=True),
+    Column("idem_key", String(300), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("archive", String(64), nullable=False),
+    UniqueConstraint("task_id", "idem_key"),
+)
+"""The tombstone of each call ``audit archive`` pruned: intake answers a re-delivery from
+it (``record``, the row without its arguments and result) and never runs the call again."""

@@ -526,7 +526,7 @@ class Ledger:
         """An audit-only event: the call was seen again, conflicted, was reported."""
         with flows.write(self.engine) as open_txn:
             audit.append(
-                open_txn, task_id=rec.task_id, call_row_id=rec.row_id,
+                open_txn, task_id=rec.task_id, call_row_id=rec.row_id or None,  # 0: archived
                 call_id=call_id or rec.call_id, event=event, from_state=rec.state.value,
                 to_state=rec.state.value, actor=actor, detail=detail,
             )

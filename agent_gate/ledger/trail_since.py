@@ -25,8 +25,10 @@ from sqlalchemy import Connection, select
 from agent_gate.evidence.checkpoint import TreeHead
 from agent_gate.evidence.merkle import Frontier
 from agent_gate.ledger.chain import GENESIS
-from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, current_heads
-from agent_gate.ledger.models import AUDIT_EVENTS
+from agent_gate.ledger.checkpoints import Checkpoint, checkpoints
+from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
+from agent_gate.ledger.pruned import archive_problem
+from agent_gate.ledger.pruned import stored_hash as pruned_hash
 from agent_gate.ledger.trail_tree import TreeWalk, leaf_of, leaves
 from agent_gate.ledger.trail_verify import ChainProblem, ChainReport
 
@@ -48,18 +50,21 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
     walk = TreeWalk(newer, frontier=Frontier.from_text(trusted.size, base.tree_frontier),
                     last_id=base.tree_last_id)
     chains: dict[str, tuple[int, str]] = {}
+    archived: set[str] = set()
     count = 0
     for row, leaf in leaves(conn, after=base.tree_last_id):
         count += 1
         walk.add(int(row["id"]), leaf)
         if problem is None:
-            problem = _entry_problem(conn, row, chains)
+            problem = _entry_problem(conn, row, chains, archived)
     if problem is None and (wrong := walk.finish()) is not None:
         problem = ChainProblem("tree", wrong[0], None, wrong[1])
+    if problem is None and (unrecorded := archive_problem(conn, archived)) is not None:
+        problem = ChainProblem("deleted", 0, None, unrecorded)
     if problem is None:
         problem = _newer_problem(base, newer)
     if problem is None:
-        heads = current_heads(conn)
+        heads = _heads_of(conn, sorted(chains))
         for task, (seq, digest) in sorted(chains.items()):
             if heads.get(task) != (seq, digest):
                 problem = ChainProblem(
@@ -68,6 +73,23 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
                     "it were deleted or the head was altered", task)
                 break
     return ChainReport(count, len(chains), newest, problem)
+
+
+_CHUNK = 500
+"""Task ids per ``IN (...)`` list: well under every backend's bound on parameters."""
+
+
+def _heads_of(conn: Connection, tasks: list[str]) -> dict[str, tuple[int, str]]:
+    """The heads of ``tasks`` only: the ones the entries after the checkpoint moved. Not
+    every head: a ledger keeps the head of every task it ever had (an archived one's
+    too, its chain may go on), and this verify costs what came after the checkpoint."""
+    heads = AUDIT_HEADS.c
+    found: dict[str, tuple[int, str]] = {}
+    for at in range(0, len(tasks), _CHUNK):
+        for task, seq, digest in conn.execute(select(heads.task_id, heads.seq, heads.hash)
+                                              .where(heads.task_id.in_(tasks[at:at + _CHUNK]))):
+            found[task] = (int(seq), digest)
+    return found
 
 
 def _base_problem(base: Checkpoint | None, stored: list[Checkpoint], trusted: TreeHead
@@ -98,9 +120,12 @@ def _base_problem(base: Checkpoint | None, stored: list[Checkpoint], trusted: Tr
 
 
 def _entry_problem(conn: Connection, row: Mapping[str, Any],
-                   chains: dict[str, tuple[int, str]]) -> ChainProblem | None:
+                   chains: dict[str, tuple[int, str]], archived: set[str]
+                   ) -> ChainProblem | None:
     task, seq, row_id = row["task_id"], int(row["seq"]), int(row["id"])
-    recomputed, _ = leaf_of(row)
+    recomputed = row["hash"] if "leaf" in row else leaf_of(row)[0]
+    if "leaf" in row:
+        archived.add(row["archive"])
     if recomputed != row["hash"]:
         return ChainProblem("edited", seq, row_id, f"audit entry #{seq} of task {task!r} "
                             f"(row {row_id}) was edited: its fields no longer match its hash",
@@ -121,8 +146,9 @@ def _stored_hash(conn: Connection, task: str, seq: int) -> str | None:
     index): the link the first entry after it must name."""
     if seq == 0:
         return GENESIS
-    return conn.execute(select(_EVENTS.c.hash).where(
+    live = conn.execute(select(_EVENTS.c.hash).where(
         _EVENTS.c.task_id == task, _EVENTS.c.seq == seq)).scalar()
+    return live if live is not None else pruned_hash(conn, task, seq)
 
 
 def _newer_problem(base: Checkpoint, newer: list[Checkpoint]) -> ChainProblem | None:

@@ -31,6 +31,7 @@ from sqlalchemy import Connection, select
 from agent_gate.evidence.merkle import Frontier
 from agent_gate.ledger.chain import row_leaf
 from agent_gate.ledger.models import AUDIT_EVENTS
+from agent_gate.ledger.pruned import merge, pruned_rows
 
 if TYPE_CHECKING:
     from agent_gate.ledger.checkpoints import Checkpoint
@@ -54,13 +55,14 @@ def leaf_of(row: Mapping[str, Any]) -> tuple[str, bytes]:
 def leaves(
     conn: Connection, *, after: int = 0, upto: int | None = None
 ) -> Iterator[tuple[Mapping[str, Any], bytes]]:
-    """Every entry with ``after < id <= upto`` in id order, with its leaf hash."""
+    """Every entry with ``after < id <= upto`` in id order, with its leaf hash; a pruned
+    one (``ledger.pruned``) as its kept hashes, marked by its ``leaf`` key."""
     stmt = select(_EVENTS).where(_EVENTS.c.id > after).order_by(_EVENTS.c.id)
     if upto is not None:
         stmt = stmt.where(_EVENTS.c.id <= upto)
     result = conn.execute(stmt.execution_options(yield_per=_BATCH)).mappings()
-    for row in result:
-        yield row, leaf_of(row)[1]
+    for row in merge(result, pruned_rows(conn, after=after, upto=upto)):
+        yield row, (row["leaf"] if "leaf" in row else leaf_of(row)[1])
 
 
 def start_of(prev: Checkpoint | None) -> tuple[Frontier, int]:

@@ -27,6 +27,8 @@ kind, task, chain position and ``audit_events`` row):
 6. Every call's row is in the state its newest transition entry recorded
    (*state_rewritten*), and every call the trail recorded (its ``received``) still
    has its row (*call_deleted*).
+   Entries pruned by ``audit archive`` are walked as their kept hashes (chain links and
+   leaves), and every pruned batch must be covered by its archive record (``pruned``).
 7. Every quota charge the trail recorded (the ``charges`` of the arrow that
    authorized the call) is still stored, with that amount (*charge_rewritten*): a
    charge deleted or lowered would let the task spend past its limit.
@@ -48,6 +50,7 @@ from agent_gate.ledger.models import (
     QUOTA_CHARGES,
     TOOL_CALLS,
 )
+from agent_gate.ledger.pruned import archive_problem, merge, pruned_rows
 from agent_gate.ledger.trail_tree import TreeWalk, leaf_of
 
 __all__ = ["ChainProblem", "ChainReport", "verify"]
@@ -160,9 +163,15 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     count = 0
     problem: ChainProblem | None = None
     tree = TreeWalk(stored)
-    for row in conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings():
+    archived: set[str] = set()
+    for row in merge(conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings(),
+                     pruned_rows(conn)):
         count += 1
-        recomputed, leaf = leaf_of(row)
+        if "leaf" in row:  # pruned: its hashes as kept, covered by its archive record
+            recomputed, leaf = row["hash"], row["leaf"]
+            archived.add(row["archive"])
+        else:
+            recomputed, leaf = leaf_of(row)
         tree.add(int(row["id"]), leaf)
         if row["call_row_id"] is not None and is_transition(row["from_state"], row["to_state"]):
             audited[int(row["call_row_id"])] = row["to_state"]
@@ -193,6 +202,8 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
         problem = _legacy_problem(legacy, first)
     if problem is None and (wrong_tree := tree.finish()) is not None:
         problem = ChainProblem("tree", wrong_tree[0], None, wrong_tree[1])
+    if problem is None and (unrecorded := archive_problem(conn, archived)) is not None:
+        problem = ChainProblem("deleted", 0, None, unrecorded)
     if problem is None and anchor is not None:
         problem = _anchor_problem(anchor, stored, legacy)
     if problem is None:

@@ -21,9 +21,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.evidence.note import SignerKey
-from agent_gate.evidence.witness import publish_all
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.checkpoints import take
+from agent_gate.serve.webhooks import hand_to_witnesses
 
 __all__ = ["Checkpointer"]
 
@@ -69,18 +69,21 @@ class Checkpointer:
                 except SQLAlchemyError as exc:  # a database away for a while: next tick
                     log.warning("audit checkpoint not taken: %s", type(exc).__name__)
                     continue
-                if made.id > newest:
+                fresh = made.id > newest
+                if fresh:
                     newest = made.id
                     self.taken += 1
                     log.info("audit checkpoint %s (%d tasks)", made.anchor, made.tasks)
-                    self._hand_over(made.note)
+                self._hand_over(ledger, made.note if fresh else None)
 
-    def _hand_over(self, note: str | None) -> None:
-        """Publish a new signed checkpoint; a witness that fails is logged and served the
-        newest at the next checkpoint (a witness may skip one, never go back)."""
-        if note is None or not self.publish or self.signer is None:
+    def _hand_over(self, ledger: Ledger, note: str | None) -> None:
+        """Publish a new signed checkpoint (``note``; None: none new this tick). A file
+        witness that fails is logged and served the newest at the next checkpoint (it
+        may skip one, never go back); an HTTP witness is served from the outbox at every
+        tick, so one that failed gets what it missed, in order, once it answers."""
+        if not self.publish or self.signer is None:
             return
-        _, failed = publish_all(self.publish, note, self.signer.verifier)
+        _, failed = hand_to_witnesses(ledger.engine, self.publish, note, self.signer.verifier)
         for failure in failed:
             self.unpublished += 1
             log.error("audit checkpoint not published: %s", failure)

@@ -18,6 +18,15 @@ sha256=HEX``, the HMAC-SHA256 of ``TIMESTAMP.BODY`` under the secret: a receiver
 recomputes it and refuses old timestamps. Delivery is at least once and in order per
 endpoint: the audit trail is the outbox (``ledger.views.outbox``), a failed POST is retried
 with exponential backoff, and the endpoint's cursor moves only after a 2xx.
+
+HTTP witnesses (``agent-gate audit checkpoint --publish URL``, ``checkpoint_publish``)
+are served the same way: the signed checkpoints the ledger keeps are their outbox
+(``outbox.signed_after``), each witness has a cursor (``witness:`` and a digest of its
+URL), every checkpoint after it is POSTed oldest first as ``text/plain`` with
+``X-Agent-Gate-Event: checkpoint``, ``X-Agent-Gate-Event-Id: CHECKPOINT_ID`` and the
+same signature under ``$AGENT_GATE_WITNESS_SECRET``, and the cursor moves only after
+a 2xx. One that fails after its tries stays in the outbox and is sent again, first, at
+the next publish (at least once, in order; a receiver deduplicates by the id).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import os
 import smtplib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,7 +48,9 @@ import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gate.errors import GateUsageError
+from agent_gate.errors import EvidenceError, GateUsageError
+from agent_gate.evidence.note import VerifierKey
+from agent_gate.evidence.witness import publish
 from agent_gate.ledger.audit import AuditRecord
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.views import outbox
@@ -48,7 +59,11 @@ from agent_gate.serve.identity import IdentityConfig
 from agent_gate.serve.mail import MailEndpoint, message, send
 from agent_gate.serve.slack import SlackRoute, post
 
-__all__ = ["Endpoint", "Notifier", "ServeConfig", "load_config", "sign"]
+__all__ = ["WITNESS_SECRET_ENV", "Endpoint", "Notifier", "ServeConfig", "deliver_checkpoints",
+           "hand_to_witnesses", "load_config", "post_signed", "sign", "witness_name"]
+
+WITNESS_SECRET_ENV = "AGENT_GATE_WITNESS_SECRET"
+"""The HMAC secret an HTTP witness's POSTs are signed with."""
 
 
 class Endpoint(BaseModel):
@@ -123,6 +138,79 @@ def sign(secret: bytes, timestamp: int, body: bytes) -> str:
     """The signature header's value for ``body`` sent at ``timestamp``."""
     mac = hmac.new(secret, str(timestamp).encode() + b"." + body, hashlib.sha256)
     return "sha256=" + mac.hexdigest()
+
+
+def post_signed(http: httpx.Client, url: str, secret: bytes, body: bytes,
+                headers: dict[str, str]) -> str | None:
+    """One signed POST: None when a 2xx took it, else what went wrong (never the body)."""
+    stamp = int(time.time())
+    try:
+        got = http.post(url, content=body, headers={
+            **headers, "X-Agent-Gate-Timestamp": str(stamp),
+            "X-Agent-Gate-Signature": sign(secret, stamp, body)})
+    except httpx.HTTPError as error:
+        return type(error).__name__
+    return None if got.is_success else f"HTTP {got.status_code}"
+
+
+def witness_name(url: str) -> str:
+    """The cursor of the witness at ``url`` (a digest: a URL may be longer than a name)."""
+    return "witness:" + hashlib.sha256(url.encode("utf-8")).hexdigest()[:40]
+
+
+def deliver_checkpoints(engine: Any, url: str, secret: bytes, *, tries: int = 3,
+                        backoff: float = 0.2, timeout: float = 10.0) -> int:
+    """POST every signed checkpoint the witness at ``url`` has not acknowledged, oldest
+    first, each up to ``tries`` times with exponential backoff; the cursor moves past
+    one only after a 2xx. The number delivered; ``EvidenceError`` for one no try
+    delivered (it stays in the outbox, first in line for the next call)."""
+    name = witness_name(url)
+    seq = outbox.witness_cursor(engine, name)
+    sent = 0
+    with httpx.Client(timeout=timeout) as http:
+        while batch := outbox.signed_after(engine, seq):
+            for checkpoint_id, note in batch:
+                headers = {"Content-Type": "text/plain; charset=utf-8",
+                           "X-Agent-Gate-Event": "checkpoint",
+                           "X-Agent-Gate-Event-Id": str(checkpoint_id)}
+                for attempt in range(tries):
+                    failed = post_signed(http, url, secret, note.encode("utf-8"), headers)
+                    if failed is None:
+                        break
+                    if attempt + 1 < tries:
+                        time.sleep(backoff * 2 ** attempt)
+                if failed is not None:
+                    raise EvidenceError(
+                        f"the witness did not take checkpoint {checkpoint_id} after {tries} "
+                        f"tries ({failed}); it stays in the outbox for the next publish")
+                outbox.advance(engine, name, checkpoint_id)
+                seq = checkpoint_id
+                sent += 1
+    return sent
+
+
+def hand_to_witnesses(engine: Any, sinks: Iterable[str], note: str | None, key: VerifierKey
+                      ) -> tuple[list[str], list[str]]:
+    """Hand the newest signed checkpoint to every sink: a file or directory gets ``note``
+    (``evidence.witness.publish``; None: none new, files skipped), an http(s) URL every
+    checkpoint after its cursor (``deliver_checkpoints``). ``(published, failures)``,
+    one failure never keeping the others from theirs."""
+    done: list[str] = []
+    failed: list[str] = []
+    for sink in sinks:
+        try:
+            if sink.startswith(("http://", "https://")):
+                secret = os.environ.get(WITNESS_SECRET_ENV)
+                if not secret:
+                    raise EvidenceError(f"${WITNESS_SECRET_ENV} is not set: an HTTP witness "
+                                        "needs the secret its POSTs are signed with")
+                deliver_checkpoints(engine, sink, secret.encode())
+                done.append(sink)
+            elif note is not None:
+                done.append(str(publish(note, key, Path(sink))))
+        except (EvidenceError, OSError) as error:
+            failed.append(f"{sink}: {error}")
+    return done, failed
 
 
 class Notifier:
@@ -252,19 +340,11 @@ class Notifier:
                  notice: outbox.Notice) -> bool:
         """POST until a 2xx (True), backing off; False only when stopping."""
         body = json.dumps(self._event(notice), sort_keys=True).encode()
+        headers = {"Content-Type": "application/json", "X-Agent-Gate-Event-Id": str(notice.seq)}
         delay = endpoint.backoff
         while not self._stop.is_set():
-            stamp = int(time.time())
-            try:
-                got = http.post(endpoint.url, content=body, headers={
-                    "Content-Type": "application/json",
-                    "X-Agent-Gate-Event-Id": str(notice.seq),
-                    "X-Agent-Gate-Timestamp": str(stamp),
-                    "X-Agent-Gate-Signature": sign(secret, stamp, body)})
-                if got.is_success:
-                    return True
-            except httpx.HTTPError:
-                pass
+            if post_signed(http, endpoint.url, secret, body, headers) is None:
+                return True
             self._stop.wait(delay)
             delay = min(delay * 2, endpoint.max_backoff)
         return False

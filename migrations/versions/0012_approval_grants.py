@@ -8,7 +8,7 @@ each call a grant authorized. Quorum answers need no table: they are rows of
 ``approvals`` from distinct approvers.
 
 Revision ID: 0012_approval_grants
-Revises: 0010_evidence_tree
+Revises: 0011_archive_pruned
 Create Date: 2026-12-06
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0012_approval_grants"
-down_revision: str | Sequence[str] | None = "0010_evidence_tree"
+down_revision: str | Sequence[str] | None = "0011_archive_pruned"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

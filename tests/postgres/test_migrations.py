@@ -159,7 +159,8 @@ def test_an_older_ledger_with_history_upgrades_and_its_chain_verifies(
 
 
 def _ledger_functions(url: str) -> set[str]:
-    """The functions in the ledger's schema (revision 0007 installs two)."""
+    """The functions in the ledger's schema (revision 0007 installs two, 0011 the
+    archived calls' trigger function)."""
     engine = create_ledger_engine(url)
     try:
         with begin_write(engine) as conn:
@@ -201,7 +202,8 @@ def test_a_ledger_written_at_0006_works_after_db_upgrade(
                 assert gate.execute(f"t{n % 2}", call).state is CallState.SUCCEEDED
     result = cli("db", "upgrade", "--db", fresh_pg.url)
     assert result.returncode == 0, result.stderr
-    assert _ledger_functions(fresh_pg.url) == {"agent_gate_audit_append", "agent_gate_expect"}
+    assert _ledger_functions(fresh_pg.url) == {"agent_gate_audit_append", "agent_gate_expect",
+                                               "agent_gate_refuse_archived"}
     with Gate(tools, Ledger(fresh_pg.url, storage="fast")) as gate:
         for n in range(3):
             call = {"call_id": f"new{n}", "name": "noop", "arguments": {"n": n}}

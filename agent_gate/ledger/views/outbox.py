@@ -6,6 +6,10 @@ nothing that happened can be missing from it; a notifier reads after its cursor,
 delivers, and only then moves the cursor (``advance``): a crash between the two
 sends an entry again, never skips one. Entries become events here, as plain values
 carrying ids, the tool and rule ids only: never argument values.
+
+The signed checkpoints (``audit_checkpoints.note``) are the outbox of the HTTP
+witnesses the same way: a witness's cursor (``witness_cursor``) is the id of the last
+checkpoint it acknowledged, and ``signed_after`` reads the ones it has not.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 
 from agent_gate.ledger.audit import AuditRecord
 from agent_gate.ledger.backend import begin_read, begin_write
-from agent_gate.ledger.models import WEBHOOK_CURSORS
+from agent_gate.ledger.models import AUDIT_CHECKPOINTS, WEBHOOK_CURSORS
 from agent_gate.ledger.views.pages import AuditQuery, audit_page, settled
 
 __all__ = [
@@ -29,6 +33,8 @@ __all__ = [
     "entries_after",
     "notice_of",
     "notices_after",
+    "signed_after",
+    "witness_cursor",
 ]
 
 _TABLE = WEBHOOK_CURSORS
@@ -107,3 +113,26 @@ def advance(engine: Engine, name: str, seq: int) -> None:
     with begin_write(engine) as conn:
         conn.execute(update(_TABLE).where(_TABLE.c.name == name, _TABLE.c.seq < seq)
                      .values(seq=seq, updated_at=datetime.now(UTC)))
+
+
+def witness_cursor(engine: Engine, name: str) -> int:
+    """A witness's cursor over the signed checkpoints; a new witness starts just before
+    the newest one (it is handed that one, then every later one; not the history)."""
+    with begin_write(engine) as conn:
+        seq = conn.execute(select(_TABLE.c.seq).where(_TABLE.c.name == name)).scalar()
+        if seq is not None:
+            return int(seq)
+        cps = AUDIT_CHECKPOINTS.c
+        newest = conn.execute(select(func.max(cps.id)).where(cps.note.is_not(None))).scalar()
+        start = int(newest) - 1 if newest else 0
+        conn.execute(insert(_TABLE).values(name=name, seq=start, updated_at=datetime.now(UTC)))
+        return start
+
+
+def signed_after(engine: Engine, seq: int, limit: int = 100) -> list[tuple[int, str]]:
+    """The signed checkpoints after ``seq``, oldest first: ``(id, note)``."""
+    cps = AUDIT_CHECKPOINTS.c
+    with begin_read(engine) as conn:
+        rows = conn.execute(select(cps.id, cps.note).where(cps.id > seq, cps.note.is_not(None))
+                            .order_by(cps.id).limit(limit)).all()
+    return [(int(i), str(note)) for i, note in rows]

@@ -118,6 +118,29 @@ def test_entries_after_the_published_checkpoint_are_checked(
     assert done.exit_code == 1 and json.loads(done.output)["problem"]["kind"] == "edited"
 
 
+def test_entries_cut_off_a_chain_after_the_published_checkpoint_are_caught_by_its_head(
+    db_url: str, key: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The newest entries of a task deleted after the checkpoint: what is left links
+    up, and only that task's head (read for the tasks the newer entries touched, not
+    every task the ledger ever had) says entries are missing."""
+    path, vkey = key
+    sink = tmp_path / "published.note"
+    run_calls(db_url, 0, 6)  # tasks t0 and t1, and heads of tasks nobody touches again
+    with Ledger(db_url) as ledger:
+        for n in range(20):
+            ledger.ensure_task(f"idle{n}")
+    publish(db_url, path, sink)
+    run_calls(db_url, 6, 4)
+    with Ledger(db_url) as ledger, begin_write(ledger.engine) as conn:
+        conn.execute(text("DELETE FROM audit_events WHERE id = "
+                          "(SELECT MAX(id) FROM audit_events WHERE task_id = 't1')"))
+    done = verify_from(db_url, sink, vkey)
+    assert done.exit_code == 1, done.output
+    problem = json.loads(done.output)["problem"]
+    assert problem["kind"] == "deleted" and "head of task 't1'" in problem["message"]
+
+
 def test_a_witness_never_goes_backwards(
     sqlite_url: str, key: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -150,16 +173,19 @@ def test_publishing_needs_a_signing_key(sqlite_url: str, tmp_path: Path) -> None
 
 
 class _Witness:
-    """A real HTTP witness on loopback: keeps each POST whose signature checks out, or
-    answers ``status`` to every one."""
+    """A real HTTP witness on loopback. Every POST is logged as ``(event id, status)``;
+    the next ``failing`` ones are answered 500, a bad signature 401, the rest 200 (the
+    note kept)."""
 
-    def __init__(self, secret: bytes, status: int = 200) -> None:
+    def __init__(self, secret: bytes, failing: int = 0) -> None:
         import hashlib
         import hmac
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.kept: list[str] = []
+        self.posts: list[tuple[str, int]] = []
+        self.failing = failing
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -168,9 +194,13 @@ class _Witness:
                 stamp = self.headers["X-Agent-Gate-Timestamp"]
                 mac = hmac.new(secret, stamp.encode() + b"." + body, hashlib.sha256)
                 good = self.headers["X-Agent-Gate-Signature"] == "sha256=" + mac.hexdigest()
-                if good and status == 200:
+                status = 401 if not good else 500 if outer.failing > 0 else 200
+                outer.failing -= status == 500
+                if status == 200:
                     outer.kept.append(body.decode())
-                self.send_response(status if good else 401)
+                assert self.headers["X-Agent-Gate-Event"] == "checkpoint"
+                outer.posts.append((self.headers["X-Agent-Gate-Event-Id"], status))
+                self.send_response(status)
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:
@@ -186,26 +216,46 @@ class _Witness:
         self.server.server_close()
 
 
-def test_a_checkpoint_is_posted_to_an_http_witness_signed_like_the_webhooks(
-    sqlite_url: str, key: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_checkpoints_reach_an_http_witness_through_the_signed_outbox_at_least_once(
+    db_url: str, key: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, _ = key
     monkeypatch.setenv("AGENT_GATE_WITNESS_SECRET", "s3cret")
-    good, broken = _Witness(b"s3cret"), _Witness(b"s3cret", status=500)
+    witness, forger = _Witness(b"s3cret", failing=1), _Witness(b"another secret")
     try:
-        run_calls(sqlite_url, 0, 2)
-        sent = publish(sqlite_url, path, good.url)  # type: ignore[arg-type]
-        assert good.kept == [sent["note"]] and sent["published"] == [good.url]
-        run_calls(sqlite_url, 2, 1)
-        done = cli("audit", "checkpoint", "--signing-key", path, "--publish", broken.url,
-                   "--publish", tmp_path / "also.note", "--db", sqlite_url)
-        assert done.exit_code == 1 and "not published to" in done.output
-        assert "HTTP 500" in done.output
-        assert (tmp_path / "also.note").is_file()  # the other sinks were still served
+        run_calls(db_url, 0, 2)
+        # A failed POST is tried again, signed again, and the checkpoint lands once.
+        first = publish(db_url, path, witness.url)  # type: ignore[arg-type]
+        assert witness.posts == [("1", 500), ("1", 200)]
+        assert witness.kept == [first["note"]] and first["published"] == [witness.url]
+        # Down for longer than one publish tries: the command fails, the other sinks
+        # are still served, and the checkpoint stays in the outbox.
+        witness.failing = 10
+        run_calls(db_url, 2, 1)
+        down = cli("audit", "checkpoint", "--signing-key", path, "--publish", witness.url,
+                   "--publish", tmp_path / "also.note", "--db", db_url, "--json")
+        assert down.exit_code == 1 and "not published to" in down.output
+        assert "checkpoint 2" in down.output and "HTTP 500" in down.output
+        assert (tmp_path / "also.note").is_file()
+        assert witness.posts[2:] == [("2", 500)] * 3 and len(witness.kept) == 1
+        # Back: the next publish sends what it missed first, then the new one, in order.
+        witness.failing = 0
+        run_calls(db_url, 3, 1)
+        third = publish(db_url, path, witness.url)  # type: ignore[arg-type]
+        assert witness.posts[5:] == [("2", 200), ("3", 200)]
+        assert witness.kept[0] == first["note"] and witness.kept[2] == third["note"]
+        assert "\n" in witness.kept[1] and witness.kept[1] == (tmp_path / "also.note").read_text()
+        # Nothing new: nothing sent again (the cursor moved only after each 2xx).
+        publish(db_url, path, witness.url)  # type: ignore[arg-type]
+        assert [p for p in witness.posts if p[0] in ("1", "2", "3")] == witness.posts[:7]
+        # A receiver holding another secret refuses the signature: not delivered.
+        wrong = cli("audit", "checkpoint", "--signing-key", path, "--publish", forger.url,
+                    "--db", db_url)
+        assert wrong.exit_code == 1 and "HTTP 401" in wrong.output and forger.kept == []
         monkeypatch.delenv("AGENT_GATE_WITNESS_SECRET")
-        unset = cli("audit", "checkpoint", "--signing-key", path, "--publish", good.url,
-                    "--db", sqlite_url)
+        unset = cli("audit", "checkpoint", "--signing-key", path, "--publish", witness.url,
+                    "--db", db_url)
         assert unset.exit_code == 1 and "AGENT_GATE_WITNESS_SECRET" in unset.output
     finally:
-        good.close()
-        broken.close()
+        witness.close()
+        forger.close()

@@ -1,0 +1,164 @@
+"""What is left of the entries and calls ``audit archive`` pruned, and how the rest of the
+ledger reads it: the trail's leaves, the chains' links, the archive records, the tombstones.
+
+A pruned entry keeps its ``audit_events`` id, task, ``seq``, ``prev_hash``, ``hash`` and
+leaf hash in ``audit_pruned`` (no content: that is in the archive's bundle), because the
+Merkle tree of every checkpoint and each task's chain are recomputed over them: a
+leaf cannot be dropped without breaking every root above it. Each archive batch appends
+one entry of its own (event ``archived``, task ``ARCHIVE_TASK``) whose detail names the
+batch (``archive``), how many entries it pruned and the RFC 6962 root over their leaves
+in id order: ``verify`` recomputes that root from ``audit_pruned``, so an entry missing
+from ``audit_events`` is accepted only where a hash-chained archive record covers it.
+
+A pruned call keeps a tombstone in ``archived_calls`` by (task, call id) and (task,
+dedupe key), and the database refuses to record it again: a trigger on ``tool_calls``
+(revision 0011) raises ``REFUSED`` (SQLSTATE ``REFUSED_SQLSTATE`` on PostgreSQL) and the
+intake transaction rolls back whole. Intake recognises that error (``refused``) and
+only then reads the stored outcome (``tombstone``): the common path never waits for a
+tombstone read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import Connection, DateTime, bindparam, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from agent_gate.evidence.merkle import Frontier
+from agent_gate.ledger.models import ARCHIVED_CALLS, AUDIT_EVENTS, AUDIT_PRUNED
+from agent_gate.ledger.records import CALL_COLUMNS, CallRecord, call_record
+
+__all__ = ["ARCHIVED_ROW", "ARCHIVE_EVENT", "ARCHIVE_TASK", "REFUSED", "REFUSED_SQLSTATE",
+           "archive_problem", "merge", "pruned_rows", "refused", "stored_hash", "tombstone",
+           "tombstone_text"]
+
+ARCHIVE_TASK: Final = "agent-gate:archive"
+"""The task whose chain holds the archive records (no call is ever made in it)."""
+ARCHIVE_EVENT: Final = "archived"
+ARCHIVED_ROW: Final = 0
+"""The ``row_id`` of a call answered from its tombstone: its row is gone (and on SQLite
+its id may since hold another call), and no row ever has id 0."""
+REFUSED: Final = "agent_gate_archived"
+"""How the message of the trigger's refusal starts (SQLite's ``RAISE(ABORT, ...)``)."""
+REFUSED_SQLSTATE: Final = "23AG1"
+"""The SQLSTATE PostgreSQL's trigger function raises (class 23: an integrity error)."""
+_BATCH = 5000
+
+
+def pruned_rows(conn: Connection, *, after: int = 0, upto: int | None = None
+                ) -> Iterator[dict[str, Any]]:
+    """The pruned entries with ``after < id <= upto`` in id order, as entry-like mappings:
+    ``leaf`` (bytes) marks one, and stands for the content it no longer has."""
+    stmt = select(AUDIT_PRUNED).where(AUDIT_PRUNED.c.id > after).order_by(AUDIT_PRUNED.c.id)
+    if upto is not None:
+        stmt = stmt.where(AUDIT_PRUNED.c.id <= upto)
+    for row in conn.execute(stmt.execution_options(yield_per=_BATCH)).mappings():
+        yield {"id": int(row["id"]), "task_id": row["task_id"], "seq": int(row["seq"]),
+               "prev_hash": row["prev_hash"], "hash": row["hash"],
+               "leaf": bytes.fromhex(row["leaf"]), "archive": row["archive"],
+               "event": ARCHIVE_EVENT, "call_row_id": None, "call_id": None,
+               "from_state": None, "to_state": None}
+
+
+def merge(live: Iterator[Mapping[str, Any]], pruned: Iterator[Mapping[str, Any]]
+          ) -> Iterator[Mapping[str, Any]]:
+    """Live and pruned entries in one id order (ids are unique across both)."""
+    return heapq.merge(live, pruned, key=lambda r: int(r["id"]))
+
+
+def stored_hash(conn: Connection, task: str, seq: int) -> str | None:
+    """The hash of a pruned task entry (by ``task_id, seq``), None when not pruned."""
+    return conn.execute(select(AUDIT_PRUNED.c.hash).where(
+        AUDIT_PRUNED.c.task_id == task, AUDIT_PRUNED.c.seq == seq)).scalar()
+
+
+def archive_problem(conn: Connection, batches: set[str]) -> str | None:
+    """The first pruned batch (of ``batches``, the ones a verify walked) that no archive
+    record covers as it was pruned: its record missing, or its entries' root or count
+    not the recorded one. None when every batch is covered."""
+    if not batches:
+        return None
+    records: dict[str, dict[str, Any]] = {}
+    for detail, in conn.execute(select(AUDIT_EVENTS.c.detail).where(
+            AUDIT_EVENTS.c.task_id == ARCHIVE_TASK, AUDIT_EVENTS.c.event == ARCHIVE_EVENT)):
+        try:
+            body = json.loads(detail)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(body, dict) and isinstance(body.get("archive"), str):
+            records[body["archive"]] = body
+    for batch in sorted(batches):
+        record = records.get(batch)
+        if record is None:
+            return (f"audit entries were removed as archive batch {batch!r}, but the trail "
+                    "holds no archive record of that batch: they were deleted, not archived")
+        frontier = Frontier()
+        for leaf, in conn.execute(select(AUDIT_PRUNED.c.leaf).where(
+                AUDIT_PRUNED.c.archive == batch).order_by(AUDIT_PRUNED.c.id)):
+            frontier.append(bytes.fromhex(leaf))
+        if (frontier.size, frontier.root().hex()) != (record.get("entries"), record.get("root")):
+            return (f"archive batch {batch!r} recorded {record.get('entries')} pruned entries "
+                    f"with root {str(record.get('root'))[:16]}…, but {frontier.size} are kept "
+                    "with another root: pruned entries were added, removed or altered")
+    return None
+
+
+def refused(error: BaseException) -> bool:
+    """Whether ``error`` is the database refusing to record a pruned call again (the
+    trigger of revision 0011), as every backend raises it: SQLAlchemy's
+    ``IntegrityError`` around the driver's error, whichever statement or ``COMMIT``
+    of a pipelined transaction it surfaced at."""
+    if not isinstance(error, IntegrityError):
+        return False
+    orig = error.orig
+    return (getattr(orig, "sqlstate", None) == REFUSED_SQLSTATE
+            or str(orig).startswith(REFUSED))
+
+
+def _tombstone_query() -> Any:
+    calls = ARCHIVED_CALLS.c
+    return select(calls.record).where(
+        calls.task_id == bindparam("task_id"),
+        or_(calls.call_id == bindparam("call_id"), calls.idem_key == bindparam("idem_key")),
+    )  # at most two rows (one per unique key), and either answers
+
+
+def tombstone(run: Callable[..., Any], task_id: str, call_id: str, idem_key: str
+              ) -> CallRecord | None:
+    """The pruned call with this identity (task and call id, or task and dedupe key) as
+    archived: its row without arguments and result (``result_omitted`` when it had one),
+    under ``ARCHIVED_ROW``.
+
+    Intake asks only after the database refused the call's insert (``refused``): the
+    tombstone that refused it was committed, so this read finds it."""
+    rows = run("archived_call", _tombstone_query,
+               {"task_id": task_id, "call_id": call_id, "idem_key": idem_key}).rows
+    if not rows:
+        return None
+    kept = json.loads(rows[0][0])
+    values = []
+    for column in CALL_COLUMNS:
+        value = kept.get(column.name)
+        if value is not None and isinstance(column.type, DateTime):
+            value = datetime.fromisoformat(value)
+        values.append(value)
+    values[[c.name for c in CALL_COLUMNS].index("id")] = ARCHIVED_ROW
+    return call_record(values)
+
+
+def tombstone_text(row: Mapping[str, Any]) -> str:
+    """What a tombstone keeps of a ``tool_calls`` row: every column but the values."""
+    kept = {}
+    for column in CALL_COLUMNS:
+        value = None if column.name in _VALUES else row[column.name]
+        kept[column.name] = value.isoformat() if isinstance(value, datetime) else value
+    return json.dumps(kept, sort_keys=True)
+
+
+_VALUES = frozenset({"arguments", "sealed_arguments", "result"})
+"""Columns a tombstone never keeps: the archive's bundle does not hold them either."""
