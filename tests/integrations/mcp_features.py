@@ -193,8 +193,37 @@ async def set_level(ctx: Any, params: mt.SetLevelRequestParams) -> mt.EmptyResul
     return mt.EmptyResult()
 
 
+BACKGROUND: list[Any] = []
+"""The task group of what the server does on its own (stdio only)."""
+
+
+async def roots_changed(ctx: Any, params: Any) -> None:
+    """The client says its roots changed: the server asks it for a sampling of its own
+    accord, outside any request (answered in the side-effect log)."""
+    if BACKGROUND:
+        BACKGROUND[0].start_soon(_sample_unasked, ctx.session)
+
+
+async def _sample_unasked(session: Any) -> None:
+    log = os.environ.get("MCP_UPSTREAM_LOG")
+    try:
+        answer = await session.create_message(
+            messages=[mt.SamplingMessage(role="user", content=mt.TextContent(
+                type="text", text="unasked"))], max_tokens=10)
+        content = answer.content
+        line = "sampled-unasked:" + (content.text if isinstance(content, mt.TextContent)
+                                     else repr(content))
+    except Exception as exc:  # the proxy's or the client's refusal
+        line = f"sampled-unasked-error:{getattr(exc, 'message', None) or exc}"
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(line.replace("\n", " ") + "\n")
+
+
 def build() -> Server[Any]:
     server: Server[Any] = Server("features", on_list_tools=list_tools, on_call_tool=call_tool)
+    server.add_notification_handler("notifications/roots/list_changed",  # type: ignore[arg-type]
+                                    mt.NotificationParams, roots_changed)
     if BAD:
         server.middleware.append(malformed)
     if not BARE:
@@ -246,8 +275,10 @@ async def main() -> None:
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                             log_level="warning")).serve()
         return
-    async with stdio_server() as (read, write):
+    async with stdio_server() as (read, write), anyio.create_task_group() as tg:
+        BACKGROUND.append(tg)
         await server.run(read, write, server.create_initialization_options())
+        tg.cancel_scope.cancel()
 
 
 if __name__ == "__main__":

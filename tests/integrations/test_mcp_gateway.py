@@ -288,7 +288,7 @@ def test_the_mcp_policy_section_is_optional_checked_and_leaves_old_hashes_alone(
     assert empty.document.mcp is not None and empty.hash != policy.hash
     for bad, where in (
         ("mcp:\n  resources:\n    - {id: a, effect: maybe, uri: 'x://*'}\n", "effect"),
-        ("mcp:\n  sampling:\n    - {id: a, effect: approve}\n", "effect"),
+        ("mcp:\n  sampling:\n    - {id: a, effect: ask}\n", "effect"),
         ("mcp:\n  prompts:\n    - {id: a, effect: allow}\n", "name"),
         ("mcp:\n  resources:\n    - {id: a, effect: allow, uri: 'x'}\n"
          "  prompts:\n    - {id: a, effect: allow, name: 'x'}\n", "duplicate rule id"),
@@ -296,6 +296,11 @@ def test_the_mcp_policy_section_is_optional_checked_and_leaves_old_hashes_alone(
         with pytest.raises(PolicyLoadError) as raised:
             Policy.from_text(old + bad)
         assert where in str(raised.value), str(raised.value)
+    # A person answers a sampling request first: held by the gate, as a call is.
+    held = Policy.from_text(old + "mcp:\n  sampling:\n    - {id: a, effect: approve}\n")
+    decision = held.evaluate("mcp:sampling/createMessage", {"tool": "t", "call": None,
+                                                            "request": {}})
+    assert decision.effect.value == "approve" and decision.rule_ids == ("a",)
 
 
 def test_only_whole_retry_lines_are_rewritten_wherever_the_chunks_split() -> None:
