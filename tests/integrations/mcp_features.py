@@ -6,7 +6,8 @@ progress, sampling, elicitation, roots. ``whoami`` says which upstream session
 answers (process id and, over HTTP, the session id), so a test sees whether two
 clients share one. ``python mcp_features.py`` serves stdio; ``--http PORT``
 Streamable HTTP on loopback; ``--bad-tool`` lists a malformed tool (no inputSchema)
-beside the good ones; ``--bare`` offers tools only.
+beside the good ones; ``--bare`` offers tools only; ``--late-get`` (with ``--http``)
+answers a session's standalone GET stream 1.5 s late.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ TOOLS = [
                                          "properties": {"prompt": {"type": "string"}}},
             annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
     mt.Tool(name="elicit", input_schema={"type": "object"},
+            annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
+    mt.Tool(name="elicit_aside", input_schema={"type": "object"},
             annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
     mt.Tool(name="roots", input_schema={"type": "object"},
             annotations=mt.ToolAnnotations(read_only_hint=True)),
@@ -109,6 +112,10 @@ async def call_tool(ctx: ServerRequestContext[Any, Any],
         got = await session.elicit_form(
             "your name?", {"type": "object", "properties": {"name": {"type": "string"}}},
             related_request_id=rid)
+        return _text(f"elicited: {got.action} {got.content}")
+    if params.name == "elicit_aside":  # on the standalone stream, as some servers ask
+        got = await session.elicit_form(
+            "your name?", {"type": "object", "properties": {"name": {"type": "string"}}})
         return _text(f"elicited: {got.action} {got.content}")
     if params.name == "roots":
         roots = await session.list_roots()
@@ -264,6 +271,15 @@ class Events(EventStore):
         return stream
 
 
+def _late_get(app: Any) -> Any:
+    async def late(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            await anyio.sleep(1.5)
+        await app(scope, receive, send)
+
+    return late
+
+
 async def main() -> None:
     server = build()
     if "--http" in sys.argv:
@@ -272,6 +288,8 @@ async def main() -> None:
         port = int(sys.argv[sys.argv.index("--http") + 1])
         # A client is told to wait ten minutes before it resumes a closed stream.
         app = server.streamable_http_app(event_store=Events(), retry_interval=600_000)
+        if "--late-get" in sys.argv:  # the standalone stream opens late, as under load
+            app = _late_get(app)
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                             log_level="warning")).serve()
         return
