@@ -18,7 +18,7 @@ import anyio.to_thread
 import mcp.types as mt
 import pytest
 from mcp.client.session import ClientRequestContext
-from mcp_gateway_harness import POLICY, ROOT, Gateway, text
+from mcp_gateway_harness import POLICY, ROOT, Gateway, http_client, text
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger
@@ -239,3 +239,31 @@ def test_a_sampling_request_outside_any_tool_call_is_denied_by_default(
     assert "denied by policy rule mcp-default" in line and client.asked == []
     (row,) = _sampling_rows(gw)
     assert row.state.value == "rejected" and row.rule_ids == ("mcp-default",)
+
+
+def test_over_http_a_sampling_request_outside_any_call_is_recorded_in_its_sessions_task(
+    tmp_path: Path,
+) -> None:
+    """Served over HTTP, each client session has its own task (named from its session
+    id) and its own upstream child: a request that child makes on its own is that
+    session's, recorded beside the session's calls."""
+    gw = Gateway(tmp_path, policy=_policy(tmp_path, (
+        "    - {id: unasked-ok, effect: allow, tool: ''}\n")))
+    client = Client()
+
+    async def main(url: str) -> None:
+        async with http_client(url, **client.callbacks()) as session:
+            assert not (await session.call_tool("whoami", {})).is_error
+            await session.send_roots_list_changed()
+            await anyio.to_thread.run_sync(lambda: wait_until(
+                lambda: "sampled-unasked:unasked!" in gw.lines(),
+                what="the upstream to get the client's answer"))
+
+    with gw.http() as (url, _):
+        anyio.run(main, url)
+    assert client.asked == ["unasked"]
+    with Ledger(gw.db) as ledger:
+        held = {s.task.id: [r.tool for r in ledger.calls(s.task.id)]
+                for s in ledger.tasks()}
+    (task,) = [t for t, tools in held.items() if SAMPLING_TOOL in tools]
+    assert task.startswith("mcp-session-") and "whoami" in held[task]
