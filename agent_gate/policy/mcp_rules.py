@@ -10,6 +10,7 @@ mcp:
     - {id: prompts, effect: allow, name: "*"}
   sampling:                  # sampling/createMessage the upstream asks of the client
     - {id: summaries, effect: allow, tool: summarize}
+    - {id: ask-first, effect: approve, tool: "*"}     # a person answers first
 ```
 
 Rules are tried in order; the first whose pattern matches decides. Patterns are
@@ -17,22 +18,35 @@ shell-style (``fnmatch``: ``*`` matches any run of characters, ``/`` included).
 Nothing matched: a resource or a sampling request is denied, a prompt allowed (a
 prompt is text the server wrote; the resources it embeds are judged as resources).
 A policy file without the section denies every resource and sampling request.
+
+A sampling request is recorded in the ledger as a call of its own, of the reserved
+tool ``SAMPLING_TOOL`` (``integrations.mcp.sampling``), and the policy decides it
+like any call (``Policy.evaluate`` asks ``sampling_decision``): ``approve`` holds it
+for a person (``agent-gate approve``/``deny``, the inbox), the approval bound to the
+hash of the request as recorded, which is what that person is shown.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-__all__ = ["DEFAULT_RULE", "McpDecision", "McpPolicy", "McpVerdict", "judge_prompt",
-           "judge_resource", "judge_sampling"]
+from agent_gate.policy.values import PolicyDecision, Verdict
+
+__all__ = ["DEFAULT_RULE", "SAMPLING_TOOL", "McpDecision", "McpPolicy", "McpVerdict",
+           "judge_prompt", "judge_resource", "judge_sampling", "sampling_decision"]
 
 DEFAULT_RULE = "mcp-default"
 """The rule id of a decision no rule of the section made."""
+
+SAMPLING_TOOL = "mcp:sampling/createMessage"
+"""The tool name a sampling request is recorded under in the ledger: reserved (an
+upstream tool of that name is refused), judged by the ``sampling`` rules only."""
 
 _Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 _Pattern = Annotated[str, StringConstraints(min_length=1, max_length=512)]
@@ -46,6 +60,8 @@ class McpVerdict(StrEnum):
     DENY = "deny"
     REDACT = "redact"
     """A resource read whose contents the client sees only as a stand-in."""
+    APPROVE = "approve"
+    """A sampling request a person answers before it is put to the client."""
 
 
 class _Model(BaseModel):
@@ -68,9 +84,10 @@ class PromptRule(_Model):
 
 class SamplingRule(_Model):
     id: _Id
-    effect: Literal["allow", "deny"]
-    tool: _Pattern = "*"
-    """The tool whose call the upstream was serving when it asked."""
+    effect: Literal["allow", "deny", "approve"]
+    tool: Annotated[str, StringConstraints(max_length=512)] = "*"
+    """The tool whose call the upstream was serving when it asked; ``""`` matches only
+    a request that came outside any tool call (``"*"`` matches those too)."""
     reason: _Reason | None = None
 
 
@@ -101,6 +118,7 @@ class McpDecision:
 
     @property
     def allowed(self) -> bool:
+        """Not denied: allowed, redacted, or (sampling) once a person approves it."""
         return self.verdict is not McpVerdict.DENY
 
 
@@ -129,3 +147,18 @@ def judge_sampling(policy: McpPolicy | None, tool: str | None) -> McpDecision:
             return McpDecision(McpVerdict(rule.effect), rule.id, rule.reason or "")
     return McpDecision(McpVerdict.DENY, DEFAULT_RULE,
                        "no sampling rule of the policy allows this request")
+
+
+def sampling_decision(
+    policy: McpPolicy | None, arguments: Mapping[str, Any], policy_hash: str
+) -> PolicyDecision:
+    """The policy's decision on a recorded sampling request (a call of ``SAMPLING_TOOL``
+    whose ``tool`` argument names the tool being served, ``""`` outside any): what
+    ``judge_sampling`` says, as the gate's decision."""
+    tool = arguments.get("tool")
+    judged = judge_sampling(policy, tool if isinstance(tool, str) else None)
+    verdict = {McpVerdict.ALLOW: Verdict.ALLOW,
+               McpVerdict.APPROVE: Verdict.APPROVE}.get(judged.verdict, Verdict.DENY)
+    reason = judged.reason or f"sampling rule {judged.rule_id} ({judged.verdict.value})"
+    return PolicyDecision(effect=verdict, tool=SAMPLING_TOOL, rule_ids=(judged.rule_id,),
+                          reasons=(reason,), policy_hash=policy_hash)

@@ -24,6 +24,7 @@ from agent_gate.policy.cedarload import load_cedar
 from agent_gate.policy.conditions import EvalContext
 from agent_gate.policy.evaluator import CompiledRule, Delegate, LimitRule, Sequencing, decide
 from agent_gate.policy.loader import load_located, prior_tools
+from agent_gate.policy.mcp_rules import SAMPLING_TOOL, sampling_decision
 from agent_gate.policy.model import PolicyDocument
 from agent_gate.policy.redaction import RedactionRule, redact_arguments
 from agent_gate.policy.values import (
@@ -241,6 +242,8 @@ class Policy:
         usage: Mapping[str, int | float | Decimal] | None,
         history: TaskHistory | None,
     ) -> PolicyDecision:
+        if tool == SAMPLING_TOOL:  # an MCP sampling request: the mcp section's rules judge it
+            return sampling_decision(self._document.mcp, arguments, self._hash)
         return decide(
             tool=tool,
             arguments=arguments,

@@ -6,7 +6,8 @@ progress, sampling, elicitation, roots. ``whoami`` says which upstream session
 answers (process id and, over HTTP, the session id), so a test sees whether two
 clients share one. ``python mcp_features.py`` serves stdio; ``--http PORT``
 Streamable HTTP on loopback; ``--bad-tool`` lists a malformed tool (no inputSchema)
-beside the good ones; ``--bare`` offers tools only.
+beside the good ones; ``--bare`` offers tools only; ``--late-get`` (with ``--http``)
+answers a session's standalone GET stream 1.5 s late.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ TOOLS = [
                                          "properties": {"prompt": {"type": "string"}}},
             annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
     mt.Tool(name="elicit", input_schema={"type": "object"},
+            annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
+    mt.Tool(name="elicit_aside", input_schema={"type": "object"},
             annotations=mt.ToolAnnotations(read_only_hint=False, destructive_hint=False)),
     mt.Tool(name="roots", input_schema={"type": "object"},
             annotations=mt.ToolAnnotations(read_only_hint=True)),
@@ -109,6 +112,10 @@ async def call_tool(ctx: ServerRequestContext[Any, Any],
         got = await session.elicit_form(
             "your name?", {"type": "object", "properties": {"name": {"type": "string"}}},
             related_request_id=rid)
+        return _text(f"elicited: {got.action} {got.content}")
+    if params.name == "elicit_aside":  # on the standalone stream, as some servers ask
+        got = await session.elicit_form(
+            "your name?", {"type": "object", "properties": {"name": {"type": "string"}}})
         return _text(f"elicited: {got.action} {got.content}")
     if params.name == "roots":
         roots = await session.list_roots()
@@ -193,8 +200,37 @@ async def set_level(ctx: Any, params: mt.SetLevelRequestParams) -> mt.EmptyResul
     return mt.EmptyResult()
 
 
+BACKGROUND: list[Any] = []
+"""The task group of what the server does on its own (stdio only)."""
+
+
+async def roots_changed(ctx: Any, params: Any) -> None:
+    """The client says its roots changed: the server asks it for a sampling of its own
+    accord, outside any request (answered in the side-effect log)."""
+    if BACKGROUND:
+        BACKGROUND[0].start_soon(_sample_unasked, ctx.session)
+
+
+async def _sample_unasked(session: Any) -> None:
+    log = os.environ.get("MCP_UPSTREAM_LOG")
+    try:
+        answer = await session.create_message(
+            messages=[mt.SamplingMessage(role="user", content=mt.TextContent(
+                type="text", text="unasked"))], max_tokens=10)
+        content = answer.content
+        line = "sampled-unasked:" + (content.text if isinstance(content, mt.TextContent)
+                                     else repr(content))
+    except Exception as exc:  # the proxy's or the client's refusal
+        line = f"sampled-unasked-error:{getattr(exc, 'message', None) or exc}"
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(line.replace("\n", " ") + "\n")
+
+
 def build() -> Server[Any]:
     server: Server[Any] = Server("features", on_list_tools=list_tools, on_call_tool=call_tool)
+    server.add_notification_handler("notifications/roots/list_changed",  # type: ignore[arg-type]
+                                    mt.NotificationParams, roots_changed)
     if BAD:
         server.middleware.append(malformed)
     if not BARE:
@@ -235,6 +271,15 @@ class Events(EventStore):
         return stream
 
 
+def _late_get(app: Any) -> Any:
+    async def late(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            await anyio.sleep(1.5)
+        await app(scope, receive, send)
+
+    return late
+
+
 async def main() -> None:
     server = build()
     if "--http" in sys.argv:
@@ -243,11 +288,15 @@ async def main() -> None:
         port = int(sys.argv[sys.argv.index("--http") + 1])
         # A client is told to wait ten minutes before it resumes a closed stream.
         app = server.streamable_http_app(event_store=Events(), retry_interval=600_000)
+        if "--late-get" in sys.argv:  # the standalone stream opens late, as under load
+            app = _late_get(app)
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                             log_level="warning")).serve()
         return
-    async with stdio_server() as (read, write):
+    async with stdio_server() as (read, write), anyio.create_task_group() as tg:
+        BACKGROUND.append(tg)
         await server.run(read, write, server.create_initialization_options())
+        tg.cancel_scope.cancel()
 
 
 if __name__ == "__main__":

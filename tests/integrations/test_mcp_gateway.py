@@ -288,7 +288,7 @@ def test_the_mcp_policy_section_is_optional_checked_and_leaves_old_hashes_alone(
     assert empty.document.mcp is not None and empty.hash != policy.hash
     for bad, where in (
         ("mcp:\n  resources:\n    - {id: a, effect: maybe, uri: 'x://*'}\n", "effect"),
-        ("mcp:\n  sampling:\n    - {id: a, effect: approve}\n", "effect"),
+        ("mcp:\n  sampling:\n    - {id: a, effect: ask}\n", "effect"),
         ("mcp:\n  prompts:\n    - {id: a, effect: allow}\n", "name"),
         ("mcp:\n  resources:\n    - {id: a, effect: allow, uri: 'x'}\n"
          "  prompts:\n    - {id: a, effect: allow, name: 'x'}\n", "duplicate rule id"),
@@ -296,6 +296,11 @@ def test_the_mcp_policy_section_is_optional_checked_and_leaves_old_hashes_alone(
         with pytest.raises(PolicyLoadError) as raised:
             Policy.from_text(old + bad)
         assert where in str(raised.value), str(raised.value)
+    # A person answers a sampling request first: held by the gate, as a call is.
+    held = Policy.from_text(old + "mcp:\n  sampling:\n    - {id: a, effect: approve}\n")
+    decision = held.evaluate("mcp:sampling/createMessage", {"tool": "t", "call": None,
+                                                            "request": {}})
+    assert decision.effect.value == "approve" and decision.rule_ids == ("a",)
 
 
 def test_only_whole_retry_lines_are_rewritten_wherever_the_chunks_split() -> None:
@@ -324,3 +329,24 @@ def test_only_whole_retry_lines_are_rewritten_wherever_the_chunks_split() -> Non
         parts = [body[:cut], body[cut:]]
         assert anyio.run(read, parts) == want, cut
     assert anyio.run(read, [bytes([b]) for b in body]) == want
+
+
+@pytest.mark.slow
+def test_a_request_an_http_upstream_sends_aside_at_once_reaches_the_client(
+    tmp_path: Path,
+) -> None:
+    """An HTTP upstream sends what relates to no request (here an elicitation) on its
+    session's standalone GET stream, and only stores what it sends before that stream
+    is open. A client session's first call is its upstream session's first request:
+    sent before the stream opened (made late here, as under load), the upstream's
+    question was never delivered and the call waited for ever."""
+
+    async def main(gw: Gateway) -> None:
+        with gw.http("--task", TASK) as (url, _):
+            async with http_client(url, elicitation_callback=elicited) as client:
+                with anyio.fail_after(60):  # lost, it would wait for ever
+                    result = await client.call_tool("elicit_aside", {})
+                assert text(result) == "elicited: accept {'name': 'ana'}", text(result)
+
+    with Gateway(tmp_path, upstream_flags=("--late-get",)).http_upstream() as gw:
+        anyio.run(main, gw)

@@ -99,3 +99,19 @@ def test_annotations_are_defaults_and_the_policy_overrides_them(tmp_path: Path) 
         # over a read-only claim (and would over a destructive one).
         assert [v.value for v in classes_of(tool("append_note", readOnlyHint=True), gate)] == [
             "write", "none"]
+
+
+def test_an_upstream_tool_named_like_the_gates_own_is_refused(tmp_path: Path) -> None:
+    """``mcp:`` names are answered by the gate itself (hosted approvals, the proxy's
+    sampling requests): an upstream tool so named would run as one, so it is left out."""
+    from agent_gate.integrations.mcp.link import Fixed
+    from agent_gate.integrations.mcp.upstream import register_tools
+    from agent_gate.policy.mcp_rules import SAMPLING_TOOL
+
+    tools = [mt.Tool(name=name, input_schema={"type": "object"})
+             for name in (SAMPLING_TOOL, "mcp:label:send", "lookup")]
+    with _gate(tmp_path) as gate:
+        done = register_tools(gate, Fixed(None), tools)  # type: ignore[arg-type]
+        assert done.added == ("lookup",)
+        assert [name for name, _ in done.refused] == [SAMPLING_TOOL, "mcp:label:send"]
+        assert all("agent-gate's own" in why for _, why in done.refused)

@@ -195,18 +195,7 @@ class GatedCalls:
         call = {"call_id": call_id, "name": name, "arguments": args, "provider": MCP_PROVIDER}
         deadline = time.monotonic() + (self.approval_wait if wait is None else wait)
         outcome = await self.gate.aexecute(task_id, call, principal=self.principal)
-        if outcome.state in _WAITING and deadline > time.monotonic():
-            failed: Exception | None = None
-            async with anyio.create_task_group() as tg:
-                if progress is not None:
-                    tg.start_soon(_report, progress, outcome, deadline, self.progress_every)
-                try:
-                    outcome = await self._hold(task_id, call, outcome, deadline, ask)
-                except Exception as exc:  # raised as itself, not in an exception group
-                    failed = exc
-                tg.cancel_scope.cancel()
-            if failed is not None:
-                raise failed
+        outcome = await self.held(task_id, call, outcome, deadline, progress, ask)
         if outcome.state is CallState.IN_DOUBT and undelivered(outcome.exception):
             return await self._undelivered(task_id, outcome)
         rec = await anyio.to_thread.run_sync(self.gate.ledger.get, task_id, _held_by(outcome))
@@ -223,6 +212,28 @@ class GatedCalls:
                 note="its request never reached the upstream",
             ))
         return unavailable(outcome.tool, str(outcome.exception), call_id)
+
+    async def held(
+        self, task_id: str, call: dict[str, Any], outcome: Outcome, deadline: float,
+        progress: Progress | None = None, ask: Asker | None = None,
+    ) -> Outcome:
+        """``call`` (whose first outcome is ``outcome``) held while it waits, until
+        ``deadline`` (``time.monotonic``), with progress reported meanwhile; the last
+        outcome. The one hold of every request the proxy keeps open for a person."""
+        if outcome.state not in _WAITING or deadline <= time.monotonic():
+            return outcome
+        failed: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            if progress is not None:
+                tg.start_soon(_report, progress, outcome, deadline, self.progress_every)
+            try:
+                outcome = await self._hold(task_id, call, outcome, deadline, ask)
+            except Exception as exc:  # raised as itself, not in an exception group
+                failed = exc
+            tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        return outcome
 
     async def _hold(
         self, task_id: str, call: dict[str, Any], outcome: Outcome, deadline: float,

@@ -41,6 +41,10 @@ __all__ = ["DEFAULT_START_TIMEOUT", "Backoff", "Fixed", "Link"]
 DEFAULT_START_TIMEOUT = 30.0
 """Seconds an upstream has to start and answer ``initialize`` (``--upstream-timeout``)."""
 
+STANDALONE_WAIT = 5.0
+"""Seconds a new HTTP upstream session waits for its standalone stream to open before
+it is used anyway (a server may hold that stream's headers until its first event)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -174,6 +178,7 @@ class Link:
                     f"initialize ({_leaf(exc)})"
                 )
             if failed is None:
+                await self._standalone_opened()
                 self.session = session
                 try:
                     if self.on_up is not None:
@@ -184,6 +189,22 @@ class Link:
                     self.why_down = f"the upstream {self.name} went away"
         if failed is not None:  # raised once the transport is closed: as itself, no group
             raise failed
+
+    async def _standalone_opened(self) -> None:
+        """Until an HTTP upstream session's standalone GET stream was answered.
+
+        What the server sends that relates to no request of ours (a sampling or
+        elicitation request made outside a request's stream, a list change) goes on
+        that stream, and a server only stores, never delivers, what it sends while
+        the stream is not open. The SDK's client opens it after ``initialize`` and
+        does not wait for it, so a call sent at once could make the server ask on a
+        stream not open yet, and wait for ever for the answer. Bounded by
+        ``STANDALONE_WAIT``; none when the server keeps no session (no stream)."""
+        wire = self.wire
+        if self.url is None or wire is None or not wire.sessioned:
+            return
+        with anyio.move_on_after(STANDALONE_WAIT):
+            await wire.standalone.wait()
 
     async def _open(self, stack: AsyncExitStack) -> ClientSession:
         assert self.wire is not None

@@ -15,6 +15,10 @@ capability, or has no channel for it) is answered with an error, as a server tal
 to that client directly would get; the call that caused it is told (``Serving``):
 its result was made without the input it asked for, so the gate records it in doubt,
 never ``succeeded`` (a person settles it with ``agent-gate resolve``).
+
+A sampling request is a call of its own in the ledger (``sampling``), in the task of
+the client session it came on, during a tool call or outside any; the tool call it
+served, if any, notes it on its own trail (``mcp_sampling``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp.types as mt
 from mcp.client.session import ClientRequestContext
@@ -33,6 +37,10 @@ from mcp.shared.message import ServerMessageMetadata
 
 from agent_gate.policy.mcp_rules import McpPolicy, judge_sampling
 from agent_gate.tools import CallInfo
+
+if TYPE_CHECKING:  # calls -> link -> peer: the types only
+    from agent_gate.integrations.mcp.calls import Progress
+    from agent_gate.integrations.mcp.sampling import SamplingCalls
 
 __all__ = ["Audit", "ClientPeer", "Serving"]
 
@@ -57,6 +65,9 @@ class Serving:
     refused: list[str] = field(default_factory=list)
     call: CallInfo | None = None
     """The gate call being sent upstream, once it is (``upstream.Route.started``)."""
+    progress: Progress | None = None
+    """Where a sampling request held for a person reports that it waits: the client's
+    request, which would otherwise time out in silence."""
 
     def started(self, info: CallInfo) -> None:
         self.call = info
@@ -73,25 +84,32 @@ class ClientPeer:
     """Delivers what one upstream session sends to the one client session it serves."""
 
     def __init__(self, rules: Callable[[], McpPolicy | None] = lambda: None,
-                 audit: Audit | None = None) -> None:
+                 audit: Audit | None = None, sampler: SamplingCalls | None = None,
+                 task: str | None = None) -> None:
         self.connection: Any | None = None
         self._serving: list[Serving] = []
         self.rules = rules
         """The policy's ``mcp`` section, which judges sampling requests (None: open)."""
         self.audit = audit
         """Records a sampling request on the gate call that caused it."""
+        self.sampler = sampler
+        """Records each sampling request as a call of its own (None: only forwarded)."""
+        self.task = task
+        """The task of this client session's calls, where its sampling requests go."""
 
-    def attach(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        """Know the client's connection (from any request of its session)."""
+    def attach(self, ctx: ServerRequestContext[Any, Any], task: str | None = None) -> None:
+        """Know the client's connection (from any request of its session) and task."""
         if self.connection is None:
             self.connection = getattr(ctx.session, "_connection", None)
+        if self.task is None:
+            self.task = task
 
     @contextlib.contextmanager
-    def serving(self, ctx: ServerRequestContext[Any, Any],
-                tool: str | None = None) -> Iterator[Serving]:
+    def serving(self, ctx: ServerRequestContext[Any, Any], tool: str | None = None,
+                progress: Progress | None = None) -> Iterator[Serving]:
         """While the client waits on ``ctx``'s request, the upstream's messages ride it."""
         self.attach(ctx)
-        entry = Serving(ctx.session, ctx.request_id, tool)
+        entry = Serving(ctx.session, ctx.request_id, tool, progress=progress)
         self._serving.append(entry)
         try:
             yield entry
@@ -118,30 +136,39 @@ class ClientPeer:
     async def sampling(
         self, context: ClientRequestContext, params: mt.CreateMessageRequestParams
     ) -> mt.CreateMessageResultWithTools | mt.ErrorData:
-        """Put to the client if the policy's ``mcp.sampling`` rules allow it (the client
-        pays for the model and the prompt is the upstream's): else refused with the rule
-        id, and the call that caused it is in doubt (its result lacks what it asked)."""
-        section = self.rules()
+        """Recorded as a call of its own and judged by the policy's ``mcp.sampling``
+        rules (the client pays for the model and the prompt is the upstream's): put to
+        the client if allowed or approved, else refused with the rule id, and the call
+        that caused it is in doubt (its result lacks what it asked)."""
         current = self._serving[-1] if self._serving else None
-        decision = judge_sampling(section, current.tool if current is not None else None) if (
-            section is not None) else None
-        if self.audit is not None and current is not None and current.call is not None:
-            await self.audit(current.call, {
-                "request": "sampling/createMessage",
+        tool = current.tool if current is not None else None
+
+        async def ask() -> mt.CreateMessageResultWithTools | mt.ErrorData:
+            return await self._ask(  # type: ignore[no-any-return]
+                "sampling", mt.CreateMessageRequest(params=params),
+                mt.CreateMessageResultWithTools)
+
+        if self.sampler is None:  # nothing to record in (a bare proxy server): forwarded
+            return await ask()
+        cause = current.call if current is not None else None
+        task = cause.task_id if cause is not None else self.task or self.sampler.own_task
+        sampled = await self.sampler.request(
+            task, params, ask, tool=tool,
+            cause=cause.call_id if cause is not None else None,
+            progress=current.progress if current is not None else None)
+        if sampled.refused is not None:
+            for entry in self._serving:
+                entry.refused.append(sampled.refused)
+        if self.audit is not None and cause is not None:
+            section = self.rules()
+            decision = judge_sampling(section, tool) if section is not None else None
+            await self.audit(cause, {
+                "request": "sampling/createMessage", "sampling_call": sampled.call_id,
+                "state": sampled.state.value,
                 "decision": decision.verdict.value if decision is not None else "allow",
                 "rule_ids": [decision.rule_id] if decision is not None else [],
                 "max_tokens": params.max_tokens, "messages": len(params.messages)})
-        if decision is not None and not decision.allowed:
-            for entry in self._serving:
-                entry.refused.append("sampling (denied by policy rule "
-                                     f"{decision.rule_id})")
-            why = f": {decision.reason}" if decision.reason else ""
-            return mt.ErrorData(code=mt.INVALID_REQUEST, message=(
-                f"agent-gate: denied by policy rule {decision.rule_id}{why}"),
-                data={"agent-gate/rule-ids": [decision.rule_id]})
-        return await self._ask(  # type: ignore[return-value]
-            "sampling", mt.CreateMessageRequest(params=params),
-            mt.CreateMessageResultWithTools)
+        return sampled.answer
 
     async def elicitation(
         self, context: ClientRequestContext, params: mt.ElicitRequestParams

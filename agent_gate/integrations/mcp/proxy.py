@@ -59,6 +59,7 @@ from agent_gate.integrations.mcp.events import http_app
 from agent_gate.integrations.mcp.link import DEFAULT_START_TIMEOUT, Backoff, Link
 from agent_gate.integrations.mcp.peer import Audit, ClientPeer
 from agent_gate.integrations.mcp.results import unavailable
+from agent_gate.integrations.mcp.sampling import SamplingCalls
 from agent_gate.integrations.mcp.sessions import ClientUpstream, UpstreamSessions, connection_of
 from agent_gate.integrations.mcp.upstream import Registered, Route
 from agent_gate.ledger.mcp_events import DEFAULT_EVENT_BOUNDS, EventBounds, McpEventLog
@@ -268,6 +269,7 @@ def proxy_server(
         link = calls.link
         sessions = UpstreamSessions(None, lambda peer: link,
                                     shared=ClientUpstream(link, link.peer or ClientPeer()))
+    sessions.task_of = lambda ctx: _task_of(ctx, config, own_task)
     known: list[mt.ServerCapabilities | None] = [None]
 
     def capabilities() -> mt.ServerCapabilities | None:
@@ -317,7 +319,7 @@ def proxy_server(
         try:
             await startup.check()
             made = await sessions.of(ctx)
-            with made.peer.serving(ctx, params.name) as serving:
+            with made.peer.serving(ctx, params.name, progress) as serving:
                 return await calls.call(
                     task, params.name, params.arguments, meta=params.meta,  # type: ignore[arg-type]
                     progress=progress, ask=_asker(ctx, calls, task),
@@ -408,13 +410,16 @@ async def serve(gate: Gate, config: ProxyConfig) -> None:
     calls = GatedCalls(gate, link, approval_wait=config.approval_wait,
                        principal=config.principal, dedupe=config.dedupe,
                        progress_every=config.progress_every)
+    sampler = SamplingCalls(calls)
+    if peer is not None:
+        peer.sampler = sampler
     startup = Startup()
     try:
         async with anyio.create_task_group() as tg:
             sessions = UpstreamSessions(
                 tg, lambda client: _client_link(config, client), lambda: mcp_rules(gate),
                 shared=ClientUpstream(link, peer) if peer is not None else None,
-                most=config.max_upstreams, audit=audit)
+                most=config.max_upstreams, audit=audit, sampler=sampler)
             server = proxy_server(calls, config, clients, startup, sessions)
             tg.start_soon(_follow, calls, changed, clients)
             if config.listen is None:

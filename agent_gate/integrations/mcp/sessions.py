@@ -30,6 +30,7 @@ from mcp.server.context import ServerRequestContext
 from agent_gate.errors import UpstreamUnavailable
 from agent_gate.integrations.mcp.link import Link
 from agent_gate.integrations.mcp.peer import Audit, ClientPeer
+from agent_gate.integrations.mcp.sampling import SamplingCalls
 from agent_gate.policy.mcp_rules import McpPolicy
 
 __all__ = ["ClientUpstream", "UpstreamSessions", "connection_of", "made_for"]
@@ -69,11 +70,16 @@ class UpstreamSessions:
         shared: ClientUpstream | None = None,
         most: int | None = None,
         audit: Audit | None = None,
+        sampler: SamplingCalls | None = None,
     ) -> None:
         self.tg = tg
         self.make = make
         self.rules = rules
         self.audit = audit
+        self.sampler = sampler
+        self.task_of: Callable[[ServerRequestContext[Any, Any]], str | None] = lambda ctx: None
+        """The task of a request's client session (the proxy server sets it): where
+        that session's sampling requests are recorded."""
         self.most = most
         """How many client sessions may have an upstream session open at once (each may
         be a child process): the next one is refused, to retry, until one ends."""
@@ -87,7 +93,7 @@ class UpstreamSessions:
         """The upstream of ``ctx``'s client session, made (and connected) on first use.
         ``UpstreamUnavailable`` when it cannot be reached now (asked again next time)."""
         if self.shared is not None:
-            self.shared.peer.attach(ctx)
+            self.shared.peer.attach(ctx, self.task_of(ctx))
             return self.shared
         connection = connection_of(ctx)
         state: dict[str, Any] | None = getattr(connection, "state", None)
@@ -105,8 +111,8 @@ class UpstreamSessions:
                 raise UpstreamUnavailable(
                     f"{self.live} client sessions have an upstream session open, the most "
                     "this proxy keeps (--max-upstream-sessions); one must end first")
-            peer = ClientPeer(self.rules, self.audit)
-            peer.attach(ctx)
+            peer = ClientPeer(self.rules, self.audit, self.sampler)
+            peer.attach(ctx, self.task_of(ctx))
             link = self.make(peer)
             close = await self._start(link)
             made = ClientUpstream(link, peer)

@@ -55,6 +55,7 @@ from agent_gate.errors import (
     error_code,
 )
 from agent_gate.gate import Gate, current_call
+from agent_gate.gate.mcp_approval import MCP_PREFIX
 from agent_gate.integrations.mcp.link import Fixed, Link
 from agent_gate.integrations.mcp.wire import IDEMPOTENCY_KEY_META, Sent
 from agent_gate.tools import CallInfo, Effect, Idempotency
@@ -62,6 +63,11 @@ from agent_gate.tools import CallInfo, Effect, Idempotency
 __all__ = ["IDEMPOTENCY_KEY_META", "Registered", "Route", "classes_of", "list_all",
            "not_delivered", "register_tools", "reported_result", "routed", "undelivered"]
 
+
+RESERVED_PREFIX = MCP_PREFIX
+"""An upstream tool whose name begins so is refused: the gate answers such names itself
+(``gate.mcp_approval``), and the proxy records sampling requests under one
+(``policy.mcp_rules.SAMPLING_TOOL``)."""
 
 CALL_ID_FORWARD_META = "agent-gate/call-id"
 """The `_meta` key under which each upstream call carries its gate call id."""
@@ -322,6 +328,10 @@ def register_tools(
     refused: list[tuple[str, str]] = []
     kept: list[str] = []
     for tool in tools:
+        if tool.name.startswith(RESERVED_PREFIX):
+            refused.append((tool.name, f"names beginning {RESERVED_PREFIX!r} are agent-gate's "
+                            "own (hosted MCP approvals, sampling requests)"))
+            continue
         if tool.name in gate.tools:
             if dict(gate.tools[tool.name].spec.schema) != tool.input_schema:
                 kept.append(tool.name)

@@ -76,6 +76,11 @@ class Deliveries:
 
     def __init__(self) -> None:
         self._seen: dict[str, Sent] = {}
+        self.sessioned = False
+        """The HTTP server gave the connection a session id: the SDK's client then
+        opens the session's standalone GET stream, without waiting for it."""
+        self.standalone = anyio.Event()
+        """Set once that GET was answered (opened, refused or failed)."""
 
     def expect(self, key: str) -> None:
         """A request with ``key`` is about to be sent: not sent until a transport says."""
@@ -208,6 +213,17 @@ class _Recording(httpx2.AsyncBaseTransport):
         self.lost = lost
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "GET":
+            try:
+                return await self._handle(request)
+            finally:
+                self.wire.standalone.set()
+        response = await self._handle(request)
+        if response.headers.get("mcp-session-id"):
+            self.wire.sessioned = True
+        return response
+
+    async def _handle(self, request: httpx2.Request) -> httpx2.Response:
         key = _body_key(request)
         try:
             response = await self.inner.handle_async_request(request)

@@ -54,7 +54,50 @@ process.env.PORT = String(port);
 await import('./everything-server.ts');
 await listening(port);
 
-const upstream = new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/mcp`));
+// Fault injection for the regression test of the race below: the standalone GET stream
+// opens this many milliseconds late, as it did on a loaded machine.
+const getDelayMs = Number(process.env.STDIO_RELAY_GET_DELAY_MS ?? '0');
+
+// The race this relay must not lose: the server sends what relates to no request of
+// the client (the reference server's sampling and elicitation requests, its list
+// changes) on the session's standalone GET stream, and one sent while that stream is
+// not open yet is only stored for a resume, never delivered: the tool waits for an
+// answer that cannot come, and the client's call times out (MCP error -32001, seen
+// once in CI through the proxy, where each session starts a fresh relay). The SDK's
+// transport opens that stream after `notifications/initialized` is accepted and does
+// not wait for it, so the client's first call could reach the server before it. Here
+// the message after `notifications/initialized` waits until the GET was answered
+// (opened, refused, or failed), as a stdio server, with its one channel, never loses.
+let standaloneAnswered: () => void = () => {};
+
+const relayFetch = async (input: string | URL, init?: RequestInit): Promise<Response> => {
+  if (init?.method !== 'GET') {
+    return fetch(input, init);
+  }
+  if (getDelayMs > 0) {
+    await new Promise((resolve) => setTimeout(resolve, getDelayMs));
+  }
+  try {
+    return await fetch(input, init);
+  } finally {
+    standaloneAnswered(); // the server holds the stream once its headers are sent
+  }
+};
+
+/** Until the standalone stream's GET is answered, or `boundMs` passed (never forever). */
+function standaloneOpened(boundMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, boundMs);
+    standaloneAnswered = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+  });
+}
+
+const upstream = new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/mcp`), {
+  fetch: relayFetch
+});
 const stdio = new StdioServerTransport();
 let sending: Promise<void> = Promise.resolve();
 let initializeId: unknown;
@@ -65,8 +108,10 @@ stdio.onmessage = (message: JSONRPCMessage) => {
   }
   // One POST after another, in the order the client wrote them (a POST returns once
   // its response has started, so a long call does not hold the next message back).
-  sending = sending.then(() =>
-    upstream.send(message).catch((error: unknown) => {
+  const initialized = 'method' in message && message.method === 'notifications/initialized';
+  sending = sending.then(() => {
+    const opened = initialized ? standaloneOpened(30_000) : Promise.resolve();
+    return upstream.send(message).then(() => opened, (error: unknown) => {
       console.error('stdio-relay: could not deliver a message to the reference server:', error);
       if ('id' in message && 'method' in message) {
         void stdio.send({
@@ -75,8 +120,8 @@ stdio.onmessage = (message: JSONRPCMessage) => {
           error: { code: -32603, message: `stdio-relay: ${String(error)}` }
         });
       }
-    })
-  );
+    });
+  });
 };
 upstream.onmessage = (message: JSONRPCMessage) => {
   if ('result' in message && message.id === initializeId) {
