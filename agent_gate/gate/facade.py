@@ -350,7 +350,8 @@ class Gate:
         (``args_hash`` as for ``approve``)."""
         call_id, task_id = self._name(call, task_id)
         tr = desk.deny(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
-                       observer=self.telemetry, args_hash=args_hash)
+                       observer=self.telemetry, args_hash=args_hash,
+                       check=self._decider if self.rules is not None else None)
         return outcome_of(tr.record, replayed=False)
 
     def resolve(

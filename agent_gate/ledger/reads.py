@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
-from agent_gate.ledger import approvals, quota
+from agent_gate.ledger import approvals, deadlines, quota
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.models import SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.records import (
@@ -119,6 +119,10 @@ class LedgerTxn:
     def latest_approval(self, row_id: int) -> ApprovalRecord | None:
         """The newest approval or denial given for the call row."""
         return approvals.latest(self._txn, row_id)
+
+    def escalated_to(self, rec: CallRecord) -> str | None:
+        """The role the call's current wait was escalated to (``deadlines``), if any."""
+        return deadlines.escalated_role(self._txn, rec)
 
     def scoped_usage(
         self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_gate.policy.deadline import ApprovalDeadline
 from agent_gate.policy.mcp_rules import McpPolicy
 from agent_gate.policy.netaddr import NAMED_NETWORKS, validate_domain_pattern
 from agent_gate.policy.paths import parse_path
@@ -447,13 +448,24 @@ class Rule(_Model):
     when: Annotated[list[Condition], BeforeValidator(_listify)] = []
     reason: Text | None = None
     mode: Literal["enforce", "shadow"] = "enforce"
+    approval: ApprovalDeadline | None = None
+    """An approve rule's deadline (``policy.deadline``)."""
+
+    @model_validator(mode="after")
+    def _approval_on_approve(self) -> Rule:
+        if self.approval is not None and self.effect is not Verdict.APPROVE:
+            raise ValueError("'approval' belongs to rules with 'effect: approve'")
+        return self
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # a rule that does not say ``mode`` keeps the hash it had before the key existed
+        # a rule that does not say ``mode`` / ``approval`` keeps the hash it had before
         data = handler(self)
-        if isinstance(data, dict) and data.get("mode") == "enforce":
-            del data["mode"]
+        if isinstance(data, dict):
+            if data.get("mode") == "enforce":
+                del data["mode"]
+            if data.get("approval", 0) is None:
+                del data["approval"]
         return data
 
 
