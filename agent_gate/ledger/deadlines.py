@@ -81,10 +81,23 @@ class WaitDeadline:
     def escalated(self) -> bool:
         return self.outcome == ESCALATED
 
+    def summary(self) -> str:
+        """One line for a person: ``12m left, then deny``, ``escalated to finance``."""
+        if self.escalated:
+            return f"escalated to {self.role}"
+        then = "deny" if self.then == "deny" else f"escalate to {self.role}"
+        left = self.remaining_seconds
+        if left <= 0:
+            return f"passed: {then} at the next sweep"
+        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+            if left >= size:
+                return f"{left // size}{unit} left, then {then}"
+        return f"{left}s left, then {then}"
+
     def to_dict(self) -> dict[str, Any]:
         return {"due_at": self.due_at.isoformat(), "then": self.then, "role": self.role,
                 "rule": self.rule_id, "escalated": self.escalated,
-                "remaining_seconds": self.remaining_seconds}
+                "remaining_seconds": self.remaining_seconds, "summary": self.summary()}
 
 
 def arm(txn: Txn, rec: CallRecord, version: int, deadline: Deadline) -> None:

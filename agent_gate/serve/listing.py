@@ -154,7 +154,10 @@ class ListView:
 
 def etag(rows: list[InboxRow], counts: InboxCounts, view: ListView) -> str:
     """What the list shows, as an entity tag: it changes when a row or a count does."""
-    shown = {"rows": [(r.ref, r.args_hash, r.state.value, r.since.isoformat()) for r in rows],
+    shown = {"rows": [(r.ref, r.args_hash, r.state.value, r.since.isoformat(),
+                       # a deadline's countdown (to the minute) and an escalation show
+                       (r.deadline.outcome, r.deadline.remaining_seconds // 60)
+                       if r.deadline is not None else None) for r in rows],
              "counts": counts.to_dict(), "view": view.params()}
     digest = hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
     return f'"{digest[:32]}"'
