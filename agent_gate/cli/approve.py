@@ -92,11 +92,14 @@ def approve_command(
 @click.command(name="deny")
 @click.argument("call_id")
 @decided_by_options("Who denies (recorded in the audit trail).")
+@click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
+              help="Deny under this policy: needed for a call escalated to a role (its "
+                   "operators: says who holds it).")
 @expect_hash_option
 @call_options
 def deny_command(
-    call_id: str, by: str, reason: str | None, expect_hash: str | None, task_id: str | None,
-    url: str | None, as_json: bool,
+    call_id: str, by: str, reason: str | None, policy_file: str | None,
+    expect_hash: str | None, task_id: str | None, url: str | None, as_json: bool,
 ) -> None:
     """Deny CALL_ID, which waits for approval: it is rejected and never runs."""
     who = person(by)
@@ -104,12 +107,23 @@ def deny_command(
     from agent_gate.gate import desk
     from agent_gate.telemetry import observer
 
-    with failures(), open_ledger(url) as ledger:
-        found = find_call(ledger, call_id, task_id)
-        if not as_json:
-            acting_on("denying", found, found.args_hash)
-        rec = desk.deny(ledger, call_id, by=who, task_id=found.task_id, reason=reason,
-                        observer=observer(), args_hash=expect_hash or found.args_hash).record
+    with failures():
+        if policy_file is None:
+            with open_ledger(url) as ledger:
+                found = find_call(ledger, call_id, task_id)
+                if not as_json:
+                    acting_on("denying", found, found.args_hash)
+                rec = desk.deny(ledger, call_id, by=who, task_id=found.task_id,
+                                reason=reason, observer=observer(),
+                                args_hash=expect_hash or found.args_hash).record
+        else:
+            with open_gate(url, policy=policy_file) as gate:
+                found = find_call(gate.ledger, call_id, task_id)
+                if not as_json:
+                    acting_on("denying", found, found.args_hash)
+                gate.deny(call_id, by=who, reason=reason, task_id=found.task_id,
+                          args_hash=expect_hash or found.args_hash)
+                rec = gate.ledger.get(found.task_id, found.call_id) or found
     if as_json:
         from agent_gate.gate.outcome import outcome_of
 
