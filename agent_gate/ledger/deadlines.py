@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import delete, insert, select
 
 from agent_gate.ledger.models import APPROVAL_DEADLINES
 from agent_gate.ledger.sql import db_now_ms
@@ -118,11 +118,11 @@ def _this_wait(rec: CallRecord) -> Any:
         _T.c.call_row_id == rec.row_id, _T.c.armed_version == rec.version)
 
 
-def of_call(conn: Connection | Txn, rec: CallRecord) -> WaitDeadline | None:
+def of_call(txn: Txn, rec: CallRecord) -> WaitDeadline | None:
     """The deadline of ``rec``'s current wait (None: it has none, or is not waiting)."""
     if rec.state is not CallState.AWAITING_APPROVAL:
         return None
-    row = conn.execute(_this_wait(rec)).mappings().first()
+    row = txn.execute(_this_wait(rec)).mappings().first()
     return wait_deadline(row) if row is not None else None
 
 
@@ -132,7 +132,7 @@ def wait_deadline(row: Any) -> WaitDeadline:
                         row["outcome"], int(row["now_ms"]))
 
 
-def escalated_role(conn: Connection | Txn, rec: CallRecord) -> str | None:
+def escalated_role(txn: Txn, rec: CallRecord) -> str | None:
     """The role ``rec``'s current wait was escalated to: only its holders may answer."""
-    found = of_call(conn, rec)
+    found = of_call(txn, rec)
     return found.role if found is not None and found.escalated else None

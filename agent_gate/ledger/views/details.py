@@ -218,7 +218,7 @@ def read_details(
         attempts=_attempts(history),
         result_text=shown,
         result_truncated=text is not None and shown != text,
-        deadline=deadlines.of_call(conn, rec),
+        deadline=deadlines.of_call(txn, rec),
     )
 
 
