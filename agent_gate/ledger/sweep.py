@@ -110,10 +110,19 @@ def _fire(engine: Engine, row_id: int, task_id: str, actor: str) -> Fired | None
             if outcome == DENIED:
                 event, code = DEADLINE_ENDS[DeadlineEnd.DENY]
                 rule = f" ({row['rule_id']})" if row["rule_id"] else ""
-                if apply(txn, current, event, actor=actor, code=code,
-                         reason=f"nobody answered before the deadline{rule}: denied, not run",
-                         detail={"rule": row["rule_id"], "due_ms": int(row["due_ms"])}) is None:
+                denied = apply(txn, current, event, actor=actor, code=code,
+                               reason=f"nobody answered before the deadline{rule}: denied, "
+                               "not run",
+                               detail={"rule": row["rule_id"], "due_ms": int(row["due_ms"])})
+                if denied is None:
                     raise Lost
+                # The answer as a person's denial is kept: whoever waits for one (gate.wait,
+                # the MCP proxy) reads "denied", and is woken (NOTIFY) with the commit.
+                approvals.insert_answer(
+                    txn, call_row_id=row_id, task_id=current.task_id, call_id=current.call_id,
+                    verdict=approvals.DENIED, args_hash=current.args_hash,
+                    policy_hash=current.policy_hash, by=actor,
+                    reason=f"{code}: nobody answered before the deadline{rule}")
             elif outcome == ESCALATED:
                 audit.append(
                     txn, task_id=current.task_id, call_row_id=row_id, call_id=current.call_id,

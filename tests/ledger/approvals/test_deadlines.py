@@ -166,6 +166,29 @@ def test_a_deadline_that_passes_denies_the_call_once(world: World) -> None:
     assert world.runs == []
 
 
+def test_a_waiter_hears_the_deadline_deny(world: World) -> None:
+    """``gate.wait`` (what an agent loop and the MCP proxy wait with) ends ``denied``
+    when the deadline denies the call: woken by the sweep's commit (PostgreSQL
+    ``NOTIFY``, SQLite polling), not left waiting or told it was never answered."""
+    from agent_gate.gate import AnswerStatus
+
+    world.send(("t", "r1", "refund"))
+    heard: list[Any] = []
+    with world.gate() as gate:
+        waiting = gate.pending("t")[0]
+        waiter = threading.Thread(target=lambda: heard.append(gate.wait(waiting, timeout=60)))
+        waiter.start()
+        world.passed(1)
+        with Ledger(world.url) as ledger:
+            assert ledger.sweep_deadlines(by="s").count("denied") == 1
+        waiter.join(timeout=90)
+        assert len(heard) == 1 and heard[0].status is AnswerStatus.DENIED
+        assert heard[0].approval.decided_by == "sweeper:s"
+        later = gate.wait(waiting, timeout=0)
+        assert later.status is AnswerStatus.DENIED
+    assert world.runs == []
+
+
 def test_an_escalated_call_is_answered_only_by_the_role(world: World) -> None:
     world.send(("t", "w1", "wire"), ("t", "w2", "wire"))
     world.passed(2)
