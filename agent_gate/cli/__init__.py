@@ -31,6 +31,8 @@ class Command(NamedTuple):
 COMMANDS: dict[str, Command] = {
     "approve": Command("approve", "approve_command",
                        "Approve a call that waits for approval (bound to its arguments)."),
+    "approvals": Command("approvals", "approvals_group",
+                         "Act on approval deadlines that passed (`approvals sweep`)."),
     "audit": Command("audit", "audit_group",
                      "Show or verify the hash-chained audit trail."),
     "call": Command("call", "call_group",

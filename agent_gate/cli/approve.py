@@ -116,7 +116,8 @@ def approve_command(
 @decided_by_options("Who denies (recorded in the audit trail).")
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="Deny under this policy: a rule's 'deny: quorum' then ends the call only "
-                   "once enough distinct people denied it.")
+                   "once enough distinct people denied it, and a call escalated to a role is "
+                   "denied only by its holders (operators: says who).")
 @expect_hash_option
 @call_options
 def deny_command(

@@ -145,6 +145,9 @@ def _print(out: Console, d: CallDetails) -> None:
 
 
 def _approvals(out: Console, d: CallDetails) -> None:
+    if d.deadline is not None:
+        _field(out, "deadline", f"{when(d.deadline.due_at)} UTC by the ledger's clock · "
+               f"{d.deadline.summary()} (rule {d.deadline.rule_id or '-'})")
     _field(out, "approvals", str(len(d.approvals)) if d.approvals else "none")
     for a in d.approvals:
         expires = f"expires {when(a.expires_at)} UTC" if a.expires_at else "never expires"

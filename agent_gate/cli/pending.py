@@ -2,7 +2,8 @@
 
 The command line's inbox: calls awaiting approval (and, with ``--state``, calls in
 doubt), oldest first, with their tool, the rules that asked for a person, how long
-they have waited and a short preview of their arguments, where a field the policy
+they have waited, the deadline of the wait (an approve rule's ``approval: timeout``:
+when, and what then happens) and a short preview of their arguments, where a field the policy
 redacts is its stand-in (never unsealed). The same filters as the web inbox's list
 (``ledger.views.inbox``), keyset-paged and streamed a page at a time like ``tasks``.
 """
@@ -104,7 +105,7 @@ def pending_command(
                 continue
             if table is None:
                 table = PagedTable(console(), ("ref", "tool", "call", "task", "rules",
-                                               "waiting", "arguments"),
+                                               "waiting", "deadline", "arguments"),
                                    ids=("call", "task"), right=("ref", "waiting"))
             table.print([_row(r, now) for r in page])
     if not as_json and shown == 0:
@@ -121,4 +122,11 @@ def _row(r: InboxRow, now: datetime) -> list[Any]:
         else cell(r.tool)
     return [cell(r.ref), tool, cell(r.call_id), cell(r.task_id),
             cell(", ".join(r.rule_ids) or "-"), cell(_age(d["age_seconds"])),
-            cell(d["preview"])]
+            cell(_deadline(r)), cell(d["preview"])]
+
+
+def _deadline(r: InboxRow) -> str:
+    """When the wait ends (UTC, by the ledger's clock) and what then happens."""
+    if r.deadline is None:
+        return "-"
+    return f"{r.deadline.due_at:%Y-%m-%d %H:%M:%S}Z {r.deadline.summary()}"

@@ -36,15 +36,19 @@ from agent_gate.cli._options import (
 @click.option("--checkpoint-every", "checkpoint_every", default=None, metavar="DURATION",
               help="Take an audit checkpoint this often (30m, 2h, 1d) or never. Default: "
                    "the config file's checkpoint_every, else every 10 minutes.")
+@click.option("--sweep-every", "sweep_every", default=None, metavar="DURATION",
+              help="Act on passed approval deadlines this often (10s, 1m) or never. "
+                   "Default: the config file's sweep_every, else every 10 seconds.")
 def serve_command(url: str | None, policy_file: str | None, shadow_file: str | None,
                   config_file: str | None,
-                  listen: str, checkpoint_every: str | None) -> None:
+                  listen: str, checkpoint_every: str | None, sweep_every: str | None) -> None:
     """Serve the JSON API (/api, schema at /openapi.json) and the web inbox (/inbox).
 
     Every route but /health needs an operator's token (`agent-gate operator add NAME
     --approve TOOLS` prints one), or the identity provider's assertion when the
-    config file's identity: section names one. The server also takes the audit trail's checkpoints
-    (--checkpoint-every). Stop with Ctrl-C.
+    config file's identity: section names one. The server also takes the audit trail's
+    checkpoints (--checkpoint-every) and acts on approval deadlines that passed
+    (--sweep-every: deny, or escalate to a role). Stop with Ctrl-C.
     """
     host, port = parse_listen(listen, any_port=True)
     try:
@@ -64,6 +68,9 @@ def serve_command(url: str | None, policy_file: str | None, shadow_file: str | N
         if checkpoint_every is not None:
             every = parse_duration(checkpoint_every, param_hint="--checkpoint-every")
             config = config.model_copy(update={"checkpoint_every": every})
+        if sweep_every is not None:
+            sweep = parse_duration(sweep_every, param_hint="--sweep-every")
+            config = config.model_copy(update={"sweep_every": sweep})
         app = create_app(resolved, gate_policy(policy_file, shadow_file), config=config)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

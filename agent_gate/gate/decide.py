@@ -32,11 +32,12 @@ from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_fr
 from agent_gate.errors import ApprovalRefused, GateUsageError
 from agent_gate.gate import answered
 from agent_gate.gate.admission import Arguments, stable_key
+from agent_gate.gate.desk import escalation_text
 from agent_gate.ledger.answers import GrantTerms
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.reasons import ReasonCode as R
-from agent_gate.ledger.records import CallRecord, Ruling
+from agent_gate.ledger.records import CallRecord, Deadline, Ruling
 from agent_gate.ledger.states import CallState, Event, verdict_arrow
 from agent_gate.ledger.store import Ledger
 from agent_gate.policy import PolicyDecision, Principal, TaskHistory, TaskScope, Verdict
@@ -241,6 +242,7 @@ class Decider:
             detail,
             charges=self.rules.charges(rec.tool, arguments) if allowed else {},
             changes=changes,
+            deadline=self._deadline(decision) if event is Event.REQUIRE_APPROVAL else None,
         )
 
     def observe(self, rec: CallRecord, ruling: Ruling | None) -> None:
@@ -255,6 +257,14 @@ class Decider:
         if isinstance(shadow, Mapping):  # only a policy file's decision records one
             self.observer.shadow(rec.task_id, rec.call_id, rec.tool, str(detail["verdict"]),
                                  str(shadow["verdict"]), tuple(shadow["rule_ids"]))
+
+    def _deadline(self, decision: PolicyDecision) -> Deadline | None:
+        """The deadline the approve rules that decided the call give its wait."""
+        assert self.rules is not None
+        terms = self.rules.policy.deadline(decision.rule_ids)
+        if terms is None:
+            return None
+        return Deadline(terms.timeout_ms, terms.then, terms.role, terms.rule_id)
 
     # ------------------------------------------------------------ claims
 
@@ -350,6 +360,8 @@ class Decider:
         if problem is not None:
             return problem
         refusal = self.approver_refusal(current, approval.decided_by, txn)
+        if refusal is None:
+            refusal = self.escalation_refusal(approval.decided_by, txn.escalated_to(current))
         if refusal is None and need.roles:
             entry = self.rules.policy.document.operators.get(approval.decided_by)
             if entry is None or not set(entry.roles) & set(need.roles):
@@ -377,6 +389,15 @@ class Decider:
             task = self.ledger.task(rec.task_id)
             principal_id = principal_from_json(task.principal if task else None).id
         return self.rules.policy.approval_refusal(rec.tool, approver, principal_id)
+
+    def escalation_refusal(self, approver: str, role: str | None) -> str | None:
+        """Why ``approver`` may not answer a call escalated to ``role`` (None: it was
+        not escalated, or the policy's ``operators:`` gives them the role)."""
+        if role is None:
+            return None
+        if self.rules is not None and self.rules.policy.holds_role(approver, role):
+            return None
+        return escalation_text(approver, role, self.rules is not None)
 
     @property
     def policy_hash(self) -> str:

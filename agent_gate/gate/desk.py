@@ -22,7 +22,17 @@ if TYPE_CHECKING:
     from agent_gate.ledger.store import Ledger
     from agent_gate.telemetry import Observer
 
-__all__ = ["MCP_PROVIDER", "ApprovalCheck", "approve", "deny", "find_one", "runs_next"]
+__all__ = ["MCP_PROVIDER", "ApprovalCheck", "approve", "deny", "escalation_text", "find_one",
+           "runs_next"]
+
+
+def escalation_text(approver: str, role: str, with_policy: bool) -> str:
+    """Why ``approver`` may not answer a call escalated to ``role``."""
+    if not with_policy:
+        return (f"the call was escalated to role {role!r} when its deadline passed; answer "
+                "it under the policy (--policy FILE) whose operators: names who holds it")
+    return (f"the call was escalated to role {role!r} when its deadline passed, and "
+            f"{approver!r} does not hold it (operators:)")
 
 MCP_PROVIDER = "mcp"
 """The provider the MCP proxy records its tasks under (``integrations.mcp``): a call
@@ -66,6 +76,26 @@ class ApprovalCheck(Protocol):
         """How many distinct people must deny ``rec`` to end it (1: the first does)."""
         ...
 
+    def escalation_refusal(self, approver: str, role: str | None) -> str | None:
+        """Why ``approver`` may not answer a call escalated to ``role`` (None: they may)."""
+        ...
+
+
+def _escalation(ledger: Ledger, rec: CallRecord, who: str, check: ApprovalCheck | None,
+                answer: str) -> None:
+    """Refuse, audited, an answer to a call escalated to a role ``who`` does not hold
+    (``ledger.deadlines``); without a policy nobody's roles are known: refused too."""
+    found = ledger.deadline(rec)
+    role = found.role if found is not None and found.escalated else None
+    if role is None:
+        return
+    refusal = (check.escalation_refusal(who, role) if check is not None
+               else escalation_text(who, role, False))
+    if refusal is not None:
+        ledger.note(rec, "approval_refused", actor=f"operator:{who}",
+                    detail={"reason": refusal, "answer": answer, "escalated_to": role})
+        raise ApprovalRefused(refusal)
+
 
 def find_one(ledger: Ledger, call_id: str, task_id: str | None) -> CallRecord:
     """The one call ``call_id`` (of ``task_id``) names."""
@@ -108,6 +138,7 @@ def approve(
         raise GateUsageError(f"ttl: {why} (or None: no expiry)")
     who = by.strip()
     rec = find_one(ledger, call_id, task_id)
+    _escalation(ledger, rec, who, check, "approve")
     policy_hash: str | None = None
     if check is not None:
         refusal = check.approver_refusal(rec, who)
@@ -150,11 +181,13 @@ def deny(
 ) -> Transition:
     """Deny a waiting call: ``awaiting_approval -> rejected``; it never runs
     (``args_hash`` as for ``approve``; with ``check``, a rule's ``deny: quorum`` ends
-    it only once enough distinct people denied it)."""
+    it only once enough distinct people denied it, and a call escalated to a role is
+    denied only by its holders, as the policy's ``operators:`` says)."""
     if not by or not by.strip():
         raise GateUsageError("a denial names who gives it (by=)")
     who = by.strip()
     rec = find_one(ledger, call_id, task_id)
+    _escalation(ledger, rec, who, check, "deny")
     quorum = check.denials_needed(rec) if check is not None else 1
     tr = ledger.deny(rec, by=who, reason=reason, args_hash=args_hash, quorum=quorum)
     if tr.won:

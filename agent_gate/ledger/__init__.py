@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from agent_gate.ledger.records import CallRecord, NewCall, TaskRecord, Transition
     from agent_gate.ledger.states import TERMINAL, TRANSITIONS, CallState, Event
     from agent_gate.ledger.store import Ledger
+    from agent_gate.ledger.sweeper import DeadlineSweeper
 
 # Resolved on first use: importing one module of the package (``ledger.views.pages`` for
 # ``agent-gate tasks``, ``ledger.states`` for ``gate.desk``) runs this file, and an
@@ -57,6 +58,7 @@ _LAZY: dict[str, str] = {
     "CallState": "agent_gate.ledger.states",
     "Event": "agent_gate.ledger.states",
     "Ledger": "agent_gate.ledger.store",
+    "DeadlineSweeper": "agent_gate.ledger.sweeper",
 }
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "AuditRecord",
     "CallRecord",
     "CallState",
+    "DeadlineSweeper",
     "Event",
     "IllegalTransition",
     "Ledger",

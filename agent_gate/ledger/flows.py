@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sqlalchemy import Engine
 
-from agent_gate.errors import AnswerMismatch
-from agent_gate.ledger import approvals, audit, quota
+from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
+from agent_gate.ledger import approvals, audit, deadlines, quota
 from agent_gate.ledger.backend import joined, reading, writing
 from agent_gate.ledger.cas import NO_GUARD
 from agent_gate.ledger.reads import LedgerTxn
@@ -208,7 +208,8 @@ def apply_ruling(
     unread: bool = False,
 ) -> CallRecord:
     """Apply a decision's arrow and what the table says commits with it: the approval
-    it consumes (APPROVE), the quota charges (ALLOW, APPROVE). ``unread``: ``apply``."""
+    it consumes (APPROVE), the quota charges (ALLOW, APPROVE), the deadline of a wait
+    (REQUIRE_APPROVAL). ``unread``: ``apply``."""
     assert ruling.event is not None
     effects = arrow(rec.state, ruling.event).effects
     recorded = ruling.detail if detail is None else detail
@@ -227,6 +228,8 @@ def apply_ruling(
         txn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
         changes=ruling.changes, detail=recorded, lease=lease, unread=unread,
     )
+    if effects.arms_deadline and ruling.deadline is not None:
+        deadlines.arm(txn, rec, rec.version + 1, ruling.deadline)
     if effects.consumes_approval and (
         ruling.approval_id is None
         or not all(approvals.consume(txn, i, applied.attempt + 1)

@@ -33,6 +33,7 @@ from sqlalchemy import (
 
 __all__ = [
     "APPROVALS",
+    "APPROVAL_DEADLINES",
     "APPROVAL_GRANTS",
     "APPROVAL_GRANT_USES",
     "ARCHIVED_CALLS",
@@ -334,6 +335,35 @@ APPROVAL_GRANT_USES = Table(
 )
 """Each call a grant authorized: what a re-checked claim of that call finds, so that
 it is not sent to a person again, nor counted twice."""
+APPROVAL_DEADLINES = Table(
+    "approval_deadlines",
+    metadata,
+    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+           primary_key=True),
+    Column("task_id", String(ID_LEN), nullable=False),
+    Column("call_id", String(ID_LEN), nullable=False),
+    # The call's version when it started this wait: the deadline is this wait's only.
+    Column("armed_version", Integer, nullable=False),
+    # When it passes, by the database's clock (milliseconds since the epoch).
+    Column("due_ms", BigInteger, nullable=False),
+    # ``deny`` or ``escalate`` (``states.DeadlineEnd``), and the role escalated to.
+    Column("then", String(16), nullable=False),
+    Column("role", String(64)),
+    Column("rule_id", String(64)),
+    # ``armed`` until a sweeper acts: ``denied``, ``escalated``, or ``moot`` (the call
+    # had moved on); ``fired_ms`` and ``fired_by`` say when and which sweeper.
+    Column("outcome", String(16), nullable=False),
+    Column("fired_ms", BigInteger),
+    Column("fired_by", String(200)),
+    # What a sweeper reads: the armed deadlines that passed, earliest first.
+    Index(None, "outcome", "due_ms"),
+)
+"""The deadline of one call's wait for a person (an approve rule's ``approval:``).
+
+Armed in the transaction that sends the call to a person (``states.Effects.
+arms_deadline``), re-armed when it is sent again; acted on once, by whichever
+sweeper's compare-and-set on ``outcome = 'armed'`` matches (``ledger.deadlines``).
+"""
 
 
 QUOTA_CHARGES = Table(

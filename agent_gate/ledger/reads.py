@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
-from agent_gate.ledger import approvals, grants, quota
+from agent_gate.ledger import approvals, deadlines, grants, quota
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.models import SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.records import (
@@ -136,6 +136,10 @@ class LedgerTxn:
     def covering_grant(self, call_row_id: int) -> grants.GrantRecord | None:
         """The unrevoked grant that authorized the call, if one did."""
         return grants.covering(self._txn, call_row_id)
+
+    def escalated_to(self, rec: CallRecord) -> str | None:
+        """The role the call's current wait was escalated to (``deadlines``), if any."""
+        return deadlines.escalated_role(self._txn, rec)
 
     def scoped_usage(
         self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],

@@ -39,6 +39,7 @@ __all__ = [
     "TASKS",
     "CallRecord",
     "DbNowPlus",
+    "Deadline",
     "Guard",
     "NewCall",
     "Produced",
@@ -413,6 +414,26 @@ class Ruling:
     claim: tuple[str, int] | None = None
     quorum_ids: tuple[int, ...] = ()
     """The other approvals of a quorum the APPROVE arrow consumes with ``approval_id``."""
+    deadline: Deadline | None = None
+    """Armed with an arrow into ``awaiting_approval`` (``Effects.arms_deadline``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """How long a person has to answer a call sent to them, and what then happens:
+    after ``timeout_ms`` by the database's clock, ``then`` (``states.DeadlineEnd``'s
+    value: ``deny``, or ``escalate`` to ``role``). ``rule_id``: the rule that set it."""
+
+    timeout_ms: int
+    then: str
+    role: str | None = None
+    rule_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout_ms < 1:
+            raise ValueError(f"a deadline is at least a millisecond away, not {self.timeout_ms}")
+        if (self.then == "escalate") != (self.role is not None):
+            raise ValueError("an escalating deadline names its role, and only it does")
 
 
 def _arguments_text(new: NewCall) -> str | None:

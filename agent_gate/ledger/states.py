@@ -85,6 +85,7 @@ from agent_gate.ledger.reasons import ReasonCode
 
 __all__ = [
     "ARROWS",
+    "DEADLINE_ENDS",
     "GRANTED",
     "LATE_RUN_ENDS",
     "LEASE_ENDS",
@@ -95,6 +96,7 @@ __all__ = [
     "VERDICTS",
     "Arrow",
     "CallState",
+    "DeadlineEnd",
     "Effects",
     "Event",
     "IllegalTransition",
@@ -185,6 +187,9 @@ class Effects:
     """Uses up the approval the ruling names (``approvals.consume``)."""
     outcome: bool = False
     """Stores what the tool (or whoever settled it) reported: ``result*`` or ``error``."""
+    arms_deadline: bool = False
+    """Arms the deadline the ruling names (an approve rule's ``approval: timeout``) for
+    this wait, by the database's clock (``deadlines.arm``)."""
 
 
 class Arrow(NamedTuple):
@@ -194,16 +199,16 @@ class Arrow(NamedTuple):
     effects: Effects
 
 
-_MOVE = Effects()
 _END = Effects(finishes=True)
 _RUN = Effects(takes_lease=True, new_attempt=True)
 _OUTCOME = Effects(finishes=True, outcome=True)
+_WAIT = Effects(arms_deadline=True)
 
 ARROWS: Mapping[tuple[CallState, Event], Arrow] = MappingProxyType(
     {
         (S.RECEIVED, E.REJECT): Arrow(S.REJECTED, _END),
         (S.RECEIVED, E.ALLOW): Arrow(S.AUTHORIZED, Effects(charges=True)),
-        (S.RECEIVED, E.REQUIRE_APPROVAL): Arrow(S.AWAITING_APPROVAL, _MOVE),
+        (S.RECEIVED, E.REQUIRE_APPROVAL): Arrow(S.AWAITING_APPROVAL, _WAIT),
         (S.RECEIVED, E.MARK_INCOMPLETE): Arrow(S.INCOMPLETE, _END),
         (S.AWAITING_APPROVAL, E.APPROVE): Arrow(
             S.AUTHORIZED, Effects(charges=True, consumes_approval=True)
@@ -213,7 +218,7 @@ ARROWS: Mapping[tuple[CallState, Event], Arrow] = MappingProxyType(
             S.EXECUTING, Effects(takes_lease=True, new_attempt=True, charges=True)
         ),
         (S.AUTHORIZED, E.REJECT): Arrow(S.REJECTED, Effects(finishes=True, refunds=True)),
-        (S.AUTHORIZED, E.REQUIRE_APPROVAL): Arrow(S.AWAITING_APPROVAL, _MOVE),
+        (S.AUTHORIZED, E.REQUIRE_APPROVAL): Arrow(S.AWAITING_APPROVAL, _WAIT),
         (S.EXECUTING, E.SUCCEED): Arrow(S.SUCCEEDED, _OUTCOME),
         (S.EXECUTING, E.FAIL): Arrow(S.FAILED, _OUTCOME),
         (S.EXECUTING, E.LOSE): Arrow(S.IN_DOUBT, Effects(outcome=True)),
@@ -307,6 +312,25 @@ LEASE_ENDS: Mapping[LeaseEnd, Observed] = MappingProxyType(
     }
 )
 """A lease's end -> the arrow out of ``executing``: never a re-run, always in doubt."""
+
+class DeadlineEnd(StrEnum):
+    """What an approve rule's deadline says when it passes and nobody answered
+    (``policy.deadline``; stored in ``approval_deadlines.then``)."""
+
+    DENY = "deny"
+    """The call is rejected, never run."""
+    ESCALATE = "escalate"
+    """The call keeps waiting, answerable only by operators holding the rule's role:
+    no arrow, an audited ``approval_escalated`` entry (``deadlines.sweep``)."""
+
+
+DEADLINE_ENDS: Mapping[DeadlineEnd, Observed] = MappingProxyType(
+    {
+        DeadlineEnd.DENY: Observed(Event.DENY, ReasonCode.APPROVAL_TIMEOUT),
+    }
+)
+"""A passed deadline -> the arrow out of ``awaiting_approval`` (``ESCALATE`` takes none:
+the call stays where it is, only who may answer it changes)."""
 
 RECONCILED: Mapping[str, Observed] = MappingProxyType(
     {
@@ -408,6 +432,8 @@ def _check_table() -> None:
             raise AssertionError(f"{event.value}: a lease is held in executing only")
         if effects.finishes != (target in TERMINAL):
             raise AssertionError(f"{event.value}: finished_at is set on terminal arrows only")
+        if effects.arms_deadline and target is not CallState.AWAITING_APPROVAL:
+            raise AssertionError(f"{event.value}: a deadline is armed for a wait only")
     # Every observation names an arrow the table has from the state it is made in.
     for observed, source in (
         *((o, CallState.EXECUTING) for o in RUN_ENDS.values()),
@@ -415,6 +441,7 @@ def _check_table() -> None:
         *((o, CallState.IN_DOUBT) for o in LATE_RUN_ENDS.values()),
         *((o, CallState.IN_DOUBT) for o in RECONCILED.values()),
         *((o, state) for state, o in GRANTED.items()),
+        *((o, CallState.AWAITING_APPROVAL) for o in DEADLINE_ENDS.values()),
     ):
         if (source, observed.event) not in ARROWS:
             raise AssertionError(f"no arrow from {source.value} on {observed.event.value}")

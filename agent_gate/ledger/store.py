@@ -36,12 +36,14 @@ if TYPE_CHECKING:
         answers,
         approvals,
         audit,
+        deadlines,
         flows,
         grants,
         intake,
         quota,
         reads,
     )
+    from agent_gate.ledger.deadlines import WaitDeadline
     from agent_gate.ledger.flows import Decide
     from agent_gate.ledger.grants import GrantRecord
     from agent_gate.ledger.reads import LedgerTxn
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
         TxnConnection,
     )
     from agent_gate.ledger.states import CallState, Event
+    from agent_gate.ledger.sweep import SweepReport
     from agent_gate.ledger.txn import Txn
     from agent_gate.ledger.views import details, pages
     from agent_gate.ledger.views.details import CallDetails
@@ -68,6 +71,7 @@ deferred({
     "answers": "agent_gate.ledger.answers",
     "approvals": "agent_gate.ledger.approvals",
     "audit": "agent_gate.ledger.audit",
+    "deadlines": "agent_gate.ledger.deadlines",
     "details": "agent_gate.ledger.views.details",
     "flows": "agent_gate.ledger.flows",
     "grants": "agent_gate.ledger.grants",
@@ -217,6 +221,18 @@ class Ledger:
         """The newest approval or denial given for the call."""
         with reading(self.engine) as open_txn:
             return approvals.latest(open_txn, rec.row_id)
+
+    def deadline(self, rec: CallRecord) -> WaitDeadline | None:
+        """The deadline of the call's current wait for a person, if its rule set one."""
+        with reading(self.engine) as open_txn:
+            return deadlines.of_call(open_txn, rec)
+
+    def sweep_deadlines(self, *, by: str, limit: int = 100) -> SweepReport:
+        """One sweeper pass: act on at most ``limit`` passed deadlines (``ledger.sweep``:
+        deny, or escalate), each once, whatever other sweepers run."""
+        from agent_gate.ledger.sweep import sweep
+
+        return sweep(self.engine, by=by, limit=limit)
 
     def answered(
         self, row_id: int

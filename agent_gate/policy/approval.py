@@ -17,6 +17,9 @@ the call's own decision, so they sit beside the rule, not in its ``when``:
 A rule that asks for a quorum may not offer grants: one person choosing a grant
 would let later calls past a rule that wants two.
 
+The same block holds the wait's deadline (``timeout``, ``then``: ``policy.deadline``
+says why and how it is kept) and the durations both use (``Timeout``).
+
 A file that uses neither keeps the hash it had before the block existed
 (``Rule``'s serializer drops an absent block).
 """
@@ -40,6 +43,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_gate.policy.deadline import Escalate, Role, Timeout, seconds_of
 from agent_gate.policy.values import Truth
 
 if TYPE_CHECKING:
@@ -58,17 +62,7 @@ __all__ = [
 
 MAX_QUORUM = 20
 """More distinct approvers than this is a typo, not a control."""
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _OptionId = Annotated[StrictStr, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
-_RoleName = Annotated[StrictStr, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
-
-
-def _duration(text: str) -> str:
-    if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
-        raise ValueError("a duration is a whole number of s, m, h or d: '90s', '15m', '1h'")
-    if not 1 <= int(text[:-1]) * _UNITS[text[-1]] <= 366 * 86400:
-        raise ValueError("a duration is between 1 second and 366 days")
-    return text
 
 
 def _listify(data: Any) -> Any:
@@ -84,7 +78,7 @@ class GrantOption(_Model):
     calls of this tool in this task, for arguments where every ``when`` holds."""
 
     id: _OptionId
-    for_: Annotated[StrictStr, AfterValidator(_duration)] | None = Field(None, alias="for")
+    for_: Timeout | None = Field(None, alias="for")
     calls: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
     when: Annotated[list[Condition], BeforeValidator(_listify)] = []
     description: Annotated[StrictStr, StringConstraints(max_length=2000)] | None = None
@@ -99,9 +93,7 @@ class GrantOption(_Model):
     @property
     def seconds(self) -> int | None:
         """How long the grant lasts from when it is given (None: no time limit)."""
-        if self.for_ is None:
-            return None
-        return int(self.for_[:-1]) * _UNITS[self.for_[-1]]
+        return None if self.for_ is None else seconds_of(self.for_)
 
     def summary(self) -> str:
         """The option as an approver reads it before choosing it."""
@@ -121,7 +113,7 @@ class Quorum(_Model):
 
     min: Annotated[StrictInt, Field(ge=1, le=MAX_QUORUM)] = 1
     distinct: StrictBool = True
-    roles: list[_RoleName] = []
+    roles: list[Role] = []
     deny: Literal["any", "quorum"] = "any"
 
     @model_validator(mode="after")
@@ -137,6 +129,24 @@ class RuleApproval(_Model):
 
     grants: list[GrantOption] = []
     approvers: Quorum | None = None
+    timeout: Timeout | None = None
+    then: Literal["deny"] | Escalate = "deny"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_timeout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "then" in data and "timeout" not in data:
+            raise ValueError("'then' needs a 'timeout' (how long a person has to answer)")
+        return data
+
+    @property
+    def timeout_ms(self) -> int | None:
+        """The deadline of a wait this rule starts (None: it waits as long as it takes)."""
+        return None if self.timeout is None else seconds_of(self.timeout) * 1000
+
+    @property
+    def escalate_to(self) -> str | None:
+        return self.then.escalate if isinstance(self.then, Escalate) else None
 
     @model_validator(mode="after")
     def _coherent(self) -> RuleApproval:

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_gate.errors import PolicyLoadError, Problem
+from agent_gate.policy.deadline import deadline_problems
 from agent_gate.policy.model import PREDICATES, Condition, PolicyDocument, Rule
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 
@@ -178,6 +179,7 @@ def _document_problems(document: PolicyDocument) -> Iterator[tuple[Loc, str]]:
             yield from _rule_problems(rule, loc)
         for index, limit in enumerate(tool.limits):
             yield from claim(limit.id, ("tools", tool_name, "limits", index))
+    yield from deadline_problems(document)
 
 
 def load_document(raw: bytes | str, source: str) -> PolicyDocument:

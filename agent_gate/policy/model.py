@@ -448,7 +448,8 @@ class Rule(_Model):
     reason: Text | None = None
     mode: Literal["enforce", "shadow"] = "enforce"
     approval: RuleApproval | None = None
-    """Grants an approver may give, and a quorum (``policy.approval``): approve rules only."""
+    """Grants an approver may give, a quorum (``policy.approval``), and the wait's
+    deadline (``policy.deadline``): approve rules only."""
 
     @model_validator(mode="after")
     def _approval_on_approve(self) -> Rule:
@@ -458,12 +459,13 @@ class Rule(_Model):
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # a rule that does not say ``mode`` keeps the hash it had before the key existed
+        # a rule that does not say ``mode`` / ``approval`` keeps the hash it had before
         data = handler(self)
-        if isinstance(data, dict) and data.get("mode") == "enforce":
-            del data["mode"]
-        if isinstance(data, dict) and data.get("approval", 0) is None:
-            del data["approval"]
+        if isinstance(data, dict):
+            if data.get("mode") == "enforce":
+                del data["mode"]
+            if data.get("approval", 0) is None:
+                del data["approval"]
         return data
 
 

@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
@@ -22,6 +22,7 @@ from agent_gate.plainjson import canonical_bytes, sha256_hex
 from agent_gate.policy.cedar import CedarPolicySet
 from agent_gate.policy.cedarload import load_cedar
 from agent_gate.policy.conditions import EvalContext
+from agent_gate.policy.deadline import DeadlineTerms, deadlines_of, earliest
 from agent_gate.policy.evaluator import CompiledRule, Delegate, LimitRule, Sequencing, decide
 from agent_gate.policy.loader import load_located, prior_tools
 from agent_gate.policy.mcp_rules import SAMPLING_TOOL, sampling_decision
@@ -118,6 +119,7 @@ class Policy:
                 if tool.cedar is not None:
                     kinds = dict(tool.cedar.args)
                     self._delegates[name] = functools.partial(_cedar_judge, self._cedar, kinds)
+        self._deadlines = deadlines_of(document)
         self._scopes: Mapping[str, frozenset[str]] = MappingProxyType(
             {name: frozenset(scope.tools) for name, scope in document.scopes.items()}
         )
@@ -308,6 +310,17 @@ class Policy:
             return None
         wanted = [f"role {r!r}" for r in rule.roles] + [f"{i!r}" for i in rule.ids]
         return f"{approver!r} may not approve {tool!r} calls (approvers: {', '.join(wanted)})"
+
+    def deadline(self, rule_ids: Iterable[str]) -> DeadlineTerms | None:
+        """The deadline a call these rules sent to a person is armed with (the
+        earliest of their ``approval:`` blocks), or None: it waits as long as it takes."""
+        return earliest(self._deadlines, rule_ids) if self._deadlines else None
+
+    def holds_role(self, operator: str, role: str) -> bool:
+        """Whether the file's ``operators:`` gives ``operator`` the ``role`` (who may
+        answer a call escalated to it)."""
+        entry = self._document.operators.get(operator)
+        return entry is not None and role in entry.roles
 
     def tool_overrides(self, name: str) -> ToolOverrides:
         """The effect / idempotency classes the policy sets for ``name`` (or none)."""

@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.errors import AgentGateError
 from agent_gate.evidence.note import read_signer
+from agent_gate.ledger.sweeper import DeadlineSweeper
 from agent_gate.serve import api, inbox, slack
 from agent_gate.serve.api import Op, needs_token, request_operator, unauthorized
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Sessions
@@ -42,8 +43,9 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
                limiter: LoginLimiter | None = None,
                config: ServeConfig | None = None) -> FastAPI:
     """The server for the ledger at ``url`` (answers judged under ``policy``, if given;
-    ``config``: where links point, the webhooks to send and how often to take an
-    audit checkpoint, ``webhooks.ServeConfig``; its defaults without one)."""
+    ``config``: where links point, the webhooks to send, how often to take an audit
+    checkpoint and to sweep approval deadlines, ``webhooks.ServeConfig``; its defaults
+    without one)."""
     config = config if config is not None else ServeConfig()
     service = InboxService(url, policy)
     notifier = Notifier(url, config) if config.notify or config.mail or config.slack else None
@@ -53,16 +55,18 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
     checkpointer = (Checkpointer(url, every, signer=signer,
                                  publish=config.checkpoint_publish)
                     if every is not None else None)
+    sweeper = (DeadlineSweeper(url, config.sweep_every)
+               if config.sweep_every is not None else None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for worker in (notifier, checkpointer):
+        for worker in (notifier, checkpointer, sweeper):
             if worker is not None:
                 worker.start()
         try:
             yield
         finally:
-            for worker in (notifier, checkpointer):
+            for worker in (notifier, checkpointer, sweeper):
                 if worker is not None:
                     worker.stop()
             service.close()
@@ -92,6 +96,7 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
     app.add_middleware(SecurityHeaders)
     app.state.service = service
     app.state.checkpointer = checkpointer
+    app.state.sweeper = sweeper
     app.state.sessions = Sessions()
     app.state.identity = IdentityGate(config.identity) if config.identity else None
     app.state.slack_routes = list(config.slack)

@@ -6,6 +6,7 @@ Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
     checkpoint_every: 600                   # seconds between audit checkpoints; null: none
     checkpoint_signing_key: /etc/agent-gate/ledger.key   # optional: sign them (C2SP)
     checkpoint_publish: [/mnt/witness/]     # optional: and hand them to witnesses
+    sweep_every: 10                         # seconds between approval-deadline sweeps; null: none
     notify:
       - name: ops-chat                      # the cursor's name in the ledger
         url: https://hooks.example.com/agent-gate
@@ -99,6 +100,9 @@ class ServeConfig(BaseModel):
     """A key file from ``agent-gate audit keygen`` (mode 0600): checkpoints are signed."""
     checkpoint_publish: tuple[str, ...] = ()
     """Witnesses for each signed checkpoint: files, directories, http(s) URLs."""
+    sweep_every: float | None = Field(default=10.0, gt=0)
+    """Seconds between passes over the approval deadlines that passed (``ledger.sweeper``:
+    deny or escalate); None: none (run ``agent-gate approvals sweep`` instead)."""
 
 
 def load_config(path: str) -> ServeConfig:

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, select
 from sqlalchemy import text as sql_text
 
-from agent_gate.ledger import approvals
+from agent_gate.ledger import approvals, deadlines
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
 from agent_gate.ledger.backend import begin_read
+from agent_gate.ledger.deadlines import WaitDeadline
 from agent_gate.ledger.models import AUDIT_EVENTS, SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CALL_COLUMNS, CALLS, CallRecord, call_record
@@ -128,6 +129,8 @@ class CallDetails:
     result_text: str | None
     """The stored result's JSON text, cut at the bound (``result_truncated``)."""
     result_truncated: bool
+    deadline: WaitDeadline | None = None
+    """The deadline of its wait for a person (an approve rule's ``approval: timeout``)."""
 
     @property
     def redacted(self) -> bool:
@@ -156,6 +159,7 @@ class CallDetails:
             "policy_hash": c.policy_hash,
             "rule_ids": list(c.rule_ids),
             "approvals": [a.to_dict() for a in self.approvals],
+            "deadline": self.deadline.to_dict() if self.deadline is not None else None,
             "history": [_entry(e) for e in self.history],
             "attempts": [a.to_dict() for a in self.attempts],
             "lease": {"owner": c.lease_owner, "expires_ms": c.lease_expires_ms},
@@ -250,6 +254,7 @@ def _assemble(rec: CallRecord, history: tuple[AuditRecord, ...],
         attempts=_attempts(history),
         result_text=shown,
         result_truncated=text is not None and shown != text,
+        deadline=deadlines.of_call(txn, rec),
     )
 
 

@@ -34,9 +34,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, text
 
 from agent_gate.ledger.backend import begin_read
+from agent_gate.ledger.deadlines import WaitDeadline
 from agent_gate.ledger.lease import now_ms
-from agent_gate.ledger.models import APPROVALS, SWEPT_WHERE
+from agent_gate.ledger.models import APPROVAL_DEADLINES, APPROVALS, SWEPT_WHERE
 from agent_gate.ledger.records import CALLS
+from agent_gate.ledger.sql import db_now_ms
 from agent_gate.ledger.states import CallState
 from agent_gate.plainjson import canonical_json
 
@@ -127,6 +129,8 @@ class InboxRow:
     created_at: datetime
     since: datetime
     """When the call reached its state (its row's last change)."""
+    deadline: WaitDeadline | None = None
+    """The deadline of its wait (an approve rule's ``approval: timeout``), if any."""
 
     def to_dict(self, now: datetime | None = None) -> dict[str, Any]:
         now = now or datetime.now(UTC)
@@ -135,7 +139,8 @@ class InboxRow:
                 "preview": argument_preview(self.arguments), "sealed": self.sealed,
                 "rule_ids": list(self.rule_ids), "reason": self.reason,
                 "created_at": self.created_at.isoformat(), "since": self.since.isoformat(),
-                "age_seconds": max(0, int((now - self.since).total_seconds()))}
+                "age_seconds": max(0, int((now - self.since).total_seconds())),
+                "deadline": self.deadline.to_dict() if self.deadline is not None else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +162,12 @@ class InboxCounts:
 _COLUMNS = (CALLS.c.id, CALLS.c.task_id, CALLS.c.call_id, CALLS.c.tool, CALLS.c.state,
             CALLS.c.args_hash, CALLS.c.arguments, CALLS.c.sealed_arguments.is_not(None),
             CALLS.c.rule_ids, CALLS.c.reason, CALLS.c.created_at, CALLS.c.updated_at)
+_D = APPROVAL_DEADLINES
+_DEADLINE = (_D.c.due_ms, _D.c.then, _D.c.role, _D.c.rule_id, _D.c.outcome,
+             db_now_ms().label("now_ms"))
+_WITH_DEADLINE = CALLS.outerjoin(_D, and_(_D.c.call_row_id == CALLS.c.id,
+                                          _D.c.armed_version == CALLS.c.version))
+"""A waiting call and the deadline of this wait (by its primary key), if it has one."""
 
 
 def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
@@ -204,7 +215,7 @@ def inbox_page(conn: Connection, query: InboxQuery) -> list[InboxRow]:
         where.append(key < query.after if query.newest_first else key > query.after)
     if query.before is not None:
         where.append(key > query.before if query.newest_first else key < query.before)
-    stmt = (select(*_COLUMNS).where(and_(*where))
+    stmt = (select(*_COLUMNS, *_DEADLINE).select_from(_WITH_DEADLINE).where(and_(*where))
             .order_by(key.desc() if descending else key).limit(query.limit))
     rows = [_row(r) for r in conn.execute(stmt)]
     return rows[::-1] if backwards else rows
@@ -278,14 +289,17 @@ def _utc(value: datetime) -> datetime:
 
 def _row(r: Sequence[Any]) -> InboxRow:
     ref, task_id, call_id, tool, state, args_hash, arguments, sealed, rules, reason, \
-        created, updated = r
+        created, updated, due, then, role, rule, outcome, now = r
+    deadline = (WaitDeadline(int(due), then, role, rule, outcome, int(now))
+                if due is not None and CallState(state) is CallState.AWAITING_APPROVAL
+                else None)
     try:
         args = json.loads(arguments) if arguments is not None else None
     except ValueError:
         args = None
     return InboxRow(int(ref), task_id, call_id, tool, CallState(state), args_hash,
                     args if isinstance(args, dict) else None, bool(sealed), _rules(rules),
-                    reason, _utc(created), _utc(updated))
+                    reason, _utc(created), _utc(updated), deadline)
 
 
 def argument_preview(arguments: dict[str, Any] | None, width: int = 120) -> str:

@@ -1,0 +1,159 @@
+"""Approval deadlines in a real headless Chromium (Debian's ``chromium``, Playwright):
+the list shows each wait's countdown (a ``<time>`` with the deadline, rendered on the
+server: the page's CSP runs no other script), a deadline expires into a denial when
+``agent-gate approvals sweep`` runs, the open list drops the row without a reload, the
+call's page says why, and a call escalated to a role shows it and refuses an operator
+without the role.
+
+The database's clock cannot be moved: the short deadlines are a second long and the
+test polls, bounded, until the sweep has acted. No sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from serve_world import POLICY, Running, World, serving
+from waiting import wait_until
+
+from agent_gate.cli import main as cli
+from agent_gate.ledger import Ledger
+from agent_gate.serve.webhooks import ServeConfig
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
+                 if p and os.access(p, os.X_OK)), None)
+if CHROMIUM is None:
+    pytest.skip("no chromium binary (Debian: apt-get install -y chromium chromium-driver)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+LONG = POLICY.replace(
+    "        reason: Every mail is read by a person first.\n",
+    "        reason: Every mail is read by a person first.\n"
+    "        approval: {timeout: 30m}\n")
+SHORT = ("version: 1\noperators:\n  carol: {roles: [finance]}\n" + POLICY.removeprefix(
+    "\nversion: 1\n")).replace(
+    "        reason: Every mail is read by a person first.\n",
+    "        reason: Every mail is read by a person first.\n"
+    "        approval: {timeout: 1s}\n").replace(
+    "        reason: Refunds are approved by finance.\n",
+    "        reason: Refunds are approved by finance.\n"
+    "        approval: {timeout: 1s, then: {escalate: finance}}\n")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def log_in(browser: Any, server: Running, world: World, name: str) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.errors = errors
+    page.goto(server.base + "/login")
+    page.fill("#token", world.tokens[name])
+    page.click("#login")
+    page.wait_for_url(server.base + "/inbox")
+    return page
+
+
+def due_at(world: World, task: str, call_id: str) -> str:
+    with Ledger(world.url) as ledger:
+        found = ledger.deadline(ledger.get(task, call_id))
+    assert found is not None
+    return found.due_at.isoformat()
+
+
+def sweep_until(world: World, task: str, call_id: str, state: str) -> None:
+    """``agent-gate approvals sweep`` (one pass each time) until the call is ``state``."""
+    def swept() -> bool:
+        got = CliRunner().invoke(cli, ["approvals", "sweep", "--db", world.url, "--json",
+                                       "--by", "browser-test"], catch_exceptions=False)
+        assert got.exit_code == 0, got.output
+        json.loads(got.output)
+        with Ledger(world.url) as ledger:
+            rec = ledger.get(task, call_id)
+        return rec is not None and rec.state.value == state
+    wait_until(swept, timeout=30, what=f"{call_id} to be {state} by a sweep")
+
+
+def test_a_deadline_counts_down_and_expires_into_a_denial(world: World, browser: Any,
+                                                         tmp_path: Path) -> None:
+    world.policy.write_text(LONG)
+    assert world.call("slow", "m-long", "send_email",
+                      {"to": "a@b.org", "subject": "s", "body": "b"}) == "awaiting_approval"
+    world.policy.write_text(SHORT)
+    assert world.call("fast", "m-short", "send_email",
+                      {"to": "c@d.org", "subject": "s", "body": "b"}) == "awaiting_approval"
+    assert world.call("fast", "r-1", "refund", {"order": "o-1", "cents": 500}) \
+        == "awaiting_approval"
+    with serving(world, ServeConfig(sweep_every=None, checkpoint_every=None)) as server:
+        page = log_in(browser, server, world, "alice")
+        # The countdown: the deadline as a <time>, and the minutes left, from the server.
+        long_row = page.locator("#rows tr.row:has-text('m-long')")
+        stamp = long_row.locator("td.deadline time")
+        assert stamp.get_attribute("datetime") == due_at(world, "slow", "m-long")
+        assert stamp.text_content() in ("29m left, then deny", "30m left, then deny")
+        short = page.locator("#rows tr.row:has-text('m-short') td.deadline time")
+        assert short.get_attribute("datetime") == due_at(world, "fast", "m-short")
+        assert page.locator("#rows tr.row:has-text('mail-1') td.deadline time").count() == 0
+        if os.environ.get("AGENT_GATE_SCREENSHOT_DIR"):
+            page.screenshot(path=str(Path(os.environ["AGENT_GATE_SCREENSHOT_DIR"])
+                                     / "inbox-deadlines.png"), full_page=False)
+
+        sweep_until(world, "fast", "m-short", "rejected")
+        # The open list drops the denied call without a reload (its poll, ETag)...
+        marker = page.evaluate("() => { window.stillHere = 1; return 1; }")
+        page.wait_for_selector("#rows tr.row:has-text('m-short')", state="detached",
+                               timeout=30_000)
+        # ...and shows the refund escalated to finance.
+        escalated = page.locator("#rows tr.row:has-text('r-1') td.deadline time")
+        escalated.filter(has_text="escalated to finance").wait_for(timeout=30_000)
+        assert page.evaluate("() => window.stillHere") == marker
+        # The denied call's page says why.
+        with Ledger(world.url) as ledger:
+            short_ref = ledger.get("fast", "m-short").row_id
+            refund_ref = ledger.get("fast", "r-1").row_id
+        page.goto(f"{server.base}/inbox/calls/{short_ref}")
+        body = page.text_content("body") or ""
+        assert "rejected" in body and "nobody answered before the deadline" in body
+        assert "sweeper:browser-test" in body
+        assert page.locator("form.answer").count() == 0  # nothing left to answer
+        # The escalated refund: its page names the role; alice holds approve rights on
+        # every tool in serve, but not the finance role the policy gives carol.
+        page.goto(f"{server.base}/inbox/calls/{refund_ref}")
+        assert "only operators holding role finance may answer" in (
+            page.text_content("#deadline") or "")
+        with page.expect_navigation():
+            page.click("form.answer button.approve")
+        assert "escalated to role 'finance'" in (page.text_content("body") or "")
+        # the refusal is a 403 page: the one "failed" load this page may log
+        assert page.errors == [
+            "Failed to load resource: the server responded with a status of 403 (Forbidden)"]
+        page.errors.clear()
+        carol = log_in(browser, server, world, "carol")
+        carol.goto(f"{server.base}/inbox/calls/{refund_ref}")
+        with carol.expect_navigation():
+            carol.click("form.answer button.approve")
+        with Ledger(world.url) as ledger:
+            d = ledger.call_details("fast", "r-1")
+        assert d is not None and [f"{a.verdict}:{a.decided_by}" for a in d.approvals] == [
+            "approved:carol"]
+        assert page.errors == [] and carol.errors == []
+    assert world.runs == []
