@@ -55,7 +55,8 @@ writes the reason; every arrow but CLAIM clears the lease; CLAIM starts a new
 attempt (``attempt + 1``, the lease taken, ``started_at`` now, the previous
 attempt's ``finished_at``/result/error cleared); an arrow into a terminal state
 sets ``finished_at``; ALLOW and APPROVE commit the call's quota charges; APPROVE
-consumes the approval it names; the outcome arrows store a result or an error.
+consumes the approval it names; REQUIRE_APPROVAL arms the deadline the ruling names
+(an approve rule's ``approval: timeout``); the outcome arrows store a result or an error.
 
 Which arrow follows from what was *observed* is decided here too, never at a call
 site:
@@ -67,6 +68,8 @@ site:
   doubt settles it, or (no answer) leaves it in doubt.
 * a lease's end (``LeaseEnd``: the owner process is dead, or its lease expired)
   -> ``LEASE_ENDS``: always LOSE, with the reason that says which.
+* a deadline that passed with nobody answering (``DeadlineEnd``) -> ``DEADLINE_ENDS``:
+  ``deny`` REJECTs the waiting call (``approval_timeout``); ``escalate`` takes no arrow.
 * a reconcile answer (``agent_gate.tools.Reconciliation``) -> ``RECONCILED``:
   the write happened (SETTLE_SUCCEEDED), failed (SETTLE_FAILED) or did not happen
   (RETRY, a new attempt).
