@@ -30,6 +30,10 @@ from agent_gate.ledger.sql import db_now_ms
 from agent_gate.ledger.states import CallState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sqlalchemy import Connection
+
     from agent_gate.ledger.records import CallRecord, Deadline
     from agent_gate.ledger.txn import Txn
 
@@ -124,6 +128,18 @@ def of_call(txn: Txn, rec: CallRecord) -> WaitDeadline | None:
         return None
     row = txn.execute(_this_wait(rec)).mappings().first()
     return wait_deadline(row) if row is not None else None
+
+
+def of_calls(conn: Connection, recs: Sequence[CallRecord]) -> dict[int, WaitDeadline]:
+    """``of_call`` for a page of calls in one statement (keyed by row id): a page of
+    details is a fixed number of statements however many calls it holds."""
+    waiting = {r.row_id: r.version for r in recs if r.state is CallState.AWAITING_APPROVAL}
+    if not waiting:
+        return {}
+    rows = conn.execute(select(_T, db_now_ms().label("now_ms"))
+                       .where(_T.c.call_row_id.in_(list(waiting)))).mappings()
+    return {int(row["call_row_id"]): wait_deadline(row) for row in rows
+            if waiting.get(int(row["call_row_id"])) == int(row["armed_version"])}
 
 
 def wait_deadline(row: Any) -> WaitDeadline:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sqlalchemy import Engine
 
-from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
+from agent_gate.errors import AnswerMismatch
 from agent_gate.ledger import approvals, audit, deadlines, quota
 from agent_gate.ledger.backend import joined, reading, writing
 from agent_gate.ledger.cas import NO_GUARD

@@ -29,7 +29,6 @@ from pydantic import (
     ConfigDict,
     StrictStr,
     StringConstraints,
-    model_validator,
 )
 
 if TYPE_CHECKING:

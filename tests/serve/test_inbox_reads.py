@@ -1,5 +1,5 @@
 """What the inbox's reads cost, in statements: a page of calls with their whole details
-(``/api/approvals``, ``/api/in-doubt``) costs three statements whatever the page
+(``/api/approvals``, ``/api/in-doubt``) costs four statements whatever the page
 holds (not three per call), and the list's poll that finds nothing new costs one
 aggregate over the calls, no page read, before its 304.
 
@@ -22,12 +22,12 @@ from sqlalchemy import Engine, event
 from agent_gate import Principal
 from agent_gate.serve.webhooks import ServeConfig
 
-_TABLES = re.compile(r"\b(tool_calls|audit_events|approvals)\b")
+_TABLES = re.compile(r"\b(tool_calls|audit_events|approvals|approval_deadlines)\b")
 
 
 @contextmanager
 def counting() -> Iterator[list[str]]:
-    """The statements that read calls, trails or answers while the block runs."""
+    """The statements that read calls, trails, answers or deadlines while the block runs."""
     seen: list[str] = []
 
     def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -55,7 +55,7 @@ def bearer(world: World) -> dict[str, str]:
     return {"Authorization": f"Bearer {world.tokens['alice']}"}
 
 
-def test_a_page_of_details_costs_three_statements_whatever_it_holds(world: World) -> None:
+def test_a_page_of_details_costs_four_statements_whatever_it_holds(world: World) -> None:
     waiting(world, 12)  # 13 waiting with mail-1
     config = ServeConfig(checkpoint_every=None)
     with serving(world, config) as server, httpx.Client(base_url=server.base,
@@ -72,7 +72,7 @@ def test_a_page_of_details_costs_three_statements_whatever_it_holds(world: World
             link = found.group(1) if found else ""
     assert five.status_code == whole.status_code == 200
     assert len(five.json()) == 5 and len(whole.json()) == 13
-    assert len(small) == len(large) == 3, (small, large)
+    assert len(small) == len(large) == 4, (small, large)
     # Each call still comes with its whole details: its trail and its answers.
     first = whole.json()[0]
     assert first["call_id"] == "mail-1" and first["history"] and first["approvals"] == []

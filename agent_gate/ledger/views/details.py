@@ -208,7 +208,8 @@ def read_details(
             .order_by(_EVENTS.c.id)
         ).mappings()
     )
-    return _assemble(rec, history, approvals.answers(conn, rec.row_id), max_shown)
+    return _assemble(rec, history, approvals.answers(conn, rec.row_id), max_shown,
+                     deadlines.of_call(txn, rec))
 
 
 def details_page(
@@ -216,9 +217,9 @@ def details_page(
     limit: int = 100, max_shown: int = DEFAULT_MAX_SHOWN,
 ) -> list[CallDetails]:
     """The details of the calls in ``states`` (swept states, across tasks), a page at a
-    time in ``ref`` order after ``after``, in one snapshot and three statements
-    whatever the page holds: its rows, their trails, their answers (read one call at
-    a time, a page of 10,000 waiting calls was 30,001 statements)."""
+    time in ``ref`` order after ``after``, in one snapshot and four statements
+    whatever the page holds: its rows, their trails, their answers, their deadlines
+    (read one call at a time, a page of 10,000 waiting calls was 30,001 statements)."""
     values = [s.value for s in states]
     if not set(values) <= set(SWEPT_STATES):
         raise ValueError("a page of details lists swept states only")
@@ -234,12 +235,14 @@ def details_page(
                                   .order_by(_EVENTS.c.id)).mappings():
                 trails[int(r["call_row_id"])].append(record_of(r))
         answers = approvals.answers_of(conn, ids)
-    return [_assemble(r, tuple(trails[r.row_id]), answers[r.row_id], max_shown)
-            for r in recs]
+        waits = deadlines.of_calls(conn, recs)
+    return [_assemble(r, tuple(trails[r.row_id]), answers[r.row_id], max_shown,
+                      waits.get(r.row_id)) for r in recs]
 
 
 def _assemble(rec: CallRecord, history: tuple[AuditRecord, ...],
-              answers: list[ApprovalRecord], max_shown: int) -> CallDetails:
+              answers: list[ApprovalRecord], max_shown: int,
+              deadline: WaitDeadline | None) -> CallDetails:
     text = None if rec.result is None and rec.result_sha256 is None else json.dumps(
         rec.result, ensure_ascii=False, sort_keys=True)
     if rec.result_omitted:
@@ -254,7 +257,7 @@ def _assemble(rec: CallRecord, history: tuple[AuditRecord, ...],
         attempts=_attempts(history),
         result_text=shown,
         result_truncated=text is not None and shown != text,
-        deadline=deadlines.of_call(txn, rec),
+        deadline=deadline,
     )
 
 

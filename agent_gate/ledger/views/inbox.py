@@ -26,6 +26,7 @@ stored: the fields a policy redacts are their stand-ins, never unsealed here.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, text
 
 from agent_gate.ledger.backend import begin_read
-from agent_gate.ledger.deadlines import WaitDeadline
+from agent_gate.ledger.deadlines import ARMED, WaitDeadline
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import APPROVAL_DEADLINES, APPROVALS, SWEPT_WHERE
 from agent_gate.ledger.records import CALLS
@@ -227,21 +228,31 @@ def read_inbox(engine: Engine, query: InboxQuery) -> tuple[list[InboxRow], Inbox
         return inbox_page(conn, query), inbox_counts(conn, query)
 
 
+_D = APPROVAL_DEADLINES.c
 _MARKS = (func.count(), func.sum(CALLS.c.id), func.sum(CALLS.c.version),
           func.max(CALLS.c.updated_at),
-          select(func.coalesce(func.max(APPROVALS.c.id), 0)).scalar_subquery())
+          select(func.coalesce(func.max(APPROVALS.c.id), 0)).scalar_subquery(),
+          select(func.coalesce(func.max(_D.fired_ms), 0)).scalar_subquery(),
+          select(func.min(_D.due_ms)).where(_D.outcome == ARMED).scalar_subquery())
 """What says the list changed: how many calls, the sums of their ids and of their
-versions (every transition adds one), the newest change, the newest answer. A call
-entering or leaving the list moves the count or the sum of ids; a call changing moves
-its version and the newest change; an answer that moves no call (the first of a
-quorum's two) moves the newest answer, so the "1 of 2" a row shows is never held
-back by a 304. One aggregate, no row sent back: what a poll costs."""
+versions (every transition adds one), the newest change, the newest answer, the
+newest deadline acted on, and whether a deadline still counts down. A call entering
+or leaving the list moves the count or the sum of ids; a call changing moves its
+version and the newest change; an answer that moves no call (the first of a quorum's
+two) moves the newest answer, and an escalation (the call still waits) the newest
+deadline acted on, so neither "1 of 2" nor "escalated" is held back by a 304; while
+a deadline counts down, the minute its countdown shows is part of the mark. One
+aggregate (the deadlines' by their ``outcome, due_ms`` index), no row sent back:
+what a poll costs."""
 
 
-def _mark(total: int, ids: int, versions: int, newest: datetime | None, answer: int) -> str:
-    if total == 0:  # an empty list shows no progress: no answer can change it
+def _mark(total: int, ids: int, versions: int, newest: datetime | None, answer: int,
+          fired: int, counting: int | None) -> str:
+    if total == 0:  # an empty list shows no row: no answer nor deadline can change it
         return "0"
-    return f"{total}:{ids}:{versions}:{_utc(newest).isoformat() if newest else '-'}:{answer}"
+    minute = int(time.time() // 60) if counting is not None else "-"
+    return (f"{total}:{ids}:{versions}:{_utc(newest).isoformat() if newest else '-'}:"
+            f"{answer}:{fired}:{minute}")
 
 
 def inbox_counts(conn: Connection, query: InboxQuery) -> InboxCounts:
@@ -250,9 +261,12 @@ def inbox_counts(conn: Connection, query: InboxQuery) -> InboxCounts:
     stmt = (select(CALLS.c.tool, CALLS.c.rule_ids, *_MARKS)
             .where(and_(*_where(query, facets=False)))
             .group_by(CALLS.c.tool, CALLS.c.rule_ids))
-    total, ids, versions, newest, by_tool, by_rule, answer = 0, 0, 0, None, {}, {}, 0
-    for tool, rules, n, id_sum, version_sum, latest, newest_answer in conn.execute(stmt):
-        total, answer = total + int(n), int(newest_answer or 0)
+    total, ids, versions, newest, by_tool, by_rule = 0, 0, 0, None, {}, {}
+    answer, fired, counting = 0, 0, None
+    for tool, rules, n, id_sum, version_sum, latest, newest_answer, newest_fired, due \
+            in conn.execute(stmt):
+        total, answer, fired, counting = total + int(n), int(newest_answer or 0), \
+            int(newest_fired or 0), due
         ids, versions = ids + int(id_sum or 0), versions + int(version_sum or 0)
         if latest is not None and (newest is None or _utc(latest) > _utc(newest)):
             newest = latest
@@ -260,7 +274,7 @@ def inbox_counts(conn: Connection, query: InboxQuery) -> InboxCounts:
         for rule in _rules(rules):
             by_rule[rule] = by_rule.get(rule, 0) + int(n)
     return InboxCounts(total, dict(sorted(by_tool.items())), dict(sorted(by_rule.items())),
-                       _mark(total, ids, versions, newest, answer))
+                       _mark(total, ids, versions, newest, answer, fired, counting))
 
 
 def inbox_mark(engine: Engine, query: InboxQuery) -> str:
@@ -268,9 +282,10 @@ def inbox_mark(engine: Engine, query: InboxQuery) -> str:
     rule aside, as the counts): equal to ``InboxCounts.mark`` of a full read while
     nothing changed, so a poll compares it and reads no page."""
     with begin_read(engine) as conn:
-        total, ids, versions, newest, answer = conn.execute(
+        total, ids, versions, newest, answer, fired, counting = conn.execute(
             select(*_MARKS).where(and_(*_where(query, facets=False)))).one()
-    return _mark(int(total or 0), int(ids or 0), int(versions or 0), newest, int(answer or 0))
+    return _mark(int(total or 0), int(ids or 0), int(versions or 0), newest, int(answer or 0),
+                 int(fired or 0), counting)
 
 
 def _rules(text_: str | None) -> tuple[str, ...]:
