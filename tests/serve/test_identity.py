@@ -51,9 +51,10 @@ def api(server: Running, path: str, assertion: str | None = None, *,
         sent[HEADER] = assertion
     if token is not None:
         sent["Authorization"] = f"Bearer {token}"
+    # A generous timeout: on a loaded 2-core machine a request may wait for a core.
     if body is not None:
-        return httpx.post(server.base + path, json=body, headers=sent)
-    return httpx.get(server.base + path, headers=sent)
+        return httpx.post(server.base + path, json=body, headers=sent, timeout=60)
+    return httpx.get(server.base + path, headers=sent, timeout=60)
 
 
 def refusals(world: World) -> list[tuple[str | None, str]]:
