@@ -14,7 +14,8 @@ Order of work, and why it cannot lose or re-run anything:
    checked again (all calls terminal, every entry one that was exported, each entry's
    hash recomputed from its fields); a task that changed since is left live. The batch
    keeps each entry's hashes (``audit_pruned``) and a tombstone per call
-   (``archived_calls``), deletes the calls' approvals, quota charges, entries and rows,
+   (``archived_calls``), deletes the calls' grants, deadlines, approvals, quota charges,
+   entries and rows,
    and appends its own record to the trail (``pruned.ARCHIVE_TASK``, event ``archived``)
    with the root of the leaves it pruned; all in one commit. A batch whose delete
    meets a concurrent writer (an entry naming one of its calls) rolls back whole and is
@@ -46,6 +47,9 @@ from agent_gate.ledger.backend import begin_read, begin_write, on
 from agent_gate.ledger.chain import as_utc
 from agent_gate.ledger.checkpoints import checkpoints
 from agent_gate.ledger.models import (
+    APPROVAL_DEADLINES,
+    APPROVAL_GRANT_USES,
+    APPROVAL_GRANTS,
     APPROVALS,
     ARCHIVED_CALLS,
     AUDIT_EVENTS,
@@ -189,8 +193,18 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
                 "tasks": len(tasks) - len(kept), "calls": len(pruned_calls),
                 "tree_size": report.tree_size, "tree_root": report.tree_root,
             })
-            for at in range(0, len(pruned_calls), _CHUNK):
-                part = pruned_calls[at:at + _CHUNK]
+            # Children before parents, each over every chunk before the next: a grant's
+            # uses may name calls of another chunk, and a grant names its approval.
+            chunks = [pruned_calls[at:at + _CHUNK] for at in range(0, len(pruned_calls), _CHUNK)]
+            for part in chunks:
+                conn.execute(delete(APPROVAL_GRANT_USES)
+                             .where(APPROVAL_GRANT_USES.c.call_row_id.in_(part)))
+                conn.execute(delete(APPROVAL_DEADLINES)
+                             .where(APPROVAL_DEADLINES.c.call_row_id.in_(part)))
+            for part in chunks:
+                conn.execute(delete(APPROVAL_GRANTS).where(APPROVAL_GRANTS.c.approval_id.in_(
+                    select(APPROVALS.c.id).where(APPROVALS.c.call_row_id.in_(part)))))
+            for part in chunks:
                 conn.execute(delete(APPROVALS).where(APPROVALS.c.call_row_id.in_(part)))
                 conn.execute(delete(QUOTA_CHARGES).where(QUOTA_CHARGES.c.call_row_id.in_(part)))
             for at in range(0, len(ids), _CHUNK):

@@ -19,7 +19,15 @@ from sqlalchemy import create_engine, delete, func, insert, select
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main
 from agent_gate.ledger import Event, Ledger, NewCall
-from agent_gate.ledger.models import ARCHIVED_CALLS, AUDIT_EVENTS, AUDIT_PRUNED, TOOL_CALLS
+from agent_gate.ledger.models import (
+    APPROVAL_DEADLINES,
+    APPROVAL_GRANT_USES,
+    APPROVAL_GRANTS,
+    ARCHIVED_CALLS,
+    AUDIT_EVENTS,
+    AUDIT_PRUNED,
+    TOOL_CALLS,
+)
 
 FUTURE = (datetime.now(UTC) + timedelta(days=1)).isoformat()
 """A cut after every call made in a test: every finished task is older than it."""
@@ -238,3 +246,56 @@ def test_an_archived_call_sent_again_through_gate_never_runs_the_tool(
     assert runs == ["Lisbon"]  # not run a second time
     assert [o.state for o in again.outcomes] == [CallState.SUCCEEDED]
     assert count(db_url, TOOL_CALLS) == 0
+
+
+GRANTS_AND_DEADLINES = """
+version: 1
+tools:
+  tool:
+    effect: write
+    rules:
+      - id: a-person-first
+        effect: approve
+        approval:
+          timeout: 1h
+          grants:
+            - {id: two-more, calls: 2}
+"""
+
+
+def test_archive_prunes_a_task_whose_calls_had_a_grant_and_a_deadline(
+    db_url: str, keys: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A finished task whose approval gave a grant (spent by later calls) and armed a
+    deadline is archived whole: the rows that name its calls and approvals go first,
+    so no foreign key holds the batch back, and its calls are never run again."""
+    key, _ = keys
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(GRANTS_AND_DEADLINES)
+    runs: list[str] = []
+    tools = ToolRegistry()
+
+    @tools.tool(effect="write", idempotency="none")
+    def tool(n: int) -> int:
+        runs.append(f"n{n}")
+        return n
+
+    def call(g: Gate, n: int) -> CallState:
+        return g.execute("granted", {"call_id": f"g{n}", "name": "tool",
+                                     "arguments": {"n": n}}).state
+
+    with Gate(tools, db_url, policy=policy) as g:
+        assert call(g, 1) is CallState.AWAITING_APPROVAL
+        g.approve("g1", by="alice", task_id="granted", grant="two-more")
+        assert [o.state for o in g.resume("granted")] == [CallState.SUCCEEDED]
+        assert [call(g, n) for n in (2, 3)] == [CallState.SUCCEEDED] * 2
+    assert runs == ["n1", "n2", "n3"]
+    assert count(db_url, APPROVAL_GRANTS) == 1 and count(db_url, APPROVAL_DEADLINES) == 1
+    done = cli("audit", "archive", "--before", FUTURE, "--out", tmp_path / "archive",
+               "--signing-key", key, "--db", db_url, "--json")
+    assert done.exit_code == 0, done.output
+    for table in (APPROVAL_GRANTS, APPROVAL_GRANT_USES, APPROVAL_DEADLINES, TOOL_CALLS):
+        assert count(db_url, table) == 0, table.name
+    with Gate(tools, db_url, policy=policy) as g:
+        call(g, 2)  # sent again after the archive: answered from its tombstone
+    assert runs == ["n1", "n2", "n3"]
