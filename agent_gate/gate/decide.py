@@ -343,6 +343,12 @@ class Decider:
         return (f"policy {self.policy_hash} denies call {rec.call_id!r} "
                 f"({', '.join(decision.rule_ids)}); deny it instead")
 
+    def evaluate_arguments(self, rec: CallRecord, arguments: Mapping[str, Any]) -> PolicyDecision:
+        """The policy's decision for ``rec`` were its arguments ``arguments`` (an
+        approver's edit, ``gate.edit``), as the ledger stands."""
+        with self.ledger.reading() as txn:
+            return self._evaluate_in(txn, rec, arguments)
+
     def evaluate_now(self, rec: CallRecord) -> PolicyDecision:
         """The policy's decision for ``rec`` as the ledger stands (outside a write)."""
         arguments, why = self.keys.of(rec)

@@ -316,6 +316,7 @@ class Gate:
         task_id: str | None = None,
         ttl: float | None = DEFAULT_APPROVAL_TTL,
         args_hash: str | None = None,
+        edit: Mapping[str, Any] | None = None,
     ) -> tuple[ApprovalRecord, bool]:
         """A person approves a call that waits for approval; returns it and whether new.
 
@@ -331,8 +332,19 @@ class Gate:
         hash to it, compared inside the approval's transaction, and otherwise raises
         ``AnswerMismatch`` (audited as ``answer_refused``). None: not compared, for
         callers that show nothing (every front end for people passes it).
+
+        ``edit``: argument path -> new JSON value, for fields the policy's approve rule
+        marks ``editable``. The call becomes a new version (checked against the tool's
+        schema and judged again by the policy, ``gate.edit``) and the approval is bound
+        to its new hash; ``EditRefused`` names a field that may not change.
         """
         call_id, task_id = self._name(call, task_id)
+        if edit is not None:
+            from agent_gate.gate.edit import edit_and_approve
+
+            return edit_and_approve(self.ledger, self._decider, call_id, edit, by=by,
+                                    task_id=task_id, reason=reason, ttl=ttl,
+                                    args_hash=args_hash)
         check = self._decider if self.rules is not None else None
         return desk.approve(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
                             ttl=ttl, check=check, args_hash=args_hash)

@@ -49,6 +49,7 @@ __all__ = [
     "approve_waiting",
     "check_options",
     "invoking",
+    "model_result",
     "record_answers",
     "refusal",
     "register",
@@ -267,6 +268,14 @@ class Refusal:
     @property
     def waiting(self) -> bool:
         return self.state is CallState.AWAITING_APPROVAL
+
+
+def model_result(outcome: Outcome) -> Any:
+    """What a framework hands the model for a call that succeeded: the tool's result,
+    or, for a call a person edited before approving, the text that also names the
+    arguments it ran with (``render.tool_output``): the model must not believe it
+    sent what ran."""
+    return tool_output(outcome) if outcome.edited else outcome.result
 
 
 def refusal(outcome: Outcome) -> Refusal | None:

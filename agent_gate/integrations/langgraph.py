@@ -397,7 +397,8 @@ def _finish(message: Result, outcome: Outcome | None, produced: list[Result]) ->
 def _message(name: str, call_id: str, outcome: Outcome) -> ToolMessage:
     why = _bridge.refusal(outcome)
     if why is None:
-        content = outcome.result if outcome.result is not None else ""
+        result = _bridge.model_result(outcome)
+        content = result if result is not None else ""
         return ToolMessage(content=content, name=name, tool_call_id=call_id)
     return _error(name, call_id, why.text)
 

@@ -126,7 +126,7 @@ def _answer(outcome: Outcome) -> Any:
     """The tool's output, or the text the model reads instead (the SDK's tool error)."""
     why = _bridge.refusal(outcome)
     if why is None:
-        return outcome.result
+        return _bridge.model_result(outcome)
     if (
         not outcome.replayed and outcome.state is CallState.FAILED
         and isinstance(outcome.exception, Exception)

@@ -160,7 +160,7 @@ def _answer(outcome: Outcome) -> Any:
     """The tool's result, or pydantic-ai's own way of saying there is none."""
     why = _bridge.refusal(outcome)
     if why is None:
-        return outcome.result
+        return _bridge.model_result(outcome)
     if isinstance(outcome.exception, ModelRetry | ToolFailed) and not outcome.replayed:
         raise outcome.exception  # the tool's own request to the model, this very run
     raise ToolFailed(why.text)

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from agent_gate.policy.edits import ApprovalBlock
 from agent_gate.policy.mcp_rules import McpPolicy
 from agent_gate.policy.netaddr import NAMED_NETWORKS, validate_domain_pattern
 from agent_gate.policy.paths import parse_path
@@ -447,6 +448,14 @@ class Rule(_Model):
     when: Annotated[list[Condition], BeforeValidator(_listify)] = []
     reason: Text | None = None
     mode: Literal["enforce", "shadow"] = "enforce"
+    approval: ApprovalBlock | None = None
+    """What the approver of an approve rule may do besides yes and no (``policy.edits``)."""
+
+    @model_validator(mode="after")
+    def _approval_on_approve(self) -> Rule:
+        if self.approval is not None and self.effect != "approve":
+            raise ValueError("'approval' belongs to a rule with effect: approve")
+        return self
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -454,6 +463,8 @@ class Rule(_Model):
         data = handler(self)
         if isinstance(data, dict) and data.get("mode") == "enforce":
             del data["mode"]
+        if isinstance(data, dict) and data.get("approval") is None:
+            data.pop("approval", None)
         return data
 
 

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from agent_gate.ledger import approvals
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
+from agent_gate.ledger.edits import EditRecord, edits_of
 from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CallRecord
@@ -124,6 +125,8 @@ class CallDetails:
     result_text: str | None
     """The stored result's JSON text, cut at the bound (``result_truncated``)."""
     result_truncated: bool
+    edits: tuple[EditRecord, ...] = ()
+    """Approvers' edits of the arguments, oldest first (``ledger.edits``)."""
 
     @property
     def redacted(self) -> bool:
@@ -152,6 +155,8 @@ class CallDetails:
             "policy_hash": c.policy_hash,
             "rule_ids": list(c.rule_ids),
             "approvals": [a.to_dict() for a in self.approvals],
+            "edited": list(c.edited),
+            "edits": [e.to_dict() for e in self.edits],
             "history": [_entry(e) for e in self.history],
             "attempts": [a.to_dict() for a in self.attempts],
             "lease": {"owner": c.lease_owner, "expires_ms": c.lease_expires_ms},
@@ -214,6 +219,7 @@ def read_details(
         attempts=_attempts(history),
         result_text=shown,
         result_truncated=text is not None and shown != text,
+        edits=edits_of(conn, rec.row_id) if rec.edited else (),
     )
 
 
