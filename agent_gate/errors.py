@@ -59,7 +59,6 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── GateUsageError              the gate called in a way it cannot honour [gate]
     ├── AmbiguousCall               a call id in several tasks; name the task
     ├── ApprovalRefused             this approver, or the policy, may not approve it
-    ├── EditRefused                 an approver's edit: a field not editable, refused
     ├── NotInDoubt                  resolve() of a call that is not in doubt
     ├── OperatorRefused             outside an operator's rights; a name taken [serve]
     ├── UpstreamUnavailable         the MCP proxy's upstream is down: retry  [integrations.mcp]
@@ -695,13 +694,3 @@ class AmbiguousCall(AgentGateError):
 
 class ApprovalRefused(AgentGateError):
     """An approval cannot be given: the policy named for it denies the call."""
-
-
-class EditRefused(AgentGateError):
-    """An approver's edit of a waiting call cannot stand: a field the policy does not
-    mark ``editable``, a value the tool's schema refuses, or edited arguments the
-    policy denies. Nothing changed. ``field`` names the field (never its value)."""
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field

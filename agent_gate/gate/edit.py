@@ -28,7 +28,6 @@ from agent_gate.errors import (
     ApprovalRefused,
     ArgumentsInvalid,
     ArgumentsNotObject,
-    EditRefused,
     NotAwaitingApproval,
 )
 from agent_gate.gate import desk
@@ -37,7 +36,7 @@ from agent_gate.ledger.edits import NewVersion
 from agent_gate.ledger.states import CallState
 from agent_gate.plainjson import canonical_json, sha256_hex
 from agent_gate.policy import Verdict
-from agent_gate.policy.edits import apply_edit, editable_fields
+from agent_gate.policy.edits import EditRefused, apply_edit, editable_fields
 
 if TYPE_CHECKING:
     from agent_gate.gate.decide import Decider

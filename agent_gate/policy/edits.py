@@ -24,17 +24,33 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
-from agent_gate.errors import ArgumentsTooDeep, EditRefused
+from agent_gate.errors import ApprovalRefused, ArgumentsTooDeep
 from agent_gate.plainjson import check_depth, plain_json
 from agent_gate.policy.paths import MISSING, parse_path, resolve
 
 if TYPE_CHECKING:
     from agent_gate.policy.model import PolicyDocument
 
-__all__ = ["MAX_EDITED_FIELDS", "ApprovalBlock", "Edited", "apply_edit", "editable_fields"]
+__all__ = [
+    "MAX_EDITED_FIELDS", "ApprovalBlock", "EditRefused", "Edited", "apply_edit",
+    "editable_fields",
+]
 
 MAX_EDITED_FIELDS: Final = 64
 """Fields one rule may mark editable, and one edit may change."""
+
+
+class EditRefused(ApprovalRefused):
+    """An approver's edit of a waiting call cannot stand: a field the policy does not
+    mark ``editable``, a value the tool's schema refuses, or edited arguments the
+    policy denies. Nothing changed. ``field`` names the field (never its value).
+
+    Why an ``ApprovalRefused``: the approval that came with the edit is refused, and
+    whoever handles a refused approval handles this one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _editable_path(text: str) -> str:

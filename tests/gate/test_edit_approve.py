@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from agent_gate import CallState, Gate, ToolRegistry
-from agent_gate.errors import AnswerMismatch, EditRefused, NotAwaitingApproval
+from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
 from agent_gate.policy import Policy
+from agent_gate.policy.edits import EditRefused
 
 POLICY = """
 version: 1
