@@ -349,6 +349,13 @@ class Gate:
         return desk.approve(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
                             ttl=ttl, check=check, args_hash=args_hash)
 
+    def editable_fields(self, call: CallRecord) -> tuple[str, ...]:
+        """The argument paths a person may edit in ``call`` before approving it
+        (``approve(edit=...)``): its approve rules' ``editable`` under this policy."""
+        from agent_gate.gate.edit import editable_for
+
+        return editable_for(self._decider, call)
+
     def deny(
         self,
         call: str | Outcome,

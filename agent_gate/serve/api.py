@@ -123,6 +123,16 @@ class AnswerBody(BaseModel):
         description="Seconds the approval stays usable (default one day); null: no expiry.")
 
 
+class ApproveBody(AnswerBody):
+    """An approval, perhaps with an edit: editable field paths (the call's ``editable``)
+    to their new JSON values. ``args_hash`` is still what was shown: the edit and the
+    approval apply only to those arguments (412 otherwise)."""
+
+    edit: dict[str, Any] | None = Field(
+        default=None, max_length=64,
+        description="Editable argument fields and their new JSON values (edit then approve).")
+
+
 class ResolveBody(BaseModel):
     """What really happened to a call in doubt, for the arguments shown."""
 
@@ -178,12 +188,14 @@ def find_call(op: Op, service: Service, call: Name,
 
 @router.get("/calls/{ref}", summary="Everything recorded about one call (call show)")
 def call_by_ref(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
-    return call_json(service.details(ref))
+    details = service.details(ref)
+    return {**call_json(details), "editable": list(service.editable(details.call))}
 
 
 @router.post("/calls/{ref}/approve", summary="Approve a waiting call, as it was shown")
-def approve(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in))
+def approve(ref: Ref, body: ApproveBody, op: Op, service: Service) -> dict[str, Any]:
+    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in,
+                                      body.edit))
 
 
 @router.post("/calls/{ref}/deny", summary="Deny a waiting call, as it was shown: it never runs")
