@@ -105,8 +105,8 @@ class _Gated:
             raise GateUsageError(f"the SDK invoked {name!r} without a call id")
         call = {"call_id": call_id, "name": name, "arguments": input_json}
 
-        def run() -> Any:
-            return self.original.on_invoke_tool(ctx, input_json)
+        def run(judged: dict[str, Any]) -> Any:
+            return self.original.on_invoke_tool(ctx, _bridge.input_text(input_json, judged))
 
         with _bridge.invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
