@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from support.schemas import WEATHER
 from gate.test_next_input import anthropic_stream, as_events, chat_stream, gemini_stream
+from support.schemas import WEATHER
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.gate.render import EDITED_NOTE
@@ -102,7 +102,7 @@ def test_anthropic(gate: Gate, ran: list[str]) -> None:
 
 
 def test_gemini(gate: Gate, ran: list[str]) -> None:
-    result, call_id = edited_run(
+    result, _call_id = edited_run(
         gate, lambda: gate.run(gemini_stream(), task_id="t", provider="gemini"))
     assert ran == ["Faro"]
     _, user = result.next_input("gemini")
