@@ -25,8 +25,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("tool_calls") as batch:
-        batch.add_column(sa.Column("edited", sa.Text(), nullable=True))
+    op.add_column("tool_calls", sa.Column("edited", sa.Text(), nullable=True))
     op.create_table(
         "approval_edits",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
@@ -54,5 +53,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index(op.f("ix_approval_edits_call_row_id_id"), table_name="approval_edits")
     op.drop_table("approval_edits")
-    with op.batch_alter_table("tool_calls") as batch:
-        batch.drop_column("edited")
+    # Plain ALTER TABLE on both databases (SQLite 3.35+): a batch drop would copy
+    # tool_calls into a new table, which the rows of audit_events and approvals that
+    # reference it (foreign keys enforced) refuse.
+    op.execute("ALTER TABLE tool_calls DROP COLUMN edited")
