@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_gate.gate import DEFAULT_APPROVAL_TTL
 from agent_gate.ledger.states import CallState
+from agent_gate.ledger.views.details import CallDetails
 from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
 from agent_gate.serve.service import Answer, InboxService, call_json
@@ -183,12 +184,16 @@ def in_doubt(op: Op, service: Service) -> list[dict[str, Any]]:
 def find_call(op: Op, service: Service, call: Name,
               task: Annotated[str | None, Query(min_length=1, max_length=255,
                                                 pattern=NO_NUL)] = None) -> dict[str, Any]:
-    return call_json(service.find(call, task))
+    return _shown(service, service.find(call, task))
 
 
 @router.get("/calls/{ref}", summary="Everything recorded about one call (call show)")
 def call_by_ref(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
-    details = service.details(ref)
+    return _shown(service, service.details(ref))
+
+
+def _shown(service: InboxService, details: CallDetails) -> dict[str, Any]:
+    """One call as the API shows it, with the fields a person may edit before approving."""
     return {**call_json(details), "editable": list(service.editable(details.call))}
 
 
