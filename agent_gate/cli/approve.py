@@ -13,7 +13,8 @@ if the call's arguments no longer hash to it, the ledger refuses the answer
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -50,15 +51,21 @@ if TYPE_CHECKING:
               help="Also give this grant, one the call's approve rule offers "
                    "(approval: grants:): later calls of the tool in the task within its "
                    "bounds run without asking. Needs --policy.")
+@click.option("--set", "edits", multiple=True, metavar="FIELD=JSON",
+              help="Edit a field the policy marks editable before approving (a JSON value: "
+                   "body='\"Hello\"', amount=250); needs --policy and --tools.")
+@click.option("--tools", "tools_spec", default=None, metavar="MODULE[:ATTR]",
+              help="The ToolRegistry whose JSON Schema checks an edit (--set).")
 @expect_hash_option
 @call_options
 def approve_command(
     call_id: str, by: str, reason: str | None, expires_in: str, policy_file: str | None,
-    grant: str | None, expect_hash: str | None, task_id: str | None, url: str | None,
-    as_json: bool,
+    grant: str | None, edits: tuple[str, ...], tools_spec: str | None,
+    expect_hash: str | None, task_id: str | None, url: str | None, as_json: bool,
 ) -> None:
     """Approve CALL_ID, which waits for approval; `agent-gate resume TASK` then runs it once
-    (a call the MCP proxy holds runs in the proxy)."""
+    (a call the MCP proxy holds runs in the proxy). With --set, the approver's edit of
+    editable fields is checked (schema, policy) and approved as the call's new version."""
     from agent_gate.gate.desk import runs_next
 
     ttl = parse_duration(expires_in)
@@ -67,8 +74,29 @@ def approve_command(
     if grant is not None and policy_file is None:
         raise click.UsageError("--grant needs --policy FILE: a grant's terms are the "
                                "policy's, and it is bound to that policy's hash")
+    edit = parse_edits(edits)
+    if edit is not None and (policy_file is None or tools_spec is None):
+        raise click.UsageError("--set needs --policy (which fields are editable) and --tools "
+                               "(the tool's JSON Schema checks the edit)")
+    if grant is not None and edit is not None:
+        raise click.UsageError("--grant and --set are separate answers: approve the edit "
+                               "first, then give a grant on a later call")
     with failures():
-        if policy_file is None:
+        if edit is not None:
+            from agent_gate.cli.replay import load_registry
+
+            assert policy_file is not None and tools_spec is not None
+            with open_gate(url, load_registry(tools_spec), policy=policy_file) as gate:
+                rec = find_call(gate.ledger, call_id, task_id)
+                if not as_json:
+                    acting_on("editing and approving", rec, rec.args_hash)
+                approval, new = gate.approve(call_id, by=who, reason=reason,
+                                             task_id=rec.task_id, ttl=ttl, edit=edit,
+                                             args_hash=expect_hash or rec.args_hash)
+                task = gate.ledger.task(rec.task_id)
+                edited = gate.ledger.find(call_id, rec.task_id)[0].edited
+                given = []
+        elif policy_file is None:
             # The ledger alone: the approval binds to the policy that asked for it.
             from agent_gate.gate import desk
 
@@ -95,9 +123,12 @@ def approve_command(
     granted = given if policy_file is not None else []
     if as_json:
         emit_json({**approval.to_dict(), "new": new, "tool": rec.tool,
-                   "grants": [g.to_dict() for g in granted]})
+                   "grants": [g.to_dict() for g in granted],
+                   **({"edited": list(edited)} if edit is not None else {})})
         return
     verb = "approved" if new else "already approved"
+    if edit is not None and edited:
+        verb = f"edited ({', '.join(printable(f) for f in edited)}) and approved"
     expires = when(approval.expires_at) + " UTC" if approval.expires_at else "never"
     click.echo(f"{verb}: call {printable(approval.call_id)} ({printable(rec.tool)}) of task "
                f"{printable(approval.task_id)} by {approval.decided_by}")
@@ -109,6 +140,31 @@ def approve_command(
                    f"of this task within its bounds run without asking; "
                    f"agent-gate grant revoke {g.id} ends it")
     click.echo(f"next: {printable(runs_next(task.provider if task else None, rec.task_id))}")
+
+
+def parse_edits(pairs: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--set FIELD=JSON`` pairs as an edit (None: none given); a bad one is a usage
+    error naming the field, never echoing the value."""
+    if not pairs:
+        return None
+    edit: dict[str, Any] = {}
+    for pair in pairs:
+        field, sep, text = pair.partition("=")
+        if not sep or not field:
+            raise click.BadParameter("expected FIELD=JSON", param_hint="--set")
+        if field in edit:
+            raise click.BadParameter(f"field {field!r} is set twice", param_hint="--set")
+        try:
+            edit[field] = json.loads(text, parse_constant=_no_constant)
+        except ValueError:
+            raise click.BadParameter(
+                f"the value for field {field!r} is not JSON (a string is quoted: "
+                f"{field}='\"text\"')", param_hint="--set") from None
+    return edit
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @click.command(name="deny")

@@ -39,9 +39,12 @@ from agent_gate.cli._options import (
 @click.option("--sweep-every", "sweep_every", default=None, metavar="DURATION",
               help="Act on passed approval deadlines this often (10s, 1m) or never. "
                    "Default: the config file's sweep_every, else every 10 seconds.")
+@click.option("--tools", "tools_spec", default=None, metavar="MODULE[:ATTR]",
+              help="The ToolRegistry whose JSON Schemas check approvers' edits of editable "
+                   "fields (without it, the inbox and API offer no edit).")
 def serve_command(url: str | None, policy_file: str | None, shadow_file: str | None,
-                  config_file: str | None,
-                  listen: str, checkpoint_every: str | None, sweep_every: str | None) -> None:
+                  config_file: str | None, listen: str, checkpoint_every: str | None,
+                  sweep_every: str | None, tools_spec: str | None) -> None:
     """Serve the JSON API (/api, schema at /openapi.json) and the web inbox (/inbox).
 
     Every route but /health needs an operator's token (`agent-gate operator add NAME
@@ -71,7 +74,13 @@ def serve_command(url: str | None, policy_file: str | None, shadow_file: str | N
         if sweep_every is not None:
             sweep = parse_duration(sweep_every, param_hint="--sweep-every")
             config = config.model_copy(update={"sweep_every": sweep})
-        app = create_app(resolved, gate_policy(policy_file, shadow_file), config=config)
+        registry = None
+        if tools_spec is not None:
+            from agent_gate.cli.replay import load_registry
+
+            registry = load_registry(tools_spec)
+        app = create_app(resolved, gate_policy(policy_file, shadow_file), config=config,
+                         tools=registry)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -435,6 +435,12 @@ class Decider:
         need = answered.requirement_of(self.rules, rec)
         return need.min if need.deny_quorum else 1
 
+    def evaluate_arguments(self, rec: CallRecord, arguments: Mapping[str, Any]) -> PolicyDecision:
+        """The policy's decision for ``rec`` were its arguments ``arguments`` (an
+        approver's edit, ``gate.edit``), as the ledger stands."""
+        with self.ledger.reading() as txn:
+            return self._evaluate_in(txn, rec, arguments)
+
     def evaluate_now(self, rec: CallRecord) -> PolicyDecision:
         """The policy's decision for ``rec`` as the ledger stands (outside a write)."""
         arguments, why = self.keys.of(rec)

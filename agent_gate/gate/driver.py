@@ -264,6 +264,7 @@ class CallDriver:
             call.complete
             and rec.state is not CallState.INCOMPLETE
             and rec.args_hash != new.args_hash
+            and not self._as_sent_before_edit(rec, new.args_hash)
         )
         if conflict:
             return self._conflict(rec, call, new.args_hash, admitted.asked_id, duplicate_of)
@@ -315,6 +316,14 @@ class CallDriver:
         if isinstance(runnable, str) or async_in_loop(runnable[0]):
             return None
         return runnable
+
+    def _as_sent_before_edit(self, rec: CallRecord, args_hash: str) -> bool:
+        """The call seen again as the agent sent it, before an approver edited it: the
+        same call (its new version runs), not a conflict. Read only for edited rows."""
+        if not rec.edited:
+            return False
+        edits = self.ledger.edits(rec)
+        return bool(edits) and edits[0].old_args_hash == args_hash
 
     def _conflict(
         self,

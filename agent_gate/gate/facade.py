@@ -317,6 +317,7 @@ class Gate:
         ttl: float | None = DEFAULT_APPROVAL_TTL,
         args_hash: str | None = None,
         grant: str | None = None,
+        edit: Mapping[str, Any] | None = None,
     ) -> tuple[ApprovalRecord, bool]:
         """A person approves a call that waits for approval; returns it and whether new.
 
@@ -336,11 +337,33 @@ class Gate:
         ``grant``: the id of a grant option the call's approve rule offers (``approval:
         grants:``): the approval then also covers later calls of the tool in the task,
         for the option's time, number of calls and argument bounds (``ledger.grants``).
+
+        ``edit``: argument path -> new JSON value, for fields the policy's approve rule
+        marks ``editable``. The call becomes a new version (checked against the tool's
+        schema and judged again by the policy, ``gate.edit``) and the approval is bound
+        to its new hash; ``EditRefused`` names a field that may not change.
         """
         call_id, task_id = self._name(call, task_id)
+        if edit is not None:
+            from agent_gate.gate.edit import edit_and_approve
+
+            if grant is not None:
+                raise GateUsageError("an edit and a grant are separate answers: approve "
+                                     "the edit, then give a grant on a later call")
+
+            return edit_and_approve(self.ledger, self._decider, call_id, edit, by=by,
+                                    task_id=task_id, reason=reason, ttl=ttl,
+                                    args_hash=args_hash)
         check = self._decider if self.rules is not None else None
         return desk.approve(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
                             ttl=ttl, check=check, args_hash=args_hash, grant=grant)
+
+    def editable_fields(self, call: CallRecord) -> tuple[str, ...]:
+        """The argument paths a person may edit in ``call`` before approving it
+        (``approve(edit=...)``): its approve rules' ``editable`` under this policy."""
+        from agent_gate.gate.edit import editable_for
+
+        return editable_for(self._decider, call)
 
     def deny(
         self,

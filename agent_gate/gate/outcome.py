@@ -54,6 +54,9 @@ class Outcome:
     """The call's arguments as the ledger recorded them: the value the policy judged,
     with the fields it redacts as their stand-ins (never unsealed); None when the
     call never had an argument object (unknown tool, text that is not an object)."""
+    edited: tuple[str, ...] = ()
+    """Argument paths a person edited before approving: the call runs (ran) with
+    ``arguments``, not what the agent sent, and every rendering for the model says so."""
 
     @property
     def ok(self) -> bool:
@@ -79,6 +82,7 @@ class Outcome:
             "code": self.code,
             "attempt": self.attempt,
             **({"duplicate_of": self.duplicate_of} if self.duplicate_of else {}),
+            **({"edited": list(self.edited)} if self.edited else {}),
         }
 
     # The model-facing forms live in ``render``; these keep them one attribute away.
@@ -177,4 +181,5 @@ def outcome_of(
         result_omitted=rec.result_omitted and final is CallState.SUCCEEDED and result is None,
         exception=exception,
         arguments=rec.arguments,
+        edited=rec.edited,
     )

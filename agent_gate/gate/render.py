@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from agent_gate.gate.outcome import Outcome
 
 __all__ = [
-    "PROVIDERS", "approval_response", "model_reason", "render_tool_result", "tool_output",
+    "EDITED_NOTE", "PROVIDERS", "approval_response", "edited_note", "model_reason",
+    "render_tool_result", "tool_output",
 ]
 
 _FIXED_REASONS: dict[str, str] = {
@@ -49,11 +50,27 @@ def model_reason(outcome: Outcome) -> str | None:
     return outcome.reason
 
 
+EDITED_NOTE = ("a person changed these argument fields before approving the call; "
+               "it runs with these arguments, not the ones you sent")
+"""What the model reads beside the result of a call an approver edited."""
+
+
+def edited_note(outcome: Outcome) -> dict[str, Any]:
+    """The arguments an edited call runs with, as the model is told them: the stored
+    form (a field the policy seals stays its stand-in), the fields changed."""
+    return {"fields": list(outcome.edited), "arguments": outcome.arguments,
+            "note": EDITED_NOTE}
+
+
 def tool_output(outcome: Outcome) -> str:
-    """Text the model reads as the tool's result; explicit when nothing ran."""
+    """Text the model reads as the tool's result; explicit when nothing ran, and
+    naming the arguments it ran with when a person edited them (``edited``)."""
     unstorable = outcome.code == RESULT_UNSTORABLE
     succeeded = outcome.state is CallState.SUCCEEDED
     if succeeded and not outcome.result_omitted and not unstorable:
+        if outcome.edited:
+            return json.dumps({"result": outcome.result, "edited": edited_note(outcome)},
+                              ensure_ascii=False, sort_keys=True)
         if isinstance(outcome.result, str):
             return outcome.result
         # Keys sorted, as the ledger keeps them: the text a replay renders from the
@@ -76,6 +93,8 @@ def tool_output(outcome: Outcome) -> str:
     reason = model_reason(outcome)
     if reason:
         body["reason"] = reason
+    if outcome.edited:
+        body["edited"] = edited_note(outcome)
     if outcome.state is CallState.IN_DOUBT:
         body["note"] = (
             "it is unknown whether this call took effect; it will not be retried "

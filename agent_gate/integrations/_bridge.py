@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -48,7 +49,9 @@ __all__ = [
     "ToolOptionsByName",
     "approve_waiting",
     "check_options",
+    "input_text",
     "invoking",
+    "model_result",
     "record_answers",
     "refusal",
     "register",
@@ -68,7 +71,10 @@ _CAREFUL: ToolOptions = {"effect": Effect.WRITE, "idempotency": Idempotency.NONE
 to be re-run blindly, unless its options say otherwise (a policy may only make a
 tool more careful, so the code's default must not be the least careful one)."""
 
-_invocation: contextvars.ContextVar[tuple[str, Callable[[], Any]] | None] = (
+Invocation = Callable[[dict[str, Any]], Any]
+"""The framework's own call of a tool, given the arguments the gate runs it with."""
+
+_invocation: contextvars.ContextVar[tuple[str, Invocation] | None] = (
     contextvars.ContextVar("agent_gate_framework_invocation", default=None)
 )
 
@@ -79,25 +85,26 @@ class _Dispatcher:
     def __init__(self, name: str) -> None:
         self.__name__ = name
 
-    async def __call__(self, **_judged: Any) -> Any:
-        # The judged arguments are those of the invocation set below: the gate
-        # recorded this call with them, and refuses a call id whose arguments differ
-        # (a call matched by its dedupe key has the same deduped values).
+    async def __call__(self, **judged: Any) -> Any:
+        # The judged arguments are those of the invocation set below, unless a person
+        # edited the call before approving it (``Gate.approve(edit=...)``): then they
+        # are the edited version, and the framework's call is made with them.
         held = _invocation.get()
         if held is None or held[0] != self.__name__:
             raise GateUsageError(
                 f"tool {self.__name__!r} belongs to an agent framework and runs only "
                 "inside that framework's run (through its agent_gate adapter)"
             )
-        result = held[1]()
+        result = held[1](judged)
         if inspect.isawaitable(result):
             result = await result
         return result
 
 
 @contextmanager
-def invoking(name: str, run: Callable[[], Any]) -> Iterator[None]:
-    """Within this block, the gate running ``name`` runs ``run`` (sync or async)."""
+def invoking(name: str, run: Invocation) -> Iterator[None]:
+    """Within this block, the gate running ``name`` runs ``run`` (sync or async) with
+    the arguments it judged: the framework's own, or a person's edited version."""
     token = _invocation.set((name, run))
     try:
         yield
@@ -267,6 +274,24 @@ class Refusal:
     @property
     def waiting(self) -> bool:
         return self.state is CallState.AWAITING_APPROVAL
+
+
+def input_text(text: str, judged: Mapping[str, Any]) -> str:
+    """The framework's argument text to invoke a tool with: its own ``text`` when the
+    gate runs those arguments, else the JSON of the ones it runs (a person's edit)."""
+    try:
+        same = json.loads(text) == dict(judged)
+    except ValueError:
+        same = False
+    return text if same else json.dumps(dict(judged), ensure_ascii=False)
+
+
+def model_result(outcome: Outcome) -> Any:
+    """What a framework hands the model for a call that succeeded: the tool's result,
+    or, for a call a person edited before approving, the text that also names the
+    arguments it ran with (``render.tool_output``): the model must not believe it
+    sent what ran."""
+    return tool_output(outcome) if outcome.edited else outcome.result
 
 
 def refusal(outcome: Outcome) -> Refusal | None:

@@ -119,8 +119,8 @@ class GateToolCalls:
         task, call = self._task(request), self._call(request)
         produced: list[Result] = []
 
-        def run() -> Any:
-            produced.append(execute(request))
+        def run(judged: dict[str, Any]) -> Any:
+            produced.append(execute(_with_args(request, judged)))
             return _content(produced[-1])
 
         try:
@@ -141,8 +141,8 @@ class GateToolCalls:
         task, call = self._task(request), self._call(request)
         produced: list[Result] = []
 
-        async def run() -> Any:
-            produced.append(await execute(request))
+        async def run(judged: dict[str, Any]) -> Any:
+            produced.append(await execute(_with_args(request, judged)))
             return _content(produced[-1])
 
         try:
@@ -205,6 +205,13 @@ class GateToolCalls:
         if request.tool is not None:
             self.register(request.tool)
         return {"call_id": call_id, "name": name, "arguments": request.tool_call["args"]}
+
+
+def _with_args(request: ToolCallRequest, judged: dict[str, Any]) -> ToolCallRequest:
+    """``request`` as the gate runs it: the model's own, or a person's edited arguments."""
+    if judged == request.tool_call["args"]:
+        return request
+    return request.override(tool_call={**request.tool_call, "args": judged})
 
 
 def gated_tool_node(
@@ -385,7 +392,11 @@ def _finish(message: Result, outcome: Outcome | None, produced: list[Result]) ->
     ToolNode's error message); the tool's own exception raised again, for the
     ToolNode's ``handle_tool_errors`` to treat as it would without a gate; else ours."""
     if produced:
-        return produced[-1]
+        last = produced[-1]
+        if outcome is not None and outcome.edited and isinstance(last, ToolMessage):
+            # A person edited the call: the model reads the arguments it ran with too.
+            return last.model_copy(update={"content": message.content})
+        return last
     if (
         outcome is not None and not outcome.replayed and outcome.state is CallState.FAILED
         and isinstance(outcome.exception, Exception)
@@ -397,7 +408,8 @@ def _finish(message: Result, outcome: Outcome | None, produced: list[Result]) ->
 def _message(name: str, call_id: str, outcome: Outcome) -> ToolMessage:
     why = _bridge.refusal(outcome)
     if why is None:
-        content = outcome.result if outcome.result is not None else ""
+        result = _bridge.model_result(outcome)
+        content = result if result is not None else ""
         return ToolMessage(content=content, name=name, tool_call_id=call_id)
     return _error(name, call_id, why.text)
 

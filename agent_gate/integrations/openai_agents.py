@@ -105,8 +105,8 @@ class _Gated:
             raise GateUsageError(f"the SDK invoked {name!r} without a call id")
         call = {"call_id": call_id, "name": name, "arguments": input_json}
 
-        def run() -> Any:
-            return self.original.on_invoke_tool(ctx, input_json)
+        def run(judged: dict[str, Any]) -> Any:
+            return self.original.on_invoke_tool(ctx, _bridge.input_text(input_json, judged))
 
         with _bridge.invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
@@ -126,7 +126,7 @@ def _answer(outcome: Outcome) -> Any:
     """The tool's output, or the text the model reads instead (the SDK's tool error)."""
     why = _bridge.refusal(outcome)
     if why is None:
-        return outcome.result
+        return _bridge.model_result(outcome)
     if (
         not outcome.replayed and outcome.state is CallState.FAILED
         and isinstance(outcome.exception, Exception)

@@ -96,8 +96,11 @@ class GatedToolset(WrapperToolset[Any]):
             "arguments": to_jsonable_python(tool_args, by_alias=True),
         }
 
-        def run() -> Any:
-            return self.wrapped.call_tool(name, tool_args, ctx, tool)
+        def run(judged: dict[str, Any]) -> Any:
+            # A person's edit: pydantic-ai's own validator makes the tool's input of it.
+            args = (tool_args if judged == call["arguments"]
+                    else tool.args_validator.validate_python(judged))
+            return self.wrapped.call_tool(name, args, ctx, tool)
 
         with _bridge.invoking(name, run):
             outcome = await self.gate.aexecute(self.task_id, call)
@@ -160,7 +163,7 @@ def _answer(outcome: Outcome) -> Any:
     """The tool's result, or pydantic-ai's own way of saying there is none."""
     why = _bridge.refusal(outcome)
     if why is None:
-        return outcome.result
+        return _bridge.model_result(outcome)
     if isinstance(outcome.exception, ModelRetry | ToolFailed) and not outcome.replayed:
         raise outcome.exception  # the tool's own request to the model, this very run
     raise ToolFailed(why.text)

@@ -34,6 +34,7 @@ from sqlalchemy import (
 __all__ = [
     "APPROVALS",
     "APPROVAL_DEADLINES",
+    "APPROVAL_EDITS",
     "APPROVAL_GRANTS",
     "APPROVAL_GRANT_USES",
     "ARCHIVED_CALLS",
@@ -161,6 +162,9 @@ TOOL_CALLS = Table(
     Column("trace_id", String(32)),
     # The call's own span in that trace (16 hex digits): what a resume links to.
     Column("span_id", String(16)),
+    # JSON list of the argument paths an approver edited (``ledger.edits``): the call
+    # runs with arguments the agent did not send, and is told so. NULL: never edited.
+    Column("edited", Text),
     UniqueConstraint("task_id", "call_id"),
     UniqueConstraint("task_id", "idem_key"),
     # A task's calls by state (resume, a task's recovery) and counted by state for a
@@ -364,6 +368,31 @@ Armed in the transaction that sends the call to a person (``states.Effects.
 arms_deadline``), re-armed when it is sent again; acted on once, by whichever
 sweeper's compare-and-set on ``outcome = 'armed'`` matches (``ledger.deadlines``).
 """
+
+APPROVAL_EDITS = Table(
+    "approval_edits",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+           nullable=False),
+    Column("task_id", String(ID_LEN), nullable=False),
+    Column("call_id", String(ID_LEN), nullable=False),
+    # The approval the editor gave with the edit (bound to ``new_args_hash``).
+    Column("approval_id", Integer, ForeignKey("approvals.id", ondelete="RESTRICT")),
+    Column("edited_by", String(200), nullable=False),
+    # JSON list of the argument paths the edit changed.
+    Column("fields", Text, nullable=False),
+    Column("old_args_hash", String(64), nullable=False),
+    Column("new_args_hash", String(64), nullable=False),
+    # The version the edit replaced, as ``tool_calls`` held it: sealed fields as their
+    # stand-ins in ``old_arguments``, whole only inside ``old_sealed_arguments``.
+    Column("old_arguments", Text),
+    Column("old_sealed_arguments", Text),
+    _at("edited_at"),
+    Index(None, "call_row_id", "id"),
+)
+"""One approver's edit of a waiting call: who, which fields, the hashes before and
+after, and the arguments it replaced (never in clear where the policy seals them)."""
 
 
 QUOTA_CHARGES = Table(

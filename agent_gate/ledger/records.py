@@ -145,6 +145,9 @@ class CallRecord:
     trace_id: str | None = None
     """The trace the call was first seen in (``agent_gate.telemetry``); None without one."""
     span_id: str | None = None
+    edited: tuple[str, ...] = ()
+    """Argument paths an approver edited before approving (``ledger.edits``): the row's
+    arguments are the approver's version, not the agent's; () when never edited."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> CallRecord:

@@ -12,6 +12,9 @@ not a race.
     received --REJECT-----------> rejected             schema / unknown tool / policy deny
     received --REQUIRE_APPROVAL-> awaiting_approval --APPROVE--> authorized
                                                     --DENY-----> rejected
+                                                    --EDIT-----> awaiting_approval
+                                                       an approver's new version of the
+                                                       arguments (``ledger.edits``)
     received --ALLOW------------> authorized
     received --MARK_INCOMPLETE--> incomplete           arguments or response never completed
     authorized --CLAIM----------> executing            committed before the tool runs
@@ -148,6 +151,7 @@ class Event(StrEnum):
     REQUIRE_APPROVAL = "require_approval"
     APPROVE = "approve"
     DENY = "deny"
+    EDIT = "edit"
     MARK_INCOMPLETE = "mark_incomplete"
     CLAIM = "claim"
     SUCCEED = "succeed"
@@ -193,6 +197,9 @@ class Effects:
     arms_deadline: bool = False
     """Arms the deadline the ruling names (an approve rule's ``approval: timeout``) for
     this wait, by the database's clock (``deadlines.arm``)."""
+    rewrites_arguments: bool = False
+    """Replaces ``arguments``, ``sealed_arguments`` and ``args_hash`` with an approver's
+    edited version; the old version is kept in ``approval_edits`` (``ledger.edits``)."""
 
 
 class Arrow(NamedTuple):
@@ -217,6 +224,9 @@ ARROWS: Mapping[tuple[CallState, Event], Arrow] = MappingProxyType(
             S.AUTHORIZED, Effects(charges=True, consumes_approval=True)
         ),
         (S.AWAITING_APPROVAL, E.DENY): Arrow(S.REJECTED, _END),
+        (S.AWAITING_APPROVAL, E.EDIT): Arrow(
+            S.AWAITING_APPROVAL, Effects(rewrites_arguments=True)
+        ),
         (S.AUTHORIZED, E.CLAIM): Arrow(
             S.EXECUTING, Effects(takes_lease=True, new_attempt=True, charges=True)
         ),

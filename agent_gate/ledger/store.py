@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         reads,
     )
     from agent_gate.ledger.deadlines import WaitDeadline
+    from agent_gate.ledger.edits import EditRecord, NewVersion
     from agent_gate.ledger.flows import Decide
     from agent_gate.ledger.grants import GrantRecord
     from agent_gate.ledger.reads import LedgerTxn
@@ -410,6 +411,26 @@ class Ledger:
             self.engine, rec, by=by, reason=reason, expires_ms=expires_ms, ttl_ms=ttl_ms,
             policy_hash=policy_hash, args_hash=args_hash, grant=grant,
         )
+
+    def edit_and_approve(
+        self, rec: CallRecord, new: NewVersion, *, by: str, reason: str | None = None,
+        ttl_ms: int | None = None, policy_hash: str | None = None,
+        shown_hash: str | None = None,
+    ) -> tuple[approvals.ApprovalRecord, CallRecord]:
+        """An approver's edited version of a waiting call and their approval of it, one
+        commit (``ledger.edits``): the row holds ``new``, the old version is kept."""
+        from agent_gate.ledger.edits import edit_and_approve
+
+        return edit_and_approve(self.engine, rec, new, by=by, reason=reason, ttl_ms=ttl_ms,
+                                policy_hash=policy_hash, shown_hash=shown_hash)
+
+    def edits(self, rec: CallRecord) -> tuple[EditRecord, ...]:
+        """The approvers' edits of ``rec``, oldest first (the first names the arguments
+        the agent sent: ``old_args_hash``)."""
+        from agent_gate.ledger.edits import edits_of
+
+        with reading(self.engine) as txn:
+            return edits_of(txn.conn, rec.row_id)
 
     def deny(self, rec: CallRecord, *, by: str, reason: str | None = None,
              args_hash: str | None = None, quorum: int = 1) -> Transition:

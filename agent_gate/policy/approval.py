@@ -18,7 +18,8 @@ A rule that asks for a quorum may not offer grants: one person choosing a grant
 would let later calls past a rule that wants two.
 
 The same block holds the wait's deadline (``timeout``, ``then``: ``policy.deadline``
-says why and how it is kept) and the durations both use (``Timeout``).
+says why and how it is kept), the durations both use (``Timeout``), and the fields an
+approver may edit (``editable``: ``policy.edits``).
 
 A file that uses neither keeps the hash it had before the block existed
 (``Rule``'s serializer drops an absent block).
@@ -43,6 +44,7 @@ from pydantic import (
 )
 
 from agent_gate.policy.deadline import Escalate, Role, Timeout, seconds_of
+from agent_gate.policy.edits import MAX_EDITED_FIELDS, EditablePath
 from agent_gate.policy.values import Truth
 
 if TYPE_CHECKING:
@@ -130,6 +132,9 @@ class RuleApproval(_Model):
     approvers: Quorum | None = None
     timeout: Timeout | None = None
     then: Literal["deny"] | Escalate = "deny"
+    editable: Annotated[list[EditablePath], Field(max_length=MAX_EDITED_FIELDS)] = []
+    """Argument paths the approver may change before approving (``policy.edits``): the
+    edited call is judged again and runs with the new arguments, the agent told so."""
 
     @model_validator(mode="before")
     @classmethod
@@ -152,6 +157,8 @@ class RuleApproval(_Model):
         ids = [g.id for g in self.grants]
         if len(ids) != len(set(ids)):
             raise ValueError("grant ids must be unique within a rule")
+        if len(set(self.editable)) != len(self.editable):
+            raise ValueError("'editable' names a field twice")
         if self.grants and self.approvers is not None and self.approvers.min > 1:
             raise ValueError("a rule that asks for a quorum may not offer grants: one "
                              "approver's grant would let later calls past it")

@@ -448,8 +448,9 @@ class Rule(_Model):
     reason: Text | None = None
     mode: Literal["enforce", "shadow"] = "enforce"
     approval: RuleApproval | None = None
-    """Grants an approver may give, a quorum (``policy.approval``), and the wait's
-    deadline (``policy.deadline``): approve rules only."""
+    """Grants an approver may give, a quorum (``policy.approval``), the wait's deadline
+    (``policy.deadline``), fields the approver may edit (``policy.edits``): approve
+    rules only."""
 
     @model_validator(mode="after")
     def _approval_on_approve(self) -> Rule:

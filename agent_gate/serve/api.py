@@ -153,6 +153,16 @@ class AnswerBody(BaseModel):
                     "rule offers (GET /api/calls/{ref}/approval lists them).")
 
 
+class ApproveBody(AnswerBody):
+    """An approval, perhaps with an edit: editable field paths (the call's ``editable``)
+    to their new JSON values. ``args_hash`` is still what was shown: the edit and the
+    approval apply only to those arguments (412 otherwise)."""
+
+    edit: dict[str, Any] | None = Field(
+        default=None, max_length=64,
+        description="Editable argument fields and their new JSON values (edit then approve).")
+
+
 class ResolveBody(BaseModel):
     """What really happened to a call in doubt, for the arguments shown."""
 
@@ -224,18 +234,23 @@ def in_doubt(op: Op, service: Service, response: Response, after: After = None,
 def find_call(op: Op, service: Service, call: Name,
               task: Annotated[str | None, Query(min_length=1, max_length=255,
                                                 pattern=NO_NUL)] = None) -> dict[str, Any]:
-    return call_json(service.find(call, task))
+    return _shown(service, service.find(call, task))
 
 
 @router.get("/calls/{ref}", summary="Everything recorded about one call (call show)")
 def call_by_ref(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
-    return call_json(service.details(ref))
+    return _shown(service, service.details(ref))
+
+
+def _shown(service: InboxService, details: CallDetails) -> dict[str, Any]:
+    """One call as the API shows it, with the fields a person may edit before approving."""
+    return {**call_json(details), "editable": list(service.editable(details.call))}
 
 
 @router.post("/calls/{ref}/approve", summary="Approve a waiting call, as it was shown")
-def approve(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
+def approve(ref: Ref, body: ApproveBody, op: Op, service: Service) -> dict[str, Any]:
     return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in,
-                                      body.grant))
+                                      grant=body.grant, edit=body.edit))
 
 
 @router.get("/calls/{ref}/approval",

@@ -35,19 +35,22 @@ from agent_gate.serve.identity import IdentityGate
 from agent_gate.serve.proxied import NEW_SESSION
 from agent_gate.serve.service import InboxService, status_of
 from agent_gate.serve.webhooks import Notifier, ServeConfig
+from agent_gate.tools import ToolRegistry
 
 __all__ = ["create_app"]
 
 
 def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
                limiter: LoginLimiter | None = None,
-               config: ServeConfig | None = None) -> FastAPI:
+               config: ServeConfig | None = None,
+               tools: ToolRegistry | None = None) -> FastAPI:
     """The server for the ledger at ``url`` (answers judged under ``policy``, if given;
     ``config``: where links point, the webhooks to send, how often to take an audit
     checkpoint and to sweep approval deadlines, ``webhooks.ServeConfig``; its defaults
-    without one)."""
+    without one; ``tools``: whose JSON Schemas check an approver's edit, none: edits are
+    refused)."""
     config = config if config is not None else ServeConfig()
-    service = InboxService(url, policy)
+    service = InboxService(url, policy, tools)
     notifier = Notifier(url, config) if config.notify or config.mail or config.slack else None
     every = config.checkpoint_every
     signer = (read_signer(Path(config.checkpoint_signing_key))

@@ -45,6 +45,7 @@ from agent_gate.gate.desk import runs_next
 from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
 from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
+from agent_gate.serve.editform import edit_fields, edit_of
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
@@ -279,14 +280,16 @@ def call_page(request: Request, ref: Ref) -> Response:
 def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: ListView,
                revealed: dict[str, Any] | None = None) -> Response:
     service = service_of(request)
-    d = call_json(service.details(ref))
+    details = service.details(ref)
+    d = call_json(details)
     after = replace(view.query(who[0], datetime.now(UTC), limit=1), after=ref, before=None)
     following, _ = service.inbox(after)
     nxt = call_link(following[0].ref) + _qs(view) if following else None
     return _page(request, "call.html", who, d=d, view=view, back=view.href(),
                  back_query=urlencode(view.params()), next_call=nxt,
                  sealed=service.sealed_fields(ref), revealed=revealed,
-                 approval=service.approval_state(ref))
+                 approval=service.approval_state(ref),
+                 editable=edit_fields(d["arguments"], service.editable(details.call)))
 
 
 @router.get("/inbox/call")
@@ -424,9 +427,11 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
                              message=f"Unknown expiry {expiry[:10]!r}.")
             grant = fields.get("grant", "").strip()[:64] or None
             result = service.approve(op, Answer(ref, shown, reason, EXPIRY_CHOICES[expiry],
-                                                grant))
+                                                grant=grant, edit=edit_of(fields)))
             then = runs_next(service.task_provider(result["task_id"]), result["task_id"])
-            text = f"Approved call {result['call_id']} ({result['tool']}); {then}."
+            done = (f"Edited ({', '.join(result['edited'])}) and approved"
+                    if result.get("edited") else "Approved")
+            text = f"{done} call {result['call_id']} ({result['tool']}); {then}."
             text += "".join(f" Grant {g['grant_id']} ({g['option']}) given." for g in
                             result["grants"])
         elif action == "deny":

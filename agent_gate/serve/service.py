@@ -16,7 +16,7 @@ shared between threads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,6 +51,7 @@ from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, settled, task_json
 from agent_gate.policy import Policy
 from agent_gate.policy.approval import quorum_rule_ids
+from agent_gate.policy.edits import EditRefused
 from agent_gate.tools import ToolRegistry
 
 __all__ = ["Answer", "InboxService", "RowResult", "status_of"]
@@ -62,9 +63,12 @@ _MAX_ROW_ID = 2**31 - 1
 
 
 def status_of(exc: AgentGateError) -> int:
-    """The HTTP status of a refused answer: 403 outside one's rights, 404 no such call,
+    """The HTTP status of a refused answer: 422 an edit that cannot stand (a field not
+    editable, the schema, the policy), 403 outside one's rights, 404 no such call,
     409 the call is not in a state for it (or ambiguous), 412 it was given for other
     arguments than the call's (as a failed ``If-Match``), 400 anything else."""
+    if isinstance(exc, EditRefused):
+        return 422
     if isinstance(exc, OperatorRefused | ApprovalRefused):
         return 403
     if isinstance(exc, AnswerMismatch):
@@ -89,6 +93,8 @@ class Answer:
     """Seconds the approval stays usable; None: no expiry."""
     grant: str | None = None
     """A grant option the call's approve rule offers, given with the approval."""
+    edit: Mapping[str, Any] | None = None
+    """Editable argument fields changed before approving (``gate.edit``); None: none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +122,10 @@ def call_json(d: CallDetails) -> dict[str, Any]:
 class InboxService:
     """The server's one gate on the ledger, and every operator action through it."""
 
-    def __init__(self, url: str, policy: str | PolicyAuthorizer | None = None) -> None:
-        self.gate = Gate(ToolRegistry(), url, policy=policy)
+    def __init__(self, url: str, policy: str | PolicyAuthorizer | None = None,
+                 tools: ToolRegistry | None = None) -> None:
+        # ``tools``: only their JSON Schemas are used here, to check an approver's edit.
+        self.gate = Gate(tools if tools is not None else ToolRegistry(), url, policy=policy)
         self.ledger = self.gate.ledger
         self.operators = Operators(self.ledger.engine)
         self.has_policy = policy is not None
@@ -267,11 +275,20 @@ class InboxService:
             self._not_own_call(op, rec)
             approval, new = self.gate.approve(
                 rec.call_id, by=op.name, reason=answer.reason, task_id=rec.task_id,
-                ttl=answer.expires_in, args_hash=answer.args_hash, grant=answer.grant)
+                ttl=answer.expires_in, args_hash=answer.args_hash, grant=answer.grant,
+                edit=answer.edit)
             given = [g.to_dict() for g in self.ledger.grants(task_id=rec.task_id)
                      if g.approval_id == approval.id] if answer.grant else []
+            edited = self._row(answer.ref).edited if answer.edit else ()
         return {**approval.to_dict(), "new": new, "tool": rec.tool, "ref": rec.row_id,
-                "grants": given}
+                "grants": given, **({"edited": list(edited)} if answer.edit else {})}
+
+    def editable(self, rec: CallRecord) -> tuple[str, ...]:
+        """The fields of ``rec`` an approver may edit here: the policy's ``editable``
+        for a call waiting under it, and only with the tool's schema at hand."""
+        if self.gate.tools.get(rec.tool) is None:
+            return ()
+        return self.gate.editable_fields(rec)
 
     def deny(self, op: Operator, answer: Answer) -> dict[str, Any]:
         with self._held():

@@ -196,10 +196,14 @@ def test_a_ledger_written_at_0006_works_after_db_upgrade(
         Ledger(fresh_pg.url)
     with monkeypatch.context() as patched:  # this code, on the schema as 0006 left it
         patched.setattr(store, "ensure_schema", lambda *_a, **_k: None)
+        # ... and the one tool_calls column added since (``edited``, 0014), which every
+        # read of a call names: there while this code runs, dropped before the upgrade.
+        _alter(fresh_pg.url, "ADD COLUMN edited TEXT")
         with Gate(tools, Ledger(fresh_pg.url, storage="core")) as gate:
             for n in range(3):
                 call = {"call_id": f"old{n}", "name": "noop", "arguments": {"n": n}}
                 assert gate.execute(f"t{n % 2}", call).state is CallState.SUCCEEDED
+        _alter(fresh_pg.url, "DROP COLUMN edited")
     result = cli("db", "upgrade", "--db", fresh_pg.url)
     assert result.returncode == 0, result.stderr
     assert _ledger_functions(fresh_pg.url) == {"agent_gate_audit_append", "agent_gate_expect",
@@ -219,6 +223,15 @@ def test_a_ledger_written_at_0006_works_after_db_upgrade(
     finally:
         engine.dispose()
     assert _ledger_functions(fresh_pg.url) == set()
+
+
+def _alter(url: str, change: str) -> None:
+    engine = create_ledger_engine(url)
+    try:
+        with begin_write(engine) as conn:
+            conn.exec_driver_sql(f"ALTER TABLE tool_calls {change}")
+    finally:
+        engine.dispose()
 
 
 def _waiting_for_advisory_locks(admin: Engine, schema: PgSchema) -> int:

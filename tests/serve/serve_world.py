@@ -42,6 +42,7 @@ tools:
       - id: mail-needs-a-person
         effect: approve
         reason: Every mail is read by a person first.
+        approval: {editable: [subject, body]}
   refund:
     effect: write
     idempotency: none
@@ -165,12 +166,13 @@ class Running:
 
 @contextmanager
 def serving(world: World, config: ServeConfig | None = None, *,
-            policy: bool = True) -> Iterator[Running]:
+            policy: bool = True, tools: bool = False) -> Iterator[Running]:
     """``create_app`` under uvicorn on a loopback port of its own, until the block ends
-    (judging approvals under the world's policy, or with none)."""
+    (judging approvals under the world's policy, or with none; ``tools``: with the
+    world's tool schemas, which approvers' edits are checked against)."""
     limiter = LoginLimiter()
     app = create_app(world.url, str(world.policy) if policy else None, limiter=limiter,
-                     config=config)
+                     config=config, tools=world.tools() if tools else None)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -13,12 +13,14 @@ kept. The same facts travel as ``_meta`` under ``agent-gate/*`` keys for program
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import mcp.types as mt
 from pydantic import ValidationError
 
 from agent_gate.gate import Outcome
+from agent_gate.gate.render import edited_note
 from agent_gate.integrations.mcp.upstream import reported_result
 from agent_gate.ledger.states import CallState
 
@@ -61,6 +63,13 @@ def _ran(outcome: Outcome, meta: dict[str, Any]) -> mt.CallToolResult:
     except ValidationError:
         return _text(f"call {outcome.call_id} ran; its stored result is not a tool result", meta)
     result.meta = {**(result.meta or {}), **meta}
+    if outcome.edited:
+        # The client's model sent other arguments: it reads the ones that ran.
+        note = edited_note(outcome)
+        result.meta["agent-gate/edited"] = note
+        result.content = [*result.content, mt.TextContent(
+            type="text", text="agent-gate: " + json.dumps(note, ensure_ascii=False,
+                                                          sort_keys=True))]
     return result
 
 

@@ -24,6 +24,7 @@ from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
 from agent_gate.ledger.backend import begin_read
 from agent_gate.ledger.deadlines import WaitDeadline
+from agent_gate.ledger.edits import EditRecord, edits_of
 from agent_gate.ledger.models import AUDIT_EVENTS, SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CALL_COLUMNS, CALLS, CallRecord, call_record
@@ -131,6 +132,8 @@ class CallDetails:
     result_truncated: bool
     deadline: WaitDeadline | None = None
     """The deadline of its wait for a person (an approve rule's ``approval: timeout``)."""
+    edits: tuple[EditRecord, ...] = ()
+    """Approvers' edits of the arguments, oldest first (``ledger.edits``)."""
 
     @property
     def redacted(self) -> bool:
@@ -160,6 +163,8 @@ class CallDetails:
             "rule_ids": list(c.rule_ids),
             "approvals": [a.to_dict() for a in self.approvals],
             "deadline": self.deadline.to_dict() if self.deadline is not None else None,
+            "edited": list(c.edited),
+            "edits": [e.to_dict() for e in self.edits],
             "history": [_entry(e) for e in self.history],
             "attempts": [a.to_dict() for a in self.attempts],
             "lease": {"owner": c.lease_owner, "expires_ms": c.lease_expires_ms},
@@ -209,7 +214,8 @@ def read_details(
         ).mappings()
     )
     return _assemble(rec, history, approvals.answers(conn, rec.row_id), max_shown,
-                     deadlines.of_call(txn, rec))
+                     deadlines.of_call(txn, rec),
+                     edits_of(conn, rec.row_id) if rec.edited else ())
 
 
 def details_page(
@@ -219,7 +225,8 @@ def details_page(
     """The details of the calls in ``states`` (swept states, across tasks), a page at a
     time in ``ref`` order after ``after``, in one snapshot and four statements
     whatever the page holds: its rows, their trails, their answers, their deadlines
-    (read one call at a time, a page of 10,000 waiting calls was 30,001 statements)."""
+    (read one call at a time, a page of 10,000 waiting calls was 30,001 statements),
+    and one more for each call an approver edited (rare: edits are a person's work)."""
     values = [s.value for s in states]
     if not set(values) <= set(SWEPT_STATES):
         raise ValueError("a page of details lists swept states only")
@@ -236,13 +243,14 @@ def details_page(
                 trails[int(r["call_row_id"])].append(record_of(r))
         answers = approvals.answers_of(conn, ids)
         waits = deadlines.of_calls(conn, recs)
+        edits = {r.row_id: edits_of(conn, r.row_id) for r in recs if r.edited}
     return [_assemble(r, tuple(trails[r.row_id]), answers[r.row_id], max_shown,
-                      waits.get(r.row_id)) for r in recs]
+                      waits.get(r.row_id), edits.get(r.row_id, ())) for r in recs]
 
 
 def _assemble(rec: CallRecord, history: tuple[AuditRecord, ...],
               answers: list[ApprovalRecord], max_shown: int,
-              deadline: WaitDeadline | None) -> CallDetails:
+              deadline: WaitDeadline | None, edits: tuple[EditRecord, ...]) -> CallDetails:
     text = None if rec.result is None and rec.result_sha256 is None else json.dumps(
         rec.result, ensure_ascii=False, sort_keys=True)
     if rec.result_omitted:
@@ -258,6 +266,7 @@ def _assemble(rec: CallRecord, history: tuple[AuditRecord, ...],
         result_text=shown,
         result_truncated=text is not None and shown != text,
         deadline=deadline,
+        edits=edits,
     )
 
 

@@ -1,0 +1,161 @@
+"""Edit then approve: the ``approval: {editable: [...]}`` block of an approve rule,
+and an approver's changes applied to a call's arguments.
+
+Why a person may change arguments at all: an approver who sees a mail to the right
+customer with one wrong sentence should not have to deny it and wait for the agent
+to try again. Why only the fields the policy names: the policy author decides what a
+person may change without the agent (a mail's body) and what would make it another
+call altogether (its recipient). Everything here is pure: the gate re-validates the
+edited arguments against the tool's JSON Schema and has the policy judge them again
+(``gate.edit``); the ledger keeps both versions (``ledger.edits``).
+
+Which fields are editable for a call: those every approve rule that sent it to a
+person marks editable (the intersection: a rule that names no ``editable`` list, or a
+limit that asked for approval, lets nothing be edited). Paths are the policy's argument
+paths (``body``, ``message.subject``, a ``/json/pointer``); no ``*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from copy import deepcopy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+from pydantic import AfterValidator, StrictStr
+
+from agent_gate.errors import ApprovalRefused, ArgumentsTooDeep
+from agent_gate.plainjson import check_depth, plain_json
+from agent_gate.policy.paths import MISSING, parse_path, resolve
+
+if TYPE_CHECKING:
+    from agent_gate.policy.model import PolicyDocument
+
+__all__ = [
+    "MAX_EDITED_FIELDS",
+    "EditRefused",
+    "EditablePath",
+    "Edited",
+    "apply_edit",
+    "editable_fields",
+]
+
+MAX_EDITED_FIELDS: Final = 64
+"""Fields one rule may mark editable, and one edit may change."""
+
+
+class EditRefused(ApprovalRefused):
+    """An approver's edit of a waiting call cannot stand: a field the policy does not
+    mark ``editable``, a value the tool's schema refuses, or edited arguments the
+    policy denies. Nothing changed. ``field`` names the field (never its value).
+
+    Why an ``ApprovalRefused``: the approval that came with the edit is refused, and
+    whoever handles a refused approval handles this one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _editable_path(text: str) -> str:
+    parse_path(text)  # no wildcard: an edit names one field
+    return text
+
+
+EditablePath = Annotated[StrictStr, AfterValidator(_editable_path)]
+
+
+def editable_fields(
+    document: PolicyDocument, tool: str, rule_ids: Iterable[str]
+) -> tuple[str, ...]:
+    """The fields an approver may edit in a call of ``tool`` that the rules ``rule_ids``
+    sent to a person: those every one of those approve rules marks editable."""
+    ids = set(rule_ids)
+    entry = document.tools.get(tool)
+    rules = [*(entry.rules if entry is not None else ()),
+             *(r for r in document.rules if r.tools is None or tool in r.tools)]
+    asking = [r for r in rules if r.id in ids and r.effect == "approve"]
+    if not asking or {r.id for r in asking} != ids:
+        # Nothing asked, or something besides an approve rule did (a limit, Cedar):
+        # none of those names a field a person may change.
+        return ()
+    first = asking[0].approval.editable if asking[0].approval else []
+    rest = [set(r.approval.editable if r.approval else ()) for r in asking[1:]]
+    return tuple(f for f in first if all(f in other for other in rest))
+
+
+@dataclass(frozen=True, slots=True)
+class Edited:
+    """Arguments after an approver's edit, and which fields it really changed."""
+
+    arguments: dict[str, Any]
+    fields: tuple[str, ...]
+    """Editable paths whose value differs from the call's (in the edit's order)."""
+
+
+def apply_edit(
+    arguments: Mapping[str, Any], edit: Mapping[str, Any], editable: Sequence[str]
+) -> Edited:
+    """``arguments`` with ``edit`` (path -> new JSON value) applied; ``EditRefused``
+    naming the first field that is not editable, not JSON, or has no place to go.
+    Messages name fields, never values."""
+    if not isinstance(edit, Mapping) or not edit:
+        raise EditRefused("an edit names at least one field and its new value")
+    if len(edit) > MAX_EDITED_FIELDS:
+        raise EditRefused(f"an edit changes at most {MAX_EDITED_FIELDS} fields")
+    allowed = set(editable)
+    result = deepcopy(dict(arguments))
+    changed: list[str] = []
+    for field, value in edit.items():
+        if not isinstance(field, str) or field not in allowed:
+            shown = field if isinstance(field, str) else type(field).__name__
+            listed = ", ".join(editable) if editable else "none"
+            raise EditRefused(
+                f"field {shown!r} is not editable for this call (editable: {listed})",
+                field=shown if isinstance(field, str) else None,
+            )
+        if not plain_json(value):
+            raise EditRefused(f"the new value of field {field!r} is not JSON data", field=field)
+        try:
+            check_depth(value)
+        except ArgumentsTooDeep:
+            raise EditRefused(f"the new value of field {field!r} nests too deeply",
+                              field=field) from None
+        path = parse_path(field)
+        if resolve(result, path) == value and resolve(result, path) is not MISSING:
+            continue
+        _set(result, path, deepcopy(value), field)
+        changed.append(field)
+    return Edited(result, tuple(changed))
+
+
+def _set(target: dict[str, Any], path: tuple[str, ...], value: Any, field: str) -> None:
+    """Put ``value`` at ``path``: every step but the last must exist (an edit changes a
+    field of the call, it does not invent structure)."""
+    current: Any = target
+    for segment in path[:-1]:
+        current = _step(current, segment, field)
+    last = path[-1]
+    if isinstance(current, dict):
+        current[last] = value
+    elif isinstance(current, list) and _index(last, len(current)) is not None:
+        current[_index(last, len(current))] = value  # type: ignore[index]
+    else:
+        raise EditRefused(f"field {field!r} has no place in the call's arguments", field=field)
+
+
+def _step(current: Any, segment: str, field: str) -> Any:
+    if isinstance(current, dict) and segment in current:
+        return current[segment]
+    if isinstance(current, list):
+        index = _index(segment, len(current))
+        if index is not None:
+            return current[index]
+    raise EditRefused(f"field {field!r} has no place in the call's arguments", field=field)
+
+
+def _index(segment: str, length: int) -> int | None:
+    if not segment.isascii() or not segment.isdigit() or (len(segment) > 1 and segment[0] == "0"):
+        return None
+    index = int(segment)
+    return index if index < length else None
