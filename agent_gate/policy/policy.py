@@ -25,7 +25,7 @@ from agent_gate.policy.conditions import EvalContext
 from agent_gate.policy.evaluator import CompiledRule, Delegate, LimitRule, Sequencing, decide
 from agent_gate.policy.loader import load_located, prior_tools
 from agent_gate.policy.model import PolicyDocument
-from agent_gate.policy.redaction import RedactionRule, redact_arguments
+from agent_gate.policy.redaction import RedactionRule
 from agent_gate.policy.values import (
     PolicyDecision,
     Principal,
@@ -324,13 +324,3 @@ class Policy:
     def result_redaction_rules(self, tool: str) -> tuple[RedactionRule, ...]:
         """``redact_result`` paths for ``tool``'s results: policy-wide plus the tool's own."""
         return self._result_redaction.get(tool, self._common_result_redaction)
-
-    def redact(
-        self, tool: str, arguments: Mapping[str, Any], *, key: bytes | None = None
-    ) -> dict[str, Any]:
-        """``arguments`` with every field the policy names for ``tool`` redacted.
-
-        Pass a secret ``key`` to store keyed digests (HMAC-SHA256) that cannot be
-        reversed by guessing short values.
-        """
-        return redact_arguments(arguments, self.redaction_rules(tool), key=key)
