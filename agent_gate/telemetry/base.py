@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
-from agent_gate.telemetry import CALL_LOG, MIGRATE_LOG, STREAM_LOG
+from agent_gate.telemetry.logs import CALL_LOG, MIGRATE_LOG, STREAM_LOG
 
 __all__ = [
     "CALL_LOG",
