@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command] = {
                     "Run the whole pipeline on a recorded answer: no API key, no server."),
     "deny": Command("approve", "deny_command",
                     "Deny a call that waits for approval: it never runs."),
+    "grant": Command("grant", "grant_group",
+                     "List or revoke the grants approvers gave (approvals covering more calls)."),
     "mcp": Command("mcp", "mcp_group",
                    "Put the gate in front of an MCP server (every tools/call gated)."),
     "operator": Command("operator", "operator_group",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import click
 from rich.console import Console
@@ -25,7 +25,7 @@ from agent_gate.cli._options import db_option, json_option
 from agent_gate.errors import LedgerConfigError, PolicyLoadError
 from agent_gate.gate.backtest import BacktestReport, Change, Unjudged, backtest
 from agent_gate.gate.shadow_report import ShadowDiff, ShadowReport, shadow_report
-from agent_gate.policy import Policy
+from agent_gate.policy import Policy, Verdict
 
 __all__ = ["backtest_command", "shadow_report_command"]
 
@@ -38,6 +38,22 @@ def _ids(items: Sequence[Change | Unjudged | ShadowDiff], shown: int = SHOWN) ->
     names = [f"{c.call.task_id}/{c.call.call_id}" for c in items[:shown]]
     more = f" (+{len(items) - shown} more)" if len(items) > shown else ""
     return ", ".join(names) + more
+
+
+def _by_rule(
+    title: str, moves_column: str,
+    rules: Mapping[str, Sequence[tuple[Verdict, Verdict, Change | ShadowDiff]]],
+) -> Table:
+    """One table for both reports: per rule, how many calls, which verdict moves
+    (``before -> after``) and the first call ids."""
+    table = Table(title=title, title_justify="left")
+    for column in ("rule", "calls", moves_column, "call ids"):
+        table.add_column(column, overflow="fold")
+    for rule_id, items in rules.items():
+        moves = sorted({f"{before.value} -> {after.value}" for before, after, _ in items})
+        table.add_row(Text(rule_id), Text(str(len(items))), Text(", ".join(moves)),
+                      Text(_ids([call for _, _, call in items])))
+    return table
 
 
 def _print(report: BacktestReport) -> None:
@@ -59,14 +75,9 @@ def _print(report: BacktestReport) -> None:
                           Text(after.value, style=_STYLE[after.value]),
                           Text(str(len(items))), Text(_ids(items)))
         console.print(table)
-        table = Table(title="by the draft's deciding rule", title_justify="left")
-        for column in ("rule", "calls", "changes", "call ids"):
-            table.add_column(column, overflow="fold")
-        for rule_id, items in report.by_rule().items():
-            moves = sorted({f"{c.before.value} -> {c.after.value}" for c in items})
-            table.add_row(Text(rule_id), Text(str(len(items))), Text(", ".join(moves)),
-                          Text(_ids(items)))
-        console.print(table)
+        console.print(_by_rule("by the draft's deciding rule", "changes", {
+            rule_id: [(c.before, c.after, c) for c in items]
+            for rule_id, items in report.by_rule().items()}))
     for why, unjudged in report.by_reason().items():
         say(f"cannot judge {len(unjudged)}: {why}: {_ids(unjudged)}")
 
@@ -113,14 +124,9 @@ def _print_shadow(report: ShadowReport) -> None:
                   markup=False, highlight=False, soft_wrap=True)
     if not report.diffs:
         return
-    table = Table(title="by the shadow decision's rule", title_justify="left")
-    for column in ("rule", "calls", "enforced -> shadow", "call ids"):
-        table.add_column(column, overflow="fold")
-    for rule_id, items in report.by_rule().items():
-        moves = sorted({f"{d.enforced.value} -> {d.shadow.value}" for d in items})
-        table.add_row(Text(rule_id), Text(str(len(items))), Text(", ".join(moves)),
-                      Text(_ids(items)))
-    console.print(table)
+    console.print(_by_rule("by the shadow decision's rule", "enforced -> shadow", {
+        rule_id: [(d.enforced, d.shadow, d) for d in items]
+        for rule_id, items in report.by_rule().items()}))
 
 
 @click.option("--since", "since", default=None, metavar="WHEN",

@@ -27,8 +27,9 @@ from agent_gate.cli._options import (
               help="Judge approvals under this policy (its approvers, self_approval).")
 @shadow_option
 @click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
-              help="A YAML file: base_url for links, and notify: the webhooks to send "
-                   "(see agent_gate.serve.webhooks).")
+              help="A YAML file: base_url for links, notify:/mail:/slack: the channels "
+                   "to tell people on, identity: operators from an identity provider's "
+                   "signed assertion (see agent_gate.serve.webhooks and .identity).")
 @click.option("--listen", default="127.0.0.1:8765", show_default=True, metavar="HOST:PORT",
               help="Where to listen (port 0: any free port, printed). Plain HTTP: keep it "
                    "on loopback or behind a TLS proxy.")
@@ -40,8 +41,9 @@ def serve_command(url: str | None, policy_file: str | None, shadow_file: str | N
                   listen: str, checkpoint_every: str | None) -> None:
     """Serve the JSON API (/api, schema at /openapi.json) and the web inbox (/inbox).
 
-    Every route but /health needs an operator's token: `agent-gate operator add NAME
-    --approve TOOLS` prints one. The server also takes the audit trail's checkpoints
+    Every route but /health needs an operator's token (`agent-gate operator add NAME
+    --approve TOOLS` prints one), or the identity provider's assertion when the
+    config file's identity: section names one. The server also takes the audit trail's checkpoints
     (--checkpoint-every). Stop with Ctrl-C.
     """
     host, port = parse_listen(listen, any_port=True)

@@ -11,8 +11,10 @@ transition and by the draft's deciding rule, plus every call the draft cannot ju
 saw it, or decided by no policy file).
 
 Usage and history are replayed per task in arrival order: a call counts toward the
-draft's limits (and its ``not_after``) when it was in fact authorized, and toward
-``after`` / ``prior:`` when it in fact succeeded, whatever the draft would have said;
+draft's limits when the live gate holds its charges (it was authorized and not
+refunded: a call found not applied holds none), toward its ``not_after`` when it
+was in fact authorized, and toward ``after`` / ``prior:`` when it in fact
+succeeded, whatever the draft would have said;
 the draft's limits are computed over the draft's own counters. A limit beyond one
 task (``per: principal``, ``per: all``) or in a window counts as the live gate
 counts it: every counted call of the principal's tasks (or of every task) that
@@ -38,6 +40,7 @@ from typing import Any, Final, cast
 from agent_gate.authorize import principal_from_json, scope_from_json
 from agent_gate.gate.admission import Arguments
 from agent_gate.ledger.history import PastCall, past_calls
+from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
 from agent_gate.policy import Policy, PolicyDecision, Principal, TaskHistory, TaskScope, Verdict
@@ -49,6 +52,20 @@ COUNTED_STATES: Final = frozenset({
     CallState.IN_DOUBT,
 })
 """States a call reaches only once authorized: it was charged to its task's counters."""
+
+REFUNDED: Final = frozenset({ReasonCode.RESOLVED, ReasonCode.RECONCILED})
+"""The codes an ``authorized`` row carries after its in-doubt write was found not
+applied (``states.RECONCILED``'s ``not_applied``, a person's ``resolve``): its charges
+were given back (``quota.refund``) and count toward nothing until it runs again; the
+idempotent retry that keeps them (``states.KEEPS_CHARGES``) leaves another code."""
+
+
+def _charged(rec: PastCall) -> bool:
+    """Whether the live gate holds the call's charges: it was authorized, and not
+    refunded since (a refunded call claimed again is charged again, and moves on)."""
+    if rec.state is CallState.AUTHORIZED:
+        return rec.reason_code not in REFUNDED
+    return rec.state in COUNTED_STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +227,7 @@ def _scoped_charges(draft: Policy, keys: Arguments, url: str, since: datetime | 
     scoped = _Scoped()
     for rec in past_calls(url, since=since, task=task):
         limits = [limit for limit in draft.limits(rec.tool) if limit.scoped]
-        if not limits or rec.state not in COUNTED_STATES:
+        if not limits or not _charged(rec):
             continue
         arguments, _ = keys.of(cast(CallRecord, rec))
         if arguments is None:
@@ -266,8 +283,9 @@ def backtest(
                                       after.rule_ids))
             elif tuple(sorted(after.rule_ids)) != tuple(sorted(before_rules)):
                 other_rules += 1
-        if rec.state in COUNTED_STATES:
+        if _charged(rec):
             _charge(draft, rec.tool, arguments, current)
+        if rec.state in COUNTED_STATES:  # it may run: ``not_after`` counts it, as live
             current.authorized.add(rec.tool)
         if rec.state is CallState.SUCCEEDED:
             current.succeeded[rec.tool] = arguments

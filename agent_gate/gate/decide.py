@@ -29,14 +29,18 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json, scope_from_json
-from agent_gate.errors import GateUsageError
+from agent_gate.errors import ApprovalRefused, GateUsageError
+from agent_gate.gate import answered
 from agent_gate.gate.admission import Arguments, stable_key
+from agent_gate.ledger.answers import GrantTerms
+from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.reads import LedgerTxn
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import CallRecord, Ruling
 from agent_gate.ledger.states import CallState, Event, verdict_arrow
 from agent_gate.ledger.store import Ledger
 from agent_gate.policy import PolicyDecision, Principal, TaskHistory, TaskScope, Verdict
+from agent_gate.policy.approval import Requirement
 from agent_gate.privacy.scrub import bound
 from agent_gate.telemetry import Observer
 from agent_gate.tools import (
@@ -214,14 +218,18 @@ class Decider:
         arguments, _ = self.keys.of(rec)
         assert arguments is not None  # the ruling / the claim's hash check saw them
         decision = self._evaluate_in(txn, rec, arguments, besides=rec.row_id if recheck else None)
-        if decision.shadow is not None and not recheck:
-            self.observer.shadow(rec.task_id, rec.call_id, rec.tool, decision.effect.value,
-                                 decision.shadow.effect.value, decision.shadow.rule_ids)
         detail, changes, reason = _decision_record(decision)
         allowed = decision.effect is Verdict.ALLOW
         event, code = verdict_arrow(
             CallState.AUTHORIZED if recheck else CallState.RECEIVED, decision.effect
         )
+        if decision.effect is Verdict.APPROVE:  # a grant may stand for the person
+            base = Ruling(event, detail=detail, changes=changes,
+                          charges=self.rules.charges(rec.tool, arguments))
+            covered = (answered.still_granted(txn, self.rules, rec, base) if recheck else
+                       answered.granted(txn, self.rules, rec, arguments, decision, base))
+            if covered is not None:
+                return covered
         if event is Event.CLAIM:  # charged again only if a refund gave its charges back
             return Ruling(event, detail=detail, changes=changes,
                           charges=self.rules.charges(rec.tool, arguments))
@@ -234,6 +242,19 @@ class Decider:
             charges=self.rules.charges(rec.tool, arguments) if allowed else {},
             changes=changes,
         )
+
+    def observe(self, rec: CallRecord, ruling: Ruling | None) -> None:
+        """Count a committed decision's shadow evaluation (metrics, log), once.
+
+        Called after the transaction that applied ``ruling`` committed, never from
+        inside it: a write transaction may run its body twice (a pipelined intake
+        whose guessed row id was taken runs again, ``backend.transact``), and a
+        decision that was asked for but not committed was never taken."""
+        detail = ruling.detail if ruling is not None and ruling.detail is not None else {}
+        shadow = detail.get("shadow")
+        if isinstance(shadow, Mapping):  # only a policy file's decision records one
+            self.observer.shadow(rec.task_id, rec.call_id, rec.tool, str(detail["verdict"]),
+                                 str(shadow["verdict"]), tuple(shadow["rule_ids"]))
 
     # ------------------------------------------------------------ claims
 
@@ -274,22 +295,21 @@ class Decider:
         by a permitted approver, and the policy does not deny the call now.
         ``refused`` collects an approver refusal, which the caller audits."""
         assert self.rules is not None
-        approval = txn.latest_approval(current.row_id)
+        need = answered.requirement_of(self.rules, current)
+        if need.quorum:
+            counted, short = answered.quorum(
+                txn, current, need, lambda a: self._quorum_refusal(txn, current, arguments, a,
+                                                                   need))
+            if short is not None:
+                return Ruling(None, reason=short)
+            approval, others = counted[-1], tuple(a.id for a in counted[:-1])
+        else:
+            approval, others = txn.latest_approval(current.row_id), ()
         if approval is None:
             return Ruling(None, reason="no approval has been given")
-        problem = approval.unusable(
-            args_hash=self.keys.hash_for(current, arguments),
-            stored_args_hash=current.args_hash,
-            policy_hash=self.rules.hash,
-        )
+        problem = self._quorum_refusal(txn, current, arguments, approval, need, refused)
         if problem is not None:
             return Ruling(None, reason=problem)
-        refusal = self.approver_refusal(current, approval.decided_by, txn)
-        if refusal is not None:
-            refused.append(refusal)
-            return Ruling(
-                None, reason=f"approved, but {refusal}; a permitted approver must approve it"
-            )
         decision = self._evaluate_in(txn, current, arguments)
         detail, changes, reason = _decision_record(decision)
         event, code = verdict_arrow(CallState.AWAITING_APPROVAL, decision.effect)
@@ -301,15 +321,45 @@ class Decider:
                 detail,
                 changes=changes,
             )
+        by = [approval.decided_by] if not others else sorted(
+            {approval.decided_by, *(a.decided_by for a in counted[:-1])})
         return Ruling(
             event,
             code,
-            f"approved by {approval.decided_by}"
+            f"approved by {', '.join(by)}"
             + (f": {bound(approval.reason, 200)}" if approval.reason else ""),
-            {**detail, "approved_by": approval.decided_by},
+            {**detail, "approved_by": by[0] if len(by) == 1 else by},
             charges=self.rules.charges(current.tool, arguments),
             approval_id=approval.id,
+            quorum_ids=others,
         )
+
+    def _quorum_refusal(
+        self, txn: LedgerTxn, current: CallRecord, arguments: Mapping[str, Any],
+        approval: ApprovalRecord, need: Requirement, refused: list[str] | None = None,
+    ) -> str | None:
+        """Why ``approval`` does not count for ``current`` now: unusable (spent, expired,
+        other arguments, another policy), or its approver is refused by the tool's
+        approvers or lacks the quorum's roles (``refused`` collects that, to audit)."""
+        assert self.rules is not None
+        problem = approval.unusable(
+            args_hash=self.keys.hash_for(current, arguments),
+            stored_args_hash=current.args_hash,
+            policy_hash=self.rules.hash,
+        )
+        if problem is not None:
+            return problem
+        refusal = self.approver_refusal(current, approval.decided_by, txn)
+        if refusal is None and need.roles:
+            entry = self.rules.policy.document.operators.get(approval.decided_by)
+            if entry is None or not set(entry.roles) & set(need.roles):
+                refusal = (f"{approval.decided_by!r} holds none of the roles the quorum "
+                           f"counts ({', '.join(need.roles)})")
+        if refusal is None:
+            return None
+        if refused is not None:
+            refused.append(refusal)
+        return f"approved, but {refusal}; a permitted approver must approve it"
 
     # ------------------------------------------------------------ approvers
 
@@ -342,6 +392,27 @@ class Decider:
             return None
         return (f"policy {self.policy_hash} denies call {rec.call_id!r} "
                 f"({', '.join(decision.rule_ids)}); deny it instead")
+
+    def grant_terms(self, rec: CallRecord, option: str) -> GrantTerms:
+        """The terms of grant ``option`` for ``rec``, if the rules that sent it to a
+        person offer it (``ApprovalRefused`` otherwise, naming those they offer)."""
+        assert self.rules is not None
+        need = answered.requirement_of(self.rules, rec)
+        chosen = need.grant(option)
+        if chosen is None or rec.policy_hash != self.rules.hash:
+            offered = ", ".join(g.id for g in need.grants) or "none"
+            raise ApprovalRefused(
+                f"grant {option!r} is not offered for call {rec.call_id!r} by the rules "
+                f"that sent it to a person ({', '.join(rec.rule_ids) or '-'}) under policy "
+                f"{self.rules.hash}; offered: {offered}")
+        return GrantTerms(chosen.id, rec.rule_ids, chosen.calls, chosen.seconds)
+
+    def denials_needed(self, rec: CallRecord) -> int:
+        """1, or the quorum of a rule that says ``deny: quorum``."""
+        if self.rules is None:
+            return 1
+        need = answered.requirement_of(self.rules, rec)
+        return need.min if need.deny_quorum else 1
 
     def evaluate_now(self, rec: CallRecord) -> PolicyDecision:
         """The policy's decision for ``rec`` as the ledger stands (outside a write)."""

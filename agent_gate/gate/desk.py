@@ -16,6 +16,7 @@ from agent_gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, No
 from agent_gate.ledger.states import CallState
 
 if TYPE_CHECKING:
+    from agent_gate.ledger.answers import GrantTerms
     from agent_gate.ledger.approvals import ApprovalRecord
     from agent_gate.ledger.records import CallRecord, Transition
     from agent_gate.ledger.store import Ledger
@@ -56,6 +57,15 @@ class ApprovalCheck(Protocol):
         policy asked for (None: it allows or asks too)."""
         ...
 
+    def grant_terms(self, rec: CallRecord, option: str) -> GrantTerms:
+        """The grant ``option`` gives for ``rec`` (``ApprovalRefused``: the rules that
+        sent it to a person do not offer it)."""
+        ...
+
+    def denials_needed(self, rec: CallRecord) -> int:
+        """How many distinct people must deny ``rec`` to end it (1: the first does)."""
+        ...
+
 
 def find_one(ledger: Ledger, call_id: str, task_id: str | None) -> CallRecord:
     """The one call ``call_id`` (of ``task_id``) names."""
@@ -78,6 +88,7 @@ def approve(
     ttl: float | None,
     check: ApprovalCheck | None = None,
     args_hash: str | None = None,
+    grant: str | None = None,
 ) -> tuple[ApprovalRecord, bool]:
     """Approve a waiting call; returns the approval and whether it is new.
 
@@ -86,7 +97,9 @@ def approve(
     expiry ``ttl`` seconds from the database's clock (None: none). ``args_hash``:
     the hash of the arguments the person was shown (``CallDetails``' ``args_hash``);
     the ledger approves only while the call's are those (``AnswerMismatch``, audited,
-    otherwise), compared in the approval's own transaction.
+    otherwise), compared in the approval's own transaction. ``grant``: one of the
+    grant options the call's approve rules offer, given with the approval (needs the
+    policy, ``check``: the option's terms are the policy's).
     """
     if not by or not by.strip():
         raise GateUsageError("an approval names who gives it (by=)")
@@ -112,9 +125,15 @@ def approve(
             if refusal is not None:
                 raise ApprovalRefused(refusal)
             policy_hash = check.policy_hash
+    terms = None
+    if grant is not None:
+        if check is None:
+            raise GateUsageError("a grant needs the policy that offers it (--policy FILE)")
+        terms = check.grant_terms(rec, grant)
     return ledger.approve(
         rec, by=who, reason=reason, policy_hash=policy_hash,
         ttl_ms=int(ttl * 1000) if ttl is not None else None, args_hash=args_hash,
+        grant=terms,
     )
 
 
@@ -127,14 +146,17 @@ def deny(
     reason: str | None,
     observer: Observer,
     args_hash: str | None = None,
+    check: ApprovalCheck | None = None,
 ) -> Transition:
     """Deny a waiting call: ``awaiting_approval -> rejected``; it never runs
-    (``args_hash`` as for ``approve``)."""
+    (``args_hash`` as for ``approve``; with ``check``, a rule's ``deny: quorum`` ends
+    it only once enough distinct people denied it)."""
     if not by or not by.strip():
         raise GateUsageError("a denial names who gives it (by=)")
     who = by.strip()
     rec = find_one(ledger, call_id, task_id)
-    tr = ledger.deny(rec, by=who, reason=reason, args_hash=args_hash)
+    quorum = check.denials_needed(rec) if check is not None else 1
+    tr = ledger.deny(rec, by=who, reason=reason, args_hash=args_hash, quorum=quorum)
     if tr.won:
         observer.operator(rec.task_id, rec.call_id, rec.tool, rec.state.value,
                           tr.record.state.value, f"operator:{who}")

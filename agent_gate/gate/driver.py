@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.calls import CallStatus, ToolCall
 from agent_gate.errors import GateUsageError
+from agent_gate.gate import answered
 from agent_gate.gate.admission import Admitted, Arguments, CallContext, admit, check_task_id
 from agent_gate.gate.decide import Decider
 from agent_gate.gate.finish import Finisher
@@ -214,6 +215,8 @@ class CallDriver:
         if decide.failed and inserted:
             trace.seen(rec, inserted)
             raise decide.failed[0]
+        if inserted and decide.ruling is not None:  # the last asking, committed with the insert
+            self.decider.observe(rec, decide.ruling)
         if inserted and decide.runs and rec.state is CallState.EXECUTING:
             # Decided and claimed in the insert's commit: the decision is seen, then the claim.
             trace.seen(RowAs(CallState.AUTHORIZED, rec.attempt, rec.rule_ids, rec.reason_code),
@@ -367,7 +370,10 @@ class CallDriver:
         rec = walk.rec
         ruling = self.decider.ruling(rec, walk.early)
         if ruling is None:
-            tr, _ = self.ledger.authorize(rec, self.decider.policy_ruling, actor=this_owner())
+            tr, decided = self.ledger.authorize(
+                rec, self.decider.policy_ruling, actor=this_owner())
+            if tr.won:
+                self.decider.observe(rec, decided)
         elif ruling.event is None:
             # Cannot be decided here (sealed arguments without the key): report.
             return walk.report(code=ruling.code, reason=ruling.reason, state=rec.state)
@@ -587,6 +593,8 @@ class CallDriver:
                 policy_hash=self.rules.hash if self.rules else None,
             )
             problem = problem or self.decider.approver_refusal(rec, last.decided_by)
+            if problem is None and self.rules is not None:
+                problem = self._short_of_quorum(rec)
             if problem is None:
                 return "run", f"approved by {last.decided_by}; the next resume runs it"
             return "approval", problem
@@ -599,6 +607,15 @@ class CallDriver:
         if rec.state is CallState.INCOMPLETE:
             return "none", rec.reason
         return "run", rec.reason or "the next resume decides or runs it"
+
+
+    def _short_of_quorum(self, rec: CallRecord) -> str | None:
+        """How far a quorum rule's call is from its count (None: not a quorum, or met)."""
+        assert self.rules is not None
+        shown = answered.progress(self.rules, rec, self.ledger.answers(rec))
+        if len(shown["approved_by"]) >= shown["min"]:
+            return None
+        return f"{len(shown['approved_by'])} of {shown['min']} approvals"
 
 
 _STEPS: Mapping[CallState, Callable[[CallDriver, _Walk], _Step | Outcome | None]] = {
@@ -626,7 +643,7 @@ class _InsertDecision:
     asking counts, and only for a call it then inserted.
     """
 
-    __slots__ = ("decide_only", "driver", "early", "failed", "runs")
+    __slots__ = ("decide_only", "driver", "early", "failed", "ruling", "runs")
 
     def __init__(self, driver: CallDriver, early: Ruling | None, decide_only: bool) -> None:
         self.driver = driver
@@ -634,10 +651,13 @@ class _InsertDecision:
         self.decide_only = decide_only
         self.failed: list[BaseException] = []
         self.runs: list[tuple[Tool, Mapping[str, Any] | BaseModel]] = []
+        self.ruling: Ruling | None = None
+        """The ruling of the last asking (observed once the insert committed)."""
 
     def __call__(self, txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
         self.failed.clear()
         self.runs.clear()
+        self.ruling = None
         driver = self.driver
         try:
             ruling = driver.decider.ruling_in(txn, rec, self.early)
@@ -646,6 +666,7 @@ class _InsertDecision:
         except Exception as exc:
             self.failed.append(exc)
             return None
+        self.ruling = ruling
         if self.decide_only or ruling is None or ruling.event is not Event.ALLOW:
             return ruling
         runnable = driver._claim_now(rec)

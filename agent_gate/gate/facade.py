@@ -316,6 +316,7 @@ class Gate:
         task_id: str | None = None,
         ttl: float | None = DEFAULT_APPROVAL_TTL,
         args_hash: str | None = None,
+        grant: str | None = None,
     ) -> tuple[ApprovalRecord, bool]:
         """A person approves a call that waits for approval; returns it and whether new.
 
@@ -331,11 +332,15 @@ class Gate:
         hash to it, compared inside the approval's transaction, and otherwise raises
         ``AnswerMismatch`` (audited as ``answer_refused``). None: not compared, for
         callers that show nothing (every front end for people passes it).
+
+        ``grant``: the id of a grant option the call's approve rule offers (``approval:
+        grants:``): the approval then also covers later calls of the tool in the task,
+        for the option's time, number of calls and argument bounds (``ledger.grants``).
         """
         call_id, task_id = self._name(call, task_id)
         check = self._decider if self.rules is not None else None
         return desk.approve(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
-                            ttl=ttl, check=check, args_hash=args_hash)
+                            ttl=ttl, check=check, args_hash=args_hash, grant=grant)
 
     def deny(
         self,
@@ -347,10 +352,13 @@ class Gate:
         args_hash: str | None = None,
     ) -> Outcome:
         """A person denies a call that waits for approval: it is rejected, never run
-        (``args_hash`` as for ``approve``)."""
+        (``args_hash`` as for ``approve``). Under a rule with ``approvers: {deny:
+        quorum}`` the denial is recorded and the call stays ``awaiting_approval`` until
+        that many distinct people denied it (the outcome says which)."""
         call_id, task_id = self._name(call, task_id)
+        check = self._decider if self.rules is not None else None
         tr = desk.deny(self.ledger, call_id, by=by, task_id=task_id, reason=reason,
-                       observer=self.telemetry, args_hash=args_hash)
+                       observer=self.telemetry, args_hash=args_hash, check=check)
         return outcome_of(tr.record, replayed=False)
 
     def resolve(

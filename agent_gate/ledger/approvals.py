@@ -24,6 +24,7 @@ approval. A ttl is a positive, finite number of seconds up to ``MAX_TTL_SECONDS`
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,8 @@ __all__ = [
     "NotAwaitingApproval",
     "announce",
     "answers",
+    "answers_in",
+    "answers_of",
     "consume",
     "insert_answer",
     "latest",
@@ -301,7 +304,34 @@ def consume(txn: Txn, approval_id: int, attempt: int) -> bool:
 
 def answers(conn: Connection, call_row_id: int) -> list[ApprovalRecord]:
     """Every answer given for the call, oldest first (the ``call_row_id, id`` index)."""
-    rows = conn.execute(
+    return _answers(conn.execute, call_row_id)
+
+
+def answers_in(txn: Txn, call_row_id: int) -> list[ApprovalRecord]:
+    """``answers`` in a ledger transaction (a quorum counts them where it decides)."""
+    return _answers(txn.execute, call_row_id)
+
+
+def _answers(execute: Any, call_row_id: int) -> list[ApprovalRecord]:
+    rows = execute(
         _select().where(_APPROVALS.c.call_row_id == call_row_id).order_by(_APPROVALS.c.id)
     ).mappings()
     return [_from_row(row) for row in rows]
+
+
+def answers_of(
+    conn: Connection, call_row_ids: Sequence[int]
+) -> dict[int, list[ApprovalRecord]]:
+    """Every answer given for each of these calls, oldest first, in one statement (a
+    page of calls and its answers: never one read per call)."""
+    out: dict[int, list[ApprovalRecord]] = {i: [] for i in call_row_ids}
+    if not call_row_ids:
+        return out
+    rows = conn.execute(
+        _select().where(_APPROVALS.c.call_row_id.in_(list(call_row_ids)))
+        .order_by(_APPROVALS.c.id)
+    ).mappings()
+    for row in rows:
+        found = _from_row(row)
+        out.setdefault(int(row["call_row_id"]), []).append(found)
+    return out

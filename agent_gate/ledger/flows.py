@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from sqlalchemy import Engine
 
-from agent_gate.errors import AnswerMismatch, NotAwaitingApproval
+from agent_gate.errors import AnswerMismatch
 from agent_gate.ledger import approvals, audit, quota
 from agent_gate.ledger.backend import joined, reading, writing
 from agent_gate.ledger.cas import NO_GUARD
 from agent_gate.ledger.reads import LedgerTxn
-from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import (
     CallRecord,
     DbNowPlus,
@@ -48,12 +47,10 @@ __all__ = [
     "Lost",
     "apply",
     "apply_ruling",
-    "approve",
     "authorize",
     "claim",
     "claim_approved",
     "claim_rechecked",
-    "deny",
     "finish",
     "lock_task",
     "lose_if_abandoned",
@@ -232,7 +229,8 @@ def apply_ruling(
     )
     if effects.consumes_approval and (
         ruling.approval_id is None
-        or not approvals.consume(txn, ruling.approval_id, applied.attempt + 1)
+        or not all(approvals.consume(txn, i, applied.attempt + 1)
+                   for i in (ruling.approval_id, *ruling.quorum_ids))
     ):
         raise Lost
     if charges and ruling.event is not Event.CLAIM:
@@ -436,111 +434,6 @@ def shown_args_refusal(
         f"given for arguments {args_hash[:16]!r}, the call's hash to {str(held)[:16]!r}; "
         "read the call again and answer what it holds now"
     )
-
-
-def approve(
-    engine: Engine,
-    rec: CallRecord,
-    *,
-    by: str,
-    reason: str | None,
-    expires_ms: int | None,
-    ttl_ms: int | None,
-    policy_hash: str | None,
-    args_hash: str | None = None,
-) -> tuple[approvals.ApprovalRecord, bool]:
-    """``Ledger.approve``: record a person's approval of a call that waits for one
-    (``args_hash``: only if its arguments still hash to it, ``shown_args_refusal``)."""
-    if ttl_ms is not None:
-        why = approvals.ttl_problem(ttl_ms / 1000)
-        if why is not None:
-            raise ValueError(f"ttl_ms: {why}")
-    with write(engine) as txn:
-        txn.lock_task(rec.task_id)
-        current = txn.read_call(id=rec.row_id)
-        if current is None or current.state is not CallState.AWAITING_APPROVAL:
-            state = current.state.value if current else "missing"
-            raise NotAwaitingApproval(
-                f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, "
-                "not awaiting approval"
-            )
-        refused = shown_args_refusal(txn, current, args_hash, answer="approve",
-                                     actor=f"operator:{by}")
-        if refused is None:
-            given, new = _granted(txn, current, by=by, reason=reason, expires_ms=expires_ms,
-                                  ttl_ms=ttl_ms, policy_hash=policy_hash)
-    if refused is not None:
-        raise refused  # after the commit: the refusal stays in the trail
-    return given, new
-
-
-def _granted(
-    txn: Txn, current: CallRecord, *, by: str, reason: str | None,
-    expires_ms: int | None, ttl_ms: int | None, policy_hash: str | None,
-) -> tuple[approvals.ApprovalRecord, bool]:
-    bound_hash = policy_hash or current.policy_hash
-    last = approvals.latest(txn, current.row_id)
-    # The standing approval is returned as is only if it is this approver's:
-    # another person's approval (perhaps one the policy refuses) is no answer.
-    if last is not None and last.decided_by == by and approvals.problem(
-        last, args_hash=current.args_hash, stored_args_hash=current.args_hash,
-        policy_hash=bound_hash,
-    ) is None:
-        return last, False
-    given = approvals.insert_answer(
-        txn, call_row_id=current.row_id, task_id=current.task_id,
-        call_id=current.call_id, verdict=approvals.APPROVED,
-        args_hash=current.args_hash, policy_hash=bound_hash, by=by,
-        reason=bound(reason, MAX_REASON_CHARS) if reason else None,
-        expires_ms=expires_ms, ttl_ms=ttl_ms,
-    )
-    audit.append(
-        txn, task_id=current.task_id, call_row_id=current.row_id,
-        call_id=current.call_id, event="approval_granted",
-        from_state=current.state.value, to_state=current.state.value,
-        actor=f"operator:{by}",
-        detail={"approval_id": given.id, "args_hash": given.args_hash,
-                "policy_hash": given.policy_hash, "expires_ms": given.expires_ms,
-                **({"reason": bound(reason, 300)} if reason else {})},
-    )
-    return given, True
-
-
-def deny(
-    engine: Engine, rec: CallRecord, *, by: str, reason: str | None,
-    args_hash: str | None = None,
-) -> Transition:
-    """``Ledger.deny``: ``awaiting_approval -> rejected``, the answer remembered
-    (``args_hash``: only if the arguments still hash to it, ``shown_args_refusal``)."""
-    text = f"denied by {by}" + (f": {bound(reason, 300)}" if reason else "")
-    if rec.state is not CallState.AWAITING_APPROVAL:
-        raise NotAwaitingApproval(
-            f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
-            "not awaiting approval"
-        )
-    try:
-        with write(engine) as txn:
-            current = _locked_row(txn, rec)
-            refused = shown_args_refusal(txn, current, args_hash, answer="deny",
-                                         actor=f"operator:{by}")
-            if refused is None:
-                denied = _applied(txn, current, Event.DENY, actor=f"operator:{by}",
-                                  code=ReasonCode.DENIED_BY_OPERATOR, reason=text)
-                approvals.insert_answer(
-                    txn, call_row_id=denied.row_id, task_id=denied.task_id,
-                    call_id=denied.call_id, verdict=approvals.DENIED,
-                    args_hash=denied.args_hash, policy_hash=denied.policy_hash, by=by,
-                    reason=bound(reason, MAX_REASON_CHARS) if reason else None,
-                    expires_ms=None,
-                )
-    except Lost:
-        raise NotAwaitingApproval(
-            f"call {rec.call_id!r} of task {rec.task_id!r} changed to "
-            f"{_reread(engine, rec).state.value} while being denied"
-        ) from None
-    if refused is not None:
-        raise refused
-    return Transition(True, denied)
 
 
 def resolve(

@@ -33,6 +33,8 @@ from sqlalchemy import (
 
 __all__ = [
     "APPROVALS",
+    "APPROVAL_GRANTS",
+    "APPROVAL_GRANT_USES",
     "AUDIT_CHECKPOINTS",
     "AUDIT_CHECKPOINT_HEADS",
     "AUDIT_EVENTS",
@@ -289,6 +291,47 @@ An approval is bound to the call's argument hash, to the hash of the policy it w
 given under and to an expiry; it is consumed (``consumed_at``) in the transaction
 that moves the call to ``executing``, and only then. A denial is recorded here too.
 """
+
+
+APPROVAL_GRANTS = Table(
+    "approval_grants",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT"),
+           nullable=False),
+    Column("tool", String(TOOL_NAME_LEN), nullable=False),
+    Column("policy_hash", String(80), nullable=False),
+    Column("option", String(64), nullable=False),
+    Column("rule_ids", Text, nullable=False),
+    Column("max_calls", Integer),
+    Column("used_calls", Integer, nullable=False),
+    Column("expires_ms", BigInteger),
+    Column("approval_id", Integer, ForeignKey("approvals.id", ondelete="RESTRICT"),
+           nullable=False),
+    Column("granted_by", String(200), nullable=False),
+    _at("granted_at"),
+    _at("revoked_at", nullable=True),
+    Column("revoked_by", String(200)),
+    Index(None, "task_id", "tool"),
+)
+"""An approval that covers more calls: of ``tool`` in ``task_id``, under the policy
+``policy_hash`` only, until ``expires_ms`` (the database's clock) and for at most
+``max_calls`` more calls, within the bounds of the policy's ``option``. A covered
+call spends one with a conditional update in its own transaction
+(``ledger.grants.spend``): two workers cannot both spend the last one."""
+
+APPROVAL_GRANT_USES = Table(
+    "approval_grant_uses",
+    metadata,
+    Column("grant_id", Integer, ForeignKey("approval_grants.id", ondelete="RESTRICT"),
+           primary_key=True),
+    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+           primary_key=True),
+    _at("used_at"),
+    Index(None, "call_row_id"),
+)
+"""Each call a grant authorized: what a re-checked claim of that call finds, so that
+it is not sent to a person again, nor counted twice."""
 
 
 QUOTA_CHARGES = Table(

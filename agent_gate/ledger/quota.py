@@ -14,20 +14,38 @@ in the transaction of that arrow, recorded in its audit entry as ``refunds``); a
 call that failed or is in doubt keeps them: it may have spent the budget, and
 nobody can prove it did not. A refunded call that runs again is charged again
 when claimed. A retry of the same call is not charged again.
+
+A charge's time, and the start of a window it is counted in, are the database's
+clock (``db_clock``), as leases and approvals are (``sql.db_now_ms``): workers on
+several hosts then count the same charges in a window, and a worker whose clock
+runs behind (or ahead) cannot make a limit forget the calls of the last hour.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Insert,
+    Integer,
+    bindparam,
+    delete,
+    literal,
+    literal_column,
+    select,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from agent_gate.ledger.models import QUOTA_CHARGES, TASKS
-from agent_gate.ledger.sql import lock_named
+from agent_gate.ledger.sql import dialect_insert, lock_named
 
 if TYPE_CHECKING:
     from agent_gate.ledger.txn import Txn
@@ -35,6 +53,48 @@ if TYPE_CHECKING:
 __all__ = ["ScopedCounter", "charge", "charges_of", "refund", "scoped_usage", "usage"]
 
 _CHARGES = QUOTA_CHARGES
+
+
+class db_clock(FunctionElement[datetime]):
+    """The database's clock as a charge's ``at`` is stored, ``seconds`` ago: what a
+    charge is stamped with (0) and where a window starts, in SQL, so that no worker's
+    clock decides which charges a window holds. SQLite runs on the worker's machine,
+    whose clock it is (in the text SQLAlchemy stores a ``DateTime`` as, UTC)."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+    name = "db_clock"
+
+    def __init__(self, seconds: int = 0) -> None:
+        # a bound parameter: part of the statement's cache key by type, its value not
+        super().__init__(*([literal(int(seconds), Integer())] if seconds else []))
+
+
+@compiles(db_clock, "postgresql")
+def _db_clock_postgresql(element: db_clock, compiler: SQLCompiler, **kw: Any) -> str:
+    if not element.clauses.clauses:
+        return "clock_timestamp()"
+    return f"(clock_timestamp() - make_interval(secs => {compiler.process(element.clauses, **kw)}))"
+
+
+@compiles(db_clock, "sqlite")
+def _db_clock_sqlite(element: db_clock, compiler: SQLCompiler, **kw: Any) -> str:
+    # '%f' is seconds with milliseconds: padded to SQLAlchemy's six-digit fraction,
+    # the text compares in time order with the stored ones.
+    if not element.clauses.clauses:
+        return "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+    seconds = compiler.process(element.clauses, **kw)
+    return f"strftime('%Y-%m-%d %H:%M:%f000', 'now', '-' || {seconds} || ' seconds')"
+
+
+def _charge_statement(name: str) -> Insert:
+    """Insert one charge stamped by the database's clock, unless the call has one on
+    the counter already (on PostgreSQL a ``1`` comes back for a row inserted)."""
+    row: dict[str, Any] = {k: bindparam(k, type_=_CHARGES.c[k].type)
+                           for k in ("task_id", "call_row_id", "counter", "amount")}
+    stmt = dialect_insert(name)(_CHARGES).values({**row, "at": db_clock()})
+    stmt = stmt.on_conflict_do_nothing()
+    return stmt if name == "sqlite" else stmt.returning(literal_column("1"))
 
 
 def usage(
@@ -92,7 +152,6 @@ def scoped_usage(
     taken in key order, always after the task's own lock, so they cannot deadlock.
     """
     totals: dict[str, Decimal] = {}
-    now = datetime.now(UTC)
     for counter in sorted(counters, key=lambda c: c.key):
         scope = {"task": task_id, "principal": principal or "", "all": ""}[counter.per]
         lock_named(txn.conn, f"quota:{counter.key}:{scope}")
@@ -105,7 +164,7 @@ def scoped_usage(
                 else TASKS.c.principal.is_(None)
             )
         if counter.window is not None:
-            query = query.where(_CHARGES.c.at >= now - timedelta(seconds=counter.window))
+            query = query.where(_CHARGES.c.at >= db_clock(counter.window))
         if besides is not None:
             query = query.where(_CHARGES.c.call_row_id != besides)
         totals[counter.key] = sum((Decimal(a) for (a,) in txn.execute(query)), Decimal(0))
@@ -117,19 +176,13 @@ def charge(
 ) -> dict[str, Decimal]:
     """Add this call's amounts to the task's counters (once per call and counter):
     the amounts charged now (a counter the call was charged already is left)."""
-    now = datetime.now(UTC)
+    name = txn.dialect.name
     charged: dict[str, Decimal] = {}
     for counter, amount in sorted(amounts.items()):
-        if txn.insert_ignore(
-            _CHARGES,
-            {
-                "task_id": task_id,
-                "call_row_id": call_row_id,
-                "counter": counter,
-                "amount": str(amount),
-                "at": now,
-            },
-        ):
+        done = txn.run(("quota_charge", name), lambda: _charge_statement(name), {
+            "task_id": task_id, "call_row_id": call_row_id, "counter": counter,
+            "amount": str(amount)})
+        if done.rowcount == 1 if name == "sqlite" else bool(done.rows):
             charged[counter] = amount
     return charged
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
-from agent_gate.ledger import approvals, quota
+from agent_gate.ledger import approvals, grants, quota
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.models import SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.records import (
@@ -119,6 +119,23 @@ class LedgerTxn:
     def latest_approval(self, row_id: int) -> ApprovalRecord | None:
         """The newest approval or denial given for the call row."""
         return approvals.latest(self._txn, row_id)
+
+    def answers(self, row_id: int) -> list[ApprovalRecord]:
+        """Every answer given for the call row, oldest first (a quorum counts them)."""
+        return approvals.answers_in(self._txn, row_id)
+
+    def live_grants(self, task_id: str, tool: str, policy_hash: str) -> list[grants.GrantRecord]:
+        """The task's grants that may still cover a call of ``tool`` under the policy."""
+        return grants.live(self._txn, task_id, tool, policy_hash)
+
+    def spend_grant(self, grant_id: int, call_row_id: int) -> bool:
+        """Count the call against the grant in this (the call's own) transaction: the
+        one write a decision makes, undone with it if the transaction rolls back."""
+        return grants.spend(self._txn, grant_id, call_row_id)
+
+    def covering_grant(self, call_row_id: int) -> grants.GrantRecord | None:
+        """The unrevoked grant that authorized the call, if one did."""
+        return grants.covering(self._txn, call_row_id)
 
     def scoped_usage(
         self, task_id: str, principal: str | None, counters: Iterable[quota.ScopedCounter],

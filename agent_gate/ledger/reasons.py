@@ -22,6 +22,8 @@ class ReasonCode(StrEnum):
     POLICY_DENIED = "policy_denied"
     AWAITING_APPROVAL = "awaiting_approval"
     APPROVED = "approved"
+    GRANTED = "granted"
+    """Authorized by a grant an approver gave earlier (``ledger.grants``), not asked again."""
     APPROVAL_REFUSED = "approval_refused"
     """An approval the policy's approvers do not accept: noted, the call still waits."""
     DENIED_BY_OPERATOR = "denied_by_operator"

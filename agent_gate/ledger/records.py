@@ -411,6 +411,8 @@ class Ruling:
     changes: Mapping[str, Any] = field(default_factory=dict)
     approval_id: int | None = None
     claim: tuple[str, int] | None = None
+    quorum_ids: tuple[int, ...] = ()
+    """The other approvals of a quorum the APPROVE arrow consumes with ``approval_id``."""
 
 
 def _arguments_text(new: NewCall) -> str | None:

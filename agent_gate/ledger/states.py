@@ -85,6 +85,7 @@ from agent_gate.ledger.reasons import ReasonCode
 
 __all__ = [
     "ARROWS",
+    "GRANTED",
     "LATE_RUN_ENDS",
     "LEASE_ENDS",
     "RECONCILED",
@@ -347,6 +348,19 @@ Keyed by value so that the ledger does not import the policy layer."""
 
 
 
+GRANTED: Mapping[CallState, Observed] = MappingProxyType(
+    {
+        # a new call the policy sends to a person, covered by a live grant it spent
+        CallState.RECEIVED: Observed(Event.ALLOW, ReasonCode.GRANTED),
+        # a claim re-checked: the policy still asks, the grant that authorized it stands
+        CallState.AUTHORIZED: Observed(Event.CLAIM, None),
+    }
+)
+"""A call the policy sends to a person (verdict ``approve``) that a grant covers
+(``ledger.grants``) -> the arrow it takes instead of waiting, from the state it is
+decided in: the approver's earlier answer stands for it."""
+
+
 def next_state(state: CallState, event: Event) -> CallState:
     """The state ``event`` moves a call in ``state`` to, or ``IllegalTransition``."""
     try:
@@ -400,6 +414,7 @@ def _check_table() -> None:
         *((o, CallState.EXECUTING) for o in LEASE_ENDS.values()),
         *((o, CallState.IN_DOUBT) for o in LATE_RUN_ENDS.values()),
         *((o, CallState.IN_DOUBT) for o in RECONCILED.values()),
+        *((o, state) for state, o in GRANTED.items()),
     ):
         if (source, observed.event) not in ARROWS:
             raise AssertionError(f"no arrow from {source.value} on {observed.event.value}")

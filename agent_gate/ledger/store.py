@@ -33,14 +33,17 @@ from agent_gate.ledger.records import TASKS
 
 if TYPE_CHECKING:
     from agent_gate.ledger import (
+        answers,
         approvals,
         audit,
         flows,
+        grants,
         intake,
         quota,
         reads,
     )
     from agent_gate.ledger.flows import Decide
+    from agent_gate.ledger.grants import GrantRecord
     from agent_gate.ledger.reads import LedgerTxn
     from agent_gate.ledger.records import (
         CallRecord,
@@ -62,10 +65,12 @@ if TYPE_CHECKING:
 # each of these modules is imported by the first method that uses it, so that
 # ``agent-gate tasks`` loads no write path and ``agent-gate approve`` no intake.
 deferred({
+    "answers": "agent_gate.ledger.answers",
     "approvals": "agent_gate.ledger.approvals",
     "audit": "agent_gate.ledger.audit",
     "details": "agent_gate.ledger.views.details",
     "flows": "agent_gate.ledger.flows",
+    "grants": "agent_gate.ledger.grants",
     "intake": "agent_gate.ledger.intake",
     "pages": "agent_gate.ledger.views.pages",
     "quota": "agent_gate.ledger.quota",
@@ -370,6 +375,7 @@ class Ledger:
         ttl_ms: int | None = None,
         policy_hash: str | None = None,
         args_hash: str | None = None,
+        grant: answers.GrantTerms | None = None,
     ) -> tuple[approvals.ApprovalRecord, bool]:
         """Record a person's approval of a call that waits for one.
 
@@ -382,17 +388,33 @@ class Ledger:
         approval under the same policy is returned as it is). ``args_hash``: the hash
         of the arguments the person was shown; another one than the row's now is
         ``AnswerMismatch``, audited as ``answer_refused`` (None: not compared).
+        ``grant``: a grant of those terms comes with it (``ledger.grants``).
         """
-        return flows.approve(
+        return answers.approve(
             self.engine, rec, by=by, reason=reason, expires_ms=expires_ms, ttl_ms=ttl_ms,
-            policy_hash=policy_hash, args_hash=args_hash,
+            policy_hash=policy_hash, args_hash=args_hash, grant=grant,
         )
 
     def deny(self, rec: CallRecord, *, by: str, reason: str | None = None,
-             args_hash: str | None = None) -> Transition:
+             args_hash: str | None = None, quorum: int = 1) -> Transition:
         """A person denies a waiting call: ``awaiting_approval -> rejected``
-        (``args_hash`` as for ``approve``)."""
-        return flows.deny(self.engine, rec, by=by, reason=reason, args_hash=args_hash)
+        (``args_hash`` as for ``approve``; ``quorum`` > 1: only once that many
+        distinct people denied it, ``answers.deny``)."""
+        return answers.deny(self.engine, rec, by=by, reason=reason, args_hash=args_hash,
+                            quorum=quorum)
+
+    def grants(self, *, task_id: str | None = None, active: bool = False) -> list[GrantRecord]:
+        """Grants, newest first (``ledger.grants``)."""
+        return grants.listed(self.engine, task_id=task_id, active=active)
+
+    def revoke_grant(self, grant_id: int, *, by: str, reason: str | None = None) -> GrantRecord:
+        """End a grant now, audited under ``by``."""
+        return grants.revoke(self.engine, grant_id, by=by, reason=reason)
+
+    def answers(self, rec: CallRecord) -> list[approvals.ApprovalRecord]:
+        """Every answer given for the call, oldest first."""
+        with self.reading() as txn:
+            return txn.answers(rec.row_id)
 
     def resolve(
         self,

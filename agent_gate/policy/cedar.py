@@ -237,6 +237,42 @@ def _actions(scope: Mapping[str, Any]) -> frozenset[str] | None:
     return None
 
 
+_DECIMAL_LITERAL: Final = re.compile(r"-?([0-9]+)\.([0-9]+)")
+
+
+def _decimal_literal_problem(node: Any, depth: int = 0) -> str | None:
+    """What is wrong with the first ``decimal("...")`` literal in a policy's EST that
+    Cedar cannot construct (None: every one is fine). Cedar parses such a policy and
+    only fails when it evaluates it: a ``forbid`` then denies every call it covers
+    and a ``permit`` never grants, with nothing said before a call is judged."""
+    if depth > 200:
+        return None
+    if isinstance(node, Mapping):
+        arguments = node.get("decimal")
+        if isinstance(arguments, list) and len(arguments) == 1 and isinstance(
+            arguments[0], Mapping
+        ) and isinstance(arguments[0].get("Value"), str):
+            text = arguments[0]["Value"]
+            found = _DECIMAL_LITERAL.fullmatch(text)
+            if found is None:
+                return f"decimal({text!r}) is not a Cedar decimal (digits, a dot, 1 to 4 places)"
+            if len(found.group(2)) > 4:
+                return (f"decimal({text!r}) has more than 4 decimal places, Cedar's limit; "
+                        "Cedar cannot evaluate the policy, which would deny at every call")
+            if not -_DECIMAL_MAX - Decimal("0.0001") <= Decimal(text) <= _DECIMAL_MAX:
+                return f"decimal({text!r}) is out of Cedar's decimal range"
+        children: Any = node.values()
+    elif isinstance(node, list):
+        children = node
+    else:
+        return None
+    for child in children:
+        problem = _decimal_literal_problem(child, depth + 1)
+        if problem is not None:
+            return problem
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CedarPolicySet:
     """A parsed Cedar policy set and what its annotations tell agent-gate."""
@@ -259,6 +295,9 @@ class CedarPolicySet:
             if name in names:
                 raise ValueError(f"two policies are named @id({name!r})")
             names.add(name)
+            literal = _decimal_literal_problem(policy.get("conditions"))
+            if literal is not None:
+                raise ValueError(f"{name}: {literal}")
             advice = notes.get("advice")
             if advice not in (None, "approve"):
                 raise ValueError(f"{name}: @advice can only be \"approve\", not {advice!r}")

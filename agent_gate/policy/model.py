@@ -447,6 +447,14 @@ class Rule(_Model):
     when: Annotated[list[Condition], BeforeValidator(_listify)] = []
     reason: Text | None = None
     mode: Literal["enforce", "shadow"] = "enforce"
+    approval: RuleApproval | None = None
+    """Grants an approver may give, and a quorum (``policy.approval``): approve rules only."""
+
+    @model_validator(mode="after")
+    def _approval_on_approve(self) -> Rule:
+        if self.approval is not None and self.effect is not Verdict.APPROVE:
+            raise ValueError("'approval' belongs to a rule with effect: approve")
+        return self
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -454,6 +462,8 @@ class Rule(_Model):
         data = handler(self)
         if isinstance(data, dict) and data.get("mode") == "enforce":
             del data["mode"]
+        if isinstance(data, dict) and data.get("approval", 0) is None:
+            del data["approval"]
         return data
 
 
@@ -658,3 +668,8 @@ class PolicyDocument(_Model):
 
 
 Condition.model_rebuild()
+from agent_gate.policy.approval import GrantOption, RuleApproval  # noqa: E402 - it needs Condition
+
+GrantOption.model_rebuild(_types_namespace={"Condition": Condition})
+for _model in (RuleApproval, Rule, GlobalRule, ToolPolicy, PolicyDocument):
+    _model.model_rebuild()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 from urllib.parse import SplitResult, urlsplit
 
@@ -292,6 +293,14 @@ def _split(value: str) -> SplitResult:
         raise AddressError("URL cannot be parsed") from None
 
 
+_PARSED_KEPT: Final = 4096
+"""How many texts ``parse_url`` and ``email_domain`` keep their answer for. A
+decision reads one URL in several rules (scheme, host, address), and a backtest
+judges the same texts again over many past calls: each is parsed once. Both are
+pure functions of the text whose answers are immutable; a refusal is not kept."""
+
+
+@lru_cache(maxsize=_PARSED_KEPT)
 def parse_url(value: str) -> ParsedUrl:
     """Split an absolute URL after refusing every form parsers are known to disagree on."""
     if len(value) > MAX_URL_CHARS:
@@ -327,6 +336,7 @@ def parse_url(value: str) -> ParsedUrl:
     return ParsedUrl(scheme=scheme, host=host, address=address, port=port)
 
 
+@lru_cache(maxsize=_PARSED_KEPT)
 def email_domain(value: str) -> str:
     """The normalized domain of an address with exactly one ``@``.
 

@@ -16,15 +16,17 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_gate.gate import DEFAULT_APPROVAL_TTL
 from agent_gate.ledger.states import CallState
+from agent_gate.ledger.views.details import CallDetails
 from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
-from agent_gate.serve.service import Answer, InboxService, call_json
+from agent_gate.serve.proxied import from_proxy, tokens_allowed
+from agent_gate.serve.service import DETAILS_PAGE, Answer, InboxService, call_json
 
 __all__ = ["AnswerBody", "ResolveBody", "RevealBody", "client_of", "router"]
 
@@ -60,6 +62,24 @@ def needs_token(path: str) -> bool:
     return path.startswith("/api/") or path == "/openapi.json"
 
 
+def request_operator(request: Request) -> tuple[Operator | None, int]:
+    """The operator the request is from, else the refusal's status (401, or 403 for an
+    identity holding no rights), audited: the proxy's assertion when the server reads
+    one and the request carries it (it alone decides then: ``identity``), else the
+    bearer token, unless the identity configuration turned tokens off."""
+    verdict = from_proxy(request)
+    if verdict is not None:
+        return verdict.operator, verdict.status
+    if not tokens_allowed(request):
+        service_of(request).audit_refusal(
+            actor="anonymous", event="api_auth",
+            detail={"path": request.url.path[:200], "method": request.method[:10],
+                    "client": client_of(request), "reason": "no identity assertion"})
+        return None, 401
+    op = bearer_operator(request)
+    return op, 200 if op is not None else 401
+
+
 def bearer_operator(request: Request) -> Operator | None:
     """The operator whose bearer token came with the request; None refused, audited.
 
@@ -77,8 +97,13 @@ def bearer_operator(request: Request) -> Operator | None:
     return op
 
 
-def unauthorized() -> HTTPException:
-    return HTTPException(401, "an operator token is required (Authorization: Bearer TOKEN)",
+def unauthorized(status: int = 401) -> HTTPException:
+    """The refusal of a request from nobody known (401), or from an identity the
+    configuration grants nothing (403); it never quotes what was sent."""
+    if status == 403:
+        return HTTPException(403, "this identity holds no operator rights here")
+    return HTTPException(401, "an operator token is required (Authorization: Bearer TOKEN) "
+                              "or the identity provider's assertion",
                          headers={"WWW-Authenticate": "Bearer"})
 
 
@@ -88,10 +113,11 @@ def api_operator(
 ) -> Operator:
     """The operator the middleware admitted (``bearer_operator``)."""
     op: Operator | None = getattr(request.state, "operator", None)
+    status = 401
     if op is None:
-        op = bearer_operator(request)
+        op, status = request_operator(request)
     if op is None:
-        raise unauthorized()
+        raise unauthorized(status)
     return op
 
 
@@ -121,6 +147,10 @@ class AnswerBody(BaseModel):
     expires_in: float | None = Field(
         default=DEFAULT_APPROVAL_TTL, gt=0, allow_inf_nan=False,
         description="Seconds the approval stays usable (default one day); null: no expiry.")
+    grant: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+        description="Approve: also give this grant, one of the options the call's approve "
+                    "rule offers (GET /api/calls/{ref}/approval lists them).")
 
 
 class ResolveBody(BaseModel):
@@ -140,9 +170,27 @@ class ResolveBody(BaseModel):
         return value
 
 
-@router.get("/approvals", summary="Calls waiting for approval, with their details")
-def approvals(op: Op, service: Service) -> list[dict[str, Any]]:
-    return [call_json(d) for d in service.pending()]
+After = Annotated[int | None, Query(ge=0, le=MAX_ROW_ID,
+                                    description="the last `ref` of the previous page")]
+Limit = Annotated[int, Query(ge=1, le=500, description="calls on a page (default 100)")]
+
+
+def _paged(found: list[CallDetails], response: Response, path: str,
+           limit: int) -> list[dict[str, Any]]:
+    """A page of calls with their details; a full page links to the next one (RFC 8288
+    ``Link: <...?after=REF>; rel="next"``), so the body stays the list it always was."""
+    if len(found) == limit:
+        response.headers["Link"] = (f'<{path}?after={found[-1].call.row_id}&limit={limit}>; '
+                                    'rel="next"')
+    return [call_json(d) for d in found]
+
+
+@router.get("/approvals", summary="Calls waiting for approval, with their details, a page "
+                                  "at a time in `ref` order (`Link: rel=next`)")
+def approvals(op: Op, service: Service, response: Response, after: After = None,
+              limit: Limit = DETAILS_PAGE) -> list[dict[str, Any]]:
+    return _paged(service.pending(after=after, limit=limit), response, "/api/approvals",
+                  limit)
 
 
 @router.get("/inbox", summary="Waiting (or in-doubt) calls across tasks, a keyset page "
@@ -164,9 +212,12 @@ def inbox_page(op: Op, service: Service, request: Request) -> dict[str, Any]:
             "next": rows[-1].ref if more and rows else None}
 
 
-@router.get("/in-doubt", summary="Calls in doubt, with their details")
-def in_doubt(op: Op, service: Service) -> list[dict[str, Any]]:
-    return [call_json(d) for d in service.in_doubt()]
+@router.get("/in-doubt", summary="Calls in doubt, with their details, a page at a time "
+                                 "in `ref` order (`Link: rel=next`)")
+def in_doubt(op: Op, service: Service, response: Response, after: After = None,
+             limit: Limit = DETAILS_PAGE) -> list[dict[str, Any]]:
+    return _paged(service.in_doubt(after=after, limit=limit), response, "/api/in-doubt",
+                  limit)
 
 
 @router.get("/calls", summary="Find one call by its task and call id (both in the query)")
@@ -183,7 +234,37 @@ def call_by_ref(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
 
 @router.post("/calls/{ref}/approve", summary="Approve a waiting call, as it was shown")
 def approve(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in))
+    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in,
+                                      body.grant))
+
+
+@router.get("/calls/{ref}/approval",
+            summary="A waiting call's quorum progress and the grants an approver may give")
+def approval_state(ref: Ref, op: Op, service: Service) -> dict[str, Any]:
+    state = service.approval_state(ref)
+    if state is None:
+        raise HTTPException(409, "the call does not wait for approval under a policy file")
+    return state
+
+
+class RevokeBody(BaseModel):
+    """Why a grant is ended (recorded)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+@router.get("/grants", summary="Grants approvers gave, newest first")
+def list_grants(op: Op, service: Service,
+                task: Annotated[str | None, Query(max_length=255, pattern=NO_NUL)] = None,
+                active: bool = False) -> list[dict[str, Any]]:
+    return [g.to_dict() for g in service.grants(task_id=task, active=active)]
+
+
+@router.post("/grants/{grant_id}/revoke", summary="End a grant now (audited)")
+def revoke_grant(grant_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)], body: RevokeBody,
+                 op: Op, service: Service) -> dict[str, Any]:
+    return service.revoke_grant(op, grant_id, body.reason).to_dict()
 
 
 @router.post("/calls/{ref}/deny", summary="Deny a waiting call, as it was shown: it never runs")

@@ -26,10 +26,12 @@ from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.errors import AgentGateError
 from agent_gate.evidence.note import read_signer
 from agent_gate.serve import api, inbox, slack
-from agent_gate.serve.api import Op, bearer_operator, needs_token, unauthorized
-from agent_gate.serve.auth import LoginLimiter, Sessions
+from agent_gate.serve.api import Op, needs_token, request_operator, unauthorized
+from agent_gate.serve.auth import COOKIE, LoginLimiter, Sessions
 from agent_gate.serve.checkpointer import Checkpointer
 from agent_gate.serve.headers import SecurityHeaders
+from agent_gate.serve.identity import IdentityGate
+from agent_gate.serve.proxied import NEW_SESSION
 from agent_gate.serve.service import InboxService, status_of
 from agent_gate.serve.webhooks import Notifier, ServeConfig
 
@@ -74,19 +76,24 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
     @app.middleware("http")
     async def token_first(request: Request, call_next: Any) -> Response:
         if needs_token(request.url.path):
-            op = await run_in_threadpool(bearer_operator, request)
+            op, status = await run_in_threadpool(request_operator, request)
             if op is None:
-                refused = unauthorized()
-                return JSONResponse({"detail": refused.detail}, status_code=401,
+                refused = unauthorized(status)
+                return JSONResponse({"detail": refused.detail}, status_code=status,
                                     headers=refused.headers)
             request.state.operator = op
         response: Response = await call_next(request)
+        sid = getattr(request.state, NEW_SESSION, None)
+        if sid is not None:  # a session opened from the proxy's assertion (``proxied``)
+            response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/",
+                                secure=request.url.scheme == "https")
         return response
 
     app.add_middleware(SecurityHeaders)
     app.state.service = service
     app.state.checkpointer = checkpointer
     app.state.sessions = Sessions()
+    app.state.identity = IdentityGate(config.identity) if config.identity else None
     app.state.slack_routes = list(config.slack)
     app.state.link_secrets = [os.environ[m.link_secret_env].encode() for m in config.mail
                               if os.environ.get(m.link_secret_env)]

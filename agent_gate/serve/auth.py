@@ -32,6 +32,7 @@ __all__ = [
     "COOKIE",
     "LOGIN_FAILURES",
     "LOGIN_WINDOW",
+    "MAX_SESSIONS",
     "SESSION_SECONDS",
     "LoginLimiter",
     "Session",
@@ -42,6 +43,8 @@ __all__ = [
 
 COOKIE = "agent_gate_session"
 SESSION_SECONDS = 8 * 3600.0
+MAX_SESSIONS = 10_000
+"""The most sessions one server keeps; past it the oldest is dropped first."""
 LOGIN_FAILURES = 5
 LOGIN_WINDOW = 300.0
 
@@ -90,11 +93,22 @@ class Sessions:
 
     def start(self, operator: str, token_digest: str) -> tuple[str, Session]:
         sid = secrets.token_urlsafe(32)
+        now = self.clock()
         session = Session(operator, token_digest, secrets.token_urlsafe(32),
-                          self.clock() + SESSION_SECONDS)
+                          now + SESSION_SECONDS)
         with self._lock:
+            if len(self._by_id) >= MAX_SESSIONS:
+                self._trim(now)
             self._by_id[sid] = session
         return sid, session
+
+    def _trim(self, now: float) -> None:
+        """Drop the ended sessions, then the oldest while there are too many (a
+        client that keeps no cookie opens one per page when a proxy signs it in)."""
+        for sid in [s for s, v in self._by_id.items() if v.expires <= now]:
+            del self._by_id[sid]
+        while len(self._by_id) >= MAX_SESSIONS:
+            del self._by_id[next(iter(self._by_id))]
 
     def get(self, sid: str | None) -> Session | None:
         if not sid:

@@ -48,6 +48,7 @@ from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
+from agent_gate.serve.proxied import from_proxy, proxied_session, refused, tokens_allowed
 from agent_gate.serve.service import Answer, call_json, status_of
 
 __all__ = ["EXPIRY_CHOICES", "call_link", "router", "task_link"]
@@ -104,7 +105,13 @@ def _sessions(request: Request) -> Sessions:
 
 def _current(request: Request) -> tuple[Operator, Session] | None:
     """The session's operator, while the token it was opened with is still theirs: a
-    removed operator, or one added again under the same name, has no session left."""
+    removed operator, or one added again under the same name, has no session left.
+    A request carrying the identity provider's assertion is its operator's alone."""
+    verdict = from_proxy(request)
+    if verdict is not None:
+        return proxied_session(request, verdict)
+    if not tokens_allowed(request):
+        return None
     sessions = _sessions(request)
     sid = request.cookies.get(COOKIE)
     session = sessions.get(sid)
@@ -139,7 +146,19 @@ def _viewing(request: Request, render: Callable[[tuple[Operator, Session]], Resp
              ) -> Response:
     """A page for a logged-in operator; anyone else goes to the login form."""
     who = _current(request)
+    if who is None and refused(request) is not None:
+        return _not_accepted(request)
     return _to_login() if who is None else render(who)
+
+
+def _not_accepted(request: Request) -> HTMLResponse:
+    """The page for a refused identity assertion: nothing of it quoted."""
+    verdict = refused(request)
+    status = verdict.status if verdict is not None else 401
+    why = ("Your identity holds no operator rights on this server." if status == 403
+           else "The identity provider's assertion was not accepted: sign in again.")
+    return _page(request, "message.html", None, status=status, title="Not signed in",
+                 message=why)
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -148,7 +167,9 @@ def root() -> RedirectResponse:
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request) -> HTMLResponse:
+def login_form(request: Request) -> Response:
+    if from_proxy(request) is not None:  # signed in by the proxy already, or refused
+        return _viewing(request, lambda who: RedirectResponse("/inbox", status_code=303))
     return _page(request, "login.html", None)
 
 
@@ -156,6 +177,11 @@ def login_form(request: Request) -> HTMLResponse:
 def login(request: Request, token: Annotated[str, Form(max_length=200)]) -> Response:
     service, limiter = service_of(request), request.app.state.limiter
     assert isinstance(limiter, LoginLimiter)
+    if from_proxy(request) is not None:  # the assertion decides when it is there
+        return _viewing(request, lambda who: RedirectResponse("/inbox", status_code=303))
+    if not tokens_allowed(request):
+        return _page(request, "login.html", None, status=403,
+                     error="Sign in through the identity provider: tokens are not taken here.")
     client = client_of(request)
     origin_ok = same_origin(request.headers.get("origin"), request.headers.get("referer"),
                             request.headers.get("host"), request.url.scheme)
@@ -207,8 +233,10 @@ def _listed(request: Request, who: tuple[Operator, Session], view: ListView
     prev = (view.href(before=rows[0].ref, after=None) if rows else view.filtered()) \
         if has_prev else None
     after = view.href(after=rows[-1].ref, before=None) if has_next and rows else None
+    progress = service_of(request).quorum_progress(rows)
     return {"view": view, "rows": [r.to_dict(now) for r in rows], "counts": counts,
-            "etag": etag(rows, counts, view), "prev": prev, "next": after,
+            "progress": progress,
+            "etag": etag(counts.mark, view), "prev": prev, "next": after,
             "query": urlencode(view.params()), "states": list(STATES), "ages": list(AGES)}
 
 
@@ -227,9 +255,14 @@ def inbox_rows(request: Request) -> Response:
     """The list's rows and counts alone, for the page's script: 304 while the
     ``If-None-Match`` it sends still names them."""
     def render(who: tuple[Operator, Session]) -> Response:
-        listed = _listed(request, who, ListView.read(request.query_params))
-        if request.headers.get("if-none-match") == listed["etag"]:
-            return Response(status_code=304, headers={"ETag": listed["etag"]})
+        view = ListView.read(request.query_params)
+        sent = request.headers.get("if-none-match")
+        if sent is not None:  # one aggregate decides; the page is read only if it moved
+            tag = etag(service_of(request).inbox_mark(
+                view.query(who[0], datetime.now(UTC))), view)
+            if sent == tag:
+                return Response(status_code=304, headers={"ETag": tag})
+        listed = _listed(request, who, view)
         page = _page(request, "_rows.html", who, **listed)
         page.headers["ETag"] = listed["etag"]
         return page
@@ -252,7 +285,8 @@ def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: 
     nxt = call_link(following[0].ref) + _qs(view) if following else None
     return _page(request, "call.html", who, d=d, view=view, back=view.href(),
                  back_query=urlencode(view.params()), next_call=nxt,
-                 sealed=service.sealed_fields(ref), revealed=revealed)
+                 sealed=service.sealed_fields(ref), revealed=revealed,
+                 approval=service.approval_state(ref))
 
 
 @router.get("/inbox/call")
@@ -302,6 +336,48 @@ def audit_page(request: Request,
         verified=service.verify() if verify else None))
 
 
+@router.get("/inbox/grants", response_class=HTMLResponse)
+def grants_page(request: Request) -> Response:
+    """Every grant, newest first, with a Revoke button where the operator may."""
+    def render(who: tuple[Operator, Session]) -> Response:
+        notes = [n for n in who[1].notes if n.get("grants")]
+        who[1].notes[:] = [n for n in who[1].notes if not n.get("grants")]
+        return _page(request, "grants.html", who,
+                     grants=[g.to_dict() for g in service_of(request).grants()],
+                     message=notes[-1]["message"] if notes else None)
+    return _viewing(request, render)
+
+
+@router.post("/inbox/grants/{grant_id}/revoke", response_class=HTMLResponse)
+async def revoke_grant(request: Request, grant_id: Ref) -> Response:
+    """End a grant from its row: session, origin and CSRF token checked, audited."""
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    return await run_in_threadpool(_revoke, request, grant_id, fields)
+
+
+def _revoke(request: Request, grant_id: int, fields: dict[str, str]) -> Response:
+    service = service_of(request)
+    who = _current(request)
+    refusal = _forged(request, who, fields.get("csrf"))
+    if refusal is not None:
+        service.audit_refusal(actor=actor_of(who[0].name) if who else "anonymous",
+                              event="form_revoke_grant",
+                              detail={"client": client_of(request), "reason": refusal,
+                                      "grant_id": grant_id})
+        return _page(request, "message.html", who, status=403, title="Refused",
+                     message=f"Refused: {refusal}.")
+    assert who is not None
+    try:
+        g = service.revoke_grant(who[0], grant_id, fields.get("reason", "").strip() or None)
+    except AgentGateError as exc:
+        return _page(request, "message.html", who, status=status_of(exc), title="Refused",
+                     message=str(exc), back="/inbox/grants")
+    _note(who[1], {"grants": True, "message": f"Revoked grant {g.id} ({g.option}) after "
+                                              f"{g.used_calls} call(s)."})
+    return RedirectResponse("/inbox/grants", status_code=303)
+
+
 _ACTIONS = ("approve", "deny", "resolve")
 
 
@@ -346,12 +422,19 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
             if expiry not in EXPIRY_CHOICES:
                 return _page(request, "message.html", who, status=400, title="Bad request",
                              message=f"Unknown expiry {expiry[:10]!r}.")
-            result = service.approve(op, Answer(ref, shown, reason, EXPIRY_CHOICES[expiry]))
+            grant = fields.get("grant", "").strip()[:64] or None
+            result = service.approve(op, Answer(ref, shown, reason, EXPIRY_CHOICES[expiry],
+                                                grant))
             then = runs_next(service.task_provider(result["task_id"]), result["task_id"])
             text = f"Approved call {result['call_id']} ({result['tool']}); {then}."
+            text += "".join(f" Grant {g['grant_id']} ({g['option']}) given." for g in
+                            result["grants"])
         elif action == "deny":
             outcome = service.deny(op, Answer(ref, shown, reason))
-            text = f"Denied call {outcome['call_id']}: it will not run."
+            text = (f"Denied call {outcome['call_id']}: it will not run."
+                    if outcome["state"] != "awaiting_approval" else
+                    f"Denial of call {outcome['call_id']} recorded: it still waits for "
+                    "more denials (deny: quorum).")
         else:
             outcome = service.resolve(op, Answer(ref, shown, reason), fields.get("as", ""))
             text = f"Resolved call {outcome['call_id']}: now {outcome['state']}."

@@ -11,9 +11,10 @@ answer returns the person to the list where they were. ``back`` is never taken a
 URL: it is parsed as a query string and the list's URL is built again from it, so a
 form cannot redirect anywhere else.
 
-``etag``: what the page shows, hashed (the rows' ``ref``, argument hash, state and
-since, and the counts); the list polls with ``If-None-Match`` and gets 304 while
-nothing changed.
+``etag``: the view and a cheap aggregate of the calls it filters (``inbox_mark``:
+their count, the sums of their ids and versions, the newest change), hashed; the list
+polls with ``If-None-Match`` and gets 304 while nothing changed, after that one
+aggregate and no page read.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from agent_gate.ledger.states import CallState
-from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow
+from agent_gate.ledger.views.inbox import InboxQuery
 from agent_gate.ledger.views.operators import ALL_TOOLS, Operator
 
 __all__ = ["AGES", "STATES", "ListView", "etag"]
@@ -152,9 +153,10 @@ class ListView:
             answered=self.answered)
 
 
-def etag(rows: list[InboxRow], counts: InboxCounts, view: ListView) -> str:
-    """What the list shows, as an entity tag: it changes when a row or a count does."""
-    shown = {"rows": [(r.ref, r.args_hash, r.state.value, r.since.isoformat()) for r in rows],
-             "counts": counts.to_dict(), "view": view.params()}
+def etag(mark: str, view: ListView) -> str:
+    """The list's entity tag: the view and the ``inbox_mark`` of the calls it filters
+    (``InboxCounts.mark`` from a full read, ``inbox_mark`` alone for a poll). It changes
+    when a call enters, leaves or changes, which is when a row or a count can."""
+    shown = {"mark": mark, "view": view.params()}
     digest = hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()
     return f'"{digest[:32]}"'

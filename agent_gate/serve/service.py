@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_gate.authorize import PolicyAuthorizer, principal_from_json
@@ -34,19 +34,30 @@ from agent_gate.errors import (
 )
 from agent_gate.gate import DEFAULT_APPROVAL_TTL, Gate
 from agent_gate.gate.admission import Arguments
+from agent_gate.gate.answered import progress
 from agent_gate.gate.reveal import Revealed, reveal, sealed_fields
+from agent_gate.ledger.grants import GrantRecord
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
-from agent_gate.ledger.views.details import CallDetails
-from agent_gate.ledger.views.inbox import InboxCounts, InboxQuery, InboxRow, read_inbox
+from agent_gate.ledger.views.details import CallDetails, details_page
+from agent_gate.ledger.views.inbox import (
+    InboxCounts,
+    InboxQuery,
+    InboxRow,
+    inbox_mark,
+    read_inbox,
+)
 from agent_gate.ledger.views.operators import Operator, OperatorRight, Operators, actor_of
 from agent_gate.ledger.views.pages import AuditQuery, TaskQuery, audit_json, settled, task_json
 from agent_gate.policy import Policy
+from agent_gate.policy.approval import quorum_rule_ids
 from agent_gate.tools import ToolRegistry
 
 __all__ = ["Answer", "InboxService", "RowResult", "status_of"]
 
 _PAGE = 50
+DETAILS_PAGE = 100
+"""Calls with their whole details in one page of ``/api/approvals`` and ``/api/in-doubt``."""
 _MAX_ROW_ID = 2**31 - 1
 
 
@@ -76,6 +87,8 @@ class Answer:
     reason: str | None = None
     expires_in: float | None = DEFAULT_APPROVAL_TTL
     """Seconds the approval stays usable; None: no expiry."""
+    grant: str | None = None
+    """A grant option the call's approve rule offers, given with the approval."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,25 +155,45 @@ class InboxService:
         with self._held():
             self.operators.record_action(actor=actor, event=event, allowed=True, detail=detail)
 
+    def slack_reply(self, op: Operator, ref: int, detail: dict[str, Any]) -> None:
+        """Append the entry that has the Slack message of an answered call replaced
+        (``slack_reply``: the outbox reads it), under the operator's name."""
+        with self._held():
+            rec = self._row(ref)
+            self.operators.record_action(actor=actor_of(op.name), event="slack_reply",
+                                         allowed=True, task_id=rec.task_id,
+                                         call_id=rec.call_id, detail=detail)
+
     # ------------------------------------------------------------ reads
 
-    def pending(self) -> list[CallDetails]:
-        """Every call waiting for a person, oldest first, each with its details."""
+    def pending(self, *, after: int | None = None, limit: int = DETAILS_PAGE
+                ) -> list[CallDetails]:
+        """A page of the calls waiting for a person, in ``ref`` order after ``after``,
+        each with its details (three statements a page, whatever its size)."""
         with self._held():
-            recs = self.ledger.calls(states=[CallState.AWAITING_APPROVAL])
-            found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
-        return sorted((d for d in found if d is not None), key=lambda d: d.call.created_at)
+            return details_page(self.ledger.engine, [CallState.AWAITING_APPROVAL],
+                                after=after, limit=limit)
 
-    def in_doubt(self) -> list[CallDetails]:
+    def in_doubt(self, *, after: int | None = None, limit: int = DETAILS_PAGE
+                 ) -> list[CallDetails]:
+        """A page of the calls in doubt, as ``pending``."""
         with self._held():
-            recs = self.ledger.calls(states=[CallState.IN_DOUBT])
-            found = [self.ledger.call_details(r.task_id, r.call_id) for r in recs]
-        return [d for d in found if d is not None]
+            return details_page(self.ledger.engine, [CallState.IN_DOUBT], after=after,
+                                limit=limit)
 
     def inbox(self, query: InboxQuery) -> tuple[list[InboxRow], InboxCounts]:
-        """A page of waiting (or in-doubt) calls across tasks, and their counts."""
+        """A page of waiting (or in-doubt) calls across tasks, and their counts (a call a
+        quorum rule sent stays listed after one approval: ``InboxQuery.quorum_rules``)."""
+        rules = self.gate.rules
+        if rules is not None:
+            query = replace(query, quorum_rules=quorum_rule_ids(rules.policy.document))
         with self._held():
             return read_inbox(self.ledger.engine, query)
+
+    def inbox_mark(self, query: InboxQuery) -> str:
+        """The list's ``inbox_mark`` alone: one aggregate, what a poll costs."""
+        with self._held():
+            return inbox_mark(self.ledger.engine, query)
 
     def details(self, ref: int) -> CallDetails:
         """The call the ledger's row ``ref`` holds."""
@@ -234,8 +267,11 @@ class InboxService:
             self._not_own_call(op, rec)
             approval, new = self.gate.approve(
                 rec.call_id, by=op.name, reason=answer.reason, task_id=rec.task_id,
-                ttl=answer.expires_in, args_hash=answer.args_hash)
-        return {**approval.to_dict(), "new": new, "tool": rec.tool, "ref": rec.row_id}
+                ttl=answer.expires_in, args_hash=answer.args_hash, grant=answer.grant)
+            given = [g.to_dict() for g in self.ledger.grants(task_id=rec.task_id)
+                     if g.approval_id == approval.id] if answer.grant else []
+        return {**approval.to_dict(), "new": new, "tool": rec.tool, "ref": rec.row_id,
+                "grants": given}
 
     def deny(self, op: Operator, answer: Answer) -> dict[str, Any]:
         with self._held():
@@ -273,6 +309,52 @@ class InboxService:
             out.append(RowResult(answer.ref, done.get("call_id"), done.get("tool"), True,
                                  200, word))
         return out
+
+    def approval_state(self, ref: int) -> dict[str, Any] | None:
+        """A waiting call's quorum progress and grant options (``answered.progress``);
+        None when it does not wait or the server runs without a policy file."""
+        with self._held():
+            rec = self._row(ref)
+            rules = self.gate.rules
+            if rules is None or rec.state is not CallState.AWAITING_APPROVAL:
+                return None
+            return progress(rules, rec, self.ledger.answers(rec))
+
+    def quorum_progress(self, rows: list[InboxRow]) -> dict[int, str]:
+        """The "1 of 2" of each listed waiting call a quorum rule sent (one read of its
+        answers per such row; none for the rest, nor without a policy file)."""
+        rules = self.gate.rules
+        if rules is None:
+            return {}
+        wanted = set(quorum_rule_ids(rules.policy.document))
+        out: dict[int, str] = {}
+        with self._held():
+            for row in rows:
+                if row.state is not CallState.AWAITING_APPROVAL or not wanted & set(row.rule_ids):
+                    continue
+                rec = self._row(row.ref)
+                shown = progress(rules, rec, self.ledger.answers(rec))
+                out[row.ref] = f"{len(shown['approved_by'])} of {shown['min']}"
+        return out
+
+    def grants(self, *, task_id: str | None = None, active: bool = False) -> list[GrantRecord]:
+        with self._held():
+            return self.ledger.grants(task_id=task_id, active=active)
+
+    def revoke_grant(self, op: Operator, grant_id: int, reason: str | None) -> GrantRecord:
+        """End a grant, if ``op`` may approve its tool's calls (who may give one may end
+        one); refused and audited otherwise."""
+        with self._held():
+            found = next((g for g in self.ledger.grants() if g.id == grant_id), None)
+            if found is None:
+                raise GateUsageError(f"no grant {grant_id} in the ledger")
+            if not op.may(OperatorRight.APPROVE, found.tool):
+                why = f"operator {op.name!r} may not revoke grants of {found.tool!r} calls"
+                self.operators.record_action(
+                    actor=actor_of(op.name), event="revoke_grant", allowed=False,
+                    task_id=found.task_id, detail={"grant_id": grant_id, "reason": why})
+                raise OperatorRefused(why)
+            return self.ledger.revoke_grant(grant_id, by=op.name, reason=reason)
 
     def sealed_fields(self, ref: int) -> dict[str, bool]:
         """The call's redacted fields, and which a person with rights may reveal."""

@@ -22,8 +22,9 @@ request is verified with the app's signing secret (``SignatureVerifier``: the
 refused), the Slack user is mapped to an operator through ``users`` (an unmapped
 user answers nothing), and the answer goes through the same checks as the inbox's
 (the operator's rights, the policy's approvers), audited under ``operator:NAME``
-with the Slack user id. Delivery of the messages is at least once from the outbox,
-as the webhooks'.
+with the Slack user id. The message clicked is then replaced through the click's
+``response_url`` by who answered and how (``slack_reply``). Delivery of the messages
+and of the replacements is at least once from the outbox, as the webhooks'.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger.views import outbox
 from agent_gate.ledger.views.operators import Operator
+from agent_gate.serve.slack_reply import seal
 
 router = APIRouter(include_in_schema=False)
 
@@ -66,6 +68,10 @@ class SlackRoute(BaseModel):
     backoff: float = Field(default=1.0, gt=0)
     max_backoff: float = Field(default=300.0, gt=0)
     poll: float = Field(default=1.0, gt=0)
+    response_url_prefix: str = Field(default="https://hooks.slack.com/",
+                                     pattern=r"^https?://[^/]+/")
+    """Where a click's ``response_url`` must point for the answer to replace the
+    message (``slack_reply``); any other is not kept."""
 
 
 def _text(value: str, limit: int = 150) -> str:
@@ -108,10 +114,10 @@ def blocks(notice: outbox.Notice, ref: int | None, args_hash: str | None,
 
 
 def interaction(route: SlackRoute, body: bytes, headers: dict[str, str]
-                ) -> tuple[int, str | None, tuple[str, int, str] | None]:
-    """A click as Slack sent it: (status, why refused, (slack user, ref, hash) and the
-    verb folded in as ``verb:ref:hash``). Verified first; nothing of an unverified
-    request is read."""
+                ) -> tuple[int, str | None, tuple[str, int, str, str | None] | None]:
+    """A click as Slack sent it: (status, why refused, (slack user, ref, ``verb:hash``,
+    the ``response_url`` if it points under the route's prefix)). Verified first;
+    nothing of an unverified request is read."""
     from slack_sdk.signature import SignatureVerifier
 
     secret = os.environ.get(route.signing_secret_env, "")
@@ -127,7 +133,11 @@ def interaction(route: SlackRoute, body: bytes, headers: dict[str, str]
     m = _VALUE.fullmatch(value)
     if payload.get("type") != "block_actions" or m is None or int(m.group(2)) > _MAX_REF:
         return 400, "not one of agent-gate's buttons", None
-    return 200, None, (user, int(m.group(2)), f"{m.group(1)}:{m.group(3)}")
+    reply = payload.get("response_url")
+    if not isinstance(reply, str) or len(reply) > 2000 or not reply.startswith(
+            route.response_url_prefix):
+        reply = None
+    return 200, None, (user, int(m.group(2)), f"{m.group(1)}:{m.group(3)}", reply)
 
 
 def post(route: SlackRoute, notice: outbox.Notice, ref: int | None, args_hash: str | None,
@@ -163,7 +173,7 @@ def _answer(request: Request, route: SlackRoute, body: bytes,
         service.audit_refusal(actor="slack", event="slack_answer",
                               detail={"route": route.name, "reason": why or "refused"})
         return JSONResponse({"text": why}, status_code=status)
-    user, ref, verb_hash = click
+    user, ref, verb_hash, reply = click
     verb, _, args_hash = verb_hash.partition(":")
     op = _operator(service.operators.list(), route.users.get(user))
     if op is None:
@@ -178,6 +188,12 @@ def _answer(request: Request, route: SlackRoute, body: bytes,
     except AgentGateError as exc:
         return JSONResponse({"response_type": "ephemeral",
                              "text": f"Refused ({status_of(exc)}): {exc}"})
+    if reply is not None:  # the message is replaced from the outbox (``slack_reply``)
+        service.slack_reply(op, ref, detail={
+            "route": route.name, "ref": ref, "verb": verb, "user": user[:40],
+            "tool": done.get("tool"),
+            "reply": seal(os.environ.get(route.signing_secret_env, ""), route.name, ref,
+                          reply)})
     word = "Approved" if verb == "approve" else "Denied"
     return JSONResponse({"response_type": "in_channel", "replace_original": False,
                          "text": f"{word} by {op.name}: {_text(str(done.get('call_id')))}"})

@@ -30,6 +30,7 @@ import smtplib
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -39,8 +40,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_gate.errors import GateUsageError
+from agent_gate.ledger.audit import AuditRecord
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.views import outbox
+from agent_gate.serve import slack_reply
+from agent_gate.serve.identity import IdentityConfig
 from agent_gate.serve.mail import MailEndpoint, message, send
 from agent_gate.serve.slack import SlackRoute, post
 
@@ -68,9 +72,11 @@ class ServeConfig(BaseModel):
     base_url: str = "http://127.0.0.1:8765"
     notify: tuple[Endpoint, ...] = ()
     mail: tuple[MailEndpoint, ...] = ()
+    """E-mail routes (``serve.mail``): a link to the call's page, never a value."""
     slack: tuple[SlackRoute, ...] = ()
     """Slack channels with Approve/Deny buttons (``serve.slack``)."""
-    """E-mail routes (``serve.mail``): a link to the call's page, never a value."""
+    identity: IdentityConfig | None = None
+    """Operators from an identity provider's signed assertion (``serve.identity``)."""
     checkpoint_every: float | None = Field(default=600.0, gt=0)
     """Seconds between the audit checkpoints the server takes (``checkpointer``);
     None: none (take them with ``agent-gate audit checkpoint`` instead)."""
@@ -132,7 +138,9 @@ class Notifier:
             threading.Thread(target=self._mail, args=(m,), daemon=True,
                              name=f"agent-gate-mail-{m.name}") for m in config.mail] + [
             threading.Thread(target=self._slack, args=(r,), daemon=True,
-                             name=f"agent-gate-slack-{r.name}") for r in config.slack]
+                             name=f"agent-gate-slack-{r.name}") for r in config.slack] + [
+            threading.Thread(target=self._slack_replies, args=(r,), daemon=True,
+                             name=f"agent-gate-slack-reply-{r.name}") for r in config.slack]
 
     def start(self) -> None:
         for t in self._threads:
@@ -188,22 +196,55 @@ class Notifier:
 
         self._follow(f"slack:{route.name}", route.events, route.poll, deliver)
 
+    def _slack_replies(self, route: SlackRoute) -> None:
+        """Replace each answered Slack message (``slack_reply``), at least once."""
+        def deliver(entry: AuditRecord) -> bool | None:
+            reply = slack_reply.open_reply(route, entry, self.config.base_url)
+            if reply is None:
+                return None
+            delay = route.backoff
+            while not self._stop.is_set():
+                if slack_reply.send(reply) is not slack_reply.ReplyOutcome.RETRY or \
+                        datetime.now(UTC) >= reply.until:
+                    return True
+                self._stop.wait(delay)
+                delay = min(delay * 2, route.max_backoff)
+            return False
+
+        # "reply:" and a route's name fit the cursor's 100 characters, as "slack:" does.
+        self._follow_entries(f"reply:{route.name}", route.poll, deliver)
+
     def _follow(self, name: str, events: tuple[str, ...], poll: float,
                 deliver: Callable[[outbox.Notice], bool]) -> None:
         """Read the trail after the cursor ``name``; deliver each notice of ``events``
         (True once delivered, False: stopping) and only then move the cursor."""
+        def each(entry: AuditRecord) -> bool | None:
+            notice = outbox.notice_of(entry)
+            if notice is None:
+                return None
+            return deliver(notice) if notice.kind in events else True
+
+        self._follow_entries(name, poll, each)
+
+    def _follow_entries(self, name: str, poll: float,
+                        deliver: Callable[[AuditRecord], bool | None]) -> None:
+        """Read the trail after the cursor ``name``; hand each entry to ``deliver``
+        (None: nothing for it, True: done, False: stopping) and move the cursor past
+        each one done only then, past the rest in one move per page."""
         with Ledger(self.url) as ledger:
             engine = ledger.engine
             seq = outbox.cursor(engine, name)
             while not self._stop.is_set():
-                notices, last = outbox.notices_after(engine, seq)
-                for notice in notices:
-                    if notice.kind in events and not deliver(notice):
-                        return  # stopping: the cursor stays before this notice
-                    outbox.advance(engine, name, notice.seq)
-                if last > seq:
-                    outbox.advance(engine, name, last)
-                    seq = last
+                page = outbox.entries_after(engine, seq)
+                for entry in page:
+                    done = deliver(entry)
+                    if done is False:
+                        return  # stopping: the cursor stays before this entry
+                    if done:
+                        outbox.advance(engine, name, entry.seq)
+                if page:
+                    seq = page[-1].seq
+                    outbox.advance(engine, name, seq)
                     continue
                 self._stop.wait(poll)
 

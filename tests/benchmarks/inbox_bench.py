@@ -9,7 +9,8 @@ policy that asks a person for each (three tools, a hundred tasks), then serves i
 the real application under uvicorn on loopback and times what an operator's browser
 asks for over HTTP, logged in: the first page of the list (50 rows and the counts by
 tool and rule), the same filtered by tool, a page deep in the list (keyset), the poll
-that finds nothing new (304), and the list's ledger read alone.
+that finds nothing new (304), the API's first page of calls with their whole details,
+and the list's ledger read alone.
 
 Not collected by pytest: a measurement, never an assertion. The target (issue 32):
 the first page within 200 ms. Prints a Markdown table.
@@ -170,6 +171,14 @@ def measure(url: str, policy: Path, rounds: int) -> list[tuple[str, Timing]]:
                         timed(get("/inbox", after=str(deep)), rounds)))
             out.append(("newest first (HTTP)", timed(get("/inbox", sort="newest"), rounds)))
             out.append(("the poll, nothing new (HTTP 304)", timed(poll, rounds)))
+
+            def details() -> object:
+                got = http.get("/api/approvals", headers={"Authorization": f"Bearer {token}"})
+                assert got.status_code == 200 and len(got.json()) == 100
+                return got
+
+            out.append(("/api/approvals: 100 calls with their details (HTTP)",
+                        timed(details, rounds)))
         with Ledger(url) as ledger:
             out.append(("the ledger read alone (page + counts)", timed(
                 lambda: read_inbox(ledger.engine, InboxQuery()), rounds)))

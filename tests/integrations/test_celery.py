@@ -19,6 +19,7 @@ import pytest
 from celery import Celery
 from support import WORKERS
 from support.engine_tools import POINTS
+from support.kill_points import kill_at_mark
 from waiting import wait_until
 
 BROKERS = {
@@ -64,14 +65,7 @@ class Workers:
     def kill_at(self, point: str, order: str, tool: str = "send_payment") -> None:
         proc = self.start(AG_HANG=point)
         self.send(order, tool)
-
-        def there() -> bool:
-            assert proc.poll() is None, self.log(len(self.procs))
-            return (self.marks / point).exists()
-
-        wait_until(there, what=f"the task to reach {point}")
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
+        kill_at_mark(proc, self.marks, point, diagnose=lambda: self.log(len(self.procs)))
 
     def result(self, order: str) -> dict[str, Any]:
         path = self.results / f"{order}.json"

@@ -20,6 +20,7 @@ from ledger_backends import pg_base_url
 from sqlalchemy import create_engine, text
 from support import WORKERS
 from support.engine_tools import POINTS
+from support.kill_points import kill_at_mark
 from waiting import wait_until
 
 WORKER = WORKERS / "dbos_worker.py"
@@ -65,19 +66,7 @@ class App:
         proc = subprocess.Popen(self.argv("start", workflow, tool, amount),
                                 env={**self.env, "AG_HANG": point},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def there() -> bool:
-            assert proc.poll() is None, proc.communicate()
-            return (self.marks / point).exists()
-
-        try:
-            wait_until(there, what=f"the workflow to reach {point}")
-            os.kill(proc.pid, signal.SIGKILL)
-            assert proc.wait(timeout=30) == -signal.SIGKILL
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        kill_at_mark(proc, self.marks, point)
 
     def run(self, mode: str, workflow: str, tool: str, amount: int = 10) -> dict[str, object]:
         done = subprocess.run(self.argv(mode, workflow, tool, amount), env=self.env,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -21,7 +20,7 @@ import pytest
 from ledger_backends import pg_base_url
 from sqlalchemy import Engine, create_engine, text
 from support import WORKERS
-from waiting import wait_until
+from support.kill_points import kill_at_mark
 
 from agent_gate import CallState, Gate, ToolRegistry
 
@@ -57,19 +56,7 @@ class App:
         proc = subprocess.Popen(self.argv("start", workflow, amount),
                                 env={**self.env, "AG_HANG": point},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-        def there() -> bool:
-            assert proc.poll() is None, proc.communicate()
-            return (self.marks / point).exists()
-
-        try:
-            wait_until(there, what=f"the workflow to reach {point}")
-            os.kill(proc.pid, signal.SIGKILL)
-            assert proc.wait(timeout=30) == -signal.SIGKILL
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+        kill_at_mark(proc, self.marks, point)
 
     def recover(self, workflow: str, amount: int) -> dict[str, object]:
         done = subprocess.run(self.argv("recover", workflow, amount), env=self.env,

@@ -20,7 +20,7 @@ from agent_gate.gate.backtest import backtest
 from agent_gate.ledger.history import read_only_engine
 from agent_gate.policy import Policy, Principal, TaskScope, Verdict
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, table_rows
 
 KEY = os.urandom(32)
 SUPPORT = Principal(id="u1", roles={"support"})
@@ -156,6 +156,9 @@ def test_the_cli_reports_counts_and_ids_never_arguments(ledger: str, draft: Path
     assert "cannot judge 1: never judged by a policy file (schema_invalid): t1/c5" in (
         result.stdout)
     assert "4242" not in result.stdout and "ORD-123456" not in result.stdout
+    rule_rows = table_rows(result.stdout, "by the draft's deciding rule")
+    assert rule_rows and all(len(row) == 4 for row in rule_rows)
+    assert any("allow -> approve" in row[2] and "t1/c2" in row[3] for row in rule_rows)
     data = json.loads(runner.invoke(
         main, ["policy", "backtest", str(draft), "--db", ledger, "--json"], env=env).stdout)
     assert data["changed"] == 3
@@ -180,3 +183,4 @@ def test_a_bad_draft_and_a_missing_ledger(tmp_path: Path, draft: Path) -> None:
 def test_verdicts_are_the_policy_layers(ledger: str, draft: Path) -> None:
     report = backtest(Policy.load(draft), ledger, seal_key=KEY)
     assert all(isinstance(c.after, Verdict) for c in report.changes)
+

@@ -334,3 +334,32 @@ def test_symlinks_are_resolved_before_cedar_sees_a_path(tmp_path: Path) -> None:
     policy = Policy.from_text(text)
     assert policy.evaluate("rm", {"path": f"{workspace}/a"}).effect is ALLOW
     assert policy.evaluate("rm", {"path": f"{workspace}/link/passwd"}).effect is DENY
+
+
+@pytest.mark.parametrize(("literal", "why"), [
+    ("1000.00001", "more than 4 decimal places"),
+    ("1000", "not a Cedar decimal"),
+    ("9999999999999999.0", "out of Cedar's decimal range"),
+])
+def test_check_names_the_policy_with_a_decimal_cedar_cannot_make(
+    tmp_path: Path, policy: Policy, literal: str, why: str
+) -> None:
+    """Cedar parses ``decimal("1000.00001")`` and fails only when it evaluates it: the
+    forbid would deny every refund at run time, saying nothing before. ``policy check``
+    refuses the file instead, naming the policy and the literal."""
+    del policy  # writes policy.yaml and refunds.cedar
+    cedar = CEDAR.replace('decimal("1000.0")', f'decimal("{literal}")')
+    (tmp_path / "refunds.cedar").write_text(cedar, encoding="utf-8")
+    result = CliRunner().invoke(main, ["policy", "check", str(tmp_path / "policy.yaml")])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "refund-finance-only-above-1000" in lines[0] and f'decimal({literal!r})' in lines[0]
+    assert why in lines[0] and lines[0].startswith(f"{tmp_path / 'policy.yaml'}:2:")
+    with pytest.raises(PolicyLoadError):
+        Policy.load(tmp_path / "policy.yaml")
+    # four places, or a negative at Cedar's lower bound, are fine
+    for fine in ("1000.0001", "-922337203685477.5808"):
+        (tmp_path / "refunds.cedar").write_text(
+            CEDAR.replace('decimal("1000.0")', f'decimal("{fine}")'), encoding="utf-8")
+        assert Policy.load(tmp_path / "policy.yaml").hash

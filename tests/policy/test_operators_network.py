@@ -226,3 +226,21 @@ class TestEmailDomain:
         assert decision.effect is Verdict.DENY
         assert decision.rules[0].truth is Truth.ERROR
         assert "exactly one '@'" in decision.reasons[0]
+
+
+def test_a_url_or_address_text_is_parsed_once_and_a_refusal_every_time() -> None:
+    """``parse_url``/``email_domain`` keep their answer per text (a decision reads one
+    URL in several rules; a backtest the same texts over many calls); what they
+    refuse is refused again, never remembered as an answer."""
+    from agent_gate.errors import AddressError
+    from agent_gate.policy.netaddr import email_domain, parse_url
+
+    first = parse_url("https://Docs.Example.com:8443/a")
+    assert parse_url("https://Docs.Example.com:8443/a") is first
+    assert (first.host, first.port) == ("docs.example.com", 8443)
+    assert email_domain("ana@Example.COM") == "example.com"
+    for _ in range(2):
+        with pytest.raises(AddressError, match="userinfo"):
+            parse_url("https://a@evil.example/")
+        with pytest.raises(AddressError, match="exactly one"):
+            email_domain("a@b.com@evil.com")

@@ -129,3 +129,99 @@ def test_refunds_racing_new_calls_never_exceed_a_principals_limit(
     assert len(ran) == 3
     with Gate(ToolRegistry(), db_url) as gate:
         assert gate.ledger.verify_audit().problem is None
+
+
+@pytest.mark.slow
+def test_slots_freed_by_refunds_are_taken_exactly_once_by_racing_new_calls(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Three in-doubt calls hold ana's budget of three. Three operators find them not
+    applied (each refund frees a slot) while five workers keep sending new calls in
+    tasks of their own, each until it ran one or was refused after every refund had
+    committed (a refused one tries again once another refund committed, racing the
+    other callers for it). The three freed slots are taken exactly once: three new
+    calls run, never four. Sent again, the refunded calls find the slots taken (their claim's
+    re-check is charged under the same lock) and run nowhere."""
+    policy = "version: 1\ntools:\n  pay:\n    rules: [{id: pay-ok, effect: allow}]\n" \
+             "    limits: [{id: three-per-principal, max_calls: 3, per: principal}]\n"
+    (tmp_path / "p.yaml").write_text(policy, encoding="utf-8")
+    ran: list[float] = []
+    with Gate(_tools(ran, unsure={1, 2, 3}), db_url, policy=tmp_path / "p.yaml") as gate:
+        for i in (1, 2, 3):
+            assert gate.execute(f"d{i}", {"call_id": "c", "name": "pay", "arguments": {
+                "amount": i}}, principal=ANA).state is CallState.IN_DOUBT
+    ran.clear()
+    start = threading.Barrier(8)
+    lock = threading.Lock()
+    refunds = threading.Condition(lock)
+    refunded: list[str] = []
+    succeeded: list[str] = []
+    errors: list[BaseException] = []
+
+    def operator(index: int) -> None:
+        with Gate(_tools(ran, unsure=set()), db_url, policy=tmp_path / "p.yaml") as gate:
+            start.wait(timeout=60)
+            settled = gate.resolve("c", as_="not_applied", task_id=f"d{index + 1}", by="ops")
+            assert settled.state is CallState.AUTHORIZED
+            with refunds:
+                refunded.append(f"d{index + 1}")
+                refunds.notify_all()
+
+    def caller(index: int) -> None:
+        with Gate(_tools(ran, unsure=set()), db_url, policy=tmp_path / "p.yaml") as gate:
+            start.wait(timeout=60)
+            for n in range(8):
+                with lock:
+                    seen = len(refunded)
+                state = gate.execute(f"n{index}", {"call_id": f"c{n}", "name": "pay",
+                                                   "arguments": {"amount": 100 + index}},
+                                     principal=ANA).state
+                if state is CallState.SUCCEEDED:
+                    with lock:
+                        succeeded.append(f"n{index}/c{n}")
+                    return
+                assert state is CallState.REJECTED, state
+                if seen == 3:  # refused with every slot freed: all are taken
+                    return
+                with refunds:  # refused: try again once another slot was freed
+                    assert refunds.wait_for(lambda seen=seen: len(refunded) > seen, timeout=120)
+            raise AssertionError("a caller was refused more often than slots were freed")
+
+    def guarded(work: Any, index: int) -> None:
+        try:
+            work(index)
+        except BaseException as error:  # reported below, the barrier broken
+            errors.append(error)
+            start.abort()
+
+    threads = [threading.Thread(target=guarded, args=(operator, i)) for i in range(3)]
+    threads += [threading.Thread(target=guarded, args=(caller, i)) for i in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads)
+    assert not errors, errors
+    assert len(succeeded) == 3, succeeded
+    assert sorted(ran) == sorted(100 + int(name[1]) for name in succeeded)
+
+    def send_again(index: int) -> None:
+        with Gate(_tools(ran, unsure=set()), db_url, policy=tmp_path / "p.yaml") as gate:
+            again = gate.execute(f"d{index + 1}", {"call_id": "c", "name": "pay",
+                                                   "arguments": {"amount": index + 1}},
+                                 principal=ANA)
+            assert again.state is CallState.REJECTED, again.state
+            assert "three-per-principal" in (again.reason or "")
+
+    again = [threading.Thread(target=guarded, args=(send_again, i)) for i in range(3)]
+    for thread in again:
+        thread.start()
+    for thread in again:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(ran) == 3
+    with Gate(ToolRegistry(), db_url) as gate:
+        assert gate.ledger.verify_audit().problem is None
+        held = sum(gate.ledger.usage(task).get("pay/calls@principal", 0)
+                   for task in ("d1", "d2", "d3", "n0", "n1", "n2", "n3", "n4"))
+    assert held == 3

@@ -17,7 +17,7 @@ from agent_gate.demo.tools import tools
 from agent_gate.gate.shadow_report import shadow_report
 from agent_gate.policy import Policy, Principal, TaskScope, Verdict
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, table_rows
 
 CAP = """\
       - id: refund-cap-300
@@ -120,6 +120,8 @@ def test_recorded_with_the_call_and_reported(
     human = CliRunner().invoke(main, ["policy", "shadow-report", "--db", db_url])
     assert "2 calls decided with a shadow evaluation; 1 where it differs" in human.stdout
     assert "t1/w1" in human.stdout and "Lisbon" not in human.stdout
+    assert table_rows(human.stdout, "by the shadow decision's rule") == [
+        ["agent-gate:default-deny", "1", "allow -> deny", "t1/w1"]]
 
 
 def test_per_rule_shadows_through_a_gate(

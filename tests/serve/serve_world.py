@@ -132,17 +132,27 @@ def logged_in(server: Running, world: World, name: str) -> Iterator[tuple[httpx.
 @pytest.fixture
 def world(db_url: str, tmp_path: Path) -> World:
     """On each ledger backend (``db_url``: SQLite, and PostgreSQL when configured)."""
-    url = db_url
+    return build_world(db_url, tmp_path, POLICY, {
+        "bob": {"approve": ["send_email"]},
+        "carol": {"approve": ["refund"], "resolve": ["*"]},
+        "alice": {"approve": ["*"]},
+    }, body="Dear Ana")
+
+
+def build_world(url: str, tmp_path: Path, policy_text: str,
+                operators: dict[str, dict[str, list[str]]], *,
+                subject: str = "Refund", body: str) -> World:
+    """A world under ``policy_text`` with ``operators`` (name -> their rights) and one mail
+    waiting for a person: the starting point every inbox test shares."""
     policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY)
+    policy.write_text(policy_text)
     w = World(url, policy)
     with Ledger(url) as ledger:
         ops = Operators(ledger.engine)
-        w.tokens["bob"] = ops.add("bob", approve=["send_email"])[1]
-        w.tokens["carol"] = ops.add("carol", approve=["refund"], resolve=["*"])[1]
-        w.tokens["alice"] = ops.add("alice", approve=["*"])[1]
+        for name, rights in operators.items():
+            w.tokens[name] = ops.add(name, **rights)[1]
     assert w.call("t1", "mail-1", "send_email",
-                  {"to": "ana@elsewhere.org", "subject": "Refund", "body": "Dear Ana"}) \
+                  {"to": "ana@elsewhere.org", "subject": subject, "body": body}) \
         == "awaiting_approval"
     return w
 

@@ -9,8 +9,6 @@ docs/inbox-list.png was taken).
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +20,6 @@ from agent_gate.ledger import Ledger
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
-                 if p and os.access(p, os.X_OK)), None)
-if CHROMIUM is None:
-    pytest.skip("no chromium binary (Debian: apt-get install -y chromium chromium-driver)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def record(world: World, calls: list[tuple[str, str, str, dict[str, Any]]]) -> None:

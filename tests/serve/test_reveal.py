@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from click.testing import CliRunner
-from serve_world import Running, World, logged_in, serving
+from serve_world import Running, World, build_world, logged_in, serving
 
 from agent_gate.cli import main as cli
-from agent_gate.ledger import Ledger
-from agent_gate.ledger.views.operators import Operators
 
 BODY = ("Dear customer,\n\nyour refund of 49.99 EUR for order o-1042 is on its way. "
         "It reaches your card ending 4242 within five days.\n\nKind regards,\nSupport")
@@ -48,17 +48,9 @@ tools:
 def sealed(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     """A mail whose body (revealable) and subject (never) the policy redacts."""
     monkeypatch.setenv("AGENT_GATE_SEAL_KEY", base64.b64encode(secrets.token_bytes(32)).decode())
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY)
-    w = World(db_url, policy)
-    with Ledger(db_url) as ledger:
-        ops = Operators(ledger.engine)
-        w.tokens["bob"] = ops.add("bob", approve=["send_email"])[1]
-        w.tokens["dave"] = ops.add("dave", approve=["refund"])[1]
-    assert w.call("t1", "mail-1", "send_email",
-                  {"to": "ana@elsewhere.org", "subject": "Refund 4242", "body": BODY}) \
-        == "awaiting_approval"
-    return w
+    return build_world(db_url, tmp_path, POLICY, {"bob": {"approve": ["send_email"]},
+                                                  "dave": {"approve": ["refund"]}},
+                       subject="Refund 4242", body=BODY)
 
 
 @pytest.fixture
@@ -163,37 +155,23 @@ def test_reveal_rights_is_the_default_and_leaves_a_policy_hash_unchanged() -> No
 
 
 @pytest.mark.slow
-def test_reveal_in_a_real_browser(sealed: World, served: Running) -> None:
+def test_reveal_in_a_real_browser(sealed: World, served: Running, browser: Any) -> None:
     """Chromium: the call's page offers Reveal for the body only; the value shows once,
     whole and escaped (``AGENT_GATE_SCREENSHOT_DIR``: saved as inbox-reveal.png)."""
-    import os
-    import shutil
-
-    chromium = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
-                     if p and os.access(p, os.X_OK)), None)
-    if chromium is None:
-        pytest.skip("no chromium binary")
-    sync_api = pytest.importorskip("playwright.sync_api")
     ref, _ = sealed.shown("t1", "mail-1")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.goto(served.base + "/login")
-            page.fill("#token", sealed.tokens["bob"])
-            page.click("#login")
-            page.wait_for_url(served.base + "/inbox")
-            with page.expect_navigation():
-                page.click(f"#row-{ref} a.call-link")
-            assert page.locator("button.reveal").all_text_contents() == ["Reveal body"]
-            with page.expect_navigation():
-                page.click("button.reveal")
-            assert page.text_content("pre.revealed-value") == BODY
-            if os.environ.get("AGENT_GATE_SCREENSHOT_DIR"):
-                page.screenshot(path=str(Path(os.environ["AGENT_GATE_SCREENSHOT_DIR"]) /
-                                         "inbox-reveal.png"), full_page=True)
-            page.goto(served.base + f"/inbox/calls/{ref}")
-            assert page.locator("pre.revealed-value").count() == 0
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.goto(served.base + "/login")
+    page.fill("#token", sealed.tokens["bob"])
+    page.click("#login")
+    page.wait_for_url(served.base + "/inbox")
+    with page.expect_navigation():
+        page.click(f"#row-{ref} a.call-link")
+    assert page.locator("button.reveal").all_text_contents() == ["Reveal body"]
+    with page.expect_navigation():
+        page.click("button.reveal")
+    assert page.text_content("pre.revealed-value") == BODY
+    if os.environ.get("AGENT_GATE_SCREENSHOT_DIR"):
+        page.screenshot(path=str(Path(os.environ["AGENT_GATE_SCREENSHOT_DIR"]) /
+                                 "inbox-reveal.png"), full_page=True)
+    page.goto(served.base + f"/inbox/calls/{ref}")
+    assert page.locator("pre.revealed-value").count() == 0

@@ -11,18 +11,21 @@ bounded. Read in one snapshot, from the call's row, its approvals and its trail.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import Engine, select
+from sqlalchemy import text as sql_text
 
 from agent_gate.ledger import approvals
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
-from agent_gate.ledger.models import AUDIT_EVENTS
+from agent_gate.ledger.backend import begin_read
+from agent_gate.ledger.models import AUDIT_EVENTS, SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.reasons import ReasonCode
-from agent_gate.ledger.records import CallRecord
+from agent_gate.ledger.records import CALL_COLUMNS, CALLS, CallRecord, call_record
 from agent_gate.ledger.states import CallState
 from agent_gate.privacy.scrub import bound
 
@@ -35,6 +38,7 @@ __all__ = [
     "CallDetails",
     "DecisionRecord",
     "SchemaVerdict",
+    "details_page",
     "read_details",
 ]
 
@@ -200,6 +204,38 @@ def read_details(
             .order_by(_EVENTS.c.id)
         ).mappings()
     )
+    return _assemble(rec, history, approvals.answers(conn, rec.row_id), max_shown)
+
+
+def details_page(
+    engine: Engine, states: Sequence[CallState], *, after: int | None = None,
+    limit: int = 100, max_shown: int = DEFAULT_MAX_SHOWN,
+) -> list[CallDetails]:
+    """The details of the calls in ``states`` (swept states, across tasks), a page at a
+    time in ``ref`` order after ``after``, in one snapshot and three statements
+    whatever the page holds: its rows, their trails, their answers (read one call at
+    a time, a page of 10,000 waiting calls was 30,001 statements)."""
+    values = [s.value for s in states]
+    if not set(values) <= set(SWEPT_STATES):
+        raise ValueError("a page of details lists swept states only")
+    stmt = select(*CALL_COLUMNS).where(CALLS.c.state.in_(values), sql_text(SWEPT_WHERE))
+    if after is not None:
+        stmt = stmt.where(CALLS.c.id > after)
+    with begin_read(engine) as conn:
+        recs = [call_record(r) for r in conn.execute(stmt.order_by(CALLS.c.id).limit(limit))]
+        ids = [r.row_id for r in recs]
+        trails: dict[int, list[AuditRecord]] = {i: [] for i in ids}
+        if ids:
+            for r in conn.execute(select(_EVENTS).where(_EVENTS.c.call_row_id.in_(ids))
+                                  .order_by(_EVENTS.c.id)).mappings():
+                trails[int(r["call_row_id"])].append(record_of(r))
+        answers = approvals.answers_of(conn, ids)
+    return [_assemble(r, tuple(trails[r.row_id]), answers[r.row_id], max_shown)
+            for r in recs]
+
+
+def _assemble(rec: CallRecord, history: tuple[AuditRecord, ...],
+              answers: list[ApprovalRecord], max_shown: int) -> CallDetails:
     text = None if rec.result is None and rec.result_sha256 is None else json.dumps(
         rec.result, ensure_ascii=False, sort_keys=True)
     if rec.result_omitted:
@@ -209,7 +245,7 @@ def read_details(
         call=rec,
         schema=_schema(rec, history),
         decision=_decision(history),
-        approvals=tuple(approvals.answers(conn, rec.row_id)),
+        approvals=tuple(answers),
         history=history,
         attempts=_attempts(history),
         result_text=shown,

@@ -48,6 +48,7 @@ __all__ = [
     "InboxRow",
     "argument_preview",
     "inbox_counts",
+    "inbox_mark",
     "inbox_page",
     "read_inbox",
 ]
@@ -96,6 +97,9 @@ class InboxQuery:
     """Also the calls a person approved that wait for a gate to run them (they stay
     ``awaiting_approval`` until one does: ``ledger.approvals``); left out by default,
     nobody needs to answer them again."""
+    quorum_rules: tuple[str, ...] = ()
+    """Rule ids that want several approvers (``approval: approvers: min``): a call one of
+    them sent stays listed after an approval, since others still have to give theirs."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_INBOX_PAGE:
@@ -142,6 +146,8 @@ class InboxCounts:
     total: int
     by_tool: dict[str, int] = field(default_factory=dict)
     by_rule: dict[str, int] = field(default_factory=dict)
+    mark: str = ""
+    """``inbox_mark`` of the same calls, taken from the same read."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"total": self.total, "by_tool": dict(self.by_tool),
@@ -170,9 +176,12 @@ def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
         a = APPROVALS.c
         # A usable approval (for these arguments, not used, not expired by this
         # process's clock: a listing, not a decision) through (call_row_id, id).
-        out.append(~exists().where(
+        unanswered = ~exists().where(
             a.call_row_id == c.id, a.verdict == "approved", a.consumed_at.is_(None),
-            a.args_hash == c.args_hash, or_(a.expires_ms.is_(None), a.expires_ms > now_ms())))
+            a.args_hash == c.args_hash, or_(a.expires_ms.is_(None), a.expires_ms > now_ms()))
+        out.append(or_(unanswered, *(
+            c.rule_ids.like("%" + _like(canonical_json(r)) + "%", escape=_LIKE_ESCAPE)
+            for r in query.quorum_rules)) if query.quorum_rules else unanswered)
     if facets:
         if query.tool is not None:
             out.append(c.tool == query.tool)
@@ -207,18 +216,50 @@ def read_inbox(engine: Engine, query: InboxQuery) -> tuple[list[InboxRow], Inbox
         return inbox_page(conn, query), inbox_counts(conn, query)
 
 
+_MARKS = (func.count(), func.sum(CALLS.c.id), func.sum(CALLS.c.version),
+          func.max(CALLS.c.updated_at),
+          select(func.coalesce(func.max(APPROVALS.c.id), 0)).scalar_subquery())
+"""What says the list changed: how many calls, the sums of their ids and of their
+versions (every transition adds one), the newest change, the newest answer. A call
+entering or leaving the list moves the count or the sum of ids; a call changing moves
+its version and the newest change; an answer that moves no call (the first of a
+quorum's two) moves the newest answer, so the "1 of 2" a row shows is never held
+back by a 304. One aggregate, no row sent back: what a poll costs."""
+
+
+def _mark(total: int, ids: int, versions: int, newest: datetime | None, answer: int) -> str:
+    if total == 0:  # an empty list shows no progress: no answer can change it
+        return "0"
+    return f"{total}:{ids}:{versions}:{_utc(newest).isoformat() if newest else '-'}:{answer}"
+
+
 def inbox_counts(conn: Connection, query: InboxQuery) -> InboxCounts:
-    """The calls ``query`` matches (tool and rule aside), by tool and by rule."""
-    stmt = (select(CALLS.c.tool, CALLS.c.rule_ids, func.count())
+    """The calls ``query`` matches (tool and rule aside), by tool and by rule, and
+    their ``inbox_mark`` from the same groups."""
+    stmt = (select(CALLS.c.tool, CALLS.c.rule_ids, *_MARKS)
             .where(and_(*_where(query, facets=False)))
             .group_by(CALLS.c.tool, CALLS.c.rule_ids))
-    total, by_tool, by_rule = 0, {}, {}
-    for tool, rules, n in conn.execute(stmt):
-        total += int(n)
+    total, ids, versions, newest, by_tool, by_rule, answer = 0, 0, 0, None, {}, {}, 0
+    for tool, rules, n, id_sum, version_sum, latest, newest_answer in conn.execute(stmt):
+        total, answer = total + int(n), int(newest_answer or 0)
+        ids, versions = ids + int(id_sum or 0), versions + int(version_sum or 0)
+        if latest is not None and (newest is None or _utc(latest) > _utc(newest)):
+            newest = latest
         by_tool[tool] = by_tool.get(tool, 0) + int(n)
         for rule in _rules(rules):
             by_rule[rule] = by_rule.get(rule, 0) + int(n)
-    return InboxCounts(total, dict(sorted(by_tool.items())), dict(sorted(by_rule.items())))
+    return InboxCounts(total, dict(sorted(by_tool.items())), dict(sorted(by_rule.items())),
+                       _mark(total, ids, versions, newest, answer))
+
+
+def inbox_mark(engine: Engine, query: InboxQuery) -> str:
+    """What the list ``query`` names looks like, in one aggregate statement (tool and
+    rule aside, as the counts): equal to ``InboxCounts.mark`` of a full read while
+    nothing changed, so a poll compares it and reads no page."""
+    with begin_read(engine) as conn:
+        total, ids, versions, newest, answer = conn.execute(
+            select(*_MARKS).where(and_(*_where(query, facets=False)))).one()
+    return _mark(int(total or 0), int(ids or 0), int(versions or 0), newest, int(answer or 0))
 
 
 def _rules(text_: str | None) -> tuple[str, ...]:

@@ -21,7 +21,15 @@ from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.models import WEBHOOK_CURSORS
 from agent_gate.ledger.views.pages import AuditQuery, audit_page, settled
 
-__all__ = ["EVENT_KINDS", "Notice", "advance", "cursor", "notice_of", "notices_after"]
+__all__ = [
+    "EVENT_KINDS",
+    "Notice",
+    "advance",
+    "cursor",
+    "entries_after",
+    "notice_of",
+    "notices_after",
+]
 
 _TABLE = WEBHOOK_CURSORS
 EVENT_KINDS = ("awaiting_approval", "in_doubt", "resolved")
@@ -79,11 +87,17 @@ def cursor(engine: Engine, name: str) -> int:
         return head
 
 
-def notices_after(engine: Engine, seq: int, limit: int = 200) -> tuple[list[Notice], int]:
-    """The notices after ``seq`` in one page, and the last seq that page read."""
+def entries_after(engine: Engine, seq: int, limit: int = 200) -> list[AuditRecord]:
+    """The trail's entries after ``seq``, one page, never past an entry a transaction
+    still holds (what every follower of the outbox reads)."""
     upto = settled(engine)  # before the snapshot: everything up to it is in it
     with begin_read(engine) as conn:
-        page = audit_page(conn, AuditQuery(after=seq, limit=limit, upto=upto))
+        return audit_page(conn, AuditQuery(after=seq, limit=limit, upto=upto))
+
+
+def notices_after(engine: Engine, seq: int, limit: int = 200) -> tuple[list[Notice], int]:
+    """The notices after ``seq`` in one page, and the last seq that page read."""
+    page = entries_after(engine, seq, limit)
     notices = [n for n in (notice_of(e) for e in page) if n is not None]
     return notices, (page[-1].seq if page else seq)
 
