@@ -37,6 +37,7 @@ from agent_gate.policy import (
     TaskHistory,
     TaskScope,
 )
+from agent_gate.privacy.redaction import redact_arguments
 from agent_gate.tools import ToolSpec
 
 __all__ = [
@@ -128,9 +129,10 @@ class PolicyAuthorizer:
         self, tool: str, arguments: Mapping[str, Any], *, key: bytes | None
     ) -> dict[str, Any] | None:
         """The redacted form of ``arguments``, or None when no field was redacted."""
-        if not self.redacts(tool):
+        rules = self.policy.redaction_rules(tool)
+        if not rules:
             return None
-        redacted = self.policy.redact(tool, arguments, key=key)
+        redacted = redact_arguments(arguments, rules, key=key)
         return None if redacted == dict(arguments) else redacted
 
     def limits(self, tool: str) -> tuple[LimitRule, ...]:

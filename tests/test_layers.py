@@ -26,8 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 ROOT = "agent_gate"
 
 
@@ -227,35 +225,42 @@ def describe(imp: Import) -> str:
     )
 
 
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    """The lines under ``if TYPE_CHECKING:`` (type hints only: no import at run time)."""
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and (
-            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
-        ):
-            for child in node.body:
-                lines.update(n.lineno for n in ast.walk(child) if hasattr(n, "lineno"))
-    return lines
+def _package_inits(target: str, source: str, modules: dict[str, Path]) -> list[str]:
+    """The packages whose ``__init__`` importing ``target`` runs first, outside
+    ``source``'s own packages (those are already running when ``source`` is)."""
+    parts = target.split(".")
+    found = []
+    for end in range(2, len(parts)):
+        package = ".".join(parts[:end])
+        if package in modules and not (source + ".").startswith(package + "."):
+            found.append(package)
+    return found
 
 
-def run_time_graph(inside: str, modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Who imports whom among the modules under ``inside``, as the code runs: every
-    import wherever it is written (module level, in a function) except those under
-    ``TYPE_CHECKING``."""
+def import_graph(inside: str, modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Who imports whom among the modules under ``inside``: every import wherever it
+    is written (module level, in a function, under ``TYPE_CHECKING``), and the
+    ``__init__`` of every package an import passes through.
+
+    A deferred import in a function is a dependency that waits: the module still
+    cannot be read or tested without the other. One under ``TYPE_CHECKING`` is a
+    dependency on the other's names: a circle of type hints is two modules that
+    each name what the other defines, so neither is the bottom. And importing
+    ``agent_gate.policy.x`` runs ``agent_gate/policy/__init__`` first, so a package
+    whose ``__init__`` imports back is a circle too.
+    """
     def within(name: str) -> bool:
         return name == inside or name.startswith(inside + ".")
 
     graph: dict[str, set[str]] = {}
-    for module, path in modules.items():
+    for module in modules:
         if not within(module):
             continue
-        hints = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
-        graph[module] = {
-            imp.target for imp in imports_of(module, modules)
-            if imp.line not in hints and within(imp.target) and imp.target != module
-        }
+        targets: set[str] = set()
+        for imp in imports_of(module, modules):
+            targets.add(imp.target)
+            targets.update(_package_inits(imp.target, module, modules))
+        graph[module] = {t for t in targets if within(t) and t != module}
     return graph
 
 
@@ -354,32 +359,72 @@ def test_known_upward_imports_still_exist() -> None:
     )
 
 
-CYCLE_FREE = ("agent_gate.ledger",)
-"""Packages inside which no module may import, directly or through others, a module
-that imports it back. A circle has no bottom to read or test from: changing any
-member can break every other (issue 31: the transaction seam once drew one of twelve
-modules through ``txn``, ``backend`` and the rules it sits under)."""
+KNOWN_CIRCLES: dict[frozenset[str], str] = {
+    # The audit trail's verifier reads checkpoints, which read the trail's tree and
+    # its pages, which read the audit module back. Another helper works in exactly
+    # these files this round (issue 31's ledger audit/trail split), so the circle is
+    # broken there, and this entry deleted with it.
+    frozenset({
+        "agent_gate.ledger.audit", "agent_gate.ledger.checkpoints",
+        "agent_gate.ledger.trail_tree", "agent_gate.ledger.trail_verify",
+        "agent_gate.ledger.views.pages",
+    }): "issue 31: ledger audit -> trail_verify -> checkpoints -> trail_tree/views.pages",
+    # A rule's approval (quorum, grants) is declared in policy/model.py, which imports
+    # policy/approval.py at its end; approval compiles its conditions through
+    # conditions.py, which reads the model back. Merged from the grants work while
+    # this test was extended; policy/model.py is another helper's this round.
+    frozenset({
+        "agent_gate.policy.approval", "agent_gate.policy.celexpr",
+        "agent_gate.policy.conditions", "agent_gate.policy.model",
+        "agent_gate.policy.predicates",
+    }): "issue 31: policy model -> approval -> conditions -> model",
+    # The Slack reply seals what slack.py renders and reuses its text helper in a
+    # function; serve/ is another helper's this round.
+    frozenset({"agent_gate.serve.slack", "agent_gate.serve.slack_reply"}):
+        "issue 31: serve slack <-> slack_reply (_text)",
+}
+"""Import circles known today, each with why it stays and who removes it. The rule
+test passes over exactly these sets of modules; a test below fails once one is gone
+(or changes members), so the entry is deleted or corrected with the fix."""
 
 
-@pytest.mark.parametrize("package", CYCLE_FREE)
-def test_no_import_cycle_inside(package: str) -> None:
-    graph = run_time_graph(package, package_modules())
-    circles = import_cycles(graph)
-    assert not circles, f"import cycles inside {package}:\n" + "\n".join(
-        describe_cycle(circle, graph) for circle in circles
+def package_circles() -> tuple[list[list[str]], dict[str, set[str]]]:
+    graph = import_graph(ROOT, package_modules())
+    return import_cycles(graph), graph
+
+
+def test_no_import_cycle_inside_the_package() -> None:
+    """No module may import, directly or through others, a module that imports it
+    back. A circle has no bottom to read or test from: changing any member can break
+    every other (issue 31: the transaction seam once drew one of twelve modules
+    through ``txn``, ``backend`` and the rules it sits under)."""
+    circles, graph = package_circles()
+    new = [circle for circle in circles if frozenset(circle) not in KNOWN_CIRCLES]
+    assert not new, "import cycles inside agent_gate:\n" + "\n".join(
+        describe_cycle(circle, graph) for circle in new
     )
 
 
-def test_the_cycle_finder_sees_circles_and_skips_type_hints(tmp_path: Path) -> None:
-    """A circle through a function-level import counts; one closed only under
-    ``TYPE_CHECKING`` does not; a chain is no circle."""
+def test_known_circles_still_exist() -> None:
+    circles, _ = package_circles()
+    gone = [sorted(known) for known in KNOWN_CIRCLES if sorted(known) not in circles]
+    where = Path(__file__).name
+    assert not gone, f"broken or changed circles: fix KNOWN_CIRCLES in {where}: {gone}"
+
+
+def test_the_cycle_finder_sees_deferred_hinted_and_package_circles(tmp_path: Path) -> None:
+    """A circle through a function-level import counts, one closed under
+    ``TYPE_CHECKING`` counts, one through a package ``__init__`` counts; a chain is
+    no circle."""
     files = {
         "a": "from agent_gate.ledger.probe import b\n",
         "b": "def f():\n    from agent_gate.ledger.probe import c\n",
-        "c": "import agent_gate.ledger.probe.a\nfrom agent_gate.ledger.probe import d\n",
+        "c": "import agent_gate.ledger.probe.a\n",
         "d": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-             "    from agent_gate.ledger.probe import c\n",
-        "e": "from agent_gate.ledger.probe import a\n",
+             "    from agent_gate.ledger.probe import e\n",
+        "e": "from agent_gate.ledger.probe import d\n",
+        "f": "from agent_gate.ledger.probe import a\n",
+        "g": "from agent_gate.ledger.probe.pkg.h import X\n",
     }
     modules = {"agent_gate.ledger.probe": tmp_path / "__init__.py"}
     modules["agent_gate.ledger.probe"].write_text("", encoding="utf-8")
@@ -387,9 +432,19 @@ def test_the_cycle_finder_sees_circles_and_skips_type_hints(tmp_path: Path) -> N
         path = tmp_path / f"{name}.py"
         path.write_text(source, encoding="utf-8")
         modules[f"agent_gate.ledger.probe.{name}"] = path
-    graph = run_time_graph("agent_gate.ledger.probe", modules)
+    (tmp_path / "pkg").mkdir()
+    init, h = tmp_path / "pkg" / "__init__.py", tmp_path / "pkg" / "h.py"
+    init.write_text("from agent_gate.ledger.probe import g\n", encoding="utf-8")
+    h.write_text("X = 1\n", encoding="utf-8")
+    modules["agent_gate.ledger.probe.pkg"] = init
+    modules["agent_gate.ledger.probe.pkg.h"] = h
+    graph = import_graph("agent_gate.ledger.probe", modules)
     probe = "agent_gate.ledger.probe."
-    assert import_cycles(graph) == [[probe + "a", probe + "b", probe + "c"]]
+    assert import_cycles(graph) == [
+        [probe + "a", probe + "b", probe + "c"],
+        [probe + "d", probe + "e"],
+        [probe + "g", probe + "pkg"],
+    ]
 
 
 def test_the_checker_sees_nested_and_type_checking_imports(tmp_path: Path) -> None:

@@ -170,42 +170,19 @@ def admit(
     call, unstorable = _storable_identifiers(call)
     arguments, reject, text = classify(call, tool)
     early = early or unstorable or reject
-    # For a tool the policy redacts fields of, the row holds the redacted form, the
-    # whole object is sealed, and every hash of argument content (argument hash,
-    # dedupe key) is keyed (see privacy.seal). This depends on the tool, not on
-    # whether this call carried a redacted field, so that two calls of one tool are
-    # always hashed alike and a dedupe key still catches a repeated write.
-    key_for: sealing.SealKey | None = None
-    stored = arguments
-    if arguments is not None and rules is not None and rules.redacts(call.name):
-        key_for = keys.sealing_key()
-        stored = rules.redact(call.name, arguments, key=key_for.digest_key) or arguments
-
-    def content_hash(value: Any) -> str:
-        text = canonical_json(value)
-        return key_for.keyed_hash(text) if key_for is not None else sha256_hex(text)
-
+    key_for, stored = _redacted(call.name, arguments, rules, keys)
     idem_key = f"call:{call.call_id}"
     if tool is not None and arguments is not None and early is None:
         values = tool.dedupe_values(arguments)
         if values is not None:
-            idem_key = f"dedupe:{call.name}:{content_hash(values)}"
-    sealed: str | None = None
-    if key_for is not None:
-        args_hash = content_hash(arguments)
-        sealed = key_for.seal(
-            canonical_json(arguments), bound_to=seal_binding(task_id, call.call_id, args_hash)
-        )
-    elif text is not None:
-        args_hash = sha256_hex(text)  # arguments_hash(arguments), from the text at hand
-    else:
-        args_hash = _hash_of(arguments if arguments is not None else call.arguments,
-                             call.raw_arguments)
-        if arguments is None and rules is not None and rules.redacts_anything:
-            # Rejected before any field could be redacted (an unknown tool, not an
-            # object): its text may hold a secret that a plain SHA-256 would let
-            # anyone with the ledger confirm by guessing. Keep a keyed digest of it.
-            args_hash = keys.sealing_key().keyed_hash(args_hash)
+            idem_key = f"dedupe:{call.name}:{_content_hash(values, key_for)}"
+    args_hash, sealed = _hash_and_seal(task_id, call, arguments, text, key_for)
+    if key_for is None and text is None and arguments is None and rules is not None \
+            and rules.redacts_anything:
+        # Rejected before any field could be redacted (an unknown tool, not an
+        # object): its text may hold a secret that a plain SHA-256 would let
+        # anyone with the ledger confirm by guessing. Keep a keyed digest of it.
+        args_hash = keys.sealing_key().keyed_hash(args_hash)
     effect, idempotency = classes(tool) if tool is not None else (None, None)
     row = NewCall(
         task_id=task_id,
@@ -228,41 +205,102 @@ def _reject(code: R, reason: str) -> Ruling:
     return Ruling(Event.REJECT, code, reason)
 
 
-def classify(
-    call: ToolCall, tool: Tool | None
-) -> tuple[dict[str, Any] | None, Ruling | None, str | None]:
+def _redacted(
+    tool: str, arguments: dict[str, Any] | None, rules: PolicyAuthorizer | None,
+    keys: Arguments,
+) -> tuple[sealing.SealKey | None, dict[str, Any] | None]:
+    """The key that seals and keys the hashes of ``tool``'s calls, and the form of
+    ``arguments`` the row holds.
+
+    For a tool the policy redacts fields of, the row holds the redacted form, the
+    whole object is sealed, and every hash of argument content (argument hash,
+    dedupe key) is keyed (see privacy.seal). This depends on the tool, not on
+    whether this call carried a redacted field, so that two calls of one tool are
+    always hashed alike and a dedupe key still catches a repeated write."""
+    if arguments is None or rules is None or not rules.redacts(tool):
+        return None, arguments
+    key_for = keys.sealing_key()
+    return key_for, rules.redact(tool, arguments, key=key_for.digest_key) or arguments
+
+
+def _content_hash(value: Any, key_for: sealing.SealKey | None) -> str:
+    text = canonical_json(value)
+    return key_for.keyed_hash(text) if key_for is not None else sha256_hex(text)
+
+
+def _hash_and_seal(
+    task_id: str, call: ToolCall, arguments: dict[str, Any] | None, text: str | None,
+    key_for: sealing.SealKey | None,
+) -> tuple[str, str | None]:
+    """The row's argument hash, and the sealed object when the tool's calls are sealed."""
+    if key_for is not None:
+        assert arguments is not None  # a key is only taken for an argument object
+        args_hash = _content_hash(arguments, key_for)
+        return args_hash, key_for.seal(
+            canonical_json(arguments), bound_to=seal_binding(task_id, call.call_id, args_hash)
+        )
+    if text is not None:
+        return sha256_hex(text), None  # arguments_hash(arguments), from the text at hand
+    parsed = arguments if arguments is not None else call.arguments
+    return _hash_of(parsed, call.raw_arguments), None
+
+
+_REJECTED_STREAM: dict[str, R] = {
+    "arguments_not_object": R.ARGUMENTS_NOT_OBJECT,
+    ArgumentsTooDeep.reason: R.ARGUMENTS_TOO_DEEP,
+}
+"""Why the accumulator rejected a call -> the reason code it is recorded with
+(anything else: ``stream_rejected``)."""
+
+_Classified = tuple[dict[str, Any] | None, Ruling | None, str | None]
+
+
+def classify(call: ToolCall, tool: Tool | None) -> _Classified:
     """The call's argument object (if any), why it can never run (if so), and the
     object's canonical JSON when this already wrote it (a tool without a model, whose
     object is stored as it came): the ledger's hash and stored text are made from it,
-    not from two more encodings of the same object."""
+    not from two more encodings of the same object.
+
+    Each stage either rules the call out or hands the next one more: what the stream
+    delivered, then the argument object, then its stored text, then the value the
+    tool's model makes of it."""
+    ruling = _delivered(call, tool)
+    if ruling is not None:
+        return None, ruling, None
+    arguments, ruling = _argument_object(call)
+    if ruling is not None:
+        return None, ruling, None
+    text, ruling = _stored_text(arguments)
+    if ruling is not None:
+        return None, ruling, None
+    assert tool is not None  # _delivered rules out a call of no tool
+    return _judged(call, tool, arguments, text)
+
+
+def _delivered(call: ToolCall, tool: Tool | None) -> Ruling | None:
+    """Why what the stream delivered can never run: incomplete, rejected, no such tool."""
+    why = call.reason or "unknown"
     if call.status is CallStatus.INCOMPLETE:
-        why = call.reason or "unknown"
-        return None, Ruling(
-            Event.MARK_INCOMPLETE,
-            R.ARGUMENTS_INCOMPLETE,
-            f"the arguments never completed ({why}); not run",
-        ), None
+        return Ruling(Event.MARK_INCOMPLETE, R.ARGUMENTS_INCOMPLETE,
+                      f"the arguments never completed ({why}); not run")
     if call.status is CallStatus.REJECTED:
-        why = call.reason or "unknown"
-        code = {
-            "arguments_not_object": R.ARGUMENTS_NOT_OBJECT,
-            ArgumentsTooDeep.reason: R.ARGUMENTS_TOO_DEEP,
-        }.get(why, R.STREAM_REJECTED)
-        return None, _reject(
-            code, f"the stream delivered this call unusably ({why}); not run"
-        ), None
+        return _reject(_REJECTED_STREAM.get(why, R.STREAM_REJECTED),
+                       f"the stream delivered this call unusably ({why}); not run")
     if tool is None:
-        return None, _reject(
-            R.UNKNOWN_TOOL, f"no tool named {call.name!r} is registered; not run"
-        ), None
+        return _reject(R.UNKNOWN_TOOL, f"no tool named {call.name!r} is registered; not run")
+    return None
+
+
+def _argument_object(call: ToolCall) -> tuple[Mapping[str, Any], Ruling | None]:
+    """The arguments as an object (parsed from text when handed in as text), or why not."""
     arguments: Any = call.arguments
     if arguments is None:
         if call.kind not in JSON_CALL_KINDS:
-            return None, _reject(
+            return {}, _reject(
                 R.ARGUMENTS_NOT_OBJECT,
                 f"a {call.kind} call carries free text, and {call.name!r} "
                 "takes a JSON object; not run",
-            ), None
+            )
         raw = call.raw_arguments or ""
         try:
             # As strict as the accumulator: text handed in directly must not pass
@@ -271,44 +309,54 @@ def classify(
             arguments = strict_arguments(raw)
         except StrictParseError as exc:
             if exc.reason == ArgumentsTooDeep.reason:
-                return None, _reject(
+                return {}, _reject(
                     R.ARGUMENTS_TOO_DEEP,
                     f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; not run",
-                ), None
+                )
             if exc.reason != "arguments_not_object":
                 why = "" if exc.reason == "invalid_json" else f" ({exc.reason})"
-                return None, _reject(
+                return {}, _reject(
                     R.ARGUMENTS_NOT_OBJECT, f"the arguments are not valid JSON{why}; not run"
-                ), None
+                )
             arguments = json.loads(raw)  # valid JSON, not an object: named below
     if not isinstance(arguments, Mapping):
-        return None, _reject(
+        return {}, _reject(
             R.ARGUMENTS_NOT_OBJECT,
             f"the arguments are a JSON {json_type_name(arguments)}, not an object; not run",
-        ), None
+        )
+    return arguments, None
+
+
+def _stored_text(arguments: Mapping[str, Any]) -> tuple[str, Ruling | None]:
+    """The object's canonical JSON as the ledger will store it, or why it has none."""
     try:
         # Handed in as an object, never parsed: bounded here as text is at parsing.
         check_depth(arguments)
     except ArgumentsTooDeep as exc:
-        return None, _reject(
+        return "", _reject(
             R.ARGUMENTS_TOO_DEEP, f"the arguments nest deeper than {exc.limit} levels; not run"
-        ), None
+        )
     try:
         # Encoded as the ledger will store it: a lone surrogate passes json.dumps but
         # no database column takes it.
         text = canonical_json(arguments)
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return None, _reject(
+        return "", _reject(
             R.ARGUMENTS_NOT_JSON,
             "the arguments hold a lone surrogate (not valid Unicode text); not run",
-        ), None
+        )
     except (TypeError, ValueError):
-        return None, _reject(
+        return "", _reject(
             R.ARGUMENTS_NOT_JSON,
             "the arguments are not JSON data (NaN, Infinity, non-string keys "
             "or other objects); not run",
-        ), None
+        )
+    return text, None
+
+
+def _judged(call: ToolCall, tool: Tool, arguments: Mapping[str, Any], text: str) -> _Classified:
+    """The value the policy judges, the ledger hashes and the tool receives."""
     if tool.spec.model is None:
         # A dict's copy writes the same text; another mapping's might not.
         return dict(arguments), None, text if type(arguments) is dict else None

@@ -33,7 +33,7 @@ from agent_gate.authorize import PolicyAuthorizer
 from agent_gate.calls import CallStatus, ToolCall
 from agent_gate.errors import GateUsageError
 from agent_gate.gate import answered
-from agent_gate.gate.admission import Arguments, CallContext, admit, check_task_id
+from agent_gate.gate.admission import Admitted, Arguments, CallContext, admit, check_task_id
 from agent_gate.gate.decide import Decider
 from agent_gate.gate.finish import Finisher
 from agent_gate.gate.outcome import Outcome, outcome_of
@@ -201,40 +201,7 @@ class CallDriver:
         call, early, new = admitted.call, admitted.early, admitted.row
         if trace.ids is not None:
             new = replace(new, trace_id=trace.ids[0], span_id=trace.ids[1])
-        failed: list[BaseException] = []
-        runs: list[tuple[Tool, Mapping[str, Any] | BaseModel]] = []
-        rulings: list[Ruling] = []
-
-        def decide(txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
-            # Deciding a call that was just inserted commits with the insert (one
-            # commit fewer per call), and so does its claim when it runs at once
-            # (``_claim_now``): two commits a call, the outcome's the second. If
-            # deciding fails, the row still commits as ``received`` (as when it was
-            # two transactions) and the error is raised after that commit: nothing
-            # recorded is lost. A database error is raised at once: the transaction
-            # cannot commit anything after it. The ledger may ask again (a pipelined
-            # intake that guessed the row's id wrong records it anew): only the
-            # last asking counts, and only for a call it then inserted.
-            failed.clear()
-            runs.clear()
-            rulings.clear()
-            try:
-                ruling = self.decider.ruling_in(txn, rec, early)
-            except SQLAlchemyError:
-                raise
-            except Exception as exc:
-                failed.append(exc)
-                return None
-            if ruling is not None:
-                rulings.append(ruling)
-            if decide_only or ruling is None or ruling.event is not Event.ALLOW:
-                return ruling
-            runnable = self._claim_now(rec)
-            if runnable is None:
-                return ruling
-            runs.append(runnable)
-            return replace(ruling, claim=(this_owner(), self.lease_ms))
-
+        decide = _InsertDecision(self, early, decide_only)
         policy = self.decider.policy
         rec, inserted = self.ledger.record(
             new,
@@ -245,19 +212,30 @@ class CallDriver:
             decide=decide if policy is None or self.rules is not None else None,
             lock=self.rules is not None,
         )
-        if failed and inserted:
+        if decide.failed and inserted:
             trace.seen(rec, inserted)
-            raise failed[0]
-        if inserted and rulings:  # the last asking, committed with the insert
-            self.decider.observe(rec, rulings[-1])
-        if inserted and runs and rec.state is CallState.EXECUTING:
+            raise decide.failed[0]
+        if inserted and decide.ruling is not None:  # the last asking, committed with the insert
+            self.decider.observe(rec, decide.ruling)
+        if inserted and decide.runs and rec.state is CallState.EXECUTING:
             # Decided and claimed in the insert's commit: the decision is seen, then the claim.
             trace.seen(RowAs(CallState.AUTHORIZED, rec.attempt, rec.rule_ids, rec.reason_code),
                        True)
-            tool, validated = runs[0]
+            tool, validated = decide.runs[0]
             return (yield from self._run(Claimed(
                 rec, tool, validated, self.decider.info(rec), admitted.asked_id, None
             ), trace))
+        return (yield from self._recorded(
+            trace, rec, inserted, call, admitted, decide_only=decide_only
+        ))
+
+    def _recorded(
+        self, trace: CallTrace, rec: CallRecord, inserted: bool, call: ToolCall,
+        admitted: Admitted, *, decide_only: bool,
+    ) -> Driver:
+        """Go on from the row ``record`` left: a conflict with the call asked, a call
+        seen again, or the walk from its state."""
+        new, early = admitted.row, admitted.early
         trace.seen(rec, inserted)
         duplicate_of = rec.call_id if rec.call_id != call.call_id else None
         conflict = rec.tool != call.name or (
@@ -658,3 +636,50 @@ _STEPS: Mapping[CallState, Callable[[CallDriver, _Walk], _Step | Outcome | None]
 }
 """Each state with an arrow to take, and the step that takes it (``advance``); a
 state not here is terminal: its outcome is reported as stored."""
+
+
+class _InsertDecision:
+    """The decision taken in the insert's transaction (``Ledger.record(decide=)``),
+    and what it left for after the commit.
+
+    Deciding a call that was just inserted commits with the insert (one commit fewer
+    per call), and so does its claim when it runs at once (``_claim_now``): two
+    commits a call, the outcome's the second. If deciding fails, the row still
+    commits as ``received`` (as when it was two transactions) and the error is raised
+    after that commit: nothing recorded is lost. A database error is raised at once:
+    the transaction cannot commit anything after it. The ledger may ask again (a
+    pipelined intake that guessed the row's id wrong records it anew): only the last
+    asking counts, and only for a call it then inserted.
+    """
+
+    __slots__ = ("decide_only", "driver", "early", "failed", "ruling", "runs")
+
+    def __init__(self, driver: CallDriver, early: Ruling | None, decide_only: bool) -> None:
+        self.driver = driver
+        self.early = early
+        self.decide_only = decide_only
+        self.failed: list[BaseException] = []
+        self.runs: list[tuple[Tool, Mapping[str, Any] | BaseModel]] = []
+        self.ruling: Ruling | None = None
+        """The ruling of the last asking (observed once the insert committed)."""
+
+    def __call__(self, txn: LedgerTxn, rec: CallRecord) -> Ruling | None:
+        self.failed.clear()
+        self.runs.clear()
+        self.ruling = None
+        driver = self.driver
+        try:
+            ruling = driver.decider.ruling_in(txn, rec, self.early)
+        except SQLAlchemyError:
+            raise
+        except Exception as exc:
+            self.failed.append(exc)
+            return None
+        self.ruling = ruling
+        if self.decide_only or ruling is None or ruling.event is not Event.ALLOW:
+            return ruling
+        runnable = driver._claim_now(rec)
+        if runnable is None:
+            return ruling
+        self.runs.append(runnable)
+        return replace(ruling, claim=(this_owner(), driver.lease_ms))

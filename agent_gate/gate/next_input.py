@@ -49,10 +49,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent_gate.calls import CallStatus, ToolCall
 from agent_gate.errors import GateUsageError
-from agent_gate.gate.render import PROVIDERS, approval_response, render_tool_result
+from agent_gate.gate.render import PROVIDERS, Rendered, approval_response, render_tool_result
 
 if TYPE_CHECKING:
-    from agent_gate.gate.outcome import Outcome
     from agent_gate.turn import Turn, TurnEntry
 
 __all__ = ["next_input", "tool_results"]
@@ -71,10 +70,10 @@ def _object(call: ToolCall) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-_Pair = tuple["TurnEntry", "Outcome | None"]
+_Pair = tuple["TurnEntry", "Rendered | None"]
 
 
-def _calls(turn: Turn, outcomes: Mapping[str, Outcome]) -> list[_Pair]:
+def _calls(turn: Turn, outcomes: Mapping[str, Rendered]) -> list[_Pair]:
     """Each entry of the turn with its outcome; a call that never completed, or has
     no outcome, is left out (see the module docstring)."""
     kept: list[_Pair] = []
@@ -180,7 +179,7 @@ def _anthropic(pairs: list[_Pair]) -> list[Item]:
     return _turn_then_results("assistant", "content", blocks, results)
 
 
-def _gemini_result(outcome: Outcome, wire_id: bool) -> Item:
+def _gemini_result(outcome: Rendered, wire_id: bool) -> Item:
     """A ``functionResponse`` with the call's id only when the wire gave that id:
     Gemini mostly sends calls without one, and agent-gate's stand-in
     (``<response>:<candidate>:<ordinal>``) is no id the model ever issued."""
@@ -203,7 +202,7 @@ def _gemini_wire_ids(turn: Turn | None) -> set[str]:
     return ids
 
 
-def tool_results(turn: Turn | None, outcomes: tuple[Outcome, ...], provider: str) -> list[Item]:
+def tool_results(turn: Turn | None, outcomes: tuple[Rendered, ...], provider: str) -> list[Item]:
     """Each outcome's result in ``provider``'s form (``RunResult.tool_results``); for
     Gemini with the same id rule as ``next_input``: never an id the wire did not
     give (when the turn was not kept, none is known, so none is sent)."""
@@ -238,7 +237,7 @@ _BUILDERS: dict[str, Callable[[list[_Pair]], list[Item]]] = {
 assert tuple(sorted(_BUILDERS)) == PROVIDERS
 
 
-def next_input(turn: Turn | None, outcomes: tuple[Outcome, ...], provider: str) -> list[Item]:
+def next_input(turn: Turn | None, outcomes: tuple[Rendered, ...], provider: str) -> list[Item]:
     """The items or messages to append for the next request (module docstring)."""
     if provider not in _BUILDERS:
         raise GateUsageError(

@@ -10,8 +10,8 @@ sentence instead of it: policy internals are for the audit trail, not the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from agent_gate.errors import GateUsageError
 from agent_gate.gate.mcp_approval import is_approval_name
@@ -19,13 +19,42 @@ from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
 from agent_gate.privacy.results import RESULT_UNSTORABLE
 
-if TYPE_CHECKING:
-    from agent_gate.gate.outcome import Outcome
-
 __all__ = [
-    "EDITED_NOTE", "PROVIDERS", "approval_response", "edited_note", "model_reason",
-    "render_tool_result", "tool_output",
+    "EDITED_NOTE", "PROVIDERS", "Rendered", "approval_response", "edited_note",
+    "model_reason", "render_tool_result", "tool_output",
 ]
+
+
+class Rendered(Protocol):
+    """What rendering reads of a call's outcome; ``outcome.Outcome`` is one.
+
+    A shape and not the class: ``Outcome`` renders itself through this module, so
+    naming the class here would close a circle (render -> outcome -> render) and
+    neither could be read or tested without the other.
+    """
+
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def state(self) -> CallState: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def error(self) -> Mapping[str, Any] | None: ...
+    @property
+    def result_omitted(self) -> bool: ...
+    @property
+    def is_error(self) -> bool: ...
+    @property
+    def edited(self) -> tuple[str, ...]: ...
+    @property
+    def arguments(self) -> Mapping[str, Any] | None: ...
 
 _FIXED_REASONS: dict[str, str] = {
     R.POLICY_DENIED: "the policy does not allow this call; it was not run",
@@ -41,7 +70,7 @@ _FIXED_REASONS: dict[str, str] = {
 model reads instead."""
 
 
-def model_reason(outcome: Outcome) -> str | None:
+def model_reason(outcome: Rendered) -> str | None:
     """Why, as the model may read it: a fixed sentence for a policy's or operator's
     decision, the recorded reason otherwise (schema errors, tool errors: already
     free of argument values)."""
@@ -55,14 +84,14 @@ EDITED_NOTE = ("a person changed these argument fields before approving the call
 """What the model reads beside the result of a call an approver edited."""
 
 
-def edited_note(outcome: Outcome) -> dict[str, Any]:
+def edited_note(outcome: Rendered) -> dict[str, Any]:
     """The arguments an edited call runs with, as the model is told them: the stored
     form (a field the policy seals stays its stand-in), the fields changed."""
     return {"fields": list(outcome.edited), "arguments": outcome.arguments,
             "note": EDITED_NOTE}
 
 
-def tool_output(outcome: Outcome) -> str:
+def tool_output(outcome: Rendered) -> str:
     """Text the model reads as the tool's result; explicit when nothing ran, and
     naming the arguments it ran with when a person edited them (``edited``)."""
     unstorable = outcome.code == RESULT_UNSTORABLE
@@ -103,7 +132,7 @@ def tool_output(outcome: Outcome) -> str:
     return json.dumps(body, ensure_ascii=False)
 
 
-def approval_response(outcome: Outcome) -> dict[str, Any]:
+def approval_response(outcome: Rendered) -> dict[str, Any]:
     """The ``mcp_approval_response`` answering a hosted MCP approval request's outcome
     (``mcp_approval``): approved only when the gate recorded the answer ``succeeded``;
     otherwise denied with the stable reason id (never the policy's text)."""
@@ -117,18 +146,18 @@ def approval_response(outcome: Outcome) -> dict[str, Any]:
     return item
 
 
-def _openai_responses(outcome: Outcome) -> dict[str, Any]:
+def _openai_responses(outcome: Rendered) -> dict[str, Any]:
     if is_approval_name(outcome.tool):
         return approval_response(outcome)
     output = tool_output(outcome)
     return {"type": "function_call_output", "call_id": outcome.call_id, "output": output}
 
 
-def _openai_chat(outcome: Outcome) -> dict[str, Any]:
+def _openai_chat(outcome: Rendered) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": outcome.call_id, "content": tool_output(outcome)}
 
 
-def _anthropic(outcome: Outcome) -> dict[str, Any]:
+def _anthropic(outcome: Rendered) -> dict[str, Any]:
     return {
         "type": "tool_result",
         "tool_use_id": outcome.call_id,
@@ -137,7 +166,7 @@ def _anthropic(outcome: Outcome) -> dict[str, Any]:
     }
 
 
-def _gemini(outcome: Outcome) -> dict[str, Any]:
+def _gemini(outcome: Rendered) -> dict[str, Any]:
     key = "error" if outcome.is_error else "result"
     text = tool_output(outcome)
     try:
@@ -148,7 +177,7 @@ def _gemini(outcome: Outcome) -> dict[str, Any]:
     return {"functionResponse": response}
 
 
-_RENDERERS: dict[str, Callable[[Outcome], dict[str, Any]]] = {
+_RENDERERS: dict[str, Callable[[Rendered], dict[str, Any]]] = {
     "openai-responses": _openai_responses,
     "openai-chat": _openai_chat,
     "anthropic": _anthropic,
@@ -158,7 +187,7 @@ PROVIDERS = tuple(sorted(_RENDERERS))
 """The protocols a tool result can be rendered for."""
 
 
-def render_tool_result(outcome: Outcome, provider: str) -> dict[str, Any]:
+def render_tool_result(outcome: Rendered, provider: str) -> dict[str, Any]:
     """The message/block that answers ``outcome``'s call in ``provider``'s protocol."""
     try:
         renderer = _RENDERERS[provider]

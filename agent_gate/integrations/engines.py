@@ -7,8 +7,10 @@ The gate turns that into *at most once, or in doubt*: the second run finds the c
 the ledger, and gets its recorded outcome (it finished), runs it (it never started),
 or learns that nobody can tell whether it wrote (its worker died while it ran). That
 last case must reach the engine as a failure the engine does not retry on its own:
-``CallInDoubt``. It pickles with its ids (DBOS stores a step's error by pickling it;
-Celery rebuilds an error from its type and arguments), and its message names ids only.
+``CallInDoubt`` (defined with every other error in ``agent_gate.errors``, named
+here too for the adapters and their users). It pickles with its ids (DBOS stores a
+step's error by pickling it; Celery rebuilds an error from its type and arguments),
+and its message names ids only.
 
 This module imports neither engine, so both adapters and their users can share it
 without installing the other.
@@ -21,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from agent_gate.errors import AgentGateError, GateUsageError, safe_name
+from agent_gate.errors import CallInDoubt, GateUsageError
 from agent_gate.gate import Gate, Outcome
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.states import CallState
@@ -42,28 +44,6 @@ when the model gave one (else the engine's position of the call names it)."""
 
 RUNNING_POLL_MAX = 2.0
 """Seconds between looks at a call another live worker runs, doubling up to this."""
-
-
-class CallInDoubt(AgentGateError):
-    """A step or task found its call in doubt: it may have written, so it is not sent
-    again. Settle it (``agent-gate resolve``, a reconcile hook) and run the step anew.
-
-    Raised as a non-retryable failure: DBOS records it as the step's error (a
-    recovered workflow sees it again, never a second run); Celery fails the task or
-    retries it later, as the task's options say.
-    """
-
-    def __init__(self, task_id: str, call_id: str, code: str | None = None) -> None:
-        super().__init__(
-            f"call {safe_name(call_id)} of task {safe_name(task_id)} is in doubt"
-            f"{f' ({code})' if code else ''}: it may have run, so it is not sent again"
-        )
-        self.task_id = task_id
-        self.call_id = call_id
-        self.code = code
-
-    def __reduce__(self) -> tuple[type[CallInDoubt], tuple[str, str, str | None]]:
-        return (type(self), (self.task_id, self.call_id, self.code))
 
 
 def call_mapping(call: CallLike, call_id: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 This package is pure: no database, no network, no clock. The gate loads a
 ``Policy`` once, asks it for a ``PolicyDecision`` per call (passing the per-task usage
 its ledger counted), applies ``tool_overrides`` to the registry's classes, and
-stores ``redact(...)`` output in the audit trail. See ``policies/README.md`` for
+hands ``redaction_rules(tool)`` to ``agent_gate.privacy.redaction``, which makes the
+form the audit trail stores. See ``policies/README.md`` for
 the file format.
 
     policy = Policy.load("policies/example.yaml")
@@ -38,7 +39,7 @@ from agent_gate.policy.evaluator import (
     LimitRule,
 )
 from agent_gate.policy.policy import Policy
-from agent_gate.policy.redaction import RedactionRule, redact_arguments, redacted_value
+from agent_gate.policy.redaction import RedactionRule
 from agent_gate.policy.values import (
     DecisionEffect,
     Effect,
@@ -90,8 +91,6 @@ __all__ = [
     "Verdict",
     "open_beneath",
     "open_file_beneath",
-    "redact_arguments",
-    "redacted_value",
     "relative_beneath",
     "safer_effect",
     "safer_idempotency",

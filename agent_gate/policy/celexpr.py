@@ -42,7 +42,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from agent_gate.errors import AddressError
-from agent_gate.policy.conditions import EvalContext, Result, SubjectKey
+from agent_gate.policy.context import EvalContext, Result, SubjectKey
 from agent_gate.policy.model import PathUnderSpec
 from agent_gate.policy.netaddr import (
     NAMED_NETWORKS,

@@ -21,11 +21,12 @@ chain of subjects from the rule down to the leaf, so ``arg: files`` / ``each`` /
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-from agent_gate.policy.fspath import UnjudgeablePath, resolve_path
+from agent_gate.policy.context import Compiled, EvalContext, Result, SubjectKey
+from agent_gate.policy.fspath import UnjudgeablePath
 from agent_gate.policy.model import Condition
 from agent_gate.policy.paths import MISSING, ArgPath, display, parse_path, resolve
 from agent_gate.policy.predicates import Check, Predicate, compile_predicate
@@ -43,64 +44,6 @@ __all__ = [
 MAX_EACH_ITEMS: Final = 10_000
 
 _WORD: Final = {Truth.TRUE: "yes", Truth.FALSE: "no", Truth.ERROR: "cannot tell"}
-
-SubjectKey = tuple[tuple[str, ArgPath], ...]
-"""``((root, path), ...)`` from the outermost subject to a leaf's own."""
-
-
-@dataclass(frozen=True, slots=True)
-class EvalContext:
-    """What conditions can look at for one call.
-
-    ``path_subjects`` are the subjects the tool's policy treats as paths;
-    ``resolved`` caches each path value's resolution (or why it failed) for this
-    decision, so every predicate judges the same one, and
-    ``bad_paths`` collects, per subject, why a path value could not be judged.
-    """
-
-    arguments: dict[str, Any]
-    principal: dict[str, Any]
-    task: dict[str, Any]
-    path_subjects: frozenset[SubjectKey] = frozenset()
-    resolved: dict[str, tuple[bool, str]] = field(default_factory=dict)
-    bad_paths: dict[str, str] = field(default_factory=dict)
-    tool: str = ""
-    usage: Mapping[str, Any] = field(default_factory=dict)
-    prior: Mapping[str, Any] = field(default_factory=dict)
-    """Per tool, the arguments of the task's latest succeeded call (``prior:``)."""
-    memo: dict[str, Any] = field(default_factory=dict)
-    """Per-decision state a kind of condition builds once (a CEL activation)."""
-
-    def path_value(self, subject: str, value: Any) -> str:
-        """The resolved path for ``value``; raises ``UnjudgeablePath`` and notes why."""
-        if isinstance(value, str) and value in self.resolved:
-            ok, text = self.resolved[value]
-        else:
-            try:
-                ok, text = True, resolve_path(value)
-            except UnjudgeablePath as exc:
-                ok, text = False, str(exc)
-            if isinstance(value, str):
-                self.resolved[value] = (ok, text)
-        if not ok:
-            self.bad_paths.setdefault(subject, text)
-            raise UnjudgeablePath(text)
-        return text
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    truth: Truth
-    detail: str
-
-
-class Compiled(Protocol):
-    def __call__(self, ctx: EvalContext, element: Any = MISSING) -> Result: ...
-
-    def path_subjects(self) -> frozenset[SubjectKey]:
-        """The subjects a ``path_under`` under this node tests."""
-        ...
-
 
 def _leaf_detail(subject: str, phrase: str, check: Check) -> str:
     why = f" ({check.why})" if check.why and check.truth is not Truth.TRUE else ""

@@ -27,7 +27,7 @@ from agent_gate.policy.evaluator import CompiledRule, Delegate, LimitRule, Seque
 from agent_gate.policy.loader import load_located, prior_tools
 from agent_gate.policy.mcp_rules import SAMPLING_TOOL, sampling_decision
 from agent_gate.policy.model import PolicyDocument
-from agent_gate.policy.redaction import RedactionRule, redact_arguments
+from agent_gate.policy.redaction import RedactionRule
 from agent_gate.policy.values import (
     PolicyDecision,
     Principal,
@@ -340,13 +340,3 @@ class Policy:
     def result_redaction_rules(self, tool: str) -> tuple[RedactionRule, ...]:
         """``redact_result`` paths for ``tool``'s results: policy-wide plus the tool's own."""
         return self._result_redaction.get(tool, self._common_result_redaction)
-
-    def redact(
-        self, tool: str, arguments: Mapping[str, Any], *, key: bytes | None = None
-    ) -> dict[str, Any]:
-        """``arguments`` with every field the policy names for ``tool`` redacted.
-
-        Pass a secret ``key`` to store keyed digests (HMAC-SHA256) that cannot be
-        reversed by guessing short values.
-        """
-        return redact_arguments(arguments, self.redaction_rules(tool), key=key)

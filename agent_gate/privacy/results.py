@@ -10,7 +10,7 @@ digest) and the call still ``succeeded``, with reason code ``result_unstorable``
 
 A result is also the tool's own words about its arguments. Before it is stored or
 shown to the model, the fields a policy names under ``redact_result`` become
-stand-ins (``policy.redaction.redact_result``) and every string is cut of the call's
+stand-ins (``privacy.redaction.redact_result``) and every string is cut of the call's
 redacted argument values and their pieces (``scrub.SecretScrubber``); the same
 scrubber cleans the stored error (``scrub.describe_error``).
 """
@@ -25,7 +25,8 @@ from typing import Any, Final
 
 from agent_gate.plainjson import canonical_json, sha256_hex
 from agent_gate.policy.paths import iter_matches
-from agent_gate.policy.redaction import RedactionRule, redact_result, scrub_strings
+from agent_gate.policy.redaction import RedactionRule
+from agent_gate.privacy.redaction import redact_result, scrub_strings
 from agent_gate.privacy.scrub import SecretScrubber, bound, safe_text, string_values
 
 __all__ = ["RESULT_UNSTORABLE", "KeptResult", "OutcomeScrub", "StoredResult", "keep_result",

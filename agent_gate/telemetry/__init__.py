@@ -19,6 +19,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from agent_gate._lazy import exports
+from agent_gate.telemetry.logs import CALL_LOG, MIGRATE_LOG, STREAM_LOG
 
 if TYPE_CHECKING:
     from agent_gate.telemetry.base import CallTrace, Observer, StreamTrace
@@ -33,16 +34,6 @@ __all__ = [
     "observer",
     "otel_available",
 ]
-
-# The loggers live here, not in ``base``: the ledger's migrations log under one of
-# them, and opening a ledger (``agent-gate tasks``) should not build the observer's
-# classes to get a logger (``base`` imports them from here).
-CALL_LOG = logging.getLogger("agent_gate.gate")
-"""One record per transition of a gated call (INFO), per anomaly (WARNING)."""
-STREAM_LOG = logging.getLogger("agent_gate.transport")
-"""One record per stream's end (INFO), per reconnect and truncation (WARNING)."""
-MIGRATE_LOG = logging.getLogger("agent_gate.ledger.migrate")
-"""One record per schema upgrade (INFO); DEBUG on it lets Alembic's own lines through."""
 
 logging.getLogger("agent_gate").addHandler(logging.NullHandler())
 

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
-from agent_gate.telemetry import CALL_LOG, MIGRATE_LOG, STREAM_LOG
+from agent_gate.telemetry.logs import CALL_LOG, MIGRATE_LOG, STREAM_LOG
 
 __all__ = [
     "CALL_LOG",
@@ -201,8 +201,10 @@ class CallTrace:
 
     def _arrived(
         self, before: str | None, state: str | None, event: str, row: RowView | None,
-        acted: bool,
+        acted: bool, *, late: bool = False,
     ) -> None:
+        """The one place an arrow is reported: ``seen``, ``end`` and ``late`` all come
+        here, and each moves ``state`` first, so no arrow reaches ``transition`` twice."""
         self.moved = True
         if event == _DECIDED and state is not None:
             self.decision = state
@@ -210,15 +212,25 @@ class CallTrace:
                 self.rule_ids = row.rule_ids
             if acted:
                 self.decided(time.perf_counter() - self.started)
-        self.transition(before, state or event, event, row, acted)
+        self.transition(before, state or event, event, row, acted, late=late)
 
     def decided(self, seconds: float) -> None:
         """This invocation took the call's decision ``seconds`` after first seeing it."""
 
     def transition(
-        self, before: str | None, state: str, event: str, row: RowView | None, acted: bool
+        self, before: str | None, state: str, event: str, row: RowView | None, acted: bool,
+        *, late: bool = False,
     ) -> None:
-        """The call arrived in ``state``: one log record (a span event in the subclass)."""
+        """The call arrived in ``state``: one log record (a span event in the subclass).
+        ``late``: the tool's answer settled a call judged in doubt while it ran."""
+        if late:
+            if CALL_LOG.isEnabledFor(_WARNING):
+                CALL_LOG.warning(
+                    "call %s of task %s (%s): the tool returned after the call was judged "
+                    "in doubt; settled as %s", self.call_id, self.task_id, self.tool, state,
+                    extra={**self._fields(state, before, row, acted), "late": True},
+                )
+            return
         level = _WARNING if event == "in_doubt" else _INFO
         if CALL_LOG.isEnabledFor(level):
             CALL_LOG.log(
@@ -276,14 +288,23 @@ class CallTrace:
 
     def late(self, state: str, settled: bool) -> None:
         """The tool returned after the call was judged in doubt: it ``settled`` the call
-        in ``state``, or its outcome was discarded (the call had moved on meanwhile)."""
+        in ``state`` (the arrow ``in_doubt -> state``, made here), or its outcome was
+        discarded (the call had moved on meanwhile; no arrow).
+
+        The trace's state moves with the arrow, so the outcome the driver then reports
+        (``end``) is not a second report of it: whether the doubt was judged by this
+        run (a timeout) or by another worker while the tool ran (a lease that ended)."""
+        if settled:
+            if state != self.state:
+                self.state = state
+                self._arrived("in_doubt", state, EVENTS.get(state, state), None, True,
+                              late=True)
+            return
         if CALL_LOG.isEnabledFor(_WARNING):
             CALL_LOG.warning(
                 "call %s of task %s (%s): the tool returned after the call was judged in "
-                "doubt; %s", self.call_id, self.task_id, self.tool,
-                f"settled as {state}" if settled else "its outcome was discarded",
-                extra={**self._fields(state, "in_doubt" if settled else None, None, True),
-                       "late": True},
+                "doubt; its outcome was discarded", self.call_id, self.task_id, self.tool,
+                extra={**self._fields(state, None, None, True), "late": True},
             )
 
     def _failed(self, exc: BaseException) -> None:

@@ -198,12 +198,13 @@ class _OtelCall(CallTrace):
         )
 
     def transition(
-        self, before: str | None, state: str, event: str, row: RowView | None, acted: bool
+        self, before: str | None, state: str, event: str, row: RowView | None, acted: bool,
+        *, late: bool = False,
     ) -> None:
-        super().transition(before, state, event, row, acted)
+        super().transition(before, state, event, row, acted, late=late)
         if acted:
             self.obs.gauge(self.tool, before, state)
-        if self.recording:
+        if self.recording and self.span.is_recording():  # a late answer: maybe ended
             attributes: dict[str, Any] = {
                 "agent_gate.state": state, "agent_gate.replayed": not acted,
             }
@@ -265,11 +266,6 @@ class _OtelCall(CallTrace):
                 span.set_status(Status(StatusCode.ERROR))
             span.set_attributes(attributes)
         span.end()
-
-    def late(self, state: str, settled: bool) -> None:
-        super().late(state, settled)
-        if settled:
-            self.obs.gauge(self.tool, "in_doubt", state)
 
     def _failed(self, exc: BaseException) -> None:
         super()._failed(exc)

@@ -1,6 +1,6 @@
 """jsonschema-rs as an accept-only fast path in front of the reference validator.
 
-``validate.ReferenceValidator`` (python-jsonschema) is the judge of every verdict
+``reference.ReferenceValidator`` (python-jsonschema) is the judge of every verdict
 and the author of every error. ``FastValidator`` has the same interface and asks
 jsonschema-rs first, about 40x faster, but rs may only ever say yes, and only for
 schemas inside a vetted subset (``VETTED_KEYWORDS``, ``vetted_pattern``, formats
@@ -16,15 +16,13 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from agent_gate.errors import ArgumentError
 from agent_gate.plainjson import plain_json
-
-if TYPE_CHECKING:
-    from agent_gate.tools.validate import ReferenceValidator
+from agent_gate.tools.reference import ReferenceValidator
 
 try:
     import jsonschema_rs

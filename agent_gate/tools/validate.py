@@ -1,6 +1,7 @@
-"""Validating a call's arguments against its tool's JSON Schema: the reference.
+"""Validating a call's arguments against its tool's JSON Schema: which validator a
+tool gets, and whether its schema may be declared at all.
 
-``ReferenceValidator`` is python-jsonschema (Draft 2020-12, formats checked): it
+``reference.ReferenceValidator`` is python-jsonschema (Draft 2020-12, formats checked): it
 decides every verdict and writes every error, as pointers and keywords that never
 show a value. ``_fastpath.FastValidator`` has the same interface and may only say
 yes sooner. ``compile_validator`` is the one site that picks between them, reading
@@ -11,15 +12,16 @@ reference alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import jsonschema
 from jsonschema import Draft202012Validator
 
 from agent_gate._speedups import PURE_PYTHON
-from agent_gate.errors import ArgumentError, ToolDefinitionError
+from agent_gate.errors import ToolDefinitionError
 from agent_gate.tools._fastpath import FastValidator
-from agent_gate.tools.pointer import escape_token, json_pointer
+from agent_gate.tools.pointer import json_pointer
+from agent_gate.tools.reference import ArgumentValidator, ReferenceValidator
 
 __all__ = [
     "ArgumentValidator",
@@ -27,42 +29,6 @@ __all__ = [
     "check_schema",
     "compile_validator",
 ]
-
-
-class ArgumentValidator(Protocol):
-    """What a tool asks of its validator: the errors of an argument object, if any."""
-
-    def errors(self, instance: Mapping[str, Any]) -> list[ArgumentError]:
-        """Sorted, deduplicated errors; empty when the instance is valid."""
-        ...
-
-
-class ReferenceValidator:
-    """python-jsonschema over one schema, compiled once; the judge of every verdict."""
-
-    __slots__ = ("python", "schema")
-
-    def __init__(self, schema: Mapping[str, Any]) -> None:
-        self.schema = schema
-        self.python = Draft202012Validator(
-            schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-        )
-
-    def errors(self, instance: Mapping[str, Any]) -> list[ArgumentError]:
-        """Every failure as (pointer, keyword), sorted; never an argument value."""
-        found: set[ArgumentError] = set()
-        for err in self.python.iter_errors(instance):
-            pointer = json_pointer(list(err.absolute_path))
-            keyword = str(err.validator)
-            if keyword == "required" and isinstance(err.instance, Mapping):
-                # Point at the missing member itself: its name comes from the schema,
-                # so naming it reveals nothing the model sent.
-                for name in err.validator_value:
-                    if name not in err.instance:
-                        found.add(ArgumentError(pointer + "/" + escape_token(name), keyword))
-                continue
-            found.add(ArgumentError(pointer, keyword))
-        return sorted(found)
 
 
 def compile_validator(schema: Mapping[str, Any]) -> ReferenceValidator | FastValidator:

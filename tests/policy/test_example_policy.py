@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from agent_gate.policy import Policy, Principal, TaskScope, Verdict
+from agent_gate.privacy.redaction import redact_arguments
 
 ALLOW = Verdict.ALLOW
 APPROVE = Verdict.APPROVE
@@ -139,6 +140,7 @@ def test_scopes_and_suspended_principals(example: Policy) -> None:
 
 
 def test_redacts_mail_bodies(example: Policy) -> None:
-    redacted = example.redact("send_email", {"to": "a@example.com", "body": "secret text here"})
+    redacted = redact_arguments({"to": "a@example.com", "body": "secret text here"},
+                                example.redaction_rules("send_email"))
     assert redacted["body"]["preview"] == "secr…"
     assert "secret text here" not in str(redacted)

@@ -1,4 +1,5 @@
-"""Redacted argument forms for the audit trail, and safer-only class overrides."""
+"""Redacted argument forms for the audit trail (the policy declares the rules,
+``privacy.redaction`` applies them), and safer-only class overrides."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from agent_gate.policy import (
     safer_effect,
     safer_idempotency,
 )
+from agent_gate.privacy.redaction import redact_arguments
 
 POLICY = Policy.from_text(
     textwrap.dedent(
@@ -39,6 +41,11 @@ POLICY = Policy.from_text(
     )
 )
 
+def redact(tool: str, arguments: dict[str, object], key: bytes | None = None) -> dict:
+    """What the audit trail keeps of ``arguments``: the policy's rules for ``tool``, applied."""
+    return redact_arguments(arguments, POLICY.redaction_rules(tool), key=key)
+
+
 SECRET_BODY = "Dear Ana, the door code is 4711-0815. Regards, Bob."
 
 
@@ -55,7 +62,7 @@ def test_redacted_fields_keep_only_digest_and_short_preview() -> None:
         "headers": {"X-Token": "t0k3n", "X-Trace": "abc"},
     }
     original = json.loads(json.dumps(arguments))
-    redacted = POLICY.redact("send_email", arguments)
+    redacted = redact("send_email", arguments)
     assert arguments == original  # the input is not modified
     assert redacted["to"] == "ana@example.com"  # not named: kept
     body = redacted["body"]
@@ -75,25 +82,25 @@ def test_redacted_fields_keep_only_digest_and_short_preview() -> None:
 
 
 def test_preview_never_shows_more_than_a_quarter() -> None:
-    short = POLICY.redact("send_email", {"body": "hunter2"})["body"]
+    short = redact("send_email", {"body": "hunter2"})["body"]
     assert short["preview"] == "h…"  # preview: 8, but 7 // 4 == 1
-    assert POLICY.redact("send_email", {"body": "abc"})["body"]["preview"] == "…"
+    assert redact("send_email", {"body": "abc"})["body"]["preview"] == "…"
 
 
 def test_keyed_digests() -> None:
     key = b"audit-key"
-    out = POLICY.redact("send_email", {"body": "x"}, key=key)["body"]
+    out = redact("send_email", {"body": "x"}, key=key)["body"]
     assert out["redacted"] == "hmac-sha256:" + hmac.new(key, b'"x"', hashlib.sha256).hexdigest()
-    assert out["redacted"] != POLICY.redact("send_email", {"body": "x"})["body"]["redacted"]
+    assert out["redacted"] != redact("send_email", {"body": "x"})["body"]["redacted"]
 
 
 def test_non_strings_and_unknown_tools() -> None:
-    out = POLICY.redact("send_email", {"body": {"html": "<b>x</b>"}})["body"]
+    out = redact("send_email", {"body": {"html": "<b>x</b>"}})["body"]
     assert out["type"] == "object" and out["preview"] == "…"
     assert out["size"] == len(canonical({"html": "<b>x</b>"}))
     # An undeclared tool still gets the policy-wide redactions.
-    assert POLICY.redact("nope", {"api_key": "k", "q": 1})["api_key"]["type"] == "string"
-    assert POLICY.redact("nope", {"api_key": "k", "q": 1})["q"] == 1
+    assert redact("nope", {"api_key": "k", "q": 1})["api_key"]["type"] == "string"
+    assert redact("nope", {"api_key": "k", "q": 1})["q"] == 1
 
 
 def test_redaction_paths_are_validated() -> None:

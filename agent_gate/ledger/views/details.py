@@ -49,7 +49,7 @@ DEFAULT_MAX_SHOWN = 4000
 
 _EVENTS = AUDIT_EVENTS
 REDACTED_KEY = "redacted"
-"""The key that marks a stand-in (``policy.redaction.REDACTED_KEY``; not imported from
+"""The key that marks a stand-in (``privacy.redaction.REDACTED_KEY``; not imported from
 there: a ledger reader such as ``agent-gate tasks`` must not load the policy layer)."""
 
 _SCHEMA_CODES = {
