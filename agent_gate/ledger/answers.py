@@ -74,7 +74,7 @@ def approve(
         refused = shown_args_refusal(txn, current, args_hash, answer="approve",
                                      actor=f"operator:{by}")
         if refused is None:
-            given, new = _approved(txn, current, by=by, reason=reason, expires_ms=expires_ms,
+            given, new = approved(txn, current, by=by, reason=reason, expires_ms=expires_ms,
                                    ttl_ms=ttl_ms, policy_hash=policy_hash,
                                    fresh=grant is not None)
             if grant is not None:
@@ -84,10 +84,12 @@ def approve(
     return given, new
 
 
-def _approved(
+def approved(
     txn: Txn, current: CallRecord, *, by: str, reason: str | None,
     expires_ms: int | None, ttl_ms: int | None, policy_hash: str | None, fresh: bool,
 ) -> tuple[approvals.ApprovalRecord, bool]:
+    """``by``'s approval of ``current`` as it stands, audited (``fresh``: always a new
+    one; else this approver's standing, usable approval is returned as it is)."""
     bound_hash = policy_hash or current.policy_hash
     last = approvals.latest(txn, current.row_id)
     # The standing approval is returned as is only if it is this approver's:

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, insert, select
 
 from agent_gate.errors import NotAwaitingApproval
+from agent_gate.ledger.answers import approved
 from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.flows import _applied, _granted, shown_args_refusal, write
+from agent_gate.ledger.flows import _applied, shown_args_refusal, write
 from agent_gate.ledger.models import APPROVAL_EDITS
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState, Event
@@ -124,8 +125,8 @@ def _committed(
         detail={"fields": list(new.fields), "old_args_hash": current.args_hash,
                 "new_args_hash": new.args_hash},
     )
-    given, _ = _granted(txn, edited, by=by, reason=reason, expires_ms=None, ttl_ms=ttl_ms,
-                        policy_hash=policy_hash)
+    given, _ = approved(txn, edited, by=by, reason=reason, expires_ms=None, ttl_ms=ttl_ms,
+                        policy_hash=policy_hash, fresh=True)
     txn.execute(insert(APPROVAL_EDITS).values(
         call_row_id=current.row_id, task_id=current.task_id, call_id=current.call_id,
         approval_id=given.id, edited_by=by, fields=json.dumps(list(new.fields)),
