@@ -30,7 +30,7 @@ from agent_gate.ledger.states import CallState, Event
 from agent_gate.ledger.txn import Lost, Txn
 from agent_gate.privacy.scrub import bound
 
-__all__ = ["GrantTerms", "approve", "deny", "distinct_denials"]
+__all__ = ["GrantTerms", "approve", "approved", "deny", "distinct_denials", "waiting_call"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +63,7 @@ def approve(
         if why is not None:
             raise ValueError(f"ttl_ms: {why}")
     with write(engine) as txn:
-        txn.lock_task(rec.task_id)
-        current = txn.read_call(id=rec.row_id)
-        if current is None or current.state is not CallState.AWAITING_APPROVAL:
-            state = current.state.value if current else "missing"
-            raise NotAwaitingApproval(
-                f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, "
-                "not awaiting approval"
-            )
+        current = waiting_call(txn, rec)
         refused = shown_args_refusal(txn, current, args_hash, answer="approve",
                                      actor=f"operator:{by}")
         if refused is None:
@@ -82,6 +75,18 @@ def approve(
     if refused is not None:
         raise refused  # after the commit: the refusal stays in the trail
     return given, new
+
+
+def waiting_call(txn: Txn, rec: CallRecord) -> CallRecord:
+    """``rec`` as it stands under its task's lock, if it still waits for a person: what
+    every answer (approve, edit) starts from; ``NotAwaitingApproval`` otherwise."""
+    txn.lock_task(rec.task_id)
+    current = txn.read_call(id=rec.row_id)
+    if current is None or current.state is not CallState.AWAITING_APPROVAL:
+        state = current.state.value if current else "missing"
+        raise NotAwaitingApproval(
+            f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, not awaiting approval")
+    return current
 
 
 def approved(

@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, insert, select
 
-from agent_gate.errors import NotAwaitingApproval
-from agent_gate.ledger.answers import approved
+from agent_gate.ledger.answers import approved, waiting_call
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.flows import _applied, shown_args_refusal, write
 from agent_gate.ledger.models import APPROVAL_EDITS
 from agent_gate.ledger.records import CallRecord
-from agent_gate.ledger.states import CallState, Event
+from agent_gate.ledger.states import Event
 from agent_gate.plainjson import canonical_json
 
 if TYPE_CHECKING:
@@ -92,13 +91,7 @@ def edit_and_approve(
     """
     actor = f"operator:{by}"
     with write(engine) as txn:
-        txn.lock_task(rec.task_id)
-        current = txn.read_call(id=rec.row_id)
-        if current is None or current.state is not CallState.AWAITING_APPROVAL:
-            state = current.state.value if current else "missing"
-            raise NotAwaitingApproval(
-                f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, not awaiting approval"
-            )
+        current = waiting_call(txn, rec)
         refused = shown_args_refusal(txn, current, shown_hash, answer="edit", actor=actor)
         if refused is None:
             refused = shown_args_refusal(txn, current, rec.args_hash, answer="edit",

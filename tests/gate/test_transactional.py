@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 from support import WORKERS
-from waiting import wait_until
+from support.kill_points import kill_at_mark
 
 from agent_gate import CallState, Gate, GateUsageError, ToolRegistry
 from agent_gate.errors import ToolDefinitionError
@@ -54,20 +53,7 @@ def run_worker(db_url: str, tmp_path: Path, hang: str | None = None) -> subproce
 
 
 def kill_at(db_url: str, tmp_path: Path, point: str) -> None:
-    proc = run_worker(db_url, tmp_path, point)
-
-    def there() -> bool:
-        assert proc.poll() is None, proc.communicate()
-        return (tmp_path / "marks" / point).exists()
-
-    try:
-        wait_until(there, what=f"the worker to reach {point}")
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    kill_at_mark(run_worker(db_url, tmp_path, point), tmp_path / "marks", point)
 
 
 def again(db_url: str, tmp_path: Path) -> dict[str, object]:

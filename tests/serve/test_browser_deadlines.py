@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +27,6 @@ from agent_gate.serve.webhooks import ServeConfig
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
-                 if p and os.access(p, os.X_OK)), None)
-if CHROMIUM is None:
-    pytest.skip("no chromium binary (Debian: apt-get install -y chromium chromium-driver)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
-
 LONG = POLICY.replace(
     "        reason: Every mail is read by a person first.\n",
     "        reason: Every mail is read by a person first.\n"
@@ -49,16 +40,6 @@ SHORT = ("version: 1\noperators:\n  carol: {roles: [finance]}\n" + POLICY.remove
     "        reason: Refunds are approved by finance.\n"
     "        approval: {timeout: 1s, then: {escalate: finance}}\n")
 
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def log_in(browser: Any, server: Running, world: World, name: str) -> Any:

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 from serve_world import Running, World, serving
-from test_browser import browser  # noqa: F401  (the fixture: a headless Chromium)
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +25,7 @@ def edit_server(world: World) -> Iterator[Running]:
 
 
 def test_edit_the_body_in_the_browser_approve_and_it_runs_once_as_edited(
-        world: World, edit_server: Running, browser: object) -> None:  # noqa: F811
+        world: World, edit_server: Running, browser: object) -> None:
     page = browser.new_page(viewport={"width": 1100, "height": 1000})  # type: ignore[attr-defined]
     page.goto(edit_server.base + "/login")
     page.fill("#token", world.tokens["bob"])
@@ -66,7 +65,7 @@ def test_edit_the_body_in_the_browser_approve_and_it_runs_once_as_edited(
 
 
 def test_a_text_edit_of_a_field_posted_outside_the_form_is_refused(
-        world: World, edit_server: Running, browser: object) -> None:  # noqa: F811
+        world: World, edit_server: Running, browser: object) -> None:
     """The form offers only editable fields; a hand-made field in the same session is
     refused by the server, naming the field, and the call keeps waiting unchanged."""
     page = browser.new_page()  # type: ignore[attr-defined]

@@ -6,9 +6,7 @@ is revoked from the Grants page."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
 
 import httpx
@@ -16,9 +14,6 @@ import pytest
 from serve_world import Running, World, serving
 
 pytestmark = pytest.mark.slow
-
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
-                 if p and os.access(p, os.X_OK)), None)
 
 POLICY = """
 version: 1
@@ -59,19 +54,6 @@ def granting(world: World) -> Iterator[Running]:
     with serving(world) as running:
         yield running
 
-
-@pytest.fixture
-def browser() -> Iterator[object]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium binary (Debian: apt-get install -y chromium chromium-driver)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def _session(browser: object, server: Running, world: World, name: str) -> object:
