@@ -4,13 +4,14 @@ What the inbox's list and ``agent-gate pending`` show: calls awaiting approval (
 calls in doubt), oldest first by default, a page at a time. A page reads the rows it
 shows and no others, so it costs what it shows whatever the ledger holds:
 
-* the calls are found through the partial ``tool_calls (state)`` index over the swept
-  states (revision 0008); a query may use it only if it states the index's predicate
-  itself (``models.SWEPT_WHERE``), so every query here adds it;
-* the order is the row id (``ref``): the order calls were recorded in. On SQLite the
-  index's entries carry the row id, so a page is one range read in order; on
-  PostgreSQL the waiting rows are sorted by id (measured in docs/guides/performance.md:
-  10,000 waiting calls);
+* the order is the row id (``ref``): the order calls were recorded in. A page walks
+  the partial ``tool_calls (id)`` index over the waiting states (revision 0015) in
+  that order and stops at its limit, whichever states it lists, on both backends;
+  without it PostgreSQL read and sorted every waiting call for each page (measured in
+  docs/guides/performance.md: 10,000 waiting calls). The counts read every matching
+  call anyway, through it or the partial ``(state)`` index (revision 0008). A query
+  may use a partial index only if it states the index's predicate itself
+  (``models.WAITING_WHERE``, ``models.SWEPT_WHERE``), so every query here adds both;
 * the next page starts after the last ``ref`` shown (``after``), the previous one
   before the first (``before``): keyset paging, never ``OFFSET``, so a call answered
   meanwhile never makes a row be skipped or shown twice;
@@ -37,7 +38,12 @@ from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, text
 from agent_gate.ledger.backend import begin_read
 from agent_gate.ledger.deadlines import ARMED, WaitDeadline
 from agent_gate.ledger.lease import now_ms
-from agent_gate.ledger.models import APPROVAL_DEADLINES, APPROVALS, SWEPT_WHERE
+from agent_gate.ledger.models import (
+    APPROVAL_DEADLINES,
+    APPROVALS,
+    SWEPT_WHERE,
+    WAITING_WHERE,
+)
 from agent_gate.ledger.records import CALLS
 from agent_gate.ledger.sql import db_now_ms
 from agent_gate.ledger.states import CallState
@@ -173,7 +179,8 @@ _WITH_DEADLINE = CALLS.outerjoin(_D, and_(_D.c.call_row_id == CALLS.c.id,
 
 def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
     c = CALLS.c
-    out: list[Any] = [c.state.in_([s.value for s in query.states]), text(SWEPT_WHERE)]
+    out: list[Any] = [c.state.in_([s.value for s in query.states]), text(WAITING_WHERE),
+                      text(SWEPT_WHERE)]
     if query.tools is not None:
         out.append(c.tool.in_(query.tools) if query.tools else c.id.is_(None))
     if query.task_id is not None:
