@@ -50,6 +50,8 @@ __all__ = [
     "SWEPT_WHERE",
     "TASKS",
     "TOOL_CALLS",
+    "WAITING_STATES",
+    "WAITING_WHERE",
     "WEBHOOK_CURSORS",
     "metadata",
 ]
@@ -86,6 +88,21 @@ SWEPT_WHERE = "state IN ('awaiting_approval', 'executing', 'in_doubt')"
 this very text (SQLite matches a partial index's predicate term by term, and a
 PostgreSQL plan made for any parameters cannot prove a parameter implies it), so
 readers add it verbatim (``reads.calls``)."""
+
+WAITING_STATES = ("awaiting_approval", "in_doubt")
+"""The states a person acts on (the inbox): the only rows the ``tool_calls (id)`` index
+holds (revision 0015).
+
+Why an index of its own: the inbox lists these calls in ``ref`` (row id) order a page
+at a time. ``(state)`` finds them, but on PostgreSQL its entries are in no id order,
+so a page read all 10,000 waiting calls, checked each for an approval and sorted them
+to keep 51; walking this index the plan stops at the page's limit, for one state or
+both. Partial over these two states (not ``SWEPT_STATES``): every call that runs
+passes through ``executing``, only a call a person must answer enters this index."""
+
+WAITING_WHERE = "state IN ('awaiting_approval', 'in_doubt')"
+"""That index's predicate, as SQL, stated verbatim by the inbox's reads (as
+``SWEPT_WHERE``: SQLite matches a partial index's predicate term by term)."""
 
 
 def _at(name: str, *, nullable: bool = False) -> Column[object]:
@@ -176,6 +193,9 @@ TOOL_CALLS = Table(
     # that dialect, and a SQLite command must not load PostgreSQL's. Alembic compares no
     # predicate: tests/ledger/test_write_indexes.py reads both databases' instead.
     Index(None, "state", sqlite_where=text(SWEPT_WHERE)),
+    # Partial: the inbox's calls in ``ref`` order (``WAITING_STATES``; revision 0015,
+    # with PostgreSQL's copy of the predicate, unspelled here for the same reason).
+    Index(None, "id", sqlite_where=text(WAITING_WHERE)),
 )
 """One tool call and its side-effect state; see ``agent_gate.ledger.states``."""
 

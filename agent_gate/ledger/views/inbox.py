@@ -4,13 +4,19 @@ What the inbox's list and ``agent-gate pending`` show: calls awaiting approval (
 calls in doubt), oldest first by default, a page at a time. A page reads the rows it
 shows and no others, so it costs what it shows whatever the ledger holds:
 
-* the calls are found through the partial ``tool_calls (state)`` index over the swept
-  states (revision 0008); a query may use it only if it states the index's predicate
-  itself (``models.SWEPT_WHERE``), so every query here adds it;
-* the order is the row id (``ref``): the order calls were recorded in. On SQLite the
-  index's entries carry the row id, so a page is one range read in order; on
-  PostgreSQL the waiting rows are sorted by id (measured in docs/guides/performance.md:
-  10,000 waiting calls);
+* the order is the row id (``ref``): the order calls were recorded in. A page walks
+  the partial ``tool_calls (id)`` index over the waiting states (revision 0015) in
+  that order and stops at its limit, whichever states it lists, on both backends;
+  without it PostgreSQL read and sorted every waiting call for each page (measured in
+  docs/guides/performance.md: 10,000 waiting calls). The counts read every matching
+  call anyway, through it or the partial ``(state)`` index (revision 0008). How a
+  query earns a partial index differs: SQLite matches the index's predicate term by
+  term, so there the query states both verbatim (``models.WAITING_WHERE``,
+  ``models.SWEPT_WHERE``); PostgreSQL proves it from the states, which it can only do
+  from constants (a prepared statement's generic plan knows no parameter), so there
+  they are written into the statement as constants and nothing else is added (the
+  predicates repeated would each divide its estimate of the waiting calls by ten, and
+  a plan that expects 98 of 10,000 sorts them rather than walk the index);
 * the next page starts after the last ``ref`` shown (``after``), the previous one
   before the first (``before``): keyset paging, never ``OFFSET``, so a call answered
   meanwhile never makes a row be skipped or shown twice;
@@ -32,12 +38,27 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, exists, func, or_, select, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+)
 
 from agent_gate.ledger.backend import begin_read
 from agent_gate.ledger.deadlines import ARMED, WaitDeadline
 from agent_gate.ledger.lease import now_ms
-from agent_gate.ledger.models import APPROVAL_DEADLINES, APPROVALS, SWEPT_WHERE
+from agent_gate.ledger.models import (
+    APPROVAL_DEADLINES,
+    APPROVALS,
+    SWEPT_WHERE,
+    WAITING_WHERE,
+)
 from agent_gate.ledger.records import CALLS
 from agent_gate.ledger.sql import db_now_ms
 from agent_gate.ledger.states import CallState
@@ -171,9 +192,14 @@ _WITH_DEADLINE = CALLS.outerjoin(_D, and_(_D.c.call_row_id == CALLS.c.id,
 """A waiting call and the deadline of this wait (by its primary key), if it has one."""
 
 
-def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
+def _where(query: InboxQuery, dialect: str, *, facets: bool = True) -> list[Any]:
     c = CALLS.c
-    out: list[Any] = [c.state.in_([s.value for s in query.states]), text(SWEPT_WHERE)]
+    states = [s.value for s in query.states]
+    out: list[Any] = (
+        [c.state.in_(bindparam("inbox_states", states, expanding=True,
+                               literal_execute=True))]
+        if dialect == "postgresql"
+        else [c.state.in_(states), text(WAITING_WHERE), text(SWEPT_WHERE)])
     if query.tools is not None:
         out.append(c.tool.in_(query.tools) if query.tools else c.id.is_(None))
     if query.task_id is not None:
@@ -208,7 +234,7 @@ def _where(query: InboxQuery, *, facets: bool = True) -> list[Any]:
 def inbox_page(conn: Connection, query: InboxQuery) -> list[InboxRow]:
     """One page of waiting calls, in the listing's order."""
     key = CALLS.c.id
-    where = _where(query)
+    where = _where(query, conn.dialect.name)
     backwards = query.before is not None
     # Reading towards older rows: oldest-first paging back, or newest-first forward.
     descending = query.newest_first != backwards
@@ -259,7 +285,7 @@ def inbox_counts(conn: Connection, query: InboxQuery) -> InboxCounts:
     """The calls ``query`` matches (tool and rule aside), by tool and by rule, and
     their ``inbox_mark`` from the same groups."""
     stmt = (select(CALLS.c.tool, CALLS.c.rule_ids, *_MARKS)
-            .where(and_(*_where(query, facets=False)))
+            .where(and_(*_where(query, conn.dialect.name, facets=False)))
             .group_by(CALLS.c.tool, CALLS.c.rule_ids))
     total, ids, versions, newest, by_tool, by_rule = 0, 0, 0, None, {}, {}
     answer, fired, counting = 0, 0, None
@@ -283,7 +309,8 @@ def inbox_mark(engine: Engine, query: InboxQuery) -> str:
     nothing changed, so a poll compares it and reads no page."""
     with begin_read(engine) as conn:
         total, ids, versions, newest, answer, fired, counting = conn.execute(
-            select(*_MARKS).where(and_(*_where(query, facets=False)))).one()
+            select(*_MARKS).where(and_(*_where(query, conn.dialect.name, facets=False)))
+        ).one()
     return _mark(int(total or 0), int(ids or 0), int(versions or 0), newest, int(answer or 0),
                  int(fired or 0), counting)
 
