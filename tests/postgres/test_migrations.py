@@ -96,9 +96,12 @@ def test_a_ledger_that_refuses_to_open_leaves_no_session_open(fresh_pg: PgSchema
         engine = create_ledger_engine(fresh_pg.url)
         try:
             with engine.connect() as conn:
+                # this schema's sessions only (its URL names them): other tests' sessions
+                # on the same database come and go while this one runs in parallel
                 return int(conn.execute(text(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND pid <> pg_backend_pid()")).scalar_one())
+                    " AND application_name = :name AND pid <> pg_backend_pid()"),
+                    {"name": fresh_pg.name}).scalar_one())
         finally:
             engine.dispose()
 

@@ -27,19 +27,17 @@ from agent_gate.serve.webhooks import ServeConfig
 
 pytestmark = pytest.mark.slow
 
-LONG = POLICY.replace(
-    "        reason: Every mail is read by a person first.\n",
-    "        reason: Every mail is read by a person first.\n"
-    "        approval: {timeout: 30m}\n")
+# the mail rule's approval block gains a deadline beside what it already lets the
+# approver do (serve_world's POLICY: editable fields)
+MAIL_BLOCK = "        approval: {editable: [subject, body]}\n"
+assert MAIL_BLOCK in POLICY
+LONG = POLICY.replace(MAIL_BLOCK, "        approval: {editable: [subject, body], timeout: 30m}\n")
 SHORT = ("version: 1\noperators:\n  carol: {roles: [finance]}\n" + POLICY.removeprefix(
     "\nversion: 1\n")).replace(
-    "        reason: Every mail is read by a person first.\n",
-    "        reason: Every mail is read by a person first.\n"
-    "        approval: {timeout: 1s}\n").replace(
+    MAIL_BLOCK, "        approval: {editable: [subject, body], timeout: 1s}\n").replace(
     "        reason: Refunds are approved by finance.\n",
     "        reason: Refunds are approved by finance.\n"
     "        approval: {timeout: 1s, then: {escalate: finance}}\n")
-
 
 
 def log_in(browser: Any, server: Running, world: World, name: str) -> Any:

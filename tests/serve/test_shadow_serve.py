@@ -27,7 +27,7 @@ from agent_gate.policy import Policy
 DRAFT = POLICY.replace(
     "      - id: mail-needs-a-person\n        effect: approve",
     "      - id: draft-no-mail\n        effect: deny",
-)
+).replace("        approval: {editable: [subject, body]}\n", "")  # approve rules only
 
 
 def _serve(world: World, draft: Path) -> subprocess.Popen[str]:
