@@ -87,6 +87,7 @@ from agent_gate.errors.base import (
     AgentGateError,
     error_code,
     json_type_name,
+    restore_error,
     safe_name,
 )
 from agent_gate.errors.gate import (
@@ -222,6 +223,7 @@ __all__ = [
     "UpstreamUnavailable",
     "error_code",
     "json_type_name",
+    "restore_error",
     "safe_name",
 ]
 
@@ -230,3 +232,4 @@ for _name in __all__:
     if isinstance(_value, type):
         _value.__module__ = __name__
 del _name, _value
+restore_error.__module__ = __name__  # what a pickled error names, wherever it lives

@@ -5,12 +5,29 @@ may name something that came from outside (see the package's docstring).
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["AgentGateError", "error_code", "json_type_name", "safe_name"]
+__all__ = ["AgentGateError", "error_code", "json_type_name", "restore_error", "safe_name"]
 
 
 class AgentGateError(Exception):
     """Base class of every error agent-gate raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # BaseException pickles as ``cls(*self.args)``: the message alone, which an
+        # error with its own ``__init__`` (offsets, ids, states) cannot be built from.
+        # DBOS and Celery keep a step's error pickled, so every error is rebuilt from
+        # its args and attributes without calling ``__init__``.
+        return (restore_error, (type(self), self.args, dict(vars(self))))
+
+
+def restore_error(cls: type[AgentGateError], args: tuple[Any, ...],
+                  state: dict[str, Any]) -> AgentGateError:
+    """Unpickle an error: what ``AgentGateError.__reduce__`` names."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    vars(error).update(state)
+    return error
 
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,64}")
