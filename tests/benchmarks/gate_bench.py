@@ -43,6 +43,7 @@ from typing import Any
 
 from harness import paired, paired_ratio
 from netproxy import Proxy
+from scratch_db import scratch_database, sqlalchemy_url
 from sqlalchemy import event
 
 from agent_gate import Gate, ToolRegistry
@@ -282,24 +283,6 @@ def _sqlite(quick: bool) -> dict[str, Any]:
 # -- PostgreSQL ----------------------------------------------------------------------
 
 
-def _postgres_url() -> str | None:
-    url = os.environ.get("AGENT_GATE_TEST_POSTGRES_URL")
-    try:
-        import psycopg
-    except ImportError:
-        return None
-    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
-    if url:
-        return url
-    try:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS agent_gate_bench")
-            conn.execute("CREATE DATABASE agent_gate_bench")
-    except psycopg.Error:
-        return None
-    return "postgresql+psycopg://postgres@127.0.0.1:5432/agent_gate_bench"
-
-
 def _workers(
     url: str,
     shares: list[tuple[str, int, int]],
@@ -439,9 +422,14 @@ def _networked(url: str, tmp: Path) -> dict[str, Any]:
 
 
 def _postgres(quick: bool) -> dict[str, Any] | None:
-    url = _postgres_url()
-    if url is None:
-        return None
+    url = os.environ.get("AGENT_GATE_TEST_POSTGRES_URL")
+    if url:
+        return _postgres_on(url, quick)
+    with scratch_database("agent_gate_bench") as found:
+        return None if found is None else _postgres_on(sqlalchemy_url(found), quick)
+
+
+def _postgres_on(url: str, quick: bool) -> dict[str, Any]:
     Ledger(url, auto_upgrade=True).close()
     calls = 80 if quick else 400
     rows = []

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness import paired, paired_ratio
+from scratch_db import scratch_database
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "peers" / "worker.py"
@@ -386,40 +387,21 @@ def _measure(
     return {"store": store, "rows": rows}
 
 
-def _admin_dsn() -> str:
-    return os.environ.get("AGENT_GATE_PEERS_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-
-
 @contextmanager
 def _postgres_database() -> Iterator[str | None]:
-    """A fresh database for the PostgreSQL candidates, dropped after; None without a server."""
-    try:
-        import psycopg
-    except ImportError:
-        yield None
-        return
-    name = os.environ.get("AGENT_GATE_PEERS_DB", "agent_gate_peers")
-    admin = f"{_admin_dsn()}/postgres?connect_timeout=3"
-    try:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.Error:
-        yield None
-        return
-    url = f"{_admin_dsn()}/{name}"
-    try:
-        with psycopg.connect(url) as conn:
-            settings = {
-                key: conn.execute(f"SHOW {key}").fetchone()[0]  # type: ignore[index]
-                for key in ("fsync", "synchronous_commit")
-            }
-        assert settings == {"fsync": "on", "synchronous_commit": "on"}, settings
-        yield url
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """A fresh database for the PostgreSQL candidates, dropped after; None without a
+    server. The candidates must run with fsync and synchronous_commit on."""
+    with scratch_database("agent_gate_peers") as url:
+        if url is not None:
+            import psycopg
 
+            with psycopg.connect(url) as conn:
+                settings = {
+                    key: conn.execute(f"SHOW {key}").fetchone()[0]  # type: ignore[index]
+                    for key in ("fsync", "synchronous_commit")
+                }
+            assert settings == {"fsync": "on", "synchronous_commit": "on"}, settings
+        yield url
 
 def run_section(
     quick: bool, count_fsyncs: bool = True, stores: tuple[str, ...] = (SQLITE, POSTGRES)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,31 +34,12 @@ sys.path.insert(0, str(HERE))
 
 from harness import paired, paired_ratio  # noqa: E402
 from netproxy import ProxyProcess  # noqa: E402
+from scratch_db import scratch_database, sqlalchemy_url  # noqa: E402
 
 DELAY_MS = 1.0
 """Added to each direction in the networked measurement (2 ms a round trip)."""
 TARGET_ROUND_TRIPS = 2
 TARGET_RATIO = 0.5
-
-
-def _database() -> tuple[str, str] | None:
-    """(SQLAlchemy URL, libpq conninfo) of a fresh benchmark database, or None."""
-    try:
-        import psycopg
-    except ImportError:
-        return None
-    base = os.environ.get("AGENT_GATE_BENCH_POSTGRES", "host=127.0.0.1 port=5432 user=postgres")
-    try:
-        with psycopg.connect(f"{base} dbname=postgres connect_timeout=3",
-                             autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS agent_gate_rt_bench")
-            conn.execute("CREATE DATABASE agent_gate_rt_bench")
-    except psycopg.Error:
-        return None
-    info = psycopg.conninfo.conninfo_to_dict(base)
-    host, port, user = info.get("host", "127.0.0.1"), info.get("port", "5432"), info["user"]
-    return (f"postgresql+psycopg://{user}@{host}:{port}/agent_gate_rt_bench",
-            f"{base} dbname=agent_gate_rt_bench")
 
 
 class Floor:
@@ -74,7 +54,10 @@ class Floor:
                 "task TEXT NOT NULL, call TEXT NOT NULL, state TEXT NOT NULL, "
                 "result TEXT, UNIQUE (task, call))"
             )
-        self.conn = psycopg.connect(f"{conninfo} host=127.0.0.1 port={port}", autocommit=True)
+        self.conn = psycopg.connect(
+            psycopg.conninfo.make_conninfo(conninfo, host="127.0.0.1", port=port),
+            autocommit=True,
+        )
         self.ran: list[str] = []
 
     def call(self, task: str, call_id: str) -> None:
@@ -169,14 +152,14 @@ def _measure(url: str, conninfo: str, delay_ms: float, quick: bool) -> dict[str,
 
 
 def run_section(quick: bool) -> dict[str, Any] | None:
-    found = _database()
-    if found is None:
-        return None
-    url, conninfo = found
-    from agent_gate.ledger.store import Ledger
+    with scratch_database("agent_gate_rt_bench") as conninfo:
+        if conninfo is None:
+            return None
+        url = sqlalchemy_url(conninfo)
+        from agent_gate.ledger.store import Ledger
 
-    Ledger(url, auto_upgrade=True).close()
-    return {"runs": [_measure(url, conninfo, delay, quick) for delay in (0.0, DELAY_MS)]}
+        Ledger(url, auto_upgrade=True).close()
+        return {"runs": [_measure(url, conninfo, delay, quick) for delay in (0.0, DELAY_MS)]}
 
 
 def markdown(section: dict[str, Any] | None) -> list[str]:
