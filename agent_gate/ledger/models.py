@@ -46,6 +46,7 @@ __all__ = [
     "MCP_EVENTS",
     "OPERATORS",
     "QUOTA_CHARGES",
+    "ROW_ID",
     "SWEPT_STATES",
     "SWEPT_WHERE",
     "TASKS",
@@ -105,6 +106,12 @@ WAITING_WHERE = "state IN ('awaiting_approval', 'in_doubt')"
 ``SWEPT_WHERE``: SQLite matches a partial index's predicate term by term)."""
 
 
+ROW_ID = BigInteger().with_variant(Integer(), "sqlite")
+"""The type of a row id and of every column that names one: 64 bits on PostgreSQL (a
+busy ledger passes 2**31 audit entries; revision 0016), ``INTEGER`` on SQLite, whose
+row ids are 64-bit already and where only ``INTEGER PRIMARY KEY`` is the rowid."""
+
+
 def _at(name: str, *, nullable: bool = False) -> Column[object]:
     return Column(name, DateTime(timezone=True), nullable=nullable)
 
@@ -132,7 +139,7 @@ TASKS = Table(
 TOOL_CALLS = Table(
     "tool_calls",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", ROW_ID, primary_key=True, autoincrement=True),
     Column("task_id", String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT"),
            nullable=False),
     # The provider's call id, as the stream carried it.
@@ -203,10 +210,10 @@ TOOL_CALLS = Table(
 AUDIT_EVENTS = Table(
     "audit_events",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", ROW_ID, primary_key=True, autoincrement=True),
     _at("at"),
     Column("task_id", String(ID_LEN), nullable=False),
-    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT")),
+    Column("call_row_id", ROW_ID, ForeignKey("tool_calls.id", ondelete="RESTRICT")),
     Column("call_id", String(ID_LEN)),
     Column("event", String(64), nullable=False),
     Column("from_state", String(32)),
@@ -260,7 +267,7 @@ AUDIT_CHECKPOINTS = Table(
     Column("legacy_seq", BigInteger),
     Column("legacy_hash", String(64)),
     # ``audit_events.id`` of the old global chain's newest entry.
-    Column("legacy_last_id", Integer),
+    Column("legacy_last_id", ROW_ID),
     # The Merkle tree over every entry in id order (revision 0010; None before it):
     # leaves, the id of the last one, root and frontier (hex, comma-separated).
     Column("tree_size", BigInteger),
@@ -295,8 +302,8 @@ AUDIT_CHECKPOINT_HEADS = Table(
 APPROVALS = Table(
     "approvals",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+    Column("id", ROW_ID, primary_key=True, autoincrement=True),
+    Column("call_row_id", ROW_ID, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
            nullable=False),
     Column("task_id", String(ID_LEN), nullable=False),
     Column("call_id", String(ID_LEN), nullable=False),
@@ -323,7 +330,7 @@ that moves the call to ``executing``, and only then. A denial is recorded here t
 APPROVAL_GRANTS = Table(
     "approval_grants",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", ROW_ID, primary_key=True, autoincrement=True),
     Column("task_id", String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT"),
            nullable=False),
     Column("tool", String(TOOL_NAME_LEN), nullable=False),
@@ -333,7 +340,7 @@ APPROVAL_GRANTS = Table(
     Column("max_calls", Integer),
     Column("used_calls", Integer, nullable=False),
     Column("expires_ms", BigInteger),
-    Column("approval_id", Integer, ForeignKey("approvals.id", ondelete="RESTRICT"),
+    Column("approval_id", ROW_ID, ForeignKey("approvals.id", ondelete="RESTRICT"),
            nullable=False),
     Column("granted_by", String(200), nullable=False),
     _at("granted_at"),
@@ -350,9 +357,9 @@ call spends one with a conditional update in its own transaction
 APPROVAL_GRANT_USES = Table(
     "approval_grant_uses",
     metadata,
-    Column("grant_id", Integer, ForeignKey("approval_grants.id", ondelete="RESTRICT"),
+    Column("grant_id", ROW_ID, ForeignKey("approval_grants.id", ondelete="RESTRICT"),
            primary_key=True),
-    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+    Column("call_row_id", ROW_ID, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
            primary_key=True),
     _at("used_at"),
     Index(None, "call_row_id"),
@@ -362,7 +369,7 @@ it is not sent to a person again, nor counted twice."""
 APPROVAL_DEADLINES = Table(
     "approval_deadlines",
     metadata,
-    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+    Column("call_row_id", ROW_ID, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
            primary_key=True),
     Column("task_id", String(ID_LEN), nullable=False),
     Column("call_id", String(ID_LEN), nullable=False),
@@ -392,13 +399,13 @@ sweeper's compare-and-set on ``outcome = 'armed'`` matches (``ledger.deadlines``
 APPROVAL_EDITS = Table(
     "approval_edits",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+    Column("id", ROW_ID, primary_key=True, autoincrement=True),
+    Column("call_row_id", ROW_ID, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
            nullable=False),
     Column("task_id", String(ID_LEN), nullable=False),
     Column("call_id", String(ID_LEN), nullable=False),
     # The approval the editor gave with the edit (bound to ``new_args_hash``).
-    Column("approval_id", Integer, ForeignKey("approvals.id", ondelete="RESTRICT")),
+    Column("approval_id", ROW_ID, ForeignKey("approvals.id", ondelete="RESTRICT")),
     Column("edited_by", String(200), nullable=False),
     # JSON list of the argument paths the edit changed.
     Column("fields", Text, nullable=False),
@@ -418,10 +425,10 @@ after, and the arguments it replaced (never in clear where the policy seals them
 QUOTA_CHARGES = Table(
     "quota_charges",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", ROW_ID, primary_key=True, autoincrement=True),
     Column("task_id", String(ID_LEN), ForeignKey("tasks.id", ondelete="RESTRICT"),
            nullable=False),
-    Column("call_row_id", Integer, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
+    Column("call_row_id", ROW_ID, ForeignKey("tool_calls.id", ondelete="RESTRICT"),
            nullable=False),
     Column("counter", String(300), nullable=False),
     Column("amount", String(64), nullable=False),
@@ -442,7 +449,7 @@ exactly in Python.
 OPERATORS = Table(
     "operators",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", ROW_ID, primary_key=True, autoincrement=True),
     Column("name", String(200), unique=True, nullable=False),
     Column("token_hash", String(64), unique=True, nullable=False),
     Column("approve_tools", Text, nullable=False),
@@ -474,7 +481,7 @@ cursor moves only after the receiver acknowledged, so delivery is at least once.
 MCP_EVENTS = Table(
     "mcp_events",
     metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("seq", ROW_ID, primary_key=True, autoincrement=True),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("session_id", String(64), nullable=False),
     Column("stream_id", String(ID_LEN), nullable=False),

@@ -89,7 +89,7 @@ def spare_ids(engine: Engine) -> SpareIds:
     return spare
 
 
-_APPEND_COLUMNS = (("at", "timestamptz"), ("task_id", "text"), ("call_row_id", "integer"),
+_APPEND_COLUMNS = (("at", "timestamptz"), ("task_id", "text"), ("call_row_id", "bigint"),
                    ("call_id", "text"), ("event", "text"), ("from_state", "text"),
                    ("to_state", "text"), ("actor", "text"), ("detail", "text"))
 _APPEND_SQL: dict[int, str] = {}
