@@ -213,14 +213,14 @@ class Gate:
         """Run ``call`` for ``task_id`` unless the ledger says it ran, runs, or may not
         (``options``: ``principal`` and ``scope``, see ``CallOptions``)."""
         _checked(options, CallOptions, "execute")
-        return self._runner.serve_sync(self._call_driver(task_id, call, options))
+        return self._runner.serve_sync(self._drive(task_id, call, options))
 
     async def aexecute(
         self, task_id: str, call: CallLike, **options: Unpack[CallOptions]
     ) -> Outcome:
         """``execute`` for async code: database work off the loop, tools on it."""
         _checked(options, CallOptions, "aexecute")
-        return await self._runner.serve_async(self._call_driver(task_id, call, options))
+        return await self._runner.serve_async(self._drive(task_id, call, options))
 
     def decide(self, task_id: str, call: CallLike, **options: Unpack[CallOptions]) -> Outcome:
         """Record ``call`` and take its decision without running it.
@@ -232,7 +232,7 @@ class Gate:
         a later ``execute`` of the same call runs it, re-checking that decision.
         """
         _checked(options, CallOptions, "decide")
-        return self._runner.serve_sync(self._call_driver(task_id, call, options, decide=True))
+        return self._runner.serve_sync(self._drive(task_id, call, options, decide=True))
 
     async def adecide(
         self, task_id: str, call: CallLike, **options: Unpack[CallOptions]
@@ -240,12 +240,14 @@ class Gate:
         """``decide`` for async code: database work off the loop."""
         _checked(options, CallOptions, "adecide")
         return await self._runner.serve_async(
-            self._call_driver(task_id, call, options, decide=True)
+            self._drive(task_id, call, options, decide=True)
         )
 
-    def _call_driver(
+    def _drive(
         self, task_id: str, call: CallLike, options: CallOptions, *, decide: bool = False
     ) -> Driver:
+        """The walk of one handed-in call (``CallDriver.drive_call``), for the runner to
+        serve: not a ``CallDriver`` (the gate holds one, ``self._driver``)."""
         return self._driver.drive_call(
             task_id, as_call(call), None, self._context(options), decide_only=decide
         )
