@@ -12,8 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Protocol
 
-from agent_gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError, NotAwaitingApproval
-from agent_gate.ledger.states import CallState
+from agent_gate.errors import AmbiguousCall, ApprovalRefused, GateUsageError
+from agent_gate.ledger.answers import answerable, lifetime_ms
 
 if TYPE_CHECKING:
     from agent_gate.ledger.answers import GrantTerms
@@ -133,9 +133,7 @@ def approve(
     """
     if not by or not by.strip():
         raise GateUsageError("an approval names who gives it (by=)")
-    why = ledger.approval_ttl_problem(ttl)
-    if why is not None:
-        raise GateUsageError(f"ttl: {why} (or None: no expiry)")
+    ttl_ms = lifetime_ms(ttl)
     who = by.strip()
     rec = find_one(ledger, call_id, task_id)
     _escalation(ledger, rec, who, check, "approve")
@@ -147,11 +145,7 @@ def approve(
                         detail={"reason": refusal, "policy_hash": check.policy_hash})
             raise ApprovalRefused(refusal)
         if rec.policy_hash != check.policy_hash:
-            if rec.state is not CallState.AWAITING_APPROVAL:
-                raise NotAwaitingApproval(
-                    f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
-                    "not awaiting approval"
-                )
+            answerable(rec, rec)  # before this policy judges it again
             refusal = check.rebinding_refusal(rec)
             if refusal is not None:
                 raise ApprovalRefused(refusal)
@@ -162,9 +156,8 @@ def approve(
             raise GateUsageError("a grant needs the policy that offers it (--policy FILE)")
         terms = check.grant_terms(rec, grant)
     return ledger.approve(
-        rec, by=who, reason=reason, policy_hash=policy_hash,
-        ttl_ms=int(ttl * 1000) if ttl is not None else None, args_hash=args_hash,
-        grant=terms,
+        rec, by=who, reason=reason, policy_hash=policy_hash, ttl_ms=ttl_ms,
+        args_hash=args_hash, grant=terms,
     )
 
 

@@ -28,10 +28,10 @@ from agent_gate.errors import (
     ApprovalRefused,
     ArgumentsInvalid,
     ArgumentsNotObject,
-    NotAwaitingApproval,
 )
 from agent_gate.gate import desk
 from agent_gate.gate.admission import seal_binding
+from agent_gate.ledger.answers import answerable, lifetime_ms
 from agent_gate.ledger.edits import NewVersion
 from agent_gate.ledger.states import CallState
 from agent_gate.plainjson import canonical_json, sha256_hex
@@ -76,15 +76,12 @@ def edit_and_approve(
     who = (by or "").strip()
     if not who:
         raise EditRefused("an edit names who gives it (by=)")
-    why = ledger.approval_ttl_problem(ttl)
-    if why is not None:
-        raise EditRefused(f"ttl: {why} (or None: no expiry)")
+    ttl_ms = lifetime_ms(ttl)
     rec = desk.find_one(ledger, call_id, task_id)
     new = _new_version(ledger, decider, rec, edit, who)
     if new is None:
         return desk.approve(ledger, call_id, by=who, task_id=rec.task_id, reason=reason,
                             ttl=ttl, check=decider, args_hash=args_hash)
-    ttl_ms = int(ttl * 1000) if ttl is not None else None
     approval, _ = ledger.edit_and_approve(rec, new, by=who, reason=reason, ttl_ms=ttl_ms,
                                           shown_hash=args_hash)
     return approval, True
@@ -97,10 +94,7 @@ def _new_version(
     rules = decider.rules
     if rules is None:
         raise EditRefused("an edit needs the policy file that marks fields editable")
-    if rec.state is not CallState.AWAITING_APPROVAL:
-        raise NotAwaitingApproval(
-            f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
-            "not awaiting approval")
+    answerable(rec, rec)  # before the edit is checked and judged
     if rec.policy_hash != rules.hash:
         raise EditRefused(f"call {rec.call_id!r} waits under policy {rec.policy_hash}; edit "
                           f"it under that policy (this gate runs {rules.hash})")

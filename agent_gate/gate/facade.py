@@ -44,7 +44,7 @@ from agent_gate.gate.stream import StreamRun
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.reasons import ReasonCode as R
-from agent_gate.ledger.records import CallRecord
+from agent_gate.ledger.records import CallRecord, Transition
 from agent_gate.ledger.states import LEASE_ENDS, TERMINAL, CallState, LeaseEnd
 from agent_gate.ledger.store import Ledger
 from agent_gate.policy import Policy, Principal, TaskScope
@@ -213,14 +213,14 @@ class Gate:
         """Run ``call`` for ``task_id`` unless the ledger says it ran, runs, or may not
         (``options``: ``principal`` and ``scope``, see ``CallOptions``)."""
         _checked(options, CallOptions, "execute")
-        return self._runner.serve_sync(self._call_driver(task_id, call, options))
+        return self._runner.serve_sync(self._drive(task_id, call, options))
 
     async def aexecute(
         self, task_id: str, call: CallLike, **options: Unpack[CallOptions]
     ) -> Outcome:
         """``execute`` for async code: database work off the loop, tools on it."""
         _checked(options, CallOptions, "aexecute")
-        return await self._runner.serve_async(self._call_driver(task_id, call, options))
+        return await self._runner.serve_async(self._drive(task_id, call, options))
 
     def decide(self, task_id: str, call: CallLike, **options: Unpack[CallOptions]) -> Outcome:
         """Record ``call`` and take its decision without running it.
@@ -232,7 +232,7 @@ class Gate:
         a later ``execute`` of the same call runs it, re-checking that decision.
         """
         _checked(options, CallOptions, "decide")
-        return self._runner.serve_sync(self._call_driver(task_id, call, options, decide=True))
+        return self._runner.serve_sync(self._drive(task_id, call, options, decide=True))
 
     async def adecide(
         self, task_id: str, call: CallLike, **options: Unpack[CallOptions]
@@ -240,12 +240,14 @@ class Gate:
         """``decide`` for async code: database work off the loop."""
         _checked(options, CallOptions, "adecide")
         return await self._runner.serve_async(
-            self._call_driver(task_id, call, options, decide=True)
+            self._drive(task_id, call, options, decide=True)
         )
 
-    def _call_driver(
+    def _drive(
         self, task_id: str, call: CallLike, options: CallOptions, *, decide: bool = False
     ) -> Driver:
+        """The walk of one handed-in call (``CallDriver.drive_call``), for the runner to
+        serve: not a ``CallDriver`` (the gate holds one, ``self._driver``)."""
         return self._driver.drive_call(
             task_id, as_call(call), None, self._context(options), decide_only=decide
         )
@@ -397,21 +399,27 @@ class Gate:
     ) -> Outcome:
         """An operator settles an in-doubt call: it ``succeeded``, ``failed``, or was
         ``not_applied`` (which makes it runnable again when the call is next seen);
-        ``args_hash`` as for ``approve``."""
+        ``args_hash`` as for ``approve``. A call still ``executing`` whose owner is
+        gone is first lost to ``in_doubt``, then settled."""
         call_id = call if isinstance(call, str) else call.call_id
         rec = self._find_one(call_id if isinstance(call, ToolCall) else call, task_id)
-        try:
-            verdict = Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
-        except ValueError:
-            raise GateUsageError(
-                f"as_ must be one of {', '.join(r.value for r in Reconciliation)}"
-            ) from None
+        verdict = _reconciliation(as_)
         actor = f"operator:{by}" if by else "operator"
-        found = rec.state  # an executing call is lost to in_doubt first, then settled
+        found = rec.state
+        tr = self._settled(self._in_doubt(rec, actor), verdict, actor=actor, by=by,
+                           result=result, note=note, args_hash=args_hash)
+        self.telemetry.operator(rec.task_id, rec.call_id, rec.tool, found.value,
+                                tr.record.state.value, actor)
+        return outcome_of(tr.record, replayed=False)
+
+    def _in_doubt(self, rec: CallRecord, actor: str) -> CallRecord:
+        """``rec`` as a call an operator may settle: ``in_doubt`` already, or an
+        ``executing`` call whose lease ended, lost to ``in_doubt`` now (re-checked in
+        the update: same owner, lease still over); ``NotInDoubt`` otherwise."""
         if rec.state is CallState.EXECUTING:
             ended = lease_end(rec)
             if ended is None:
-                raise NotInDoubt(f"call {call_id!r} is running under a live lease")
+                raise NotInDoubt(f"call {rec.call_id!r} is running under a live lease")
             rec = self.ledger.lose_if_abandoned(
                 rec,
                 actor=actor,
@@ -420,7 +428,16 @@ class Gate:
                 reason="owner gone when an operator resolved it",
             ).record
         if rec.state is not CallState.IN_DOUBT:
-            raise NotInDoubt(f"call {call_id!r} is {rec.state.value}, not in_doubt")
+            raise NotInDoubt(f"call {rec.call_id!r} is {rec.state.value}, not in_doubt")
+        return rec
+
+    def _settled(
+        self, rec: CallRecord, verdict: Reconciliation, *, actor: str, by: str | None,
+        result: Any, note: str | None, args_hash: str | None,
+    ) -> Transition:
+        """The operator's verdict committed on the in-doubt ``rec`` (the result kept
+        only for ``succeeded``, the note as the error only for ``failed``);
+        ``NotInDoubt`` when the call moved on first."""
         text = f"resolved by {by or 'an operator'} as {verdict.value}"
         if note:
             text += f": {bound(note, 300)}"
@@ -442,11 +459,9 @@ class Gate:
         )
         if not tr.won:
             raise NotInDoubt(
-                f"call {call_id!r} changed to {tr.record.state.value} while being resolved"
+                f"call {rec.call_id!r} changed to {tr.record.state.value} while being resolved"
             )
-        self.telemetry.operator(rec.task_id, rec.call_id, rec.tool, found.value,
-                                tr.record.state.value, actor)
-        return outcome_of(tr.record, replayed=False)
+        return tr
 
     # ------------------------------------------------------------ waiting for people
 
@@ -572,6 +587,16 @@ class Gate:
     def _context(self, options: CallOptions) -> CallContext:
         principal, scope = options.get("principal"), options.get("scope")
         return CallContext.of(principal or self.principal, scope or self.scope)
+
+
+def _reconciliation(as_: Reconciliation | str) -> Reconciliation:
+    """What ``resolve(as_=...)`` names: the enum, or its value with ``-`` for ``_``."""
+    try:
+        return Reconciliation(str(getattr(as_, "value", as_)).replace("-", "_"))
+    except ValueError:
+        raise GateUsageError(
+            f"as_ must be one of {', '.join(r.value for r in Reconciliation)}"
+        ) from None
 
 
 def _events(events: Iterable[object], stream: StreamRun) -> Iterator[object]:

@@ -6,6 +6,12 @@ it (an approval) or at once (a denial that ends it). Under a quorum rule a denia
 also only be recorded: the call is rejected when enough distinct people denied it.
 Each answer is taken with the task locked and compared with the arguments the
 person was shown (``flows.shown_args_refusal``) in its own transaction.
+
+Two judgements every answer shares are made here, once: whether the call still waits
+for a person (``answerable``, read under the task's lock by ``waiting_call`` for
+approve, edit and deny alike; the gate asks it too before it does work for an answer)
+and whether an approval's lifetime is one (``lifetime_ms``, the ledger's check of
+``approvals.ttl_problem`` for approve and edit alike).
 """
 
 from __future__ import annotations
@@ -14,13 +20,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from agent_gate.errors import NotAwaitingApproval
+from agent_gate.errors import GateUsageError, NotAwaitingApproval
 from agent_gate.ledger import approvals, audit, grants
 from agent_gate.ledger.flows import (
     MAX_REASON_CHARS,
-    _applied,
-    _locked_row,
-    _reread,
+    apply_or_lose,
+    reread,
     shown_args_refusal,
     write,
 )
@@ -30,7 +35,8 @@ from agent_gate.ledger.states import CallState, Event
 from agent_gate.ledger.txn import Lost, Txn
 from agent_gate.privacy.scrub import bound
 
-__all__ = ["GrantTerms", "approve", "approved", "deny", "distinct_denials", "waiting_call"]
+__all__ = ["GrantTerms", "answerable", "approve", "approved", "deny", "distinct_denials",
+           "judged_ms", "lifetime_ms", "waiting_call"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +64,7 @@ def approve(
     """``Ledger.approve``: record a person's approval of a call that waits for one
     (``args_hash``: only if its arguments still hash to it, ``shown_args_refusal``);
     ``grant``: with a grant of those terms, given in the same transaction."""
-    if ttl_ms is not None:
-        why = approvals.ttl_problem(ttl_ms / 1000)
-        if why is not None:
-            raise ValueError(f"ttl_ms: {why}")
+    judged_ms(ttl_ms)
     with write(engine) as txn:
         current = waiting_call(txn, rec)
         refused = shown_args_refusal(txn, current, args_hash, answer="approve",
@@ -77,16 +80,43 @@ def approve(
     return given, new
 
 
-def waiting_call(txn: Txn, rec: CallRecord) -> CallRecord:
-    """``rec`` as it stands under its task's lock, if it still waits for a person: what
-    every answer (approve, edit) starts from; ``NotAwaitingApproval`` otherwise."""
-    txn.lock_task(rec.task_id)
-    current = txn.read_call(id=rec.row_id)
+def answerable(named: CallRecord, current: CallRecord | None) -> CallRecord:
+    """The one judge of "may a person answer this call": ``current`` (the row of the
+    call ``named``, as read now; None: gone) if it waits in ``awaiting_approval``,
+    whatever else happened to it meanwhile (escalated, edited, answered by someone
+    else, an approval expired: each answer has its own rules for those);
+    ``NotAwaitingApproval`` otherwise, in one wording whichever answer it was."""
     if current is None or current.state is not CallState.AWAITING_APPROVAL:
         state = current.state.value if current else "missing"
-        raise NotAwaitingApproval(
-            f"call {rec.call_id!r} of task {rec.task_id!r} is {state}, not awaiting approval")
+        raise NotAwaitingApproval(f"call {named.call_id!r} of task {named.task_id!r} is "
+                                  f"{state}, not awaiting approval")
     return current
+
+
+def waiting_call(txn: Txn, rec: CallRecord) -> CallRecord:
+    """``rec`` as it stands under its task's lock, if it still waits for a person: what
+    every answer (approve, edit, deny) starts from (``answerable``). Not its version:
+    an answer is bound to the arguments the person saw (``shown_args_refusal``), and
+    a row that moved on while it waits is answered as it stands, whichever answer."""
+    txn.lock_task(rec.task_id)
+    return answerable(rec, txn.read_call(id=rec.row_id))
+
+
+def lifetime_ms(ttl: float | None) -> int | None:
+    """An approval's lifetime in seconds (None: no expiry) as the milliseconds the
+    ledger stores, judged by ``approvals.ttl_problem``: ``GateUsageError`` otherwise.
+    The gate turns a person's ``ttl`` into milliseconds through this alone."""
+    why = approvals.ttl_problem(ttl)
+    if why is not None:
+        raise GateUsageError(f"ttl: {why} (or None: no expiry)")
+    return None if ttl is None else int(ttl * 1000)
+
+
+def judged_ms(ttl_ms: int | None) -> None:
+    """``lifetime_ms``'s judgement of milliseconds given to the ledger directly
+    (``Ledger.approve``, ``Ledger.edit_and_approve``): the same rule and error."""
+    if ttl_ms is not None:
+        lifetime_ms(ttl_ms / 1000)
 
 
 def approved(
@@ -158,22 +188,17 @@ def deny(
     ``quorum`` > 1 (a rule's ``deny: quorum``): the denial is recorded and the call is
     rejected only once that many distinct people denied it (``won`` False until then)."""
     text = f"denied by {by}" + (f": {bound(reason, 300)}" if reason else "")
-    if rec.state is not CallState.AWAITING_APPROVAL:
-        raise NotAwaitingApproval(
-            f"call {rec.call_id!r} of task {rec.task_id!r} is {rec.state.value}, "
-            "not awaiting approval"
-        )
     try:
         with write(engine) as txn:
-            current = _locked_row(txn, rec)
+            current = waiting_call(txn, rec)
             refused = shown_args_refusal(txn, current, args_hash, answer="deny",
                                          actor=f"operator:{by}")
             if refused is None:
                 result = _denied(txn, current, by=by, reason=reason, text=text, quorum=quorum)
-    except Lost:
+    except Lost:  # a writer that takes no task lock moved the row between read and update
         raise NotAwaitingApproval(
             f"call {rec.call_id!r} of task {rec.task_id!r} changed to "
-            f"{_reread(engine, rec).state.value} while being denied"
+            f"{reread(engine, rec).state.value} while being denied"
         ) from None
     if refused is not None:
         raise refused
@@ -199,10 +224,10 @@ def _denied(txn: Txn, current: CallRecord, *, by: str, reason: str | None, text:
             )
             return Transition(False, current)
         text = f"denied by {', '.join(sorted(who))} ({len(who)} of {quorum})"
-        return Transition(True, _applied(txn, current, Event.DENY, actor=f"operator:{by}",
-                                         code=ReasonCode.DENIED_BY_OPERATOR, reason=text))
-    denied = _applied(txn, current, Event.DENY, actor=f"operator:{by}",
-                      code=ReasonCode.DENIED_BY_OPERATOR, reason=text)
+        return Transition(True, apply_or_lose(txn, current, Event.DENY, actor=f"operator:{by}",
+                                              code=ReasonCode.DENIED_BY_OPERATOR, reason=text))
+    denied = apply_or_lose(txn, current, Event.DENY, actor=f"operator:{by}",
+                           code=ReasonCode.DENIED_BY_OPERATOR, reason=text)
     approvals.insert_answer(
         txn, call_row_id=denied.row_id, task_id=denied.task_id, call_id=denied.call_id,
         verdict=approvals.DENIED, args_hash=denied.args_hash,

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, insert, select
 
-from agent_gate.ledger.answers import approved, waiting_call
+from agent_gate.ledger.answers import approved, judged_ms, waiting_call
 from agent_gate.ledger.approvals import ApprovalRecord
-from agent_gate.ledger.flows import _applied, shown_args_refusal, write
+from agent_gate.ledger.flows import apply_or_lose, shown_args_refusal, write
 from agent_gate.ledger.models import APPROVAL_EDITS
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import Event
@@ -87,8 +87,10 @@ def edit_and_approve(
 
     ``rec`` is the row the new version was made from; ``shown_hash`` the hash of the
     arguments the editor was shown. Either one no longer the row's: ``AnswerMismatch``
-    (audited, nothing else changes); the call no longer waiting: ``NotAwaitingApproval``.
+    (audited, nothing else changes); the call no longer waiting: ``NotAwaitingApproval``;
+    ``ttl_ms`` not an approval's lifetime: ``GateUsageError`` (``answers.lifetime_ms``).
     """
+    judged_ms(ttl_ms)
     actor = f"operator:{by}"
     with write(engine) as txn:
         current = waiting_call(txn, rec)
@@ -109,7 +111,7 @@ def _committed(
     ttl_ms: int | None, policy_hash: str | None,
 ) -> tuple[ApprovalRecord, CallRecord]:
     fields = tuple(dict.fromkeys((*current.edited, *new.fields)))
-    edited = _applied(
+    edited = apply_or_lose(
         txn, current, Event.EDIT, actor=f"operator:{by}", code=current.reason_code,
         reason=current.reason,
         changes={"arguments": canonical_json(dict(new.arguments)),

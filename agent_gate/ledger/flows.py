@@ -7,6 +7,14 @@ appends the audit event in it. The flows differ only in what else commits with t
 arrow: a decision taken with the task locked (``authorize``, ``claim_rechecked``,
 ``claim_approved``, all through ``_decided``), an approval consumed, quota charged,
 an answer remembered. ``store.Ledger`` is the facade over these functions.
+
+The answer flows beside this module (``answers``, ``edits``: a person's answer is
+not a decision of the gate) are built from the same blocks, and these are all they
+take from here: ``write`` (the transaction), ``apply_or_lose`` (an arrow inside a
+flow of several steps), ``reread`` (the row as it stands after a flow lost) and
+``shown_args_refusal`` (the arguments the person was shown). Every name with an
+underscore is this module's own: ``tests/ledger/test_seam.py`` fails when another
+ledger module imports one.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ __all__ = [
     "Decide",
     "Lost",
     "apply",
+    "apply_or_lose",
     "apply_ruling",
     "authorize",
     "claim",
@@ -55,6 +64,7 @@ __all__ = [
     "lock_task",
     "lose_if_abandoned",
     "renew",
+    "reread",
     "resolve",
     "transition",
     "write",
@@ -189,9 +199,12 @@ def apply(
     return current if current is not None else _row(txn, rec.row_id)
 
 
-def _applied(txn: Txn, rec: CallRecord, event: Event, **kw: Any) -> CallRecord:
-    """``apply`` inside a multi-step flow: a lost compare-and-set rolls it all back."""
-    current = apply(txn, rec, event, **kw)
+def apply_or_lose(
+    txn: Txn, rec: CallRecord, event: Event, *, unread: bool = False, **step: Unpack[Step]
+) -> CallRecord:
+    """``apply`` inside a flow of several steps: the row the arrow left, or ``Lost``
+    (raised out of ``write``, it rolls every step back), never a half-done flow."""
+    current = apply(txn, rec, event, unread=unread, **step)
     if current is None:
         raise Lost
     return current
@@ -224,7 +237,7 @@ def apply_ruling(
         # a charge deleted or lowered: the task could otherwise spend past its limit.
         recorded = {**(recorded or {}),
                     "charges": {k: str(v) for k, v in sorted(charges.items())}}
-    applied = _applied(
+    applied = apply_or_lose(
         txn, rec, ruling.event, actor=actor, code=ruling.code, reason=ruling.reason,
         changes=ruling.changes, detail=recorded, lease=lease, unread=unread,
     )
@@ -272,7 +285,9 @@ def refuse_unaudited(txn: Txn, rec: CallRecord, actor: str | None) -> CallRecord
     return txn.read_call(id=rec.row_id)
 
 
-def _reread(engine: Engine, rec: CallRecord) -> CallRecord:
+def reread(engine: Engine, rec: CallRecord) -> CallRecord:
+    """``rec``'s row as committed now, in a read transaction of its own: what a flow
+    that lost (``Lost``) reports, since its own transaction was rolled back."""
     with reading(engine) as txn:
         return _row(txn, rec.row_id)
 
@@ -317,7 +332,7 @@ def _decided(
                 return Transition(False, current), ruling
             applied = then(txn, current, ruling)
     except Lost:
-        return Transition(False, _reread(engine, rec)), None
+        return Transition(False, reread(engine, rec)), None
     return Transition(True, applied), ruling
 
 
@@ -350,7 +365,7 @@ def transition(
             if within is not None:
                 within(txn, current)
     except Lost:  # the row had moved on: nothing was committed
-        return Transition(False, _reread(engine, rec))
+        return Transition(False, reread(engine, rec))
     return Transition(True, txn.committed(current))
 
 
@@ -379,7 +394,7 @@ def claim_approved(
         authorized = apply_ruling(
             txn, current, ruling, actor=owner, detail={**(ruling.detail or {}), **approval}
         )
-        return _applied(
+        return apply_or_lose(
             txn, authorized, Event.CLAIM, actor=owner, lease=(owner, lease_ms), detail=approval
         )
 
@@ -461,10 +476,10 @@ def resolve(
             refused = shown_args_refusal(txn, current, args_hash, answer="resolve",
                                          actor=actor)
             if refused is None:
-                settled = _applied(txn, current, event, actor=actor, code=code, reason=reason,
-                                   changes=changes, detail=info)
+                settled = apply_or_lose(txn, current, event, actor=actor, code=code,
+                                        reason=reason, changes=changes, detail=info)
     except Lost:
-        return Transition(False, _reread(engine, rec))
+        return Transition(False, reread(engine, rec))
     if refused is not None:
         raise refused
     return Transition(True, settled)
@@ -531,7 +546,7 @@ def finish_with(
             if current is None:
                 raise Lost(rec.row_id)  # roll back the tool's writes with the outcome
     except Lost:
-        return Transition(False, _reread(engine, rec))
+        return Transition(False, reread(engine, rec))
     return Transition(True, txn.committed(current))
 
 
@@ -552,7 +567,7 @@ def _finish_within(
         )
         if current is None:
             savepoint.rollback()
-            return Transition(False, _reread(engine, rec))
+            return Transition(False, reread(engine, rec))
     return Transition(True, current)
 
 

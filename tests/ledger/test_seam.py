@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 from pathlib import Path
 
 import agent_gate.ledger
@@ -148,3 +149,69 @@ def test_rules_take_the_transaction_never_a_raw_connection() -> None:
                 if {"Txn", "Connection"} <= words:
                     both.append(f"{path.relative_to(LEDGER)}:{node.lineno} {node.arg}")
     assert not both, f"parameters that take a Txn or a raw Connection: {both}"
+
+
+def _is_module(package: str, name: str) -> bool:
+    """Whether ``package.name`` is a module (a private module is its package's to
+    import: ``backend._libpq``), not a name defined inside ``package``."""
+    try:
+        return importlib.util.find_spec(f"{package}.{name}") is not None
+    except ModuleNotFoundError:  # ``package`` is a module, not a package
+        return False
+
+
+def borrowed_private_names(tree: ast.AST) -> list[str]:
+    """Underscore names of other agent_gate modules this module uses: imported
+    (``from agent_gate.ledger.flows import _applied``) or read off a module it
+    imported (``flows._applied``). Dunders and private modules are not names."""
+    modules: set[str] = set()
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(a.asname or a.name.split(".")[0] for a in node.names
+                           if a.name.startswith("agent_gate"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent_gate"):
+            for alias in node.names:
+                if _is_module(str(node.module), alias.name):
+                    modules.add(alias.asname or alias.name)
+                elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append((node.lineno, f"{node.module}.{alias.name}"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            found.append((node.lineno, f"{node.value.id}.{node.attr}"))
+    return [f"{name} (line {line})" for line, name in sorted(found)]
+
+
+def test_no_ledger_module_borrows_another_modules_private_name() -> None:
+    """A ledger module uses only what another one made public (issue 31: ``answers``
+    and ``edits`` imported ``flows``' ``_applied``, ``_locked_row`` and ``_reread``;
+    ``flows`` now offers ``apply_or_lose`` and ``reread``, documented as the seam
+    the answer flows are built from). An underscore name stays its module's own, so
+    that module may change it without reading the rest of the ledger."""
+    borrowed = {
+        str(path.relative_to(LEDGER)): names for path in sorted(LEDGER.rglob("*.py"))
+        if (names := borrowed_private_names(ast.parse(path.read_text())))
+    }
+    assert not borrowed, f"ledger modules using another module's private names: {borrowed}"
+
+
+def test_the_private_name_check_sees_both_spellings() -> None:
+    """The check of the check: an imported underscore name and one read off an
+    imported module are found; a private module and a dunder are not names."""
+    source = (
+        "from agent_gate.ledger.flows import _applied, write\n"
+        "from agent_gate.ledger import flows\n"
+        "from agent_gate.ledger.backend import _libpq\n"
+        "import agent_gate.ledger.txn as t\n"
+        "flows._reread(1)\n"
+        "t._ROWS_PER_INSERT\n"
+        "flows.__doc__\n"
+        "self._own\n"
+    )
+    assert borrowed_private_names(ast.parse(source)) == [
+        "agent_gate.ledger.flows._applied (line 1)",
+        "flows._reread (line 5)",
+        "t._ROWS_PER_INSERT (line 6)",
+    ]
