@@ -33,7 +33,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -46,13 +45,19 @@ from pydantic import (
 )
 
 from agent_gate.policy.condition_model import Condition
-from agent_gate.policy.paths import parse_path
-from agent_gate.policy.scalars import STRICT, Role, Timeout, listify, seconds_of
+from agent_gate.policy.scalars import (
+    STRICT,
+    ArgPathText,
+    Duration,
+    RoleName,
+    Text,
+    listify,
+    seconds_of,
+)
 
 __all__ = [
     "MAX_EDITED_FIELDS",
     "MAX_QUORUM",
-    "EditablePath",
     "Escalate",
     "GrantOption",
     "Quorum",
@@ -61,14 +66,6 @@ __all__ = [
 
 MAX_EDITED_FIELDS: Final = 64
 """Fields one rule may mark editable, and one edit may change."""
-
-
-def _editable_path(text: str) -> str:
-    parse_path(text)  # no wildcard: an edit names one field
-    return text
-
-
-EditablePath = Annotated[StrictStr, AfterValidator(_editable_path)]
 
 
 MAX_QUORUM = 20
@@ -85,7 +82,7 @@ class Escalate(BaseModel):
     """``then: {escalate: ROLE}``: the call keeps waiting, answerable only by ROLE."""
 
     model_config = STRICT
-    escalate: Role
+    escalate: RoleName
 
 
 class GrantOption(_Model):
@@ -93,10 +90,10 @@ class GrantOption(_Model):
     calls of this tool in this task, for arguments where every ``when`` holds."""
 
     id: _OptionId
-    for_: Timeout | None = Field(None, alias="for")
+    for_: Duration | None = Field(None, alias="for")
     calls: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
     when: Annotated[list[Condition], BeforeValidator(listify)] = []
-    description: Annotated[StrictStr, StringConstraints(max_length=2000)] | None = None
+    description: Text | None = None
 
     @model_validator(mode="after")
     def _bounded(self) -> GrantOption:
@@ -128,7 +125,7 @@ class Quorum(_Model):
 
     min: Annotated[StrictInt, Field(ge=1, le=MAX_QUORUM)] = 1
     distinct: StrictBool = True
-    roles: list[Role] = []
+    roles: list[RoleName] = []
     deny: Literal["any", "quorum"] = "any"
 
     @model_validator(mode="after")
@@ -144,11 +141,12 @@ class RuleApproval(_Model):
 
     grants: list[GrantOption] = []
     approvers: Quorum | None = None
-    timeout: Timeout | None = None
+    timeout: Duration | None = None
     then: Literal["deny"] | Escalate = "deny"
-    editable: Annotated[list[EditablePath], Field(max_length=MAX_EDITED_FIELDS)] = []
+    editable: Annotated[list[ArgPathText], Field(max_length=MAX_EDITED_FIELDS)] = []
     """Argument paths the approver may change before approving (``policy.edits``): the
-    edited call is judged again and runs with the new arguments, the agent told so."""
+    edited call is judged again and runs with the new arguments, the agent told so. No
+    ``*``: an edit names one field."""
 
     @model_validator(mode="before")
     @classmethod

@@ -15,7 +15,7 @@ needed when it runs out. These models only say what the file may hold.
 When several approve rules with a deadline decided one call, the earliest deadline
 counts (the strictest rule wins, as deny beats approve).
 
-The models (``Timeout``, ``Escalate``) sit below ``policy.model`` in
+The models (``Duration``, ``Escalate``) sit below ``policy.model`` in
 ``policy.scalars`` and ``policy.approval_model``; the functions here read a whole
 document, so they sit above it.
 """
@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 from agent_gate.policy.approval_model import Escalate
 from agent_gate.policy.model import PolicyDocument
-from agent_gate.policy.scalars import MAX_TIMEOUT_SECONDS, Role, Timeout, seconds_of
+from agent_gate.policy.scalars import MAX_TIMEOUT_SECONDS, Duration, seconds_of
 
-__all__ = ["MAX_TIMEOUT_SECONDS", "DeadlineTerms", "Escalate", "Role", "Timeout",
-           "deadline_problems", "deadlines_of", "earliest", "seconds_of"]
+__all__ = ["MAX_TIMEOUT_SECONDS", "DeadlineTerms", "Duration", "Escalate", "deadline_problems",
+           "deadlines_of", "earliest", "seconds_of"]
 
 
 @dataclass(frozen=True, slots=True)

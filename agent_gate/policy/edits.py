@@ -26,14 +26,13 @@ from typing import Any
 
 from agent_gate.errors import ApprovalRefused, ArgumentsTooDeep
 from agent_gate.plainjson import check_depth, plain_json
-from agent_gate.policy.approval_model import MAX_EDITED_FIELDS, EditablePath
+from agent_gate.policy.approval_model import MAX_EDITED_FIELDS
 from agent_gate.policy.model import PolicyDocument
 from agent_gate.policy.paths import MISSING, parse_path, resolve
 
 __all__ = [
     "MAX_EDITED_FIELDS",
     "EditRefused",
-    "EditablePath",
     "Edited",
     "apply_edit",
     "editable_fields",

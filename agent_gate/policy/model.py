@@ -48,6 +48,7 @@ from agent_gate.policy.mcp_rules import McpPolicy
 from agent_gate.policy.scalars import (
     STRICT,
     ArgPathText,
+    Duration,
     NonNegInt,
     Number,
     OperatorId,
@@ -58,6 +59,7 @@ from agent_gate.policy.scalars import (
     Text,
     ToolName,
     listify,
+    seconds_of,
 )
 from agent_gate.policy.values import Verdict
 from agent_gate.tools.spec import Effect, Idempotency
@@ -100,21 +102,6 @@ def _format_version(value: int) -> int:
     if value != FORMAT_VERSION:
         raise ValueError(f"this agent-gate reads policy format version {FORMAT_VERSION}")
     return value
-
-
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _window_seconds(text: str) -> int:
-    return int(text[:-1]) * _UNITS[text[-1]]
-
-
-def _window(text: str) -> str:
-    if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
-        raise ValueError("a window is a whole number of s, m, h or d: '90s', '15m', '1h', '1d'")
-    if not 1 <= _window_seconds(text) <= 366 * 86400:
-        raise ValueError("a window is between 1 second and 366 days")
-    return text
 
 
 class Rule(_Model):
@@ -173,13 +160,13 @@ class Limit(_Model):
     per: Literal["task", "principal", "all"] = "task"
     """Whose calls count: the task's (default), every task of the same principal, or
     every task in the ledger."""
-    window: Annotated[StrictStr, AfterValidator(_window)] | None = None
+    window: Duration | None = None
     """Count only calls authorized within this sliding window (``90s``, ``15m``, ``1h``,
     ``1d``); none: all of them."""
 
     @property
     def window_seconds(self) -> int | None:
-        return _window_seconds(self.window) if self.window is not None else None
+        return seconds_of(self.window) if self.window is not None else None
 
     @model_serializer(mode="wrap")
     def _hash_stable(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -31,10 +31,12 @@ from agent_gate.policy.netaddr import NAMED_NETWORKS, validate_domain_pattern
 from agent_gate.policy.paths import parse_path
 
 __all__ = [
+    "MAX_TIMEOUT_SECONDS",
     "STRICT",
     "AbsoluteRoot",
     "ArgPathText",
     "DomainPattern",
+    "Duration",
     "IpEntry",
     "JsonValue",
     "NonNegInt",
@@ -44,14 +46,12 @@ __all__ = [
     "PrincipalPath",
     "PriorPath",
     "RedactPathText",
-    "Role",
     "RoleName",
     "RuleId",
     "Scheme",
     "ScopeName",
     "TaskPath",
     "Text",
-    "Timeout",
     "ToolName",
     "listify",
     "seconds_of",
@@ -190,7 +190,7 @@ OperatorId = Annotated[StrictStr, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{
 """Who approves: the ``--by`` of ``agent-gate approve`` (the ledger keeps 200 characters)."""
 
 
-# --- durations (an approval's timeout and a grant's span) -----------------------
+# --- durations (a limit's window, an approval's timeout, a grant's span) ------------
 
 MAX_TIMEOUT_SECONDS: Final = 366 * 86400
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -198,11 +198,11 @@ _DURATION: Final = re.compile(r"[0-9]{1,9}[smhd]")
 
 
 def seconds_of(text: str) -> int:
-    """The seconds a checked duration (``Timeout``: ``90s``, ``30m``, ``2h``) says."""
+    """The seconds a checked ``Duration`` (``90s``, ``30m``, ``2h``) says."""
     return int(text[:-1]) * _UNITS[text[-1]]
 
 
-def _timeout(text: str) -> str:
+def _duration(text: str) -> str:
     if not _DURATION.fullmatch(text):
         raise ValueError("a duration is a whole number of s, m, h or d: '90s', '30m', '2h', '1d'")
     if not 1 <= seconds_of(text) <= MAX_TIMEOUT_SECONDS:
@@ -210,5 +210,6 @@ def _timeout(text: str) -> str:
     return text
 
 
-Timeout = Annotated[StrictStr, AfterValidator(_timeout)]
-Role = Annotated[StrictStr, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+Duration = Annotated[StrictStr, AfterValidator(_duration)]
+"""One way to write a span of time, wherever the file takes one: ASCII digits and a
+unit, from one second to 366 days."""
