@@ -28,7 +28,7 @@ from agent_gate.errors import ApprovalRefused, ArgumentsTooDeep
 from agent_gate.plainjson import check_depth, plain_json
 from agent_gate.policy.approval_model import MAX_EDITED_FIELDS
 from agent_gate.policy.model import PolicyDocument
-from agent_gate.policy.paths import MISSING, parse_path, resolve
+from agent_gate.policy.paths import MISSING, list_index, parse_path, resolve
 
 __all__ = [
     "MAX_EDITED_FIELDS",
@@ -125,8 +125,8 @@ def _set(target: dict[str, Any], path: tuple[str, ...], value: Any, field: str) 
     last = path[-1]
     if isinstance(current, dict):
         current[last] = value
-    elif isinstance(current, list) and _index(last, len(current)) is not None:
-        current[_index(last, len(current))] = value  # type: ignore[index]
+    elif isinstance(current, list) and (index := list_index(last, len(current))) is not None:
+        current[index] = value
     else:
         raise EditRefused(f"field {field!r} has no place in the call's arguments", field=field)
 
@@ -135,14 +135,7 @@ def _step(current: Any, segment: str, field: str) -> Any:
     if isinstance(current, dict) and segment in current:
         return current[segment]
     if isinstance(current, list):
-        index = _index(segment, len(current))
+        index = list_index(segment, len(current))
         if index is not None:
             return current[index]
     raise EditRefused(f"field {field!r} has no place in the call's arguments", field=field)
-
-
-def _index(segment: str, length: int) -> int | None:
-    if not segment.isascii() or not segment.isdigit() or (len(segment) > 1 and segment[0] == "0"):
-        return None
-    index = int(segment)
-    return index if index < length else None
