@@ -369,18 +369,6 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
         "agent_gate.ledger.trail_tree", "agent_gate.ledger.trail_verify",
         "agent_gate.ledger.views.pages",
     }): "issue 31: ledger audit -> trail_verify -> checkpoints -> trail_tree/views.pages",
-    # A rule's approval block (grants, quorum, deadline, editable) is declared in
-    # policy/approval.py, which policy/model.py imports at its end for ``Rule.approval``;
-    # approval names model's ``Condition`` and compiles a grant's conditions through
-    # conditions.py, and deadline.py / edits.py read ``PolicyDocument`` back. The way
-    # out: the condition models move below model.py (a module of their own), and the
-    # functions over a whole document move above it. Merged from three helpers at once.
-    frozenset({
-        "agent_gate.policy.approval", "agent_gate.policy.celexpr",
-        "agent_gate.policy.conditions", "agent_gate.policy.deadline",
-        "agent_gate.policy.edits", "agent_gate.policy.model",
-        "agent_gate.policy.predicates",
-    }): "issue 31: policy model -> approval -> conditions/deadline/edits -> model",
     # The MCP proxy's call path and its peer (the client session) name each other:
     # a gated call reaches its client through the link and peer, and the peer hands a
     # sampling request back to the call that caused it. Merged from the sampling work

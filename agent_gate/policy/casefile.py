@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from agent_gate.errors import PolicyLoadError, Problem
-from agent_gate.policy.model import JsonValue, Number, RoleName, ScopeName, Text, ToolName
+from agent_gate.policy.scalars import JsonValue, Number, RoleName, ScopeName, Text, ToolName
 from agent_gate.policy.values import Principal, TaskScope, Verdict
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 

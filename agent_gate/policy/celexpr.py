@@ -42,8 +42,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from agent_gate.errors import AddressError
+from agent_gate.policy.condition_model import PathUnderSpec
 from agent_gate.policy.context import EvalContext, Result, SubjectKey
-from agent_gate.policy.model import PathUnderSpec
 from agent_gate.policy.netaddr import (
     NAMED_NETWORKS,
     domain_matches,

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from agent_gate.policy.condition_model import Condition
 from agent_gate.policy.context import Compiled, EvalContext, Result, SubjectKey
 from agent_gate.policy.fspath import UnjudgeablePath
-from agent_gate.policy.model import Condition
 from agent_gate.policy.paths import MISSING, ArgPath, display, parse_path, resolve
 from agent_gate.policy.predicates import Check, Predicate, compile_predicate
 from agent_gate.policy.values import Truth

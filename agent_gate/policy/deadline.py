@@ -14,59 +14,24 @@ needed when it runs out. These models only say what the file may hold.
 
 When several approve rules with a deadline decided one call, the earliest deadline
 counts (the strictest rule wins, as deny beats approve).
+
+The models (``Duration``, ``Escalate``) sit below ``policy.model`` in
+``policy.scalars`` and ``policy.approval_model``; the functions here read a whole
+document, so they sit above it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    StrictStr,
-    StringConstraints,
-)
+from agent_gate.policy.approval_model import Escalate
+from agent_gate.policy.model import PolicyDocument
+from agent_gate.policy.scalars import MAX_TIMEOUT_SECONDS, Duration, seconds_of
 
-if TYPE_CHECKING:
-    from agent_gate.policy.model import PolicyDocument
-
-__all__ = ["DeadlineTerms", "Escalate", "Role", "Timeout", "deadline_problems", "deadlines_of",
-           "earliest", "seconds_of"]
-
-MAX_TIMEOUT_SECONDS: Final = 366 * 86400
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION: Final = re.compile(r"[0-9]{1,9}[smhd]")
-
-
-def seconds_of(text: str) -> int:
-    """The seconds a checked duration (``Timeout``: ``90s``, ``30m``, ``2h``) says."""
-    return int(text[:-1]) * _UNITS[text[-1]]
-
-
-def _timeout(text: str) -> str:
-    if not _DURATION.fullmatch(text):
-        raise ValueError("a duration is a whole number of s, m, h or d: '90s', '30m', '2h', '1d'")
-    if not 1 <= seconds_of(text) <= MAX_TIMEOUT_SECONDS:
-        raise ValueError("a duration is between 1 second and 366 days")
-    return text
-
-
-Timeout = Annotated[StrictStr, AfterValidator(_timeout)]
-Role = Annotated[StrictStr, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Escalate(_Model):
-    """``then: {escalate: ROLE}``: the call keeps waiting, answerable only by ROLE."""
-
-    escalate: Role
+__all__ = ["MAX_TIMEOUT_SECONDS", "DeadlineTerms", "Duration", "Escalate", "deadline_problems",
+           "deadlines_of", "earliest", "seconds_of"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ edited arguments against the tool's JSON Schema and has the policy judge them ag
 Which fields are editable for a call: those every approve rule that sent it to a
 person marks editable (the intersection: a rule that names no ``editable`` list, or a
 limit that asked for approval, lets nothing be edited). Paths are the policy's argument
-paths (``body``, ``message.subject``, a ``/json/pointer``); no ``*``.
+paths (``body``, ``message.subject``, a ``/json/pointer``); no ``*``. The list's
+type is ``policy.approval_model``'s (below ``policy.model``); reading it off a whole
+document is done here, above it.
 """
 
 from __future__ import annotations
@@ -20,28 +22,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Final
-
-from pydantic import AfterValidator, StrictStr
+from typing import Any
 
 from agent_gate.errors import ApprovalRefused, ArgumentsTooDeep
 from agent_gate.plainjson import check_depth, plain_json
-from agent_gate.policy.paths import MISSING, parse_path, resolve
-
-if TYPE_CHECKING:
-    from agent_gate.policy.model import PolicyDocument
+from agent_gate.policy.approval_model import MAX_EDITED_FIELDS
+from agent_gate.policy.model import PolicyDocument
+from agent_gate.policy.paths import MISSING, list_index, parse_path, resolve
 
 __all__ = [
     "MAX_EDITED_FIELDS",
     "EditRefused",
-    "EditablePath",
     "Edited",
     "apply_edit",
     "editable_fields",
 ]
-
-MAX_EDITED_FIELDS: Final = 64
-"""Fields one rule may mark editable, and one edit may change."""
 
 
 class EditRefused(ApprovalRefused):
@@ -55,14 +50,6 @@ class EditRefused(ApprovalRefused):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
-
-
-def _editable_path(text: str) -> str:
-    parse_path(text)  # no wildcard: an edit names one field
-    return text
-
-
-EditablePath = Annotated[StrictStr, AfterValidator(_editable_path)]
 
 
 def editable_fields(
@@ -138,8 +125,8 @@ def _set(target: dict[str, Any], path: tuple[str, ...], value: Any, field: str) 
     last = path[-1]
     if isinstance(current, dict):
         current[last] = value
-    elif isinstance(current, list) and _index(last, len(current)) is not None:
-        current[_index(last, len(current))] = value  # type: ignore[index]
+    elif isinstance(current, list) and (index := list_index(last, len(current))) is not None:
+        current[index] = value
     else:
         raise EditRefused(f"field {field!r} has no place in the call's arguments", field=field)
 
@@ -148,14 +135,7 @@ def _step(current: Any, segment: str, field: str) -> Any:
     if isinstance(current, dict) and segment in current:
         return current[segment]
     if isinstance(current, list):
-        index = _index(segment, len(current))
+        index = list_index(segment, len(current))
         if index is not None:
             return current[index]
     raise EditRefused(f"field {field!r} has no place in the call's arguments", field=field)
-
-
-def _index(segment: str, length: int) -> int | None:
-    if not segment.isascii() or not segment.isdigit() or (len(segment) > 1 and segment[0] == "0"):
-        return None
-    index = int(segment)
-    return index if index < length else None

@@ -15,8 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_gate.errors import PolicyLoadError, Problem
+from agent_gate.policy.condition_model import PREDICATES, Condition
 from agent_gate.policy.deadline import deadline_problems
-from agent_gate.policy.model import PREDICATES, Condition, PolicyDocument, Rule
+from agent_gate.policy.model import PolicyDocument, Rule
 from agent_gate.policy.yamlsource import YamlDocument, parse_yaml
 
 __all__ = ["load_document", "load_located", "prior_tools"]

@@ -34,8 +34,9 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, Field, StrictStr, StringConstraints, model_validator
 
+from agent_gate.policy.scalars import STRICT, RuleId
 from agent_gate.policy.values import PolicyDecision, Verdict
 
 __all__ = ["DEFAULT_RULE", "SAMPLING_TOOL", "McpDecision", "McpPolicy", "McpVerdict",
@@ -48,9 +49,8 @@ SAMPLING_TOOL = "mcp:sampling/createMessage"
 """The tool name a sampling request is recorded under in the ledger: reserved (an
 upstream tool of that name is refused), judged by the ``sampling`` rules only."""
 
-_Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-_Pattern = Annotated[str, StringConstraints(min_length=1, max_length=512)]
-_Reason = Annotated[str, StringConstraints(max_length=1000)]
+_Pattern = Annotated[StrictStr, StringConstraints(min_length=1, max_length=512)]
+_Reason = Annotated[StrictStr, StringConstraints(max_length=1000)]
 
 
 class McpVerdict(StrEnum):
@@ -65,27 +65,27 @@ class McpVerdict(StrEnum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
 
 class ResourceRule(_Model):
-    id: _Id
+    id: RuleId
     effect: Literal["allow", "deny", "redact"]
     uri: _Pattern
     reason: _Reason | None = None
 
 
 class PromptRule(_Model):
-    id: _Id
+    id: RuleId
     effect: Literal["allow", "deny"]
     name: _Pattern
     reason: _Reason | None = None
 
 
 class SamplingRule(_Model):
-    id: _Id
+    id: RuleId
     effect: Literal["allow", "deny", "approve"]
-    tool: Annotated[str, StringConstraints(max_length=512)] = "*"
+    tool: Annotated[StrictStr, StringConstraints(max_length=512)] = "*"
     """The tool whose call the upstream was serving when it asked; ``""`` matches only
     a request that came outside any tool call (``"*"`` matches those too)."""
     reason: _Reason | None = None

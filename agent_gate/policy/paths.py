@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-__all__ = ["MISSING", "ArgPath", "display", "iter_matches", "parse_path", "resolve"]
+__all__ = ["MISSING", "ArgPath", "display", "iter_matches", "list_index", "parse_path", "resolve"]
 
 MAX_PATH_SEGMENTS: Final = 32
 
@@ -59,7 +59,10 @@ def parse_path(text: str, *, wildcard: bool = False) -> ArgPath:
     return segments
 
 
-def _index(segment: str, length: int) -> int | None:
+def list_index(segment: str, length: int) -> int | None:
+    """The list index ``segment`` names in a list of ``length`` items, or None: ASCII
+    digits, no leading zero, in range. One definition, so that an approver's edit
+    (``policy.edits``) writes exactly where a condition reads."""
     if not segment.isascii() or not segment.isdigit():
         return None
     if len(segment) > 1 and segment[0] == "0":
@@ -77,7 +80,7 @@ def resolve(value: Any, path: ArgPath) -> Any:
                 return MISSING
             current = current[segment]
         elif isinstance(current, list):
-            index = _index(segment, len(current))
+            index = list_index(segment, len(current))
             if index is None:
                 return MISSING
             current = current[index]
@@ -97,7 +100,7 @@ def iter_matches(value: Any, path: ArgPath) -> Iterator[tuple[Any, str | int]]:
         if head == WILDCARD:
             keys = list(range(len(value)))
         else:
-            index = _index(head, len(value))
+            index = list_index(head, len(value))
             keys = [] if index is None else [index]
     else:
         return

@@ -23,8 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agent_gate.plainjson import canonical_bytes, canonical_json
+from agent_gate.policy.condition_model import (
+    Condition,
+    NumberBounds,
+    PathUnderSpec,
+    SizeBounds,
+    UrlSpec,
+)
 from agent_gate.policy.fspath import UnjudgeablePath, resolve_path
-from agent_gate.policy.model import Condition, NumberBounds, PathUnderSpec, SizeBounds, UrlSpec
 from agent_gate.policy.netaddr import (
     NAMED_NETWORKS,
     AddressError,

@@ -21,7 +21,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agent_gate.policy.model import Condition, PolicyDocument, Rule
+from agent_gate.policy.condition_model import Condition
+from agent_gate.policy.model import PolicyDocument, Rule
 from agent_gate.policy.paths import ArgPath, display, parse_path
 
 __all__ = ["DeadRule", "dead_rules"]

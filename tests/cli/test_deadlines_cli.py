@@ -11,68 +11,25 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import text
+from support.deadlines import POLICY, deadline_tools, deadlines_passed, write_policy
 from waiting import wait_until
 
-from agent_gate import CallState, Gate, Principal, ToolRegistry
+from agent_gate import CallState, Gate, Principal
 from agent_gate.cli import main as cli
 from agent_gate.ledger import Ledger
-
-POLICY = """
-version: 1
-operators:
-  fay: {roles: [finance]}
-  sam: {roles: [support]}
-tools:
-  refund:
-    effect: write
-    idempotency: none
-    rules:
-      - id: refunds-wait
-        effect: approve
-        reason: A person reads every refund.
-        approval: {timeout: 1s}
-  wire:
-    effect: write
-    idempotency: none
-    rules:
-      - id: wires-wait
-        effect: approve
-        approval: {timeout: 1s, then: {escalate: finance}}
-  slow:
-    effect: write
-    idempotency: none
-    rules:
-      - id: slow-wait
-        effect: approve
-        approval: {timeout: 30m}
-"""
 
 
 def run(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def tools() -> ToolRegistry:
-    registry = ToolRegistry()
-
-    def run_it(order: str) -> dict[str, str]:
-        return {"ok": order}
-
-    for name in ("refund", "wire", "slow"):
-        registry.tool(name=name, effect="write", idempotency="none")(run_it)
-    return registry
-
-
 @pytest.fixture
 def policy(tmp_path: Path) -> Path:
-    path = tmp_path / "policy.yaml"
-    path.write_text(POLICY)
-    return path
+    return write_policy(tmp_path)
 
 
 def send(url: str, policy: Path, *calls: tuple[str, str]) -> None:
-    with Gate(tools(), url, policy=str(policy)) as gate:
+    with Gate(deadline_tools(), url, policy=str(policy)) as gate:
         for call_id, tool in calls:
             out = gate.execute("t", {"call_id": call_id, "name": tool,
                                      "arguments": {"order": call_id}},
@@ -80,25 +37,9 @@ def send(url: str, policy: Path, *calls: tuple[str, str]) -> None:
             assert out.state is CallState.AWAITING_APPROVAL
 
 
-def passed(url: str, n: int) -> None:
-    """Bounded polling until ``n`` deadlines passed by the database's clock (the
-    sweep itself judges by that clock; this only saves sweeping too early)."""
-    now = ("(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint"
-           if url.startswith("postgresql")
-           else "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)")
-
-    def count() -> bool:
-        with Ledger(url) as ledger, ledger.engine.connect() as conn:
-            due = conn.execute(text(
-                f"SELECT COUNT(*) FROM approval_deadlines WHERE due_ms <= {now}")).scalar_one()
-        return int(due) >= n
-
-    wait_until(count, timeout=30, what=f"{n} deadlines to pass")
-
-
 def test_sweep_denies_and_escalates_once_and_says_so(db_url: str, policy: Path) -> None:
     send(db_url, policy, ("r1", "refund"), ("w1", "wire"), ("s1", "slow"))
-    passed(db_url, 2)
+    deadlines_passed(db_url, 2)
     got = run("approvals", "sweep", "--db", db_url, "--by", "cron-1")
     assert got.exit_code == 0, got.output
     assert "denied (approval_timeout): it will not run: call r1 of task t" in got.output
@@ -126,7 +67,7 @@ def test_pending_and_call_show_show_the_deadline(db_url: str, policy: Path) -> N
     assert 1790 <= slow["remaining_seconds"] <= 1800
     table = CliRunner().invoke(cli, ["pending", "--db", db_url], terminal_width=250)
     assert "29m left, then deny" in table.output
-    passed(db_url, 1)
+    deadlines_passed(db_url, 1)
     assert run("approvals", "sweep", "--db", db_url).exit_code == 0
     rows = [json.loads(line) for line in
             run("pending", "--db", db_url, "--json").output.splitlines()]
@@ -141,7 +82,7 @@ def test_pending_and_call_show_show_the_deadline(db_url: str, policy: Path) -> N
 def test_an_escalated_call_needs_the_role_on_the_command_line(db_url: str,
                                                               policy: Path) -> None:
     send(db_url, policy, ("w1", "wire"), ("w2", "wire"))
-    passed(db_url, 2)
+    deadlines_passed(db_url, 2)
     assert run("approvals", "sweep", "--db", db_url).exit_code == 0
     # Without a policy nobody's roles are known; with it, sam does not hold finance.
     bare = run("approve", "w1", "--by", "fay", "--db", db_url)

@@ -439,3 +439,21 @@ def test_equals_null_and_contains_null_hash_differently() -> None:
         )
 
     assert with_condition("equals").hash != with_condition("contains").hash
+
+
+@pytest.mark.parametrize("field", ["id", "uri", "reason"])
+def test_the_mcp_section_is_as_strict_as_a_rule_about_text(field: str) -> None:
+    """A ``!!binary`` value is not text: a rule's id refuses it, and so does every text
+    of the ``mcp`` section (its ids are rule ids). The section once took bytes for
+    text, so ``id: !!binary aGk=`` loaded as the rule ``hi``."""
+    values = {"id": "reads", "uri": '"file:///*"', "reason": "ok"}
+    values[field] = "!!binary aGk="
+    text = ("version: 1\ntools: {}\nmcp:\n  resources:\n"
+            f"    - {{id: {values['id']}, effect: allow, uri: {values['uri']}, "
+            f"reason: {values['reason']}}}\n")
+    with pytest.raises(PolicyLoadError) as info:
+        Policy.from_text(text, source="p.yaml")
+    assert info.value.problems[0].key == f"mcp.resources[0].{field}"
+    rule = "version: 1\ntools:\n  t:\n    rules: [{id: !!binary aGk=, effect: allow}]\n"
+    with pytest.raises(PolicyLoadError):
+        Policy.from_text(rule, source="p.yaml")

@@ -44,6 +44,36 @@ def test_bad_windows(window: str) -> None:
     assert info.value.problems[0].key == "tools.pay.limits[0].window"
 
 
+ONE_DURATION = """\
+version: 1
+tools:
+  pay:
+    rules: [{id: pay-asks, effect: approve, approval: {timeout: "TIMEOUT"}}]
+    limits: [{id: pay-hourly, max_calls: 3, window: "WINDOW"}]
+"""
+
+
+@pytest.mark.parametrize(("text", "accepted"), [
+    ("90s", True), ("15m", True), ("1d", True), ("366d", True),
+    ("\uff11h", False), ("\u0661h", False), ("0000000001h", False),
+    ("367d", False), ("0m", False), ("1 h", False), ("+1h", False),
+])
+def test_a_window_and_an_approval_timeout_are_one_duration(text: str, accepted: bool) -> None:
+    """A limit's window and an approval's timeout are one concept, written one way: a
+    text accepted for one is accepted for the other. (The window once took any Unicode
+    digit, so ``\uff11h`` loaded as an hour there and was refused as a timeout.)"""
+    def loads(field: str) -> bool:
+        written = ONE_DURATION.replace("TIMEOUT", "1h").replace("WINDOW", "1h")
+        written = written.replace(f'{field}: "1h"', f'{field}: "{text}"')
+        try:
+            Policy.from_text(written, source="p.yaml")
+        except PolicyLoadError:
+            return False
+        return True
+
+    assert (loads("window"), loads("timeout")) == (accepted, accepted)
+
+
 def _tools(ran: list[Any]) -> ToolRegistry:
     tools = ToolRegistry()
 

@@ -1,4 +1,5 @@
 """What several test files share: tool schemas, a call builder, a counting tool set,
+the approval-deadline and grant policies with their tools (``deadlines``, ``grants``),
 and the worker scripts tests run as real processes (``support/workers``).
 
 Importable as ``support`` because ``tests/conftest.py`` puts ``tests/`` on

@@ -14,49 +14,14 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from support.deadlines import deadline_tools, deadlines_passed, write_policy
 from waiting import wait_until
 
-from agent_gate import CallState, Gate, Principal, ToolRegistry
+from agent_gate import CallState, Gate, Principal
 from agent_gate.errors import ApprovalRefused
 from agent_gate.gate import desk
 from agent_gate.ledger import DeadlineSweeper, Ledger
 from agent_gate.telemetry import observer
-
-POLICY = """
-version: 1
-operators:
-  fay: {roles: [finance]}
-  sam: {roles: [support]}
-tools:
-  refund:
-    effect: write
-    idempotency: none
-    rules:
-      - id: refunds-wait
-        effect: approve
-        approval: {timeout: 1s}
-  wire:
-    effect: write
-    idempotency: none
-    rules:
-      - id: wires-wait
-        effect: approve
-        approval: {timeout: 1s, then: {escalate: finance}}
-  slow:
-    effect: write
-    idempotency: none
-    rules:
-      - id: slow-wait
-        effect: approve
-        approval: {timeout: 1h}
-      - id: slower-wait
-        effect: approve
-        approval: {timeout: 2h, then: {escalate: finance}}
-  lookup:
-    effect: read
-    rules:
-      - {id: reads, effect: allow}
-"""
 
 
 class World:
@@ -66,29 +31,7 @@ class World:
         self.runs: list[str] = []
 
     def gate(self) -> Gate:
-        tools = ToolRegistry()
-        runs = self.runs
-
-        @tools.tool(effect="write", idempotency="none")
-        def refund(order: str) -> dict[str, Any]:
-            runs.append(f"refund {order}")
-            return {"ok": True}
-
-        @tools.tool(effect="write", idempotency="none")
-        def wire(order: str) -> dict[str, Any]:
-            runs.append(f"wire {order}")
-            return {"ok": True}
-
-        @tools.tool(effect="write", idempotency="none")
-        def slow(order: str) -> dict[str, Any]:
-            runs.append(f"slow {order}")
-            return {"ok": True}
-
-        @tools.tool(effect="read")
-        def lookup(order: str) -> dict[str, Any]:
-            return {"order": order}
-
-        return Gate(tools, self.url, policy=str(self.policy))
+        return Gate(deadline_tools(self.runs), self.url, policy=str(self.policy))
 
     def send(self, *calls: tuple[str, str, str]) -> list[CallState]:
         with self.gate() as gate:
@@ -102,15 +45,7 @@ class World:
             return list(conn.execute(text(query)))
 
     def passed(self, n: int) -> None:
-        """Poll until the database's clock has passed ``n`` armed deadlines."""
-        def count() -> bool:
-            rows = self.sql("SELECT COUNT(*) FROM approval_deadlines WHERE outcome = 'armed' "
-                            f"AND due_ms <= {_DB_NOW[self._dialect()]}")
-            return int(rows[0][0]) >= n
-        wait_until(count, timeout=30, what=f"{n} deadlines to pass by the database's clock")
-
-    def _dialect(self) -> str:
-        return "postgresql" if self.url.startswith("postgresql") else "sqlite"
+        deadlines_passed(self.url, n)
 
     def entries(self, event: str) -> list[Any]:
         with Ledger(self.url) as ledger:
@@ -121,17 +56,9 @@ class World:
             return ledger.get(task, call_id)
 
 
-_DB_NOW = {
-    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
-    "postgresql": "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint",
-}
-
-
 @pytest.fixture
 def world(db_url: str, tmp_path: Path) -> World:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY)
-    return World(db_url, policy)
+    return World(db_url, write_policy(tmp_path))
 
 
 def test_a_deadline_that_passes_denies_the_call_once(world: World) -> None:
@@ -141,7 +68,7 @@ def test_a_deadline_that_passes_denies_the_call_once(world: World) -> None:
         armed = ledger.deadline(ledger.get("t", "r1"))
         assert armed is not None and armed.then == "deny" and armed.rule_id == "refunds-wait"
         assert 0 <= armed.remaining_seconds <= 1
-        # the earliest of two approve rules' deadlines counts: 1h deny before 2h escalate
+        # the earliest of two approve rules' deadlines counts: 30m deny before 2h escalate
         slow = ledger.deadline(ledger.get("t", "s1"))
         assert slow is not None and (slow.then, slow.rule_id) == ("deny", "slow-wait")
     world.passed(1)
@@ -152,7 +79,7 @@ def test_a_deadline_that_passes_denies_the_call_once(world: World) -> None:
         assert again.fired == () and again.looked_at == 0
         rec = ledger.get("t", "r1")
         assert rec.state is CallState.REJECTED and rec.reason_code == "approval_timeout"
-        assert ledger.get("t", "s1").state is CallState.AWAITING_APPROVAL  # 1h: not yet
+        assert ledger.get("t", "s1").state is CallState.AWAITING_APPROVAL  # 30m: not yet
         assert ledger.verify_audit().ok
     denials = world.entries("deny")
     assert [(e.call_id, e.actor, e.detail["code"]) for e in denials] == [

@@ -9,44 +9,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.grants import grant_tools, write_policy
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.ledger import Ledger, grants
 from agent_gate.ledger.backend import writing
 
-POLICY = """
-version: 1
-tools:
-  send_email:
-    effect: write
-    rules:
-      - id: mail-needs-a-person
-        effect: approve
-        approval:
-          grants:
-            - {id: five-more, calls: 5}
-"""
 WORKERS = 2
 CALLS_EACH = 6
 
 
 @pytest.fixture
 def policy(tmp_path: Path) -> Path:
-    path = tmp_path / "policy.yaml"
-    path.write_text(POLICY)
-    return path
-
-
-def _tools(ran: Counter[str], lock: threading.Lock) -> ToolRegistry:
-    tools = ToolRegistry()
-
-    def send_email(to: str) -> str:
-        with lock:
-            ran[to] += 1
-        return "sent"
-
-    tools.register(send_email, effect="write")
-    return tools
+    return write_policy(tmp_path)
 
 
 def _granted(url: str, policy: Path, tools: ToolRegistry) -> None:
@@ -61,7 +36,7 @@ def test_two_workers_spend_a_grant_of_five_exactly_five_times(
 ) -> None:
     ran: Counter[str] = Counter()
     lock = threading.Lock()
-    tools = _tools(ran, lock)
+    tools = grant_tools(ran)
     _granted(db_url, policy, tools)
     start = threading.Barrier(WORKERS)
     states: list[CallState] = []
@@ -100,7 +75,7 @@ def test_a_spend_judged_on_a_stale_read_does_not_match(db_url: str, policy: Path
     """The update is the check: a worker that read the grant live before another spent
     its last call cannot spend it again."""
     ran: Counter[str] = Counter()
-    tools = _tools(ran, threading.Lock())
+    tools = grant_tools(ran)
     _granted(db_url, policy, tools)
     with Ledger(db_url) as ledger:
         first = ledger.get("t", "first")

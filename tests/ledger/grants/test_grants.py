@@ -11,53 +11,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.grants import POLICY, grant_tools, write_policy
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli
 from agent_gate.gate import ApprovalRefused
 from agent_gate.ledger.reasons import ReasonCode
 
-POLICY = """
-version: 1
-tools:
-  send_email:
-    effect: write
-    rules:
-      - id: mail-needs-a-person
-        effect: approve
-        approval:
-          grants:
-            - id: two-more-in-domain
-              calls: 2
-              when: [{arg: to, email_domain: [example.com]}]
-            - id: for-an-hour
-              for: 1h
-  refund:
-    effect: write
-    rules:
-      - id: refunds-need-a-person
-        effect: approve
-"""
-
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[ToolRegistry, Counter[str], Path]:
     ran: Counter[str] = Counter()
-    tools = ToolRegistry()
-
-    def send_email(to: str) -> str:
-        ran[to] += 1
-        return "sent"
-
-    def refund(amount: int) -> str:
-        ran["refund"] += 1
-        return "refunded"
-
-    tools.register(send_email, effect="write")
-    tools.register(refund, effect="write")
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY)
-    return tools, ran, policy
+    return grant_tools(ran), ran, write_policy(tmp_path)
 
 
 def mail(g: Gate, call_id: str, to: str, task: str = "t") -> Any:
