@@ -16,9 +16,12 @@ well. The modules that test the fast path's own machinery run on it alone;
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ledger_backends import PgSchema, pg_schema  # on sys.path via tests/conftest.py
+from sqlalchemy import Engine
 
 from agent_gate.ledger.backend import BACKENDS, ENV_BACKEND, FAST, default
 
@@ -72,3 +75,11 @@ def ledger_storage(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     storage: str = request.param
     monkeypatch.setenv(ENV_BACKEND, storage)
     return storage
+
+
+@pytest.fixture
+def fresh_pg(pg_admin: Engine) -> Iterator[PgSchema]:
+    """An empty PostgreSQL schema that nobody has upgraded: what an operator starts
+    from (skipped when ``$AGENT_GATE_TEST_POSTGRES_URL`` is unset: ``pg_admin``)."""
+    with pg_schema(pg_admin, upgraded=False) as schema:
+        yield schema
