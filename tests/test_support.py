@@ -8,7 +8,7 @@ from pathlib import Path
 
 from support import WORKERS, schemas
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "gate"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
 
 import agent_tools
 

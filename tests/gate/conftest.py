@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-HERE = Path(__file__).parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 
 @pytest.fixture
@@ -23,14 +23,14 @@ def effects_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def agent_tools() -> Iterator[object]:
-    """The example tool module, importable as a user's module would be."""
-    sys.path.insert(0, str(HERE))
+    """The example tool module (tests/support), importable as a user's module would be."""
+    sys.path.insert(0, str(SUPPORT))
     try:
         import agent_tools
 
         yield agent_tools
     finally:
-        sys.path.remove(str(HERE))
+        sys.path.remove(str(SUPPORT))
 
 
 

@@ -7,17 +7,21 @@ PostgreSQL, the storage ``core`` is the plain-Core reference on each, and ``fast
 is ``sqlite_fast`` on SQLite and ``pg_pipeline`` on PostgreSQL (a test's id names its
 storage and its database; ``test_backend.py`` checks which class each pair gets).
 The storage is chosen through ``$AGENT_GATE_LEDGER_BACKEND``, so that worker processes
-a test starts use it too. The folders below (approvals, audit, quota) run over all of
-them as well. The modules that test the fast path's own machinery run on it alone;
-``test_seam.py`` checks the source, once.
+a test starts use it too. The folders below (backend, views) run over all of them as
+well. The modules that test the fast path's own machinery run on it alone;
+``test_seam.py`` checks the source, once; the PostgreSQL modules (once
+``tests/postgres``) pick their storage themselves, and run once.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ledger_backends import PgSchema, pg_schema  # on sys.path via tests/conftest.py
+from sqlalchemy import Engine
 
 from agent_gate.ledger.backend import BACKENDS, ENV_BACKEND, FAST, default
 
@@ -33,19 +37,32 @@ from shared_fixtures import (
 
 __all__ = ["effects_file", "seal_key_env", "support_tools"]
 
-FAST_ONLY = frozenset({"test_fast_paths.py", "test_prepared.py", "test_idle_connections.py",
-                       "test_folded_intake.py", "test_fold_faults.py"})
+HERE = Path(__file__).resolve().parent
+
+FAST_ONLY = frozenset({"backend/test_fast.py", "backend/test_prepared.py",
+                       "backend/test_spares.py", "backend/test_fast_folded_intake.py",
+                       "backend/test_sqlite_fast_fold_faults.py"})
 """Modules about the fast path itself (kept connections, the driver cursor)."""
 ONCE = frozenset({"test_seam.py"})
 """Modules that read the source, not a ledger: one storage is as good as another."""
+AS_WRITTEN = frozenset({
+    "test_store_connection_loss.py", "test_store_race.py", "test_migrate_postgres.py",
+    "test_lease_sweep.py", "backend/test_pg_fast_folded_intake.py",
+    "backend/test_spares_fork.py", "backend/test_libpq.py",
+    "backend/test_pg_pipeline_loss.py", "backend/test_pg_pipeline_round_trips.py",
+    "backend/test_pg_pipeline_server_append.py", "backend/test_pg_fast_write_path_faults.py",
+})
+"""The PostgreSQL modules (once ``tests/postgres``): each names the storage it is
+about (``Ledger(url, storage=...)``) where that matters, else takes the default; they
+run once, with the storage a process gets when nobody names one."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "ledger_storage" in metafunc.fixturenames:
-        name = metafunc.definition.path.name
+        name = metafunc.definition.path.resolve().relative_to(HERE).as_posix()
         if name in FAST_ONLY:
             storages = [FAST]
-        elif name in ONCE:
+        elif name in ONCE or name in AS_WRITTEN:
             storages = [default()]
         else:
             storages = list(BACKENDS)
@@ -58,3 +75,11 @@ def ledger_storage(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     storage: str = request.param
     monkeypatch.setenv(ENV_BACKEND, storage)
     return storage
+
+
+@pytest.fixture
+def fresh_pg(pg_admin: Engine) -> Iterator[PgSchema]:
+    """An empty PostgreSQL schema that nobody has upgraded: what an operator starts
+    from (skipped when ``$AGENT_GATE_TEST_POSTGRES_URL`` is unset: ``pg_admin``)."""
+    with pg_schema(pg_admin, upgraded=False) as schema:
+        yield schema

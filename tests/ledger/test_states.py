@@ -14,12 +14,13 @@ DESIGN = {
     (S.RECEIVED, E.REQUIRE_APPROVAL): S.AWAITING_APPROVAL,
     (S.AWAITING_APPROVAL, E.APPROVE): S.AUTHORIZED,
     (S.AWAITING_APPROVAL, E.DENY): S.REJECTED,
-    # An approver's edit: the call's new version waits, approved (tests/gate/test_edit_approve.py).
+    # An approver's edit: the call's new version waits, approved (tests/gate/test_edit.py).
     (S.AWAITING_APPROVAL, E.EDIT): S.AWAITING_APPROVAL,
     (S.RECEIVED, E.ALLOW): S.AUTHORIZED,
     (S.RECEIVED, E.MARK_INCOMPLETE): S.INCOMPLETE,
     (S.AUTHORIZED, E.CLAIM): S.EXECUTING,
-    # A claim that re-checks a call it did not just decide (tests/gate/test_claim_recheck.py).
+    # A claim that re-checks a call it did not just decide
+    # (tests/gate/test_driver_claim_recheck.py).
     (S.AUTHORIZED, E.REJECT): S.REJECTED,
     (S.AUTHORIZED, E.REQUIRE_APPROVAL): S.AWAITING_APPROVAL,
     (S.EXECUTING, E.SUCCEED): S.SUCCEEDED,

@@ -10,3 +10,6 @@ from pathlib import Path
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 """The worker scripts' folder: ``[sys.executable, str(WORKERS / "gate_worker.py"), ...]``."""
+
+EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "policies" / "example.yaml"
+"""The example policy the README and the demo use: tests that read it say so by name."""

@@ -1,4 +1,4 @@
-"""Worker process for test_fold_faults.py (run as a script, not collected).
+"""Worker process for tests/ledger/backend/test_sqlite_fast_fold_faults.py (run as a script).
 
 Each worker is its own process with its own ``Gate`` on one SQLite ledger file, so
 that the folded intake (``intake._free_id`` under ``BEGIN IMMEDIATE``, the call's row

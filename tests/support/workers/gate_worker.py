@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gate"))  # agent_tools
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support, for agent_tools
 
 from agent_tools import tools
 

@@ -35,7 +35,7 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "postgres"))  # race_tools
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support, for race_tools
 
 from race_tools import tools
 

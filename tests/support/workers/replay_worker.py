@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gate"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # support, for agent_tools
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/, for waiting
 
 from agent_tools import tools

@@ -17,12 +17,13 @@ import os
 import traceback
 
 import pytest
-from counting import counting_tools
 from ledger_backends import PgSchema
-from test_pipeline_loss import kept_pids, pooled_pids
+from support.counting import counting_tools
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger
+
+from .test_pg_pipeline_loss import kept_pids, pooled_pids
 
 pytestmark = pytest.mark.backends("postgresql")
 

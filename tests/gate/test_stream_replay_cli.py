@@ -21,7 +21,7 @@ AGENT_GATE = Path(sys.executable).with_name("agent-gate")
 @pytest.fixture
 def project(tmp_path: Path, effects_file: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A user's directory: their tools module next to where they run the command."""
-    shutil.copy(HERE / "agent_tools.py", tmp_path / "my_tools.py")
+    shutil.copy(HERE.parent / "support" / "agent_tools.py", tmp_path / "my_tools.py")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AGENT_GATE_DB", raising=False)
     return tmp_path

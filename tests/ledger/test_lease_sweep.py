@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from race_tools import tools  # tests/postgres on sys.path (conftest)
 from support import WORKERS
 from support.calls import call
+from support.race_tools import tools
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Event, Ledger, NewCall

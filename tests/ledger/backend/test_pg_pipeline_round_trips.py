@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from netproxy import Proxy
 
 pytestmark = pytest.mark.backends("postgresql")

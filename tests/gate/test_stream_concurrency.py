@@ -59,7 +59,7 @@ def test_racing_workers_run_each_side_effect_exactly_once(
 
 @pytest.mark.slow
 def test_two_cli_replays_at_once(tmp_path: Path, effects_file: Path) -> None:
-    (tmp_path / "my_tools.py").write_text((HERE / "agent_tools.py").read_text())
+    (tmp_path / "my_tools.py").write_text((HERE.parent / "support" / "agent_tools.py").read_text())
     stream = str(TRANSCRIPTS / "anthropic" / "parallel_tool_use.sse")
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     cmd = [str(AGENT_GATE), "replay", stream, "--provider", "anthropic", "--task", "T",

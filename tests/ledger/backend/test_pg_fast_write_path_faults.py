@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from counting import counting_tools
 from ledger_backends import PgSchema
 from sqlalchemy import exc, text
 from support import WORKERS
+from support.counting import counting_tools
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli_main

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from race_tools import POLICY, POST_LIMIT, TRANSFER_LIMIT, tools  # tests/postgres on sys.path
 from sqlalchemy import text
 from support import WORKERS
+from support.race_tools import POLICY, POST_LIMIT, TRANSFER_LIMIT, tools
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import sqlalchemy
 from click.testing import CliRunner
+from support import EXAMPLE_POLICY as EXAMPLE
+from support.tables import table_rows
 
 from agent_gate import CallState, Gate
 from agent_gate.authorize import PolicyAuthorizer
@@ -16,8 +18,6 @@ from agent_gate.cli import main
 from agent_gate.demo.tools import tools
 from agent_gate.gate.shadow_report import shadow_report
 from agent_gate.policy import Policy, Principal, TaskScope, Verdict
-
-from .conftest import EXAMPLE, table_rows
 
 CAP = """\
       - id: refund-cap-300

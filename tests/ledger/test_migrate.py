@@ -22,7 +22,7 @@ from agent_gate.ledger.models import metadata
 WORKER = WORKERS / "ledger_worker.py"
 
 # The embedded default's own behaviour (first-use upgrade, pragmas, the file itself);
-# tests/postgres/test_migrations.py covers the same ground on PostgreSQL.
+# tests/ledger/test_migrate_postgres.py covers the same ground on PostgreSQL.
 pytestmark = pytest.mark.backends("sqlite")
 
 

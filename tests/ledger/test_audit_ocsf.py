@@ -9,11 +9,12 @@ from types import ModuleType
 
 from click.testing import CliRunner
 from shared_fixtures import EXAMPLE_POLICY
-from test_redaction import BODY_SECRET, CARD_SECRET, secret_calls
 
 from agent_gate import Gate
 from agent_gate.cli import main as cli
 from agent_gate.policy import Principal
+
+from .test_records_redacted import BODY_SECRET, CARD_SECRET, secret_calls
 
 REQUIRED = ("class_uid", "category_uid", "activity_id", "type_uid", "time", "severity_id",
             "metadata", "actor", "api", "src_endpoint", "status_id")

@@ -87,7 +87,7 @@ def test_a_ledger_rewritten_wholesale_after_publishing_is_caught(
         # entry, rehash every chain, and take the checkpoints again.
         conn.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE id = "
                           "(SELECT MIN(id) FROM audit_events)"))
-        from audit_tamper import reseal
+        from support.audit_tamper import reseal
 
         reseal(conn)
         conn.execute(text("DELETE FROM audit_checkpoint_heads"))

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from counting import counting_tools
 from sqlalchemy import event
+from support.counting import counting_tools
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from audit_tamper import reseal
 from ledger_backends import pg_schema
 from sqlalchemy import Engine, text
+from support.audit_tamper import reseal
 
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.backend import begin_write, create_ledger_engine

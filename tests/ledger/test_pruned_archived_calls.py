@@ -2,10 +2,11 @@
 
 The tombstone is checked by a trigger on ``tool_calls`` (revision 0011), not by a read
 in intake (that read was a third PostgreSQL round trip per call,
-``tests/postgres/test_round_trips.py``). Each test runs on SQLite and PostgreSQL and
-over both storages (``tests/ledger/conftest.py``): the plain-Core reference, where the
-refusal comes with the ``INSERT``, and the fast backends, where the insert is deferred
-(folded, pipelined) and the refusal surfaces at a later statement or the ``COMMIT``.
+``tests/ledger/backend/test_pg_pipeline_round_trips.py``). Each test runs on SQLite
+and PostgreSQL and over both storages (``tests/ledger/conftest.py``): the plain-Core
+reference, where the refusal comes with the ``INSERT``, and the fast backends, where the
+insert is deferred (folded, pipelined) and the refusal surfaces at a later statement or
+the ``COMMIT``.
 """
 
 from __future__ import annotations

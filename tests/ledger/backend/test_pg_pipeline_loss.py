@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from counting import counting_tools
 from ledger_backends import PgSchema
 from sqlalchemy import Insert, bindparam, exc, insert
+from support.counting import counting_tools
 
 from agent_gate import CallState, Gate
 from agent_gate.ledger import Ledger

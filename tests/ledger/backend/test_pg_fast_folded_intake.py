@@ -1,7 +1,7 @@
 """PostgreSQL's pipelined intake on the wire: the call's row inserted once, claimed.
 
 The backend-neutral side (rows and trail equal to the Core reference's, with a
-quota charge between the arrows) is ``tests/ledger/test_folded_intake.py``; here,
+quota charge between the arrows) is ``tests/ledger/backend/test_fast_folded_intake.py``; here,
 the statements each transaction sends and the spare row ids asked of the sequence.
 """
 

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy
 from click.testing import CliRunner
+from support import EXAMPLE_POLICY as EXAMPLE
+from support.tables import table_rows
 
 from agent_gate import Gate
 from agent_gate.cli import main
@@ -19,8 +21,6 @@ from agent_gate.demo.tools import tools
 from agent_gate.gate.backtest import backtest
 from agent_gate.ledger.history import read_only_engine
 from agent_gate.policy import Policy, Principal, TaskScope, Verdict
-
-from .conftest import EXAMPLE, table_rows
 
 KEY = os.urandom(32)
 SUPPORT = Principal(id="u1", roles={"support"})

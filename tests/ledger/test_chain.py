@@ -7,8 +7,8 @@ import sqlite3
 from typing import Any
 
 import pytest
-from audit_tamper import reseal
 from sqlalchemy import text
+from support.audit_tamper import reseal
 
 from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger import Event, Ledger, NewCall

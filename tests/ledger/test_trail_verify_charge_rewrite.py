@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 from support.calls import call
-from test_state_rewrite import raw_sql, verify
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.policy import Policy
+
+from .test_trail_verify_state_rewrite import raw_sql, verify
 
 POLICY = """\
 version: 1

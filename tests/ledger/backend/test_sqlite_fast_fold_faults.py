@@ -43,7 +43,7 @@ from agent_gate.ledger.states import Event
 from agent_gate.policy import Policy
 
 WORKER = WORKERS / "fold_worker.py"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # ------------------------------------------------------------------ helpers
