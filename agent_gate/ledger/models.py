@@ -198,7 +198,7 @@ TOOL_CALLS = Table(
     # Partial: only calls in ``SWEPT_STATES``. PostgreSQL's copy has the same predicate
     # (revision 0008); it is not spelled here because naming a dialect's keyword loads
     # that dialect, and a SQLite command must not load PostgreSQL's. Alembic compares no
-    # predicate: tests/ledger/test_write_indexes.py reads both databases' instead.
+    # predicate: tests/ledger/test_models_write_indexes.py reads both databases' instead.
     Index(None, "state", sqlite_where=text(SWEPT_WHERE)),
     # Partial: the inbox's calls in ``ref`` order (``WAITING_STATES``; revision 0015,
     # with PostgreSQL's copy of the predicate, unspelled here for the same reason).

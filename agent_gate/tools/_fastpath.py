@@ -5,7 +5,7 @@ and the author of every error. ``FastValidator`` has the same interface and asks
 jsonschema-rs first, about 40x faster, but rs may only ever say yes, and only for
 schemas inside a vetted subset (``VETTED_KEYWORDS``, ``vetted_pattern``, formats
 either native and vetted or delegated to Python's own checkers) where its yes was
-checked to be Python's yes (tests/schema/test_fast_validation.py). A no, or anything
+checked to be Python's yes (tests/tools/test_fast_validation.py). A no, or anything
 outside the subset, goes to the reference unchanged. Which of the two a tool gets
 is decided at one site, ``validate.compile_validator``, reading
 ``agent_gate._speedups.PURE_PYTHON``.
@@ -88,7 +88,7 @@ _VALUE_KEYWORDS = frozenset(
 )
 VETTED_KEYWORDS = _ANNOTATIONS | _SCHEMA_KEYWORDS | _VALUE_KEYWORDS
 """Keywords for which a jsonschema-rs "valid" was checked to imply python-jsonschema's
-"valid" on plain JSON instances (tests/schema/test_fast_validation.py). Left out on
+"valid" on plain JSON instances (tests/tools/test_fast_validation.py). Left out on
 purpose, among others: ``multipleOf`` (rs accepts 0.07 as a multiple of 0.01, Python
 does not), ``patternProperties``, ``$id``, ``$dynamicRef``, ``unevaluated*``."""
 
@@ -135,7 +135,7 @@ checker accepts, so that rs tries the pattern natively first and calls Python (a
 ``rfc3986_validator``'s own grammar without IP literals (``http://[::1]/``);
 ``date-time`` is ``rfc3339_validator``'s without February 29th or years before
 1000, so that the calendar check is never needed. Python's own function stays
-the judge of everything else (tests/schema/test_fast_validation.py)."""
+the judge of everything else (tests/tools/test_fast_validation.py)."""
 
 _SUBSET_CHECKERS = {
     "uri": ("is_uri", "rfc3986_validator", "validate_rfc3986"),

@@ -6,7 +6,7 @@ while nobody could notice: no event listener on the connection, no echo. Asking
 that cheaply needs SQLAlchemy internals, and so does one shortcut in writing
 SQLite datetimes. They are all here, each behind a function, and ``problems()``
 checks on a throwaway in-memory engine that each one still exists and means what
-it meant: ``tests/ledger/test_sa_private.py`` fails with the list when a
+it meant: ``tests/ledger/backend/test_sa_private.py`` fails with the list when a
 SQLAlchemy upgrade breaks one (the reference Core path, ``backend.CORE``, uses
 none of them).
 

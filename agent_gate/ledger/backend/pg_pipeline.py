@@ -37,7 +37,7 @@ server instead (functions revision 0007 installs):
   ``expect`` may still wrap it.
 
 A gate call that runs at once then costs two round trips (the count
-``tests/postgres/test_round_trips.py`` holds): the intake's ``BEGIN``, insert
+``tests/ledger/backend/test_pg_pipeline_round_trips.py`` holds): the intake's ``BEGIN``, insert
 (under an id handed out in an earlier call's transaction, ``pg_fast.SpareIds``,
 with the decision's and the claim's arrows folded in, ``fast.Folded``), audit
 append and ``COMMIT`` in one, the outcome's ``BEGIN``, update, audit append and
