@@ -118,6 +118,40 @@ class TreeWalk:
         self.frontier.append(leaf)
         self.last_id = row_id
 
+    def add_subtree(self, first_id: int, last_id: int, start: int, level: int,
+                    digest: str) -> None:
+        """Append ``2**level`` pruned leaves (rows ``first_id..last_id``) by their perfect
+        subtree's hash (``ledger.subtrees``). It must stand where it was recorded (leaf
+        ``start``, aligned to its width) and no checkpoint's tree may end inside it:
+        otherwise an entry before it was added or removed, or the subtree was moved."""
+        if first_id > self._due:
+            self._settle(first_id)
+        if self.problem is not None:
+            return
+        width = 1 << level if 0 <= level < 63 else 0
+        try:
+            node = bytes.fromhex(digest)
+        except ValueError:
+            node = b""
+        if len(node) != 32:
+            self.problem = (0, f"the archived subtree at leaf {start} has no valid hash")
+            return
+        if not width or start != self.frontier.size or start % width:
+            self.problem = (0, (
+                f"the archived subtree of {width} leaves recorded at leaf {start} (rows "
+                f"{first_id}..{last_id}) stands at leaf {self.frontier.size} of the trail: "
+                "entries before it were added or deleted, or it was moved"))
+            return
+        if self._due < last_id:
+            cp = self.checkpoints[self._next]
+            self.problem = (cp.id, (
+                f"checkpoint #{cp.id}'s tree ends at row {cp.tree_last_id}, inside the "
+                f"archived subtree of rows {first_id}..{last_id}: the subtree or the "
+                "checkpoint was altered"))
+            return
+        self.frontier.extend_piece(node, level)
+        self.last_id = last_id
+
     def finish(self) -> tuple[int, str] | None:
         self._settle(None)
         return self.problem

@@ -149,7 +149,6 @@ def prune_oldest(url: str, calls: int, signer: Any) -> int:
     with Ledger(url) as ledger:
         engine = ledger.engine
         signed = signed_checkpoint(engine, signer, None)
-        last_id = signed.checkpoint.tree_last_id or 0
         exported: dict[str, set[int]] = {task: set() for task in tasks}
         with begin_read(engine) as conn:
             for task, row in conn.execute(select(AUDIT_EVENTS.c.task_id, AUDIT_EVENTS.c.id)
@@ -159,9 +158,11 @@ def prune_oldest(url: str, calls: int, signer: Any) -> int:
         report = retention.ArchiveReport("bench", "-", signed.tree.size,
                                          signed.tree.root().hex())
         before = _START + timedelta(days=3650)
+        with begin_read(engine) as conn:
+            cuts = retention.cuts_of(conn, signed)
         for start in range(0, len(tasks), 50):
             retention._prune(engine, report, tasks[start:start + 50], exported, before,
-                             last_id)
+                             signed, cuts)
     return report.calls
 
 
