@@ -360,15 +360,6 @@ def test_known_upward_imports_still_exist() -> None:
 
 
 KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    # The audit trail's verifier reads checkpoints, which read the trail's tree and
-    # its pages, which read the audit module back. Another helper works in exactly
-    # these files this round (issue 31's ledger audit/trail split), so the circle is
-    # broken there, and this entry deleted with it.
-    frozenset({
-        "agent_gate.ledger.audit", "agent_gate.ledger.checkpoints",
-        "agent_gate.ledger.trail_tree", "agent_gate.ledger.trail_verify",
-        "agent_gate.ledger.views.pages",
-    }): "issue 31: ledger audit -> trail_verify -> checkpoints -> trail_tree/views.pages",
     # A rule's approval block (grants, quorum, deadline, editable) is declared in
     # policy/approval.py, which policy/model.py imports at its end for ``Rule.approval``;
     # approval names model's ``Condition`` and compiles a grant's conditions through
