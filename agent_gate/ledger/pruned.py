@@ -2,13 +2,16 @@
 ledger reads it: the trail's leaves, the chains' links, the archive records, the tombstones.
 
 A pruned entry keeps its ``audit_events`` id, task, ``seq``, ``prev_hash``, ``hash`` and
-leaf hash in ``audit_pruned`` (no content: that is in the archive's bundle), because the
-Merkle tree of every checkpoint and each task's chain are recomputed over them: a
-leaf cannot be dropped without breaking every root above it. Each archive batch appends
-one entry of its own (event ``archived``, task ``ARCHIVE_TASK``) whose detail names the
-batch (``archive``), how many entries it pruned and the RFC 6962 root over their leaves
-in id order: ``verify`` recomputes that root from ``audit_pruned``, so an entry missing
-from ``audit_events`` is accepted only where a hash-chained archive record covers it.
+leaf hash in ``audit_pruned`` (no content: that is in the archive's bundle): a proof or a
+bundle is built over every leaf of the tree, and a leaf cannot be dropped without
+breaking every root above it. Each archive batch appends one entry of its own (event
+``archived``, task ``ARCHIVE_TASK``) whose detail names the batch (``archive``), how many
+entries it pruned and the RFC 6962 root over their leaves in id order. Since revision
+0016 the batch also keeps the perfect subtrees covering its leaves and its tasks' chain
+ends, and a full ``verify`` reads those instead (``ledger.subtrees``); for a batch
+archived before, ``verify`` recomputes the root from ``audit_pruned``
+(``archive_problem``), so an entry missing from ``audit_events`` is accepted only where a
+hash-chained archive record covers it.
 
 A pruned call keeps a tombstone in ``archived_calls`` by (task, call id) and (task,
 dedupe key), and the database refuses to record it again: a trigger on ``tool_calls``

@@ -44,6 +44,7 @@ from agent_gate.evidence.merkle import range_pieces
 from agent_gate.ledger.models import (
     ARCHIVED_HEADS,
     AUDIT_EVENTS,
+    AUDIT_HEADS,
     AUDIT_PRUNED,
     AUDIT_SUBTREES,
 )
@@ -226,11 +227,22 @@ Ended = tuple[int, str, str]
 """Where an archived task's chain ended: ``seq``, ``hash``, and the batch that pruned it."""
 
 
-def archived_heads(conn: Connection) -> dict[str, Ended]:
-    """Every archived task's chain end (``archived_heads``, read whole: one row a task)."""
-    h = ARCHIVED_HEADS.c
-    return {task: (int(seq), digest, batch) for task, seq, digest, batch in conn.execute(
-        select(h.task_id, h.seq, h.hash, h.archive).execution_options(yield_per=_BATCH))}
+def archived_heads(conn: Connection) -> tuple[dict[str, tuple[int, str]], dict[str, Ended]]:
+    """Every task's head, and every archived task's chain end (``archived_heads``), in one
+    statement (one snapshot, one pass over the tasks). A chain end whose task has no head
+    any more is left out: its batch's ``heads_hash`` then fails (``batch_problem``)."""
+    h, a = AUDIT_HEADS.c, ARCHIVED_HEADS.c
+    heads: dict[str, tuple[int, str]] = {}
+    ended: dict[str, Ended] = {}
+    for task, seq, digest, end_seq, end_hash, batch in conn.execute(
+        select(h.task_id, h.seq, h.hash, a.seq, a.hash, a.archive)
+        .select_from(AUDIT_HEADS.outerjoin(ARCHIVED_HEADS, a.task_id == h.task_id))
+        .execution_options(yield_per=_BATCH)
+    ):
+        heads[task] = (int(seq), digest)
+        if batch is not None:
+            ended[task] = (int(end_seq), end_hash, batch)
+    return heads, ended
 
 
 def heads_hash(heads: Iterable[tuple[str, int, str]]) -> str:

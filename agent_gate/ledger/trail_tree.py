@@ -9,7 +9,8 @@ id of its last leaf, its root and its frontier, so
 
 * the next checkpoint hashes only the entries after that id: O(new entries + log n);
 * ``audit verify`` recomputes the tree in its one pass over the trail and compares
-  every checkpoint's size, root and frontier (``TreeWalk``);
+  every checkpoint's size, root and frontier (``TreeWalk``), taking archived leaves as
+  the perfect subtrees their batch kept (``TreeWalk.add_subtree``, ``ledger.subtrees``);
 * a verifier that trusts one checkpoint (signed, or published) starts from its frontier,
   once the frontier hashes to the trusted root, and reads only what came after
   (``trail_verify.verify_since``).

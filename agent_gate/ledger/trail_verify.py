@@ -47,7 +47,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from agent_gate.ledger.chain import GENESIS, LEGACY_VERSION, HeadsRoot, entry_hash
-from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, current_heads
+from agent_gate.ledger.checkpoints import Checkpoint, checkpoints
 from agent_gate.ledger.models import (
     AUDIT_CHECKPOINT_HEADS,
     QUOTA_CHARGES,
@@ -158,7 +158,7 @@ class _Legacy:
 def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainReport:
     """Walk the whole trail in one snapshot and name the first thing that is wrong
     (see the module docstring for what is proved, in what order)."""
-    heads = current_heads(conn)
+    heads, ended = archived_heads(conn)
     stored = checkpoints(conn)
     stored_heads = [(int(cp_id), task, int(seq), digest) for cp_id, task, seq, digest in
                     conn.execute(select(_BOUND.c.checkpoint_id, _BOUND.c.task_id, _BOUND.c.seq,
@@ -167,7 +167,6 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     for cp_id, task, seq, digest in stored_heads:
         bound.setdefault((task, seq), (digest, cp_id))
     found = records(conn)
-    ended = archived_heads(conn)
     kept = Kept(leafwise(found))
     first = stored[0] if stored else None
     legacy = (_Legacy(first.legacy_last_id) if first is not None

@@ -278,3 +278,27 @@ def test_heads_root_folds_to_the_same_bytes_as_root_hash() -> None:
             heads[task] = (seq, digest)
         assert folded.hexdigest() == root_hash((t, s, h) for t, (s, h) in heads.items())
         assert len(folded) == len(heads)
+
+
+def test_a_batch_archived_before_subtrees_is_still_walked_leaf_by_leaf(
+    db_url: str, keys: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger archived before revision 0016: no subtrees, no chain ends, a record
+    without their keys. Verify walks its kept leaves against the record's root."""
+    from agent_gate.evidence import archive as retention
+
+    monkeypatch.setattr(retention, "_subtrees", lambda *args: [])
+    for name in ("COUNT_KEY", "HASH_KEY", "HEADS_KEY"):
+        monkeypatch.setattr(retention, name, f"unknown_{name}")
+    archived(db_url, keys[0])
+    engine = engine_of(db_url)
+    with engine.begin() as conn:
+        conn.execute(delete(ARCHIVED_HEADS))
+    assert verify(db_url)["code"] == 0
+    with engine.begin() as conn:
+        first = conn.execute(select(AUDIT_PRUNED.c.id, AUDIT_PRUNED.c.leaf)
+                             .order_by(AUDIT_PRUNED.c.id).limit(1)).one()
+        conn.execute(update(AUDIT_PRUNED).where(AUDIT_PRUNED.c.id == first[0])
+                     .values(leaf=_hex_flip(first[1])))
+    engine.dispose()
+    assert verify(db_url)["problem"]["kind"] == "tree"
