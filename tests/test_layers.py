@@ -360,15 +360,6 @@ def test_known_upward_imports_still_exist() -> None:
 
 
 KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    # The audit trail's verifier reads checkpoints, which read the trail's tree and
-    # its pages, which read the audit module back. Another helper works in exactly
-    # these files this round (issue 31's ledger audit/trail split), so the circle is
-    # broken there, and this entry deleted with it.
-    frozenset({
-        "agent_gate.ledger.audit", "agent_gate.ledger.checkpoints",
-        "agent_gate.ledger.trail_tree", "agent_gate.ledger.trail_verify",
-        "agent_gate.ledger.views.pages",
-    }): "issue 31: ledger audit -> trail_verify -> checkpoints -> trail_tree/views.pages",
     # The MCP proxy's call path and its peer (the client session) name each other:
     # a gated call reaches its client through the link and peer, and the peer hands a
     # sampling request back to the call that caused it. Merged from the sampling work

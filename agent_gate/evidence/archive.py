@@ -13,11 +13,15 @@ Order of work, and why it cannot lose or re-run anything:
 4. Pruning, a bounded batch of tasks per write transaction. Inside it every task is
    checked again (all calls terminal, every entry one that was exported, each entry's
    hash recomputed from its fields); a task that changed since is left live. The batch
-   keeps each entry's hashes (``audit_pruned``) and a tombstone per call
+   keeps each entry's hashes (``audit_pruned``), the perfect subtrees of the signed tree
+   that cover its leaves (``audit_subtrees``, each leaf checked against that tree first,
+   cut at every checkpoint's size: what a full verify reads in their place), where each
+   task's chain ended (``archived_heads``), a tombstone per call
    (``archived_calls``), deletes the calls' grants, deadlines, approvals, quota charges,
    entries and rows,
    and appends its own record to the trail (``pruned.ARCHIVE_TASK``, event ``archived``)
-   with the root of the leaves it pruned; all in one commit. A batch whose delete
+   with the root of the leaves it pruned and the hashes of its subtrees and of its tasks'
+   chain ends; all in one commit. A batch whose delete
    meets a concurrent writer (an entry naming one of its calls) rolls back whole and is
    tried one task at a time; a task that still fails stays live.
 
@@ -27,6 +31,7 @@ Calls go on meanwhile: a re-delivered call of a task being pruned either finds i
 
 from __future__ import annotations
 
+import bisect
 import json
 import uuid
 from collections.abc import Sequence
@@ -52,13 +57,24 @@ from agent_gate.ledger.models import (
     APPROVAL_GRANTS,
     APPROVALS,
     ARCHIVED_CALLS,
+    ARCHIVED_HEADS,
     AUDIT_EVENTS,
     AUDIT_PRUNED,
+    AUDIT_SUBTREES,
     QUOTA_CHARGES,
     TOOL_CALLS,
 )
 from agent_gate.ledger.pruned import ARCHIVE_EVENT, ARCHIVE_TASK, tombstone_text
 from agent_gate.ledger.states import TERMINAL
+from agent_gate.ledger.subtrees import (
+    COUNT_KEY,
+    HASH_KEY,
+    HEADS_KEY,
+    Subtree,
+    cover,
+    heads_hash,
+    subtrees_hash,
+)
 from agent_gate.ledger.trail_tree import leaf_of
 
 __all__ = ["ArchiveReport", "archive"]
@@ -102,6 +118,7 @@ def archive(engine: Engine, signer: SignerKey, origin: str | None, before: datet
     last_id = signed.checkpoint.tree_last_id or 0
     with begin_read(engine) as conn:
         tasks = _candidates(conn, before, last_id)
+        cuts = cuts_of(conn, signed)
     report = ArchiveReport(uuid.uuid4().hex, str(out), signed.tree.size,
                            signed.tree.root().hex())
     exported: dict[str, set[int]] = {}
@@ -112,11 +129,11 @@ def archive(engine: Engine, signer: SignerKey, origin: str | None, before: datet
     for start in range(0, len(tasks), batch):
         chunk = tasks[start:start + batch]
         try:
-            _prune(engine, report, chunk, exported, before, last_id)
+            _prune(engine, report, chunk, exported, before, signed, cuts)
         except IntegrityError:  # a concurrent writer named one of its calls
             for task in chunk:
                 try:
-                    _prune(engine, report, [task], exported, before, last_id)
+                    _prune(engine, report, [task], exported, before, signed, cuts)
                 except IntegrityError:
                     report.left_live.append(task)
     (out / "archive.json").write_text(json.dumps(
@@ -156,13 +173,43 @@ def _exported_rows(where: Path, signed: Signed) -> set[int]:
     return rows
 
 
+def cuts_of(conn: Connection, signed: Signed) -> list[int]:
+    """The sizes of every checkpoint's tree up to the signed one: no kept subtree may
+    straddle one, so that verify recomputes each of those trees (their sizes are fixed:
+    a later checkpoint only grows the tree)."""
+    return [c.tree_size for c in checkpoints(conn)
+            if c.tree_size is not None and c.tree_size <= signed.tree.size]
+
+
+def _subtrees(signed: Signed, rows: Sequence[dict[str, Any]], cuts: Sequence[int],
+              batch_id: str) -> list[Subtree]:
+    """The perfect subtrees of the signed tree that cover the batch's pruned ``rows`` (in
+    id order), each leaf first checked to be the signed tree's leaf at its position."""
+    positions = []
+    for row in rows:
+        at = bisect.bisect_left(signed.ids, row["id"])
+        if at == len(signed.ids) or signed.ids[at] != row["id"] or (
+                signed.tree.levels[0][at].hex() != row["leaf"]):
+            raise EvidenceError(
+                f"audit entry #{row['seq']} of task {row['task_id']!r} (row {row['id']}) is "
+                "not the leaf the signed checkpoint holds: run `agent-gate audit verify`")
+        positions.append(at)
+    return [Subtree(start, level, signed.ids[start], signed.ids[start + (1 << level) - 1],
+                    signed.tree.subtree(start, start + (1 << level)).hex(), batch_id)
+            for start, level in cover(positions, cuts)]
+
+
 def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
-           exported: dict[str, set[int]], before: datetime, last_id: int) -> None:
+           exported: dict[str, set[int]], before: datetime, signed: Signed,
+           cuts: Sequence[int]) -> None:
     """One batch in one write transaction (nothing of it commits unless all of it does)."""
+    last_id = signed.checkpoint.tree_last_id or 0
     batch_id = f"{report.run[:24]}-{len(report.batches) + 1:06d}"
     pruned_calls: list[int] = []
     pruned_rows: list[dict[str, Any]] = []
     kept: list[str] = []
+    tombstones: list[dict[str, Any]] = []
+    ends: list[tuple[str, int, str]] = []
     with begin_write(engine) as conn:
         for task in tasks:
             found = _prunable(conn, task, exported[task], before, last_id)
@@ -170,20 +217,31 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
                 kept.append(task)
                 continue
             calls, rows = found
-            for call in calls:
-                conn.execute(insert(ARCHIVED_CALLS).values(
-                    task_id=task, call_id=call["call_id"], idem_key=call["idem_key"],
-                    record=tombstone_text(call), archive=batch_id))
+            tombstones.extend(
+                {"task_id": task, "call_id": call["call_id"], "idem_key": call["idem_key"],
+                 "record": tombstone_text(call), "archive": batch_id} for call in calls)
             pruned_calls.extend(int(c["id"]) for c in calls)
             pruned_rows.extend(rows)
+            ends.append((task, rows[-1]["seq"], rows[-1]["hash"]))
+        for at in range(0, len(tombstones), _CHUNK):  # one statement, many rows
+            conn.execute(insert(ARCHIVED_CALLS), tombstones[at:at + _CHUNK])
         if pruned_rows:
             pruned_rows.sort(key=lambda r: r["id"])
             frontier = Frontier()
             for row in pruned_rows:
                 frontier.append(bytes.fromhex(row["leaf"]))
                 row["archive"] = batch_id
+            pieces = _subtrees(signed, pruned_rows, cuts, batch_id)
             for at in range(0, len(pruned_rows), _CHUNK):
                 conn.execute(insert(AUDIT_PRUNED), pruned_rows[at:at + _CHUNK])
+            for at in range(0, len(pieces), _CHUNK):
+                conn.execute(insert(AUDIT_SUBTREES), [
+                    {"start": s.start, "level": s.level, "first_id": s.first_id,
+                     "last_id": s.last_id, "hash": s.hash, "archive": s.archive}
+                    for s in pieces[at:at + _CHUNK]])
+            conn.execute(insert(ARCHIVED_HEADS), [
+                {"task_id": task, "seq": seq, "hash": digest, "archive": batch_id}
+                for task, seq, digest in ends])
             ids = [r["id"] for r in pruned_rows]
             # The record first: on SQLite a new row takes the largest id plus one, and
             # the record must stay above every id it prunes (ids are the tree's order).
@@ -192,6 +250,8 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
                 "root": frontier.root().hex(), "first_id": ids[0], "last_id": ids[-1],
                 "tasks": len(tasks) - len(kept), "calls": len(pruned_calls),
                 "tree_size": report.tree_size, "tree_root": report.tree_root,
+                COUNT_KEY: len(pieces), HASH_KEY: subtrees_hash(pieces),
+                HEADS_KEY: heads_hash(ends),
             })
             # Children before parents, each over every chunk before the next: a grant's
             # uses may name calls of another chunk, and a grant names its approval.

@@ -43,7 +43,7 @@ from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
 from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_CHECKPOINTS, AUDIT_HEADS
 from agent_gate.ledger.sql import lock_named
-from agent_gate.ledger.trail_tree import extend
+from agent_gate.ledger.trail_tree import extend, settled
 
 __all__ = [
     "CHECKPOINT_LOCK",
@@ -186,7 +186,7 @@ def write(
     the upgrade that split it (revision 0006).
 
     The Merkle tree grows from the previous checkpoint's frontier by the entries after
-    its last leaf, up to ``upto`` (``audit.settled``: on PostgreSQL an id below which
+    its last leaf, up to ``upto`` (``trail_tree.settled``: on PostgreSQL an id below which
     nothing can still commit; None on SQLite, where ids commit in order): O(new entries
     + log n), never a rescan (``trail_tree.extend``).
     """
@@ -241,8 +241,6 @@ def take(engine: Engine, *, signer: SignerKey | None = None,
     tried again if another writer took the same position first. With ``signer`` it is
     signed as a C2SP tlog-checkpoint (``origin`` defaults to the key's name, as the
     spec recommends), and the newest checkpoint if it was not signed yet."""
-    from agent_gate.ledger.views.pages import settled
-
     for attempt in range(_RACES):
         upto = settled(engine)
         try:

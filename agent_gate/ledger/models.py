@@ -38,11 +38,13 @@ __all__ = [
     "APPROVAL_GRANTS",
     "APPROVAL_GRANT_USES",
     "ARCHIVED_CALLS",
+    "ARCHIVED_HEADS",
     "AUDIT_CHECKPOINTS",
     "AUDIT_CHECKPOINT_HEADS",
     "AUDIT_EVENTS",
     "AUDIT_HEADS",
     "AUDIT_PRUNED",
+    "AUDIT_SUBTREES",
     "MCP_EVENTS",
     "OPERATORS",
     "QUOTA_CHARGES",
@@ -520,6 +522,33 @@ AUDIT_PRUNED = Table(
 )
 """What ``audit archive`` keeps of each ``audit_events`` row it pruned (``ledger.archive``):
 no content, only the hashes the chains and the Merkle tree are recomputed over."""
+
+AUDIT_SUBTREES = Table(
+    "audit_subtrees",
+    metadata,
+    Column("start", BigInteger, primary_key=True, autoincrement=False),
+    Column("level", Integer, nullable=False),
+    Column("first_id", BigInteger, nullable=False, unique=True),
+    Column("last_id", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("archive", String(64), nullable=False),
+    Index(None, "archive", "start"),
+)
+"""The perfect subtrees of the Merkle tree that cover an archive batch's pruned leaves
+(``ledger.subtrees``): ``2**level`` leaves from leaf ``start``, rows ``first_id`` to
+``last_id``. A full ``audit verify`` reads these in place of the leaves."""
+
+ARCHIVED_HEADS = Table(
+    "archived_heads",
+    metadata,
+    Column("task_id", String(ID_LEN), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("archive", String(64), nullable=False),
+)
+"""Where each archived task's chain ended when its batch pruned it (``ledger.subtrees``):
+a full ``audit verify`` links a re-used task and checks an archived task's head here,
+never reading its pruned entries."""
 
 ARCHIVED_CALLS = Table(
     "archived_calls",

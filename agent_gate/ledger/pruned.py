@@ -2,13 +2,16 @@
 ledger reads it: the trail's leaves, the chains' links, the archive records, the tombstones.
 
 A pruned entry keeps its ``audit_events`` id, task, ``seq``, ``prev_hash``, ``hash`` and
-leaf hash in ``audit_pruned`` (no content: that is in the archive's bundle), because the
-Merkle tree of every checkpoint and each task's chain are recomputed over them: a
-leaf cannot be dropped without breaking every root above it. Each archive batch appends
-one entry of its own (event ``archived``, task ``ARCHIVE_TASK``) whose detail names the
-batch (``archive``), how many entries it pruned and the RFC 6962 root over their leaves
-in id order: ``verify`` recomputes that root from ``audit_pruned``, so an entry missing
-from ``audit_events`` is accepted only where a hash-chained archive record covers it.
+leaf hash in ``audit_pruned`` (no content: that is in the archive's bundle): a proof or a
+bundle is built over every leaf of the tree, and a leaf cannot be dropped without
+breaking every root above it. Each archive batch appends one entry of its own (event
+``archived``, task ``ARCHIVE_TASK``) whose detail names the batch (``archive``), how many
+entries it pruned and the RFC 6962 root over their leaves in id order. Since revision
+0017 the batch also keeps the perfect subtrees covering its leaves and its tasks' chain
+ends, and a full ``verify`` reads those instead (``ledger.subtrees``); for a batch
+archived before, ``verify`` recomputes the root from ``audit_pruned``
+(``archive_problem``), so an entry missing from ``audit_events`` is accepted only where a
+hash-chained archive record covers it.
 
 A pruned call keeps a tombstone in ``archived_calls`` by (task, call id) and (task,
 dedupe key), and the database refuses to record it again: a trigger on ``tool_calls``
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -30,11 +33,11 @@ from sqlalchemy import Connection, DateTime, bindparam, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from agent_gate.evidence.merkle import Frontier
-from agent_gate.ledger.models import ARCHIVED_CALLS, AUDIT_EVENTS, AUDIT_PRUNED
+from agent_gate.ledger.models import ARCHIVED_CALLS, AUDIT_PRUNED
 from agent_gate.ledger.records import CALL_COLUMNS, CallRecord, call_record
 
 __all__ = ["ARCHIVED_ROW", "ARCHIVE_EVENT", "ARCHIVE_TASK", "REFUSED", "REFUSED_SQLSTATE",
-           "archive_problem", "merge", "pruned_rows", "refused", "stored_hash", "tombstone",
+           "archive_problem", "merge", "pruned_rows", "refused", "tombstone",
            "tombstone_text"]
 
 ARCHIVE_TASK: Final = "agent-gate:archive"
@@ -50,13 +53,16 @@ REFUSED_SQLSTATE: Final = "23AG1"
 _BATCH = 5000
 
 
-def pruned_rows(conn: Connection, *, after: int = 0, upto: int | None = None
-                ) -> Iterator[dict[str, Any]]:
-    """The pruned entries with ``after < id <= upto`` in id order, as entry-like mappings:
-    ``leaf`` (bytes) marks one, and stands for the content it no longer has."""
+def pruned_rows(conn: Connection, *, after: int = 0, upto: int | None = None,
+                batches: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The pruned entries with ``after < id <= upto`` (of ``batches`` only, if given) in
+    id order, as entry-like mappings: ``leaf`` (bytes) marks one, and stands for the
+    content it no longer has."""
     stmt = select(AUDIT_PRUNED).where(AUDIT_PRUNED.c.id > after).order_by(AUDIT_PRUNED.c.id)
     if upto is not None:
         stmt = stmt.where(AUDIT_PRUNED.c.id <= upto)
+    if batches is not None:
+        stmt = stmt.where(AUDIT_PRUNED.c.archive.in_(sorted(batches)))
     for row in conn.execute(stmt.execution_options(yield_per=_BATCH)).mappings():
         yield {"id": int(row["id"]), "task_id": row["task_id"], "seq": int(row["seq"]),
                "prev_hash": row["prev_hash"], "hash": row["hash"],
@@ -71,29 +77,14 @@ def merge(live: Iterator[Mapping[str, Any]], pruned: Iterator[Mapping[str, Any]]
     return heapq.merge(live, pruned, key=lambda r: int(r["id"]))
 
 
-def stored_hash(conn: Connection, task: str, seq: int) -> str | None:
-    """The hash of a pruned task entry (by ``task_id, seq``), None when not pruned."""
-    return conn.execute(select(AUDIT_PRUNED.c.hash).where(
-        AUDIT_PRUNED.c.task_id == task, AUDIT_PRUNED.c.seq == seq)).scalar()
-
-
-def archive_problem(conn: Connection, batches: set[str]) -> str | None:
-    """The first pruned batch (of ``batches``, the ones a verify walked) that no archive
-    record covers as it was pruned: its record missing, or its entries' root or count
-    not the recorded one. None when every batch is covered."""
-    if not batches:
-        return None
-    records: dict[str, dict[str, Any]] = {}
-    for detail, in conn.execute(select(AUDIT_EVENTS.c.detail).where(
-            AUDIT_EVENTS.c.task_id == ARCHIVE_TASK, AUDIT_EVENTS.c.event == ARCHIVE_EVENT)):
-        try:
-            body = json.loads(detail)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(body, dict) and isinstance(body.get("archive"), str):
-            records[body["archive"]] = body
+def archive_problem(conn: Connection, batches: set[str],
+                    found: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The first batch kept leaf by leaf (of ``batches``, archived before subtrees were
+    kept: the ones a verify walked that way) that no archive record of ``found`` covers
+    as it was pruned: its record missing, or its leaves' root or count not the
+    recorded one. None when every batch is covered."""
     for batch in sorted(batches):
-        record = records.get(batch)
+        record = found.get(batch)
         if record is None:
             return (f"audit entries were removed as archive batch {batch!r}, but the trail "
                     "holds no archive record of that batch: they were deleted, not archived")

@@ -28,8 +28,8 @@ from agent_gate.ledger.chain import GENESIS
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints
 from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
 from agent_gate.ledger.pruned import archive_problem
-from agent_gate.ledger.pruned import stored_hash as pruned_hash
-from agent_gate.ledger.trail_tree import TreeWalk, leaf_of, leaves
+from agent_gate.ledger.subtrees import Kept, batch_problem, junction, leafwise, records, walk
+from agent_gate.ledger.trail_tree import TreeWalk, leaf_of
 from agent_gate.ledger.trail_verify import ChainProblem, ChainReport
 
 __all__ = ["verify_since"]
@@ -47,20 +47,34 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
         return ChainReport(0, 0, newest, problem)
     assert base.tree_last_id is not None
     newer = [c for c in stored if c.id > base.id]
-    walk = TreeWalk(newer, frontier=Frontier.from_text(trusted.size, base.tree_frontier),
+    tree = TreeWalk(newer, frontier=Frontier.from_text(trusted.size, base.tree_frontier),
                     last_id=base.tree_last_id)
     chains: dict[str, tuple[int, str]] = {}
     archived: set[str] = set()
+    found = records(conn)
+    kept = Kept(leafwise(found))
     count = 0
-    for row, leaf in leaves(conn, after=base.tree_last_id):
+    for row in walk(conn, after=base.tree_last_id, leafwise=kept.leafwise):
+        if "subtree" in row:  # archived leaves after the checkpoint, by their subtree
+            piece = row["subtree"]
+            count += piece.width
+            tree.add_subtree(piece.first_id, piece.last_id, piece.start, piece.level,
+                             piece.hash)
+            kept.add(piece)
+            continue
         count += 1
-        walk.add(int(row["id"]), leaf)
+        tree.add(int(row["id"]), row["leaf"] if "leaf" in row else leaf_of(row)[1])
         if problem is None:
-            problem = _entry_problem(conn, row, chains, archived)
-    if problem is None and (wrong := walk.finish()) is not None:
+            problem = _entry_problem(conn, row, chains, archived, kept, base.tree_last_id)
+    if problem is None and (wrong := tree.finish()) is not None:
         problem = ChainProblem("tree", wrong[0], None, wrong[1])
-    if problem is None and (unrecorded := archive_problem(conn, archived)) is not None:
+    if problem is None and (unrecorded := archive_problem(conn, archived, found)) is not None:
         problem = ChainProblem("deleted", 0, None, unrecorded)
+    trees = {(t[0], t[2]) for c in stored if (t := c.tree) is not None}
+    if problem is None and (
+        unkept := batch_problem(conn, found, kept.batches, trees, whole=False)
+    ) is not None:
+        problem = ChainProblem("deleted", 0, None, unkept)
     if problem is None:
         problem = _newer_problem(base, newer)
     if problem is None:
@@ -120,8 +134,8 @@ def _base_problem(base: Checkpoint | None, stored: list[Checkpoint], trusted: Tr
 
 
 def _entry_problem(conn: Connection, row: Mapping[str, Any],
-                   chains: dict[str, tuple[int, str]], archived: set[str]
-                   ) -> ChainProblem | None:
+                   chains: dict[str, tuple[int, str]], archived: set[str], kept: Kept,
+                   base_id: int) -> ChainProblem | None:
     task, seq, row_id = row["task_id"], int(row["seq"]), int(row["id"])
     recomputed = row["hash"] if "leaf" in row else leaf_of(row)[0]
     if "leaf" in row:
@@ -132,7 +146,7 @@ def _entry_problem(conn: Connection, row: Mapping[str, Any],
                             task)
     before = chains.get(task)
     if before is None:
-        before = (seq - 1, _stored_hash(conn, task, seq - 1))
+        before = (seq - 1, _stored_hash(conn, task, seq - 1, kept, base_id))
     if seq != before[0] + 1 or row["prev_hash"] != before[1]:
         return ChainProblem("deleted", seq, row_id, f"audit entry #{seq} of task {task!r} "
                             f"(row {row_id}) does not follow entry #{before[0]}: an entry was "
@@ -141,14 +155,22 @@ def _entry_problem(conn: Connection, row: Mapping[str, Any],
     return None
 
 
-def _stored_hash(conn: Connection, task: str, seq: int) -> str | None:
-    """The hash of a task's entry the trusted checkpoint covers (the ``task_id, seq``
-    index): the link the first entry after it must name."""
+def _stored_hash(conn: Connection, task: str, seq: int, kept: Kept, base_id: int
+                 ) -> str | None:
+    """The hash of the task's entry before the first one walked (the ``task_id, seq``
+    index): the link that entry must name. Live, or archived: an archived one after the
+    trusted checkpoint must lie inside a subtree of its batch the walk checked (else it
+    is a deleted entry passed off as pruned); one before it is covered by the checkpoint."""
     if seq == 0:
         return GENESIS
     live = conn.execute(select(_EVENTS.c.hash).where(
         _EVENTS.c.task_id == task, _EVENTS.c.seq == seq)).scalar()
-    return live if live is not None else pruned_hash(conn, task, seq)
+    if live is not None:
+        return str(live)
+    pruned = junction(conn, task, seq)
+    if pruned is None or (pruned[1] > base_id and not kept.covers(pruned[1], pruned[2])):
+        return None
+    return pruned[0]
 
 
 def _newer_problem(base: Checkpoint, newer: list[Checkpoint]) -> ChainProblem | None:

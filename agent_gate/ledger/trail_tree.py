@@ -9,34 +9,52 @@ id of its last leaf, its root and its frontier, so
 
 * the next checkpoint hashes only the entries after that id: O(new entries + log n);
 * ``audit verify`` recomputes the tree in its one pass over the trail and compares
-  every checkpoint's size, root and frontier (``TreeWalk``);
+  every checkpoint's size, root and frontier (``TreeWalk``), taking archived leaves as
+  the perfect subtrees their batch kept (``TreeWalk.add_subtree``, ``ledger.subtrees``);
 * a verifier that trusts one checkpoint (signed, or published) starts from its frontier,
   once the frontier hashes to the trusted root, and reads only what came after
   (``trail_verify.verify_since``).
 
 Which entries a checkpoint's tree may take: on PostgreSQL ids are drawn at INSERT and
 transactions of different tasks commit in any order, so a checkpoint takes leaves only up
-to ``audit.settled``'s bound (every smaller id committed or never will be); a leaf can
+to ``settled``'s bound (every smaller id committed or never will be); a leaf can
 then never appear later below the tree's last id. On SQLite ids commit in order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy.exc import OperationalError
 
 from agent_gate.evidence.merkle import Frontier
+from agent_gate.ledger.backend import begin_write
 from agent_gate.ledger.chain import row_leaf
 from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.pruned import merge, pruned_rows
 
-if TYPE_CHECKING:
-    from agent_gate.ledger.checkpoints import Checkpoint
+__all__ = ["FIELDS", "TreeHeadRow", "TreeWalk", "extend", "leaf_of", "leaves", "settled"]
 
-__all__ = ["FIELDS", "TreeWalk", "extend", "leaf_of", "leaves"]
+
+class TreeHeadRow(Protocol):
+    """What this module reads of a stored checkpoint (``checkpoints.Checkpoint``): named
+    by shape, so that the checkpoints, which grow their tree here, are not imported."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def tree_size(self) -> int | None: ...
+    @property
+    def tree_last_id(self) -> int | None: ...
+    @property
+    def tree_root(self) -> str | None: ...
+    @property
+    def tree_frontier(self) -> str | None: ...
+    @property
+    def tree(self) -> tuple[int, int, str] | None: ...
 
 _EVENTS = AUDIT_EVENTS
 FIELDS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state", "to_state",
@@ -65,7 +83,7 @@ def leaves(
         yield row, (row["leaf"] if "leaf" in row else leaf_of(row)[1])
 
 
-def start_of(prev: Checkpoint | None) -> tuple[Frontier, int]:
+def start_of(prev: TreeHeadRow | None) -> tuple[Frontier, int]:
     """The tree a checkpoint left (its frontier and last leaf's id); empty when there is
     none, or the checkpoint predates the tree (the next one hashes the whole trail once)."""
     if prev is None or prev.tree_size is None or prev.tree_last_id is None:
@@ -74,7 +92,7 @@ def start_of(prev: Checkpoint | None) -> tuple[Frontier, int]:
 
 
 def extend(
-    conn: Connection, prev: Checkpoint | None, upto: int | None
+    conn: Connection, prev: TreeHeadRow | None, upto: int | None
 ) -> tuple[Frontier, int]:
     """The tree after ``prev``'s, grown by every entry after its last leaf up to ``upto``:
     the new frontier and the id of its last leaf."""
@@ -94,7 +112,7 @@ class TreeWalk:
     checkpoint whose tree is not the tree of the entries (a message; the caller names
     the kind)."""
 
-    checkpoints: list[Checkpoint]
+    checkpoints: Sequence[TreeHeadRow]
     frontier: Frontier = field(default_factory=Frontier)
     last_id: int = 0
     problem: tuple[int, str] | None = None
@@ -118,6 +136,40 @@ class TreeWalk:
         self.frontier.append(leaf)
         self.last_id = row_id
 
+    def add_subtree(self, first_id: int, last_id: int, start: int, level: int,
+                    digest: str) -> None:
+        """Append ``2**level`` pruned leaves (rows ``first_id..last_id``) by their perfect
+        subtree's hash (``ledger.subtrees``). It must stand where it was recorded (leaf
+        ``start``, aligned to its width) and no checkpoint's tree may end inside it:
+        otherwise an entry before it was added or removed, or the subtree was moved."""
+        if first_id > self._due:
+            self._settle(first_id)
+        if self.problem is not None:
+            return
+        width = 1 << level if 0 <= level < 63 else 0
+        try:
+            node = bytes.fromhex(digest)
+        except ValueError:
+            node = b""
+        if len(node) != 32:
+            self.problem = (0, f"the archived subtree at leaf {start} has no valid hash")
+            return
+        if not width or start != self.frontier.size or start % width:
+            self.problem = (0, (
+                f"the archived subtree of {width} leaves recorded at leaf {start} (rows "
+                f"{first_id}..{last_id}) stands at leaf {self.frontier.size} of the trail: "
+                "entries before it were added or deleted, or it was moved"))
+            return
+        if self._due < last_id:
+            cp = self.checkpoints[self._next]
+            self.problem = (cp.id, (
+                f"checkpoint #{cp.id}'s tree ends at row {cp.tree_last_id}, inside the "
+                f"archived subtree of rows {first_id}..{last_id}: the subtree or the "
+                "checkpoint was altered"))
+            return
+        self.frontier.extend_piece(node, level)
+        self.last_id = last_id
+
     def finish(self) -> tuple[int, str] | None:
         self._settle(None)
         return self.problem
@@ -134,7 +186,7 @@ class TreeWalk:
             if self.problem is None:
                 self.problem = self._compare(cp)
 
-    def _compare(self, cp: Checkpoint) -> tuple[int, str] | None:
+    def _compare(self, cp: TreeHeadRow) -> tuple[int, str] | None:
         size, root = self.frontier.size, self.frontier.root().hex()
         if (cp.tree_size, cp.tree_root) != (size, root) or cp.tree_last_id != self.last_id:
             return cp.id, (
@@ -149,3 +201,36 @@ class TreeWalk:
                 "checkpoint would be built on hashes the trail does not hold"
             )
         return None
+
+
+_SETTLE_WAIT = "250ms"
+"""How long ``settled`` waits for inserting transactions before giving up for now."""
+
+
+def settled(engine: Engine) -> int | None:
+    """The id up to which the trail can no longer change: every entry with a smaller
+    or equal id is committed or will never be. None: no bound needed (SQLite).
+
+    Why: ids are given out at ``INSERT`` and, with one chain per task, transactions
+    of different tasks on PostgreSQL commit in any order, so a reader going forward
+    by id (``audit --follow``, webhooks) could pass an id whose entry commits a moment
+    later, and never see it. An ``INSERT`` holds the table's ROW EXCLUSIVE lock from
+    before its ids are drawn until its transaction ends, so taking SHARE on the table
+    waits for every transaction that drew ids and lets none draw more until the
+    highest id is read; the lock is held only for that read. When inserting
+    transactions hold it longer than ``_SETTLE_WAIT``, the answer is 0 (nothing new
+    is settled yet: the reader asks again at its next poll), so a reader never holds
+    writers up longer than that. On SQLite every write transaction holds the database
+    lock from its first statement to its commit: ids commit in order.
+    """
+    if engine.dialect.name != "postgresql":
+        return None
+    try:
+        with begin_write(engine) as conn:
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_SETTLE_WAIT}'")
+            conn.exec_driver_sql(f"LOCK TABLE {_EVENTS.name} IN SHARE MODE")
+            return int(conn.execute(select(func.coalesce(func.max(_EVENTS.c.id), 0))).scalar_one())
+    except OperationalError as error:
+        if getattr(error.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            return 0
+        raise

@@ -27,8 +27,12 @@ kind, task, chain position and ``audit_events`` row):
 6. Every call's row is in the state its newest transition entry recorded
    (*state_rewritten*), and every call the trail recorded (its ``received``) still
    has its row (*call_deleted*).
-   Entries pruned by ``audit archive`` are walked as their kept hashes (chain links and
-   leaves), and every pruned batch must be covered by its archive record (``pruned``).
+   Entries pruned by ``audit archive`` enter the tree as the perfect subtrees their
+   batch kept (``subtrees``: O(subtrees), not O(entries)), and each batch's subtrees must
+   be the ones its archive record commits to. A pruned entry's own row is read only where
+   the trail names it (a re-used task's link into its archived part, an archived task's
+   head, a head a checkpoint bound), and must lie inside a subtree of its batch.
+   Batches archived before revision 0017 are walked leaf by leaf (``pruned``).
 7. Every quota charge the trail recorded (the ``charges`` of the arrow that
    authorized the call) is still stored, with that amount (*charge_rewritten*): a
    charge deleted or lowered would let the task spend past its limit.
@@ -42,20 +46,27 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from agent_gate.ledger.chain import GENESIS, LEGACY_VERSION, entry_hash, root_hash
-from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, current_heads
+from agent_gate.ledger.chain import GENESIS, LEGACY_VERSION, HeadsRoot, entry_hash
+from agent_gate.ledger.checkpoints import Checkpoint, checkpoints
 from agent_gate.ledger.models import (
     AUDIT_CHECKPOINT_HEADS,
-    AUDIT_EVENTS,
     QUOTA_CHARGES,
     TOOL_CALLS,
 )
-from agent_gate.ledger.pruned import archive_problem, merge, pruned_rows
+from agent_gate.ledger.pruned import archive_problem
+from agent_gate.ledger.subtrees import (
+    Ended,
+    Kept,
+    archived_heads,
+    batch_problem,
+    leafwise,
+    records,
+    walk,
+)
 from agent_gate.ledger.trail_tree import TreeWalk, leaf_of
 
 __all__ = ["ChainProblem", "ChainReport", "verify"]
 
-_EVENTS = AUDIT_EVENTS
 _BOUND = AUDIT_CHECKPOINT_HEADS
 _CALLS = TOOL_CALLS
 _FIELDS = ("at", "task_id", "call_row_id", "call_id", "event", "from_state", "to_state",
@@ -126,6 +137,9 @@ class _Chain:
     seq: int = 0
     hash: str = GENESIS
     row_id: int | None = None
+    first: int = 1
+    """The first position walked live: the ones before it were archived (kept as
+    subtrees, their rows read only where a head names them)."""
     rewritten: ChainProblem | None = None
     """The first entry that differs from the one a checkpoint bound (reported once
     the checkpoints themselves are known to be whole)."""
@@ -144,14 +158,16 @@ class _Legacy:
 def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainReport:
     """Walk the whole trail in one snapshot and name the first thing that is wrong
     (see the module docstring for what is proved, in what order)."""
-    heads = current_heads(conn)
+    heads, ended = archived_heads(conn)
     stored = checkpoints(conn)
+    stored_heads = [(int(cp_id), task, int(seq), digest) for cp_id, task, seq, digest in
+                    conn.execute(select(_BOUND.c.checkpoint_id, _BOUND.c.task_id, _BOUND.c.seq,
+                                        _BOUND.c.hash).order_by(_BOUND.c.checkpoint_id))]
     bound: dict[tuple[str, int], tuple[str, int]] = {}
-    for cp_id, task, seq, digest in conn.execute(
-        select(_BOUND.c.checkpoint_id, _BOUND.c.task_id, _BOUND.c.seq, _BOUND.c.hash)
-        .order_by(_BOUND.c.checkpoint_id)
-    ):
-        bound.setdefault((task, int(seq)), (digest, int(cp_id)))
+    for cp_id, task, seq, digest in stored_heads:
+        bound.setdefault((task, seq), (digest, cp_id))
+    found = records(conn)
+    kept = Kept(leafwise(found))
     first = stored[0] if stored else None
     legacy = (_Legacy(first.legacy_last_id) if first is not None
               and first.legacy_last_id is not None else None)
@@ -164,8 +180,14 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     problem: ChainProblem | None = None
     tree = TreeWalk(stored)
     archived: set[str] = set()
-    for row in merge(conn.execute(select(_EVENTS).order_by(_EVENTS.c.id)).mappings(),
-                     pruned_rows(conn)):
+    for row in walk(conn, leafwise=kept.leafwise):
+        if "subtree" in row:  # archived leaves, by their perfect subtree's hash
+            piece = row["subtree"]
+            count += piece.width
+            tree.add_subtree(piece.first_id, piece.last_id, piece.start, piece.level,
+                             piece.hash)
+            kept.add(piece)
+            continue
         count += 1
         if "leaf" in row:  # pruned: its hashes as kept, covered by its archive record
             recomputed, leaf = row["hash"], row["leaf"]
@@ -188,22 +210,36 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
             if legacy_anchor == (legacy.seq, legacy.hash):
                 legacy.anchored = True
         if problem is None:
-            chain = chains.setdefault(row["task_id"], _Chain())
+            chain = chains.get(row["task_id"])
+            if chain is None:
+                chain = chains[row["task_id"]] = _Chain()
+                end = ended.get(row["task_id"])
+                if end is not None and "leaf" not in row and int(row["seq"]) == end[0] + 1:
+                    chain.seq, chain.hash, chain.first = end[0], end[1], end[0] + 1
             problem = _entry_problem(row, chain, bound, recomputed)
+    for task, head in heads.items():  # archived whole: the chain ends where it was archived
+        end = ended.get(task)
+        if end is not None and task not in chains and head == end[:2]:
+            chains[task] = _Chain(seq=head[0], hash=head[1], first=head[0] + 1)
     if problem is None:
         problem = _head_problem(chains, heads)
     if problem is None:
-        problem = _checkpoint_problem(conn, stored)
+        problem = _checkpoint_problem(stored, stored_heads)
     if problem is None:
         problem = next((c.rewritten for _, c in sorted(chains.items()) if c.rewritten), None)
     if problem is None:
-        problem = _bound_problem(chains, bound)
+        problem = _bound_problem(chains, bound, ended)
     if problem is None and legacy is not None:
         problem = _legacy_problem(legacy, first)
     if problem is None and (wrong_tree := tree.finish()) is not None:
         problem = ChainProblem("tree", wrong_tree[0], None, wrong_tree[1])
-    if problem is None and (unrecorded := archive_problem(conn, archived)) is not None:
+    if problem is None and (unrecorded := archive_problem(conn, archived, found)) is not None:
         problem = ChainProblem("deleted", 0, None, unrecorded)
+    trees = {(tree[0], tree[2]) for c in stored if (tree := c.tree) is not None}
+    if problem is None and (
+        unkept := batch_problem(conn, found, kept.batches, trees, whole=True, ended=ended)
+    ) is not None:
+        problem = ChainProblem("deleted", 0, None, unkept)
     if problem is None and anchor is not None:
         problem = _anchor_problem(anchor, stored, legacy)
     if problem is None:
@@ -292,9 +328,10 @@ def _head_problem(
 
 
 def _bound_problem(
-    chains: dict[str, _Chain], bound: dict[tuple[str, int], tuple[str, int]]
+    chains: dict[str, _Chain], bound: dict[tuple[str, int], tuple[str, int]],
+    ended: dict[str, Ended],
 ) -> ChainProblem | None:
-    for (task, seq), (_, cp_id) in sorted(bound.items()):
+    for (task, seq), (digest, cp_id) in sorted(bound.items()):
         chain = chains.get(task)
         if chain is None:
             return ChainProblem(
@@ -308,6 +345,19 @@ def _bound_problem(
                 f"the chain of task {task!r} ends at #{chain.seq}, below entry #{seq} that "
                 f"checkpoint #{cp_id} bound: entries #{chain.seq + 1}..#{seq} were deleted",
                 task,
+            )
+        end = ended.get(task)
+        if seq < chain.first and (end is None or end[0] < seq):
+            return ChainProblem(
+                "deleted", seq, None,
+                f"checkpoint #{cp_id} bound entry #{seq} of task {task!r}, which is neither "
+                "in the trail nor archived: it was deleted", task,
+            )
+        if end is not None and seq == end[0] and digest != end[1]:
+            return ChainProblem(
+                "rewritten", seq, None,
+                f"task {task!r} was archived ending at entry #{seq}, but not with the entry "
+                f"checkpoint #{cp_id} bound there: its archived head was rewritten", task,
             )
     return None
 
@@ -325,16 +375,16 @@ def _legacy_problem(legacy: _Legacy, first: Checkpoint | None) -> ChainProblem |
     )
 
 
-def _checkpoint_problem(conn: Connection, stored: list[Checkpoint]) -> ChainProblem | None:
+def _checkpoint_problem(
+    stored: list[Checkpoint], stored_heads: list[tuple[int, str, int, str]]
+) -> ChainProblem | None:
     if not stored:
         return None
     # Every head stored, oldest checkpoint first, folded into the set each one binds.
     changed: dict[int, list[tuple[str, int, str]]] = {}
-    for cp_id, task, seq, digest in conn.execute(
-        select(_BOUND.c.checkpoint_id, _BOUND.c.task_id, _BOUND.c.seq, _BOUND.c.hash)
-    ):
-        changed.setdefault(int(cp_id), []).append((task, int(seq), digest))
-    heads: dict[str, tuple[int, str]] = {}
+    for cp_id, task, seq, digest in stored_heads:
+        changed.setdefault(cp_id, []).append((task, seq, digest))
+    heads = HeadsRoot()
     prev = GENESIS
     for position, cp in enumerate(stored, start=1):
         if cp.id != position:
@@ -343,7 +393,7 @@ def _checkpoint_problem(conn: Connection, stored: list[Checkpoint]) -> ChainProb
                 f"checkpoint #{position} was deleted: the checkpoints jump to #{cp.id}",
             )
         for task, seq, digest in changed.get(cp.id, ()):
-            heads[task] = (seq, digest)
+            heads.set(task, seq, digest)
         if cp.prev_hash != prev:
             return ChainProblem(
                 "checkpoint", cp.id, None,
@@ -354,7 +404,7 @@ def _checkpoint_problem(conn: Connection, stored: list[Checkpoint]) -> ChainProb
             return ChainProblem("checkpoint", cp.id, None,
                                 f"checkpoint #{cp.id} was edited: its fields no longer "
                                 "match its hash")
-        root = root_hash((task, seq, digest) for task, (seq, digest) in heads.items())
+        root = heads.hexdigest()
         if root != cp.root or len(heads) != cp.tasks:
             return ChainProblem(
                 "checkpoint", cp.id, None,

@@ -13,7 +13,8 @@ about an hour to write a million calls).
 * ``archived``: every call written, a checkpoint taken, then the oldest 90% of the
   tasks pruned by ``audit archive``'s own pruning (``evidence.archive._prune``, in
   its batches of 50 tasks): tombstones in ``archived_calls``, pruned leaves in
-  ``audit_pruned``, an archive record per batch. The per-task bundle export that
+  ``audit_pruned``, subtrees in ``audit_subtrees``, chain ends in ``archived_heads``,
+  an archive record per batch. The per-task bundle export that
   comes before it in ``audit archive`` is skipped: it is not part of the state
   measured, and exporting 90,000 bundles would take most of a day.
 * ``new``: only the live calls ever written, and a checkpoint taken.
@@ -25,9 +26,9 @@ median of per-round time ratios archived / new (1.0: as fast; above: slower):
   (the insert passes the archived-call trigger; two synced commits a call);
 * ``listing``: the tasks page, the newest audit page, a live task's page, one call's
   details (what ``agent-gate tasks``, ``audit`` and ``call show`` read);
-* ``verify``: a full ``audit verify`` (every chain, every leaf of the Merkle tree,
-  pruned ones included, every checkpoint), and ``audit verify`` from the newest
-  checkpoint (what came after it only).
+* ``verify``: a full ``audit verify`` (every chain, every checkpoint's Merkle tree:
+  live leaves and, for pruned ones, the perfect subtrees their batch kept), and ``audit
+  verify`` from the newest checkpoint (what came after it only).
 
 Not collected by pytest: a measurement, never an assertion. Writes
 ``results/retention.md`` (``results/retention-quick.md`` with ``--quick``).
@@ -149,7 +150,6 @@ def prune_oldest(url: str, calls: int, signer: Any) -> int:
     with Ledger(url) as ledger:
         engine = ledger.engine
         signed = signed_checkpoint(engine, signer, None)
-        last_id = signed.checkpoint.tree_last_id or 0
         exported: dict[str, set[int]] = {task: set() for task in tasks}
         with begin_read(engine) as conn:
             for task, row in conn.execute(select(AUDIT_EVENTS.c.task_id, AUDIT_EVENTS.c.id)
@@ -159,9 +159,11 @@ def prune_oldest(url: str, calls: int, signer: Any) -> int:
         report = retention.ArchiveReport("bench", "-", signed.tree.size,
                                          signed.tree.root().hex())
         before = _START + timedelta(days=3650)
+        with begin_read(engine) as conn:
+            cuts = retention.cuts_of(conn, signed)
         for start in range(0, len(tasks), 50):
             retention._prune(engine, report, tasks[start:start + 50], exported, before,
-                             last_id)
+                             signed, cuts)
     return report.calls
 
 

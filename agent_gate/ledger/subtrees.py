@@ -1,0 +1,260 @@
+"""Archived leaves as perfect subtrees: what a full ``audit verify`` reads in their place.
+
+An archive batch prunes leaves of the trail's Merkle tree; every root above them must
+still verify. Walking each kept leaf (``audit_pruned``) makes a full verify cost every
+entry ever written. RFC 6962's tree needs less: an aligned perfect subtree
+``[start, start + 2**level)`` enters a root only through its hash, so the archive keeps,
+per batch, the hashes of the aligned subtrees that cover its leaves (``cover``: each run
+of consecutive pruned positions split at every checkpoint's size, then into the widest
+aligned pieces, as C2SP tlog-tiles stores whole tiles). The verifier appends each one
+to the frontier where its leaves stood (``Frontier.extend_piece``) and recomputes every
+checkpoint's size, root and frontier from O(live entries + subtrees) inputs; the cut at
+each checkpoint's size keeps every checkpoint's frontier computable.
+
+Why a stored subtree hash is believed:
+
+* the archive takes it from the signed tree it exported against, after checking each
+  pruned leaf is that tree's leaf at that position (``evidence.archive``);
+* the batch's ``archived`` entry (hash-chained, bound by the next checkpoints) commits
+  to the list: its count and ``subtrees_hash`` over ``(start, level, first_id, last_id,
+  hash)`` in order, and names the signed tree the leaves were in (``batch_problem``);
+* every checkpoint root over the pruned range recomputes only with the right hash at
+  the right position (``trail_tree.TreeWalk.add_subtree``).
+
+A pruned entry's own row is still read where a live chain or a checkpoint's head names
+it (the link into a re-used task, an archived task's head), and it must lie inside a
+subtree of its own batch (``Kept.covers``): a row passed off as pruned without one is a
+deleted entry. Batches archived before revision 0017 have no subtrees: their leaves are
+walked one by one and checked against the record's root (``pruned.archive_problem``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any, Final
+
+from sqlalchemy import Connection, select
+
+from agent_gate.evidence.merkle import range_pieces
+from agent_gate.ledger.models import (
+    ARCHIVED_HEADS,
+    AUDIT_EVENTS,
+    AUDIT_HEADS,
+    AUDIT_PRUNED,
+    AUDIT_SUBTREES,
+)
+from agent_gate.ledger.pruned import ARCHIVE_EVENT, ARCHIVE_TASK, merge, pruned_rows
+
+__all__ = ["COUNT_KEY", "HASH_KEY", "HEADS_KEY", "Ended", "Kept", "Subtree", "archived_heads",
+           "batch_problem", "cover", "heads_hash", "junction", "leafwise", "records",
+           "subtrees_hash", "walk"]
+
+COUNT_KEY: Final = "subtrees"
+"""The archive record's key for the number of subtrees its batch kept."""
+HASH_KEY: Final = "subtrees_hash"
+"""The archive record's key for ``subtrees_hash`` of its batch's subtrees."""
+HEADS_KEY: Final = "heads_hash"
+"""The archive record's key for ``heads_hash`` of the chain ends its batch archived."""
+_BATCH = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Subtree:
+    """``2**level`` pruned leaves from leaf ``start``: rows ``first_id..last_id``."""
+
+    start: int
+    level: int
+    first_id: int
+    last_id: int
+    hash: str
+    archive: str
+
+    @property
+    def width(self) -> int:
+        return 1 << self.level
+
+
+def cover(positions: Sequence[int], cuts: Iterable[int]) -> list[tuple[int, int]]:
+    """``(start, level)`` of the aligned perfect subtrees covering the sorted leaf
+    ``positions``: each run of consecutive positions, split at each of ``cuts`` (the
+    checkpoints' sizes) that falls inside it, as the widest aligned pieces."""
+    edges = sorted(set(cuts))
+    out: list[tuple[int, int]] = []
+    at = 0
+    while at < len(positions):
+        end = at
+        while end + 1 < len(positions) and positions[end + 1] == positions[end] + 1:
+            end += 1
+        lo, hi = positions[at], positions[end] + 1
+        inner = edges[bisect.bisect_right(edges, lo):bisect.bisect_left(edges, hi)]
+        bounds = [lo, *inner, hi]
+        for a, b in pairwise(bounds):
+            out.extend((start, width.bit_length() - 1) for start, width in range_pieces(a, b))
+        at = end + 1
+    return out
+
+
+def subtrees_hash(subtrees: Iterable[Subtree]) -> str:
+    """SHA-256 over the subtrees in ``start`` order, as the archive record commits to it."""
+    rows = [[s.start, s.level, s.first_id, s.last_id, s.hash]
+            for s in sorted(subtrees, key=lambda s: s.start)]
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
+def _subtree(row: Any) -> Subtree:
+    return Subtree(int(row.start), int(row.level), int(row.first_id), int(row.last_id),
+                   row.hash, row.archive)
+
+
+def walk(conn: Connection, *, after: int = 0, leafwise: set[str] | frozenset[str] = frozenset()
+         ) -> Iterator[Any]:
+    """The trail after row ``after`` in id order, as a verifier reads it: live entries,
+    each subtree (a mapping with ``id`` its first row and ``subtree``), and the kept leaves
+    of the ``leafwise`` batches (archived before subtrees were kept; ``leaf`` key)."""
+    live = conn.execute(select(AUDIT_EVENTS).where(AUDIT_EVENTS.c.id > after)
+                        .order_by(AUDIT_EVENTS.c.id)
+                        .execution_options(yield_per=_BATCH)).mappings()
+    kept = conn.execute(select(AUDIT_SUBTREES).where(AUDIT_SUBTREES.c.first_id > after)
+                        .order_by(AUDIT_SUBTREES.c.first_id))
+    pieces = ({"id": int(row.first_id), "subtree": _subtree(row)} for row in kept)
+    leaves = pruned_rows(conn, after=after, batches=leafwise) if leafwise else iter(())
+    return merge(merge(live, pieces), leaves)
+
+
+@dataclass(slots=True)
+class Kept:
+    """The subtrees a walk met, in id order: which rows they cover, per batch."""
+
+    leafwise: frozenset[str] = frozenset()
+    """Batches archived before subtrees were kept: their rows are walked one by one."""
+    firsts: list[int] = field(default_factory=list)
+    items: list[Subtree] = field(default_factory=list)
+    batches: dict[str, list[Subtree]] = field(default_factory=dict)
+
+    def add(self, subtree: Subtree) -> None:
+        self.firsts.append(subtree.first_id)
+        self.items.append(subtree)
+        self.batches.setdefault(subtree.archive, []).append(subtree)
+
+    def covers(self, row_id: int, archive: str) -> bool:
+        """Whether pruned row ``row_id`` lies inside a subtree of its batch ``archive`` (or
+        the batch is walked leaf by leaf, each of its rows checked against its record)."""
+        if archive in self.leafwise:
+            return True
+        at = bisect.bisect_right(self.firsts, row_id) - 1
+        return at >= 0 and self.items[at].last_id >= row_id and self.items[at].archive == archive
+
+
+def leafwise(found: dict[str, dict[str, Any]]) -> frozenset[str]:
+    """The batches whose record names no subtrees: archived before revision 0017."""
+    return frozenset(batch for batch, record in found.items() if HASH_KEY not in record)
+
+
+def records(conn: Connection) -> dict[str, dict[str, Any]]:
+    """Every archive record's detail by batch id (the ``task_id`` index: one per batch)."""
+    out: dict[str, dict[str, Any]] = {}
+    for detail, in conn.execute(select(AUDIT_EVENTS.c.detail).where(
+            AUDIT_EVENTS.c.task_id == ARCHIVE_TASK, AUDIT_EVENTS.c.event == ARCHIVE_EVENT)):
+        try:
+            body = json.loads(detail)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(body, dict) and isinstance(body.get("archive"), str):
+            out[body["archive"]] = body
+    return out
+
+
+def batch_problem(conn: Connection, found: dict[str, dict[str, Any]],
+                  met: dict[str, list[Subtree]], trees: set[tuple[int, str]], *,
+                  whole: bool, ended: dict[str, Ended] | None = None) -> str | None:
+    """The first batch whose subtrees (or, given ``ended``, whose archived chain ends) are
+    not the ones its archive record commits to, or whose record names no tree a
+    checkpoint holds. ``met``: the subtrees a walk read, by batch; ``whole``: the walk
+    read every subtree (a full verify; else each batch met is read again whole), and
+    every record that names subtrees must then have met some."""
+    if ended is not None:
+        by_batch: dict[str, list[tuple[str, int, str]]] = {}
+        for task, (seq, digest, batch) in ended.items():
+            by_batch.setdefault(batch, []).append((task, seq, digest))
+        for batch in sorted(set(by_batch) | {b for b, r in found.items() if HEADS_KEY in r}):
+            record, rows = found.get(batch) or {}, by_batch.get(batch, [])
+            if (len(rows), heads_hash(rows)) != (record.get("tasks"), record.get(HEADS_KEY)):
+                return (f"archive batch {batch!r} recorded the chain ends of "
+                        f"{record.get('tasks')} archived tasks, but the {len(rows)} kept are "
+                        "not those: an archived task's head was altered, added or removed")
+    for batch in sorted(met):
+        record = found.get(batch)
+        if record is None or HASH_KEY not in record:
+            return (f"audit entries were removed as archive batch {batch!r}, but the trail "
+                    "holds no archive record of that batch's subtrees: they were deleted, "
+                    "not archived")
+        kept = met[batch] if whole else _of_batch(conn, batch)
+        if (len(kept), subtrees_hash(kept)) != (record.get(COUNT_KEY), record.get(HASH_KEY)):
+            return (f"archive batch {batch!r} recorded {record.get(COUNT_KEY)} subtrees, but "
+                    f"the {len(kept)} kept are not those: a subtree hash, position or range "
+                    "was altered, added or removed")
+        leaves = sum(s.width for s in kept)
+        if leaves != record.get("entries"):
+            return (f"archive batch {batch!r} recorded {record.get('entries')} pruned "
+                    f"entries, but its subtrees hold {leaves}")
+        size = record.get("tree_size")
+        if (size, record.get("tree_root")) not in trees or max(
+                s.start + s.width for s in kept) > size:
+            return (f"archive batch {batch!r} names a tree of {size} entries that no "
+                    "checkpoint holds, or its subtrees reach past it: its leaves were never "
+                    "in the checkpoint the archive exported against")
+    if whole:
+        for batch in sorted(b for b, r in found.items() if HASH_KEY in r and b not in met):
+            return (f"archive batch {batch!r} recorded {found[batch].get(COUNT_KEY)} "
+                    "subtrees, and none is kept: they were deleted")
+    return None
+
+
+def _of_batch(conn: Connection, batch: str) -> list[Subtree]:
+    return [_subtree(row) for row in conn.execute(
+        select(AUDIT_SUBTREES).where(AUDIT_SUBTREES.c.archive == batch)
+        .order_by(AUDIT_SUBTREES.c.start))]
+
+
+Pruned = tuple[str, int, str]
+"""A pruned entry's ``hash``, ``id`` and ``archive`` batch."""
+Ended = tuple[int, str, str]
+"""Where an archived task's chain ended: ``seq``, ``hash``, and the batch that pruned it."""
+
+
+def archived_heads(conn: Connection) -> tuple[dict[str, tuple[int, str]], dict[str, Ended]]:
+    """Every task's head, and every archived task's chain end (``archived_heads``), in one
+    statement (one snapshot, one pass over the tasks). A chain end whose task has no head
+    any more is left out: its batch's ``heads_hash`` then fails (``batch_problem``)."""
+    h, a = AUDIT_HEADS.c, ARCHIVED_HEADS.c
+    heads: dict[str, tuple[int, str]] = {}
+    ended: dict[str, Ended] = {}
+    for task, seq, digest, end_seq, end_hash, batch in conn.execute(
+        select(h.task_id, h.seq, h.hash, a.seq, a.hash, a.archive)
+        .select_from(AUDIT_HEADS.outerjoin(ARCHIVED_HEADS, a.task_id == h.task_id))
+        .execution_options(yield_per=_BATCH)
+    ):
+        heads[task] = (int(seq), digest)
+        if batch is not None:
+            ended[task] = (int(end_seq), end_hash, batch)
+    return heads, ended
+
+
+def heads_hash(heads: Iterable[tuple[str, int, str]]) -> str:
+    """SHA-256 over the ``(task, seq, hash)`` a batch archived, in task order, as its
+    archive record commits to it."""
+    rows = sorted([task, seq, digest] for task, seq, digest in heads)
+    return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
+def junction(conn: Connection, task: str, seq: int) -> Pruned | None:
+    """The pruned entry ``seq`` of ``task`` (the ``task_id, seq`` key): where a re-used
+    task's first live entry links into its archived part."""
+    row = conn.execute(select(AUDIT_PRUNED.c.hash, AUDIT_PRUNED.c.id, AUDIT_PRUNED.c.archive)
+                       .where(AUDIT_PRUNED.c.task_id == task, AUDIT_PRUNED.c.seq == seq)).first()
+    return None if row is None else (row[0], int(row[1]), row[2])
