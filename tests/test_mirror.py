@@ -60,6 +60,8 @@ DRIVEN_ELSEWHERE: dict[str, tuple[str, str]] = {
     "ledger/reasons.py": ("ledger/test_states_tables.py", "an enum of codes, no logic"),
     "ledger/sql.py": ("ledger/test_approvals_expiry_clock.py",
                       "the database clock and locks, only visible through a database"),
+    "ledger/subtrees.py": ("evidence/test_archive_subtrees.py",
+                           "what an archive batch keeps, tampered with beside the archive"),
     "ledger/sweep.py": ("ledger/test_deadlines.py", "one sweeper pass, raced there"),
     "ledger/sweeper.py": ("ledger/test_deadlines.py", "DeadlineSweeper's thread, there"),
     "ledger/txn.py": ("ledger/test_seam.py", "the seam every ledger test runs through"),
