@@ -157,7 +157,7 @@ async def slack_interaction(request: Request, name: str) -> JSONResponse:
 
 def _answer(request: Request, route: SlackRoute, body: bytes,
             headers: dict[str, str]) -> JSONResponse:
-    from agent_gate.serve.service import Answer, InboxService, status_of
+    from agent_gate.serve.service import InboxService, OperatorAnswer, status_of
 
     service: InboxService = request.app.state.service
     status, why, click = interaction(route, body, headers)
@@ -174,7 +174,7 @@ def _answer(request: Request, route: SlackRoute, body: bytes,
                                       "reason": "this Slack user is no operator"})
         return JSONResponse({"response_type": "ephemeral",
                              "text": "You are not an agent-gate operator: nothing answered."})
-    answer = Answer(ref, args_hash, f"from Slack (user {user[:40]})")
+    answer = OperatorAnswer(ref, args_hash, f"from Slack (user {user[:40]})")
     try:
         done = service.approve(op, answer) if verb == "approve" else service.deny(op, answer)
     except AgentGateError as exc:
