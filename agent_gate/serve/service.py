@@ -39,7 +39,7 @@ from agent_gate.gate.reveal import Revealed, reveal, sealed_fields
 from agent_gate.ledger.grants import GrantRecord
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
-from agent_gate.ledger.views.details import CallDetails, details_page
+from agent_gate.ledger.views.details import CallDetails, answers_page, details_page
 from agent_gate.ledger.views.inbox import (
     InboxCounts,
     InboxQuery,
@@ -339,20 +339,21 @@ class InboxService:
             return progress(rules, rec, self.ledger.answers(rec))
 
     def quorum_progress(self, rows: list[InboxRow]) -> dict[int, str]:
-        """The "1 of 2" of each listed waiting call a quorum rule sent (one read of its
-        answers per such row; none for the rest, nor without a policy file)."""
+        """The "1 of 2" of each listed waiting call a quorum rule sent: those calls and
+        their answers in two statements for the whole page (``answers_page``); nothing
+        read for the rest, nor without a policy file."""
         rules = self.gate.rules
         if rules is None:
             return {}
         wanted = set(quorum_rule_ids(rules.policy.document))
-        out: dict[int, str] = {}
+        refs = [row.ref for row in rows
+                if row.state is CallState.AWAITING_APPROVAL and wanted & set(row.rule_ids)]
         with self._held():
-            for row in rows:
-                if row.state is not CallState.AWAITING_APPROVAL or not wanted & set(row.rule_ids):
-                    continue
-                rec = self._row(row.ref)
-                shown = progress(rules, rec, self.ledger.answers(rec))
-                out[row.ref] = f"{len(shown['approved_by'])} of {shown['min']}"
+            found = answers_page(self.ledger.engine, refs)
+        out: dict[int, str] = {}
+        for rec, answers in found:
+            shown = progress(rules, rec, answers)
+            out[rec.row_id] = f"{len(shown['approved_by'])} of {shown['min']}"
         return out
 
     def grants(self, *, task_id: str | None = None, active: bool = False) -> list[GrantRecord]:
