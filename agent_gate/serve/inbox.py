@@ -45,7 +45,7 @@ from agent_gate.gate.desk import runs_next
 from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
 from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
-from agent_gate.serve.editform import edit_fields, edit_of
+from agent_gate.serve.editform import MAX_VALUE_CHARS, edit_fields, edit_of
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
@@ -65,6 +65,7 @@ templates.env.filters["q"] = lambda v: quote(str(v), safe="")
 templates.env.globals["inbox_css"] = Markup(INBOX_CSS)  # our own file, not text from a request
 templates.env.globals["inbox_js"] = Markup(INBOX_JS)  # our own file, not text from a request
 templates.env.filters["age"] = lambda seconds: _age(int(seconds))
+templates.env.globals["edit_max_chars"] = MAX_VALUE_CHARS  # the textarea's, the server's too
 
 
 def _age(seconds: int) -> str:
