@@ -155,10 +155,10 @@ def edits_of_calls(conn: Connection, call_row_ids: Sequence[int]
                    ) -> dict[int, tuple[EditRecord, ...]]:
     """``edits_of`` for a page of calls in one statement (the call pages read edits
     this way: one read per edited call grew a page's statements with its edits)."""
-    e = APPROVAL_EDITS.c
-    out: dict[int, list[EditRecord]] = {i: [] for i in call_row_ids}
     if not call_row_ids:
         return {}
+    e = APPROVAL_EDITS.c
+    out: dict[int, list[EditRecord]] = {i: [] for i in call_row_ids}
     rows = conn.execute(
         select(e.call_row_id, e.id, e.edited_by, e.edited_at, e.fields, e.old_args_hash,
                e.new_args_hash, e.old_arguments, e.approval_id)
