@@ -370,10 +370,6 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
         "agent_gate.integrations.mcp.peer", "agent_gate.integrations.mcp.results",
         "agent_gate.integrations.mcp.sampling", "agent_gate.integrations.mcp.upstream",
     }): "issue 31: mcp calls -> link -> peer -> sampling -> calls",
-    # The Slack reply seals what slack.py renders and reuses its text helper in a
-    # function; serve/ is another helper's this round.
-    frozenset({"agent_gate.serve.slack", "agent_gate.serve.slack_reply"}):
-        "issue 31: serve slack <-> slack_reply (_text)",
 }
 """Import circles known today, each with why it stays and who removes it. The rule
 test passes over exactly these sets of modules; a test below fails once one is gone

@@ -19,12 +19,9 @@ from agent_gate.policy import Verdict
 
 PACKAGE = Path(agent_gate.__file__).parent
 
-SHARED_CLASS_NAMES: dict[str, set[str]] = {
-    # A person's answer as the waiting gate reads it and as the console reads it from
-    # a request: one concept, two views, both waiting for issue 31's next step to
-    # become one value. Shrink this, never grow it.
-    "Answer": {"gate/waiting.py", "serve/service.py"},
-}
+SHARED_CLASS_NAMES: dict[str, set[str]] = {}
+"""Public class names allowed to mean two classes: none (serve's answer as a request
+hands it in is ``OperatorAnswer`` since issue 31; ``Answer`` is the gate's). Never grow it."""
 
 ONE_DEFINITION = {"canonical_json", "canonical_bytes", "sha256_hex"}
 """Defined in ``agent_gate/plainjson.py`` only, and imported from there only."""

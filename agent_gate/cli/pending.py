@@ -6,6 +6,13 @@ they have waited, the deadline of the wait (an approve rule's ``approval: timeou
 when, and what then happens) and a short preview of their arguments, where a field the policy
 redacts is its stand-in (never unsealed). The same filters as the web inbox's list
 (``ledger.views.inbox``), keyset-paged and streamed a page at a time like ``tasks``.
+
+With ``--policy`` (the file the calls wait under), a call a quorum rule sent shows its
+progress ("1 of 2", as the inbox does) and stays listed after one approval. With
+``--operator``, only the calls that operator may answer: their rights' tools, and no
+call escalated to a role the policy's ``operators:`` does not give them (without
+``--policy`` nobody holds a role, so no escalated call is listed: ``approve`` would
+refuse it too).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from agent_gate.cli._options import ledger_options
 from agent_gate.cli._output import cell, console, emit_json, state_style
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from agent_gate.authorize import PolicyAuthorizer
     from agent_gate.ledger.views.inbox import InboxRow
 
 _STATES = {"waiting": ("awaiting_approval",), "in-doubt": ("in_doubt",),
@@ -46,7 +56,11 @@ def _age(seconds: int) -> str:
 @click.option("--search", default=None, metavar="ID",
               help="Only calls whose call id or task id starts with this.")
 @click.option("--operator", "operator", default=None, metavar="NAME",
-              help="Only the calls this operator's rights cover (agent-gate operator list).")
+              help="Only the calls this operator may answer: their rights' tools (agent-gate "
+                   "operator list), no call escalated to a role they do not hold.")
+@click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
+              help="The policy the calls wait under: a quorum's progress (1 of 2), and the "
+                   "roles of --operator (its operators: section).")
 @click.option("--answered", is_flag=True,
               help="Also the calls already approved that wait for a gate to run them.")
 @click.option("--newest-first", is_flag=True, help="Newest call first (default: oldest).")
@@ -57,8 +71,9 @@ def _age(seconds: int) -> str:
 @ledger_options
 def pending_command(
     state: str, tool: str | None, task_id: str | None, rule: str | None, older: str | None,
-    search: str | None, operator: str | None, answered: bool, newest_first: bool,
-    limit: int | None, after: int | None, url: str | None, as_json: bool,
+    search: str | None, operator: str | None, policy_file: str | None, answered: bool,
+    newest_first: bool, limit: int | None, after: int | None, url: str | None,
+    as_json: bool,
 ) -> None:
     """List the calls that wait for a person across tasks (oldest first).
 
@@ -69,15 +84,18 @@ def pending_command(
     from dataclasses import replace
 
     from agent_gate.cli._exit import CliError
+    from agent_gate.cli._options import gate_policy
     from agent_gate.ledger.states import CallState
     from agent_gate.ledger.views.inbox import MAX_INBOX_PAGE, InboxQuery, read_inbox
     from agent_gate.ledger.views.operators import ALL_TOOLS, Operators
+    from agent_gate.policy.approval import quorum_rule_ids
 
     before = parse_since(older) if older is not None else None
     table: PagedTable | None = None
-    shown, last = 0, None
+    shown, fetched, last = 0, 0, None
     now = datetime.now(UTC)
     with failures(), open_ledger(url) as ledger:
+        rules = gate_policy(policy_file, None)
         tools: tuple[str, ...] | None = None
         if operator is not None:
             found = [o for o in Operators(ledger.engine).list() if o.name == operator]
@@ -89,39 +107,76 @@ def pending_command(
         query = InboxQuery(
             states=tuple(CallState(s) for s in _STATES[state]), tool=tool, task_id=task_id,
             rule=rule, waiting_before=before, search=search, tools=tools,
-            newest_first=newest_first, answered=answered)
+            newest_first=newest_first, answered=answered,
+            quorum_rules=quorum_rule_ids(rules.policy.document) if rules is not None else ())
 
         def fetch(cursor: int | None, n: int) -> list[InboxRow]:
             rows, _ = read_inbox(ledger.engine, replace(
                 query, after=cursor, limit=min(n, MAX_INBOX_PAGE)))
             return rows
 
-        for page in pages(fetch, lambda r: r.ref, after, limit):
+        for fetched_page in pages(fetch, lambda r: r.ref, after, limit):
+            fetched += len(fetched_page)
+            last = fetched_page[-1].ref
+            page = [r for r in fetched_page
+                    if operator is None or _may_answer(r, operator, rules)]
+            if not page:
+                continue
             shown += len(page)
-            last = page[-1].ref
+            quorum = _quorum(ledger.engine, rules, page)
             if as_json:
                 for r in page:
-                    emit_json(r.to_dict(now))
+                    emit_json({**r.to_dict(now), "quorum": quorum.get(r.ref)})
                 continue
             if table is None:
                 table = PagedTable(console(), ("ref", "tool", "call", "task", "rules",
                                                "waiting", "deadline", "arguments"),
                                    ids=("call", "task"), right=("ref", "waiting"))
-            table.print([_row(r, now) for r in page])
+            table.print([_row(r, now, quorum.get(r.ref)) for r in page])
     if not as_json and shown == 0:
         console().print("no call waits for a person" if state == "waiting"
                         else "no call matches")
-    elif not as_json and limit is not None and shown == limit and last is not None:
+    elif not as_json and limit is not None and fetched == limit and last is not None:
         click.echo(f"more may follow: agent-gate pending --after {last} --limit {limit}",
                    err=True)
 
 
-def _row(r: InboxRow, now: datetime) -> list[Any]:
+def _may_answer(r: InboxRow, operator: str, rules: PolicyAuthorizer | None) -> bool:
+    """Whether ``operator`` (whose rights' tools the query already kept) may answer a
+    call escalated to a role: only its holders may (``gate.desk``)."""
+    if r.deadline is None or not r.deadline.escalated or r.deadline.role is None:
+        return True
+    return rules is not None and rules.policy.holds_role(operator, r.deadline.role)
+
+
+def _quorum(engine: Engine, rules: PolicyAuthorizer | None,
+            page: list[InboxRow]) -> dict[int, str]:
+    """The "1 of 2" of each waiting call on the page a quorum rule sent: those calls and
+    their answers in two statements for the page (``views.details.answers_page``)."""
+    if rules is None:
+        return {}
+    from agent_gate.gate.answered import progress
+    from agent_gate.ledger.states import CallState
+    from agent_gate.ledger.views.details import answers_page
+    from agent_gate.policy.approval import quorum_rule_ids
+
+    wanted = set(quorum_rule_ids(rules.policy.document))
+    refs = [r.ref for r in page
+            if r.state is CallState.AWAITING_APPROVAL and wanted & set(r.rule_ids)]
+    out: dict[int, str] = {}
+    for rec, answers in answers_page(engine, refs):
+        shown = progress(rules, rec, answers)
+        out[rec.row_id] = f"{len(shown['approved_by'])} of {shown['min']}"
+    return out
+
+
+def _row(r: InboxRow, now: datetime, quorum: str | None) -> list[Any]:
     d = r.to_dict(now)
     tool = cell(r.tool, state_style(r.state.value)) if r.state.value == "in_doubt" \
         else cell(r.tool)
+    rules = ", ".join(r.rule_ids) or "-"
     return [cell(r.ref), tool, cell(r.call_id), cell(r.task_id),
-            cell(", ".join(r.rule_ids) or "-"), cell(_age(d["age_seconds"])),
+            cell(f"{rules} ({quorum})" if quorum else rules), cell(_age(d["age_seconds"])),
             cell(_deadline(r)), cell(d["preview"])]
 
 

@@ -17,7 +17,7 @@ and both hashes; the audit entry of the arrow names the fields and hashes, never
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from agent_gate.ledger.txn import Txn
 
-__all__ = ["EditRecord", "NewVersion", "edit_and_approve", "edits_of"]
+__all__ = ["EditRecord", "NewVersion", "edit_and_approve", "edits_of", "edits_of_calls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +151,30 @@ def edits_of(conn: Connection, call_row_id: int) -> tuple[EditRecord, ...]:
         )
         for r in rows
     )
+
+
+def edits_of_calls(conn: Connection, call_row_ids: Sequence[int]
+                   ) -> dict[int, tuple[EditRecord, ...]]:
+    """``edits_of`` for a page of calls in one statement (the call pages read edits
+    this way: one read per edited call grew a page's statements with its edits)."""
+    if not call_row_ids:
+        return {}
+    e = APPROVAL_EDITS.c
+    out: dict[int, list[EditRecord]] = {i: [] for i in call_row_ids}
+    rows = conn.execute(
+        select(e.call_row_id, e.id, e.edited_by, e.edited_at, e.fields, e.old_args_hash,
+               e.new_args_hash, e.old_arguments, e.approval_id)
+        .where(e.call_row_id.in_(list(call_row_ids))).order_by(e.id)
+    ).mappings()
+    for r in rows:
+        out[int(r["call_row_id"])].append(EditRecord(
+            id=r["id"], edited_by=r["edited_by"], edited_at=_aware(r["edited_at"]),
+            fields=tuple(json.loads(r["fields"])), old_args_hash=r["old_args_hash"],
+            new_args_hash=r["new_args_hash"],
+            old_arguments=json.loads(r["old_arguments"]) if r["old_arguments"] else None,
+            approval_id=r["approval_id"],
+        ))
+    return {i: tuple(found) for i, found in out.items()}
 
 
 def _aware(value: datetime) -> datetime:

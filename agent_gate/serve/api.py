@@ -26,7 +26,7 @@ from agent_gate.ledger.views.details import CallDetails
 from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
 from agent_gate.serve.proxied import from_proxy, tokens_allowed
-from agent_gate.serve.service import DETAILS_PAGE, Answer, InboxService, call_json
+from agent_gate.serve.service import DETAILS_PAGE, InboxService, OperatorAnswer, call_json
 
 __all__ = ["AnswerBody", "ResolveBody", "RevealBody", "client_of", "router"]
 
@@ -249,8 +249,8 @@ def _shown(service: InboxService, details: CallDetails) -> dict[str, Any]:
 
 @router.post("/calls/{ref}/approve", summary="Approve a waiting call, as it was shown")
 def approve(ref: Ref, body: ApproveBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.approve(op, Answer(ref, body.args_hash, body.reason, body.expires_in,
-                                      grant=body.grant, edit=body.edit))
+    return service.approve(op, OperatorAnswer(ref, body.args_hash, body.reason, body.expires_in,
+                                              grant=body.grant, edit=body.edit))
 
 
 @router.get("/calls/{ref}/approval",
@@ -284,12 +284,13 @@ def revoke_grant(grant_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)], body: Revo
 
 @router.post("/calls/{ref}/deny", summary="Deny a waiting call, as it was shown: it never runs")
 def deny(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.deny(op, Answer(ref, body.args_hash, body.reason))
+    return service.deny(op, OperatorAnswer(ref, body.args_hash, body.reason))
 
 
 @router.post("/calls/{ref}/resolve", summary="Settle a call in doubt, as it was shown")
 def resolve(ref: Ref, body: ResolveBody, op: Op, service: Service) -> dict[str, Any]:
-    return service.resolve(op, Answer(ref, body.args_hash, body.reason), body.as_, body.result)
+    return service.resolve(op, OperatorAnswer(ref, body.args_hash, body.reason), body.as_,
+                           body.result)
 
 
 class RevealBody(BaseModel):

@@ -18,7 +18,13 @@ from typing import Any
 from agent_gate.policy.edits import EditRefused
 from agent_gate.policy.paths import MISSING, parse_path, resolve
 
-__all__ = ["EditField", "edit_fields", "edit_of"]
+__all__ = ["MAX_NAME_CHARS", "MAX_VALUE_CHARS", "EditField", "edit_fields", "edit_of"]
+
+MAX_VALUE_CHARS = 65536
+"""The most characters a field's new value may have: the textarea's ``maxlength``,
+held on the server too (a hand-made post is not bound by the browser's)."""
+MAX_NAME_CHARS = 256
+"""Past this a posted field name names no field (the refusal does not repeat it)."""
 
 SET = "set:"
 """Form name prefix of a field's new value."""
@@ -54,14 +60,21 @@ def edit_fields(arguments: Any, editable: Sequence[str]) -> list[EditField]:
 
 def edit_of(fields: Mapping[str, str]) -> dict[str, Any] | None:
     """The edit a posted form carries (None: it is the plain approve form); a JSON
-    field that does not parse is ``EditRefused`` naming the field."""
+    field that does not parse, a value longer than the form lets one type or a name
+    longer than any field's is ``EditRefused`` (naming the field, never the value)."""
     edit: dict[str, Any] = {}
     for name, raw in fields.items():
         if not name.startswith(SET):
             continue
         path = name[len(SET):]
+        if len(path) > MAX_NAME_CHARS:
+            raise EditRefused(f"a field name of {len(path)} characters names no field of "
+                              "this call")
         kind = fields.get(KIND + path, "text")
         text = raw.replace("\r\n", "\n")  # what browsers send for a textarea's newlines
+        if len(text) > MAX_VALUE_CHARS:
+            raise EditRefused(f"the new value of field {path!r} has {len(text)} characters; "
+                              f"at most {MAX_VALUE_CHARS} characters", field=path)
         if kind == "sealed":
             if text:
                 edit[path] = text

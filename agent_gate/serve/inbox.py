@@ -45,12 +45,12 @@ from agent_gate.gate.desk import runs_next
 from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
 from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
-from agent_gate.serve.editform import edit_fields, edit_of
+from agent_gate.serve.editform import MAX_VALUE_CHARS, edit_fields, edit_of
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
 from agent_gate.serve.proxied import from_proxy, proxied_session, refused, tokens_allowed
-from agent_gate.serve.service import Answer, call_json, status_of
+from agent_gate.serve.service import OperatorAnswer, call_json, status_of
 
 __all__ = ["EXPIRY_CHOICES", "call_link", "router", "task_link"]
 
@@ -65,6 +65,7 @@ templates.env.filters["q"] = lambda v: quote(str(v), safe="")
 templates.env.globals["inbox_css"] = Markup(INBOX_CSS)  # our own file, not text from a request
 templates.env.globals["inbox_js"] = Markup(INBOX_JS)  # our own file, not text from a request
 templates.env.filters["age"] = lambda seconds: _age(int(seconds))
+templates.env.globals["edit_max_chars"] = MAX_VALUE_CHARS  # the textarea's, the server's too
 
 
 def _age(seconds: int) -> str:
@@ -426,8 +427,8 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
                 return _page(request, "message.html", who, status=400, title="Bad request",
                              message=f"Unknown expiry {expiry[:10]!r}.")
             grant = fields.get("grant", "").strip()[:64] or None
-            result = service.approve(op, Answer(ref, shown, reason, EXPIRY_CHOICES[expiry],
-                                                grant=grant, edit=edit_of(fields)))
+            result = service.approve(op, OperatorAnswer(
+                ref, shown, reason, EXPIRY_CHOICES[expiry], grant=grant, edit=edit_of(fields)))
             then = runs_next(service.task_provider(result["task_id"]), result["task_id"])
             done = (f"Edited ({', '.join(result['edited'])}) and approved"
                     if result.get("edited") else "Approved")
@@ -435,13 +436,14 @@ def _answer(request: Request, ref: int, action: str, fields: dict[str, str]) -> 
             text += "".join(f" Grant {g['grant_id']} ({g['option']}) given." for g in
                             result["grants"])
         elif action == "deny":
-            outcome = service.deny(op, Answer(ref, shown, reason))
+            outcome = service.deny(op, OperatorAnswer(ref, shown, reason))
             text = (f"Denied call {outcome['call_id']}: it will not run."
                     if outcome["state"] != "awaiting_approval" else
                     f"Denial of call {outcome['call_id']} recorded: it still waits for "
                     "more denials (deny: quorum).")
         else:
-            outcome = service.resolve(op, Answer(ref, shown, reason), fields.get("as", ""))
+            outcome = service.resolve(op, OperatorAnswer(ref, shown, reason),
+                                      fields.get("as", ""))
             text = f"Resolved call {outcome['call_id']}: now {outcome['state']}."
             if outcome["state"] == "authorized":
                 text += " " + runs_next(service.task_provider(outcome["task_id"]),
@@ -517,7 +519,8 @@ def _bulk(request: Request, fields: dict[str, str], picks: list[str]) -> Respons
         if m is None or int(m.group(1)) > MAX_ROW_ID:
             malformed += 1
             continue
-        answers.append(Answer(int(m.group(1)), m.group(2), reason, EXPIRY_CHOICES[expiry]))
+        answers.append(OperatorAnswer(int(m.group(1)), m.group(2), reason,
+                                      EXPIRY_CHOICES[expiry]))
     results = [r.to_dict() for r in service.answer_each(who[0], verb, answers)]
     done = sum(r["done"] for r in results)
     text = (f"{'Approved' if verb == 'approve' else 'Denied'} {done} of "

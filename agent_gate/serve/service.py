@@ -39,7 +39,7 @@ from agent_gate.gate.reveal import Revealed, reveal, sealed_fields
 from agent_gate.ledger.grants import GrantRecord
 from agent_gate.ledger.records import CallRecord
 from agent_gate.ledger.states import CallState
-from agent_gate.ledger.views.details import CallDetails, details_page
+from agent_gate.ledger.views.details import CallDetails, answers_page, details_page
 from agent_gate.ledger.views.inbox import (
     InboxCounts,
     InboxQuery,
@@ -54,7 +54,7 @@ from agent_gate.policy.approval import quorum_rule_ids
 from agent_gate.policy.edits import EditRefused
 from agent_gate.tools import ToolRegistry
 
-__all__ = ["Answer", "InboxService", "RowResult", "status_of"]
+__all__ = ["InboxService", "OperatorAnswer", "RowResult", "status_of"]
 
 _PAGE = 50
 DETAILS_PAGE = 100
@@ -81,10 +81,11 @@ def status_of(exc: AgentGateError) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
-    """An operator's answer to one call, as both front ends read it from a request:
+class OperatorAnswer:
+    """An operator's answer to one call as a front end (API, inbox, Slack) hands it in:
     the call by the ledger's own id for it (``ref``, its row id: never a name the model
-    chose), and the hash of the arguments the operator was shown."""
+    chose), and the hash of the arguments the operator was shown. Not ``gate.Answer``,
+    which is what a waiting agent reads back once a person answered."""
 
     ref: int
     args_hash: str
@@ -269,7 +270,7 @@ class InboxService:
 
     # ------------------------------------------------------------ answers
 
-    def approve(self, op: Operator, answer: Answer) -> dict[str, Any]:
+    def approve(self, op: Operator, answer: OperatorAnswer) -> dict[str, Any]:
         with self._held():
             rec = self._allowed(op, OperatorRight.APPROVE, "approve", answer)
             self._not_own_call(op, rec)
@@ -290,14 +291,14 @@ class InboxService:
             return ()
         return self.gate.editable_fields(rec)
 
-    def deny(self, op: Operator, answer: Answer) -> dict[str, Any]:
+    def deny(self, op: Operator, answer: OperatorAnswer) -> dict[str, Any]:
         with self._held():
             rec = self._allowed(op, OperatorRight.APPROVE, "deny", answer)
             outcome = self.gate.deny(rec.call_id, by=op.name, reason=answer.reason,
                                      task_id=rec.task_id, args_hash=answer.args_hash)
         return {"ref": rec.row_id, "task_id": outcome.task_id, **outcome.to_dict()}
 
-    def resolve(self, op: Operator, answer: Answer, as_: str,
+    def resolve(self, op: Operator, answer: OperatorAnswer, as_: str,
                 result: Any = None) -> dict[str, Any]:
         with self._held():
             rec = self._allowed(op, OperatorRight.RESOLVE, "resolve", answer)
@@ -307,7 +308,7 @@ class InboxService:
         return {"ref": rec.row_id, "task_id": outcome.task_id, **outcome.to_dict()}
 
     def answer_each(self, op: Operator, verb: str,
-                    answers: list[Answer]) -> list[RowResult]:
+                    answers: list[OperatorAnswer]) -> list[RowResult]:
         """Approve or deny each call, each bound to the hash its row showed: every
         answer is its own transaction, so one refused (rights, a changed argument, no
         longer waiting) never keeps the others from being answered."""
@@ -338,20 +339,21 @@ class InboxService:
             return progress(rules, rec, self.ledger.answers(rec))
 
     def quorum_progress(self, rows: list[InboxRow]) -> dict[int, str]:
-        """The "1 of 2" of each listed waiting call a quorum rule sent (one read of its
-        answers per such row; none for the rest, nor without a policy file)."""
+        """The "1 of 2" of each listed waiting call a quorum rule sent: those calls and
+        their answers in two statements for the whole page (``answers_page``); nothing
+        read for the rest, nor without a policy file."""
         rules = self.gate.rules
         if rules is None:
             return {}
         wanted = set(quorum_rule_ids(rules.policy.document))
-        out: dict[int, str] = {}
+        refs = [row.ref for row in rows
+                if row.state is CallState.AWAITING_APPROVAL and wanted & set(row.rule_ids)]
         with self._held():
-            for row in rows:
-                if row.state is not CallState.AWAITING_APPROVAL or not wanted & set(row.rule_ids):
-                    continue
-                rec = self._row(row.ref)
-                shown = progress(rules, rec, self.ledger.answers(rec))
-                out[row.ref] = f"{len(shown['approved_by'])} of {shown['min']}"
+            found = answers_page(self.ledger.engine, refs)
+        out: dict[int, str] = {}
+        for rec, answers in found:
+            shown = progress(rules, rec, answers)
+            out[rec.row_id] = f"{len(shown['approved_by'])} of {shown['min']}"
         return out
 
     def grants(self, *, task_id: str | None = None, active: bool = False) -> list[GrantRecord]:
@@ -411,7 +413,7 @@ class InboxService:
         return recs[0]
 
     def _allowed(self, op: Operator, right: OperatorRight, action: str,
-                 answer: Answer) -> CallRecord:
+                 answer: OperatorAnswer) -> CallRecord:
         """The call, if ``op`` holds ``right`` over its tool; else audited and refused."""
         rec = self._row(answer.ref)
         if not op.may(right, rec.tool):

@@ -43,7 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger.views import outbox
 from agent_gate.ledger.views.operators import Operator
-from agent_gate.serve.slack_reply import seal
+from agent_gate.serve.slack_reply import inert_text, seal
 
 router = APIRouter(include_in_schema=False)
 
@@ -74,24 +74,16 @@ class SlackRoute(BaseModel):
     message (``slack_reply``); any other is not kept."""
 
 
-def _text(value: str, limit: int = 150) -> str:
-    """A model-chosen id as mrkdwn-inert text: no mentions, links or formatting."""
-    out = "".join(c if c.isprintable() else "?" for c in value)
-    for ch, esc in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;")):
-        out = out.replace(ch, esc)
-    out = out.replace("`", "'")
-    return out if len(out) <= limit else out[: limit - 1] + "…"
-
-
 def blocks(notice: outbox.Notice, ref: int | None, args_hash: str | None,
            base_url: str) -> list[dict[str, Any]]:
     """The Block Kit message for one notice; buttons when the call waits for a person."""
-    tool = _text(notice.tool or "a call")
+    tool = inert_text(notice.tool or "a call")
     what = "waits for approval" if notice.kind == "awaiting_approval" else \
         notice.kind.replace("_", " ")
     lines = [f"*{tool}* {what}",
-             f"task `{_text(notice.task_id)}` · call `{_text(notice.call_id or '-')}`",
-             f"rules: {', '.join(_text(r, 80) for r in notice.rule_ids) or '-'}"]
+             f"task `{inert_text(notice.task_id)}` · "
+             f"call `{inert_text(notice.call_id or '-')}`",
+             f"rules: {', '.join(inert_text(r, 80) for r in notice.rule_ids) or '-'}"]
     out: list[dict[str, Any]] = [{"type": "section",
                                   "text": {"type": "mrkdwn", "text": "\n".join(lines)}}]
     elements: list[dict[str, Any]] = []
@@ -147,7 +139,7 @@ def post(route: SlackRoute, notice: outbox.Notice, ref: int | None, args_hash: s
 
     client = WebClient(token=os.environ[route.token_env], base_url=route.api_url, timeout=30)
     fallback = f"{notice.tool or 'a call'} {notice.kind.replace('_', ' ')}"
-    client.chat_postMessage(channel=route.channel, text=_text(fallback),
+    client.chat_postMessage(channel=route.channel, text=inert_text(fallback),
                             blocks=blocks(notice, ref, args_hash, base_url))
 
 
@@ -165,7 +157,7 @@ async def slack_interaction(request: Request, name: str) -> JSONResponse:
 
 def _answer(request: Request, route: SlackRoute, body: bytes,
             headers: dict[str, str]) -> JSONResponse:
-    from agent_gate.serve.service import Answer, InboxService, status_of
+    from agent_gate.serve.service import InboxService, OperatorAnswer, status_of
 
     service: InboxService = request.app.state.service
     status, why, click = interaction(route, body, headers)
@@ -182,7 +174,7 @@ def _answer(request: Request, route: SlackRoute, body: bytes,
                                       "reason": "this Slack user is no operator"})
         return JSONResponse({"response_type": "ephemeral",
                              "text": "You are not an agent-gate operator: nothing answered."})
-    answer = Answer(ref, args_hash, f"from Slack (user {user[:40]})")
+    answer = OperatorAnswer(ref, args_hash, f"from Slack (user {user[:40]})")
     try:
         done = service.approve(op, answer) if verb == "approve" else service.deny(op, answer)
     except AgentGateError as exc:
@@ -196,7 +188,8 @@ def _answer(request: Request, route: SlackRoute, body: bytes,
                           reply)})
     word = "Approved" if verb == "approve" else "Denied"
     return JSONResponse({"response_type": "in_channel", "replace_original": False,
-                         "text": f"{word} by {op.name}: {_text(str(done.get('call_id')))}"})
+                         "text": f"{word} by {op.name}: "
+                                 f"{inert_text(str(done.get('call_id')))}"})
 
 
 def _operator(operators: list[Operator], name: str | None) -> Operator | None:

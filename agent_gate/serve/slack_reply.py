@@ -40,7 +40,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agent_gate.ledger.audit import AuditRecord
 
-__all__ = ["EVENT", "REPLY_WINDOW", "ReplyOutcome", "SlackReply", "open_reply", "seal", "send"]
+__all__ = ["EVENT", "REPLY_WINDOW", "ReplyOutcome", "SlackReply", "inert_text", "open_reply",
+           "seal", "send"]
 
 EVENT = "operator_slack_reply"
 """The audit event a reply waits in (``record_action``'s ``operator_`` + ``slack_reply``)."""
@@ -92,10 +93,14 @@ def _unseal(secret: str, route: str, ref: int, text: str) -> str | None:
         return None  # another secret (rotated since), or not ours
 
 
-def _text(value: str, limit: int = 150) -> str:
-    from agent_gate.serve.slack import _text as inert
-
-    return inert(value, limit)
+def inert_text(value: str, limit: int = 150) -> str:
+    """A model-chosen id as mrkdwn-inert text: no mentions, links or formatting. Here,
+    below ``slack``, because both the message and its replacement render with it."""
+    out = "".join(c if c.isprintable() else "?" for c in value)
+    for ch, esc in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;")):
+        out = out.replace(ch, esc)
+    out = out.replace("`", "'")
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def open_reply(route: Any, entry: AuditRecord, base_url: str) -> SlackReply | None:
@@ -114,9 +119,10 @@ def open_reply(route: Any, entry: AuditRecord, base_url: str) -> SlackReply | No
         return None
     who = (entry.actor or "").removeprefix("operator:")
     word = "Approved" if detail.get("verb") == "approve" else "Denied (it will not run)"
-    tool = _text(str(detail.get("tool") or "a call"))
-    lines = [f"*{tool}*: {word} by *{_text(who, 100)}*",
-             f"task `{_text(entry.task_id)}` · call `{_text(entry.call_id or '-')}`"]
+    tool = inert_text(str(detail.get("tool") or "a call"))
+    lines = [f"*{tool}*: {word} by *{inert_text(who, 100)}*",
+             f"task `{inert_text(entry.task_id)}` · "
+             f"call `{inert_text(entry.call_id or '-')}`"]
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}}]
     if entry.call_id is not None:
@@ -135,7 +141,7 @@ def send(reply: SlackReply, timeout: float = 30.0) -> ReplyOutcome:
 
     try:
         got = WebhookClient(reply.url, timeout=int(timeout)).send(
-            text=_text(reply.text, 300), blocks=reply.blocks, replace_original=True)
+            text=inert_text(reply.text, 300), blocks=reply.blocks, replace_original=True)
     except OSError:
         return ReplyOutcome.RETRY
     if 200 <= got.status_code < 300:

@@ -24,7 +24,7 @@ from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.audit import AuditRecord, record_of
 from agent_gate.ledger.backend import begin_read
 from agent_gate.ledger.deadlines import WaitDeadline
-from agent_gate.ledger.edits import EditRecord, edits_of
+from agent_gate.ledger.edits import EditRecord, edits_of, edits_of_calls
 from agent_gate.ledger.models import AUDIT_EVENTS, SWEPT_STATES, SWEPT_WHERE
 from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.records import CALL_COLUMNS, CALLS, CallRecord, call_record
@@ -40,6 +40,7 @@ __all__ = [
     "CallDetails",
     "DecisionRecord",
     "SchemaVerdict",
+    "answers_page",
     "details_page",
     "read_details",
 ]
@@ -226,7 +227,8 @@ def details_page(
     time in ``ref`` order after ``after``, in one snapshot and four statements
     whatever the page holds: its rows, their trails, their answers, their deadlines
     (read one call at a time, a page of 10,000 waiting calls was 30,001 statements),
-    and one more for each call an approver edited (rare: edits are a person's work)."""
+    and a fifth, their edits, when an approver edited one of them (it was one per
+    edited call)."""
     values = [s.value for s in states]
     if not set(values) <= set(SWEPT_STATES):
         raise ValueError("a page of details lists swept states only")
@@ -243,9 +245,23 @@ def details_page(
                 trails[int(r["call_row_id"])].append(record_of(r))
         answers = approvals.answers_of(conn, ids)
         waits = deadlines.of_calls(conn, recs)
-        edits = {r.row_id: edits_of(conn, r.row_id) for r in recs if r.edited}
+        edits = edits_of_calls(conn, [r.row_id for r in recs if r.edited])
     return [_assemble(r, tuple(trails[r.row_id]), answers[r.row_id], max_shown,
                       waits.get(r.row_id), edits.get(r.row_id, ())) for r in recs]
+
+
+def answers_page(engine: Engine, refs: Sequence[int]
+                 ) -> list[tuple[CallRecord, list[ApprovalRecord]]]:
+    """These calls (by ``ref``, in ``ref`` order; those gone left out) and every answer
+    each received, in one snapshot and two statements whatever their number: what a
+    list shows a quorum's "1 of 2" from (read one call at a time, it was two per row)."""
+    if not refs:
+        return []
+    with begin_read(engine) as conn:
+        recs = [call_record(r) for r in conn.execute(
+            select(*CALL_COLUMNS).where(CALLS.c.id.in_(list(refs))).order_by(CALLS.c.id))]
+        answers = approvals.answers_of(conn, [r.row_id for r in recs])
+    return [(r, answers[r.row_id]) for r in recs]
 
 
 def _assemble(rec: CallRecord, history: tuple[AuditRecord, ...],
