@@ -190,9 +190,13 @@ _ANCHOR = re.compile(r"^(\d+):([0-9a-f]{64})$")
                    "alone, the ledger is checked from it on, reading only what came after.")
 @click.option("--key", "key", default=None, metavar="PUBKEY",
               help="The ledger's verifier key NAME+KEYID+KEY (or a file holding it).")
+@click.option("--deep", is_flag=True, default=False,
+              help="Also check the hashes kept of every archived entry (audit archive), "
+                   "not only the subtrees that stand for them: reads every entry ever "
+                   "archived.")
 @ledger_options
 def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
-                   checkpoint: Path | None, key: str | None, url: str | None,
+                   checkpoint: Path | None, key: str | None, deep: bool, url: str | None,
                    as_json: bool) -> None:
     """Check every task's hash chain and every checkpoint; name the first entry edited,
     deleted, reordered or truncated. With --proof or --bundle, check evidence offline
@@ -200,6 +204,9 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
 
     Exit status 0 when the trail (or the evidence) is whole, 1 when it is not.
     """
+    if deep and (proof is not None or bundle is not None or checkpoint is not None):
+        raise click.UsageError("--deep checks the ledger's whole trail: not with --proof, "
+                               "--bundle or --checkpoint")
     if proof is not None or bundle is not None:
         if proof is not None and bundle is not None:
             raise click.UsageError("check a --proof or a --bundle, not both")
@@ -219,7 +226,7 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
             raise click.BadParameter("expected ID:HASH (64 hex digits)", param_hint="--anchor")
         pinned = (int(match.group(1)), match.group(2))
     with failures(), open_ledger(url) as ledger:
-        report = ledger.verify_audit(anchor=pinned)
+        report = ledger.verify_audit(anchor=pinned, deep=deep)
     if as_json:
         emit_json(report.to_dict())
     elif report.ok:

@@ -213,10 +213,12 @@ class Ledger:
         with reading(self.engine) as open_txn:
             return details.read_details(open_txn, task_id, call_id, max_shown=max_shown)
 
-    def verify_audit(self, anchor: tuple[int, str] | None = None) -> audit.ChainReport:
-        """Check the audit hash chain in one snapshot (see ``audit.verify``)."""
+    def verify_audit(self, anchor: tuple[int, str] | None = None, *,
+                     deep: bool = False) -> audit.ChainReport:
+        """Check the audit hash chain in one snapshot (see ``audit.verify``; ``deep``
+        also checks every archived entry's kept hashes)."""
         with begin_read(self.engine) as conn:
-            return audit.verify(conn, anchor=anchor)
+            return audit.verify(conn, anchor=anchor, deep=deep)
 
     def approval(self, rec: CallRecord) -> approvals.ApprovalRecord | None:
         """The newest approval or denial given for the call."""

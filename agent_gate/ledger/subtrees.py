@@ -111,14 +111,17 @@ def _subtree(row: Any) -> Subtree:
                    row.hash, row.archive)
 
 
-def walk(conn: Connection, *, after: int = 0, leafwise: set[str] | frozenset[str] = frozenset()
-         ) -> Iterator[Any]:
+def walk(conn: Connection, *, after: int = 0, leafwise: set[str] | frozenset[str] = frozenset(),
+         every_leaf: bool = False) -> Iterator[Any]:
     """The trail after row ``after`` in id order, as a verifier reads it: live entries,
     each subtree (a mapping with ``id`` its first row and ``subtree``), and the kept leaves
-    of the ``leafwise`` batches (archived before subtrees were kept; ``leaf`` key)."""
+    of the ``leafwise`` batches (archived before subtrees were kept; ``leaf`` key).
+    ``every_leaf``: no subtree, every kept leaf of every batch instead (a deep verify)."""
     live = conn.execute(select(AUDIT_EVENTS).where(AUDIT_EVENTS.c.id > after)
                         .order_by(AUDIT_EVENTS.c.id)
                         .execution_options(yield_per=_BATCH)).mappings()
+    if every_leaf:
+        return merge(live, pruned_rows(conn, after=after))
     kept = conn.execute(select(AUDIT_SUBTREES).where(AUDIT_SUBTREES.c.first_id > after)
                         .order_by(AUDIT_SUBTREES.c.first_id))
     pieces = ({"id": int(row.first_id), "subtree": _subtree(row)} for row in kept)

@@ -155,9 +155,25 @@ class _Legacy:
     anchored: bool = False
 
 
-def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainReport:
+def verify(conn: Connection, *, anchor: tuple[int, str] | None = None,
+           deep: bool = False) -> ChainReport:
     """Walk the whole trail in one snapshot and name the first thing that is wrong
-    (see the module docstring for what is proved, in what order)."""
+    (see the module docstring for what is proved, in what order).
+
+    ``deep``: when that walk finds nothing, walk again with every archived entry's kept
+    hashes (``audit_pruned``) in place of its batch's subtrees, each batch's root
+    recomputed from them. The first walk proves the checkpoints from the subtrees and
+    never reads the kept leaves, so an edit to one of those shows only where they are
+    used (``prove``, ``export``); the second proves them too, at the cost of reading
+    every entry ever archived."""
+    report = _walk(conn, anchor, every_leaf=False)
+    if deep and report.ok:
+        report = _walk(conn, anchor, every_leaf=True)
+    return report
+
+
+def _walk(conn: Connection, anchor: tuple[int, str] | None, *, every_leaf: bool
+          ) -> ChainReport:
     heads, ended = archived_heads(conn)
     stored = checkpoints(conn)
     stored_heads = [(int(cp_id), task, int(seq), digest) for cp_id, task, seq, digest in
@@ -167,7 +183,7 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     for cp_id, task, seq, digest in stored_heads:
         bound.setdefault((task, seq), (digest, cp_id))
     found = records(conn)
-    kept = Kept(leafwise(found))
+    kept = Kept(frozenset(found) if every_leaf else leafwise(found))
     first = stored[0] if stored else None
     legacy = (_Legacy(first.legacy_last_id) if first is not None
               and first.legacy_last_id is not None else None)
@@ -180,7 +196,7 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
     problem: ChainProblem | None = None
     tree = TreeWalk(stored)
     archived: set[str] = set()
-    for row in walk(conn, leafwise=kept.leafwise):
+    for row in walk(conn, leafwise=kept.leafwise, every_leaf=every_leaf):
         if "subtree" in row:  # archived leaves, by their perfect subtree's hash
             piece = row["subtree"]
             count += piece.width
@@ -237,7 +253,8 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None) -> ChainR
         problem = ChainProblem("deleted", 0, None, unrecorded)
     trees = {(tree[0], tree[2]) for c in stored if (tree := c.tree) is not None}
     if problem is None and (
-        unkept := batch_problem(conn, found, kept.batches, trees, whole=True, ended=ended)
+        unkept := batch_problem(conn, found, kept.batches, trees, whole=not every_leaf,
+                                ended=ended)
     ) is not None:
         problem = ChainProblem("deleted", 0, None, unkept)
     if problem is None and anchor is not None:

@@ -200,6 +200,33 @@ def test_a_tampered_archive_is_caught_by_a_full_verify(
     engine.dispose()
     caught = verify(db_url)
     assert caught["code"] == 1 and caught["problem"]["kind"] == kind, caught
+    assert cli("audit", "verify", "--deep", "--db", db_url).exit_code == 1  # a superset
+
+
+def test_a_kept_leaf_edited_is_caught_by_a_deep_verify_only(
+    db_url: str, keys: tuple[Path, str]
+) -> None:
+    """The documented limit of the subtree walk, and the flag that closes it: a full
+    verify proves the checkpoints from the subtrees and never reads ``audit_pruned``;
+    ``--deep`` walks the kept hashes too and recomputes each batch's root from them."""
+    archived(db_url, keys[0])
+    deep = cli("audit", "verify", "--deep", "--db", db_url, "--json")
+    assert deep.exit_code == 0, deep.output
+    engine = engine_of(db_url)
+    with engine.begin() as conn:
+        first = conn.execute(select(AUDIT_PRUNED.c.id, AUDIT_PRUNED.c.leaf)
+                             .order_by(AUDIT_PRUNED.c.id).limit(1)).one()
+        conn.execute(update(AUDIT_PRUNED).where(AUDIT_PRUNED.c.id == first.id)
+                     .values(leaf=_hex_flip(first.leaf)))
+    engine.dispose()
+    assert verify(db_url)["code"] == 0  # the subtrees still prove every checkpoint
+    caught = cli("audit", "verify", "--deep", "--db", db_url, "--json")
+    assert caught.exit_code == 1, caught.output
+    problem = json.loads(caught.output)["problem"]
+    assert problem["kind"] in {"tree", "deleted"}, problem
+    assert first.leaf not in caught.output
+    refused = cli("audit", "verify", "--deep", "--checkpoint", str(keys[0]), "--db", db_url)
+    assert refused.exit_code == 2 and "--deep" in refused.output
 
 
 def test_a_tampered_subtree_after_a_trusted_checkpoint_is_caught_from_it(
