@@ -38,8 +38,8 @@ from agent_gate.gate.decide import Decider
 from agent_gate.gate.finish import Finisher
 from agent_gate.gate.outcome import Outcome, outcome_of
 from agent_gate.gate.runner import (
+    CallWalk,
     Claimed,
-    Driver,
     HookFailed,
     Reconcile,
     Request,
@@ -85,7 +85,7 @@ def lease_end(rec: CallRecord) -> LeaseEnd | None:
     return None
 
 
-def _traced(trace: CallTrace, driver: Driver) -> Driver:
+def _traced(trace: CallTrace, driver: CallWalk) -> CallWalk:
     """``driver`` reported to ``trace``: its outcome, or the error that escaped it."""
     try:
         outcome = yield from driver
@@ -171,7 +171,7 @@ class CallDriver:
         context: CallContext,
         *,
         decide_only: bool = False,
-    ) -> Driver:
+    ) -> CallWalk:
         """Record an incoming call (or find it), then drive its row (``decide_only``:
         no further than its decision, see ``advance``)."""
         trace = self.observer.call(task_id, call.call_id, call.name)
@@ -187,7 +187,7 @@ class CallDriver:
         early: Ruling | None,
         context: CallContext,
         decide_only: bool,
-    ) -> Driver:
+    ) -> CallWalk:
         if call.status is CallStatus.PROVIDER_EXECUTED:
             raise GateUsageError(
                 f"call {call.call_id!r} was executed by the provider; the gate does not run it"
@@ -232,7 +232,7 @@ class CallDriver:
     def _recorded(
         self, trace: CallTrace, rec: CallRecord, inserted: bool, call: ToolCall,
         admitted: Admitted, *, decide_only: bool,
-    ) -> Driver:
+    ) -> CallWalk:
         """Go on from the row ``record`` left: a conflict with the call asked, a call
         seen again, or the walk from its state."""
         new, early = admitted.row, admitted.early
@@ -266,7 +266,7 @@ class CallDriver:
             )
         )
 
-    def drive_record(self, rec: CallRecord) -> Driver:
+    def drive_record(self, rec: CallRecord) -> CallWalk:
         """Drive a stored row (resume, recover): its span links to the one it was first seen in."""
         trace = self.observer.call(
             rec.task_id, rec.call_id, rec.tool, link=(rec.trace_id, rec.span_id)
@@ -275,7 +275,7 @@ class CallDriver:
             rec, early=None, call_id=rec.call_id, duplicate_of=None, trace=trace
         )))
 
-    def _run(self, claimed: Claimed, trace: CallTrace) -> Driver:
+    def _run(self, claimed: Claimed, trace: CallTrace) -> CallWalk:
         """Run a call this invocation claimed (``executing`` is committed) and record
         what the run ended in."""
         claimed.trace = trace
@@ -347,7 +347,7 @@ class CallDriver:
         acted: bool = False,
         decide_only: bool = False,
         trace: CallTrace | None = None,
-    ) -> Driver:
+    ) -> CallWalk:
         """Move the row forward from whatever state it is in, one CAS at a time: each
         pass hands the row to its state's step (``_STEPS``, as h11's connection
         dispatches by state), which takes the one arrow that state allows.

@@ -39,7 +39,7 @@ from agent_gate.gate.driver import CallDriver, lease_end
 from agent_gate.gate.finish import Finisher
 from agent_gate.gate.mcp_approval import ApprovalTools
 from agent_gate.gate.outcome import Blocker, Outcome, RunResult, outcome_of
-from agent_gate.gate.runner import Driver, Runner
+from agent_gate.gate.runner import CallWalk, Runner
 from agent_gate.gate.stream import StreamRun
 from agent_gate.ledger.approvals import ApprovalRecord
 from agent_gate.ledger.lease import this_owner
@@ -245,7 +245,7 @@ class Gate:
 
     def _drive(
         self, task_id: str, call: CallLike, options: CallOptions, *, decide: bool = False
-    ) -> Driver:
+    ) -> CallWalk:
         """The walk of one handed-in call (``CallDriver.drive_call``), for the runner to
         serve: not a ``CallDriver`` (the gate holds one, ``self._driver``)."""
         return self._driver.drive_call(
@@ -270,7 +270,7 @@ class Gate:
         drivers = await asyncio.to_thread(self._resumed, task_id)
         return [await self._runner.serve_async(d) for d in drivers]
 
-    def _resumed(self, task_id: str) -> list[Driver]:
+    def _resumed(self, task_id: str) -> list[CallWalk]:
         recs = self.ledger.calls(task_id)
         return [self._driver.drive_record(rec) for rec in recs if rec.state not in TERMINAL]
 
@@ -289,7 +289,7 @@ class Gate:
         drivers = await asyncio.to_thread(self._recovered, task_id)
         return [await self._runner.serve_async(d) for d in drivers]
 
-    def _recovered(self, task_id: str | None) -> list[Driver]:
+    def _recovered(self, task_id: str | None) -> list[CallWalk]:
         recs = self.ledger.calls(task_id, [CallState.EXECUTING, CallState.IN_DOUBT])
         return [self._driver.drive_record(rec) for rec in recs]
 

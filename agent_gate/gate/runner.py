@@ -32,7 +32,7 @@ from agent_gate.ledger.store import Ledger
 from agent_gate.telemetry import CallTrace
 from agent_gate.tools import CallInfo, Tool
 
-__all__ = ["Claimed", "Driver", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]
+__all__ = ["CallWalk", "Claimed", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]
 
 
 @dataclass(slots=True)
@@ -61,14 +61,14 @@ class Ran:
 
 @dataclass(frozen=True, slots=True)
 class RunTool:
-    """Driver request: run the claimed call's tool; answered with a ``Ran``."""
+    """A walk's request: run the claimed call's tool; answered with a ``Ran``."""
 
     claimed: Claimed
 
 
 @dataclass(frozen=True, slots=True)
 class Reconcile:
-    """Driver request: ask a reconcile hook; answered with its answer or ``HookFailed``."""
+    """A walk's request: ask a reconcile hook; answered with its answer or ``HookFailed``."""
 
     hook: Callable[[CallInfo], Any]
     info: CallInfo
@@ -80,7 +80,9 @@ class HookFailed:
 
 
 Request = RunTool | Reconcile
-Driver = Generator[Request, Any, Outcome]
+CallWalk = Generator[Request, Any, Outcome]
+"""One call's walk through its states (``CallDriver``'s): what it yields, a ``Runner``
+serves, sync or async; what it returns is the call's ``Outcome``."""
 
 _current: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar(
     "agent_gate_current_call", default=None
@@ -134,7 +136,7 @@ class Runner:
 
     # ------------------------------------------------------------ serving drivers
 
-    def serve_sync(self, gen: Driver) -> Outcome:
+    def serve_sync(self, gen: CallWalk) -> Outcome:
         answer: Any = None
         try:
             while True:
@@ -148,7 +150,7 @@ class Runner:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    async def serve_async(self, gen: Driver) -> Outcome:
+    async def serve_async(self, gen: CallWalk) -> Outcome:
         answer: Any = None
         while True:
             done, value = await asyncio.to_thread(_step, gen, answer)
@@ -302,7 +304,7 @@ async def _settle(answer: Any) -> Any:
         return HookFailed(exc)
 
 
-def _step(gen: Driver, answer: Any) -> tuple[bool, Any]:
+def _step(gen: CallWalk, answer: Any) -> tuple[bool, Any]:
     """Advance the driver once; StopIteration cannot cross a thread into a future."""
     try:
         return False, gen.send(answer)

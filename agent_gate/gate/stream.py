@@ -26,7 +26,7 @@ from agent_gate.calls import CallStatus, Terminal, ToolCall
 from agent_gate.errors import AgentGateError
 from agent_gate.gate.admission import CallContext
 from agent_gate.gate.outcome import Outcome, RunResult
-from agent_gate.gate.runner import Driver
+from agent_gate.gate.runner import CallWalk
 from agent_gate.ledger.lease import this_owner
 from agent_gate.ledger.reasons import ReasonCode as R
 from agent_gate.ledger.records import Ruling
@@ -86,7 +86,7 @@ class StreamRun:
         """The event source failed on its own terms: the run ends, what it held is kept."""
         self.error = str(exc)
 
-    def feed(self, event: object) -> list[Driver]:
+    def feed(self, event: object) -> list[CallWalk]:
         """The drivers for the calls ``event`` released (none once the run stopped).
 
         Most events (every argument fragment) release nothing while nothing is held:
@@ -99,9 +99,9 @@ class StreamRun:
             return []
         if not released and not self._held.calls:
             return []
-        return self._drivers(self._held.due(released, self.acc.terminal))
+        return self._walks(self._held.due(released, self.acc.terminal))
 
-    def close(self) -> list[Driver]:
+    def close(self) -> list[CallWalk]:
         """The drivers for every call still held or released at the end."""
         try:
             closing = self.acc.close()
@@ -109,9 +109,9 @@ class StreamRun:
             # E.g. a stream none of whose events the adapter recognised.
             closing = []
             self.error = self.error or str(exc)
-        return self._drivers(self._held.due(closing, self.acc.terminal, final=True))
+        return self._walks(self._held.due(closing, self.acc.terminal, final=True))
 
-    def _drivers(self, calls: list[ToolCall]) -> list[Driver]:
+    def _walks(self, calls: list[ToolCall]) -> list[CallWalk]:
         terminal = self.acc.terminal
         drivers = []
         for call in calls:
