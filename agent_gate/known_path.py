@@ -94,7 +94,7 @@ class KnownPath:
                 # ``load_payload``'s answer: msgspec's value when it decodes (always an
                 # object here, the text starts with "{"), else ``load_payload`` decides
                 # (json.loads, or the error) as the long way does.
-                loads = providers_base._fast_loads
+                loads = providers_base.fast_loads
                 if loads is None:
                     data = self._adapter.load_payload(raw, index)
                 else:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,8 @@ from agent_gate.ledger.store import Ledger
 from agent_gate.telemetry import CallTrace
 from agent_gate.tools import CallInfo, Tool
 
-__all__ = ["CallWalk", "Claimed", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call"]
+__all__ = ["CallWalk", "Claimed", "Ran", "Reconcile", "RunEnd", "RunTool", "Runner", "current_call",
+           "serving"]
 
 
 @dataclass(slots=True)
@@ -87,6 +89,17 @@ serves, sync or async; what it returns is the call's ``Outcome``."""
 _current: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar(
     "agent_gate_current_call", default=None
 )
+
+
+@contextmanager
+def serving(info: CallInfo) -> Iterator[None]:
+    """Within this block ``current_call()`` is ``info``: the one way a tool's call is
+    made current, by the runner and by a transactional tool's transaction alike."""
+    token = _current.set(info)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def current_call() -> CallInfo:
@@ -182,11 +195,8 @@ class Runner:
             if tool.is_async:
                 return asyncio.run(_invoke_async(claimed))
             if timeout is None:
-                token = _current.set(claimed.info)
-                try:
+                with serving(claimed.info):
                     return _invoke(claimed)
-                finally:
-                    _current.reset(token)
             future = _start_thread(claimed)
             try:
                 return future.result(timeout=timeout)
@@ -252,21 +262,19 @@ def _invoke(claimed: Claimed) -> Ran:
 
 
 async def _invoke_async(claimed: Claimed) -> Ran:
-    token = _current.set(claimed.info)
-    try:
-        awaitable: Awaitable[Any] = claimed.tool.invoke(claimed.validated)
-        value = await asyncio.wait_for(awaitable, claimed.tool.spec.timeout)
-        return Ran(RunEnd.OK, value)
-    except TimeoutError:
-        return Ran(RunEnd.TIMEOUT)
-    except OutcomeUnknown as exc:
-        return Ran(RunEnd.UNKNOWN, exc=exc)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        return Ran(RunEnd.ERROR, exc=exc)
-    finally:
-        _current.reset(token)
+    with serving(claimed.info):
+        try:
+            awaitable: Awaitable[Any] = claimed.tool.invoke(claimed.validated)
+            value = await asyncio.wait_for(awaitable, claimed.tool.spec.timeout)
+            return Ran(RunEnd.OK, value)
+        except TimeoutError:
+            return Ran(RunEnd.TIMEOUT)
+        except OutcomeUnknown as exc:
+            return Ran(RunEnd.UNKNOWN, exc=exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return Ran(RunEnd.ERROR, exc=exc)
 
 
 def _start_thread(claimed: Claimed) -> Future[Ran]:
@@ -275,11 +283,11 @@ def _start_thread(claimed: Claimed) -> Future[Ran]:
     ctx = contextvars.copy_context()
 
     def target() -> None:
-        _current.set(claimed.info)
-        try:
-            future.set_result(_invoke(claimed))
-        except BaseException as exc:
-            future.set_result(Ran(RunEnd.ERROR, exc=exc))
+        with serving(claimed.info):
+            try:
+                future.set_result(_invoke(claimed))
+            except BaseException as exc:
+                future.set_result(Ran(RunEnd.ERROR, exc=exc))
 
     threading.Thread(
         target=ctx.run, args=(target,), name=f"agent-gate-{claimed.tool.name}", daemon=True

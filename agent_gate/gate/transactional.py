@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from agent_gate.errors import GateUsageError
-from agent_gate.gate.runner import _current
+from agent_gate.gate.runner import serving
 from agent_gate.ledger.records import TxnConnection
 from agent_gate.tools import CallInfo
 
@@ -76,9 +76,9 @@ def current_transaction() -> TxnConnection:
 @contextmanager
 def running_in(conn: TxnConnection, info: CallInfo) -> Iterator[None]:
     """Within this block the tool sees ``conn`` and its call (``current_call``)."""
-    token, call = _connection.set(conn), _current.set(info)
+    token = _connection.set(conn)
     try:
-        yield
+        with serving(info):
+            yield
     finally:
-        _current.reset(call)
         _connection.reset(token)

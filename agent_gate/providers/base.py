@@ -38,7 +38,10 @@ then still nest over 240 levels deep and are rejected as ``arguments_too_deep`` 
 that call alone, while the event's other calls go on."""
 
 _blake2b = hashlib.blake2b
-_fast_loads = _speedups.msgspec_decode
+fast_loads = _speedups.msgspec_decode
+"""msgspec's decoder, or None (not installed, or switched off): ``loads_event`` and the
+known-shape path (``known_path``) read it at each event, so setting it to None runs the
+reference, ``json.loads``, everywhere at once (tests and benchmarks do)."""
 _fast_dumps = _speedups.orjson_dumps
 _SNAPSHOT_OPTION = _speedups.ORJSON_SNAPSHOT_OPTION
 
@@ -52,9 +55,9 @@ def loads_event(text: str) -> Any:
     out of range, nesting, broken JSON) is handed to ``json.loads``, whose answer or
     error is the one returned: the verdict is always the standard library's.
     """
-    if _fast_loads is not None:
+    if fast_loads is not None:
         try:
-            return _fast_loads(text)
+            return fast_loads(text)
         except Exception:  # msgspec's errors, RecursionError: json.loads decides
             pass
     return json.loads(text)

@@ -230,18 +230,18 @@ def pure_python() -> Iterator[None]:
     AGENT_GATE_PURE_PYTHON=1 gives (jsonschema-rs is switched off per tool,
     ``_python_only``)."""
     saved = (
-        providers_base._fast_loads,
+        providers_base.fast_loads,
         providers_base._fast_dumps,
         accumulate_module._KNOWN_ADAPTER_PATH,
     )
-    providers_base._fast_loads = None
+    providers_base.fast_loads = None
     providers_base._fast_dumps = None
     accumulate_module._KNOWN_ADAPTER_PATH = False
     try:
         yield
     finally:
         (
-            providers_base._fast_loads,
+            providers_base.fast_loads,
             providers_base._fast_dumps,
             accumulate_module._KNOWN_ADAPTER_PATH,
         ) = saved

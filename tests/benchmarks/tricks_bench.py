@@ -89,7 +89,7 @@ TRICKS = [
     Trick(
         "msgspec per-event decode",
         "providers/base.py loads_event",
-        _off(providers_base, "_fast_loads", None),
+        _off(providers_base, "fast_loads", None),
         ("SSE + per-event JSON decode", "decision path, SSE events in"),
     ),
     Trick(

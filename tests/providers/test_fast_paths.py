@@ -292,9 +292,9 @@ def test_a_replayed_delta_differing_only_in_a_json_type_conflicts(other: object)
 def json_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with the compiled helpers (when installed) and without them."""
     if request.param == "pure":
-        monkeypatch.setattr(base, "_fast_loads", None)
+        monkeypatch.setattr(base, "fast_loads", None)
         monkeypatch.setattr(base, "_fast_dumps", None)
-    elif base._fast_loads is None or base._fast_dumps is None:
+    elif base.fast_loads is None or base._fast_dumps is None:
         pytest.skip("msgspec/orjson not installed, or AGENT_GATE_PURE_PYTHON is set")
     return str(request.param)
 
@@ -432,7 +432,7 @@ def test_agent_gate_pure_python_turns_the_compiled_paths_off() -> None:
     code = (
         "from agent_gate.providers import base;"
         "from agent_gate import _speedups;"
-        "print(_speedups.PURE_PYTHON, base._fast_loads is None, base._fast_dumps is None)"
+        "print(_speedups.PURE_PYTHON, base.fast_loads is None, base._fast_dumps is None)"
     )
     env = {**os.environ, "AGENT_GATE_PURE_PYTHON": "1"}
     out = subprocess.run(
