@@ -42,6 +42,8 @@ def self_costs(dump: Path) -> tuple[int, dict[str, int]]:
             continue
         name = re.sub(r"^/tmp/python-build[^/]*/Python-[\d.]+/(\./)?", "", name)
         name = re.sub(r"'\d+( |$)", r"\1", name)  # one row per function, not per recursion depth
+        # The same library in each checkout's venv is one row: named from site-packages on.
+        name = re.sub(r"\[[^\]]*site-packages/", "[", name)
         costs[name] = costs.get(name, 0) + ir
     # Frames open when the part was cut carry the part's whole cost (all but what
     # other threads ran): not self costs. No function's own work comes near half.
