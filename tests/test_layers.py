@@ -381,16 +381,6 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {
         "agent_gate.policy.edits", "agent_gate.policy.model",
         "agent_gate.policy.predicates",
     }): "issue 31: policy model -> approval -> conditions/deadline/edits -> model",
-    # The MCP proxy's call path and its peer (the client session) name each other:
-    # a gated call reaches its client through the link and peer, and the peer hands a
-    # sampling request back to the call that caused it. Merged from the sampling work
-    # while this test was extended to count hinted imports; the way out is a small
-    # protocol module the call path and the peer both import.
-    frozenset({
-        "agent_gate.integrations.mcp.calls", "agent_gate.integrations.mcp.link",
-        "agent_gate.integrations.mcp.peer", "agent_gate.integrations.mcp.results",
-        "agent_gate.integrations.mcp.sampling", "agent_gate.integrations.mcp.upstream",
-    }): "issue 31: mcp calls -> link -> peer -> sampling -> calls",
     # The Slack reply seals what slack.py renders and reuses its text helper in a
     # function; serve/ is another helper's this round.
     frozenset({"agent_gate.serve.slack", "agent_gate.serve.slack_reply"}):
