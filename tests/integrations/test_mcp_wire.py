@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 import mcp.types as mt
 from mcp.shared.message import SessionMessage
+from mcp_harness import dead
 from waiting import wait_until
 
 from agent_gate.integrations.mcp.wire import IDEMPOTENCY_KEY_META, Deliveries, Sent, stdio_transport
@@ -38,15 +39,6 @@ _PARENT = (
     "time.sleep(600)\n"
 )
 """An upstream whose child inherits its stdin (as ``npx`` does for the server it runs)."""
-
-
-def dead(pid: int) -> bool:
-    """Gone, or a zombie: its files (the pipe's read end among them) are closed."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def pids(path: Path) -> list[int]:
