@@ -40,7 +40,7 @@ def dead(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         threads = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before or while read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X") and threads in ([], [str(pid)])
 
