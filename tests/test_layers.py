@@ -360,16 +360,6 @@ def test_known_upward_imports_still_exist() -> None:
 
 
 KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    # The MCP proxy's call path and its peer (the client session) name each other:
-    # a gated call reaches its client through the link and peer, and the peer hands a
-    # sampling request back to the call that caused it. Merged from the sampling work
-    # while this test was extended to count hinted imports; the way out is a small
-    # protocol module the call path and the peer both import.
-    frozenset({
-        "agent_gate.integrations.mcp.calls", "agent_gate.integrations.mcp.link",
-        "agent_gate.integrations.mcp.peer", "agent_gate.integrations.mcp.results",
-        "agent_gate.integrations.mcp.sampling", "agent_gate.integrations.mcp.upstream",
-    }): "issue 31: mcp calls -> link -> peer -> sampling -> calls",
 }
 """Import circles known today, each with why it stays and who removes it. The rule
 test passes over exactly these sets of modules; a test below fails once one is gone

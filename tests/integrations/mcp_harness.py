@@ -28,6 +28,23 @@ UPSTREAM = HERE / "mcp_upstream.py"
 POLICY = HERE / "mcp_policy.yaml"
 
 
+def dead(pid: int) -> bool:
+    """The process is gone, or a zombie none of whose threads still runs.
+
+    Why the threads: a SIGKILLed process whose main thread has exited shows ``Z`` while
+    its other threads are still exiting, and they hold its files: the upstream's stdin
+    pipe, read by a thread of the SDK's stdio server, is then still open, and a request
+    written to it goes into the pipe (sent, so in doubt), not against a closed one.
+    Its thread list is down to the main thread once the others have closed their files.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        threads = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):  # reaped before or while read
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X") and threads in ([], [str(pid)])
+
+
 @dataclass(frozen=True)
 class Setup:
     """One test's ledger, side-effect log and environment."""

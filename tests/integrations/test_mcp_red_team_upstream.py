@@ -27,7 +27,7 @@ import anyio
 import mcp.types as mt
 import pytest
 from mcp import ClientSession
-from mcp_harness import ROOT, UPSTREAM, Setup, _accepts
+from mcp_harness import ROOT, UPSTREAM, Setup, _accepts, dead
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # each test starts the proxy and the upstream (interpreters)
@@ -46,15 +46,6 @@ def text(result: Any) -> str:
 
 def meta(result: Any) -> dict[str, Any]:
     return dict(result.meta or {})
-
-
-def dead(pid: int) -> bool:
-    """The process is gone or a zombie (killed, not yet reaped by its parent)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def kill(pid: int) -> None:

@@ -49,6 +49,7 @@ from agent_gate.gate.desk import MCP_PROVIDER
 from agent_gate.gate.waiting import POLL_MAX, POLL_MIN
 from agent_gate.integrations.mcp.identity import CallIds, asked_call_id
 from agent_gate.integrations.mcp.link import Fixed, Link
+from agent_gate.integrations.mcp.protocol import Progress
 from agent_gate.integrations.mcp.results import result_of, unavailable
 from agent_gate.integrations.mcp.upstream import (
     Registered,
@@ -66,9 +67,6 @@ __all__ = ["DEFAULT_PROGRESS_EVERY", "Asker", "GatedCalls", "GatedSession", "Pro
 DEFAULT_PROGRESS_EVERY = 10.0
 """Seconds between progress notifications while a call is held: well inside any
 client's request timeout (the TypeScript SDK's is 60 s), few enough to store."""
-
-Progress = Callable[[float, float | None, str], Awaitable[None]]
-"""``(progress, total, message)``: where a held request reports that it waits."""
 
 Asker = Callable[[Outcome], Awaitable[bool]]
 """Asks the user to decide a waiting call; True when they answered (either way)."""

@@ -27,7 +27,7 @@ import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mcp.types as mt
 from mcp.client.session import ClientRequestContext
@@ -35,12 +35,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
+from agent_gate.integrations.mcp.protocol import Progress, Sampler
 from agent_gate.policy.mcp_rules import McpPolicy, judge_sampling
 from agent_gate.tools import CallInfo
-
-if TYPE_CHECKING:  # calls -> link -> peer: the types only
-    from agent_gate.integrations.mcp.calls import Progress
-    from agent_gate.integrations.mcp.sampling import SamplingCalls
 
 __all__ = ["Audit", "ClientPeer", "Serving"]
 
@@ -84,7 +81,7 @@ class ClientPeer:
     """Delivers what one upstream session sends to the one client session it serves."""
 
     def __init__(self, rules: Callable[[], McpPolicy | None] = lambda: None,
-                 audit: Audit | None = None, sampler: SamplingCalls | None = None,
+                 audit: Audit | None = None, sampler: Sampler | None = None,
                  task: str | None = None) -> None:
         self.connection: Any | None = None
         self._serving: list[Serving] = []

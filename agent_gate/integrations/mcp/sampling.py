@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,8 @@ import mcp.types as mt
 from agent_gate.errors import AgentGateError, NotAwaitingApproval
 from agent_gate.gate import Outcome
 from agent_gate.gate.desk import MCP_PROVIDER
-from agent_gate.integrations.mcp.calls import GatedCalls, Progress
+from agent_gate.integrations.mcp.calls import GatedCalls
+from agent_gate.integrations.mcp.protocol import Ask, Progress, Sampled
 from agent_gate.ledger.states import CallState
 from agent_gate.policy.mcp_rules import SAMPLING_TOOL
 from agent_gate.tools import Effect, Idempotency
@@ -49,9 +49,6 @@ __all__ = ["PROXY_ACTOR", "SAMPLING_TOOL", "Ask", "Sampled", "SamplingCalls"]
 
 PROXY_ACTOR = "agent-gate-mcp-proxy"
 """Who the proxy is on the record when it withdraws a request nobody answered."""
-
-Ask = Callable[[], Awaitable[mt.CreateMessageResultWithTools | mt.ErrorData]]
-"""Puts the request to the client: its answer, or the error the upstream is to get."""
 
 _SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -92,19 +89,6 @@ async def _put_to_client(name: str, arguments: dict[str, Any]) -> dict[str, Any]
         raise ClientError(f"the client answered with error {got.code}")
     asking.answer = got
     return got.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Sampled:
-    """What became of one sampling request."""
-
-    answer: mt.CreateMessageResultWithTools | mt.ErrorData
-    """What the upstream is answered."""
-    call_id: str
-    state: CallState
-    rule_ids: tuple[str, ...]
-    refused: str | None
-    """Why the client was not asked (denied, not answered in time), else None."""
 
 
 class SamplingCalls:

@@ -7,9 +7,11 @@ first is a sure "it did not run". So the proxy's transports note, per
 request got (``Sent``), and ``upstream`` decides from that, never from the error
 alone:
 
-- over stdio, a request is ``SENT`` once its line is written to the server's stdin
-  (the pipe holds it: the server may read and run it even if it dies next); a
-  write that fails (the server is gone: ``EPIPE``) leaves it ``NOT_SENT``;
+- over stdio, a request is ``SENT`` once any byte of its line is in the server's
+  stdin pipe (the pipe holds it: the server may read and run it even if it dies
+  next); a line none of which went in (nothing reads the pipe any more: ``EPIPE``)
+  leaves it ``NOT_SENT``. The pipe decides, not the process: a server that died
+  while a child of it still reads its stdin may yet get the request;
 - over Streamable HTTP, a request whose connection could not be opened stays
   ``NOT_SENT``; an HTTP 404 (the server no longer knows the session: it did not
   process the request) is ``TURNED_AWAY``; a 5xx, or a response whose body broke
@@ -125,8 +127,15 @@ async def stdio_transport(
     The server's stderr is the proxy's. On exit: stdin closed, then SIGTERM, then
     SIGKILL to its group, each after a bounded wait.
     """
-    process = await anyio.open_process(list(command), env=dict(env), stderr=None,
-                                       start_new_session=True)
+    stdin = _Stdin.pipe()
+    try:
+        process = await anyio.open_process(list(command), stdin=stdin.child_end,
+                                           env=dict(env), stderr=None, start_new_session=True)
+    except BaseException:
+        stdin.close()
+        raise
+    finally:
+        stdin.started()
     to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -146,18 +155,17 @@ async def stdio_transport(
             lost.set()
 
     async def write() -> None:
-        assert process.stdin is not None
         async with from_session:
             async for message in from_session:
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                key = key_of(message.message)
-                try:
-                    await process.stdin.send((data + "\n").encode("utf-8"))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    lost.set()  # the server is gone: this request and any later never left
-                    to_session.close()
+                line = (data + "\n").encode("utf-8")
+                written = await stdin.send(line)
+                if written:  # in a pipe something read: the server may have run it
+                    wire.mark(key_of(message.message), Sent.SENT)
+                if written < len(line):
+                    lost.set()  # nothing reads the pipe: this request (or its end) and
+                    to_session.close()  # any later never left
                     return
-                wire.mark(key, Sent.SENT)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(read)
@@ -166,7 +174,7 @@ async def stdio_transport(
             yield from_server, to_server
         finally:
             with anyio.CancelScope(shield=True):
-                await _stop(process)
+                await _stop(process, stdin)
             tg.cancel_scope.cancel()
 
 
@@ -177,11 +185,63 @@ def _parse(line: str) -> SessionMessage | Exception:
         return exc
 
 
-async def _stop(process: Process) -> None:
+class _Stdin:
+    """The write end of the server's stdin pipe, written with ``os.write``.
+
+    Why not the event loop's pipe transport (``anyio.open_process``'s ``stdin``): on
+    asyncio, a write to a pipe nobody reads does not raise. The transport logs the
+    ``EPIPE``, drops the bytes and closes itself, and the drain after it returns
+    before the loss is reported, so a request written to a server that had just died
+    looked sent and its call went in doubt (issue 31); a transport already closing
+    drops a write just as quietly. ``os.write`` on a non-blocking pipe answers each
+    write exactly: how many bytes went in, or ``EPIPE`` when nothing reads the pipe.
+    """
+
+    def __init__(self, child_end: int, fd: int) -> None:
+        self.child_end: int | None = child_end
+        """The read end, the server's stdin; closed here once the server has it."""
+        self.fd: int | None = fd
+
+    @classmethod
+    def pipe(cls) -> _Stdin:
+        child_end, fd = os.pipe()  # neither inherited by the server but as its stdin
+        os.set_blocking(fd, False)
+        return cls(child_end, fd)
+
+    def started(self) -> None:
+        """The server holds the read end (or never will): only it may read the pipe."""
+        if self.child_end is not None:
+            os.close(self.child_end)
+            self.child_end = None
+
+    async def send(self, data: bytes) -> int:
+        """Writes ``data``: how many of its bytes went into the pipe, all of them unless
+        nothing reads it any more or it was closed here."""
+        view, done = memoryview(data), 0
+        while done < len(view) and self.fd is not None:
+            try:
+                done += os.write(self.fd, view[done:])
+            except BlockingIOError:  # the pipe is full: the server has not read yet
+                try:
+                    await anyio.wait_writable(self.fd)
+                except anyio.ClosedResourceError:  # closed here while waiting
+                    break
+            except OSError:  # EPIPE: no reader left
+                break
+        return done
+
+    def close(self) -> None:
+        """The server reads end of file; a writer waiting on the pipe stops."""
+        self.started()
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+async def _stop(process: Process, stdin: _Stdin) -> None:
     """Close the server's stdin and wait, then SIGTERM, then SIGKILL its process group."""
-    if process.stdin is not None:
-        with contextlib.suppress(Exception):
-            await process.stdin.aclose()
+    stdin.close()
     for sig in (None, signal.SIGTERM, signal.SIGKILL):
         if sig is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
