@@ -58,6 +58,8 @@ DRIVEN_ELSEWHERE: dict[str, tuple[str, str]] = {
     "ledger/mcp_events.py": ("integrations/test_mcp_red_team_sessions.py",
                              "the MCP proxy's session store, driven by its sessions"),
     "ledger/reasons.py": ("ledger/test_states_tables.py", "an enum of codes, no logic"),
+    "ledger/settled.py": ("ledger/test_audit_many_writers.py",
+                          "the bound, under writers racing on PostgreSQL"),
     "ledger/sql.py": ("ledger/test_approvals_expiry_clock.py",
                       "the database clock and locks, only visible through a database"),
     "ledger/subtrees.py": ("evidence/test_archive_subtrees.py",

@@ -42,8 +42,9 @@ from agent_gate.evidence.note import SignerKey
 from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
 from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_CHECKPOINTS, AUDIT_HEADS
+from agent_gate.ledger.settled import settled
 from agent_gate.ledger.sql import lock_named
-from agent_gate.ledger.trail_tree import extend, settled
+from agent_gate.ledger.trail_tree import extend
 
 __all__ = [
     "CHECKPOINT_LOCK",

@@ -27,7 +27,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import event, inspect
+from sqlalchemy import event, inspect, text
 
 from agent_gate.ledger import CallState, Event, Ledger, NewCall, store
 from agent_gate.ledger.backend import begin_write, create_ledger_engine
@@ -87,19 +87,33 @@ def _found(ledger: Ledger, *states: CallState, task_id: str | None = None) -> se
 
 @contextmanager
 def _code_of_today(url: str, patched: pytest.MonkeyPatch) -> Iterator[None]:
-    """Today's code on an old schema: no schema check, and the one ``tool_calls`` column
-    added after that schema (``edited``, 0014), which every read of a call names, there
-    only while it runs (dropped again before the schema is migrated on)."""
+    """Today's code on an old schema: no schema check, and what today's writes name that
+    the schema gained later, there only while it runs (dropped again before the schema
+    is migrated on): the ``tool_calls`` column ``edited`` (0014), which every read of a
+    call names, and on PostgreSQL the pipelined append's ``bigint[]`` row ids (0016), as
+    an overload of 0007's function beside its ``integer[]`` one."""
     patched.setattr(store, "ensure_schema", lambda *_a, **_k: None)
     engine = create_ledger_engine(url)
+    postgres = engine.dialect.name == "postgresql"
     try:
         with begin_write(engine) as conn:
             conn.exec_driver_sql("ALTER TABLE tool_calls ADD COLUMN edited TEXT")
+            if postgres:
+                body = conn.execute(text("SELECT pg_get_functiondef(CAST(:f AS regprocedure))"),
+                                    {"f": _APPEND.format(ids="integer")}).scalar_one()
+                conn.exec_driver_sql(body.replace("p_call_row_id integer[]",
+                                                  "p_call_row_id bigint[]", 1))
         yield
         with begin_write(engine) as conn:
             conn.exec_driver_sql("ALTER TABLE tool_calls DROP COLUMN edited")
+            if postgres:
+                conn.exec_driver_sql(f"DROP FUNCTION {_APPEND.format(ids='bigint')}")
     finally:
         engine.dispose()
+
+
+_APPEND = ("agent_gate_audit_append(text[], text, timestamptz[], text[], {ids}[], text[], "
+           "text[], text[], text[], text[], text[], bytea[], bytea[])")
 
 
 def _migrate(url: str, revision: str, *, down: bool = False) -> None:

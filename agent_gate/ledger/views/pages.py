@@ -33,8 +33,8 @@ from sqlalchemy import Connection, and_, exists, func, or_, select, text
 
 from agent_gate.ledger.models import AUDIT_EVENTS
 from agent_gate.ledger.records import CALLS, TASKS, TaskSummary, task_record
+from agent_gate.ledger.settled import settled
 from agent_gate.ledger.states import CallState
-from agent_gate.ledger.trail_tree import settled
 
 if TYPE_CHECKING:
     from agent_gate.ledger.audit import AuditRecord
