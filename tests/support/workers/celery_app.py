@@ -36,7 +36,8 @@ app.conf.update(
     # default is an hour), under keys of this test's own.
     broker_transport_options={"visibility_timeout": 1, "unacked_key": f"{QUEUE}.unacked",
                               "unacked_index_key": f"{QUEUE}.unacked_index",
-                              "unacked_mutex_key": f"{QUEUE}.unacked_mutex"},
+                              "unacked_mutex_key": f"{QUEUE}.unacked_mutex",
+                              "unacked_mutex_expire": 2},
 )
 
 
