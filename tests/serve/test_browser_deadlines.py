@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from waiting import wait_until
 
 from agent_gate.cli import main as cli
 from agent_gate.ledger import Ledger
+from agent_gate.ledger.records import CallRecord
 from agent_gate.serve.webhooks import ServeConfig
 
 pytestmark = pytest.mark.slow
@@ -59,8 +61,9 @@ def due_at(world: World, task: str, call_id: str) -> str:
     return found.due_at.isoformat()
 
 
-def sweep_until(world: World, task: str, call_id: str, state: str) -> None:
-    """``agent-gate approvals sweep`` (one pass each time) until the call is ``state``."""
+def sweep_until(world: World, task: str, call_id: str, what: str,
+                done: Callable[[Ledger, CallRecord], bool]) -> None:
+    """``agent-gate approvals sweep`` (one pass each time) until ``done`` holds of the call."""
     def swept() -> bool:
         got = CliRunner().invoke(cli, ["approvals", "sweep", "--db", world.url, "--json",
                                        "--by", "browser-test"], catch_exceptions=False)
@@ -68,20 +71,13 @@ def sweep_until(world: World, task: str, call_id: str, state: str) -> None:
         json.loads(got.output)
         with Ledger(world.url) as ledger:
             rec = ledger.get(task, call_id)
-        return rec is not None and rec.state.value == state
-    wait_until(swept, timeout=30, what=f"{call_id} to be {state} by a sweep")
+            return rec is not None and done(ledger, rec)
+    wait_until(swept, timeout=30, what=f"{call_id} to be {what} by a sweep")
 
 
-def sweep_until_escalated(world: World, task: str, call_id: str) -> None:
-    """One sweep pass each time until the call's deadline escalated it."""
-    def escalated() -> bool:
-        got = CliRunner().invoke(cli, ["approvals", "sweep", "--db", world.url, "--json",
-                                       "--by", "browser-test"], catch_exceptions=False)
-        assert got.exit_code == 0, got.output
-        with Ledger(world.url) as ledger:
-            found = ledger.deadline(ledger.get(task, call_id))
-        return found is not None and found.escalated
-    wait_until(escalated, timeout=30, what=f"{call_id} to be escalated by a sweep")
+def _escalated(ledger: Ledger, rec: CallRecord) -> bool:
+    found = ledger.deadline(rec)
+    return found is not None and found.escalated
 
 
 def test_a_deadline_counts_down_and_expires_into_a_denial(world: World, browser: Any,
@@ -108,10 +104,11 @@ def test_a_deadline_counts_down_and_expires_into_a_denial(world: World, browser:
             page.screenshot(path=str(Path(os.environ["AGENT_GATE_SCREENSHOT_DIR"])
                                      / "inbox-deadlines.png"), full_page=False)
 
-        sweep_until(world, "fast", "m-short", "rejected")
+        sweep_until(world, "fast", "m-short", "rejected",
+                    lambda _ledger, rec: rec.state.value == "rejected")
         # r-1 was recorded after m-short, so its second ends a little later: a pass
         # between the two left it waiting, and the server runs no sweep of its own here.
-        sweep_until_escalated(world, "fast", "r-1")
+        sweep_until(world, "fast", "r-1", "escalated", _escalated)
         # The open list drops the denied call without a reload (its poll, ETag)...
         marker = page.evaluate("() => { window.stillHere = 1; return 1; }")
         page.wait_for_selector("#rows tr.row:has-text('m-short')", state="detached",
