@@ -5,11 +5,14 @@ payment is counted in an outbox file outside the ledger."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,8 +78,25 @@ class Workers:
                 assert proc.poll() is None or proc.returncode == -signal.SIGKILL, self.log(n)
             return path.exists()
 
-        wait_until(done, timeout=90, what=f"task {order} to finish")
+        try:
+            wait_until(done, timeout=90, what=f"task {order} to finish")
+        except AssertionError as e:
+            logs = "\n".join(f"--- worker {n}\n{self.log(n)}"
+                              for n in range(1, len(self.procs) + 1))
+            raise AssertionError(f"{e}\nbroker: {self.broker_state()}\n{logs}") from None
         return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+    def broker_state(self) -> dict[str, object]:
+        """What the broker holds for this queue, so a timeout says where the message is."""
+        if not self.broker.startswith("redis"):
+            return {}
+        with self.sender.connection_for_write() as conn:
+            client = conn.default_channel.client
+            return {"now": time.time(), "queued": client.llen(self.queue),
+                    "unacked": client.zrange(f"{self.queue}.unacked_index", 0, -1,
+                                             withscores=True),
+                    "mutex_ttl": client.pttl(f"{self.queue}.unacked_mutex"),
+                    "keys": sorted(k.decode() for k in client.keys(f"*{self.queue}*"))}
 
     def outbox(self) -> list[str]:
         path = Path(self.env["AG_OUTBOX"])
@@ -236,6 +256,46 @@ def test_redis_delivers_a_running_task_twice_and_the_second_waits(
         assert workers.result("o5") == {"failed": "CallInDoubt", "call_id": "call-1"}
         assert workers.outbox() == []
     finally:
+        workers.close()
+
+
+@pytest.mark.slow
+def test_redis_a_look_that_missed_a_dead_workers_message_is_made_again(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """A killed worker's message returns to the queue only when a live worker looks
+    for it. The new worker's first look finds the look's mutex held (as when another
+    worker is mid-look, or died in one); the message must still come back soon, not
+    at kombu's next default look 100 s later (this timed out in CI)."""
+    import redis
+
+    workers = Workers(tmp_path, BROKERS["redis"], sqlite_url)
+    client = redis.Redis.from_url(BROKERS["redis"])
+    mutex = f"{workers.queue}.unacked_mutex"
+    tried = threading.Event()
+
+    def watch(monitor: Any) -> None:  # ends when the test closes its connection
+        with contextlib.suppress(redis.ConnectionError, ValueError, OSError):
+            for command in monitor.listen():
+                if command["command"].startswith(f"SET {mutex} "):
+                    tried.set()
+
+    try:
+        workers.kill_at("before-call", "o7")
+        assert client.set(mutex, "someone-else", nx=True, px=120_000)
+        with client.monitor() as monitor:
+            watcher = threading.Thread(target=watch, args=(monitor,), daemon=True)
+            watcher.start()
+            workers.start()
+            wait_until(tried.is_set, what="the new worker's first look for unacked messages")
+            monitor.connection.disconnect()
+        client.delete(mutex)
+        result = workers.result("o7")
+        assert result["state"] == "succeeded" and result["replayed"] is False
+        assert len(workers.outbox()) == 1
+    finally:
+        client.delete(mutex)
+        client.close()
         workers.close()
 
 

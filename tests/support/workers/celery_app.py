@@ -33,11 +33,17 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
     # Redis: an unacknowledged message goes back to its queue after a second (the
-    # default is an hour), under keys of this test's own.
+    # default is an hour), under keys of this test's own. An idle worker looks for such
+    # messages every second: kombu's default is one look at start and then one every
+    # 100 s (``unacked_restore_interval`` 10 s x ``unacked_restore_throttle`` 10), so
+    # one look that missed left a killed worker's message undelivered past the tests'
+    # 90 s. The look's mutex expires after 2 s, not 300, in case a worker dies in it.
     broker_transport_options={"visibility_timeout": 1, "unacked_key": f"{QUEUE}.unacked",
                               "unacked_index_key": f"{QUEUE}.unacked_index",
                               "unacked_mutex_key": f"{QUEUE}.unacked_mutex",
-                              "unacked_mutex_expire": 2},
+                              "unacked_mutex_expire": 2,
+                              "unacked_restore_interval": 1,
+                              "unacked_restore_throttle": 1},
 )
 
 
