@@ -158,11 +158,15 @@ def leafwise(found: dict[str, dict[str, Any]]) -> frozenset[str]:
     return frozenset(batch for batch, record in found.items() if HASH_KEY not in record)
 
 
-def records(conn: Connection) -> dict[str, dict[str, Any]]:
-    """Every archive record's detail by batch id (the ``task_id`` index: one per batch)."""
+def records(conn: Connection, *, after: int = 0) -> dict[str, dict[str, Any]]:
+    """Every archive record's detail by batch id (the ``task_id`` index: one per batch),
+    or only those written after row ``after``. A batch prunes entries written before its
+    record, so the batches whose entries lie after a row all have their record after it:
+    a verify from a checkpoint reads those, not one per batch ever archived."""
     out: dict[str, dict[str, Any]] = {}
     for detail, in conn.execute(select(AUDIT_EVENTS.c.detail).where(
-            AUDIT_EVENTS.c.task_id == ARCHIVE_TASK, AUDIT_EVENTS.c.event == ARCHIVE_EVENT)):
+            AUDIT_EVENTS.c.task_id == ARCHIVE_TASK, AUDIT_EVENTS.c.event == ARCHIVE_EVENT,
+            AUDIT_EVENTS.c.id > after)):
         try:
             body = json.loads(detail)
         except (TypeError, ValueError):

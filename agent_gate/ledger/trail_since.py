@@ -51,7 +51,7 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
                     last_id=base.tree_last_id)
     chains: dict[str, tuple[int, str]] = {}
     archived: set[str] = set()
-    found = records(conn)
+    found = records(conn, after=base.tree_last_id)
     kept = Kept(leafwise(found))
     count = 0
     for row in walk(conn, after=base.tree_last_id, leafwise=kept.leafwise):
