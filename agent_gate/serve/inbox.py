@@ -46,6 +46,7 @@ from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of,
 from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
 from agent_gate.serve.editform import MAX_VALUE_CHARS, edit_fields, edit_of
+from agent_gate.serve.forms import FORM_LIMITS, MAX_PICKS
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
@@ -74,10 +75,6 @@ def _age(seconds: int) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-MAX_PICKS = 500
-"""The most rows one bulk answer names."""
 
 
 def call_link(ref: int) -> str:
@@ -365,7 +362,7 @@ def grants_page(request: Request) -> Response:
 @router.post("/inbox/grants/{grant_id}/revoke", response_class=HTMLResponse)
 async def revoke_grant(request: Request, grant_id: Ref) -> Response:
     """End a grant from its row: session, origin and CSRF token checked, audited."""
-    form = await request.form()
+    form = await request.form(**FORM_LIMITS)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     return await run_in_threadpool(_revoke, request, grant_id, fields)
 
@@ -398,7 +395,7 @@ _ACTIONS = ("approve", "deny", "resolve")
 @router.post("/inbox/calls/{ref}/{action}", response_class=HTMLResponse)
 async def answer(request: Request, ref: Ref, action: str) -> Response:
     """Approve, deny or resolve from a form: session, origin and CSRF token checked."""
-    form = await request.form()
+    form = await request.form(**FORM_LIMITS)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     return await run_in_threadpool(_answer, request, ref, action, fields)
 
@@ -493,7 +490,7 @@ _PICK = re.compile(r"([1-9][0-9]{0,9}):([0-9a-f]{64})")
 @router.post("/inbox/bulk", response_class=HTMLResponse)
 async def bulk(request: Request) -> Response:
     """Approve or deny every ticked row, each bound to the hash that row showed."""
-    form = await request.form()
+    form = await request.form(**FORM_LIMITS)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     picks = [v for v in form.getlist("pick") if isinstance(v, str)]
     return await run_in_threadpool(_bulk, request, fields, picks)
