@@ -19,6 +19,7 @@ document is done here, above it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
@@ -32,11 +33,23 @@ from agent_gate.policy.paths import MISSING, list_index, parse_path, resolve
 
 __all__ = [
     "MAX_EDITED_FIELDS",
+    "MAX_NAME_CHARS",
+    "MAX_VALUE_CHARS",
     "EditRefused",
     "Edited",
     "apply_edit",
     "editable_fields",
+    "value_chars",
 ]
+
+MAX_VALUE_CHARS = 65536
+"""The most characters an edited field's new value may have (``value_chars``), however
+the edit arrives: the inbox's edit box (its ``maxlength``, and the server's check of the
+posted text), the JSON API's ``edit``, ``agent-gate approve --set``. Why a bound at all:
+an edit becomes the call's arguments, stored, hashed, shown and audited; a megabyte
+typed into one field is a mistake or an attack, never a sentence a person changed."""
+MAX_NAME_CHARS = 256
+"""Past this a field name names no editable field: refused without repeating it."""
 
 
 class EditRefused(ApprovalRefused):
@@ -80,12 +93,21 @@ class Edited:
     """Editable paths whose value differs from the call's (in the edit's order)."""
 
 
+def value_chars(value: Any) -> int:
+    """A new value's size as a person types it: a string's characters, any other
+    value's JSON text (compact, characters not escaped), what the edit box holds."""
+    if isinstance(value, str):
+        return len(value)
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
 def apply_edit(
     arguments: Mapping[str, Any], edit: Mapping[str, Any], editable: Sequence[str]
 ) -> Edited:
     """``arguments`` with ``edit`` (path -> new JSON value) applied; ``EditRefused``
-    naming the first field that is not editable, not JSON, or has no place to go.
-    Messages name fields, never values."""
+    naming the first field that is not editable, not JSON, longer than
+    ``MAX_VALUE_CHARS``, or has no place to go. Messages name fields, never values (a
+    name longer than any field's is not repeated either)."""
     if not isinstance(edit, Mapping) or not edit:
         raise EditRefused("an edit names at least one field and its new value")
     if len(edit) > MAX_EDITED_FIELDS:
@@ -94,6 +116,9 @@ def apply_edit(
     result = deepcopy(dict(arguments))
     changed: list[str] = []
     for field, value in edit.items():
+        if isinstance(field, str) and len(field) > MAX_NAME_CHARS:
+            raise EditRefused(f"a field name of {len(field)} characters names no field of "
+                              "this call")
         if not isinstance(field, str) or field not in allowed:
             shown = field if isinstance(field, str) else type(field).__name__
             listed = ", ".join(editable) if editable else "none"
@@ -108,6 +133,10 @@ def apply_edit(
         except ArgumentsTooDeep:
             raise EditRefused(f"the new value of field {field!r} nests too deeply",
                               field=field) from None
+        size = value_chars(value)
+        if size > MAX_VALUE_CHARS:
+            raise EditRefused(f"the new value of field {field!r} has {size} characters; "
+                              f"at most {MAX_VALUE_CHARS} characters", field=field)
         path = parse_path(field)
         if resolve(result, path) == value and resolve(result, path) is not MISSING:
             continue

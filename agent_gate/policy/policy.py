@@ -319,8 +319,13 @@ class Policy:
     def holds_role(self, operator: str, role: str) -> bool:
         """Whether the file's ``operators:`` gives ``operator`` the ``role`` (who may
         answer a call escalated to it)."""
+        return role in self.roles_of(operator)
+
+    def roles_of(self, operator: str) -> tuple[str, ...]:
+        """Every role the file's ``operators:`` gives ``operator``: what a list of the
+        calls they may answer filters escalated calls by (``InboxQuery.roles``)."""
         entry = self._document.operators.get(operator)
-        return entry is not None and role in entry.roles
+        return tuple(entry.roles) if entry is not None else ()
 
     def tool_overrides(self, name: str) -> ToolOverrides:
         """The effect / idempotency classes the policy sets for ``name`` (or none)."""

@@ -30,6 +30,7 @@ from agent_gate.serve import api, inbox, slack
 from agent_gate.serve.api import Op, needs_token, request_operator, unauthorized
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Sessions
 from agent_gate.serve.checkpointer import Checkpointer
+from agent_gate.serve.forms import FormBounds
 from agent_gate.serve.headers import SecurityHeaders
 from agent_gate.serve.identity import IdentityGate
 from agent_gate.serve.proxied import NEW_SESSION
@@ -96,6 +97,7 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
                                 secure=request.url.scheme == "https")
         return response
 
+    app.add_middleware(FormBounds)  # inside SecurityHeaders: its refusals carry them too
     app.add_middleware(SecurityHeaders)
     app.state.service = service
     app.state.checkpointer = checkpointer

@@ -15,16 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_gate.policy.edits import EditRefused
+from agent_gate.policy.edits import MAX_NAME_CHARS, MAX_VALUE_CHARS, EditRefused
 from agent_gate.policy.paths import MISSING, parse_path, resolve
 
 __all__ = ["MAX_NAME_CHARS", "MAX_VALUE_CHARS", "EditField", "edit_fields", "edit_of"]
-
-MAX_VALUE_CHARS = 65536
-"""The most characters a field's new value may have: the textarea's ``maxlength``,
-held on the server too (a hand-made post is not bound by the browser's)."""
-MAX_NAME_CHARS = 256
-"""Past this a posted field name names no field (the refusal does not repeat it)."""
+# The limits are the edit's own (``policy.edits``), whichever way it arrives: here they
+# are the textarea's ``maxlength`` and checked on the posted text before any JSON in it
+# is parsed (a hand-made post is not bound by the browser's).
 
 SET = "set:"
 """Form name prefix of a field's new value."""

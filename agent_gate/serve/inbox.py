@@ -46,6 +46,7 @@ from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of,
 from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
 from agent_gate.serve.editform import MAX_VALUE_CHARS, edit_fields, edit_of
+from agent_gate.serve.forms import FORM_LIMITS, MAX_PICKS
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
@@ -74,10 +75,6 @@ def _age(seconds: int) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-MAX_PICKS = 500
-"""The most rows one bulk answer names."""
 
 
 def call_link(ref: int) -> str:
@@ -130,14 +127,20 @@ def _page(request: Request, name: str, who: tuple[Operator, Session] | None,
           status: int = 200, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(
         request, name, {"op": who[0] if who else None, "csrf": who[1].csrf if who else "",
-                        "expiries": list(EXPIRY_CHOICES), "can": _rights(who), **context},
+                        "expiries": list(EXPIRY_CHOICES), "can": _rights(request, who),
+                        **context},
         status_code=status)
 
 
-def _rights(who: tuple[Operator, Session] | None) -> Callable[[str, str], bool]:
-    """``can("approve", tool)`` for the templates: which forms to offer (the server
-    checks again when one is posted)."""
-    return lambda right, tool: who is not None and who[0].may(OperatorRight(right), tool)
+def _rights(request: Request, who: tuple[Operator, Session] | None
+            ) -> Callable[..., bool]:
+    """``can("approve", tool, deadline)`` for the templates: which forms and tick boxes
+    to offer (``InboxService.may_answer``: the tool's rights, and the role of a call
+    escalated to one); the server checks again when one is posted."""
+    def can(right: str, tool: str, deadline: dict[str, Any] | None = None) -> bool:
+        return who is not None and service_of(request).may_answer(
+            who[0], OperatorRight(right), tool, deadline)
+    return can
 
 
 def _to_login() -> RedirectResponse:
@@ -225,7 +228,9 @@ def _listed(request: Request, who: tuple[Operator, Session], view: ListView
             ) -> dict[str, Any]:
     """The page of the list ``view`` names, its counts, and the links around it."""
     now = datetime.now(UTC)
-    rows, counts = service_of(request).inbox(view.query(who[0], now, limit=view.limit + 1))
+    service = service_of(request)
+    rows, counts = service.inbox(view.query(who[0], now, roles=service.roles(who[0]),
+                                            limit=view.limit + 1))
     if view.before is not None:
         has_prev, has_next = len(rows) > view.limit, True
         rows = rows[-view.limit:]
@@ -235,7 +240,7 @@ def _listed(request: Request, who: tuple[Operator, Session], view: ListView
     prev = (view.href(before=rows[0].ref, after=None) if rows else view.filtered()) \
         if has_prev else None
     after = view.href(after=rows[-1].ref, before=None) if has_next and rows else None
-    progress = service_of(request).quorum_progress(rows)
+    progress = service.quorum_progress(rows)
     return {"view": view, "rows": [r.to_dict(now) for r in rows], "counts": counts,
             "progress": progress,
             "etag": etag(counts.mark, view), "prev": prev, "next": after,
@@ -260,8 +265,9 @@ def inbox_rows(request: Request) -> Response:
         view = ListView.read(request.query_params)
         sent = request.headers.get("if-none-match")
         if sent is not None:  # one aggregate decides; the page is read only if it moved
-            tag = etag(service_of(request).inbox_mark(
-                view.query(who[0], datetime.now(UTC))), view)
+            service = service_of(request)
+            tag = etag(service.inbox_mark(view.query(
+                who[0], datetime.now(UTC), roles=service.roles(who[0]))), view)
             if sent == tag:
                 return Response(status_code=304, headers={"ETag": tag})
         listed = _listed(request, who, view)
@@ -283,7 +289,8 @@ def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: 
     service = service_of(request)
     details = service.details(ref)
     d = call_json(details)
-    after = replace(view.query(who[0], datetime.now(UTC), limit=1), after=ref, before=None)
+    after = replace(view.query(who[0], datetime.now(UTC), roles=service.roles(who[0]),
+                               limit=1), after=ref, before=None)
     following, _ = service.inbox(after)
     nxt = call_link(following[0].ref) + _qs(view) if following else None
     return _page(request, "call.html", who, d=d, view=view, back=view.href(),
@@ -355,7 +362,7 @@ def grants_page(request: Request) -> Response:
 @router.post("/inbox/grants/{grant_id}/revoke", response_class=HTMLResponse)
 async def revoke_grant(request: Request, grant_id: Ref) -> Response:
     """End a grant from its row: session, origin and CSRF token checked, audited."""
-    form = await request.form()
+    form = await request.form(**FORM_LIMITS)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     return await run_in_threadpool(_revoke, request, grant_id, fields)
 
@@ -388,7 +395,7 @@ _ACTIONS = ("approve", "deny", "resolve")
 @router.post("/inbox/calls/{ref}/{action}", response_class=HTMLResponse)
 async def answer(request: Request, ref: Ref, action: str) -> Response:
     """Approve, deny or resolve from a form: session, origin and CSRF token checked."""
-    form = await request.form()
+    form = await request.form(**FORM_LIMITS)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     return await run_in_threadpool(_answer, request, ref, action, fields)
 
@@ -483,7 +490,7 @@ _PICK = re.compile(r"([1-9][0-9]{0,9}):([0-9a-f]{64})")
 @router.post("/inbox/bulk", response_class=HTMLResponse)
 async def bulk(request: Request) -> Response:
     """Approve or deny every ticked row, each bound to the hash that row showed."""
-    form = await request.form()
+    form = await request.form(**FORM_LIMITS)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     picks = [v for v in form.getlist("pick") if isinstance(v, str)]
     return await run_in_threadpool(_bulk, request, fields, picks)

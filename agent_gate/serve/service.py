@@ -173,6 +173,23 @@ class InboxService:
                                          allowed=True, task_id=rec.task_id,
                                          call_id=rec.call_id, detail=detail)
 
+    def roles(self, op: Operator) -> tuple[str, ...]:
+        """The roles the policy's ``operators:`` gives ``op``: who answers a call
+        escalated to one (``gate.desk``). None without a policy file, which gives none."""
+        rules = self.gate.rules
+        return rules.policy.roles_of(op.name) if rules is not None else ()
+
+    def may_answer(self, op: Operator, right: OperatorRight, tool: str,
+                   deadline: Mapping[str, Any] | None) -> bool:
+        """Whether ``op`` may answer a call of ``tool`` whose wait has ``deadline``
+        (``WaitDeadline.to_dict``): their rights over the tool, and, for a call escalated
+        to a role, that role. What the inbox offers a form or a tick box for, and what a
+        list's "only mine" keeps (``InboxQuery.roles``); the answer is judged again."""
+        if not op.may(right, tool):
+            return False
+        role = deadline.get("role") if deadline and deadline.get("escalated") else None
+        return role is None or role in self.roles(op)
+
     # ------------------------------------------------------------ reads
 
     def pending(self, *, after: int | None = None, limit: int = DETAILS_PAGE

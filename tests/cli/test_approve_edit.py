@@ -98,3 +98,21 @@ def test_set_needs_the_policy_and_the_tools(ledger_url: str) -> None:
     got = run("approve", "m1", "--task", "support-1", "--by", "alice", "--db", ledger_url,
               "--set", 'subject="x"')
     assert got.exit_code == 2 and "--set needs --policy" in got.output
+
+
+def test_a_value_longer_than_an_edit_may_be_is_refused_by_name(ledger_url: str) -> None:
+    """The inbox's edit box and the API hold a new value to ``MAX_VALUE_CHARS``; so does
+    ``--set``: one limit (``policy.edits``), whichever way the edit arrives."""
+    from agent_gate.policy.edits import MAX_VALUE_CHARS
+
+    mark = "zq-long-7f3a"
+    with Ledger(ledger_url) as ledger:
+        shown = ledger.get("support-1", "m1")
+    got = run(*edit_args(ledger_url, "body=" + json.dumps(mark + "x" * MAX_VALUE_CHARS)))
+    assert got.exit_code == 1
+    assert f"field 'body' has {MAX_VALUE_CHARS + len(mark)} characters" in got.output
+    assert mark not in got.output
+    with Ledger(ledger_url) as ledger:
+        now = ledger.get("support-1", "m1")
+    assert now is not None and shown is not None and now.args_hash == shown.args_hash
+    assert now.edited == ()

@@ -122,3 +122,17 @@ def test_pending_for_an_operator_leaves_out_calls_escalated_to_a_role_they_lack(
                "--limit", "2")
     assert more.exit_code == 0
     assert "more may follow" in more.output  # two fetched, one page: the wire may follow
+
+
+def test_pending_for_an_operator_counts_its_limit_in_the_calls_it_shows(
+        waiting_calls: tuple[str, str]) -> None:
+    """The wire escalated to finance is the newest call: sam may not answer it, so the
+    first call of his newest-first list is r2. Filtered after fetching, ``--limit 1``
+    fetched the wire, dropped it and showed nothing."""
+    url, policy = waiting_calls
+    args = ("--db", url, "--policy", policy, "--operator", "sam", "--newest-first")
+    assert [r["call_id"] for r in listed(*args, "--limit", "1")] == ["r2"]
+    assert [r["call_id"] for r in listed(*args, "--limit", "2")] == ["r2", "r1"]
+    table = run("pending", *args, "--limit", "1")
+    assert table.exit_code == 0 and " r2 " in table.output, table.output
+    assert "more may follow" in table.output

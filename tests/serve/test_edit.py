@@ -13,6 +13,7 @@ import pytest
 from serve_world import Running, World, serving
 
 from agent_gate.ledger import Ledger
+from agent_gate.policy.edits import MAX_NAME_CHARS, MAX_VALUE_CHARS
 
 
 @pytest.fixture
@@ -89,3 +90,42 @@ def test_an_operator_without_rights_on_the_tool_cannot_edit(
         got = http.post(path + "/approve", json={**body, "edit": {"body": "x"}})
     assert got.status_code == 403
     assert world.shown("t1", "mail-1")[1] == body["args_hash"]
+
+
+MARK = "zq-hostile-7f3a"
+"""Put in each refused value: the response must not hold it."""
+
+TOO_LONG: list[tuple[str, dict[str, object], str]] = [
+    ("a text value", {"body": MARK + "x" * MAX_VALUE_CHARS},
+     f"the new value of field 'body' has {MAX_VALUE_CHARS + len(MARK)} characters; "
+     f"at most {MAX_VALUE_CHARS} characters"),
+    ("a JSON value", {"subject": [MARK] + ["x" * 1000] * 66},
+     "the new value of field 'subject' has "),
+    ("a field name", {MARK + "b" * MAX_NAME_CHARS: "x"}, "names no field of this call"),
+]
+
+
+@pytest.mark.parametrize(("what", "edit", "says"), TOO_LONG, ids=[t[0] for t in TOO_LONG])
+def test_an_edit_longer_than_the_form_allows_is_422_naming_the_field(
+        world: World, edit_server: Running, what: str, edit: dict[str, object],
+        says: str) -> None:
+    """The HTML form's limits (``editform``) are the edit's own: the API refuses the
+    same value the same way, naming the field and never echoing the value."""
+    path, body = world.answer("t1", "mail-1")
+    with api(edit_server, world, "bob") as http:
+        got = http.post(path + "/approve", json={**body, "edit": edit})
+    assert got.status_code == 422, (what, got.status_code, got.text[:300])
+    assert got.json()["error"] == "EditRefused" and says in got.json()["detail"]
+    assert MARK not in got.text and len(got.text) < 1000
+    with Ledger(world.url) as ledger:
+        details = ledger.call_details("t1", "mail-1")
+    assert details is not None and details.call.args_hash == body["args_hash"]
+    assert details.edits == () and details.approvals == ()
+
+
+def test_an_edit_as_long_as_the_form_allows_stands(world: World, edit_server: Running) -> None:
+    path, body = world.answer("t1", "mail-1")
+    with api(edit_server, world, "bob") as http:
+        got = http.post(path + "/approve", json={**body, "edit": {"body": "y" * MAX_VALUE_CHARS}})
+    assert got.status_code == 200, got.text[:300]
+    assert got.json()["edited"] == ["body"]

@@ -51,7 +51,7 @@ from sqlalchemy import (
 )
 
 from agent_gate.ledger.backend import begin_read
-from agent_gate.ledger.deadlines import ARMED, WaitDeadline
+from agent_gate.ledger.deadlines import ARMED, ESCALATED, WaitDeadline
 from agent_gate.ledger.lease import now_ms
 from agent_gate.ledger.models import (
     APPROVAL_DEADLINES,
@@ -101,9 +101,10 @@ class InboxQuery:
     exact matches (a call matches a rule when the rule is among those that decided it).
     ``waiting_before``: calls that reached their state at or before this time (the age
     filter). ``search``: a call id or task id, whole or its beginning. ``tools``: only
-    these tools (an operator's rights; None: every tool). ``after``/``before``: a
-    ``ref`` the previous page ended at / the next page started at. ``newest_first``:
-    the newest call first instead of the oldest.
+    these tools (an operator's rights; None: every tool). ``roles``: no call escalated
+    to a role outside these (an operator's roles; None: escalated calls too).
+    ``after``/``before``: a ``ref`` the previous page ended at / the next page started
+    at. ``newest_first``: the newest call first instead of the oldest.
     """
 
     states: tuple[CallState, ...] = (CallState.AWAITING_APPROVAL,)
@@ -113,6 +114,10 @@ class InboxQuery:
     waiting_before: datetime | None = None
     search: str | None = None
     tools: tuple[str, ...] | None = None
+    roles: tuple[str, ...] | None = None
+    """With ``tools``, what an operator may answer: a call whose wait was escalated to a
+    role (``then: escalate``) is answered only by its holders (``gate.desk``), so it is
+    left out here, in the statement, unless the role is among these; () holds none."""
     after: int | None = None
     before: int | None = None
     newest_first: bool = False
@@ -202,6 +207,8 @@ def _where(query: InboxQuery, dialect: str, *, facets: bool = True) -> list[Any]
         else [c.state.in_(states), text(WAITING_WHERE), text(SWEPT_WHERE)])
     if query.tools is not None:
         out.append(c.tool.in_(query.tools) if query.tools else c.id.is_(None))
+    if query.roles is not None:
+        out.append(_not_escalated_past(query.roles))
     if query.task_id is not None:
         out.append(c.task_id == query.task_id)
     if query.waiting_before is not None:
@@ -229,6 +236,20 @@ def _where(query: InboxQuery, dialect: str, *, facets: bool = True) -> list[Any]
             out.append(c.rule_ids.like("%" + _like(canonical_json(query.rule)) + "%",
                                        escape=_LIKE_ESCAPE))
     return out
+
+
+def _not_escalated_past(roles: tuple[str, ...]) -> Any:
+    """No deadline of the call's current wait (its ``armed_version`` is the call's
+    version, as ``deadlines.of_call`` reads it) escalated it to a role outside
+    ``roles``: one lookup by the deadline table's primary key per call. An alias of
+    the table, since a page's statement joins it already for the rows' deadlines."""
+    escalated = APPROVAL_DEADLINES.alias("escalated")
+    d, c = escalated.c, CALLS.c
+    elsewhere = [d.call_row_id == c.id, d.armed_version == c.version,
+                 d.outcome == ESCALATED, d.role.is_not(None)]
+    if roles:
+        elsewhere.append(d.role.not_in(roles))
+    return ~exists().where(*elsewhere).correlate(CALLS)
 
 
 def inbox_page(conn: Connection, query: InboxQuery) -> list[InboxRow]:
