@@ -35,7 +35,6 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
@@ -74,8 +73,9 @@ _OptionId = Annotated[StrictStr, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,
 
 
 class _Model(BaseModel):
-    # as before the split: a field's own name (``for_``) is accepted beside its alias
-    model_config = ConfigDict(**STRICT, populate_by_name=True)
+    # A key is read by its alias only (``for``): the Python name ``for_`` beside it in a
+    # policy file is an unknown key like any other, refused as the rest of the file is.
+    model_config = STRICT
 
 
 class Escalate(BaseModel):

@@ -128,6 +128,7 @@ def test_the_cli_deny_under_the_policy_keeps_a_quorum_call_waiting(
     ("{approvers: {min: 2, distinct: false}}", "distinct: false"),
     ("{grants: [{id: g}]}", "needs 'for: DURATION' or 'calls: N'"),
     ("{grants: [{id: g, for: 0m}]}", "between 1 second and 366 days"),
+    ("{grants: [{id: g, for_: 1h}]}", "for_"),  # the Python name is no second spelling
 ])
 def test_an_approval_block_that_cannot_work_is_refused_at_load(
     tmp_path: Path, block: str, message: str
