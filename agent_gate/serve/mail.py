@@ -12,7 +12,8 @@ Configured by the ``mail:`` list of ``agent-gate serve --config FILE``::
         sender: agent-gate@example.com
         to: [oncall@example.com]
         link_secret_env: AGENT_GATE_LINK_SECRET
-        events: [awaiting_approval, in_doubt]
+        events: [awaiting_approval, escalated, in_doubt]
+        roles: [finance]                  # optional: escalations to these roles only
 
 A message names the tool, the task and call ids, the state and the rules, and links
 to the call's page: never an argument value (a mailbox is read by more people and
@@ -58,7 +59,9 @@ class MailEndpoint(BaseModel):
     sender: str = Field(min_length=3, max_length=255, pattern=r"^[^\r\n]+@[^\r\n]+$")
     to: tuple[str, ...] = Field(min_length=1)
     link_secret_env: str = Field(min_length=1)
-    events: tuple[str, ...] = ("awaiting_approval", "in_doubt")
+    events: tuple[str, ...] = ("awaiting_approval", "escalated", "in_doubt")
+    roles: tuple[str, ...] = ()
+    """Escalations to these roles only (``outbox.wanted``); empty: every role."""
     backoff: float = Field(default=1.0, gt=0)
     max_backoff: float = Field(default=300.0, gt=0)
     poll: float = Field(default=1.0, gt=0)
@@ -87,7 +90,9 @@ def message(endpoint: MailEndpoint, notice: outbox.Notice, base_url: str,
     """The mail for one notice: ids, tool, state, rules and the signed link; no values."""
     msg = EmailMessage()
     tool = _printable(notice.tool or "a call")
-    msg["Subject"] = f"[agent-gate] {tool} {_SUBJECTS.get(notice.kind, notice.kind)}"
+    what = (f"was escalated to {_printable(notice.role or '?', 64)}"
+            if notice.kind == "escalated" else _SUBJECTS.get(notice.kind, notice.kind))
+    msg["Subject"] = f"[agent-gate] {tool} {what}"
     msg["From"] = endpoint.sender
     msg["To"] = ", ".join(endpoint.to)
     msg["Message-ID"] = make_msgid(domain="agent-gate")
@@ -95,6 +100,9 @@ def message(endpoint: MailEndpoint, notice: outbox.Notice, base_url: str,
     lines = [f"Tool:  {tool}", f"Task:  {_printable(notice.task_id)}",
              f"Call:  {_printable(notice.call_id or '-')}", f"State: {notice.state or '-'}",
              f"Rules: {', '.join(_printable(r, 80) for r in notice.rule_ids) or '-'}", ""]
+    if notice.kind == "escalated":  # the deadline passed: who may answer now
+        lines[-1:-1] = [f"Role:  {_printable(notice.role or '?', 64)} (only its holders "
+                        "may answer the call now)"]
     if notice.call_id is not None:
         query = (f"task={quote(notice.task_id, safe='')}&call={quote(notice.call_id, safe='')}"
                  f"&sig={link_signature(secret, notice.task_id, notice.call_id)}")

@@ -1,4 +1,5 @@
-"""Webhooks: tell people a call waits for them, is in doubt, or was resolved.
+"""Webhooks: tell people a call waits for them, was escalated to a role, is in doubt,
+or was resolved.
 
 Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
 
@@ -11,7 +12,8 @@ Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
       - name: ops-chat                      # the cursor's name in the ledger
         url: https://hooks.example.com/agent-gate
         secret_env: AGENT_GATE_WEBHOOK_SECRET   # the HMAC key: never in the file
-        events: [awaiting_approval, in_doubt, resolved]
+        events: [awaiting_approval, escalated, in_doubt, resolved]
+        roles: [finance]                    # optional: escalations to these roles only
 
 Each event is one POST of JSON (ids, tool, rule ids, state, links: never argument
 values) with ``X-Agent-Gate-Timestamp`` (Unix seconds) and ``X-Agent-Gate-Signature:
@@ -75,6 +77,8 @@ class Endpoint(BaseModel):
     url: str = Field(pattern=r"^https?://")
     secret_env: str = Field(min_length=1)
     events: tuple[str, ...] = outbox.EVENT_KINDS
+    roles: tuple[str, ...] = ()
+    """Escalations to these roles only (``outbox.wanted``); empty: every role."""
     backoff: float = Field(default=1.0, gt=0, description="first retry delay, seconds")
     max_backoff: float = Field(default=300.0, gt=0)
     poll: float = Field(default=1.0, gt=0, description="how often the trail is read")
@@ -247,7 +251,8 @@ class Notifier:
         secret = os.environ[endpoint.secret_env].encode()
         with httpx.Client(timeout=endpoint.timeout) as http:
             self._follow(endpoint.name, endpoint.events, endpoint.poll,
-                         lambda notice: self._deliver(http, endpoint, secret, notice))
+                         lambda notice: self._deliver(http, endpoint, secret, notice),
+                         endpoint.roles)
 
     def _mail(self, endpoint: MailEndpoint) -> None:
         secret = os.environ[endpoint.link_secret_env].encode()
@@ -265,7 +270,8 @@ class Notifier:
             return False
 
         # Its own cursor name: a webhook and a mail route may share a name.
-        self._follow(f"mail:{endpoint.name}", endpoint.events, endpoint.poll, deliver)
+        self._follow(f"mail:{endpoint.name}", endpoint.events, endpoint.poll, deliver,
+                     endpoint.roles)
 
     def _slack(self, route: SlackRoute) -> None:
         from slack_sdk.errors import SlackApiError
@@ -307,14 +313,16 @@ class Notifier:
         self._follow_entries(f"reply:{route.name}", route.poll, deliver)
 
     def _follow(self, name: str, events: tuple[str, ...], poll: float,
-                deliver: Callable[[outbox.Notice], bool]) -> None:
-        """Read the trail after the cursor ``name``; deliver each notice of ``events``
-        (True once delivered, False: stopping) and only then move the cursor."""
+                deliver: Callable[[outbox.Notice], bool], roles: tuple[str, ...] = ()
+                ) -> None:
+        """Read the trail after the cursor ``name``; deliver each notice the route wants
+        (``outbox.wanted``: of ``events``, escalations to ``roles``; True once delivered,
+        False: stopping) and only then move the cursor."""
         def each(entry: AuditRecord) -> bool | None:
             notice = outbox.notice_of(entry)
             if notice is None:
                 return None
-            return deliver(notice) if notice.kind in events else True
+            return deliver(notice) if outbox.wanted(notice, events, roles) else True
 
         self._follow_entries(name, poll, each)
 

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email.message import Message
+from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_world import World, logged_in, serving
+from serve_world import World, build_world, logged_in, serving
 from sqlalchemy import text
+from test_inbox_escalated import ESCALATING
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger
@@ -59,12 +61,12 @@ def smtp_server(refuse_first: int = 0) -> Iterator[tuple[Mailbox, int]]:
         controller.stop()
 
 
-def cursor(world: World) -> int | None:
+def cursor(world: World, name: str = "approvers") -> int | None:
     """The mail route's cursor (a new route starts at the trail's head when it first
     reads it: calls recorded before that are not its news)."""
     with Ledger(world.url) as ledger, ledger.engine.connect() as conn:
-        return conn.execute(text(
-            "SELECT seq FROM webhook_cursors WHERE name = 'mail:approvers'")).scalar()
+        return conn.execute(text("SELECT seq FROM webhook_cursors WHERE name = :n"),
+                            {"n": f"mail:{name}"}).scalar()
 
 
 def config(port: int) -> ServeConfig:
@@ -132,3 +134,27 @@ def test_a_mail_route_without_its_secret_is_refused_at_start(
                     "link_secret_env: AGENT_GATE_LINK_SECRET}\n")
     with pytest.raises(GateUsageError, match=r"\$AGENT_GATE_LINK_SECRET is not set"):
         load_config(str(path))
+
+
+def test_an_escalation_is_mailed_to_the_route_of_its_role(db_url: str, tmp_path: Path) -> None:
+    world = build_world(db_url, tmp_path, ESCALATING, {"carol": {"approve": ["refund"]}},
+                        body="Dear Ana")
+    with smtp_server() as (box, port):
+        finance = MailEndpoint(
+            name="finance", host="127.0.0.1", port=port, starttls=False,
+            sender="agent-gate@example.org", to=("finance@example.org",),
+            link_secret_env="AGENT_GATE_LINK_SECRET", backoff=0.05, poll=0.05,
+            events=("escalated",), roles=("finance",))
+        with serving(world, ServeConfig(checkpoint_every=None, sweep_every=0.2,
+                                        mail=(finance,))):
+            wait_until(lambda: cursor(world, "finance") is not None, what="the cursor")
+            assert world.call("shop", "r-1", "refund", {"order": "o-1", "cents": 500}) \
+                == "awaiting_approval"
+            wait_until(lambda: len(box.got) >= 1, what="the escalation's mail")
+    (msg,) = box.got
+    text_ = msg.get_payload(decode=True).decode()  # type: ignore[union-attr]
+    assert msg["Subject"] == "[agent-gate] refund was escalated to finance"
+    assert msg["To"] == "finance@example.org"
+    assert "Role:  finance (only its holders may answer the call now)" in text_
+    assert "Call:  r-1" in text_ and "refunds-need-a-person" in text_
+    assert "o-1" not in msg.as_string() and "500" not in text_

@@ -25,8 +25,9 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_world import World, serving
+from serve_world import World, build_world, serving
 from sqlalchemy import text
+from test_inbox_escalated import ESCALATING
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger
@@ -90,9 +91,10 @@ def config(url: str) -> ServeConfig:
         name="ops", url=url, secret_env="AG_TEST_HOOK_SECRET", backoff=0.01, poll=0.05),))
 
 
-def cursor(world: World) -> int | None:
+def cursor(world: World, name: str = "ops") -> int | None:
     with Ledger(world.url) as ledger, ledger.engine.connect() as conn:
-        return conn.execute(text("SELECT seq FROM webhook_cursors WHERE name = 'ops'")).scalar()
+        return conn.execute(text("SELECT seq FROM webhook_cursors WHERE name = :n"),
+                            {"n": name}).scalar()
 
 
 def verified(headers: dict[str, str], body: bytes) -> bool:
@@ -176,3 +178,37 @@ def test_a_crash_before_delivery_loses_nothing(world: World, tmp_path: Path) -> 
             proc.wait(timeout=30)
     assert [(e["type"], e["call_id"]) for e in up.events()] == [
         ("call.awaiting_approval", "mail-2")]
+
+
+def test_an_escalation_is_posted_to_the_routes_of_its_role_only(
+        db_url: str, tmp_path: Path) -> None:
+    """The refund's approval deadline passes (1 s, the server's own sweeper): only
+    finance may answer it now, and the route for finance hears so; the route for legal
+    reads past it."""
+    world = build_world(db_url, tmp_path, ESCALATING, {"carol": {"approve": ["refund"]}},
+                        body="Dear Ana")
+
+    def route(name: str, url: str) -> Endpoint:
+        return Endpoint(name=name, url=url, secret_env="AG_TEST_HOOK_SECRET", backoff=0.01,
+                        poll=0.05, events=("escalated",), roles=(name,))
+
+    with receiver() as finance, receiver() as legal:
+        config = ServeConfig(base_url="https://gate.example", checkpoint_every=None,
+                             sweep_every=0.2, notify=(route("finance", finance.url),
+                                                      route("legal", legal.url)))
+        with serving(world, config):
+            wait_until(lambda: None not in (cursor(world, "finance"), cursor(world, "legal")),
+                       what="both routes' cursors")
+            assert world.call("shop", "r-1", "refund", {"order": "o-1", "cents": 500}) \
+                == "awaiting_approval"
+            wait_until(lambda: len(finance.got) >= 1, what="the escalation")
+            seq = finance.events()[0]["id"]
+            wait_until(lambda: (cursor(world, "legal") or 0) >= seq,
+                       what="the legal route to read past the escalation")
+    (event,) = finance.events()
+    assert (event["type"], event["call_id"], event["tool"], event["state"], event["role"]) \
+        == ("call.escalated", "r-1", "refund", "awaiting_approval", "finance")
+    assert event["rule_ids"] == ["refunds-need-a-person"]
+    assert event["links"]["inbox"] == "https://gate.example/inbox/call?task=shop&call=r-1"
+    assert verified(*finance.got[0]) and legal.got == []
+    assert all(value not in finance.got[0][1] for value in (b"o-1", b"500"))

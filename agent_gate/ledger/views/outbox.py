@@ -23,6 +23,7 @@ from sqlalchemy import Engine, func, insert, select, update
 from agent_gate.ledger.audit import AuditRecord
 from agent_gate.ledger.backend import begin_read, begin_write
 from agent_gate.ledger.models import AUDIT_CHECKPOINTS, WEBHOOK_CURSORS
+from agent_gate.ledger.reasons import ReasonCode
 from agent_gate.ledger.views.pages import AuditQuery, audit_page, settled
 
 __all__ = [
@@ -34,13 +35,16 @@ __all__ = [
     "notice_of",
     "notices_after",
     "signed_after",
+    "wanted",
     "witness_cursor",
 ]
 
 _TABLE = WEBHOOK_CURSORS
-EVENT_KINDS = ("awaiting_approval", "in_doubt", "resolved")
-"""What a webhook may subscribe to: a call starts waiting for a person, becomes in
-doubt, or is resolved (approved, denied, or settled out of doubt)."""
+EVENT_KINDS = ("awaiting_approval", "escalated", "in_doubt", "resolved")
+"""What a webhook may subscribe to: a call starts waiting for a person, is escalated
+(its approval deadline passed and only a role may answer it now), becomes in doubt,
+or is resolved (approved, denied, or settled out of doubt)."""
+_ESCALATED = ReasonCode.APPROVAL_ESCALATED.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,18 +60,36 @@ class Notice:
     rule_ids: tuple[str, ...]
     actor: str | None
     at: datetime
+    role: str | None = None
+    """An escalation's role: only its holders may answer the call now."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.seq, "type": f"call.{self.kind}", "task_id": self.task_id,
-                "call_id": self.call_id, "tool": self.tool, "state": self.state,
-                "rule_ids": list(self.rule_ids), "actor": self.actor,
-                "at": self.at.isoformat()}
+        out = {"id": self.seq, "type": f"call.{self.kind}", "task_id": self.task_id,
+               "call_id": self.call_id, "tool": self.tool, "state": self.state,
+               "rule_ids": list(self.rule_ids), "actor": self.actor,
+               "at": self.at.isoformat()}
+        if self.kind == "escalated":
+            out["role"] = self.role
+        return out
+
+
+def wanted(notice: Notice, events: tuple[str, ...], roles: tuple[str, ...] = ()) -> bool:
+    """Whether a route subscribed to ``events`` hears ``notice``; ``roles`` narrows its
+    escalations to those roles (empty: every role), so a team hears of the calls only
+    it may answer now."""
+    if notice.kind not in events:
+        return False
+    return notice.kind != "escalated" or not roles or notice.role in roles
 
 
 def notice_of(e: AuditRecord) -> Notice | None:
     """The event an entry means for people, or None (most entries mean none)."""
     moved = e.to_state is not None and e.from_state != e.to_state
-    if moved and e.to_state in ("awaiting_approval", "in_doubt"):
+    role = None
+    if e.event == _ESCALATED:  # still waiting, for the role alone (``ledger.sweep``)
+        kind, found = "escalated", (e.detail or {}).get("role")
+        role = found if isinstance(found, str) else None
+    elif moved and e.to_state in ("awaiting_approval", "in_doubt"):
         kind = e.to_state
     elif e.event == "approval_granted" or (
             moved and e.from_state in ("awaiting_approval", "in_doubt")
@@ -76,8 +98,10 @@ def notice_of(e: AuditRecord) -> Notice | None:
     else:
         return None
     rules = (e.detail or {}).get("rule_ids") or ()
+    if kind == "escalated":
+        rules = [(e.detail or {}).get("rule")] if (e.detail or {}).get("rule") else ()
     return Notice(e.seq, kind, e.task_id, e.call_id, e.tool, e.to_state,
-                  tuple(str(r) for r in rules), e.actor, e.at)
+                  tuple(str(r) for r in rules), e.actor, e.at, role)
 
 
 def cursor(engine: Engine, name: str) -> int:
