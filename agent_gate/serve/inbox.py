@@ -45,8 +45,8 @@ from agent_gate.gate.desk import runs_next
 from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
 from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
+from agent_gate.serve.bodies import FORM_LIMITS, MAX_PICKS
 from agent_gate.serve.editform import MAX_VALUE_CHARS, edit_fields, edit_of
-from agent_gate.serve.forms import FORM_LIMITS, MAX_PICKS
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
