@@ -98,6 +98,7 @@ def pending_command(
         rules = gate_policy(policy_file, None)
         tools: tuple[str, ...] | None = None
         roles: tuple[str, ...] | None = None
+        closed: tuple[tuple[tuple[str, ...] | None, str], ...] = ()
         if operator is not None:
             found = [o for o in Operators(ledger.engine).list() if o.name == operator]
             if not found:
@@ -108,10 +109,13 @@ def pending_command(
             # only a role's holders answer a call escalated to it (gate.desk): left out
             # in the statement, so --limit and the pages count the calls shown
             roles = rules.policy.roles_of(operator) if rules is not None else ()
+            # nor one a quorum that counts denials and names roles they lack sent
+            # (``Policy.closed_rules``): they may neither approve nor deny it
+            closed = rules.policy.closed_rules(operator) if rules is not None else ()
         query = InboxQuery(
             states=tuple(CallState(s) for s in _STATES[state]), tool=tool, task_id=task_id,
             rule=rule, waiting_before=before, search=search, tools=tools, roles=roles,
-            newest_first=newest_first, answered=answered,
+            closed_rules=closed, newest_first=newest_first, answered=answered,
             quorum_rules=quorum_rule_ids(rules.policy.document) if rules is not None else ())
 
         def fetch(cursor: int | None, n: int) -> list[InboxRow]:

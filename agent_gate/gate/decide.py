@@ -359,14 +359,10 @@ class Decider:
         )
         if problem is not None:
             return problem
+        # the judgement made when it was given (the quorum's roles among it)
         refusal = self.approver_refusal(current, approval.decided_by, txn)
         if refusal is None:
             refusal = self.escalation_refusal(approval.decided_by, txn.escalated_to(current))
-        if refusal is None and need.roles:
-            entry = self.rules.policy.document.operators.get(approval.decided_by)
-            if entry is None or not set(entry.roles) & set(need.roles):
-                refusal = (f"{approval.decided_by!r} holds none of the roles the quorum "
-                           f"counts ({', '.join(need.roles)})")
         if refusal is None:
             return None
         if refused is not None:
@@ -388,7 +384,15 @@ class Decider:
         else:
             task = self.ledger.task(rec.task_id)
             principal_id = principal_from_json(task.principal if task else None).id
-        return self.rules.policy.approval_refusal(rec.tool, approver, principal_id)
+        return self.rules.policy.approval_refusal(rec.tool, approver, principal_id,
+                                                  rec.rule_ids)
+
+    def denial_refusal(self, rec: CallRecord, approver: str) -> str | None:
+        """Why this gate's policy does not let ``approver`` deny ``rec`` (None: it does:
+        only a ``deny: quorum`` rule's roles refuse a denial, ``Policy.denial_refusal``)."""
+        if self.rules is None:
+            return None
+        return self.rules.policy.denial_refusal(rec.tool, approver, rec.rule_ids)
 
     def escalation_refusal(self, approver: str, role: str | None) -> str | None:
         """Why ``approver`` may not answer a call escalated to ``role`` (None: it was

@@ -76,6 +76,10 @@ class ApprovalCheck(Protocol):
         """How many distinct people must deny ``rec`` to end it (1: the first does)."""
         ...
 
+    def denial_refusal(self, rec: CallRecord, approver: str) -> str | None:
+        """Why ``approver`` may not deny ``rec`` (None: they may)."""
+        ...
+
     def escalation_refusal(self, approver: str, role: str | None) -> str | None:
         """Why ``approver`` may not answer a call escalated to ``role`` (None: they may)."""
         ...
@@ -181,6 +185,12 @@ def deny(
     who = by.strip()
     rec = find_one(ledger, call_id, task_id)
     _escalation(ledger, rec, who, check, "deny")
+    refusal = check.denial_refusal(rec, who) if check is not None else None
+    if refusal is not None:
+        ledger.note(rec, "approval_refused", actor=f"operator:{who}",
+                    detail={"reason": refusal, "answer": "deny",
+                            "policy_hash": check.policy_hash if check else None})
+        raise ApprovalRefused(refusal)
     quorum = check.denials_needed(rec) if check is not None else 1
     tr = ledger.deny(rec, by=who, reason=reason, args_hash=args_hash, quorum=quorum)
     if tr.won:

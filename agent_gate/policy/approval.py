@@ -24,9 +24,11 @@ __all__ = [
     "Quorum",
     "Requirement",
     "RuleApproval",
+    "closed_rules",
     "grant_covers",
     "quorum_rule_ids",
     "requirement",
+    "role_refusal",
 ]
 
 
@@ -103,3 +105,43 @@ def quorum_rule_ids(document: PolicyDocument) -> tuple[str, ...]:
     return tuple(sorted({r.id for r in rules if r.approval is not None
                          and r.approval.approvers is not None
                          and r.approval.approvers.min > 1}))
+
+
+def role_refusal(document: PolicyDocument, tool: str, rule_ids: Sequence[str], approver: str,
+                 roles: Sequence[str], *, denial: bool = False) -> str | None:
+    """Why ``approver``, holding ``roles`` (the file's ``operators:``), may not approve
+    a call of ``tool`` that ``rule_ids`` sent to a person (``denial``: deny it), or None.
+
+    Every one of those rules whose ``approval: approvers:`` names ``roles`` wants one of
+    them: an approval from anyone else would never count (``Decider``'s quorum), so it
+    is refused when given, and not offered. A denial is refused only under
+    ``deny: quorum``, where it is counted like an approval; under ``deny: any`` anyone
+    who may answer the tool's calls may stop one. Every rule, not only the strictest:
+    the answer is the same whatever order the rules were listed in, and a listing can
+    leave such calls out in its statement (``closed_rules``)."""
+    for block in _approvals(document, tool, rule_ids):
+        wanted = block.approvers if block is not None else None
+        if wanted is None or not wanted.roles or (denial and wanted.deny != "quorum"):
+            continue
+        if not set(wanted.roles) & set(roles):
+            return (f"{approver!r} holds none of the roles the quorum counts "
+                    f"({', '.join(wanted.roles)})")
+    return None
+
+
+def closed_rules(document: PolicyDocument, roles: Sequence[str], *, denial: bool = False
+                 ) -> tuple[tuple[tuple[str, ...] | None, str], ...]:
+    """The rules ``role_refusal`` refuses a holder of ``roles`` by, as (the tools they
+    apply to, None: every tool; the rule's id): a call one of them sent is one this
+    person may not approve (``denial``: deny). What a listing of "the calls I may
+    answer" leaves out in its statement (``InboxQuery.closed_rules``)."""
+    out: list[tuple[tuple[str, ...] | None, str]] = []
+    scoped = [((name,), r) for name, t in sorted(document.tools.items()) for r in t.rules]
+    scoped += [(tuple(r.tools) if r.tools is not None else None, r) for r in document.rules]
+    for tools, rule in scoped:
+        wanted = rule.approval.approvers if rule.approval is not None else None
+        if wanted is None or not wanted.roles or (denial and wanted.deny != "quorum"):
+            continue
+        if not set(wanted.roles) & set(roles):
+            out.append((tools, rule.id))
+    return tuple(out)

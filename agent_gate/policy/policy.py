@@ -12,13 +12,14 @@ import copy
 import dataclasses
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
 from agent_gate.errors import PolicyLoadError, Problem, error_code
 from agent_gate.plainjson import canonical_bytes, sha256_hex
+from agent_gate.policy.approval import closed_rules, role_refusal
 from agent_gate.policy.cedar import CedarPolicySet
 from agent_gate.policy.cedarload import load_cedar
 from agent_gate.policy.conditions import EvalContext
@@ -285,13 +286,18 @@ class Policy:
         """The policy evaluated in shadow beside this one (``with_shadow``), if any."""
         return self._shadow_policy
 
-    def approval_refusal(self, tool: str, approver: str, principal: str | None) -> str | None:
-        """Why ``approver`` may not approve a call of ``tool`` in a task acting for
-        ``principal`` (an id), or None when they may.
+    def approval_refusal(self, tool: str, approver: str, principal: str | None,
+                         rule_ids: Sequence[str] = ()) -> str | None:
+        """Why ``approver`` may not approve (or edit then approve) a call of ``tool``
+        that ``rule_ids`` sent to a person, in a task acting for ``principal`` (an id),
+        or None when they may: the one judgement the gate makes when an approval is
+        given and used, and every front end makes before offering one.
 
         The tool's ``approvers`` entry, else the file's, decides; roles come from the
         file's ``operators``, never from the approver's own word. The task's own
         principal approving its own call is refused unless ``self_approval`` is set.
+        Then each of those rules whose ``approval: approvers:`` names roles wants one of
+        them (``approval.role_refusal``).
         """
         own = self._document.tools.get(tool)
         rule = own.approvers if own is not None and own.approvers is not None else None
@@ -301,15 +307,24 @@ class Policy:
                 f"{approver!r} is the principal the task acts for and may not approve "
                 "its own calls (approvers.self_approval is not set)"
             )
-        if rule is None or not (rule.roles or rule.ids):
-            return None
-        if approver in rule.ids:
-            return None
-        operator = self._document.operators.get(approver)
-        if operator is not None and set(operator.roles) & set(rule.roles):
-            return None
-        wanted = [f"role {r!r}" for r in rule.roles] + [f"{i!r}" for i in rule.ids]
-        return f"{approver!r} may not approve {tool!r} calls (approvers: {', '.join(wanted)})"
+        roles = self.roles_of(approver)
+        if rule is not None and (rule.roles or rule.ids) and approver not in rule.ids \
+                and not set(roles) & set(rule.roles):
+            wanted = [f"role {r!r}" for r in rule.roles] + [f"{i!r}" for i in rule.ids]
+            return f"{approver!r} may not approve {tool!r} calls (approvers: {', '.join(wanted)})"
+        return role_refusal(self._document, tool, rule_ids, approver, roles)
+
+    def denial_refusal(self, tool: str, approver: str, rule_ids: Sequence[str]) -> str | None:
+        """Why ``approver`` may not deny a call of ``tool`` that ``rule_ids`` sent to a
+        person (None: they may): only where a rule counts denials like approvals
+        (``deny: quorum``) and names roles they hold none of (``approval.role_refusal``)."""
+        return role_refusal(self._document, tool, rule_ids, approver,
+                            self.roles_of(approver), denial=True)
+
+    def closed_rules(self, operator: str) -> tuple[tuple[tuple[str, ...] | None, str], ...]:
+        """The rules a call sent by which ``operator`` may neither approve nor deny
+        (``approval.closed_rules``): what "the calls I may answer" leaves out."""
+        return closed_rules(self._document, self.roles_of(operator), denial=True)
 
     def deadline(self, rule_ids: Iterable[str]) -> DeadlineTerms | None:
         """The deadline a call these rules sent to a person is armed with (the

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agent_gate.gate import DEFAULT_APPROVAL_TTL
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.views.details import CallDetails
-from agent_gate.ledger.views.operators import Operator, OperatorRight
+from agent_gate.ledger.views.inbox import InboxRow
+from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
 from agent_gate.serve.proxied import from_proxy, tokens_allowed
 from agent_gate.serve.service import DETAILS_PAGE, InboxService, OperatorAnswer, call_json
@@ -209,27 +210,28 @@ def inbox_page(op: Op, service: Service, request: Request) -> dict[str, Any]:
     """The inbox's list as JSON: the same query parameters as ``/inbox`` (``state``,
     ``tool``, ``task``, ``rule``, ``age``, ``q``, ``mine``, ``answered``, ``sort``,
     ``after``, ``before``, ``limit``); ``next``: the ``after`` of the next page; each
-    row's ``may_answer``: whether this operator may answer it (``mine=1``: only those)."""
+    row's ``may_*``: what this operator may do to it (``_listed``)."""
     from datetime import UTC, datetime
 
     from agent_gate.serve.listing import ListView
 
     view = ListView.read(request.query_params)
     now = datetime.now(UTC)
-    rows, counts = service.inbox(view.query(op, now, roles=service.roles(op),
+    rows, counts = service.inbox(view.query(op, now, **service.mine(op),
                                             limit=view.limit + 1))
     more = len(rows) > view.limit and view.before is None
     rows = rows[-view.limit:] if view.before is not None else rows[:view.limit]
-    return {"rows": [_listed(service, op, r.to_dict(now)) for r in rows],
+    return {"rows": [_listed(service, op, r) for r in rows],
             "counts": counts.to_dict(), "next": rows[-1].ref if more and rows else None}
 
 
-def _listed(service: InboxService, op: Operator, row: dict[str, Any]) -> dict[str, Any]:
-    """A listed call and whether ``op`` may answer it (``may_answer``): every operator
-    reads the whole list, as the inbox shows it; ``mine=1`` keeps only these."""
-    right = (OperatorRight.APPROVE if row["state"] == CallState.AWAITING_APPROVAL.value
-             else OperatorRight.RESOLVE)
-    return {**row, "may_answer": service.may_answer(op, right, row["tool"], row["deadline"])}
+def _listed(service: InboxService, op: Operator, row: InboxRow) -> dict[str, Any]:
+    """A listed call and what ``op`` may do to it (``InboxService.rights``:
+    ``may_approve``, ``may_deny``, ``may_resolve``, and ``may_answer``, any of them,
+    what ``mine=1`` keeps; ``not_yours``: why not approve, in words): every operator
+    reads the whole list, as the inbox shows it."""
+    shown = row.to_dict()
+    return {**shown, **service.rights(op, shown, row.principal).to_dict()}
 
 
 @router.get("/in-doubt", summary="Calls in doubt, with their details, a page at a time "

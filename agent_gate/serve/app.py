@@ -29,8 +29,8 @@ from agent_gate.ledger.sweeper import DeadlineSweeper
 from agent_gate.serve import api, inbox, slack
 from agent_gate.serve.api import Op, needs_token, request_operator, unauthorized
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Sessions
+from agent_gate.serve.bodies import ApiBounds, FormBounds
 from agent_gate.serve.checkpointer import Checkpointer
-from agent_gate.serve.forms import FormBounds
 from agent_gate.serve.headers import SecurityHeaders
 from agent_gate.serve.identity import IdentityGate
 from agent_gate.serve.proxied import NEW_SESSION
@@ -80,6 +80,10 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
                   # No redirect to the path without its trailing slash: it answered before
                   # any token was asked for, to a Location built from the Host header.
                   redirect_slashes=False)
+
+    # Added first, so inside the token's check below: only a known operator's body is
+    # read, and none past its bound (``bodies``).
+    app.add_middleware(ApiBounds)
 
     @app.middleware("http")
     async def token_first(request: Request, call_next: Any) -> Response:

@@ -45,8 +45,8 @@ from agent_gate.gate.desk import runs_next
 from agent_gate.ledger.views.operators import Operator, OperatorRight, actor_of, token_digest
 from agent_gate.serve.api import MAX_ROW_ID, NO_NUL, Name, Ref, client_of, service_of
 from agent_gate.serve.auth import COOKIE, LoginLimiter, Session, Sessions, same_origin
+from agent_gate.serve.bodies import FORM_LIMITS, MAX_PICKS
 from agent_gate.serve.editform import MAX_VALUE_CHARS, edit_fields, edit_of
-from agent_gate.serve.forms import FORM_LIMITS, MAX_PICKS
 from agent_gate.serve.headers import INBOX_CSS, INBOX_JS
 from agent_gate.serve.listing import AGES, STATES, ListView, etag
 from agent_gate.serve.mail import link_signature
@@ -66,6 +66,7 @@ templates.env.filters["q"] = lambda v: quote(str(v), safe="")
 templates.env.globals["inbox_css"] = Markup(INBOX_CSS)  # our own file, not text from a request
 templates.env.globals["inbox_js"] = Markup(INBOX_JS)  # our own file, not text from a request
 templates.env.filters["age"] = lambda seconds: _age(int(seconds))
+templates.env.filters["capitalize_first"] = lambda text: str(text)[:1].upper() + str(text)[1:]
 templates.env.globals["edit_max_chars"] = MAX_VALUE_CHARS  # the textarea's, the server's too
 
 
@@ -127,20 +128,16 @@ def _page(request: Request, name: str, who: tuple[Operator, Session] | None,
           status: int = 200, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(
         request, name, {"op": who[0] if who else None, "csrf": who[1].csrf if who else "",
-                        "expiries": list(EXPIRY_CHOICES), "can": _rights(request, who),
+                        "expiries": list(EXPIRY_CHOICES), "can": _rights(who),
                         **context},
         status_code=status)
 
 
-def _rights(request: Request, who: tuple[Operator, Session] | None
-            ) -> Callable[..., bool]:
-    """``can("approve", tool, deadline)`` for the templates: which forms and tick boxes
-    to offer (``InboxService.may_answer``: the tool's rights, and the role of a call
-    escalated to one); the server checks again when one is posted."""
-    def can(right: str, tool: str, deadline: dict[str, Any] | None = None) -> bool:
-        return who is not None and service_of(request).may_answer(
-            who[0], OperatorRight(right), tool, deadline)
-    return can
+def _rights(who: tuple[Operator, Session] | None) -> Callable[[str, str], bool]:
+    """``can("approve", tool)`` for the templates: the operator's rights over a tool
+    (a grant's Revoke, a field's Reveal). Whether to offer an answer to a call is
+    ``InboxService.rights``, per call (a row's and a page's ``may_*``)."""
+    return lambda right, tool: who is not None and who[0].may(OperatorRight(right), tool)
 
 
 def _to_login() -> RedirectResponse:
@@ -229,7 +226,7 @@ def _listed(request: Request, who: tuple[Operator, Session], view: ListView
     """The page of the list ``view`` names, its counts, and the links around it."""
     now = datetime.now(UTC)
     service = service_of(request)
-    rows, counts = service.inbox(view.query(who[0], now, roles=service.roles(who[0]),
+    rows, counts = service.inbox(view.query(who[0], now, **service.mine(who[0]),
                                             limit=view.limit + 1))
     if view.before is not None:
         has_prev, has_next = len(rows) > view.limit, True
@@ -241,7 +238,10 @@ def _listed(request: Request, who: tuple[Operator, Session], view: ListView
         if has_prev else None
     after = view.href(after=rows[-1].ref, before=None) if has_next and rows else None
     progress = service.quorum_progress(rows)
-    return {"view": view, "rows": [r.to_dict(now) for r in rows], "counts": counts,
+    return {"view": view, "counts": counts,
+            "rows": [{**r.to_dict(now), **service.rights(who[0], r.to_dict(now),
+                                                         r.principal).to_dict()}
+                     for r in rows],
             "progress": progress,
             "etag": etag(counts.mark, view), "prev": prev, "next": after,
             "query": urlencode(view.params()), "states": list(STATES), "ages": list(AGES)}
@@ -267,7 +267,7 @@ def inbox_rows(request: Request) -> Response:
         if sent is not None:  # one aggregate decides; the page is read only if it moved
             service = service_of(request)
             tag = etag(service.inbox_mark(view.query(
-                who[0], datetime.now(UTC), roles=service.roles(who[0]))), view)
+                who[0], datetime.now(UTC), **service.mine(who[0]))), view)
             if sent == tag:
                 return Response(status_code=304, headers={"ETag": tag})
         listed = _listed(request, who, view)
@@ -289,7 +289,8 @@ def _call_page(request: Request, who: tuple[Operator, Session], ref: int, view: 
     service = service_of(request)
     details = service.details(ref)
     d = call_json(details)
-    after = replace(view.query(who[0], datetime.now(UTC), roles=service.roles(who[0]),
+    d.update(service.call_rights(who[0], d).to_dict())
+    after = replace(view.query(who[0], datetime.now(UTC), **service.mine(who[0]),
                                limit=1), after=ref, before=None)
     following, _ = service.inbox(after)
     nxt = call_link(following[0].ref) + _qs(view) if following else None

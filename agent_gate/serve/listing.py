@@ -139,11 +139,13 @@ class ListView:
         return self.href(after=None, before=None, **changes)
 
     def query(self, op: Operator, now: datetime, *, roles: tuple[str, ...] = (),
+              closed: tuple[tuple[tuple[str, ...] | None, str], ...] = (),
               limit: int | None = None) -> InboxQuery:
         """The ledger's query for this view; "only mine" (``mine``) is what ``op`` may
-        answer: their rights' tools, and no call escalated to a role outside ``roles``
-        (the roles the policy's ``operators:`` gives them), filtered in the statement so
-        that a page and its counts hold only those."""
+        answer (``InboxService.mine`` gives ``roles`` and ``closed``): their rights'
+        tools, no call escalated to a role outside ``roles`` (the roles the policy's
+        ``operators:`` gives them), none a ``closed`` rule sent, filtered in the
+        statement so that a page and its counts hold only those."""
         states = STATES[self.state]
         tools: tuple[str, ...] | None = None
         if self.mine:
@@ -153,7 +155,8 @@ class ListView:
         return InboxQuery(
             states=states, tool=self.tool, task_id=self.task, rule=self.rule,
             waiting_before=now - AGES[self.age] if self.age else None, search=self.q,
-            tools=tools, roles=roles if self.mine else None, after=self.after,
+            tools=tools, roles=roles if self.mine else None,
+            closed_rules=closed if self.mine else (), after=self.after,
             before=self.before,
             newest_first=self.sort == "newest", limit=limit or self.limit,
             answered=self.answered)

@@ -54,7 +54,7 @@ from agent_gate.policy.approval import quorum_rule_ids
 from agent_gate.policy.edits import EditRefused
 from agent_gate.tools import ToolRegistry
 
-__all__ = ["InboxService", "OperatorAnswer", "RowResult", "status_of"]
+__all__ = ["CallRights", "InboxService", "OperatorAnswer", "RowResult", "status_of"]
 
 _PAGE = 50
 DETAILS_PAGE = 100
@@ -96,6 +96,30 @@ class OperatorAnswer:
     """A grant option the call's approve rule offers, given with the approval."""
     edit: Mapping[str, Any] | None = None
     """Editable argument fields changed before approving (``gate.edit``); None: none."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRights:
+    """What one operator may do to one call (``InboxService.rights``): each offer is
+    made from it, and the answer is judged the same way when it is posted."""
+
+    approve: bool = False
+    """Approve it, or edit then approve it (the edit form also needs editable fields)."""
+    deny: bool = False
+    resolve: bool = False
+    why: str | None = None
+    """Why not approve (or resolve), in words for the call's page; None: they may."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API's and the templates' keys: ``may_answer`` is any of the three, what
+        "only mine" keeps."""
+        return {"may_answer": self.approve or self.deny or self.resolve,
+                "may_approve": self.approve, "may_deny": self.deny,
+                "may_resolve": self.resolve, "not_yours": self.why}
+
+
+def _not_covered(tool: str) -> str:
+    return f"your rights do not cover {tool} calls: another operator answers this one"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,16 +203,54 @@ class InboxService:
         rules = self.gate.rules
         return rules.policy.roles_of(op.name) if rules is not None else ()
 
-    def may_answer(self, op: Operator, right: OperatorRight, tool: str,
-                   deadline: Mapping[str, Any] | None) -> bool:
-        """Whether ``op`` may answer a call of ``tool`` whose wait has ``deadline``
-        (``WaitDeadline.to_dict``): their rights over the tool, and, for a call escalated
-        to a role, that role. What the inbox offers a form or a tick box for, and what a
-        list's "only mine" keeps (``InboxQuery.roles``); the answer is judged again."""
-        if not op.may(right, tool):
-            return False
+    def mine(self, op: Operator) -> dict[str, Any]:
+        """What a list of the calls ``op`` may answer ("only mine", ``ListView.query``)
+        leaves out in its statement besides other tools: calls escalated to a role they
+        do not hold, and calls a rule sent whose quorum counts denials and names roles
+        they hold none of (``Policy.closed_rules``). A call they may deny but not
+        approve (another tool's ``approvers:``, their own task's call, a quorum's roles
+        for approvals only) is theirs to answer: it stays, without a tick box."""
+        rules = self.gate.rules
+        closed = rules.policy.closed_rules(op.name) if rules is not None else ()
+        return {"roles": self.roles(op), "closed": closed}
+
+    def rights(self, op: Operator, call: Mapping[str, Any],
+               principal: str | None) -> CallRights:
+        """What ``op`` may do to ``call`` (a listed row, ``InboxRow.to_dict``, or a
+        call's ``call_json``), in a task acting for ``principal``: the judgement every
+        offer (a tick box, a form, the API's ``may_*``) is made from, and the same
+        one the answer meets when it is posted (``_allowed``, then ``Gate.approve`` /
+        ``Gate.deny``: ``Policy.approval_refusal`` and ``denial_refusal``)."""
+        tool, state = str(call["tool"]), call["state"]
+        if state == CallState.IN_DOUBT.value:
+            may = op.may(OperatorRight.RESOLVE, tool)
+            return CallRights(resolve=may, why=None if may else _not_covered(tool))
+        if state != CallState.AWAITING_APPROVAL.value:
+            return CallRights(why=f"the call is {state}: nobody answers it now")
+        if not op.may(OperatorRight.APPROVE, tool):
+            return CallRights(why=_not_covered(tool))
+        deadline = call.get("deadline")
         role = deadline.get("role") if deadline and deadline.get("escalated") else None
-        return role is None or role in self.roles(op)
+        if role is not None and role not in self.roles(op):
+            return CallRights(why=f"escalated to role {role}, which you do not hold: an "
+                              "operator holding it answers this one")
+        rules = self.gate.rules
+        if rules is None:  # ``_not_own_call``: nothing could set self_approval
+            own = principal is not None and principal == op.name
+            return CallRights(approve=not own, deny=True,
+                          why=f"{op.name!r} is the principal the task acts for and may "
+                              "not approve its own calls" if own else None)
+        rule_ids = tuple(call.get("rule_ids") or ())
+        approve = rules.policy.approval_refusal(tool, op.name, principal, rule_ids)
+        deny = rules.policy.denial_refusal(tool, op.name, rule_ids)
+        return CallRights(approve=approve is None, deny=deny is None, why=approve or deny)
+
+    def call_rights(self, op: Operator, call: Mapping[str, Any]) -> CallRights:
+        """``rights`` of a call's page (``call_json``), its task's principal read."""
+        with self._held():
+            task = self.ledger.task(str(call["task_id"]))
+        principal = principal_from_json(task.principal if task else None).id
+        return self.rights(op, call, principal)
 
     # ------------------------------------------------------------ reads
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from agent_gate import CallState, Gate, ToolRegistry
 from agent_gate.cli import main as cli
-from agent_gate.errors import PolicyLoadError
+from agent_gate.errors import ApprovalRefused, PolicyLoadError
 
 POLICY = """
 version: 1
@@ -73,7 +73,13 @@ def test_two_distinct_finance_approvers_make_the_quorum(
         assert waiting.state is CallState.AWAITING_APPROVAL
         assert "1 of 2 approvals" in (waiting.reason or "")
         g.approve("p1", by="alice", task_id="t")  # the same person twice is one
-        g.approve("p1", by="carol", task_id="t")  # no finance role: does not count
+        # no finance role: refused when given, as the inbox's offer says (test_inbox_approvers)
+        with pytest.raises(ApprovalRefused, match="holds none of the roles the quorum counts"):
+            g.approve("p1", by="carol", task_id="t")
+        # and one recorded past the gate (straight into the ledger) does not count
+        rec = g.ledger.get("t", "p1")
+        assert rec is not None
+        g.ledger.approve(rec, by="carol", reason=None, policy_hash=None, ttl_ms=None)
         (waiting,) = g.resume("t")
         assert waiting.state is CallState.AWAITING_APPROVAL, waiting.reason
         assert "1 of 2 approvals" in (waiting.reason or "")

@@ -1,4 +1,4 @@
-"""The inbox's form routes attacked over real HTTP on loopback (``serve.forms``): many
+"""The inbox's form routes attacked over real HTTP on loopback (``serve.bodies``): many
 fields, a huge field, multipart with a file, other content types, a body bigger than
 any form needs, announced or streamed. Each is refused cleanly (4xx, no 500, nothing
 of what was sent quoted), the call stays as it was, and a body too big is refused
@@ -21,7 +21,7 @@ import pytest
 from serve_world import Running, World, logged_in
 
 from agent_gate.ledger import Ledger
-from agent_gate.serve.forms import FORM_PART_BYTES, MAX_FORM_BYTES, MAX_FORM_FIELDS
+from agent_gate.serve.bodies import FORM_PART_BYTES, MAX_BODY_BYTES, MAX_FORM_FIELDS
 
 MARK = "zq-form-9c1e"
 """In every refused field: no response may hold it."""
@@ -82,7 +82,7 @@ def test_a_form_past_its_bounds_is_refused_and_answers_nothing(
 def test_a_bulk_answer_of_the_most_rows_fits_the_bounds(world: World, server: Running) -> None:
     """The largest honest form: MAX_PICKS ticked rows (none of them real) are read and
     answered one by one, not refused by the form's bounds."""
-    from agent_gate.serve.forms import MAX_PICKS
+    from agent_gate.serve.bodies import MAX_PICKS
 
     with logged_in(server, world, "bob") as (http, csrf):
         picks = [f"{2_000_000 + i}:{'ab' * 32}" for i in range(MAX_PICKS)]
@@ -117,7 +117,7 @@ def test_a_body_announced_bigger_than_any_form_is_refused_before_it_is_sent(
     status, got = _raw(server, f"POST {path} HTTP/1.1\r\nHost: x\r\n"
                                "Content-Type: application/x-www-form-urlencoded\r\n"
                                f"Content-Length: {10**9}\r\n\r\n")
-    assert status == 413 and f"at most {MAX_FORM_BYTES} bytes".encode() in got
+    assert status == 413 and f"at most {MAX_BODY_BYTES} bytes".encode() in got
 
 
 def test_a_streamed_body_is_refused_once_it_passes_the_bound(
@@ -125,17 +125,18 @@ def test_a_streamed_body_is_refused_once_it_passes_the_bound(
     """No length announced (chunked): the server reads up to the bound and one byte
     more, then refuses (413) without waiting for the body's end, which never comes."""
     chunk = b"a" * 65536
-    whole, extra = divmod(MAX_FORM_BYTES + 1, len(chunk))
+    whole, extra = divmod(MAX_BODY_BYTES + 1, len(chunk))
     frames = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * whole
     frames.append(b"%x\r\n%s\r\n" % (extra, b"a" * extra))
     status, got = _raw(server, "POST /login HTTP/1.1\r\nHost: x\r\n"
                                "Content-Type: application/x-www-form-urlencoded\r\n"
                                "Transfer-Encoding: chunked\r\n\r\n", b"".join(frames))
-    assert status == 413 and f"at most {MAX_FORM_BYTES} bytes".encode() in got
+    assert status == 413 and f"at most {MAX_BODY_BYTES} bytes".encode() in got
 
 
 def test_the_api_takes_json_as_before(world: World, server: Running) -> None:
-    """The bounds are the forms': the JSON API (bearer token, typed bodies) is not held."""
+    """The form's type is the forms' rule: the JSON API takes JSON (its bodies' size is
+    bounded too, ``test_api_bounds.py``)."""
     path, body = world.answer("t1", "mail-1")
     with httpx.Client(base_url=server.base,
                       headers={"Authorization": f"Bearer {world.tokens['bob']}"}) as http:

@@ -69,12 +69,13 @@ def test_an_escalated_call_is_offered_only_to_the_roles_holders(
     # alice approves every tool but holds no role; carol approves refunds, role finance
     world = build_world(db_url, tmp_path, ESCALATING, {
         "alice": {"approve": ["*"]}, "carol": {"approve": ["refund"]}}, body="Dear Ana")
-    assert world.call("shop", "r-1", "refund", {"order": "o-1", "cents": 500}) \
-        == "awaiting_approval"
+    # (for dave: alice may not approve the calls of a task acting for her)
+    assert world.call("shop", "r-1", "refund", {"order": "o-1", "cents": 500},
+                      principal="dave") == "awaiting_approval"
     _sweep_until_escalated(world, "shop", "r-1")
     # a later refund: its own deadline is armed but no sweep runs again, so it waits
-    assert world.call("shop", "r-2", "refund", {"order": "o-2", "cents": 700}) \
-        == "awaiting_approval"
+    assert world.call("shop", "r-2", "refund", {"order": "o-2", "cents": 700},
+                      principal="dave") == "awaiting_approval"
     escalated, _ = world.shown("shop", "r-1")
     plain, _ = world.shown("shop", "r-2")
     with serving(world, ServeConfig(sweep_every=None, checkpoint_every=None)) as server:

@@ -59,7 +59,7 @@ from agent_gate.ledger.models import (
     SWEPT_WHERE,
     WAITING_WHERE,
 )
-from agent_gate.ledger.records import CALLS
+from agent_gate.ledger.records import CALLS, TASKS
 from agent_gate.ledger.sql import db_now_ms
 from agent_gate.ledger.states import CallState
 from agent_gate.plainjson import canonical_json
@@ -126,6 +126,12 @@ class InboxQuery:
     """Also the calls a person approved that wait for a gate to run them (they stay
     ``awaiting_approval`` until one does: ``ledger.approvals``); left out by default,
     nobody needs to answer them again."""
+    closed_rules: tuple[tuple[tuple[str, ...] | None, str], ...] = ()
+    """With ``tools``, what an operator may answer: (tools, None for every tool; rule
+    id) of the rules whose ``approval: approvers:`` count denials like approvals
+    (``deny: quorum``) and name roles the operator holds none of
+    (``Policy.closed_rules``): a call awaiting approval that one of them sent is one
+    they may neither approve nor deny, left out here, in the statement."""
     quorum_rules: tuple[str, ...] = ()
     """Rule ids that want several approvers (``approval: approvers: min``): a call one of
     them sent stays listed after an approval, since others still have to give theirs."""
@@ -158,6 +164,9 @@ class InboxRow:
     """When the call reached its state (its row's last change)."""
     deadline: WaitDeadline | None = None
     """The deadline of its wait (an approve rule's ``approval: timeout``), if any."""
+    principal: str | None = None
+    """The id of the principal its task acts for: who may not approve it unless the
+    policy lets them (``Policy.approval_refusal``)."""
 
     def to_dict(self, now: datetime | None = None) -> dict[str, Any]:
         now = now or datetime.now(UTC)
@@ -191,7 +200,12 @@ _COLUMNS = (CALLS.c.id, CALLS.c.task_id, CALLS.c.call_id, CALLS.c.tool, CALLS.c.
             CALLS.c.rule_ids, CALLS.c.reason, CALLS.c.created_at, CALLS.c.updated_at)
 _D = APPROVAL_DEADLINES
 _DEADLINE = (_D.c.due_ms, _D.c.then, _D.c.role, _D.c.rule_id, _D.c.outcome,
-             db_now_ms().label("now_ms"))
+             db_now_ms().label("now_ms"),
+             select(TASKS.c.principal).where(TASKS.c.id == CALLS.c.task_id)
+             .correlate(CALLS).scalar_subquery().label("principal"))
+"""Besides the call's own columns: its wait's deadline, and its task's principal (one
+lookup by the tasks' primary key a row), which decides whether the reader may approve
+it."""
 _WITH_DEADLINE = CALLS.outerjoin(_D, and_(_D.c.call_row_id == CALLS.c.id,
                                           _D.c.armed_version == CALLS.c.version))
 """A waiting call and the deadline of this wait (by its primary key), if it has one."""
@@ -209,6 +223,8 @@ def _where(query: InboxQuery, dialect: str, *, facets: bool = True) -> list[Any]
         out.append(c.tool.in_(query.tools) if query.tools else c.id.is_(None))
     if query.roles is not None:
         out.append(_not_escalated_past(query.roles))
+    if query.closed_rules:
+        out.append(_not_closed(query.closed_rules))
     if query.task_id is not None:
         out.append(c.task_id == query.task_id)
     if query.waiting_before is not None:
@@ -250,6 +266,17 @@ def _not_escalated_past(roles: tuple[str, ...]) -> Any:
     if roles:
         elsewhere.append(d.role.not_in(roles))
     return ~exists().where(*elsewhere).correlate(CALLS)
+
+
+def _not_closed(closed: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any:
+    """Not a call awaiting approval that one of ``closed``'s rules sent (for one of its
+    tools): matched in ``rule_ids`` as ``rule`` matches it, one pattern per rule."""
+    c = CALLS.c
+    sent = [and_(c.rule_ids.like("%" + _like(canonical_json(rule)) + "%",
+                                 escape=_LIKE_ESCAPE),
+                 *([c.tool.in_(tools)] if tools is not None else []))
+            for tools, rule in closed]
+    return or_(c.state != CallState.AWAITING_APPROVAL.value, ~or_(*sent))
 
 
 def inbox_page(conn: Connection, query: InboxQuery) -> list[InboxRow]:
@@ -352,7 +379,7 @@ def _utc(value: datetime) -> datetime:
 
 def _row(r: Sequence[Any]) -> InboxRow:
     ref, task_id, call_id, tool, state, args_hash, arguments, sealed, rules, reason, \
-        created, updated, due, then, role, rule, outcome, now = r
+        created, updated, due, then, role, rule, outcome, now, principal = r
     deadline = (WaitDeadline(int(due), then, role, rule, outcome, int(now))
                 if due is not None and CallState(state) is CallState.AWAITING_APPROVAL
                 else None)
@@ -362,7 +389,17 @@ def _row(r: Sequence[Any]) -> InboxRow:
         args = None
     return InboxRow(int(ref), task_id, call_id, tool, CallState(state), args_hash,
                     args if isinstance(args, dict) else None, bool(sealed), _rules(rules),
-                    reason, _utc(created), _utc(updated), deadline)
+                    reason, _utc(created), _utc(updated), deadline, _principal(principal))
+
+
+def _principal(text: str | None) -> str | None:
+    """The ``id`` of a task's stored principal (JSON), if it names one."""
+    try:
+        data = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    found = data.get("id") if isinstance(data, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def argument_preview(arguments: dict[str, Any] | None, width: int = 120) -> str:
