@@ -86,6 +86,9 @@ __all__ = ["Ledger"]
 
 _KNOWN_TASKS_MAX = 4096
 """Task contexts a ``Ledger`` remembers (``_remember_task``); forgetting costs a statement."""
+_KNOWN_CALLS_MAX = 65536
+"""Calls a ``Ledger`` remembers recording (``_remember_call``); forgetting one costs its
+replay the backend's guess (on PostgreSQL two round trips), never a wrong answer."""
 
 
 class Ledger:
@@ -130,6 +133,8 @@ class Ledger:
         self._release = weakref.finalize(self, backend.release, self.engine)
         self._known_tasks: set[tuple[str, str | None, str | None]] = set()
         """(task, principal, scope) this ledger has committed a call under (``record``)."""
+        self._known_calls: set[tuple[str, str]] = set()
+        """(task, call id) this ledger has committed or found recorded (``record``)."""
         try:
             ensure_schema(self.engine, auto_upgrade=auto_upgrade)
         except BaseException:
@@ -291,11 +296,15 @@ class Ledger:
         ``decide`` that reads the task's quota usage.
         """
         context = (new.task_id, new.principal, new.scope)
+        call = (new.task_id, new.call_id)
         result = intake.record(
             self.engine, new, provider=provider, actor=actor, decide=decide, lock=lock,
-            task_known=context in self._known_tasks,
+            task_known=context in self._known_tasks, call_known=call in self._known_calls,
         )
         self._remember_task(context)
+        if len(self._known_calls) >= _KNOWN_CALLS_MAX:
+            self._known_calls.clear()
+        self._known_calls.add(call)
         return result
 
     def _remember_task(self, context: tuple[str, str | None, str | None]) -> None:

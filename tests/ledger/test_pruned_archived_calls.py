@@ -146,6 +146,26 @@ def test_a_second_worker_process_replaying_it_never_runs_it_either(
     assert rows(db_url, TOOL_CALLS) == 0
 
 
+def test_a_gate_that_remembers_recording_the_call_still_finds_it_archived(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A ledger reads a call it recorded before instead of inserting it again (a
+    replay's fast path): archived since by another process, the row is gone, and the
+    insert it then tries is refused as any other; the call is answered from its
+    tombstone, not run."""
+    effects = tmp_path / "effects.log"
+    with Gate(gate_tools(effects), db_url) as gate:
+        first = gate.run(SSEDecoder().feed(RAW_SSE), task_id="t", provider="openai-chat")
+        assert [o.state for o in first.outcomes] == [CallState.SUCCEEDED]
+        archive_all(db_url, tmp_path)  # the CLI: another engine, another ledger
+        assert rows(db_url, TOOL_CALLS) == 0
+        again = gate.run(SSEDecoder().feed(RAW_SSE), task_id="t", provider="openai-chat")
+    assert [(o.call_id, o.state, o.replayed) for o in again.outcomes] == [
+        ("call_pay", CallState.SUCCEEDED, True)]
+    assert paid(effects) == ["paid 5"]
+    assert rows(db_url, TOOL_CALLS) == 0
+
+
 def test_the_ledger_answers_by_call_id_or_key_from_the_tombstone(
     db_url: str, tmp_path: Path
 ) -> None:

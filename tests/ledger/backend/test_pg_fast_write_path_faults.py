@@ -427,10 +427,14 @@ def test_a_guess_that_fails_where_core_joins_leaves_the_kept_connection_usable(
         txn.usage(rec.task_id, ["post/calls"])
         return Ruling(Event.ALLOW, charges={"post/calls": Decimal(1)})
 
+    with Ledger(db_url) as other:  # another worker: the ledger below never saw c0
+        rec, inserted = other.record(_new("c0"))
+        assert inserted and rec.state is CallState.RECEIVED
     with Ledger(db_url) as ledger:
         # Recorded without a decision: the engine asks for spare ids (an intake
-        # that Core joined asks for none), and the next intake guesses.
-        for n in range(3):
+        # that Core joined asks for none), and the next intake guesses (a call this
+        # ledger recorded itself would be read, not guessed: ``intake.record``).
+        for n in range(1, 3):
             rec, inserted = ledger.record(_new(f"c{n}"))
             assert inserted and rec.state is CallState.RECEIVED
         assert pg_fast.spare_ids(ledger.engine).ids
