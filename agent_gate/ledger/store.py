@@ -85,10 +85,19 @@ deferred({
 __all__ = ["Ledger"]
 
 _KNOWN_TASKS_MAX = 4096
-"""Task contexts a ``Ledger`` remembers (``_remember_task``); forgetting costs a statement."""
+"""Task contexts a ``Ledger`` remembers (``record``); forgetting costs a statement."""
 _KNOWN_CALLS_MAX = 65536
-"""Calls a ``Ledger`` remembers recording (``_remember_call``); forgetting one costs its
+"""Calls a ``Ledger`` remembers recording (``record``); forgetting one costs its
 replay the backend's guess (on PostgreSQL two round trips), never a wrong answer."""
+
+
+def _remember(known: set[Any], item: Any, limit: int) -> None:
+    """Add ``item`` to a bounded memory, forgotten whole when full: a miss costs a
+    statement or a guess, never a wrong answer."""
+    if item not in known:
+        if len(known) >= limit:
+            known.clear()
+        known.add(item)
 
 
 class Ledger:
@@ -301,26 +310,13 @@ class Ledger:
             self.engine, new, provider=provider, actor=actor, decide=decide, lock=lock,
             task_known=context in self._known_tasks, call_known=call in self._known_calls,
         )
-        self._remember_task(context)
-        if len(self._known_calls) >= _KNOWN_CALLS_MAX:
-            self._known_calls.clear()
-        self._known_calls.add(call)
+        # After the commit: the task exists bound to this principal and scope, so its
+        # next calls skip ``ensure_task`` (a task row is never deleted, its principal and
+        # scope never change once set, and one not given matches anything); the call is
+        # there, so seen again it is read first (``intake.record``).
+        _remember(self._known_tasks, context, _KNOWN_TASKS_MAX)
+        _remember(self._known_calls, call, _KNOWN_CALLS_MAX)
         return result
-
-    def _remember_task(self, context: tuple[str, str | None, str | None]) -> None:
-        """Note, after its commit, that the task exists bound to this principal and scope.
-
-        ``record`` then skips ``ensure_task`` for the task's next calls: one statement
-        fewer per call, with the same outcome, because a task row is never deleted
-        (calls refer to it, ``ON DELETE RESTRICT``) and its principal and scope never
-        change once set (``ensure_task`` refuses another and only ever fills in one
-        that was never given). A principal or scope not given (None) matches anything.
-        """
-        known = self._known_tasks
-        if context not in known:
-            if len(known) >= _KNOWN_TASKS_MAX:
-                known.clear()
-            known.add(context)
 
     def transition(
         self,
