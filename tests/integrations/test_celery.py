@@ -5,7 +5,6 @@ payment is counted in an outbox file outside the ledger."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -272,23 +271,30 @@ def test_redis_a_look_that_missed_a_dead_workers_message_is_made_again(
     workers = Workers(tmp_path, BROKERS["redis"], sqlite_url)
     client = redis.Redis.from_url(BROKERS["redis"])
     mutex = f"{workers.queue}.unacked_mutex"
-    tried = threading.Event()
+    watching, tried = threading.Event(), threading.Event()
 
-    def watch(monitor: Any) -> None:  # ends when the test closes its connection
-        with contextlib.suppress(redis.ConnectionError, ValueError, OSError):
-            for command in monitor.listen():
-                if command["command"].startswith(f"SET {mutex} "):
-                    tried.set()
+    def watch() -> None:
+        """Its own client, read by this thread alone, until the new worker's try."""
+        own = redis.Redis.from_url(BROKERS["redis"])
+        try:
+            with own.monitor() as monitor:
+                watching.set()
+                for command in monitor.listen():
+                    if command["command"].startswith(f"SET {mutex} "):
+                        tried.set()
+                        return
+        finally:
+            own.close()
 
+    watcher = threading.Thread(target=watch, daemon=True)
     try:
         workers.kill_at("before-call", "o7")
         assert client.set(mutex, "someone-else", nx=True, px=120_000)
-        with client.monitor() as monitor:
-            watcher = threading.Thread(target=watch, args=(monitor,), daemon=True)
-            watcher.start()
-            workers.start()
-            wait_until(tried.is_set, what="the new worker's first look for unacked messages")
-            monitor.connection.disconnect()
+        watcher.start()
+        wait_until(watching.is_set, what="Redis MONITOR to start")
+        workers.start()
+        wait_until(tried.is_set, what="the new worker's first look for unacked messages")
+        watcher.join(timeout=30)
         client.delete(mutex)
         result = workers.result("o7")
         assert result["state"] == "succeeded" and result["replayed"] is False
