@@ -52,7 +52,9 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
     refused)."""
     config = config if config is not None else ServeConfig()
     service = InboxService(url, policy, tools)
-    notifier = Notifier(url, config) if config.notify or config.mail or config.slack else None
+    rules = service.gate.rules
+    notifier = (Notifier(url, config, rules.policy if rules is not None else None)
+                if config.notify or config.mail or config.slack else None)
     every = config.checkpoint_every
     signer = (read_signer(Path(config.checkpoint_signing_key))
               if config.checkpoint_signing_key is not None else None)

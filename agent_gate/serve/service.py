@@ -188,14 +188,16 @@ class InboxService:
         with self._held():
             self.operators.record_action(actor=actor, event=event, allowed=True, detail=detail)
 
-    def slack_reply(self, op: Operator, ref: int, detail: dict[str, Any]) -> None:
-        """Append the entry that has the Slack message of an answered call replaced
-        (``slack_reply``: the outbox reads it), under the operator's name."""
+    def slack_reply(self, actor: str, ref: int, detail: dict[str, Any]) -> None:
+        """Append the entry that has the Slack message of an answered call replaced, or
+        a refused click told why (``slack_reply``: the outbox reads it), under the
+        clicker's name (``operator:NAME``, or ``slack:USER`` for one who is none)."""
         with self._held():
-            rec = self._row(ref)
-            self.operators.record_action(actor=actor_of(op.name), event="slack_reply",
-                                         allowed=True, task_id=rec.task_id,
-                                         call_id=rec.call_id, detail=detail)
+            rec = self.ledger.get_row(ref)
+            self.operators.record_action(actor=actor, event="slack_reply", allowed=True,
+                                         task_id=rec.task_id if rec else None,
+                                         call_id=rec.call_id if rec else None,
+                                         detail=detail)
 
     def roles(self, op: Operator) -> tuple[str, ...]:
         """The roles the policy's ``operators:`` gives ``op``: who answers a call

@@ -8,13 +8,20 @@ Configured by the ``slack:`` list of ``agent-gate serve --config FILE``::
         token_env: AGENT_GATE_SLACK_TOKEN          # a bot token (chat:write)
         signing_secret_env: AGENT_GATE_SLACK_SIGNING_SECRET
         users: {U012ABCDEF: alice}           # Slack user id -> operator
-        events: [awaiting_approval]
+        events: [awaiting_approval, escalated]
+        roles: [finance]                     # optional: escalations to these roles only
 
 The message (Block Kit, posted with ``slack-sdk``'s ``chat.postMessage``) names the
 tool, the task and call ids and the rules, links to the call's page, and carries the
-buttons; never an argument value. Each button's value is the call's ``ref`` and the
-hash of its arguments when the message was posted: a click answers that call for
-those arguments, or is refused (changed since: 412, as everywhere else).
+buttons; never an argument value. Everyone in the channel sees it, so it also says who
+may answer, before anyone clicks: a call whose rules count only some roles' approvals
+says "Needs approval by finance (2 distinct)", and an escalation (its deadline passed,
+``then: {escalate: ROLE}``) says "Escalated to finance: only finance may answer" and
+keeps its buttons for the role's holders, who are in the channel too.
+
+Each button's value is the call's ``ref`` and the hash of its arguments when the
+message was posted: a click answers that call for those arguments, or is refused
+(changed since: 412, as everywhere else).
 
 A click reaches ``POST /slack/interactions`` (Slack's interactivity request URL): the
 request is verified with the app's signing secret (``SignatureVerifier``: the
@@ -32,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Request
@@ -42,15 +49,22 @@ from starlette.concurrency import run_in_threadpool
 
 from agent_gate.errors import AgentGateError
 from agent_gate.ledger.views import outbox
-from agent_gate.ledger.views.operators import Operator
+from agent_gate.ledger.views.operators import Operator, actor_of
+from agent_gate.policy import Policy
+from agent_gate.policy.approval import requirement
 from agent_gate.serve.slack_reply import inert_text, seal
+
+if TYPE_CHECKING:  # the service imports the ledger and the gate: only its type here
+    from agent_gate.serve.service import InboxService
 
 router = APIRouter(include_in_schema=False)
 
-__all__ = ["SlackRoute", "blocks", "interaction", "post", "router"]
+__all__ = ["SlackRoute", "asked_of", "blocks", "interaction", "post", "router"]
 
 _VALUE = re.compile(r"(approve|deny):([1-9][0-9]{0,9}):([0-9a-f]{64})")
 _MAX_REF = 2**31 - 1
+_ANSWERABLE = ("awaiting_approval", "escalated")
+"""The notices whose message carries Approve and Deny: the call waits for a person."""
 
 
 class SlackRoute(BaseModel):
@@ -64,6 +78,8 @@ class SlackRoute(BaseModel):
     users: dict[str, str] = {}
     """Slack user id -> operator name: who a click is."""
     events: tuple[str, ...] = ("awaiting_approval",)
+    roles: tuple[str, ...] = ()
+    """Escalations to these roles only (``outbox.wanted``); empty: every role."""
     api_url: str = Field(default="https://slack.com/api/", pattern=r"^https?://")
     backoff: float = Field(default=1.0, gt=0)
     max_backoff: float = Field(default=300.0, gt=0)
@@ -74,16 +90,37 @@ class SlackRoute(BaseModel):
     message (``slack_reply``); any other is not kept."""
 
 
+def asked_of(policy: Policy | None, tool: str | None, rule_ids: tuple[str, ...]) -> str | None:
+    """Who the rules that sent a call to a person count approvals from, when they name
+    roles ("Needs approval by finance (2 distinct)"); None when anyone with the tool's
+    rights may answer, or the server runs without a policy file (it knows no roles)."""
+    if policy is None or tool is None:
+        return None
+    need = requirement(policy.document, tool, rule_ids)
+    if not need.roles:
+        return None
+    who = " or ".join(inert_text(r, 64) for r in need.roles)
+    return f"Needs approval by {who}" + (f" ({need.min} distinct)" if need.min > 1 else "")
+
+
 def blocks(notice: outbox.Notice, ref: int | None, args_hash: str | None,
-           base_url: str) -> list[dict[str, Any]]:
-    """The Block Kit message for one notice; buttons when the call waits for a person."""
+           base_url: str, asked: str | None = None) -> list[dict[str, Any]]:
+    """The Block Kit message for one notice; buttons when the call waits for a person
+    (``asked``: who may answer it, ``asked_of``)."""
     tool = inert_text(notice.tool or "a call")
-    what = "waits for approval" if notice.kind == "awaiting_approval" else \
-        notice.kind.replace("_", " ")
+    if notice.kind == "escalated":
+        role = inert_text(notice.role or "?", 64)
+        what = f"was escalated: its approval deadline passed\n*Escalated to {role}: only " \
+               f"{role} may answer*"
+    else:
+        what = "waits for approval" if notice.kind == "awaiting_approval" else \
+            notice.kind.replace("_", " ")
     lines = [f"*{tool}* {what}",
              f"task `{inert_text(notice.task_id)}` · "
              f"call `{inert_text(notice.call_id or '-')}`",
              f"rules: {', '.join(inert_text(r, 80) for r in notice.rule_ids) or '-'}"]
+    if asked is not None and notice.kind in _ANSWERABLE:
+        lines.append(f"*{asked}*")
     out: list[dict[str, Any]] = [{"type": "section",
                                   "text": {"type": "mrkdwn", "text": "\n".join(lines)}}]
     elements: list[dict[str, Any]] = []
@@ -92,7 +129,7 @@ def blocks(notice: outbox.Notice, ref: int | None, args_hash: str | None,
         elements.append({"type": "button", "action_id": "open",
                          "text": {"type": "plain_text", "text": "Open"},
                          "url": f"{base_url.rstrip('/')}/inbox/call?{query}"})
-    if notice.kind == "awaiting_approval" and ref is not None and args_hash is not None:
+    if notice.kind in _ANSWERABLE and ref is not None and args_hash is not None:
         elements += [
             {"type": "button", "action_id": "approve", "style": "primary",
              "text": {"type": "plain_text", "text": "Approve"},
@@ -101,7 +138,8 @@ def blocks(notice: outbox.Notice, ref: int | None, args_hash: str | None,
              "text": {"type": "plain_text", "text": "Deny"},
              "value": f"deny:{ref}:{args_hash}"}]
     if elements:
-        out.append({"type": "actions", "block_id": f"call-{ref or 0}", "elements": elements})
+        out.append({"type": "actions", "block_id": f"{notice.kind}-{ref or 0}",
+                    "elements": elements})
     return out
 
 
@@ -133,14 +171,16 @@ def interaction(route: SlackRoute, body: bytes, headers: dict[str, str]
 
 
 def post(route: SlackRoute, notice: outbox.Notice, ref: int | None, args_hash: str | None,
-         base_url: str) -> None:
+         base_url: str, asked: str | None = None) -> None:
     """Post the notice's message (raises ``SlackApiError`` or ``OSError`` on failure)."""
     from slack_sdk import WebClient
 
     client = WebClient(token=os.environ[route.token_env], base_url=route.api_url, timeout=30)
     fallback = f"{notice.tool or 'a call'} {notice.kind.replace('_', ' ')}"
-    client.chat_postMessage(channel=route.channel, text=inert_text(fallback),
-                            blocks=blocks(notice, ref, args_hash, base_url))
+    if notice.kind == "escalated":
+        fallback += f" to {notice.role or '?'}: only its holders may answer"
+    client.chat_postMessage(channel=route.channel, text=inert_text(fallback, 300),
+                            blocks=blocks(notice, ref, args_hash, base_url, asked))
 
 
 @router.post("/slack/interactions/{name}")
@@ -157,7 +197,7 @@ async def slack_interaction(request: Request, name: str) -> JSONResponse:
 
 def _answer(request: Request, route: SlackRoute, body: bytes,
             headers: dict[str, str]) -> JSONResponse:
-    from agent_gate.serve.service import InboxService, OperatorAnswer, status_of
+    from agent_gate.serve.service import OperatorAnswer, status_of
 
     service: InboxService = request.app.state.service
     status, why, click = interaction(route, body, headers)
@@ -169,27 +209,47 @@ def _answer(request: Request, route: SlackRoute, body: bytes,
     verb, _, args_hash = verb_hash.partition(":")
     op = _operator(service.operators.list(), route.users.get(user))
     if op is None:
+        why = "you are not an agent-gate operator (this Slack user is mapped to none)"
         service.audit_refusal(actor=f"slack:{user[:40]}", event="slack_answer",
                               detail={"route": route.name, "ref": ref,
                                       "reason": "this Slack user is no operator"})
+        _tell(service, route, f"slack:{user[:40]}", ref, user, reply, verb="refused", why=why)
         return JSONResponse({"response_type": "ephemeral",
                              "text": "You are not an agent-gate operator: nothing answered."})
     answer = OperatorAnswer(ref, args_hash, f"from Slack (user {user[:40]})")
     try:
         done = service.approve(op, answer) if verb == "approve" else service.deny(op, answer)
-    except AgentGateError as exc:
-        return JSONResponse({"response_type": "ephemeral",
-                             "text": f"Refused ({status_of(exc)}): {exc}"})
-    if reply is not None:  # the message is replaced from the outbox (``slack_reply``)
-        service.slack_reply(op, ref, detail={
-            "route": route.name, "ref": ref, "verb": verb, "user": user[:40],
-            "tool": done.get("tool"),
-            "reply": seal(os.environ.get(route.signing_secret_env, ""), route.name, ref,
-                          reply)})
+    except AgentGateError as exc:  # audited where it was judged (``gate.desk``, the service)
+        refused = service.located(ref)
+        _tell(service, route, actor_of(op.name), ref, user, reply, verb="refused",
+              why=f"{verb} refused ({status_of(exc)}): {exc}",
+              tool=refused.tool if refused else None)
+        return JSONResponse({"response_type": "ephemeral", "replace_original": False,
+                             "text": inert_text(f"Refused ({status_of(exc)}): {exc}", 1000)})
+    # The message is replaced from the outbox (``slack_reply``).
+    _tell(service, route, actor_of(op.name), ref, user, reply, verb=verb,
+          tool=done.get("tool"))
     word = "Approved" if verb == "approve" else "Denied"
     return JSONResponse({"response_type": "in_channel", "replace_original": False,
                          "text": f"{word} by {op.name}: "
                                  f"{inert_text(str(done.get('call_id')))}"})
+
+
+def _tell(service: InboxService, route: SlackRoute, actor: str, ref: int, user: str,
+          reply: str | None, *, verb: str, why: str | None = None,
+          tool: Any = None) -> None:
+    """Have the clicker's ``response_url`` told what became of the click, from the
+    outbox (``slack_reply``): the message replaced by the answer, or an ephemeral note
+    of why it was refused. Nothing without a ``response_url`` under the route's prefix."""
+    if reply is None:
+        return
+    detail = {"route": route.name, "ref": ref, "verb": verb, "user": user[:40],
+              "tool": tool,
+              "reply": seal(os.environ.get(route.signing_secret_env, ""), route.name, ref,
+                            reply)}
+    if why is not None:
+        detail["why"] = why[:1000]
+    service.slack_reply(actor, ref, detail=detail)
 
 
 def _operator(operators: list[Operator], name: str | None) -> Operator | None:

@@ -15,6 +15,14 @@ once, as every notice. A failure (network, 5xx, 429) is retried with backoff unt
 the URL's 30 minutes are over; Slack's own refusal of the URL (``expired_url``,
 ``used_url``: any other 4xx) is final.
 
+A click the server refused (not an operator, outside their rights, not an approver
+the policy counts, an escalation's role they do not hold, changed arguments) waits in
+the same entry with the verb ``refused`` and why, in the judge's own words: its reply
+is ephemeral (``response_type: ephemeral``, ``replace_original: false``), seen by the
+clicker alone, and the message stays as it was for those who may answer it. Slack
+reads nothing but the status of the HTTP answer to a ``block_actions`` click, so the
+``response_url`` is the only way back to the person who clicked.
+
 Only a ``response_url`` under the route's ``response_url_prefix`` (Slack's
 ``https://hooks.slack.com/``) is kept: the payload is signed by Slack, and the
 server still posts nowhere else. The gap: a crash after the answer committed and
@@ -68,6 +76,9 @@ class SlackReply:
     text: str
     blocks: list[dict[str, Any]]
     until: datetime
+    replace: bool = True
+    """Replace the message clicked; False: an ephemeral note to the clicker alone (a
+    refused click), the message left for those who may answer."""
 
 
 def _key(secret: str) -> bytes:
@@ -117,6 +128,8 @@ def open_reply(route: Any, entry: AuditRecord, base_url: str) -> SlackReply | No
     if url is None or datetime.now(UTC) >= until or not url.startswith(
             route.response_url_prefix):
         return None
+    if detail.get("verb") == "refused":
+        return _refused(url, until, detail)
     who = (entry.actor or "").removeprefix("operator:")
     word = "Approved" if detail.get("verb") == "approve" else "Denied (it will not run)"
     tool = inert_text(str(detail.get("tool") or "a call"))
@@ -135,13 +148,26 @@ def open_reply(route: Any, entry: AuditRecord, base_url: str) -> SlackReply | No
                  until)
 
 
+def _refused(url: str, until: datetime, detail: dict[str, Any]) -> SlackReply:
+    """The ephemeral note of a refused click: why, in the judge's words (names and
+    roles, never an argument value), and that nothing was answered."""
+    why = inert_text(str(detail.get("why") or "refused"), 1000)
+    tool = inert_text(str(detail.get("tool") or "this call"))
+    text = f"Not answered: {why}"
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {
+        "type": "mrkdwn", "text": f"*{tool}*: your click answered nothing.\n{why}"}}]
+    return SlackReply(url, text, blocks, until, replace=False)
+
+
 def send(reply: SlackReply, timeout: float = 30.0) -> ReplyOutcome:
     """POST the replacement (Slack's documented ``replace_original`` message)."""
     from slack_sdk.webhook import WebhookClient
 
     try:
         got = WebhookClient(reply.url, timeout=int(timeout)).send(
-            text=inert_text(reply.text, 300), blocks=reply.blocks, replace_original=True)
+            text=inert_text(reply.text, 1100), blocks=reply.blocks,
+            replace_original=reply.replace,
+            response_type=None if reply.replace else "ephemeral")
     except OSError:
         return ReplyOutcome.RETRY
     if 200 <= got.status_code < 300:

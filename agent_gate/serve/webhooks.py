@@ -57,10 +57,11 @@ from agent_gate.evidence.witness import publish
 from agent_gate.ledger.audit import AuditRecord
 from agent_gate.ledger.store import Ledger
 from agent_gate.ledger.views import outbox
+from agent_gate.policy import Policy
 from agent_gate.serve import slack_reply
 from agent_gate.serve.identity import IdentityConfig
 from agent_gate.serve.mail import MailEndpoint, message, send
-from agent_gate.serve.slack import SlackRoute, post
+from agent_gate.serve.slack import SlackRoute, asked_of, post
 
 __all__ = ["WITNESS_SECRET_ENV", "Endpoint", "Notifier", "ServeConfig", "deliver_checkpoints",
            "hand_to_witnesses", "load_config", "post_signed", "sign", "witness_name"]
@@ -136,6 +137,10 @@ def load_config(path: str) -> ServeConfig:
             if env is not None and not os.environ.get(env):
                 raise GateUsageError(f"{path}: mail {m.name!r}: ${env} is not set")
     for r in config.slack:
+        bad = set(r.events) - set(outbox.EVENT_KINDS)
+        if bad:
+            raise GateUsageError(f"{path}: slack {r.name!r}: unknown events {sorted(bad)}; "
+                                 f"expected some of {list(outbox.EVENT_KINDS)}")
         for env in (r.token_env, r.signing_secret_env):
             if not os.environ.get(env):
                 raise GateUsageError(f"{path}: slack {r.name!r}: ${env} is not set")
@@ -224,9 +229,12 @@ def hand_to_witnesses(engine: Any, sinks: Iterable[str], note: str | None, key: 
 class Notifier:
     """One thread per endpoint: read the trail after its cursor, POST, then advance."""
 
-    def __init__(self, url: str, config: ServeConfig) -> None:
+    def __init__(self, url: str, config: ServeConfig, policy: Policy | None = None) -> None:
         self.url = url
         self.config = config
+        self.policy = policy
+        """Whose rules say who may answer a call (a Slack message says so); None: no
+        policy file, no roles known."""
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(e,), daemon=True,
                                           name=f"agent-gate-webhook-{e.name}")
@@ -281,18 +289,19 @@ class Notifier:
             if notice.call_id is not None:
                 with Ledger(self.url) as ledger:
                     rec = ledger.get(notice.task_id, notice.call_id)
+            asked = asked_of(self.policy, rec.tool, rec.rule_ids) if rec else None
             delay = route.backoff
             while not self._stop.is_set():
                 try:
                     post(route, notice, rec.row_id if rec else None,
-                         rec.args_hash if rec else None, self.config.base_url)
+                         rec.args_hash if rec else None, self.config.base_url, asked)
                     return True
                 except (SlackApiError, OSError):
                     self._stop.wait(delay)
                     delay = min(delay * 2, route.max_backoff)
             return False
 
-        self._follow(f"slack:{route.name}", route.events, route.poll, deliver)
+        self._follow(f"slack:{route.name}", route.events, route.poll, deliver, route.roles)
 
     def _slack_replies(self, route: SlackRoute) -> None:
         """Replace each answered Slack message (``slack_reply``), at least once."""

@@ -49,9 +49,14 @@ class SlackApi:
 
 
 def check_reply(body: dict[str, Any]) -> list[str]:
-    """What Slack's documentation says a message to a response_url that replaces the
-    original must hold: ``replace_original``, the fallback text and valid blocks."""
-    out = [] if body.get("replace_original") is True else ["replace_original: true"]
+    """What Slack's documentation says a message to a response_url must hold: one that
+    replaces the original ``replace_original: true``; an ephemeral one (seen by the
+    clicker alone) ``response_type: ephemeral`` and the original left; both the
+    fallback text and valid blocks."""
+    if body.get("response_type") == "ephemeral":
+        out = [] if body.get("replace_original") is False else ["replace_original: false"]
+    else:
+        out = [] if body.get("replace_original") is True else ["replace_original: true"]
     return out + check_message({**body, "channel": "(the response_url's own)"})
 
 
