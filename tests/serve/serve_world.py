@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -192,3 +193,19 @@ def serving(world: World, config: ServeConfig | None = None, *,
 def server(world: World) -> Iterator[Running]:
     with serving(world) as running:
         yield running
+
+
+def raw_post(server: Running, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """Send a request head (and ``body``) as written, on a socket of its own, for what no
+    client sends (a length announced and not kept, a body past every bound); the
+    server's status and answer, read until it closes the connection. No answer within
+    the socket's timeout is an error: the server would still be waiting for the body."""
+    url = urlsplit(server.base)
+    with socket.create_connection((url.hostname, url.port), timeout=20) as sock:
+        sock.sendall(head.encode("latin-1") + body)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    status = re.match(rb"HTTP/1\.1 (\d{3}) ", got)
+    assert status is not None, got[:200]
+    return int(status.group(1)), got

@@ -9,13 +9,10 @@ A request with no token is refused before any of its body is read, as before."""
 from __future__ import annotations
 
 import json
-import re
-import socket
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from serve_world import Running, World
+from serve_world import Running, World, raw_post
 
 from agent_gate.ledger import Ledger
 from agent_gate.policy.edits import MAX_VALUE_CHARS
@@ -33,21 +30,6 @@ def _unchanged(world: World) -> None:
     assert world.runs == []
 
 
-def _raw(server: Running, head: str, body: bytes = b"") -> tuple[int, bytes]:
-    """Send ``head`` (and ``body``) on a socket of its own; the server's answer, read
-    until it closes the connection. No answer within the socket's timeout is an error:
-    the server would still be waiting for the rest of the body."""
-    url = urlsplit(server.base)
-    with socket.create_connection((url.hostname, url.port), timeout=20) as sock:
-        sock.sendall(head.encode("latin-1") + body)
-        got = b""
-        while chunk := sock.recv(65536):
-            got += chunk
-    status = re.match(rb"HTTP/1\.1 (\d{3}) ", got)
-    assert status is not None, got[:200]
-    return int(status.group(1)), got
-
-
 def _head(path: str, token: str | None, *, length: int | None) -> str:
     auth = f"Authorization: Bearer {token}\r\n" if token is not None else ""
     size = (f"Content-Length: {length}\r\n" if length is not None
@@ -62,7 +44,7 @@ def test_a_body_announced_past_the_bound_is_refused_before_it_is_sent(
     """A gigabyte announced with an operator's token, not one byte of it sent: 413 at
     once, naming the bound and nothing else."""
     ref, _ = world.shown("t1", "mail-1")
-    status, got = _raw(server, _head(f"/api/calls/{ref}/{route}", world.tokens["alice"],
+    status, got = raw_post(server, _head(f"/api/calls/{ref}/{route}", world.tokens["alice"],
                                      length=10**9))
     assert status == 413 and f"at most {MAX_BODY_BYTES} bytes".encode() in got
     _unchanged(world)
@@ -77,7 +59,7 @@ def test_a_streamed_body_is_refused_once_it_passes_the_bound(
     whole, extra = divmod(MAX_BODY_BYTES + 1, len(chunk))
     frames = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * whole
     frames.append(b"%x\r\n%s\r\n" % (extra, chunk[:extra]))
-    status, got = _raw(server, _head(f"/api/calls/{ref}/approve", world.tokens["alice"],
+    status, got = raw_post(server, _head(f"/api/calls/{ref}/approve", world.tokens["alice"],
                                      length=None), b"".join(frames))
     assert status == 413 and f"at most {MAX_BODY_BYTES} bytes".encode() in got
     assert MARK.encode() not in got
@@ -128,5 +110,5 @@ def test_a_request_without_a_token_is_refused_before_its_body_is_read(
     """A small body announced and not sent, with no token: 401 at once (were the body
     read first, the server would wait for it), and the bound is not what refused it."""
     ref, _ = world.shown("t1", "mail-1")
-    status, got = _raw(server, _head(f"/api/calls/{ref}/approve", None, length=100))
+    status, got = raw_post(server, _head(f"/api/calls/{ref}/approve", None, length=100))
     assert status == 401 and b"at most" not in got

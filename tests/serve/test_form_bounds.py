@@ -11,14 +11,11 @@ refuses them is the bound, not the CSRF check.
 
 from __future__ import annotations
 
-import re
-import socket
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from serve_world import Running, World, logged_in
+from serve_world import Running, World, logged_in, raw_post
 
 from agent_gate.ledger import Ledger
 from agent_gate.serve.bodies import FORM_PART_BYTES, MAX_BODY_BYTES, MAX_FORM_FIELDS
@@ -93,28 +90,13 @@ def test_a_bulk_answer_of_the_most_rows_fits_the_bounds(world: World, server: Ru
     assert f"Denied 0 of {MAX_PICKS}" in page
 
 
-def _raw(server: Running, head: str, body: bytes = b"") -> tuple[int, bytes]:
-    """Send ``head`` (and ``body``) on a socket of its own; the server's answer, read
-    until it closes the connection. No answer within the socket's timeout is an error:
-    the server would still be waiting for the rest of the body."""
-    url = urlsplit(server.base)
-    with socket.create_connection((url.hostname, url.port), timeout=20) as sock:
-        sock.sendall(head.encode("latin-1") + body)
-        got = b""
-        while chunk := sock.recv(65536):
-            got += chunk
-    status = re.match(rb"HTTP/1\.1 (\d{3}) ", got)
-    assert status is not None, got[:200]
-    return int(status.group(1)), got
-
-
 @pytest.mark.parametrize("path", ["/login", "/inbox/calls/1/approve", "/inbox/bulk",
                                   "/slack/interactions/approvals"])
 def test_a_body_announced_bigger_than_any_form_is_refused_before_it_is_sent(
         world: World, server: Running, path: str) -> None:
     """A gigabyte announced and not one byte of it sent: refused at once (413), on
     routes a person reaches before logging in too (the login, a Slack click)."""
-    status, got = _raw(server, f"POST {path} HTTP/1.1\r\nHost: x\r\n"
+    status, got = raw_post(server, f"POST {path} HTTP/1.1\r\nHost: x\r\n"
                                "Content-Type: application/x-www-form-urlencoded\r\n"
                                f"Content-Length: {10**9}\r\n\r\n")
     assert status == 413 and f"at most {MAX_BODY_BYTES} bytes".encode() in got
@@ -128,7 +110,7 @@ def test_a_streamed_body_is_refused_once_it_passes_the_bound(
     whole, extra = divmod(MAX_BODY_BYTES + 1, len(chunk))
     frames = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * whole
     frames.append(b"%x\r\n%s\r\n" % (extra, b"a" * extra))
-    status, got = _raw(server, "POST /login HTTP/1.1\r\nHost: x\r\n"
+    status, got = raw_post(server, "POST /login HTTP/1.1\r\nHost: x\r\n"
                                "Content-Type: application/x-www-form-urlencoded\r\n"
                                "Transfer-Encoding: chunked\r\n\r\n", b"".join(frames))
     assert status == 413 and f"at most {MAX_BODY_BYTES} bytes".encode() in got
