@@ -209,3 +209,20 @@ def raw_post(server: Running, head: str, body: bytes = b"") -> tuple[int, bytes]
     status = re.match(rb"HTTP/1\.1 (\d{3}) ", got)
     assert status is not None, got[:200]
     return int(status.group(1)), got
+
+
+def call_ids(html: str) -> list[str]:
+    """The call ids an inbox list page (or its rows) shows, in order."""
+    return re.findall(r'<td class="mono call-id">([^<]*)</td>', html)
+
+
+def picked(html: str) -> set[int]:
+    """The refs of the rows a list page offers a tick box (an answer) for."""
+    return {int(v.split(":")[0]) for v in re.findall(r'name="pick" value="([^"]+)"', html)}
+
+
+def listed_total(html: str) -> int:
+    """The count a list page says it holds (``#total``)."""
+    found = re.search(r'<b id="total">(\d+)</b>', html)
+    assert found is not None, html
+    return int(found.group(1))

@@ -15,12 +15,11 @@ statement, so counts and ``--limit`` hold only what is shown.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import httpx
 from click.testing import CliRunner
-from serve_world import POLICY, build_world, logged_in, serving
+from serve_world import POLICY, build_world, call_ids, listed_total, logged_in, picked, serving
 
 from agent_gate.cli import main as cli
 
@@ -35,20 +34,6 @@ APPROVERS = ("version: 1\noperators:\n  carol: {roles: [finance]}\n  bob: {roles
                                      "{min: 1, roles: [finance], deny: quorum}}\n"))
 """A mail is approved only by finance (anyone with rights may deny it: deny: any); a
 refund's denials count like approvals (deny: quorum), so only finance answers it."""
-
-
-def _call_ids(html: str) -> list[str]:
-    return re.findall(r'<td class="mono call-id">([^<]*)</td>', html)
-
-
-def _picked(html: str) -> set[int]:
-    return {int(v.split(":")[0]) for v in re.findall(r'name="pick" value="([^"]+)"', html)}
-
-
-def _total(html: str) -> int:
-    found = re.search(r'<b id="total">(\d+)</b>', html)
-    assert found is not None, html
-    return int(found.group(1))
 
 
 def test_an_approver_rule_decides_what_is_offered_and_what_is_taken(
@@ -82,11 +67,11 @@ def test_an_approver_rule_decides_what_is_offered_and_what_is_taken(
             deny_mail = api.post(f"/api/calls/{mail}/deny", json={"args_hash": mail_hash})
 
     # bob reads everything, and may approve none of it: no tick box.
-    assert _call_ids(everything) == ["mail-1", "r-1"] and _picked(everything) == set()
+    assert call_ids(everything) == ["mail-1", "r-1"] and picked(everything) == set()
     # Only mine: the mail (he may deny it), not the refund, in the rows and the counts.
-    assert _call_ids(mine) == ["mail-1"] and _total(mine) == 1
+    assert call_ids(mine) == ["mail-1"] and listed_total(mine) == 1
     assert "refund <b>" not in mine
-    assert _call_ids(rows) == ["mail-1"] and _total(rows) == 1
+    assert call_ids(rows) == ["mail-1"] and listed_total(rows) == 1
     # The mail's page: Deny, and why not Approve; no Approve, no edit form.
     assert 'class="deny"' in mail_page and 'class="approve"' not in mail_page
     assert 'class="edit"' not in mail_page
@@ -95,7 +80,7 @@ def test_an_approver_rule_decides_what_is_offered_and_what_is_taken(
     # The refund's page: no form at all, and why.
     assert 'class="answer"' not in refund_page and "holds none of the roles" in refund_page
     # carol (finance) may approve the mail: a box, Approve, the edit form.
-    assert _call_ids(carols) == ["mail-1", "r-1"] and _picked(carols) == {mail, refund}
+    assert call_ids(carols) == ["mail-1", "r-1"] and picked(carols) == {mail, refund}
     assert 'class="approve"' in carols_page and 'class="edit"' in carols_page
     # The API says the same, per row.
     assert {r["call_id"]: (r["may_approve"], r["may_deny"], r["may_answer"])

@@ -10,13 +10,21 @@ those rows carry a tick box, only those calls' pages an answer form, and "only m
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import httpx
 from click.testing import CliRunner
-from serve_world import POLICY, World, build_world, logged_in, serving
+from serve_world import (
+    POLICY,
+    World,
+    build_world,
+    call_ids,
+    listed_total,
+    logged_in,
+    picked,
+    serving,
+)
 from waiting import wait_until
 
 from agent_gate.cli import main as cli
@@ -48,20 +56,6 @@ def _sweep_until_escalated(world: World, task: str, call_id: str) -> None:
         json.loads(got.output)
         return _escalated(world, task, call_id)
     wait_until(swept, timeout=30, what=f"{call_id} to be escalated by a sweep")
-
-
-def _call_ids(html: str) -> list[str]:
-    return re.findall(r'<td class="mono call-id">([^<]*)</td>', html)
-
-
-def _picked(html: str) -> set[int]:
-    return {int(v.split(":")[0]) for v in re.findall(r'name="pick" value="([^"]+)"', html)}
-
-
-def _total(html: str) -> int:
-    found = re.search(r'<b id="total">(\d+)</b>', html)
-    assert found is not None, html
-    return int(found.group(1))
 
 
 def test_an_escalated_call_is_offered_only_to_the_roles_holders(
@@ -100,19 +94,19 @@ def test_an_escalated_call_is_offered_only_to_the_roles_holders(
         api.close()
 
     # Everything, read-only: the escalated refund is listed, with no box for alice.
-    assert _call_ids(everything) == ["mail-1", "r-1", "r-2"]
-    assert escalated not in _picked(everything) and plain in _picked(everything)
+    assert call_ids(everything) == ["mail-1", "r-1", "r-2"]
+    assert escalated not in picked(everything) and plain in picked(everything)
     assert "escalated to finance" in everything
     # Only mine: left out of the rows and of the counts (one statement: not after fetch).
-    assert _call_ids(mine) == ["mail-1", "r-2"] and _total(mine) == 2
+    assert call_ids(mine) == ["mail-1", "r-2"] and listed_total(mine) == 2
     assert 'refund <b>1</b>' in mine and "refunds-need-a-person <b>1</b>" in mine
-    assert _call_ids(mine_refunds) == ["r-2"]
-    assert _call_ids(rows) == ["mail-1", "r-2"] and _total(rows) == 2
+    assert call_ids(mine_refunds) == ["r-2"]
+    assert call_ids(rows) == ["mail-1", "r-2"] and listed_total(rows) == 2
     # The call's page shows it whole, says who answers it, and offers alice no form.
     assert 'class="answer"' not in page and 'class="edit"' not in page
     assert "Escalated to role finance, which you do not hold" in page
     # carol holds the role: hers to answer, in her list, with a box and a form.
-    assert _call_ids(carols) == ["r-1", "r-2"] and escalated in _picked(carols)
+    assert call_ids(carols) == ["r-1", "r-2"] and escalated in picked(carols)
     assert 'class="answer"' in carols_page and "which you do not hold" not in carols_page
     # The API's listing says the same.
     assert {r["call_id"]: r["may_answer"] for r in api_all["rows"]} == {
@@ -139,5 +133,5 @@ def test_without_a_policy_file_nobody_is_offered_an_escalated_call(
                  policy=False) as server, logged_in(server, world, "carol") as (http, _):
         mine: Any = http.get("/inbox", params={"mine": "1"}).text
         page = http.get(f"/inbox/calls/{escalated}").text
-    assert _call_ids(mine) == [] and _total(mine) == 0
+    assert call_ids(mine) == [] and listed_total(mine) == 0
     assert 'class="answer"' not in page and "which you do not hold" in page

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from serve_world import Running, World, logged_in
+from serve_world import Running, World, call_ids, logged_in
 from sqlalchemy import text
 
 from agent_gate import Principal
@@ -86,8 +86,7 @@ def test_filters_search_and_counts_by_tool_and_rule(world: World, server: Runnin
                      {"t": datetime.now(UTC) - timedelta(hours=2)})
     with logged_in(server, world, "alice") as (http, _):
         def rows(**params: str) -> list[str]:
-            page = http.get("/inbox", params=params).text
-            return re.findall(r'<td class="mono call-id">([^<]*)</td>', page)
+            return call_ids(http.get("/inbox", params=params).text)
 
         assert rows(tool="refund") == ["r-1", "r-2"]
         assert rows(task="shop-1") == ["m-000", "m-001", "m-002"]
@@ -104,8 +103,7 @@ def test_filters_search_and_counts_by_tool_and_rule(world: World, server: Runnin
                      "refunds-need-a-person": "2"}
     assert '<b id="total">6</b>' in counts.group(0)
     with logged_in(server, world, "carol") as (http, _):  # carol approves refunds only
-        mine = re.findall(r'<td class="mono call-id">([^<]*)</td>',
-                          http.get("/inbox", params={"mine": "1"}).text)
+        mine = call_ids(http.get("/inbox", params={"mine": "1"}).text)
         everything = http.get("/inbox").text
     assert mine == ["r-1", "r-2"]
     assert set(picks(everything)) == {r for r in refs(everything) if r in
