@@ -57,6 +57,17 @@ tools:
     rules:
       - {id: charges, effect: allow}
 """
+MAIL_RULE = "        approval: {editable: [subject, body]}\n"
+"""The mail rule's approval line: tests that vary the mail's approval replace it."""
+REFUND_REASON = "        reason: Refunds are approved by finance.\n"
+"""The refund rule's last line: tests that give refunds an approval block add after it."""
+assert MAIL_RULE in POLICY and REFUND_REASON in POLICY
+ESCALATING = ("version: 1\noperators:\n  carol: {roles: [finance]}\n"
+              + POLICY.removeprefix("\nversion: 1\n").replace(
+                  REFUND_REASON,
+                  REFUND_REASON + "        approval: {timeout: 1s, then: {escalate: finance}}\n"))
+"""POLICY where a refund nobody answered within 1 s is escalated to finance (carol)."""
+
 
 
 @dataclass

@@ -19,13 +19,20 @@ from pathlib import Path
 
 import httpx
 from click.testing import CliRunner
-from serve_world import POLICY, build_world, call_ids, listed_total, logged_in, picked, serving
+from serve_world import (
+    MAIL_RULE,
+    POLICY,
+    REFUND_REASON,
+    build_world,
+    call_ids,
+    listed_total,
+    logged_in,
+    picked,
+    serving,
+)
 
 from agent_gate.cli import main as cli
 
-MAIL_RULE = "        approval: {editable: [subject, body]}\n"
-REFUND_REASON = "        reason: Refunds are approved by finance.\n"
-assert MAIL_RULE in POLICY and REFUND_REASON in POLICY
 APPROVERS = ("version: 1\noperators:\n  carol: {roles: [finance]}\n  bob: {roles: [support]}\n"
              + POLICY.removeprefix("\nversion: 1\n")
              .replace(MAIL_RULE, "        approval: {editable: [subject, body], "

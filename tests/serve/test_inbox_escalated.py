@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from click.testing import CliRunner
 from serve_world import (
-    POLICY,
+    ESCALATING,
     World,
     build_world,
     call_ids,
@@ -30,13 +30,6 @@ from waiting import wait_until
 from agent_gate.cli import main as cli
 from agent_gate.ledger import Ledger
 from agent_gate.serve.webhooks import ServeConfig
-
-REFUND_REASON = "        reason: Refunds are approved by finance.\n"
-assert REFUND_REASON in POLICY
-ESCALATING = ("version: 1\noperators:\n  carol: {roles: [finance]}\n"
-              + POLICY.removeprefix("\nversion: 1\n").replace(
-                  REFUND_REASON,
-                  REFUND_REASON + "        approval: {timeout: 1s, then: {escalate: finance}}\n"))
 
 
 def _escalated(world: World, task: str, call_id: str) -> bool:

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_world import World, build_world, logged_in, serving
+from serve_world import ESCALATING, World, build_world, logged_in, serving
 from sqlalchemy import text
-from test_inbox_escalated import ESCALATING
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger

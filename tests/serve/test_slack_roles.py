@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_world import World, build_world, serving
+from serve_world import ESCALATING, MAIL_RULE, World, build_world, serving
 from sqlalchemy import text
-from test_inbox_escalated import ESCALATING
 from test_slack import SlackApi, click, slack_api
 from waiting import wait_until
 
@@ -29,8 +28,6 @@ from agent_gate.serve.webhooks import ServeConfig
 
 pytest.importorskip("slack_sdk")
 
-MAIL_RULE = "        approval: {editable: [subject, body]}\n"
-assert MAIL_RULE in ESCALATING
 ROLES = ESCALATING.replace(MAIL_RULE, "        approval: {editable: [subject, body], "
                                       "approvers: {roles: [finance], min: 2}}\n")
 """A refund escalates to finance after 1 s; a mail counts two finance approvers."""

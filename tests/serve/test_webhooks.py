@@ -25,9 +25,8 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_world import World, build_world, serving
+from serve_world import ESCALATING, World, build_world, serving
 from sqlalchemy import text
-from test_inbox_escalated import ESCALATING
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger
