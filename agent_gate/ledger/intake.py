@@ -118,9 +118,9 @@ def record(
     with ``decide`` apply its decision in the same transaction. ``task_known``: the
     task row is known to exist bound to this principal and scope (skip ``ensure_task``).
     ``call_known``: this ledger recorded the call before (a replay, most likely): its
-    row is read first, and the backend is asked to guess nothing, since its guess (a new
-    row, its arrows folded into the insert) would fail on the stored one and cost a
-    rolled-back attempt (on PostgreSQL, two of a replay's six round trips)."""
+    row is read first, before the insert the backend would guess new (its arrows folded
+    in), which would fail on the stored row and cost a rolled-back attempt (on
+    PostgreSQL, two of a replay's six round trips)."""
     now = datetime.now(UTC)
 
     def body(txn: Txn) -> tuple[CallRecord, bool]:
@@ -128,7 +128,7 @@ def record(
                        lock=lock, task_known=task_known, call_known=call_known)
 
     try:
-        txn, (rec, inserted) = transact(engine, body, guess=not call_known)
+        txn, (rec, inserted) = transact(engine, body)
     except IntegrityError as error:
         if not refused(error):
             raise

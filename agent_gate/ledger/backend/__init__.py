@@ -194,18 +194,16 @@ def reading(engine: Engine) -> Iterator[Txn]:
         yield txn_class(engine.dialect)(conn, staged=False)
 
 
-def transact(engine: Engine, body: Callable[[Txn], _T], *, guess: bool = True
-             ) -> tuple[Txn, _T]:
+def transact(engine: Engine, body: Callable[[Txn], _T]) -> tuple[Txn, _T]:
     """``body`` in one write transaction, and the transaction (for ``Txn.committed``).
     Run once more, the backend guessing nothing, when the first run failed on a
-    guess of the backend's own and committed nothing (``Txn.retry``). ``guess=False``:
-    the caller knows the guess would fail; the first run guesses nothing."""
+    guess of the backend's own and committed nothing (``Txn.retry``)."""
     txn: Txn | None = None
     try:
-        with writing(engine, guess=guess) as txn:
+        with writing(engine) as txn:
             value = body(txn)
     except Exception as error:
-        if not guess or txn is None or not txn.retry(error):
+        if txn is None or not txn.retry(error):
             raise
         with writing(engine, guess=False) as txn:
             value = body(txn)
