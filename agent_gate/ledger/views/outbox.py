@@ -85,10 +85,12 @@ def wanted(notice: Notice, events: tuple[str, ...], roles: tuple[str, ...] = ())
 def notice_of(e: AuditRecord) -> Notice | None:
     """The event an entry means for people, or None (most entries mean none)."""
     moved = e.to_state is not None and e.from_state != e.to_state
-    role = None
+    detail = e.detail or {}
+    rules, role = detail.get("rule_ids") or (), None
     if e.event == _ESCALATED:  # still waiting, for the role alone (``ledger.sweep``)
-        kind, found = "escalated", (e.detail or {}).get("role")
+        kind, found = "escalated", detail.get("role")
         role = found if isinstance(found, str) else None
+        rules = (detail["rule"],) if detail.get("rule") else ()  # the one it names
     elif moved and e.to_state in ("awaiting_approval", "in_doubt"):
         kind = e.to_state
     elif e.event == "approval_granted" or (
@@ -97,9 +99,6 @@ def notice_of(e: AuditRecord) -> Notice | None:
         kind = "resolved"  # an approval, a denial, or a call settled out of doubt
     else:
         return None
-    rules = (e.detail or {}).get("rule_ids") or ()
-    if kind == "escalated":
-        rules = [(e.detail or {}).get("rule")] if (e.detail or {}).get("rule") else ()
     return Notice(e.seq, kind, e.task_id, e.call_id, e.tool, e.to_state,
                   tuple(str(r) for r in rules), e.actor, e.at, role)
 
