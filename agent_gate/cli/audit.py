@@ -236,7 +236,7 @@ def verify_command(anchor: str | None, proof: Path | None, bundle: Path | None,
             click.echo("no checkpoint yet: `agent-gate audit checkpoint` writes one")
         else:
             click.echo(f"checkpoint: {newest.anchor}")
-            click.echo(f"  taken {when(newest.at)} over {newest.tasks} task heads")
+            click.echo(f"  taken {when(newest.at)} over {newest.heads_text}")
             click.echo("keep it elsewhere; `agent-gate audit verify --anchor ID:HASH` later "
                        "proves the trail was not rewritten up to it")
     else:
@@ -284,7 +284,7 @@ def checkpoint_command(publish: tuple[str, ...], signing_key: Path | None,
         emit_json({**made.to_dict(), "note": made.note, "published": published})
     else:
         click.echo(f"checkpoint: {made.anchor}")
-        click.echo(f"  taken {when(made.at)} over {made.tasks} task heads, "
+        click.echo(f"  taken {when(made.at)} over {made.heads_text}, "
                    f"{made.tree_size} entries")
         if made.note is not None:
             click.echo(made.note, nl=False)

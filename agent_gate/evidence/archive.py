@@ -16,12 +16,13 @@ Order of work, and why it cannot lose or re-run anything:
    keeps each entry's hashes (``audit_pruned``), the perfect subtrees of the signed tree
    that cover its leaves (``audit_subtrees``, each leaf checked against that tree first,
    cut at every checkpoint's size: what a full verify reads in their place), where each
-   task's chain ended (``archived_heads``), a tombstone per call
+   task's chain ended (``archived_heads``), moves the heads checkpoints bound for its
+   tasks to ``audit_pruned_heads``, keeps a tombstone per call
    (``archived_calls``), deletes the calls' grants, deadlines, approvals, quota charges,
    entries and rows,
    and appends its own record to the trail (``pruned.ARCHIVE_TASK``, event ``archived``)
-   with the root of the leaves it pruned and the hashes of its subtrees and of its tasks'
-   chain ends; all in one commit. A batch whose delete
+   with the root of the leaves it pruned and the hashes of its subtrees, of its tasks'
+   chain ends and of the checkpoint heads it moved; all in one commit. A batch whose delete
    meets a concurrent writer (an entry naming one of its calls) rolls back whole and is
    tried one task at a time; a task that still fails stays live.
 
@@ -49,7 +50,7 @@ from agent_gate.evidence.merkle import Frontier
 from agent_gate.evidence.note import SignerKey
 from agent_gate.ledger import audit
 from agent_gate.ledger.backend import begin_read, begin_write, on
-from agent_gate.ledger.chain import as_utc
+from agent_gate.ledger.chain import HEADS_MOVED, as_utc
 from agent_gate.ledger.checkpoints import checkpoints
 from agent_gate.ledger.models import (
     APPROVAL_DEADLINES,
@@ -58,8 +59,11 @@ from agent_gate.ledger.models import (
     APPROVALS,
     ARCHIVED_CALLS,
     ARCHIVED_HEADS,
+    AUDIT_CHECKPOINT_HEADS,
+    AUDIT_CHECKPOINTS,
     AUDIT_EVENTS,
     AUDIT_PRUNED,
+    AUDIT_PRUNED_HEADS,
     AUDIT_SUBTREES,
     QUOTA_CHARGES,
     TOOL_CALLS,
@@ -67,10 +71,14 @@ from agent_gate.ledger.models import (
 from agent_gate.ledger.pruned import ARCHIVE_EVENT, ARCHIVE_TASK, tombstone_text
 from agent_gate.ledger.states import TERMINAL
 from agent_gate.ledger.subtrees import (
+    BOUND_HASH_KEY,
+    BOUND_KEY,
     COUNT_KEY,
     HASH_KEY,
     HEADS_KEY,
+    Bound,
     Subtree,
+    bound_hash,
     cover,
     heads_hash,
     subtrees_hash,
@@ -242,6 +250,10 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
             conn.execute(insert(ARCHIVED_HEADS), [
                 {"task_id": task, "seq": seq, "hash": digest, "archive": batch_id}
                 for task, seq, digest in ends])
+            moved = _move_bound(conn, [task for task, _, _ in ends], batch_id)
+            per_checkpoint: dict[str, int] = {}
+            for cp_id, *_ in moved:
+                per_checkpoint[str(cp_id)] = per_checkpoint.get(str(cp_id), 0) + 1
             ids = [r["id"] for r in pruned_rows]
             # The record first: on SQLite a new row takes the largest id plus one, and
             # the record must stay above every id it prunes (ids are the tree's order).
@@ -252,6 +264,7 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
                 "tree_size": report.tree_size, "tree_root": report.tree_root,
                 COUNT_KEY: len(pieces), HASH_KEY: subtrees_hash(pieces),
                 HEADS_KEY: heads_hash(ends),
+                BOUND_KEY: per_checkpoint, BOUND_HASH_KEY: bound_hash(moved),
             })
             # Children before parents, each over every chunk before the next: a grant's
             # uses may name calls of another chunk, and a grant names its approval.
@@ -278,6 +291,31 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
         report.calls += len(pruned_calls)
         report.entries += len(pruned_rows)
     report.left_live.extend(kept)
+
+
+def _move_bound(conn: Connection, tasks: Sequence[str], batch_id: str) -> list[Bound]:
+    """Move the heads checkpoints of ``HEADS_MOVED`` bound for ``tasks`` (pruned whole)
+    into ``audit_pruned_heads``: a full verify then counts them from the batch's record
+    instead of reading one row per archived task per checkpoint. Heads bound by older
+    checkpoints stay: each of their roots hashes every task's head, so they are read."""
+    first = conn.execute(select(func.min(AUDIT_CHECKPOINTS.c.id))
+                         .where(AUDIT_CHECKPOINTS.c.heads_format == HEADS_MOVED)).scalar()
+    if first is None:
+        return []
+    b = AUDIT_CHECKPOINT_HEADS.c
+    moved: list[Bound] = []
+    for at in range(0, len(tasks), _CHUNK):
+        part = tasks[at:at + _CHUNK]
+        which = (b.task_id.in_(part), b.checkpoint_id >= first)
+        rows = [(int(cp_id), task, int(seq), digest) for cp_id, task, seq, digest in
+                conn.execute(select(b.checkpoint_id, b.task_id, b.seq, b.hash).where(*which))]
+        if rows:
+            conn.execute(insert(AUDIT_PRUNED_HEADS), [
+                {"checkpoint_id": cp_id, "task_id": task, "seq": seq, "hash": digest,
+                 "archive": batch_id} for cp_id, task, seq, digest in rows])
+            conn.execute(delete(AUDIT_CHECKPOINT_HEADS).where(*which))
+        moved.extend(rows)
+    return moved
 
 
 def _prunable(conn: Connection, task: str, exported: set[int], before: datetime,

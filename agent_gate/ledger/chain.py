@@ -19,12 +19,21 @@ chain to recognise the head recorded by the upgrade and anchors exported before 
 Checkpoints
 ===========
 
-A checkpoint binds every task's head into one ``root``: the SHA-256 of the
-canonical JSON list ``[[task, seq, hash], ...]`` of every head, sorted by task id
-(code point order). Each checkpoint's own ``hash`` covers its position, the time,
-the number of heads, the root, the previous checkpoint's hash (checkpoints form
-their own chain) and, for the first checkpoint of an upgraded ledger, the old
-global chain's head. Exporting one checkpoint (id and hash) commits to every
+A checkpoint binds the tasks' heads into one ``root``: the SHA-256 of the canonical
+JSON list ``[[task, seq, hash], ...]`` of heads, sorted by task id (code point order).
+Which heads, and what ``tasks`` counts, is the checkpoint's heads format:
+
+* written before revision 0018 (``heads_format`` None): every task's head; the full
+  set at a checkpoint is each task's newest head stored at it or before;
+* ``HEADS_MOVED`` (2): only the heads that moved since the previous checkpoint, each
+  task's newest entry among the leaves its Merkle tree grew by. Every earlier set is
+  committed to through the checkpoints' own hash chain, so nothing is lost, and
+  writing or checking a checkpoint costs its changes, not every task ever seen.
+
+Each checkpoint's own ``hash`` covers its position, the time, the number of heads, the
+root, the previous checkpoint's hash (checkpoints form their own chain), its Merkle
+tree and heads format when it has them and, for the first checkpoint of an upgraded
+ledger, the old global chain's head. Exporting one checkpoint (id and hash) commits to every
 entry of every task up to the heads it binds.
 
 What is hashed is exactly what is stored: ``detail`` as its stored text, which
@@ -52,6 +61,7 @@ from agent_gate.evidence.merkle import leaf_hash
 __all__ = [
     "CHAIN_VERSION",
     "GENESIS",
+    "HEADS_MOVED",
     "LEGACY_VERSION",
     "LINK_SQL",
     "HeadsRoot",
@@ -68,6 +78,9 @@ __all__ = [
 ]
 
 GENESIS: Final = "0" * 64
+HEADS_MOVED: Final = 2
+"""The heads format of a checkpoint that binds only the heads that moved since the
+previous one (revision 0018)."""
 CHAIN_VERSION: Final = 2
 """Part of every hashed object, so that a change of the format is explicit: 2 is one
 chain per task (``seq`` and ``prev_hash`` within the task)."""
@@ -296,12 +309,15 @@ def checkpoint_hash(
     legacy_hash: str | None,
     legacy_last_id: int | None,
     tree: tuple[int, int, str] | None = None,
+    heads_format: int | None = None,
 ) -> str:
     """SHA-256 (hex) of one checkpoint linked to the previous checkpoint's hash.
 
     ``tree`` (size, last entry id, root hex) is the Merkle tree over every entry the
-    checkpoint binds (revision 0010); hashed only when present, so the hashes of older
-    checkpoints recompute as they were written."""
+    checkpoint binds (revision 0010); ``heads_format`` how ``root`` binds the heads
+    (``HEADS_MOVED``, revision 0018). Each is hashed only when present, so the hashes
+    of older checkpoints recompute as they were written, and a checkpoint cannot be
+    passed off in the other format."""
     body: dict[str, Any] = {
         "v": CHAIN_VERSION,
         "kind": "checkpoint",
@@ -315,4 +331,6 @@ def checkpoint_hash(
     }
     if tree is not None:
         body["tree"] = {"size": tree[0], "last_id": tree[1], "root": tree[2]}
+    if heads_format is not None:
+        body["heads"] = heads_format
     return hashlib.sha256(_reference_text(body).encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,30 +1,35 @@
-"""Checkpoints: one root hash over every task's chain head, linked into a chain.
+"""Checkpoints: the trail's Merkle tree and the heads that moved, linked into a chain.
 
 The trail is one hash chain per task (``agent_gate.ledger.audit``), so no single
-hash commits to all of it until a checkpoint does: it reads every row of
-``audit_heads`` in one statement (one snapshot: a head and the entries it links
-commit together, so the snapshot never holds half a transaction) and stores
-``root``, the SHA-256 over all of them sorted by task (``chain.root_hash``),
-with the previous checkpoint's hash, so checkpoints form a chain of their own.
+hash commits to all of it until a checkpoint does. A checkpoint grows the Merkle tree
+over every entry (``trail_tree``) from the previous checkpoint's frontier by the entries
+after its last leaf and, in the same pass, reads which task heads moved: each task's
+newest entry among those leaves. It stores the tree (size, last leaf, root, frontier),
+the moved heads (``audit_checkpoint_heads``), ``root``, the SHA-256 over the moved heads
+sorted by task (``chain.root_hash``), and the previous checkpoint's hash, so
+checkpoints form a chain of their own and each one commits to every head before it.
+Cost: O(new entries + log n + moved tasks); a task no entry touched is never read.
 
-Only the heads that changed since the previous checkpoint are stored
-(``audit_checkpoint_heads``): storage grows with activity, not with tasks times
-checkpoints, and the full set at checkpoint N (what ``audit verify`` hashes again)
-is the newest stored head of each task at N or before.
+Checkpoints written before revision 0018 (``heads_format`` None) bound every task's
+head, read from ``audit_heads``: their heads at checkpoint N are the newest stored
+head of each task at N or before, and ``audit verify`` still hashes them that way.
 
 Who writes them: ``agent-gate audit checkpoint`` (cron, an operator, or after a
-batch), or an application through ``take``. The ledger's write path never does,
-so no transaction of a call waits on one or reads every head. Writing one takes no lock
-that a call's transaction takes: on PostgreSQL it reads heads in its own snapshot
-while calls go on. Checkpoint writers take turns among themselves (``take`` holds
-the named lock ``audit_checkpoint``, which no call's transaction takes); a writer
+batch), ``serve``'s checkpointer, or an application through ``take``. The ledger's
+write path never does, so no transaction of a call waits on one. Writing one takes no
+lock that a call's transaction takes: on PostgreSQL it reads the entries in its own
+snapshot while calls go on. Checkpoint writers take turns among themselves (``take``
+holds the named lock ``audit_checkpoint``, which no call's transaction takes); a writer
 that bypasses it and races for the same position collides on its key instead, and
 ``take`` tries again on top of the winner. On SQLite it holds the database's write
 lock for the read, as every write does.
 
-A checkpoint never launders a deletion: if a head bound by the previous checkpoint
-is missing, or has moved backwards or sideways, the writer refuses
-(``AuditCheckpointRefused``) and ``audit verify`` names what happened.
+A checkpoint never binds over a rewrite it reads: the previous tree's last leaf gone, a
+new entry that no longer matches its hash, or a moved task whose head went back or
+sideways from the one its newest checkpoint bound, makes the writer refuse
+(``AuditCheckpointRefused``); ``audit verify`` names what happened. A task's head
+deleted or cut back with no new entry after it is not read by the writer (that would
+be a read of every task); ``audit verify`` catches it (``trail_verify``).
 """
 
 from __future__ import annotations
@@ -40,8 +45,13 @@ from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.evidence.checkpoint import TreeHead
 from agent_gate.evidence.note import SignerKey
 from agent_gate.ledger.backend import begin_read, begin_write
-from agent_gate.ledger.chain import GENESIS, as_utc, checkpoint_hash, root_hash
-from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_CHECKPOINTS, AUDIT_HEADS
+from agent_gate.ledger.chain import GENESIS, HEADS_MOVED, as_utc, checkpoint_hash, root_hash
+from agent_gate.ledger.models import (
+    AUDIT_CHECKPOINT_HEADS,
+    AUDIT_CHECKPOINTS,
+    AUDIT_EVENTS,
+    AUDIT_PRUNED,
+)
 from agent_gate.ledger.settled import settled
 from agent_gate.ledger.sql import lock_named
 from agent_gate.ledger.trail_tree import extend
@@ -50,8 +60,6 @@ __all__ = [
     "CHECKPOINT_LOCK",
     "Checkpoint",
     "checkpoints",
-    "current_heads",
-    "heads_at",
     "newest",
     "newest_of",
     "sign",
@@ -62,11 +70,12 @@ __all__ = [
 
 _CHECKPOINTS = AUDIT_CHECKPOINTS
 _BOUND = AUDIT_CHECKPOINT_HEADS
-_HEADS = AUDIT_HEADS
 CHECKPOINT_LOCK = "audit_checkpoint"
 """The ``sql.lock_named`` lock checkpoint writers take turns on."""
 _RACES = 5
 """Times ``take`` tries again after another writer took the same position."""
+_CHUNK = 500
+"""Tasks per ``IN`` list when reading the heads their newest checkpoint bound."""
 
 Heads = dict[str, tuple[int, str]]
 
@@ -92,12 +101,21 @@ class Checkpoint:
     tree_frontier: str | None = None
     note: str | None = None
     """The checkpoint signed as a C2SP tlog-checkpoint, if it was signed."""
+    heads_format: int | None = None
+    """How ``root`` and ``tasks`` bind the heads (``chain.HEADS_MOVED``); None: every
+    task's head (written before revision 0018)."""
 
     @property
     def tree(self) -> tuple[int, int, str] | None:
         if self.tree_size is None or self.tree_last_id is None or self.tree_root is None:
             return None
         return self.tree_size, self.tree_last_id, self.tree_root
+
+    @property
+    def heads_text(self) -> str:
+        """What ``tasks`` counts, in words (``audit checkpoint``, ``audit verify``)."""
+        moved = " that moved" if self.heads_format == HEADS_MOVED else ""
+        return f"{self.tasks} task heads{moved}"
 
     @property
     def anchor(self) -> str:
@@ -109,6 +127,7 @@ class Checkpoint:
             checkpoint_id=self.id, prev_hash=self.prev_hash, at=self.at, tasks=self.tasks,
             root=self.root, legacy_seq=self.legacy_seq, legacy_hash=self.legacy_hash,
             legacy_last_id=self.legacy_last_id, tree=self.tree,
+            heads_format=self.heads_format,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,6 +138,7 @@ class Checkpoint:
             out["legacy_head"] = {"seq": self.legacy_seq, "hash": self.legacy_hash}
         if self.tree is not None:
             out["tree"] = {"size": self.tree_size, "root": self.tree_root}
+        out["heads"] = "moved" if self.heads_format == HEADS_MOVED else "all"
         out["signed"] = self.note is not None
         return out
 
@@ -133,6 +153,7 @@ def _checkpoint(row: Any) -> Checkpoint:
         tree_size=None if row.tree_size is None else int(row.tree_size),
         tree_last_id=None if row.tree_last_id is None else int(row.tree_last_id),
         tree_root=row.tree_root, tree_frontier=row.tree_frontier, note=row.note,
+        heads_format=None if row.heads_format is None else int(row.heads_format),
     )
 
 
@@ -148,28 +169,6 @@ def checkpoints(conn: Connection) -> list[Checkpoint]:
     return [_checkpoint(r) for r in conn.execute(select(_CHECKPOINTS).order_by(_CHECKPOINTS.c.id))]
 
 
-def heads_at(conn: Connection, checkpoint_id: int) -> Heads:
-    """Every task head checkpoint ``checkpoint_id`` binds: per task, the newest head
-    stored at that checkpoint or before (the ``task_id, checkpoint_id`` index)."""
-    inner = _BOUND.alias("later")
-    newest_per_task = (
-        select(func.max(inner.c.checkpoint_id))
-        .where(inner.c.task_id == _BOUND.c.task_id, inner.c.checkpoint_id <= checkpoint_id)
-        .scalar_subquery()
-    )
-    rows = conn.execute(
-        select(_BOUND.c.task_id, _BOUND.c.seq, _BOUND.c.hash)
-        .where(_BOUND.c.checkpoint_id == newest_per_task)
-    )
-    return {task: (int(seq), digest) for task, seq, digest in rows}
-
-
-def current_heads(conn: Connection) -> Heads:
-    """Every task's head now, in one statement (one snapshot)."""
-    rows = conn.execute(select(_HEADS.c.task_id, _HEADS.c.seq, _HEADS.c.hash))
-    return {task: (int(seq), digest) for task, seq, digest in rows}
-
-
 def write(
     conn: Connection,
     *,
@@ -178,47 +177,36 @@ def write(
     upto: int | None = None,
 ) -> Checkpoint:
     """Write the next checkpoint in ``conn``'s transaction, or return the newest one
-    when no head moved since it (and no ``legacy`` head is to be recorded).
-
-    The previous checkpoint is read before the heads: under PostgreSQL's READ
-    COMMITTED each statement sees everything committed before it starts, so the heads
-    read second are at least as new as the ones the previous checkpoint bound.
-    ``legacy`` (seq, hash, last entry id) is the old global chain's head, recorded by
-    the upgrade that split it (revision 0006).
+    when nothing moved since it (and no ``legacy`` head is to be recorded).
 
     The Merkle tree grows from the previous checkpoint's frontier by the entries after
     its last leaf, up to ``upto`` (``trail_tree.settled``: on PostgreSQL an id below which
-    nothing can still commit; None on SQLite, where ids commit in order): O(new entries
-    + log n), never a rescan (``trail_tree.extend``).
+    nothing can still commit; None on SQLite, where ids commit in order), and the same
+    pass reads the heads that moved: each task's newest entry among the new leaves
+    (``HEADS_MOVED``). O(new entries + log n + moved tasks), never a rescan of the trail
+    or of the tasks. ``legacy`` (seq, hash, last entry id) is the old global chain's
+    head, recorded by the upgrade that split it (revision 0006).
     """
     prev = newest(conn)
-    before = heads_at(conn, prev.id) if prev is not None else {}
-    now = current_heads(conn)
-    for task, (seq, digest) in before.items():
-        head = now.get(task)
-        if head is None or head[0] < seq or (head[0] == seq and head[1] != digest):
-            found = "has no head" if head is None else f"has its head at #{head[0]}"
-            raise AuditCheckpointRefused(
-                f"checkpoint #{prev.id if prev else 0} bound entry #{seq} of task {task!r}, "
-                f"which now {found}: run `agent-gate audit verify`"
-            )
-    changed = {task: head for task, head in now.items() if before.get(task) != head}
-    frontier, last_id = extend(conn, prev, upto)
+    _last_leaf_kept(conn, prev)
+    moved: Heads = {}
+    frontier, last_id = extend(conn, prev, upto, moved)
+    changed = _changed(conn, moved)
     grown = prev is None or prev.tree_size != frontier.size
     if prev is not None and not changed and legacy is None and not grown:
         return prev
     number = prev.id + 1 if prev is not None else 1
     stamp = as_utc(at) if at is not None else datetime.now(UTC)
-    root = root_hash((task, seq, digest) for task, (seq, digest) in now.items())
     legacy_seq, legacy_hash, legacy_last_id = legacy if legacy is not None else (None, None, None)
     made = Checkpoint(
-        id=number, at=stamp, tasks=len(now), root=root,
+        id=number, at=stamp, tasks=len(changed),
+        root=root_hash((task, seq, digest) for task, (seq, digest) in changed.items()),
         prev_hash=prev.hash if prev is not None else GENESIS, hash="",
         legacy_seq=legacy_seq, legacy_hash=legacy_hash, legacy_last_id=legacy_last_id,
         tree_size=frontier.size, tree_last_id=last_id, tree_root=frontier.root().hex(),
-        tree_frontier=frontier.to_text(),
+        tree_frontier=frontier.to_text(), heads_format=HEADS_MOVED,
     )
-    made = Checkpoint(**{**_fields(made), "hash": made.recomputed_hash()})
+    made = replace(made, hash=made.recomputed_hash())
     conn.execute(insert(_CHECKPOINTS).values(_fields(made)))
     if changed:
         conn.execute(insert(_BOUND), [
@@ -228,12 +216,72 @@ def write(
     return made
 
 
+def _last_leaf_kept(conn: Connection, prev: Checkpoint | None) -> None:
+    """Refuse to go on from a tree whose last leaf is gone (neither live nor archived): the
+    trail was cut behind the previous checkpoint, and its frontier would hide that. Two
+    key lookups."""
+    if prev is None or not prev.tree_last_id:
+        return
+    for table in (AUDIT_EVENTS, AUDIT_PRUNED):
+        if conn.execute(select(table.c.id).where(table.c.id == prev.tree_last_id)).first():
+            return
+    raise AuditCheckpointRefused(
+        f"audit entry row {prev.tree_last_id}, the last leaf of checkpoint #{prev.id}'s tree, "
+        "is gone: the trail was cut behind it; run `agent-gate audit verify`"
+    )
+
+
+def _changed(conn: Connection, moved: Heads) -> Heads:
+    """The moved heads that differ from the head each task's newest checkpoint bound;
+    refused (``AuditCheckpointRefused``) where the chain went back or sideways since.
+
+    A checkpoint of the old format read the heads table in its own snapshot, which may
+    run ahead of its tree: a head below one it bound is then not yet bound again, not a
+    deletion. One of ``HEADS_MOVED`` bound entries of its own tree, so every later leaf
+    of that task lies above it. Tasks no new entry touched are not read: a head deleted
+    or moved back without a new entry is caught by ``audit verify``, not here."""
+    if not moved:
+        return {}
+    first_moved = conn.execute(select(func.min(_CHECKPOINTS.c.id))
+                               .where(_CHECKPOINTS.c.heads_format == HEADS_MOVED)).scalar()
+    other = _BOUND.alias("other")
+    newest_per_task = (select(func.max(other.c.checkpoint_id))
+                       .where(other.c.task_id == _BOUND.c.task_id).scalar_subquery())
+    tasks = sorted(moved)
+    bound: dict[str, tuple[int, str, int]] = {}
+    for at in range(0, len(tasks), _CHUNK):
+        for task, seq, digest, cp_id in conn.execute(
+            select(_BOUND.c.task_id, _BOUND.c.seq, _BOUND.c.hash, _BOUND.c.checkpoint_id)
+            .where(_BOUND.c.task_id.in_(tasks[at:at + _CHUNK]),
+                   _BOUND.c.checkpoint_id == newest_per_task)
+        ):
+            bound[task] = (int(seq), digest, int(cp_id))
+    changed: Heads = {}
+    for task in tasks:
+        seq, digest = moved[task]
+        was = bound.get(task)
+        if was is None or seq > was[0]:
+            changed[task] = (seq, digest)
+            continue
+        if seq == was[0] and digest == was[1]:
+            continue
+        if seq < was[0] and (first_moved is None or was[2] < first_moved):
+            continue
+        raise AuditCheckpointRefused(
+            f"checkpoint #{was[2]} bound entry #{was[0]} of task {task!r}, which now has "
+            f"its head at #{seq}" + (" with another hash" if seq == was[0] else "")
+            + ": run `agent-gate audit verify`"
+        )
+    return changed
+
+
 def _fields(c: Checkpoint) -> dict[str, Any]:
     return {"id": c.id, "at": c.at, "tasks": c.tasks, "root": c.root,
             "prev_hash": c.prev_hash, "hash": c.hash, "legacy_seq": c.legacy_seq,
             "legacy_hash": c.legacy_hash, "legacy_last_id": c.legacy_last_id,
             "tree_size": c.tree_size, "tree_last_id": c.tree_last_id, "tree_root": c.tree_root,
-            "tree_frontier": c.tree_frontier, "note": c.note}
+            "tree_frontier": c.tree_frontier, "heads_format": c.heads_format,
+            "note": c.note}
 
 
 def take(engine: Engine, *, signer: SignerKey | None = None,

@@ -52,7 +52,7 @@ __all__ = [
 
 _LEDGER_TABLES = frozenset({"tasks", "tool_calls", "audit_events"})
 
-HEAD = "0017_archive_subtrees"
+HEAD = "0018_folded_checkpoint_heads"
 """The revision this version of agent-gate writes: the head of ``migrations/``. Named
 here so that opening a ledger at head is one plain query; a test holds it to Alembic's
 own head, so a new revision that forgets to move it fails loudly."""

@@ -44,6 +44,7 @@ __all__ = [
     "AUDIT_EVENTS",
     "AUDIT_HEADS",
     "AUDIT_PRUNED",
+    "AUDIT_PRUNED_HEADS",
     "AUDIT_SUBTREES",
     "MCP_EVENTS",
     "OPERATORS",
@@ -276,6 +277,10 @@ AUDIT_CHECKPOINTS = Table(
     Column("tree_last_id", BigInteger),
     Column("tree_root", String(64)),
     Column("tree_frontier", Text),
+    # How ``root`` and ``tasks`` bind the heads (revision 0018): None, the set of every
+    # task's head; 2, only the heads that moved since the previous checkpoint
+    # (``ledger.chain``).
+    Column("heads_format", Integer),
     # The checkpoint signed as a C2SP tlog-checkpoint, when a key was given.
     Column("note", Text),
 )
@@ -549,6 +554,20 @@ ARCHIVED_HEADS = Table(
 """Where each archived task's chain ended when its batch pruned it (``ledger.subtrees``):
 a full ``audit verify`` links a re-used task and checks an archived task's head here,
 never reading its pruned entries."""
+
+AUDIT_PRUNED_HEADS = Table(
+    "audit_pruned_heads",
+    metadata,
+    Column("checkpoint_id", Integer, primary_key=True, autoincrement=False),
+    Column("task_id", String(ID_LEN), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("archive", String(64), nullable=False),
+    Index(None, "archive"),
+)
+"""The heads checkpoints of format 2 bound for tasks an archive batch pruned, moved out of
+``audit_checkpoint_heads`` (``ledger.subtrees``): what a deep ``audit verify`` reads to
+recompute those checkpoints' roots; a full one reads the batch's record instead."""
 
 ARCHIVED_CALLS = Table(
     "archived_calls",

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Final
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, or_, select
 
 from agent_gate.evidence.merkle import range_pieces
 from agent_gate.ledger.models import (
@@ -46,13 +46,15 @@ from agent_gate.ledger.models import (
     AUDIT_EVENTS,
     AUDIT_HEADS,
     AUDIT_PRUNED,
+    AUDIT_PRUNED_HEADS,
     AUDIT_SUBTREES,
 )
 from agent_gate.ledger.pruned import ARCHIVE_EVENT, ARCHIVE_TASK, merge, pruned_rows
 
-__all__ = ["COUNT_KEY", "HASH_KEY", "HEADS_KEY", "Ended", "Kept", "Subtree", "archived_heads",
-           "batch_problem", "cover", "heads_hash", "junction", "leafwise", "records",
-           "subtrees_hash", "walk"]
+__all__ = ["BOUND_HASH_KEY", "BOUND_KEY", "COUNT_KEY", "HASH_KEY", "HEADS_KEY", "Bound", "Ended",
+           "Kept", "Subtree", "archived_heads", "batch_problem", "bound_hash", "cover",
+           "ends_problem", "head_count", "heads_hash", "heads_of", "hidden_heads", "junction",
+           "leafwise", "moved_out", "records", "subtrees_hash", "walk"]
 
 COUNT_KEY: Final = "subtrees"
 """The archive record's key for the number of subtrees its batch kept."""
@@ -60,7 +62,14 @@ HASH_KEY: Final = "subtrees_hash"
 """The archive record's key for ``subtrees_hash`` of its batch's subtrees."""
 HEADS_KEY: Final = "heads_hash"
 """The archive record's key for ``heads_hash`` of the chain ends its batch archived."""
+BOUND_KEY: Final = "bound"
+"""The archive record's key for how many heads its batch moved out of each checkpoint
+(``{checkpoint id: count}``, into ``audit_pruned_heads``)."""
+BOUND_HASH_KEY: Final = "bound_hash"
+"""The archive record's key for ``bound_hash`` of the heads its batch moved out."""
 _BATCH = 5000
+_KEYS = 500
+"""Keys per ``IN`` list."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,22 +243,71 @@ Ended = tuple[int, str, str]
 """Where an archived task's chain ended: ``seq``, ``hash``, and the batch that pruned it."""
 
 
-def archived_heads(conn: Connection) -> tuple[dict[str, tuple[int, str]], dict[str, Ended]]:
+def archived_heads(conn: Connection, *, moved_only: bool = False
+                   ) -> tuple[dict[str, tuple[int, str]], dict[str, Ended]]:
     """Every task's head, and every archived task's chain end (``archived_heads``), in one
     statement (one snapshot, one pass over the tasks). A chain end whose task has no head
-    any more is left out: its batch's ``heads_hash`` then fails (``batch_problem``)."""
+    any more is left out: its batch's ``heads_hash`` then fails (``batch_problem``).
+
+    ``moved_only``: leave out, in the database, every task whose head is still where its
+    batch archived it (a task archived whole): a full verify reads the live tasks' heads
+    and the re-used ones', not one row per task ever archived (``heads_of`` reads any
+    other it meets)."""
+    return _heads(conn, moved_only=moved_only)
+
+
+def heads_of(conn: Connection, tasks: Iterable[str]
+             ) -> tuple[dict[str, tuple[int, str]], dict[str, Ended]]:
+    """``archived_heads`` of ``tasks`` only (by key, a bounded list at a time)."""
+    wanted = sorted(set(tasks))
+    heads: dict[str, tuple[int, str]] = {}
+    ended: dict[str, Ended] = {}
+    for at in range(0, len(wanted), _KEYS):
+        more, ends = _heads(conn, only=wanted[at:at + _KEYS])
+        heads.update(more)
+        ended.update(ends)
+    return heads, ended
+
+
+def _heads(conn: Connection, *, moved_only: bool = False, only: Sequence[str] | None = None
+           ) -> tuple[dict[str, tuple[int, str]], dict[str, Ended]]:
     h, a = AUDIT_HEADS.c, ARCHIVED_HEADS.c
+    stmt = (select(h.task_id, h.seq, h.hash, a.seq, a.hash, a.archive)
+            .select_from(AUDIT_HEADS.outerjoin(ARCHIVED_HEADS, a.task_id == h.task_id)))
+    if moved_only:
+        stmt = stmt.where(or_(a.task_id.is_(None), h.seq != a.seq, h.hash != a.hash))
+    if only is not None:
+        stmt = stmt.where(h.task_id.in_(only))
     heads: dict[str, tuple[int, str]] = {}
     ended: dict[str, Ended] = {}
     for task, seq, digest, end_seq, end_hash, batch in conn.execute(
-        select(h.task_id, h.seq, h.hash, a.seq, a.hash, a.archive)
-        .select_from(AUDIT_HEADS.outerjoin(ARCHIVED_HEADS, a.task_id == h.task_id))
-        .execution_options(yield_per=_BATCH)
-    ):
+            stmt.execution_options(yield_per=_BATCH)):
         heads[task] = (int(seq), digest)
         if batch is not None:
             ended[task] = (int(end_seq), end_hash, batch)
     return heads, ended
+
+
+def ends_problem(conn: Connection, found: dict[str, dict[str, Any]]) -> str | None:
+    """The first batch that holds another number of archived chain ends than its record
+    says, counted in the database (one aggregate, no row read): a task deleted and passed
+    off as archived adds one. A full verify counts them; a deep one rehashes each
+    (``batch_problem`` given ``ended``)."""
+    a = ARCHIVED_HEADS.c
+    held = {batch: int(count) for batch, count in
+            conn.execute(select(a.archive, func.count()).group_by(a.archive))}
+    for batch in sorted(set(held) | {b for b, r in found.items() if HEADS_KEY in r}):
+        record = found.get(batch) or {}
+        if held.get(batch, 0) != record.get("tasks"):
+            return (f"archive batch {batch!r} recorded the chain ends of {record.get('tasks')} "
+                    f"archived tasks, but {held.get(batch, 0)} are kept: an archived task's "
+                    "chain end was added or removed")
+    return None
+
+
+def head_count(conn: Connection) -> int:
+    """How many task heads the ledger holds (counted in the database)."""
+    return int(conn.execute(select(func.count()).select_from(AUDIT_HEADS)).scalar_one())
 
 
 def heads_hash(heads: Iterable[tuple[str, int, str]]) -> str:
@@ -257,6 +315,56 @@ def heads_hash(heads: Iterable[tuple[str, int, str]]) -> str:
     archive record commits to it."""
     rows = sorted([task, seq, digest] for task, seq, digest in heads)
     return hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
+
+
+Bound = tuple[int, str, int, str]
+"""A head a checkpoint bound: checkpoint id, task, ``seq``, ``hash``."""
+
+
+def bound_hash(rows: Iterable[Bound]) -> str:
+    """SHA-256 over the checkpoint heads a batch moved out, in (checkpoint, task) order,
+    as its archive record commits to them."""
+    ordered = sorted([cp_id, task, seq, digest] for cp_id, task, seq, digest in rows)
+    return hashlib.sha256(json.dumps(ordered, separators=(",", ":")).encode()).hexdigest()
+
+
+def hidden_heads(found: dict[str, dict[str, Any]]) -> dict[int, int]:
+    """How many heads archive batches moved out of each checkpoint, as their records say:
+    what a full verify counts in place of reading them (``audit_pruned_heads``)."""
+    out: dict[int, int] = {}
+    for record in found.values():
+        counts = record.get(BOUND_KEY)
+        if not isinstance(counts, dict):
+            continue
+        for cp_id, count in counts.items():
+            if str(cp_id).isdigit() and isinstance(count, int):
+                out[int(cp_id)] = out.get(int(cp_id), 0) + count
+    return out
+
+
+def moved_out(conn: Connection, found: dict[str, dict[str, Any]]
+              ) -> tuple[list[Bound], str | None]:
+    """Every head archive batches moved out of the checkpoints (a deep verify puts them
+    back), and the first batch whose moved heads are not the ones its record commits to
+    (their count per checkpoint and their hash)."""
+    p = AUDIT_PRUNED_HEADS.c
+    by_batch: dict[str, list[Bound]] = {}
+    for cp_id, task, seq, digest, batch in conn.execute(
+            select(p.checkpoint_id, p.task_id, p.seq, p.hash, p.archive)
+            .execution_options(yield_per=_BATCH)):
+        by_batch.setdefault(batch, []).append((int(cp_id), task, int(seq), digest))
+    rows = [row for batch in sorted(by_batch) for row in by_batch[batch]]
+    for batch in sorted(set(by_batch) | {b for b, r in found.items() if BOUND_HASH_KEY in r}):
+        record, kept = found.get(batch) or {}, by_batch.get(batch, [])
+        counts: dict[str, int] = {}
+        for cp_id, *_ in kept:
+            counts[str(cp_id)] = counts.get(str(cp_id), 0) + 1
+        if (counts, bound_hash(kept)) != (record.get(BOUND_KEY), record.get(BOUND_HASH_KEY)):
+            return rows, (
+                f"archive batch {batch!r} recorded the checkpoint heads it moved out, but "
+                f"the {len(kept)} kept are not those: a moved head was altered, added or "
+                "removed")
+    return rows, None
 
 
 def junction(conn: Connection, task: str, seq: int) -> Pruned | None:

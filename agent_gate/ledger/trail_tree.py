@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, select
 
+from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.evidence.merkle import Frontier
 from agent_gate.ledger.chain import row_leaf
 from agent_gate.ledger.models import AUDIT_EVENTS
@@ -73,12 +74,16 @@ def leaves(
 ) -> Iterator[tuple[Mapping[str, Any], bytes]]:
     """Every entry with ``after < id <= upto`` in id order, with its leaf hash; a pruned
     one (``ledger.pruned``) as its kept hashes, marked by its ``leaf`` key."""
+    for row in _entries(conn, after, upto):
+        yield row, (row["leaf"] if "leaf" in row else leaf_of(row)[1])
+
+
+def _entries(conn: Connection, after: int, upto: int | None) -> Iterator[Mapping[str, Any]]:
     stmt = select(_EVENTS).where(_EVENTS.c.id > after).order_by(_EVENTS.c.id)
     if upto is not None:
         stmt = stmt.where(_EVENTS.c.id <= upto)
     result = conn.execute(stmt.execution_options(yield_per=_BATCH)).mappings()
-    for row in merge(result, pruned_rows(conn, after=after, upto=upto)):
-        yield row, (row["leaf"] if "leaf" in row else leaf_of(row)[1])
+    return merge(result, pruned_rows(conn, after=after, upto=upto))
 
 
 def start_of(prev: TreeHeadRow | None) -> tuple[Frontier, int]:
@@ -90,16 +95,32 @@ def start_of(prev: TreeHeadRow | None) -> tuple[Frontier, int]:
 
 
 def extend(
-    conn: Connection, prev: TreeHeadRow | None, upto: int | None
+    conn: Connection, prev: TreeHeadRow | None, upto: int | None,
+    moved: dict[str, tuple[int, str]] | None = None,
 ) -> tuple[Frontier, int]:
     """The tree after ``prev``'s, grown by every entry after its last leaf up to ``upto``:
-    the new frontier and the id of its last leaf."""
+    the new frontier and the id of its last leaf.
+
+    ``moved``, if given, receives each task's newest entry among the new leaves as
+    ``(seq, hash)``: the heads that moved, read in the same pass (a checkpoint binds
+    them). An entry whose fields no longer match its hash is refused there, so that a
+    checkpoint never binds an edited entry."""
     frontier, last_id = start_of(prev)
     if upto is not None and upto <= last_id:
         return frontier, last_id
-    for row, leaf in leaves(conn, after=last_id, upto=upto):
-        frontier.append(leaf)
+    for row in _entries(conn, last_id, upto):
         last_id = int(row["id"])
+        if "leaf" in row:
+            frontier.append(row["leaf"])
+            continue
+        recomputed, leaf = leaf_of(row)
+        frontier.append(leaf)
+        if moved is not None:
+            if recomputed != row["hash"]:
+                raise AuditCheckpointRefused(
+                    f"audit entry #{row['seq']} of task {row['task_id']!r} (row {last_id}) "
+                    "no longer matches its hash: run `agent-gate audit verify`")
+            moved[row["task_id"]] = (int(row["seq"]), row["hash"])
     return frontier, last_id
 
 

@@ -10,10 +10,12 @@ kind, task, chain position and ``audit_events`` row):
 2. Every task's head row (``audit_heads``) names the task's newest entry: a head
    ahead of its entries means the newest entries were *deleted*.
 3. The checkpoints: positions without gaps, each linked to the previous one's hash,
-   each hash recomputed, each root recomputed over the heads it binds
-   (*checkpoint*). The Merkle tree over every entry in id order is recomputed in the
-   same pass and compared with each checkpoint's size, root and frontier (*tree*:
-   ``trail_tree``).
+   each hash recomputed, each root recomputed over the heads it binds: the heads that
+   moved at it (``chain.HEADS_MOVED``), or every task's for one written before revision
+   0018 (*checkpoint*). A checkpoint whose heads an archive batch moved out of it must
+   hold the rest, as many as the batches' records say; ``deep`` rehashes it whole.
+   The Merkle tree over every entry in id order is recomputed in the same pass and
+   compared with each checkpoint's size, root and frontier (*tree*: ``trail_tree``).
    Then every head a checkpoint bound is still in its task's chain, as bound: an
    entry with another hash at that position means the chain was *rewritten* after
    the checkpoint, a chain cut below it is *truncated*, a task gone entirely is
@@ -33,6 +35,10 @@ kind, task, chain position and ``audit_events`` row):
    the trail names it (a re-used task's link into its archived part, an archived task's
    head, a head a checkpoint bound), and must lie inside a subtree of its batch.
    Batches archived before revision 0017 are walked leaf by leaf (``pruned``).
+   What an archived task left in the live ledger is counted, not read: the database
+   leaves out every task whose head is still its archived chain end, counts each batch's
+   chain ends against its record, and the checkpoint heads moved out are counted from the
+   records (``deep`` reads and rehashes both against each record).
 7. Every quota charge the trail recorded (the ``charges`` of the arrow that
    authorized the call) is still stored, with that amount (*charge_rewritten*): a
    charge deleted or lowered would let the task spend past its limit.
@@ -46,7 +52,14 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from agent_gate.ledger.chain import GENESIS, LEGACY_VERSION, HeadsRoot, entry_hash
+from agent_gate.ledger.chain import (
+    GENESIS,
+    HEADS_MOVED,
+    LEGACY_VERSION,
+    HeadsRoot,
+    entry_hash,
+    root_hash,
+)
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints
 from agent_gate.ledger.models import (
     AUDIT_CHECKPOINT_HEADS,
@@ -59,7 +72,12 @@ from agent_gate.ledger.subtrees import (
     Kept,
     archived_heads,
     batch_problem,
+    ends_problem,
+    head_count,
+    heads_of,
+    hidden_heads,
     leafwise,
+    moved_out,
     records,
     walk,
 )
@@ -174,15 +192,25 @@ def verify(conn: Connection, *, anchor: tuple[int, str] | None = None,
 
 def _walk(conn: Connection, anchor: tuple[int, str] | None, *, every_leaf: bool
           ) -> ChainReport:
-    heads, ended = archived_heads(conn)
+    # A full walk reads the heads that left where their batch archived them; a deep one
+    # every head, and checks every batch's chain ends against its record.
+    heads, ended = archived_heads(conn, moved_only=not every_leaf)
     stored = checkpoints(conn)
     stored_heads = [(int(cp_id), task, int(seq), digest) for cp_id, task, seq, digest in
                     conn.execute(select(_BOUND.c.checkpoint_id, _BOUND.c.task_id, _BOUND.c.seq,
                                         _BOUND.c.hash).order_by(_BOUND.c.checkpoint_id))]
+    found = records(conn)
+    hidden = hidden_heads(found)
+    problem: ChainProblem | None = None
+    if every_leaf:  # the heads archive moved out of the checkpoints, back in their place
+        moved, wrong_moved = moved_out(conn, found)
+        stored_heads = sorted(stored_heads + moved)
+        hidden = {}
+        if wrong_moved is not None:
+            problem = ChainProblem("deleted", 0, None, wrong_moved)
     bound: dict[tuple[str, int], tuple[str, int]] = {}
     for cp_id, task, seq, digest in stored_heads:
         bound.setdefault((task, seq), (digest, cp_id))
-    found = records(conn)
     kept = Kept(frozenset(found) if every_leaf else leafwise(found))
     first = stored[0] if stored else None
     legacy = (_Legacy(first.legacy_last_id) if first is not None
@@ -193,7 +221,6 @@ def _walk(conn: Connection, anchor: tuple[int, str] | None, *, every_leaf: bool
     received: dict[int, tuple[str, str]] = {}
     charged: dict[tuple[int, str], tuple[str, str, str]] = {}
     count = 0
-    problem: ChainProblem | None = None
     tree = TreeWalk(stored)
     archived: set[str] = set()
     for row in walk(conn, leafwise=kept.leafwise, every_leaf=every_leaf):
@@ -232,7 +259,16 @@ def _walk(conn: Connection, anchor: tuple[int, str] | None, *, every_leaf: bool
                 end = ended.get(row["task_id"])
                 if end is not None and "leaf" not in row and int(row["seq"]) == end[0] + 1:
                     chain.seq, chain.hash, chain.first = end[0], end[1], end[0] + 1
-            problem = _entry_problem(row, chain, bound, recomputed)
+                elif end is not None and "leaf" not in row and int(row["seq"]) <= end[0]:
+                    problem = _restarted(row, end)
+            if problem is None:
+                problem = _entry_problem(row, chain, bound, recomputed)
+    if not every_leaf:  # the heads the walk met that the moved-only read left out
+        met = {task for task in chains if task not in heads}
+        met |= {task for task, _ in bound if task not in chains and task not in heads}
+        more, more_ended = heads_of(conn, met)
+        heads.update(more)
+        ended.update(more_ended)
     # Archived whole: no live entry, the head where the chain was archived. Most tasks of
     # an old ledger; kept out of ``chains``, so each costs a lookup here, not a chain.
     whole = {task for task, end in ended.items()
@@ -240,7 +276,7 @@ def _walk(conn: Connection, anchor: tuple[int, str] | None, *, every_leaf: bool
     if problem is None:
         problem = _head_problem(chains, heads, whole)
     if problem is None:
-        problem = _checkpoint_problem(stored, stored_heads)
+        problem = _checkpoint_problem(stored, stored_heads, hidden)
     if problem is None:
         rewritten = [task for task, chain in chains.items() if chain.rewritten is not None]
         problem = chains[min(rewritten)].rewritten if rewritten else None
@@ -255,7 +291,8 @@ def _walk(conn: Connection, anchor: tuple[int, str] | None, *, every_leaf: bool
     trees = {(tree[0], tree[2]) for c in stored if (tree := c.tree) is not None}
     if problem is None and (
         unkept := batch_problem(conn, found, kept.batches, trees, whole=not every_leaf,
-                                ended=ended)
+                                ended=ended if every_leaf else None)
+        or (None if every_leaf else ends_problem(conn, found))
     ) is not None:
         problem = ChainProblem("deleted", 0, None, unkept)
     if problem is None and anchor is not None:
@@ -264,7 +301,8 @@ def _walk(conn: Connection, anchor: tuple[int, str] | None, *, every_leaf: bool
         problem = _state_problem(conn, audited, received)
     if problem is None:
         problem = _charge_problem(conn, charged)
-    return ChainReport(count, len(heads), stored[-1] if stored else None, problem)
+    tasks = len(heads) if every_leaf else head_count(conn)
+    return ChainReport(count, tasks, stored[-1] if stored else None, problem)
 
 
 def _entry_problem(
@@ -314,6 +352,16 @@ def _entry_problem(
         )
     chain.seq, chain.hash, chain.row_id = seq, row["hash"], row_id
     return None
+
+
+def _restarted(row: Any, end: Ended) -> ChainProblem:
+    task, seq = row["task_id"], int(row["seq"])
+    return ChainProblem(
+        "deleted", seq, int(row["id"]),
+        f"task {task!r} was archived ending at entry #{end[0]}, but its chain starts again "
+        f"at #{seq} (row {row['id']}): its head was deleted or moved back after the archive",
+        task,
+    )
 
 
 def _head_problem(
@@ -420,11 +468,17 @@ def _legacy_problem(legacy: _Legacy, first: Checkpoint | None) -> ChainProblem |
 
 
 def _checkpoint_problem(
-    stored: list[Checkpoint], stored_heads: list[tuple[int, str, int, str]]
+    stored: list[Checkpoint], stored_heads: list[tuple[int, str, int, str]],
+    hidden: dict[int, int],
 ) -> ChainProblem | None:
+    """Each checkpoint in place, linked, unedited, and its root the hash of the heads it
+    binds: every task's newest head for one written before revision 0018 (folded
+    checkpoint after checkpoint), the heads stored with it for one of ``HEADS_MOVED``.
+    ``hidden``: how many heads archive batches moved out of each checkpoint (their
+    records say so); such a root is only counted here, and a deep verify rehashes it
+    with the moved heads back in place."""
     if not stored:
         return None
-    # Every head stored, oldest checkpoint first, folded into the set each one binds.
     changed: dict[int, list[tuple[str, int, str]]] = {}
     for cp_id, task, seq, digest in stored_heads:
         changed.setdefault(cp_id, []).append((task, seq, digest))
@@ -436,8 +490,6 @@ def _checkpoint_problem(
                 "checkpoint", position, None,
                 f"checkpoint #{position} was deleted: the checkpoints jump to #{cp.id}",
             )
-        for task, seq, digest in changed.get(cp.id, ()):
-            heads.set(task, seq, digest)
         if cp.prev_hash != prev:
             return ChainProblem(
                 "checkpoint", cp.id, None,
@@ -448,11 +500,20 @@ def _checkpoint_problem(
             return ChainProblem("checkpoint", cp.id, None,
                                 f"checkpoint #{cp.id} was edited: its fields no longer "
                                 "match its hash")
-        root = heads.hexdigest()
-        if root != cp.root or len(heads) != cp.tasks:
+        rows = changed.get(cp.id, [])
+        if cp.heads_format == HEADS_MOVED:
+            count = len(rows) + hidden.get(cp.id, 0)
+            whole = cp.id not in hidden and root_hash(rows) == cp.root
+            right = count == cp.tasks and (whole or cp.id in hidden)
+        else:
+            for task, seq, digest in rows:
+                heads.set(task, seq, digest)
+            count = len(heads)
+            right = count == cp.tasks and heads.hexdigest() == cp.root
+        if not right:
             return ChainProblem(
                 "checkpoint", cp.id, None,
-                f"checkpoint #{cp.id}'s root is not the hash of the {len(heads)} task heads "
+                f"checkpoint #{cp.id}'s root is not the hash of the {count} task heads "
                 "it binds: its stored heads were edited, added or deleted",
             )
         prev = cp.hash

@@ -73,7 +73,7 @@ class Checkpointer:
                 if fresh:
                     newest = made.id
                     self.taken += 1
-                    log.info("audit checkpoint %s (%d tasks)", made.anchor, made.tasks)
+                    log.info("audit checkpoint %s (%s)", made.anchor, made.heads_text)
                 self._hand_over(ledger, made.note if fresh else None)
 
     def _hand_over(self, ledger: Ledger, note: str | None) -> None:

@@ -174,7 +174,8 @@ def test_audit_verify_through_the_console_script_names_the_edited_entry(
         db.execute("DELETE FROM audit_events")
         db.execute("DELETE FROM audit_heads")
     refused = script("audit", "checkpoint", "--db", sqlite_url)
-    assert refused.returncode == 1 and "task 't', which now has no head" in refused.stderr
+    assert refused.returncode == 1 and "the last leaf of checkpoint #1's tree, is gone" \
+        in refused.stderr
     # ...and once the checkpoints are gone too, the anchor kept elsewhere tells.
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
         db.execute("DELETE FROM audit_checkpoint_heads")

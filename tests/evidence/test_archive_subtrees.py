@@ -26,9 +26,11 @@ from agent_gate.ledger.chain import HeadsRoot, root_hash
 from agent_gate.ledger.checkpoints import take
 from agent_gate.ledger.models import (
     ARCHIVED_HEADS,
+    AUDIT_CHECKPOINT_HEADS,
     AUDIT_EVENTS,
     AUDIT_HEADS,
     AUDIT_PRUNED,
+    AUDIT_PRUNED_HEADS,
     AUDIT_SUBTREES,
     TOOL_CALLS,
 )
@@ -173,14 +175,17 @@ TAMPERS: dict[str, tuple[Callable[[Any, dict[str, Any]], None], str]] = {
     "an archived task's head edited": (
         lambda c, s: c.execute(update(AUDIT_HEADS).where(AUDIT_HEADS.c.task_id == "done1")
                                .values(hash="cd" * 32)), "deleted"),
-    "an archived chain end and the head edited together": (
-        lambda c, s: _archived_head(c, "done1", also_head=True), "rewritten"),
     "the chain end a used-again task links to edited": (
         lambda c, s: _archived_head(c, "done0", also_head=False), "deleted"),
     "a checkpointed task deleted and passed off as archived": (
         lambda c, s: _passed_off_as_archived(c, "live", s["batches"][0]), "tree"),
     "a task after every checkpoint deleted and passed off as archived": (
         lambda c, s: _passed_off_as_archived(c, "fresh", s["batches"][0]), "deleted"),
+    "the chain end a used-again task links to moved past its live entries": (
+        lambda c, s: c.execute(update(ARCHIVED_HEADS).where(ARCHIVED_HEADS.c.task_id == "done0")
+                               .values(seq=ARCHIVED_HEADS.c.seq + 5)), "deleted"),
+    "a live head deleted from a checkpoint the archive moved heads out of": (
+        lambda c, s: _drop_live_bound(c), "checkpoint"),
     "an archive record deleted": (
         lambda c, s: c.execute(delete(AUDIT_EVENTS).where(
             AUDIT_EVENTS.c.task_id == ARCHIVE_TASK, AUDIT_EVENTS.c.seq == 1)), "deleted"),
@@ -201,6 +206,97 @@ def test_a_tampered_archive_is_caught_by_a_full_verify(
     caught = verify(db_url)
     assert caught["code"] == 1 and caught["problem"]["kind"] == kind, caught
     assert cli("audit", "verify", "--deep", "--db", db_url).exit_code == 1  # a superset
+
+
+def _moved_head(conn: Any, *, drop: bool) -> None:
+    """A checkpoint head the archive moved out edited, or deleted."""
+    row = conn.execute(select(AUDIT_PRUNED_HEADS).order_by(
+        AUDIT_PRUNED_HEADS.c.checkpoint_id, AUDIT_PRUNED_HEADS.c.task_id).limit(1)).one()
+    which = ((AUDIT_PRUNED_HEADS.c.checkpoint_id == row.checkpoint_id)
+             & (AUDIT_PRUNED_HEADS.c.task_id == row.task_id))
+    if drop:
+        conn.execute(delete(AUDIT_PRUNED_HEADS).where(which))
+    else:
+        conn.execute(update(AUDIT_PRUNED_HEADS).where(which).values(hash=_hex_flip(row.hash)))
+
+
+def _drop_live_bound(conn: Any) -> None:
+    first = conn.execute(select(func.min(AUDIT_PRUNED_HEADS.c.checkpoint_id))).scalar_one()
+    conn.execute(delete(AUDIT_CHECKPOINT_HEADS).where(
+        AUDIT_CHECKPOINT_HEADS.c.checkpoint_id == first,
+        AUDIT_CHECKPOINT_HEADS.c.task_id == "live"))
+
+
+KEPT_PER_TASK: dict[str, tuple[Callable[[Any], None], str]] = {
+    "an archived chain end and the head edited together": (
+        lambda c: _archived_head(c, "done1", also_head=True), "edited"),
+    "a checkpoint head the archive moved out edited": (
+        lambda c: _moved_head(c, drop=False), "deleted"),
+    "a checkpoint head the archive moved out deleted": (
+        lambda c: _moved_head(c, drop=True), "deleted"),
+}
+
+
+def test_the_archive_moves_its_tasks_checkpoint_heads_out_under_its_record(
+    db_url: str, keys: tuple[Path, str]
+) -> None:
+    """Each batch moves the heads checkpoints bound for its tasks into
+    ``audit_pruned_heads`` and its record commits to them: a full verify then counts
+    them per checkpoint from the records, and reads no row per archived task."""
+    archived(db_url, keys[0])
+    engine = engine_of(db_url)
+    with engine.connect() as conn:
+        bound = set(conn.execute(select(AUDIT_CHECKPOINT_HEADS.c.task_id)).scalars())
+        moved = conn.execute(select(AUDIT_PRUNED_HEADS.c.task_id, AUDIT_PRUNED_HEADS.c.archive,
+                                    AUDIT_PRUNED_HEADS.c.checkpoint_id)).all()
+        details = [json.loads(d) for d in conn.execute(select(AUDIT_EVENTS.c.detail).where(
+            AUDIT_EVENTS.c.task_id == ARCHIVE_TASK)).scalars()]
+    engine.dispose()
+    archived_whole = {"done1", "done2"}  # done0 was used again: its new heads stay
+    assert archived_whole.isdisjoint(bound) and {"live", "done0"} <= bound
+    assert {task for task, _, _ in moved} >= archived_whole
+    counted: dict[str, int] = {}
+    for _, _, cp_id in moved:
+        counted[str(cp_id)] = counted.get(str(cp_id), 0) + 1
+    recorded: dict[str, int] = {}
+    for detail in details:
+        for cp_id, n in detail["bound"].items():
+            recorded[cp_id] = recorded.get(cp_id, 0) + n
+    assert counted == recorded and recorded
+    with Ledger(db_url) as ledger:
+        read: list[int] = []
+        import agent_gate.ledger.trail_verify as trail_verify
+
+        real = trail_verify.archived_heads
+        trail_verify.archived_heads = lambda conn, **kw: (  # type: ignore[assignment]
+            lambda out: (read.append(len(out[0])), out)[1])(real(conn, **kw))
+        try:
+            report = ledger.verify_audit()
+        finally:
+            trail_verify.archived_heads = real
+    assert report.ok, report.problem
+    # Heads read whole: "live", "fresh", "done0" (used again) and the archive's own
+    # chain; not "done1" and "done2", archived whole (their heads are still counted).
+    assert read == [4] and report.tasks == 6
+
+
+@pytest.mark.parametrize("tamper", sorted(KEPT_PER_TASK))
+def test_what_an_archived_task_kept_is_checked_by_a_deep_verify(
+    db_url: str, keys: tuple[Path, str], tamper: str
+) -> None:
+    """The limit of a full verify, as for kept leaves: what each archived task left in
+    the live ledger (its chain end, the checkpoint heads moved out) is counted per batch,
+    never read; ``--deep`` reads it and checks it against each batch's record."""
+    archived(db_url, keys[0])
+    edit, kind = KEPT_PER_TASK[tamper]
+    engine = engine_of(db_url)
+    with engine.begin() as conn:
+        edit(conn)
+    engine.dispose()
+    assert verify(db_url)["code"] == 0
+    caught = cli("audit", "verify", "--deep", "--db", db_url, "--json")
+    assert caught.exit_code == 1, caught.output
+    assert json.loads(caught.output)["problem"]["kind"] == kind, caught.output
 
 
 def test_a_kept_leaf_edited_is_caught_by_a_deep_verify_only(

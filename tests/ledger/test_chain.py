@@ -4,6 +4,7 @@ reorderings and truncations are named with their task, position and row."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from agent_gate.errors import AuditCheckpointRefused
 from agent_gate.ledger import Event, Ledger, NewCall
 from agent_gate.ledger.audit import ChainReport
 from agent_gate.ledger.backend import begin_write
-from agent_gate.ledger.chain import GENESIS
+from agent_gate.ledger.chain import GENESIS, HEADS_MOVED, root_hash
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints, take, write
 
 
@@ -46,6 +47,12 @@ def verify(url: str, anchor: tuple[int, str] | None = None) -> ChainReport:
 def checkpoint(url: str) -> Checkpoint:
     with Ledger(url) as ledger:
         return take(ledger.engine)
+
+
+def _head(url: str, task: str) -> str:
+    with raw(url) as db:
+        return str(db.execute("SELECT hash FROM audit_heads WHERE task_id = ?",
+                              (task,)).fetchone()[0])
 
 
 def problem_of(url: str, anchor: tuple[int, str] | None = None) -> tuple[Any, ...]:
@@ -125,7 +132,10 @@ def test_a_checkpoint_stores_only_the_heads_that_moved(ledger_with_history: str)
     with Ledger(ledger_with_history) as ledger:
         ledger.record_terminal("t1", "completed")
     second = checkpoint(ledger_with_history)
-    assert (second.id, second.tasks, second.prev_hash) == (2, 2, first.hash)
+    # The second binds the one head that moved: its root hashes t1's new head alone.
+    assert (second.id, second.tasks, second.prev_hash) == (2, 1, first.hash)
+    assert second.heads_format == HEADS_MOVED and second.root == root_hash([("t1", 4, _head(
+        ledger_with_history, "t1"))])
     with raw(ledger_with_history) as db:
         stored = db.execute("SELECT checkpoint_id, task_id, seq FROM audit_checkpoint_heads "
                             "ORDER BY checkpoint_id, task_id").fetchall()
@@ -141,8 +151,14 @@ def test_deleting_a_whole_task_after_a_checkpoint_is_caught(ledger_with_history:
         db.execute("DELETE FROM audit_heads WHERE task_id = 't1'")
     assert problem_of(ledger_with_history) == ("deleted", "t1", 3, None)
     assert "the whole task was deleted" in verify(ledger_with_history).problem.message  # type: ignore[union-attr]
-    # And the next checkpoint does not paper over it.
-    with pytest.raises(AuditCheckpointRefused, match="task 't1', which now has no head"):
+    # The next checkpoint reads only what moved: nothing did, so it is the same one, and
+    # verify still names the deletion.
+    assert checkpoint(ledger_with_history).id == 1
+    # The task used again starts a new chain at #1: the writer refuses to bind it.
+    with Ledger(ledger_with_history) as ledger:
+        ledger.record_terminal("t1", "completed")
+    with pytest.raises(AuditCheckpointRefused,
+                       match="entry #3 of task 't1', which now has its head at #1"):
         checkpoint(ledger_with_history)
 
 
@@ -157,7 +173,58 @@ def test_truncating_a_chain_below_its_checkpointed_head_is_caught(
         db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = 't0'",
                    (seq, digest))
     assert problem_of(ledger_with_history) == ("truncated", "t0", 5, None)
-    with pytest.raises(AuditCheckpointRefused, match="now has its head at #4"):
+    # The checkpoint's last leaf (t0's #5, row 8) is gone: the writer refuses to go on.
+    with pytest.raises(AuditCheckpointRefused, match="row 8, the last leaf of checkpoint #1"):
+        checkpoint(ledger_with_history)
+
+
+def test_a_chain_rewritten_at_its_checkpointed_head_is_refused(
+    ledger_with_history: str,
+) -> None:
+    with Ledger(ledger_with_history) as ledger:  # t1 ends the tree, t0's #5 inside it
+        ledger.record_terminal("t1", "completed")
+    checkpoint(ledger_with_history)
+    with raw(ledger_with_history) as db:
+        db.execute("DELETE FROM audit_events WHERE task_id = 't0' AND seq = 5")
+        (seq, digest), = db.execute("SELECT seq, hash FROM audit_events WHERE task_id = 't0' "
+                                    "AND seq = 4").fetchall()
+        db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = 't0'",
+                   (seq, digest))
+    # A new entry takes #5 again, with another hash: the writer refuses to bind it.
+    with Ledger(ledger_with_history) as ledger:
+        ledger.record_terminal("t0", "completed")
+    with pytest.raises(AuditCheckpointRefused, match="now has its head at #5 with another hash"):
+        checkpoint(ledger_with_history)
+
+
+def test_a_chain_cut_below_its_checkpointed_head_and_grown_again_is_refused(
+    ledger_with_history: str,
+) -> None:
+    with Ledger(ledger_with_history) as ledger:  # t1 ends the tree, t0's #5 inside it
+        ledger.record_terminal("t1", "completed")
+    checkpoint(ledger_with_history)
+    with raw(ledger_with_history) as db:
+        db.execute("DELETE FROM audit_events WHERE task_id = 't0' AND seq >= 4")
+        (seq, digest), = db.execute("SELECT seq, hash FROM audit_events WHERE task_id = 't0' "
+                                    "AND seq = 3").fetchall()
+        db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = 't0'",
+                   (seq, digest))
+    with Ledger(ledger_with_history) as ledger:
+        ledger.record_terminal("t0", "completed")
+    with pytest.raises(AuditCheckpointRefused, match="bound entry #5 of task 't0', which now "
+                                                     "has its head at #4: run"):
+        checkpoint(ledger_with_history)
+
+
+def test_a_checkpoint_never_binds_an_edited_entry(ledger_with_history: str) -> None:
+    checkpoint(ledger_with_history)
+    with Ledger(ledger_with_history) as ledger:
+        ledger.record_terminal("t1", "completed")
+    with raw(ledger_with_history) as db:
+        db.execute("UPDATE audit_events SET actor = 'someone-else' WHERE task_id = 't1' "
+                   "AND seq = 4")
+    with pytest.raises(AuditCheckpointRefused,
+                       match=r"entry #4 of task 't1' \(row 9\) no longer matches its hash"):
         checkpoint(ledger_with_history)
 
 
@@ -304,3 +371,31 @@ def test_a_transaction_with_more_entries_than_one_insert_holds_stays_in_order(
         assert [e.task_seq for e in entries] == list(range(1, 151))
         assert [e.detail["i"] for e in entries] == list(range(150))  # type: ignore[index]
         assert ledger.verify_audit().ok
+
+
+def test_a_checkpoint_after_an_old_format_one_skips_the_heads_it_bound_ahead_of_its_tree(
+    ledger_with_history: str,
+) -> None:
+    """A checkpoint written before revision 0018 read the heads table in its own
+    snapshot, which may run ahead of its tree (on PostgreSQL the tree stops at the
+    settled bound). The next ones meet those heads again from below: not a cut chain,
+    so nothing is refused and nothing is bound twice, and the mixed chain verifies."""
+    with Ledger(ledger_with_history) as ledger:
+        with begin_write(ledger.engine) as conn:
+            write(conn, upto=3)  # leaves: t0's #1..#3
+        with raw(ledger_with_history) as db:  # as the old writer left it: every head
+            rows = db.execute("SELECT task_id, seq, hash FROM audit_heads").fetchall()
+            db.execute("DELETE FROM audit_checkpoint_heads")
+            db.executemany("INSERT INTO audit_checkpoint_heads VALUES (1, ?, ?, ?)", rows)
+            db.execute("UPDATE audit_checkpoints SET heads_format = NULL, tasks = ?, root = ?",
+                       (len(rows), root_hash(rows)))
+        with begin_write(ledger.engine) as conn:
+            old = checkpoints(conn)[0]
+            conn.execute(text("UPDATE audit_checkpoints SET hash = :h"),
+                         {"h": replace(old, hash="").recomputed_hash()})
+            second = write(conn, upto=7)  # t1's #1..#3 and t0's #4: below t0's bound #5
+            third = write(conn)  # t0's #5: the head the old one bound
+        assert (second.tasks, third.tasks) == (0, 0)
+        assert (second.tree_size, third.tree_size) == (7, 8)
+        report = ledger.verify_audit()
+    assert report.ok, report.problem

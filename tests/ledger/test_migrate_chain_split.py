@@ -16,6 +16,7 @@ from support.audit_tamper import reseal
 
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.backend import begin_write, create_ledger_engine
+from agent_gate.ledger.chain import HEADS_MOVED
 from agent_gate.ledger.checkpoints import take, write
 from agent_gate.ledger.migrate import alembic_config
 
@@ -110,7 +111,10 @@ def test_the_global_chain_is_split_by_task_and_its_head_kept(
         ledger.ensure_task("c")
         ledger.record_terminal("a", "completed")
         second = take(ledger.engine)
-        assert (second.id, second.prev_hash, second.tasks) == (2, first.hash, 3)
+        # The upgrade's checkpoint bound every head; the next, written since revision
+        # 0018, binds the two that moved ("a" and the new "c"), and verify reads both.
+        assert (second.id, second.prev_hash, second.tasks) == (2, first.hash, 2)
+        assert (first.heads_format, second.heads_format) == (None, HEADS_MOVED)
         report = ledger.verify_audit(anchor=(6, old_ledger[6]))
         assert report.ok and report.entries == 8 and report.checkpoint == second
     assert rows(blank_url, "SELECT seq FROM audit_heads ORDER BY task_id") == [(4,), (3,), (1,)]

@@ -2,24 +2,25 @@
 
 Driven through ``create_app`` under uvicorn on loopback (``serve_world.serving``), on
 each ledger backend: checkpoints appear while the server runs, bind every task's head,
-follow new entries, verify against an anchor; a checkpoint the ledger refuses (a bound
-head deleted) is logged as an error and the server keeps serving.
+follow new entries, verify against an anchor; a checkpoint the ledger refuses (a forged
+entry after the last one) is logged as an error and the server keeps serving.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 from serve_world import World, serving
-from sqlalchemy import delete
+from sqlalchemy import insert, select
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger
-from agent_gate.ledger.checkpoints import current_heads, newest_of
-from agent_gate.ledger.models import AUDIT_HEADS
+from agent_gate.ledger.checkpoints import newest_of
+from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_EVENTS
 from agent_gate.serve.webhooks import ServeConfig
 
 FAST = ServeConfig(checkpoint_every=0.05)
@@ -43,8 +44,8 @@ def test_checkpoints_are_taken_and_follow_new_entries(world: World) -> None:
         made = newest_of(ledger.engine)
         assert made is not None
         with ledger.engine.connect() as conn:
-            heads = current_heads(conn)
-        assert {"t1", "t2"} <= set(heads)
+            bound = set(conn.execute(select(AUDIT_CHECKPOINT_HEADS.c.task_id)).scalars())
+        assert {"t1", "t2"} <= bound
         report = ledger.verify_audit(anchor=(made.id, made.hash))
     assert report.ok, report.problem
 
@@ -56,7 +57,10 @@ def test_a_refused_checkpoint_is_logged_and_the_server_keeps_serving(
         wait_until(lambda: _newest_id(world.url) >= 1, what="a first checkpoint")
         caplog.set_level(logging.ERROR, logger="agent_gate.serve")
         with Ledger(world.url) as ledger, ledger.engine.begin() as conn:
-            conn.execute(delete(AUDIT_HEADS).where(AUDIT_HEADS.c.task_id == "t1"))
+            # A forged entry: its hash is not the hash of its fields.
+            conn.execute(insert(AUDIT_EVENTS).values(
+                at=datetime.now(UTC), task_id="t1", event="forged", actor="someone",
+                seq=99, prev_hash="0" * 64, hash="f" * 64))
         wait_until(lambda: any("checkpoint refused" in r.getMessage() for r in caplog.records),
                    what="the refusal logged")
         assert httpx.get(f"{running.base}/health", timeout=10).json() == {"status": "ok"}
