@@ -57,6 +57,7 @@ The tree, by layer from the bottom (what raises it, in brackets)::
     ├── SealKeyMissing              no seal key where one is needed
     │   └── SealKeyUnsafe           a key file others can read
     ├── GateUsageError              the gate called in a way it cannot honour [gate]
+    │   └── UnknownRouteRole        a serve route's roles: no rule of the policy names [serve]
     ├── AmbiguousCall               a call id in several tasks; name the task
     ├── ApprovalRefused             this approver, or the policy, may not approve it
     ├── NotInDoubt                  resolve() of a call that is not in doubt
@@ -98,6 +99,7 @@ from agent_gate.errors.gate import (
     NotInDoubt,
     OperatorRefused,
     OutcomeUnknown,
+    UnknownRouteRole,
     UpstreamUnavailable,
 )
 from agent_gate.errors.ledger import (
@@ -217,6 +219,7 @@ __all__ = [
     "TruncationReason",
     "UnjudgeablePath",
     "UnknownProviderError",
+    "UnknownRouteRole",
     "UnknownTool",
     "UnmatchedAnswer",
     "UnrecognizedStream",

@@ -4,11 +4,13 @@ tool raises to tell the gate it cannot know its outcome.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agent_gate.errors.base import AgentGateError, safe_name
 
 __all__ = [
     "AmbiguousCall", "ApprovalRefused", "CallInDoubt", "GateUsageError", "NotInDoubt",
-    "OperatorRefused", "OutcomeUnknown", "UpstreamUnavailable",
+    "OperatorRefused", "OutcomeUnknown", "UnknownRouteRole", "UpstreamUnavailable",
 ]
 
 
@@ -26,6 +28,34 @@ class UpstreamUnavailable(AgentGateError):
 
 class GateUsageError(AgentGateError):
     """The gate was called in a way it cannot honour (e.g. an async tool in a running loop)."""
+
+
+class UnknownRouteRole(GateUsageError):
+    """A notification route's ``roles:`` (``agent-gate serve --config``) names a role no
+    rule of the policy escalates to or asks approval from: the route would never hear
+    of an escalation (a typo, most likely), so the server does not start.
+
+    ``route`` is the route as the file lists it (``slack[1] 'legal'``: its list, index
+    and name), ``roles`` the roles the policy does not know, ``known`` those it does.
+    The message names nothing else of the route: never its URL, nor a secret."""
+
+    def __init__(self, route: str, roles: Sequence[str], known: Sequence[str]) -> None:
+        self.route = route
+        self.roles = tuple(roles)
+        self.known = tuple(known)
+        names = ", ".join(_quoted(r) for r in self.roles)
+        policy = ", ".join(_quoted(r) for r in self.known)
+        super().__init__(
+            f"{route}: roles: names {names}, which no rule of the policy escalates to or "
+            "asks approval from, so the route would never hear of an escalation to "
+            + ("them" if len(self.roles) > 1 else "it") + "; "
+            + (f"the policy's roles: {policy}" if self.known
+               else "the policy names no role in any approval"))
+
+
+def _quoted(role: str) -> str:
+    """A role as the message shows it: quoted, control characters escaped, bounded."""
+    return repr(role if len(role) <= 64 else role[:63] + "…")
 
 
 class OperatorRefused(AgentGateError):

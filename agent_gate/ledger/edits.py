@@ -134,29 +134,15 @@ def _committed(
 
 
 def edits_of(conn: Connection, call_row_id: int) -> tuple[EditRecord, ...]:
-    """Every edit of the call, oldest first (the ``call_row_id, id`` index)."""
-    e = APPROVAL_EDITS.c
-    rows = conn.execute(
-        select(e.id, e.edited_by, e.edited_at, e.fields, e.old_args_hash, e.new_args_hash,
-               e.old_arguments, e.approval_id)
-        .where(e.call_row_id == call_row_id).order_by(e.id)
-    ).mappings()
-    return tuple(
-        EditRecord(
-            id=r["id"], edited_by=r["edited_by"], edited_at=_aware(r["edited_at"]),
-            fields=tuple(json.loads(r["fields"])), old_args_hash=r["old_args_hash"],
-            new_args_hash=r["new_args_hash"],
-            old_arguments=json.loads(r["old_arguments"]) if r["old_arguments"] else None,
-            approval_id=r["approval_id"],
-        )
-        for r in rows
-    )
+    """Every edit of the call, oldest first (``edits_of_calls`` for one call)."""
+    return edits_of_calls(conn, (call_row_id,))[call_row_id]
 
 
 def edits_of_calls(conn: Connection, call_row_ids: Sequence[int]
                    ) -> dict[int, tuple[EditRecord, ...]]:
-    """``edits_of`` for a page of calls in one statement (the call pages read edits
-    this way: one read per edited call grew a page's statements with its edits)."""
+    """Every edit of each call, oldest first, in one statement for a page of calls (the
+    call pages read edits this way: one read per edited call grew a page's statements
+    with its edits); a call with none maps to ``()``."""
     if not call_row_ids:
         return {}
     e = APPROVAL_EDITS.c

@@ -384,11 +384,6 @@ class Ledger:
             self.engine, rec, owner=owner, lease_ms=lease_ms, decide=decide
         )
 
-    @staticmethod
-    def approval_ttl_problem(ttl: object) -> str | None:
-        """Why ``ttl`` (seconds; None: no expiry) cannot be an approval's lifetime."""
-        return approvals.ttl_problem(ttl)
-
     def approve(
         self,
         rec: CallRecord,

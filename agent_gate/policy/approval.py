@@ -24,6 +24,7 @@ __all__ = [
     "Quorum",
     "Requirement",
     "RuleApproval",
+    "approval_roles",
     "closed_rules",
     "grant_covers",
     "quorum_rule_ids",
@@ -96,6 +97,20 @@ def grant_covers(document: PolicyDocument, tool: str, rule_ids: Sequence[str], o
         if evaluate_all(parts, ctx).truth is not Truth.TRUE:
             return False
     return True
+
+
+def approval_roles(document: PolicyDocument) -> tuple[str, ...]:
+    """Every role a rule of the file may escalate a call to (``then: {escalate: ROLE}``)
+    or ask approval from (a quorum's ``roles``, a tool's or the file's ``approvers:
+    roles``), sorted: the roles a notification route may narrow its escalations to
+    (``serve.webhooks.check_route_roles``)."""
+    rules = [*document.rules, *(r for t in document.tools.values() for r in t.rules)]
+    blocks = [r.approval for r in rules if r.approval is not None]
+    named = {b.escalate_to for b in blocks if b.escalate_to is not None}
+    named |= {role for b in blocks if b.approvers is not None for role in b.approvers.roles}
+    approvers = [document.approvers, *(t.approvers for t in document.tools.values())]
+    named |= {role for a in approvers if a is not None for role in a.roles}
+    return tuple(sorted(named))
 
 
 def quorum_rule_ids(document: PolicyDocument) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from agent_gate.authorize import PolicyAuthorizer
-from agent_gate.errors import AgentGateError
+from agent_gate.errors import AgentGateError, UnknownRouteRole
 from agent_gate.evidence.note import read_signer
 from agent_gate.ledger.sweeper import DeadlineSweeper
 from agent_gate.serve import api, inbox, slack
@@ -35,7 +35,7 @@ from agent_gate.serve.headers import SecurityHeaders
 from agent_gate.serve.identity import IdentityGate
 from agent_gate.serve.proxied import NEW_SESSION
 from agent_gate.serve.service import InboxService, status_of
-from agent_gate.serve.webhooks import Notifier, ServeConfig
+from agent_gate.serve.webhooks import Notifier, ServeConfig, check_route_roles
 from agent_gate.tools import ToolRegistry
 
 __all__ = ["create_app"]
@@ -49,10 +49,16 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
     ``config``: where links point, the webhooks to send, how often to take an audit
     checkpoint and to sweep approval deadlines, ``webhooks.ServeConfig``; its defaults
     without one; ``tools``: whose JSON Schemas check an approver's edit, none: edits are
-    refused)."""
+    refused). A route whose ``roles:`` names a role the policy never escalates to or
+    asks approval from is refused here (``webhooks.check_route_roles``)."""
     config = config if config is not None else ServeConfig()
     service = InboxService(url, policy, tools)
     rules = service.gate.rules
+    try:
+        check_route_roles(config, rules.policy if rules is not None else None)
+    except UnknownRouteRole:
+        service.close()
+        raise
     notifier = (Notifier(url, config, rules.policy if rules is not None else None)
                 if config.notify or config.mail or config.slack else None)
     every = config.checkpoint_every

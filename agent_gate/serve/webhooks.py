@@ -15,6 +15,13 @@ Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
         events: [awaiting_approval, escalated, in_doubt, resolved]
         roles: [finance]                    # optional: escalations to these roles only
 
+A route's ``roles:`` (on ``notify:``, ``mail:`` and ``slack:`` alike) must name roles
+the policy knows: one that no rule escalates to (``then: {escalate: ROLE}``) or asks
+approval from (a quorum's ``roles``, ``approvers: roles``) would never hear of an
+escalation, so a typo is refused at start (``check_route_roles``: ``UnknownRouteRole``,
+naming the route and the role, listing the policy's). A server run without
+``--policy`` knows no roles and checks none.
+
 Each event is one POST of JSON (ids, tool, rule ids, state, links: never argument
 values) with ``X-Agent-Gate-Timestamp`` (Unix seconds) and ``X-Agent-Gate-Signature:
 sha256=HEX``, the HMAC-SHA256 of ``TIMESTAMP.BODY`` under the secret: a receiver
@@ -41,7 +48,7 @@ import os
 import smtplib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,7 +58,7 @@ import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_gate.errors import EvidenceError, GateUsageError
+from agent_gate.errors import EvidenceError, GateUsageError, UnknownRouteRole
 from agent_gate.evidence.note import VerifierKey
 from agent_gate.evidence.witness import publish
 from agent_gate.ledger.audit import AuditRecord
@@ -63,8 +70,9 @@ from agent_gate.serve.identity import IdentityConfig
 from agent_gate.serve.mail import MailEndpoint, message, send
 from agent_gate.serve.slack import SlackRoute, asked_of, post
 
-__all__ = ["WITNESS_SECRET_ENV", "Endpoint", "Notifier", "ServeConfig", "deliver_checkpoints",
-           "hand_to_witnesses", "load_config", "post_signed", "sign", "witness_name"]
+__all__ = ["WITNESS_SECRET_ENV", "Endpoint", "Notifier", "ServeConfig", "check_route_roles",
+           "deliver_checkpoints", "hand_to_witnesses", "load_config", "post_signed", "sign",
+           "witness_name"]
 
 WITNESS_SECRET_ENV = "AGENT_GATE_WITNESS_SECRET"
 """The HMAC secret an HTTP witness's POSTs are signed with."""
@@ -79,7 +87,8 @@ class Endpoint(BaseModel):
     secret_env: str = Field(min_length=1)
     events: tuple[str, ...] = outbox.EVENT_KINDS
     roles: tuple[str, ...] = ()
-    """Escalations to these roles only (``outbox.wanted``); empty: every role."""
+    """Escalations to these roles only (``outbox.wanted``); empty: every role. Each must
+    be one the policy escalates to or asks approval from (``webhooks.check_route_roles``)."""
     backoff: float = Field(default=1.0, gt=0, description="first retry delay, seconds")
     max_backoff: float = Field(default=300.0, gt=0)
     poll: float = Field(default=1.0, gt=0, description="how often the trail is read")
@@ -145,6 +154,25 @@ def load_config(path: str) -> ServeConfig:
             if not os.environ.get(env):
                 raise GateUsageError(f"{path}: slack {r.name!r}: ${env} is not set")
     return config
+
+
+def check_route_roles(config: ServeConfig, policy: Policy | None) -> None:
+    """Refuse a route whose ``roles:`` names a role no rule of ``policy`` escalates to or
+    asks approval from (``Policy.approval_roles``): it would never hear of an escalation,
+    silently. ``UnknownRouteRole`` names the first such route (``slack[1] 'legal'``: its
+    list, index and name) and its unknown roles, never its URL or a secret. Without a
+    policy no role is known (the agents' gates may run one this server was not given):
+    nothing is checked."""
+    if policy is None:
+        return
+    known = policy.approval_roles()
+    lists: tuple[tuple[str, Sequence[Endpoint | MailEndpoint | SlackRoute]], ...] = (
+        ("notify", config.notify), ("mail", config.mail), ("slack", config.slack))
+    for kind, routes in lists:
+        for index, route in enumerate(routes):
+            unknown = [role for role in route.roles if role not in known]
+            if unknown:
+                raise UnknownRouteRole(f"{kind}[{index}] {route.name!r}", unknown, known)
 
 
 def sign(secret: bytes, timestamp: int, body: bytes) -> str:

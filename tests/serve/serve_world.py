@@ -67,6 +67,17 @@ ESCALATING = ("version: 1\noperators:\n  carol: {roles: [finance]}\n"
                   REFUND_REASON,
                   REFUND_REASON + "        approval: {timeout: 1s, then: {escalate: finance}}\n"))
 """POLICY where a refund nobody answered within 1 s is escalated to finance (carol)."""
+CHARGES_RULE = "      - {id: charges, effect: allow}\n"
+assert CHARGES_RULE in ESCALATING
+TWO_DESKS = ESCALATING.replace("  carol: {roles: [finance]}\n",
+                               "  carol: {roles: [finance]}\n  erin: {roles: [legal]}\n").replace(
+    CHARGES_RULE, "      - id: charges\n        effect: approve\n"
+                  "        reason: A charge is approved by a person.\n"
+                  "        approval: {timeout: 1h, then: {escalate: legal}}\n")
+"""ESCALATING with a second desk: a charge nobody answered within an hour is escalated
+to legal (erin). A route's ``roles:`` must name a role the policy escalates to or asks
+approval from (``serve.webhooks.check_route_roles``): the tests that show a route of
+one role reading past another's escalation use this one."""
 
 
 

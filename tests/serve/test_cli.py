@@ -14,14 +14,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_world import World
+from serve_world import ESCALATING, World
 
 from agent_gate.ledger import Ledger
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agent_gate", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+                          text=True, timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
 
 
 def test_operator_add_prints_the_token_once_and_keeps_only_its_hash(tmp_path: Path) -> None:
@@ -98,3 +98,37 @@ def test_serve_refuses_a_webhook_whose_secret_is_not_set(world: World, tmp_path:
                     "secret_env: AG_UNSET_SECRET_FOR_TEST}\n")
     got = cli("serve", "--db", world.url, "--config", str(conf), "--listen", "127.0.0.1:0")
     assert got.returncode == 1 and "$AG_UNSET_SECRET_FOR_TEST is not set" in got.stderr
+
+
+def test_serve_refuses_a_route_for_a_role_the_policy_never_names(
+        world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in a route's ``roles:`` would leave it deaf to every escalation: serve does
+    not start, and says which route, which role, and the roles the policy knows; the
+    routes' URLs and secrets are not in what it prints."""
+    world.policy.write_text(ESCALATING)  # escalates a refund to finance
+    secrets = {"AG_TEST_HOOK": "hook-secret-value", "AG_TEST_LINK": "link-secret-value",
+               "AG_TEST_SMTP_USER": "smtp-user-value", "AG_TEST_SMTP_PW": "smtp-pw-value",
+               "AG_TEST_SLACK_TOKEN": "xoxb-token-value",
+               "AG_TEST_SLACK_SIGNING": "signing-secret-value"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    conf = tmp_path / "serve.yaml"
+    conf.write_text(
+        "notify:\n  - {name: ops, url: 'https://hooks.example/T0-path-token', "
+        "secret_env: AG_TEST_HOOK, roles: [finance]}\n"
+        "mail:\n  - {name: desk, host: smtp.example, sender: a@example.org, "
+        "to: [b@example.org], username_env: AG_TEST_SMTP_USER, password_env: AG_TEST_SMTP_PW, "
+        "link_secret_env: AG_TEST_LINK, roles: [finance]}\n"
+        "slack:\n  - {name: approvals, channel: C0APPROVALS, token_env: AG_TEST_SLACK_TOKEN, "
+        "signing_secret_env: AG_TEST_SLACK_SIGNING, events: [escalated], "
+        "roles: [finance]}\n  - {name: legal, channel: C0LEGAL, "
+        "token_env: AG_TEST_SLACK_TOKEN, signing_secret_env: AG_TEST_SLACK_SIGNING, "
+        "events: [escalated], roles: [finanse]}\n")
+    got = cli("serve", "--db", world.url, "--policy", str(world.policy), "--config",
+              str(conf), "--listen", "127.0.0.1:0", timeout=60)  # a server that starts: fails
+    assert got.returncode == 1, got.stderr
+    assert "slack[1] 'legal': roles: names 'finanse'" in got.stderr
+    assert "the policy's roles: 'finance'" in got.stderr
+    said = got.stdout + got.stderr
+    assert "T0-path-token" not in said
+    assert all(value not in said for value in secrets.values())

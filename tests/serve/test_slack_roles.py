@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_world import ESCALATING, MAIL_RULE, World, build_world, serving
+from serve_world import MAIL_RULE, TWO_DESKS, World, build_world, serving
 from sqlalchemy import text
 from test_slack import SlackApi, click, slack_api
 from waiting import wait_until
@@ -28,9 +28,10 @@ from agent_gate.serve.webhooks import ServeConfig
 
 pytest.importorskip("slack_sdk")
 
-ROLES = ESCALATING.replace(MAIL_RULE, "        approval: {editable: [subject, body], "
+ROLES = TWO_DESKS.replace(MAIL_RULE, "        approval: {editable: [subject, body], "
                                       "approvers: {roles: [finance], min: 2}}\n")
-"""A refund escalates to finance after 1 s; a mail counts two finance approvers."""
+"""A refund escalates to finance after 1 s; a mail counts two finance approvers (and a
+charge nobody answers escalates to legal after an hour: the legal route's role)."""
 VALUES = ("o-1", "98765", "ana@elsewhere.org", "Dear Ana")
 
 

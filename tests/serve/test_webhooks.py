@@ -25,11 +25,12 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_world import ESCALATING, World, build_world, serving
+from serve_world import ESCALATING, TWO_DESKS, World, build_world, serving
 from sqlalchemy import text
 from waiting import wait_until
 
 from agent_gate.ledger import Ledger
+from agent_gate.serve.mail import MailEndpoint
 from agent_gate.serve.webhooks import Endpoint, ServeConfig
 
 SECRET = "s3cret-for-tests"
@@ -184,7 +185,7 @@ def test_an_escalation_is_posted_to_the_routes_of_its_role_only(
     """The refund's approval deadline passes (1 s, the server's own sweeper): only
     finance may answer it now, and the route for finance hears so; the route for legal
     reads past it."""
-    world = build_world(db_url, tmp_path, ESCALATING, {"carol": {"approve": ["refund"]}},
+    world = build_world(db_url, tmp_path, TWO_DESKS, {"carol": {"approve": ["refund"]}},
                         body="Dear Ana")
 
     def route(name: str, url: str) -> Endpoint:
@@ -211,3 +212,54 @@ def test_an_escalation_is_posted_to_the_routes_of_its_role_only(
     assert event["links"]["inbox"] == "https://gate.example/inbox/call?task=shop&call=r-1"
     assert verified(*finance.got[0]) and legal.got == []
     assert all(value not in finance.got[0][1] for value in (b"o-1", b"500"))
+
+
+def test_a_route_for_a_role_the_policy_never_names_is_refused_at_start(
+        world: World, tmp_path: Path) -> None:
+    """A route's ``roles:`` narrows its escalations to those roles; one the policy never
+    escalates to nor asks approval from (a typo: "finanse") would hear none, silently.
+    ``create_app`` refuses it, naming the route and the role and listing the policy's
+    roles, never the route's URL or secret; without a policy no role is known, so
+    nothing is checked."""
+    from agent_gate.errors import GateUsageError, UnknownRouteRole
+    from agent_gate.serve import create_app
+
+    world.policy.write_text(ESCALATING)  # escalates a refund to finance
+    hook = "https://hooks.example/h/T0-path-secret"
+    ok = Endpoint(name="finance", url=hook, secret_env="AG_TEST_HOOK_SECRET",
+                  events=("escalated",), roles=("finance",))
+    typo = ok.model_copy(update={"name": "desk", "roles": ("finance", "finanse")})
+    with pytest.raises(UnknownRouteRole) as refused:
+        create_app(world.url, str(world.policy),
+                   config=ServeConfig(checkpoint_every=None, sweep_every=None,
+                                      notify=(ok, typo)))
+    error = refused.value
+    assert isinstance(error, GateUsageError)
+    assert (error.route, error.roles, error.known) == ("notify[1] 'desk'", ("finanse",),
+                                                       ("finance",))
+    assert str(error).startswith("notify[1] 'desk': roles: names 'finanse', which no rule")
+    assert "the policy's roles: 'finance'" in str(error)
+    assert hook not in str(error) and SECRET not in str(error)
+    # The route that names finance alone starts; so does the typo without a policy.
+    for policy, routes in ((str(world.policy), (ok,)), (None, (ok, typo))):
+        app = create_app(world.url, policy, config=ServeConfig(
+            checkpoint_every=None, sweep_every=None, notify=routes))
+        app.state.service.close()
+
+    # Every role an approval names is known: an escalation's, a quorum's, a tool's and
+    # the file's approvers'; a mail route is checked as a webhook is.
+    world.policy.write_text(
+        "version: 1\noperators: {carol: {roles: [finance]}}\napprovers: {roles: [support]}\n"
+        "rules:\n  - {id: late, effect: approve, tools: [refund], reason: r, "
+        "approval: {timeout: 1h, then: {escalate: finance}}}\n"
+        "tools:\n  refund:\n    approvers: {roles: [billing]}\n    rules:\n"
+        "      - {id: two, effect: approve, reason: r, "
+        "approval: {approvers: {min: 2, roles: [audit]}}}\n  send_email: {}\n")
+    desk = MailEndpoint(name="desk", host="smtp.example", sender="a@example.org",
+                        to=("b@example.org",), link_secret_env="AG_TEST_HOOK_SECRET",
+                        roles=("audit", "billing", "finance", "support", "legal"))
+    with pytest.raises(UnknownRouteRole) as refused:
+        create_app(world.url, str(world.policy), config=ServeConfig(
+            checkpoint_every=None, sweep_every=None, mail=(desk,)))
+    assert (refused.value.route, refused.value.roles, refused.value.known) == (
+        "mail[0] 'desk'", ("legal",), ("audit", "billing", "finance", "support"))
