@@ -32,7 +32,7 @@ class GateUsageError(AgentGateError):
 
 class UnknownRouteRole(GateUsageError):
     """A notification route's ``roles:`` (``agent-gate serve --config``) names a role no
-    rule of the policy escalates to or asks approval from: the route would never hear
+    rule of the policy escalates to: the route would never hear
     of an escalation (a typo, most likely), so the server does not start.
 
     ``route`` is the route as the file lists it (``slack[1] 'legal'``: its list, index
@@ -46,11 +46,11 @@ class UnknownRouteRole(GateUsageError):
         names = ", ".join(_quoted(r) for r in self.roles)
         policy = ", ".join(_quoted(r) for r in self.known)
         super().__init__(
-            f"{route}: roles: names {names}, which no rule of the policy escalates to or "
-            "asks approval from, so the route would never hear of an escalation to "
+            f"{route}: roles: names {names}, which no rule of the policy escalates to, "
+            "so the route would never hear of an escalation to "
             + ("them" if len(self.roles) > 1 else "it") + "; "
             + (f"the policy's roles: {policy}" if self.known
-               else "the policy names no role in any approval"))
+               else "the policy escalates to no role"))
 
 
 def _quoted(role: str) -> str:

@@ -24,8 +24,8 @@ __all__ = [
     "Quorum",
     "Requirement",
     "RuleApproval",
-    "approval_roles",
     "closed_rules",
+    "escalation_roles",
     "grant_covers",
     "quorum_rule_ids",
     "requirement",
@@ -99,18 +99,14 @@ def grant_covers(document: PolicyDocument, tool: str, rule_ids: Sequence[str], o
     return True
 
 
-def approval_roles(document: PolicyDocument) -> tuple[str, ...]:
-    """Every role a rule of the file may escalate a call to (``then: {escalate: ROLE}``)
-    or ask approval from (a quorum's ``roles``, a tool's or the file's ``approvers:
-    roles``), sorted: the roles a notification route may narrow its escalations to
-    (``serve.webhooks.check_route_roles``)."""
+def escalation_roles(document: PolicyDocument) -> tuple[str, ...]:
+    """Every role a rule of the file may escalate a call to (``then: {escalate: ROLE}``),
+    sorted: the only roles an ``escalated`` notice ever names, so the only ones a
+    notification route may narrow its escalations to (``serve.webhooks.check_route_roles``;
+    an approver or quorum role that no rule escalates to would leave the route deaf)."""
     rules = [*document.rules, *(r for t in document.tools.values() for r in t.rules)]
-    blocks = [r.approval for r in rules if r.approval is not None]
-    named = {b.escalate_to for b in blocks if b.escalate_to is not None}
-    named |= {role for b in blocks if b.approvers is not None for role in b.approvers.roles}
-    approvers = [document.approvers, *(t.approvers for t in document.tools.values())]
-    named |= {role for a in approvers if a is not None for role in a.roles}
-    return tuple(sorted(named))
+    return tuple(sorted({r.approval.escalate_to for r in rules
+                         if r.approval is not None and r.approval.escalate_to is not None}))
 
 
 def quorum_rule_ids(document: PolicyDocument) -> tuple[str, ...]:

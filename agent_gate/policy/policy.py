@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_gate.errors import PolicyLoadError, Problem, error_code
 from agent_gate.plainjson import canonical_bytes, sha256_hex
-from agent_gate.policy.approval import approval_roles, closed_rules, role_refusal
+from agent_gate.policy.approval import closed_rules, escalation_roles, role_refusal
 from agent_gate.policy.cedar import CedarPolicySet
 from agent_gate.policy.cedarload import load_cedar
 from agent_gate.policy.conditions import EvalContext
@@ -336,10 +336,10 @@ class Policy:
         answer a call escalated to it)."""
         return role in self.roles_of(operator)
 
-    def approval_roles(self) -> tuple[str, ...]:
-        """Every role a rule may escalate a call to or ask approval from, sorted
-        (``approval.approval_roles``): what a notification route's ``roles:`` may name."""
-        return approval_roles(self._document)
+    def escalation_roles(self) -> tuple[str, ...]:
+        """Every role a rule may escalate a call to, sorted (``approval.escalation_roles``):
+        what a notification route's ``roles:`` may name."""
+        return escalation_roles(self._document)
 
     def roles_of(self, operator: str) -> tuple[str, ...]:
         """Every role the file's ``operators:`` gives ``operator``: what a list of the

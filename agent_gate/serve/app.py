@@ -49,8 +49,8 @@ def create_app(url: str, policy: str | PolicyAuthorizer | None = None, *,
     ``config``: where links point, the webhooks to send, how often to take an audit
     checkpoint and to sweep approval deadlines, ``webhooks.ServeConfig``; its defaults
     without one; ``tools``: whose JSON Schemas check an approver's edit, none: edits are
-    refused). A route whose ``roles:`` names a role the policy never escalates to or
-    asks approval from is refused here (``webhooks.check_route_roles``)."""
+    refused). A route whose ``roles:`` names a role the policy never escalates to
+    is refused here (``webhooks.check_route_roles``)."""
     config = config if config is not None else ServeConfig()
     service = InboxService(url, policy, tools)
     rules = service.gate.rules

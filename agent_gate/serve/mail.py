@@ -62,7 +62,7 @@ class MailEndpoint(BaseModel):
     events: tuple[str, ...] = ("awaiting_approval", "escalated", "in_doubt")
     roles: tuple[str, ...] = ()
     """Escalations to these roles only (``outbox.wanted``); empty: every role. Each must
-    be one the policy escalates to or asks approval from (``webhooks.check_route_roles``)."""
+    be one the policy escalates to (``webhooks.check_route_roles``)."""
     backoff: float = Field(default=1.0, gt=0)
     max_backoff: float = Field(default=300.0, gt=0)
     poll: float = Field(default=1.0, gt=0)

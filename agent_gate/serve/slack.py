@@ -80,7 +80,7 @@ class SlackRoute(BaseModel):
     events: tuple[str, ...] = ("awaiting_approval",)
     roles: tuple[str, ...] = ()
     """Escalations to these roles only (``outbox.wanted``); empty: every role. Each must
-    be one the policy escalates to or asks approval from (``webhooks.check_route_roles``)."""
+    be one the policy escalates to (``webhooks.check_route_roles``)."""
     api_url: str = Field(default="https://slack.com/api/", pattern=r"^https?://")
     backoff: float = Field(default=1.0, gt=0)
     max_backoff: float = Field(default=300.0, gt=0)

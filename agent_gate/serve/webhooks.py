@@ -16,10 +16,11 @@ Configured by the ``notify:`` list of ``agent-gate serve --config FILE``::
         roles: [finance]                    # optional: escalations to these roles only
 
 A route's ``roles:`` (on ``notify:``, ``mail:`` and ``slack:`` alike) must name roles
-the policy knows: one that no rule escalates to (``then: {escalate: ROLE}``) or asks
-approval from (a quorum's ``roles``, ``approvers: roles``) would never hear of an
-escalation, so a typo is refused at start (``check_route_roles``: ``UnknownRouteRole``,
-naming the route and the role, listing the policy's). A server run without
+the policy escalates to (``then: {escalate: ROLE}``): an ``escalated`` notice names no
+other, so a route for any other role (a typo, or an approver or quorum role no rule
+escalates to) would never hear of one, and is refused at start
+(``check_route_roles``: ``UnknownRouteRole``, naming the route and the role, listing
+the policy's). A server run without
 ``--policy`` knows no roles and checks none.
 
 Each event is one POST of JSON (ids, tool, rule ids, state, links: never argument
@@ -88,7 +89,7 @@ class Endpoint(BaseModel):
     events: tuple[str, ...] = outbox.EVENT_KINDS
     roles: tuple[str, ...] = ()
     """Escalations to these roles only (``outbox.wanted``); empty: every role. Each must
-    be one the policy escalates to or asks approval from (``webhooks.check_route_roles``)."""
+    be one the policy escalates to (``webhooks.check_route_roles``)."""
     backoff: float = Field(default=1.0, gt=0, description="first retry delay, seconds")
     max_backoff: float = Field(default=300.0, gt=0)
     poll: float = Field(default=1.0, gt=0, description="how often the trail is read")
@@ -157,15 +158,15 @@ def load_config(path: str) -> ServeConfig:
 
 
 def check_route_roles(config: ServeConfig, policy: Policy | None) -> None:
-    """Refuse a route whose ``roles:`` names a role no rule of ``policy`` escalates to or
-    asks approval from (``Policy.approval_roles``): it would never hear of an escalation,
-    silently. ``UnknownRouteRole`` names the first such route (``slack[1] 'legal'``: its
-    list, index and name) and its unknown roles, never its URL or a secret. Without a
-    policy no role is known (the agents' gates may run one this server was not given):
-    nothing is checked."""
+    """Refuse a route whose ``roles:`` names a role no rule of ``policy`` escalates to
+    (``Policy.escalation_roles``): it would never hear of an escalation, silently.
+    ``UnknownRouteRole`` names the first such route (``slack[1] 'legal'``: its list,
+    index and name) and its unknown roles, never its URL or a secret. Without a policy
+    no role is known (the agents' gates may run one this server was not given): nothing
+    is checked."""
     if policy is None:
         return
-    known = policy.approval_roles()
+    known = policy.escalation_roles()
     lists: tuple[tuple[str, Sequence[Endpoint | MailEndpoint | SlackRoute]], ...] = (
         ("notify", config.notify), ("mail", config.mail), ("slack", config.slack))
     for kind, routes in lists:

@@ -217,7 +217,7 @@ def test_an_escalation_is_posted_to_the_routes_of_its_role_only(
 def test_a_route_for_a_role_the_policy_never_names_is_refused_at_start(
         world: World, tmp_path: Path) -> None:
     """A route's ``roles:`` narrows its escalations to those roles; one the policy never
-    escalates to nor asks approval from (a typo: "finanse") would hear none, silently.
+    escalates to (a typo: "finanse") would hear none, silently.
     ``create_app`` refuses it, naming the route and the role and listing the policy's
     roles, never the route's URL or secret; without a policy no role is known, so
     nothing is checked."""
@@ -246,8 +246,9 @@ def test_a_route_for_a_role_the_policy_never_names_is_refused_at_start(
             checkpoint_every=None, sweep_every=None, notify=routes))
         app.state.service.close()
 
-    # Every role an approval names is known: an escalation's, a quorum's, a tool's and
-    # the file's approvers'; a mail route is checked as a webhook is.
+    # Only the roles a rule escalates to are known: an approver or quorum role no rule
+    # escalates to is never named by an escalated notice, so a route for it is as deaf
+    # as a typo; a mail route is checked as a webhook is.
     world.policy.write_text(
         "version: 1\noperators: {carol: {roles: [finance]}}\napprovers: {roles: [support]}\n"
         "rules:\n  - {id: late, effect: approve, tools: [refund], reason: r, "
@@ -257,9 +258,9 @@ def test_a_route_for_a_role_the_policy_never_names_is_refused_at_start(
         "approval: {approvers: {min: 2, roles: [audit]}}}\n  send_email: {}\n")
     desk = MailEndpoint(name="desk", host="smtp.example", sender="a@example.org",
                         to=("b@example.org",), link_secret_env="AG_TEST_HOOK_SECRET",
-                        roles=("audit", "billing", "finance", "support", "legal"))
+                        roles=("finance", "audit", "billing", "support", "legal"))
     with pytest.raises(UnknownRouteRole) as refused:
         create_app(world.url, str(world.policy), config=ServeConfig(
             checkpoint_every=None, sweep_every=None, mail=(desk,)))
     assert (refused.value.route, refused.value.roles, refused.value.known) == (
-        "mail[0] 'desk'", ("legal",), ("audit", "billing", "finance", "support"))
+        "mail[0] 'desk'", ("audit", "billing", "support", "legal"), ("finance",))
