@@ -6,8 +6,9 @@ export) states the tree's size and root. The ledger must hold a checkpoint of th
 with that root; its stored frontier must hash to the root (so the tree can go on from
 it without rereading the leaves it covers); then every entry after its last leaf is
 checked as a full verify checks it (hash, chain link, leaf), every later checkpoint's
-tree and link, and the heads of the tasks those entries touched. Cost: O(entries after
-the checkpoint + log n + later checkpoints + tasks touched).
+tree, link and the heads it binds (those that moved: revision 0018), and the heads of
+the tasks those entries touched. Cost: O(entries after the checkpoint + log n + later
+checkpoints and their heads + tasks touched).
 
 What it does not look at: entries the trusted checkpoint covers (they are proven by it:
 a proof or an export checks any of them against its root), and the call rows' states and
@@ -24,13 +25,21 @@ from sqlalchemy import Connection, select
 
 from agent_gate.evidence.checkpoint import TreeHead
 from agent_gate.evidence.merkle import Frontier
-from agent_gate.ledger.chain import GENESIS
+from agent_gate.ledger.chain import GENESIS, HEADS_MOVED
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints
-from agent_gate.ledger.models import AUDIT_EVENTS, AUDIT_HEADS
+from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_EVENTS, AUDIT_HEADS
 from agent_gate.ledger.pruned import archive_problem
-from agent_gate.ledger.subtrees import Kept, batch_problem, junction, leafwise, records, walk
+from agent_gate.ledger.subtrees import (
+    Kept,
+    batch_problem,
+    hidden_heads,
+    junction,
+    leafwise,
+    records,
+    walk,
+)
 from agent_gate.ledger.trail_tree import TreeWalk, leaf_of
-from agent_gate.ledger.trail_verify import ChainProblem, ChainReport
+from agent_gate.ledger.trail_verify import ChainProblem, ChainReport, moved_heads_problem
 
 __all__ = ["verify_since"]
 
@@ -77,6 +86,8 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
         problem = ChainProblem("deleted", 0, None, unkept)
     if problem is None:
         problem = _newer_problem(base, newer)
+    if problem is None:
+        problem = _newer_heads_problem(conn, base, newer, hidden_heads(found))
     if problem is None:
         heads = _heads_of(conn, sorted(chains))
         for task, (seq, digest) in sorted(chains.items()):
@@ -171,6 +182,26 @@ def _stored_hash(conn: Connection, task: str, seq: int, kept: Kept, base_id: int
     if pruned is None or (pruned[1] > base_id and not kept.covers(pruned[1], pruned[2])):
         return None
     return pruned[0]
+
+
+def _newer_heads_problem(conn: Connection, base: Checkpoint, newer: list[Checkpoint],
+                         hidden: dict[int, int]) -> ChainProblem | None:
+    """Each newer checkpoint of ``HEADS_MOVED`` holds the heads it binds: O(their heads).
+    A batch that moved heads out of one of them wrote its record after it, so after the
+    trusted checkpoint: ``hidden`` counts from the records this verify reads."""
+    moved = [cp for cp in newer if cp.heads_format == HEADS_MOVED]
+    if not moved:
+        return None
+    rows: dict[int, list[tuple[str, int, str]]] = {}
+    b = AUDIT_CHECKPOINT_HEADS.c
+    for cp_id, task, seq, digest in conn.execute(
+            select(b.checkpoint_id, b.task_id, b.seq, b.hash)
+            .where(b.checkpoint_id > base.id)):
+        rows.setdefault(int(cp_id), []).append((task, int(seq), digest))
+    for cp in moved:
+        if (wrong := moved_heads_problem(cp, rows.get(cp.id, []), hidden)) is not None:
+            return wrong
+    return None
 
 
 def _newer_problem(base: Checkpoint, newer: list[Checkpoint]) -> ChainProblem | None:

@@ -83,7 +83,7 @@ from agent_gate.ledger.subtrees import (
 )
 from agent_gate.ledger.trail_tree import TreeWalk, leaf_of
 
-__all__ = ["ChainProblem", "ChainReport", "verify"]
+__all__ = ["ChainProblem", "ChainReport", "moved_heads_problem", "verify"]
 
 _BOUND = AUDIT_CHECKPOINT_HEADS
 _CALLS = TOOL_CALLS
@@ -502,25 +502,37 @@ def _checkpoint_problem(
                                 "match its hash")
         rows = changed.get(cp.id, [])
         if cp.heads_format == HEADS_MOVED:
-            count = len(rows) + hidden.get(cp.id, 0)
-            whole = cp.id not in hidden and root_hash(rows) == cp.root
-            right = count == cp.tasks and (whole or cp.id in hidden)
+            if (wrong := moved_heads_problem(cp, rows, hidden)) is not None:
+                return wrong
         else:
             for task, seq, digest in rows:
                 heads.set(task, seq, digest)
-            count = len(heads)
-            right = count == cp.tasks and heads.hexdigest() == cp.root
-        if not right:
-            return ChainProblem(
-                "checkpoint", cp.id, None,
-                f"checkpoint #{cp.id}'s root is not the hash of the {count} task heads "
-                "it binds: its stored heads were edited, added or deleted",
-            )
+            if len(heads) != cp.tasks or heads.hexdigest() != cp.root:
+                return _root_problem(cp, len(heads))
         prev = cp.hash
     for cp_id in sorted(set(changed) - {cp.id for cp in stored}):
         return ChainProblem("checkpoint", cp_id, None,
                             f"heads are stored for checkpoint #{cp_id}, which does not exist")
     return None
+
+
+def moved_heads_problem(cp: Checkpoint, rows: list[tuple[str, int, str]],
+                        hidden: dict[int, int]) -> ChainProblem | None:
+    """Whether a checkpoint of ``HEADS_MOVED`` holds the heads its root and count bind:
+    rehashed from ``rows`` (its stored heads), or, when archive batches moved some of
+    them out (``hidden``: how many, per checkpoint, as their records say), counted."""
+    count = len(rows) + hidden.get(cp.id, 0)
+    if count == cp.tasks and (cp.id in hidden or root_hash(rows) == cp.root):
+        return None
+    return _root_problem(cp, count)
+
+
+def _root_problem(cp: Checkpoint, count: int) -> ChainProblem:
+    return ChainProblem(
+        "checkpoint", cp.id, None,
+        f"checkpoint #{cp.id}'s root is not the hash of the {count} task heads it binds: "
+        "its stored heads were edited, added or deleted",
+    )
 
 
 def _anchor_problem(

@@ -118,6 +118,28 @@ def test_entries_after_the_published_checkpoint_are_checked(
     assert done.exit_code == 1 and json.loads(done.output)["problem"]["kind"] == "edited"
 
 
+def test_a_later_checkpoints_heads_edited_are_caught_from_the_published_one(
+    db_url: str, key: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A checkpoint after the trusted one binds the heads that moved at it; verifying
+    from the trusted checkpoint rehashes them (O(their heads)), so an edit of one is
+    named, where it used to be left to a full verify."""
+    path, vkey = key
+    sink = tmp_path / "published.note"
+    run_calls(db_url, 0, 2)
+    publish(db_url, path, sink)
+    run_calls(db_url, 2, 2)
+    later = publish(db_url, path, tmp_path / "later.note")
+    assert verify_from(db_url, sink, vkey).exit_code == 0
+    with Ledger(db_url) as ledger, begin_write(ledger.engine) as conn:
+        conn.execute(text("UPDATE audit_checkpoint_heads SET seq = seq - 1 WHERE "
+                          "checkpoint_id = :id AND task_id = 't1'"), {"id": later["id"]})
+    done = verify_from(db_url, sink, vkey)
+    assert done.exit_code == 1, done.output
+    problem = json.loads(done.output)["problem"]
+    assert (problem["kind"], problem["seq"]) == ("checkpoint", later["id"]), problem
+
+
 def test_entries_cut_off_a_chain_after_the_published_checkpoint_are_caught_by_its_head(
     db_url: str, key: tuple[Path, str], tmp_path: Path
 ) -> None:
