@@ -20,7 +20,8 @@ shows and no others, so it costs what it shows whatever the ledger holds:
 * the next page starts after the last ``ref`` shown (``after``), the previous one
   before the first (``before``): keyset paging, never ``OFFSET``, so a call answered
   meanwhile never makes a row be skipped or shown twice;
-* filters (tool, task, rule, age, search, the operator's tools) narrow the same read;
+* filters (tool, task, rule, age, search, the operator's tools: for each state the
+  tools of the right it takes, approve or resolve) narrow the same read;
   a call already approved, which waits only for a gate to run it, is left out unless
   asked for (``answered``): one lookup of its approvals through ``(call_row_id, id)``.
 
@@ -101,8 +102,10 @@ class InboxQuery:
     exact matches (a call matches a rule when the rule is among those that decided it).
     ``waiting_before``: calls that reached their state at or before this time (the age
     filter). ``search``: a call id or task id, whole or its beginning. ``tools``: only
-    these tools (an operator's rights; None: every tool). ``roles``: no call escalated
-    to a role outside these (an operator's roles; None: escalated calls too).
+    these tools, whatever the state (None: every tool). ``tools_by_state``: only these
+    tools in each state (an operator's rights, which differ by state). ``roles``: no
+    call escalated to a role outside these (an operator's roles; None: escalated calls
+    too).
     ``after``/``before``: a ``ref`` the previous page ended at / the next page started
     at. ``newest_first``: the newest call first instead of the oldest.
     """
@@ -114,8 +117,15 @@ class InboxQuery:
     waiting_before: datetime | None = None
     search: str | None = None
     tools: tuple[str, ...] | None = None
+    tools_by_state: tuple[tuple[CallState, tuple[str, ...] | None], ...] | None = None
+    """(state, tools: None for every tool) pairs: a call is listed only if its tool is
+    among its state's, so an operator's ``approve`` tools narrow the calls awaiting
+    approval and their ``resolve`` tools the calls in doubt, each its own (one list
+    for both would show the calls of either right in either state); a state no pair
+    names lists nothing. In the statement, so a page and its counts agree. None: no
+    state narrowed (``tools`` still applies)."""
     roles: tuple[str, ...] | None = None
-    """With ``tools``, what an operator may answer: a call whose wait was escalated to a
+    """With ``tools_by_state``, what an operator may answer: a call whose wait was escalated to a
     role (``then: escalate``) is answered only by its holders (``gate.desk``), so it is
     left out here, in the statement, unless the role is among these; () holds none."""
     after: int | None = None
@@ -127,7 +137,7 @@ class InboxQuery:
     ``awaiting_approval`` until one does: ``ledger.approvals``); left out by default,
     nobody needs to answer them again."""
     closed_rules: tuple[tuple[tuple[str, ...] | None, str], ...] = ()
-    """With ``tools``, what an operator may answer: (tools, None for every tool; rule
+    """With ``tools_by_state``, what an operator may answer: (tools, None for every tool; rule
     id) of the rules whose ``approval: approvers:`` count denials like approvals
     (``deny: quorum``) and name roles the operator holds none of
     (``Policy.closed_rules``): a call awaiting approval that one of them sent is one
@@ -221,6 +231,8 @@ def _where(query: InboxQuery, dialect: str, *, facets: bool = True) -> list[Any]
         else [c.state.in_(states), text(WAITING_WHERE), text(SWEPT_WHERE)])
     if query.tools is not None:
         out.append(c.tool.in_(query.tools) if query.tools else c.id.is_(None))
+    if query.tools_by_state is not None:
+        out.extend(_tools_by_state(query.tools_by_state, query.states))
     if query.roles is not None:
         out.append(_not_escalated_past(query.roles))
     if query.closed_rules:
@@ -252,6 +264,26 @@ def _where(query: InboxQuery, dialect: str, *, facets: bool = True) -> list[Any]
             out.append(c.rule_ids.like("%" + _like(canonical_json(query.rule)) + "%",
                                        escape=_LIKE_ESCAPE))
     return out
+
+
+def _tools_by_state(pairs: tuple[tuple[CallState, tuple[str, ...] | None], ...],
+                    states: tuple[CallState, ...]) -> list[Any]:
+    """The terms that keep each listed state's calls to its own tools: none when every
+    listed state takes every tool, ``tool IN`` alone when one state is listed, else
+    one ``state = s AND tool IN`` branch per state (``state = s`` alone for a state
+    that takes every tool; no branch for one that takes none)."""
+    c = CALLS.c
+    of = dict(pairs)
+    shown = {s: of.get(s, ()) for s in dict.fromkeys(states)}
+    if all(tools is None for tools in shown.values()):
+        return []
+    if len(shown) == 1:
+        (tools,) = shown.values()
+        return [c.tool.in_(tools) if tools else c.id.is_(None)]
+    branches = [c.state == s.value if tools is None else and_(c.state == s.value,
+                                                             c.tool.in_(tools))
+                for s, tools in shown.items() if tools is None or tools]
+    return [or_(*branches) if branches else c.id.is_(None)]
 
 
 def _not_escalated_past(roles: tuple[str, ...]) -> Any:

@@ -29,6 +29,7 @@ from agent_gate.errors import OperatorRefused
 from agent_gate.ledger import audit
 from agent_gate.ledger.backend import begin_read, writing
 from agent_gate.ledger.models import OPERATORS
+from agent_gate.ledger.states import CallState
 
 __all__ = [
     "ALL_TOOLS",
@@ -73,6 +74,14 @@ class Operator:
     def may(self, right: OperatorRight, tool: str) -> bool:
         tools = self.approve if right is OperatorRight.APPROVE else self.resolve
         return ALL_TOOLS in tools or tool in tools
+
+    def tools_by_state(self) -> tuple[tuple[CallState, tuple[str, ...] | None], ...]:
+        """The tools whose calls they may answer, by the state a call waits in (None:
+        every tool): ``approve`` for a call awaiting approval, ``resolve`` for one in
+        doubt. ``InboxQuery.tools_by_state``: each state narrowed by its own right."""
+        return tuple((state, None if ALL_TOOLS in tools else tuple(sorted(tools)))
+                     for state, tools in ((CallState.AWAITING_APPROVAL, self.approve),
+                                          (CallState.IN_DOUBT, self.resolve)))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "approve": list(self.approve),
