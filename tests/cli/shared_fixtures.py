@@ -16,6 +16,8 @@ from types import ModuleType
 
 import pytest
 
+from agent_gate import ToolRegistry
+
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 EXAMPLE_POLICY = ROOT / "policies" / "example.yaml"
@@ -50,3 +52,16 @@ def support_tools() -> Iterator[ModuleType]:
 
 def effect_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def order_tools(*names: str) -> ToolRegistry:
+    """Write tools named ``names`` that take an ``order`` and return it: for tests where
+    what matters is the policy the calls wait under, not what the tools do."""
+    tools = ToolRegistry()
+
+    def run_it(order: str) -> dict[str, str]:
+        return {"ok": order}
+
+    for name in names:
+        tools.tool(name=name, effect="write", idempotency="none")(run_it)
+    return tools

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from shared_fixtures import order_tools
 from sqlalchemy import text
 from waiting import wait_until
 
-from agent_gate import CallState, Gate, Principal, ToolRegistry
+from agent_gate import CallState, Gate, Principal
 from agent_gate.cli import main as cli
 from agent_gate.ledger import Ledger
 from agent_gate.ledger.views.operators import Operators
@@ -58,14 +59,7 @@ def waiting_calls(db_url: str, tmp_path: Path) -> tuple[str, str]:
     the operators fay and sam, who may both answer every tool."""
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
-    tools = ToolRegistry()
-
-    def run_it(order: str) -> dict[str, str]:
-        return {"ok": order}
-
-    for name in ("refund", "wire"):
-        tools.tool(name=name, effect="write", idempotency="none")(run_it)
-    with Gate(tools, db_url, policy=str(policy)) as gate:
+    with Gate(order_tools("refund", "wire"), db_url, policy=str(policy)) as gate:
         for call_id, tool in (("r1", "refund"), ("r2", "refund"), ("w1", "wire")):
             out = gate.execute("t", {"call_id": call_id, "name": tool,
                                      "arguments": {"order": call_id}},
