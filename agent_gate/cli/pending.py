@@ -9,10 +9,11 @@ redacts is its stand-in (never unsealed). The same filters as the web inbox's li
 
 With ``--policy`` (the file the calls wait under), a call a quorum rule sent shows its
 progress ("1 of 2", as the inbox does) and stays listed after one approval. With
-``--operator``, only the calls that operator may answer: their rights' tools, and no
-call escalated to a role the policy's ``operators:`` does not give them (without
-``--policy`` nobody holds a role, so no escalated call is listed: ``approve`` would
-refuse it too).
+``--operator``, only the calls that operator may answer: the calls awaiting approval
+of their ``approve`` tools and the calls in doubt of their ``resolve`` tools (each
+state by its own right, also with ``--state all``), and no call escalated to a role
+the policy's ``operators:`` does not give them (without ``--policy`` nobody holds a
+role, so no escalated call is listed: ``approve`` would refuse it too).
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def _age(seconds: int) -> str:
 @click.option("--search", default=None, metavar="ID",
               help="Only calls whose call id or task id starts with this.")
 @click.option("--operator", "operator", default=None, metavar="NAME",
-              help="Only the calls this operator may answer: their rights' tools (agent-gate "
-                   "operator list), no call escalated to a role they do not hold.")
+              help="Only the calls this operator may answer (agent-gate operator list): "
+                   "waiting calls of their approve tools, calls in doubt of their resolve "
+                   "tools, no call escalated to a role they do not hold.")
 @click.option("--policy", "policy_file", default=None, type=click.Path(dir_okay=False),
               help="The policy the calls wait under: a quorum's progress (1 of 2), and the "
                    "roles of --operator (its operators: section).")
@@ -87,7 +89,7 @@ def pending_command(
     from agent_gate.cli._options import gate_policy
     from agent_gate.ledger.states import CallState
     from agent_gate.ledger.views.inbox import MAX_INBOX_PAGE, InboxQuery, read_inbox
-    from agent_gate.ledger.views.operators import ALL_TOOLS, Operators
+    from agent_gate.ledger.views.operators import Operators
     from agent_gate.policy.approval import quorum_rule_ids
 
     before = parse_since(older) if older is not None else None
@@ -96,16 +98,16 @@ def pending_command(
     now = datetime.now(UTC)
     with failures(), open_ledger(url) as ledger:
         rules = gate_policy(policy_file, None)
-        tools: tuple[str, ...] | None = None
+        tools: tuple[tuple[CallState, tuple[str, ...] | None], ...] | None = None
         roles: tuple[str, ...] | None = None
         closed: tuple[tuple[tuple[str, ...] | None, str], ...] = ()
         if operator is not None:
             found = [o for o in Operators(ledger.engine).list() if o.name == operator]
             if not found:
                 raise CliError(f"no operator {operator!r} (agent-gate operator list)")
-            held = set(found[0].approve if state != "in-doubt" else ()) | set(
-                found[0].resolve if state != "waiting" else ())
-            tools = None if ALL_TOOLS in held else tuple(sorted(held))
+            # each state by its own right (approve, resolve), in the statement: one
+            # list for both would list calls in doubt an approve right cannot resolve
+            tools = found[0].tools_by_state()
             # only a role's holders answer a call escalated to it (gate.desk): left out
             # in the statement, so --limit and the pages count the calls shown
             roles = rules.policy.roles_of(operator) if rules is not None else ()
@@ -114,7 +116,7 @@ def pending_command(
             closed = rules.policy.closed_rules(operator) if rules is not None else ()
         query = InboxQuery(
             states=tuple(CallState(s) for s in _STATES[state]), tool=tool, task_id=task_id,
-            rule=rule, waiting_before=before, search=search, tools=tools, roles=roles,
+            rule=rule, waiting_before=before, search=search, tools_by_state=tools, roles=roles,
             closed_rules=closed, newest_first=newest_first, answered=answered,
             quorum_rules=quorum_rule_ids(rules.policy.document) if rules is not None else ())
 
