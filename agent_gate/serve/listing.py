@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from agent_gate.ledger.states import CallState
 from agent_gate.ledger.views.inbox import InboxQuery
-from agent_gate.ledger.views.operators import ALL_TOOLS, Operator
+from agent_gate.ledger.views.operators import Operator
 
 __all__ = ["AGES", "STATES", "ListView", "etag"]
 
@@ -142,20 +142,17 @@ class ListView:
               closed: tuple[tuple[tuple[str, ...] | None, str], ...] = (),
               limit: int | None = None) -> InboxQuery:
         """The ledger's query for this view; "only mine" (``mine``) is what ``op`` may
-        answer (``InboxService.mine`` gives ``roles`` and ``closed``): their rights'
-        tools, no call escalated to a role outside ``roles`` (the roles the policy's
-        ``operators:`` gives them), none a ``closed`` rule sent, filtered in the
-        statement so that a page and its counts hold only those."""
-        states = STATES[self.state]
-        tools: tuple[str, ...] | None = None
-        if self.mine:
-            held = set(op.approve if CallState.AWAITING_APPROVAL in states else ()) | set(
-                op.resolve if CallState.IN_DOUBT in states else ())
-            tools = None if ALL_TOOLS in held else tuple(sorted(held))
+        answer (``InboxService.mine`` gives ``roles`` and ``closed``): the waiting calls
+        of their ``approve`` tools and the calls in doubt of their ``resolve`` tools
+        (each state by its own right, with both states shown too), no call escalated
+        to a role outside ``roles`` (the roles the policy's ``operators:`` gives them),
+        none a ``closed`` rule sent, filtered in the statement so that a page and its
+        counts hold only those."""
         return InboxQuery(
-            states=states, tool=self.tool, task_id=self.task, rule=self.rule,
+            states=STATES[self.state], tool=self.tool, task_id=self.task, rule=self.rule,
             waiting_before=now - AGES[self.age] if self.age else None, search=self.q,
-            tools=tools, roles=roles if self.mine else None,
+            tools_by_state=op.tools_by_state() if self.mine else None,
+            roles=roles if self.mine else None,
             closed_rules=closed if self.mine else (), after=self.after,
             before=self.before,
             newest_first=self.sort == "newest", limit=limit or self.limit,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from serve_world import Running, World, call_ids, logged_in
+from serve_world import Running, World, call_ids, listed_total, logged_in
 from sqlalchemy import text
 
 from agent_gate import Principal
@@ -108,6 +108,34 @@ def test_filters_search_and_counts_by_tool_and_rule(world: World, server: Runnin
     assert mine == ["r-1", "r-2"]
     assert set(picks(everything)) == {r for r in refs(everything) if r in
                                       {world.shown("shop-2", c)[0] for c in ("r-1", "r-2")}}
+
+
+def test_only_mine_lists_each_state_by_its_own_right(world: World, server: Running) -> None:
+    """With both states shown, "only mine" keeps the calls awaiting approval of the
+    operator's ``approve`` tools and the calls in doubt of their ``resolve`` tools, in
+    the rows and the counts (page and API): carol approves refunds and resolves every
+    tool, alice approves every tool and resolves none. One list of both rights' tools
+    for both states (a ``*`` in either: every tool) listed the mail to both."""
+    record(world, [("shop", "r-1", "refund", {"order": "o-1", "cents": 100})])
+    assert world.call("t2", "charge-1", "charge_card", {"order": "o-7"}) == "in_doubt"
+    mine = {"mine": "1", "state": "all"}
+    seen: dict[str, Any] = {}
+    with httpx.Client(base_url=server.base) as api:
+        for name in ("carol", "alice", "bob"):
+            with logged_in(server, world, name) as (http, _):
+                seen[name] = http.get("/inbox", params=mine).text
+            seen[f"api {name}"] = api.get("/api/inbox", params=mine, headers={
+                "Authorization": f"Bearer {world.tokens[name]}"}).json()
+    expected = {"carol": (["r-1", "charge-1"], {"refund": 1, "charge_card": 1}),
+                "alice": (["mail-1", "r-1"], {"send_email": 1, "refund": 1}),
+                "bob": (["mail-1"], {"send_email": 1})}
+    for name, (calls, by_tool) in expected.items():
+        assert call_ids(seen[name]) == calls, name
+        assert listed_total(seen[name]) == len(calls), name
+        api_rows = seen[f"api {name}"]
+        assert [r["call_id"] for r in api_rows["rows"]] == calls, name
+        assert api_rows["counts"]["total"] == len(calls), name
+        assert api_rows["counts"]["by_tool"] == by_tool, name
 
 
 def test_the_rows_poll_answers_304_until_something_changes(
