@@ -160,6 +160,10 @@ def test_an_inbox_page_walks_the_waiting_calls_in_order_and_stops(db_url: str) -
             ("both states", InboxQuery(states=both, limit=100), every[:100]),
             ("both, newest", InboxQuery(states=both, newest_first=True), every[::-1][:50]),
             ("one tool", InboxQuery(tool="send"), awaiting[:50]),
+            ("each state its tools", InboxQuery(states=both, tools_by_state=(
+                (S.AWAITING_APPROVAL, ("send",)), (S.IN_DOUBT, None))), every[:50]),
+            ("no tool in doubt", InboxQuery(states=both, tools_by_state=(
+                (S.AWAITING_APPROVAL, None), (S.IN_DOUBT, ("other",)))), awaiting[:50]),
         ]
         for what, query, want in cases:
             refs, (statement, parameters) = _sent(ledger, query)
