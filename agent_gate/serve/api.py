@@ -141,7 +141,9 @@ def _finite(value: Any, depth: int = 0) -> bool:
     return True
 
 
-Reason = Annotated[str | None, Field(max_length=1000)]
+Reason = Annotated[str | None, Field(max_length=1000, pattern=NO_NUL)]
+"""Why, as the person wrote it: kept in the ledger's text columns (so no NUL, which
+PostgreSQL refuses: an answer whose reason holds one is 422, not a database error)."""
 ExpiresIn = Annotated[float | None, Field(
     gt=0, allow_inf_nan=False,
     description="Seconds the approval stays usable (default one day); null: no expiry.")]

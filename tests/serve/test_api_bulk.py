@@ -185,6 +185,7 @@ def test_a_body_that_cannot_stand_is_refused_whole_naming_the_item(
         "extra": {"decision": "deny", "items": [{**item, "task": MARK}]},
         "missing": {"decision": "deny", "items": [{"ref": item["ref"]}]},
         "reason": {"decision": "deny", "items": [item], "reason": MARK * 200},
+        "reason NUL": {"decision": "deny", "items": [item], "reason": MARK + "\x00"},
         "expiry": {"decision": "approve", "items": [item], "expires_in": -1},
     }
     with serving(world, QUIET) as server, _client(server.base, world, "bob") as http:
@@ -192,6 +193,11 @@ def test_a_body_that_cannot_stand_is_refused_whole_naming_the_item(
         nan = http.post("/api/answers", content=json.dumps(
             {"decision": "approve", "items": [item], "expires_in": float("nan")}),
             headers={"Content-Type": "application/json"})
+        # the single route's reason is the same type: PostgreSQL holds no NUL in text
+        single = http.post(f"/api/calls/{item['ref']}/deny",
+                           json={"args_hash": item["args_hash"], "reason": "a\x00b"})
+    assert single.status_code == 422 and single.json()["detail"][0]["loc"] == [
+        "body", "reason"]
     assert {k: r.status_code for k, r in got.items()} == dict.fromkeys(bad, 422)
     assert nan.status_code == 422
     errors = {k: r.json()["detail"] for k, r in got.items()}
