@@ -9,6 +9,9 @@ this API returns carries it); task and call ids, chosen by an agent or a model, 
 in query strings and bodies, never in a path a client would build from them. An
 answer carries ``args_hash``, the hash of the arguments the operator was shown: the
 ledger answers only while the call's arguments still hash to it (412 otherwise).
+``POST /api/answers`` gives one approval or denial to many calls, each item answered
+as its single route would answer it alone (``InboxService.answer_each``, the inbox's
+bulk path), with one result per item.
 """
 
 from __future__ import annotations
