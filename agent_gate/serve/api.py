@@ -9,6 +9,9 @@ this API returns carries it); task and call ids, chosen by an agent or a model, 
 in query strings and bodies, never in a path a client would build from them. An
 answer carries ``args_hash``, the hash of the arguments the operator was shown: the
 ledger answers only while the call's arguments still hash to it (412 otherwise).
+``POST /api/answers`` gives one approval or denial to many calls, each item answered
+as its single route would answer it alone (``InboxService.answer_each``, the inbox's
+bulk path), with one result per item.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from agent_gate.gate import DEFAULT_APPROVAL_TTL
 from agent_gate.ledger.states import CallState
@@ -26,10 +30,11 @@ from agent_gate.ledger.views.details import CallDetails
 from agent_gate.ledger.views.inbox import InboxRow
 from agent_gate.ledger.views.operators import Operator
 from agent_gate.serve.auth import bearer_token
+from agent_gate.serve.bodies import MAX_PICKS
 from agent_gate.serve.proxied import from_proxy, tokens_allowed
 from agent_gate.serve.service import DETAILS_PAGE, InboxService, OperatorAnswer, call_json
 
-__all__ = ["AnswerBody", "ResolveBody", "RevealBody", "client_of", "router"]
+__all__ = ["AnswerBody", "AnswersBody", "ResolveBody", "RevealBody", "client_of", "router"]
 
 router = APIRouter(prefix="/api")
 _bearer = HTTPBearer(auto_error=False, description="An operator token (`agent-gate operator add`)")
@@ -139,15 +144,21 @@ def _finite(value: Any, depth: int = 0) -> bool:
     return True
 
 
+Reason = Annotated[str | None, Field(max_length=1000, pattern=NO_NUL)]
+"""Why, as the person wrote it: kept in the ledger's text columns (so no NUL, which
+PostgreSQL refuses: an answer whose reason holds one is 422, not a database error)."""
+ExpiresIn = Annotated[float | None, Field(
+    gt=0, allow_inf_nan=False,
+    description="Seconds the approval stays usable (default one day); null: no expiry.")]
+
+
 class AnswerBody(BaseModel):
     """An approval or denial: the arguments shown, why, and how long an approval lasts."""
 
     model_config = ConfigDict(extra="forbid")
     args_hash: ArgsHash
-    reason: str | None = Field(default=None, max_length=1000)
-    expires_in: float | None = Field(
-        default=DEFAULT_APPROVAL_TTL, gt=0, allow_inf_nan=False,
-        description="Seconds the approval stays usable (default one day); null: no expiry.")
+    reason: Reason = None
+    expires_in: ExpiresIn = DEFAULT_APPROVAL_TTL
     grant: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
         description="Approve: also give this grant, one of the options the call's approve "
@@ -171,7 +182,7 @@ class ResolveBody(BaseModel):
     args_hash: ArgsHash
     as_: Literal["succeeded", "failed", "not-applied"] = Field(alias="as")
     result: Any = None
-    reason: str | None = Field(default=None, max_length=1000)
+    reason: Reason = None
 
     @field_validator("result")
     @classmethod
@@ -278,7 +289,7 @@ class RevokeBody(BaseModel):
     """Why a grant is ended (recorded)."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=1000)
+    reason: Reason = None
 
 
 @router.get("/grants", summary="Grants approvers gave, newest first")
@@ -297,6 +308,62 @@ def revoke_grant(grant_id: Annotated[int, Path(ge=1, le=MAX_ROW_ID)], body: Revo
 @router.post("/calls/{ref}/deny", summary="Deny a waiting call, as it was shown: it never runs")
 def deny(ref: Ref, body: AnswerBody, op: Op, service: Service) -> dict[str, Any]:
     return service.deny(op, OperatorAnswer(ref, body.args_hash, body.reason))
+
+
+class AnswerItem(BaseModel):
+    """One call of a bulk answer: its ``ref`` and the ``args_hash`` it was shown with."""
+
+    model_config = ConfigDict(extra="forbid")
+    ref: int = Field(ge=1, le=MAX_ROW_ID, strict=True,
+                     description="The call's `ref`: the ledger's id for it, as listed")
+    args_hash: ArgsHash
+
+
+class AnswersBody(BaseModel):
+    """One answer to many waiting calls (``POST /api/answers``): approve or deny, why,
+    how long the approvals last, and the calls, each with the hash it was shown with.
+    No edit and no grant: those are one call's answers."""
+
+    model_config = ConfigDict(extra="forbid")
+    decision: Literal["approve", "deny"]
+    items: list[AnswerItem] = Field(
+        min_length=1, max_length=MAX_PICKS,
+        description=f"The calls answered, at most {MAX_PICKS}, each `ref` once.")
+    reason: Reason = None
+    expires_in: ExpiresIn = DEFAULT_APPROVAL_TTL
+
+    @field_validator("items")
+    @classmethod
+    def _each_once(cls, items: list[AnswerItem]) -> list[AnswerItem]:
+        """A ref named twice is refused whole: one person's answer counts once (a
+        quorum's too), and which of two hashes was meant is not ours to guess."""
+        first: dict[int, int] = {}
+        for index, item in enumerate(items):
+            seen = first.setdefault(item.ref, index)
+            if seen != index:
+                raise PydanticCustomError(
+                    "duplicate_ref", "items[{index}] names the same ref as items[{seen}]: "
+                    "name each call once", {"index": index, "seen": seen})
+        return items
+
+
+@router.post("/answers", summary="Approve or deny many waiting calls, each as it was shown: "
+                                 "one result per item, in order")
+def answers(body: AnswersBody, op: Op, service: Service) -> dict[str, Any]:
+    """Each item is answered as ``/calls/{ref}/approve`` or ``/deny`` would answer it
+    alone (the same rights, the same ``args_hash`` binding, its own transaction, its
+    refusal audited): one refused never keeps the others from being answered. Each
+    result: ``outcome`` ``answered`` or ``refused``, ``status`` (the single route's:
+    200, 403, 404, 409, 412), and for a refusal ``error`` (the type the single route's
+    body names) and ``detail``."""
+    done = service.answer_each(op, body.decision, [
+        OperatorAnswer(i.ref, i.args_hash, body.reason, body.expires_in) for i in body.items])
+    results = [{"ref": r.ref, "call_id": r.call_id, "tool": r.tool,
+                "outcome": "answered" if r.done else "refused", "status": r.status,
+                **({} if r.done else {"error": r.error, "detail": r.message})}
+               for r in done]
+    return {"decision": body.decision, "answered": sum(r.done for r in done),
+            "refused": sum(not r.done for r in done), "results": results}
 
 
 @router.post("/calls/{ref}/resolve", summary="Settle a call in doubt, as it was shown")

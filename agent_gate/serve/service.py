@@ -31,6 +31,7 @@ from agent_gate.errors import (
     NotAwaitingApproval,
     NotInDoubt,
     OperatorRefused,
+    error_code,
 )
 from agent_gate.gate import DEFAULT_APPROVAL_TTL, Gate
 from agent_gate.gate.admission import Arguments
@@ -60,6 +61,11 @@ _PAGE = 50
 DETAILS_PAGE = 100
 """Calls with their whole details in one page of ``/api/approvals`` and ``/api/in-doubt``."""
 _MAX_ROW_ID = 2**31 - 1
+
+
+_AUDITED = (OperatorRefused, ApprovalRefused, AnswerMismatch)
+"""The refused answers the path records itself: rights (``_refuse``), the policy
+(``approval_refused``), a changed argument (``answer_refused``)."""
 
 
 def status_of(exc: AgentGateError) -> int:
@@ -132,10 +138,14 @@ class RowResult:
     done: bool
     status: int
     message: str
+    error: str | None = None
+    """A refusal's machine code: its error's type name, as a single answer's body
+    names it (``AnswerMismatch``, ``NotAwaitingApproval``...); None when answered."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"ref": self.ref, "call_id": self.call_id, "tool": self.tool,
-                "done": self.done, "status": self.status, "message": self.message}
+                "done": self.done, "status": self.status, "message": self.message,
+                "error": self.error}
 
 
 def call_json(d: CallDetails) -> dict[str, Any]:
@@ -392,7 +402,10 @@ class InboxService:
                     answers: list[OperatorAnswer]) -> list[RowResult]:
         """Approve or deny each call, each bound to the hash its row showed: every
         answer is its own transaction, so one refused (rights, a changed argument, no
-        longer waiting) never keeps the others from being answered."""
+        longer waiting) never keeps the others from being answered. Every refusal is
+        in the audit chain once: the ones a single answer records (rights, the
+        policy, a changed argument) as it records them, and the ones it leaves to its
+        own response (no such call, no longer waiting) as ``operator_<verb>``."""
         act = self.approve if verb == "approve" else self.deny
         out: list[RowResult] = []
         for answer in answers:
@@ -402,12 +415,23 @@ class InboxService:
                 rec = self.located(answer.ref)
                 out.append(RowResult(answer.ref, rec.call_id if rec else None,
                                      rec.tool if rec else None, False, status_of(exc),
-                                     str(exc)))
+                                     str(exc), error_code(exc)))
+                if not isinstance(exc, _AUDITED):
+                    self._unanswered(op, verb, answer.ref, rec, out[-1])
                 continue
             word = "approved" if verb == "approve" else "denied: it will not run"
             out.append(RowResult(answer.ref, done.get("call_id"), done.get("tool"), True,
                                  200, word))
         return out
+
+    def _unanswered(self, op: Operator, verb: str, ref: int, rec: CallRecord | None,
+                    row: RowResult) -> None:
+        """Record a bulk answer's refusal that nothing recorded on the way."""
+        self.audit_refusal(actor=actor_of(op.name), event=verb,
+                           task_id=rec.task_id if rec else None,
+                           call_id=rec.call_id if rec else None,
+                           detail={"ref": ref, "status": row.status, "error": row.error,
+                                   "reason": row.message})
 
     def approval_state(self, ref: int) -> dict[str, Any] | None:
         """A waiting call's quorum progress and grant options (``answered.progress``);
