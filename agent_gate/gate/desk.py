@@ -151,7 +151,10 @@ def approve(
         if rec.policy_hash != check.policy_hash:
             answerable(rec, rec)  # before this policy judges it again
             refusal = check.rebinding_refusal(rec)
-            if refusal is not None:
+            if refusal is not None:  # audited as every other refused answer is
+                ledger.note(rec, "approval_refused", actor=f"operator:{who}",
+                            detail={"reason": refusal, "policy_hash": check.policy_hash,
+                                    "asked_by": rec.policy_hash})
                 raise ApprovalRefused(refusal)
             policy_hash = check.policy_hash
     terms = None

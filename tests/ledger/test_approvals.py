@@ -152,10 +152,14 @@ def test_a_changed_policy_needs_a_new_approval(
         assert [o.state for o in waiting] == [CallState.AWAITING_APPROVAL]
         assert "a changed policy needs a new approval" in (waiting[0].reason or "")
         assert original.hash in (waiting[0].reason or "")
-    with gate(support_tools, db_url, policy=denying) as g, pytest.raises(
-        ApprovalRefused, match="denies call 'r1'"
-    ):
-        g.approve("r1", by="alice")
+    with gate(support_tools, db_url, policy=denying) as g:
+        with pytest.raises(ApprovalRefused, match="denies call 'r1'"):
+            g.approve("r1", by="alice")
+        # The refusal is in the trail, as every refused answer is: who, and under which
+        # policy the call was asked for and refused.
+        refused = [e for e in g.ledger.audit("t") if e.event == "approval_refused"]
+        assert [(e.actor, e.detail["policy_hash"], e.detail["asked_by"])  # type: ignore[index]
+                for e in refused] == [("operator:alice", denying.hash, original.hash)]
     with gate(support_tools, db_url, policy=edited) as g:
         approval, new = g.approve("r1", by="bob")
         assert new and approval.policy_hash == edited.hash
