@@ -50,8 +50,8 @@ from agent_gate.evidence.merkle import Frontier
 from agent_gate.evidence.note import SignerKey
 from agent_gate.ledger import audit
 from agent_gate.ledger.backend import begin_read, begin_write, on
-from agent_gate.ledger.chain import HEADS_MOVED, as_utc
-from agent_gate.ledger.checkpoints import checkpoints
+from agent_gate.ledger.chain import as_utc
+from agent_gate.ledger.checkpoints import checkpoints, first_of_moved
 from agent_gate.ledger.models import (
     APPROVAL_DEADLINES,
     APPROVAL_GRANT_USES,
@@ -60,7 +60,6 @@ from agent_gate.ledger.models import (
     ARCHIVED_CALLS,
     ARCHIVED_HEADS,
     AUDIT_CHECKPOINT_HEADS,
-    AUDIT_CHECKPOINTS,
     AUDIT_EVENTS,
     AUDIT_PRUNED,
     AUDIT_PRUNED_HEADS,
@@ -78,6 +77,7 @@ from agent_gate.ledger.subtrees import (
     HEADS_KEY,
     Bound,
     Subtree,
+    bound_counts,
     bound_hash,
     cover,
     heads_hash,
@@ -251,9 +251,6 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
                 {"task_id": task, "seq": seq, "hash": digest, "archive": batch_id}
                 for task, seq, digest in ends])
             moved = _move_bound(conn, [task for task, _, _ in ends], batch_id)
-            per_checkpoint: dict[str, int] = {}
-            for cp_id, *_ in moved:
-                per_checkpoint[str(cp_id)] = per_checkpoint.get(str(cp_id), 0) + 1
             ids = [r["id"] for r in pruned_rows]
             # The record first: on SQLite a new row takes the largest id plus one, and
             # the record must stay above every id it prunes (ids are the tree's order).
@@ -264,7 +261,7 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
                 "tree_size": report.tree_size, "tree_root": report.tree_root,
                 COUNT_KEY: len(pieces), HASH_KEY: subtrees_hash(pieces),
                 HEADS_KEY: heads_hash(ends),
-                BOUND_KEY: per_checkpoint, BOUND_HASH_KEY: bound_hash(moved),
+                BOUND_KEY: bound_counts(moved), BOUND_HASH_KEY: bound_hash(moved),
             })
             # Children before parents, each over every chunk before the next: a grant's
             # uses may name calls of another chunk, and a grant names its approval.
@@ -294,12 +291,11 @@ def _prune(engine: Engine, report: ArchiveReport, tasks: Sequence[str],
 
 
 def _move_bound(conn: Connection, tasks: Sequence[str], batch_id: str) -> list[Bound]:
-    """Move the heads checkpoints of ``HEADS_MOVED`` bound for ``tasks`` (pruned whole)
+    """Move the heads checkpoints of ``chain.HEADS_MOVED`` bound for ``tasks`` (pruned whole)
     into ``audit_pruned_heads``: a full verify then counts them from the batch's record
     instead of reading one row per archived task per checkpoint. Heads bound by older
     checkpoints stay: each of their roots hashes every task's head, so they are read."""
-    first = conn.execute(select(func.min(AUDIT_CHECKPOINTS.c.id))
-                         .where(AUDIT_CHECKPOINTS.c.heads_format == HEADS_MOVED)).scalar()
+    first = first_of_moved(conn)
     if first is None:
         return []
     b = AUDIT_CHECKPOINT_HEADS.c

@@ -60,6 +60,7 @@ __all__ = [
     "CHECKPOINT_LOCK",
     "Checkpoint",
     "checkpoints",
+    "first_of_moved",
     "newest",
     "newest_of",
     "sign",
@@ -231,6 +232,14 @@ def _last_leaf_kept(conn: Connection, prev: Checkpoint | None) -> None:
     )
 
 
+def first_of_moved(conn: Connection) -> int | None:
+    """The id of the first checkpoint of ``HEADS_MOVED`` (None: none yet): the heads
+    stored below it were bound by the old format, every task's at once."""
+    found = conn.execute(select(func.min(_CHECKPOINTS.c.id))
+                         .where(_CHECKPOINTS.c.heads_format == HEADS_MOVED)).scalar()
+    return None if found is None else int(found)
+
+
 def _changed(conn: Connection, moved: Heads) -> Heads:
     """The moved heads that differ from the head each task's newest checkpoint bound;
     refused (``AuditCheckpointRefused``) where the chain went back or sideways since.
@@ -242,8 +251,7 @@ def _changed(conn: Connection, moved: Heads) -> Heads:
     or moved back without a new entry is caught by ``audit verify``, not here."""
     if not moved:
         return {}
-    first_moved = conn.execute(select(func.min(_CHECKPOINTS.c.id))
-                               .where(_CHECKPOINTS.c.heads_format == HEADS_MOVED)).scalar()
+    first_moved = first_of_moved(conn)
     other = _BOUND.alias("other")
     newest_per_task = (select(func.max(other.c.checkpoint_id))
                        .where(other.c.task_id == _BOUND.c.task_id).scalar_subquery())

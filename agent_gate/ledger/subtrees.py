@@ -52,9 +52,9 @@ from agent_gate.ledger.models import (
 from agent_gate.ledger.pruned import ARCHIVE_EVENT, ARCHIVE_TASK, merge, pruned_rows
 
 __all__ = ["BOUND_HASH_KEY", "BOUND_KEY", "COUNT_KEY", "HASH_KEY", "HEADS_KEY", "Bound", "Ended",
-           "Kept", "Subtree", "archived_heads", "batch_problem", "bound_hash", "cover",
-           "ends_problem", "head_count", "heads_hash", "heads_of", "hidden_heads", "junction",
-           "leafwise", "moved_out", "records", "subtrees_hash", "walk"]
+           "Kept", "Subtree", "archived_heads", "batch_problem", "bound_counts", "bound_hash",
+           "cover", "ends_problem", "head_count", "heads_hash", "heads_of", "hidden_heads",
+           "junction", "leafwise", "moved_out", "records", "subtrees_hash", "walk"]
 
 COUNT_KEY: Final = "subtrees"
 """The archive record's key for the number of subtrees its batch kept."""
@@ -328,6 +328,15 @@ def bound_hash(rows: Iterable[Bound]) -> str:
     return hashlib.sha256(json.dumps(ordered, separators=(",", ":")).encode()).hexdigest()
 
 
+def bound_counts(rows: Iterable[Bound]) -> dict[str, int]:
+    """How many of ``rows`` each checkpoint bound, keyed as a record's ``BOUND_KEY``
+    holds it (the checkpoint id as text: a JSON object's key)."""
+    out: dict[str, int] = {}
+    for cp_id, *_ in rows:
+        out[str(cp_id)] = out.get(str(cp_id), 0) + 1
+    return out
+
+
 def hidden_heads(found: dict[str, dict[str, Any]]) -> dict[int, int]:
     """How many heads archive batches moved out of each checkpoint, as their records say:
     what a full verify counts in place of reading them (``audit_pruned_heads``)."""
@@ -356,10 +365,8 @@ def moved_out(conn: Connection, found: dict[str, dict[str, Any]]
     rows = [row for batch in sorted(by_batch) for row in by_batch[batch]]
     for batch in sorted(set(by_batch) | {b for b, r in found.items() if BOUND_HASH_KEY in r}):
         record, kept = found.get(batch) or {}, by_batch.get(batch, [])
-        counts: dict[str, int] = {}
-        for cp_id, *_ in kept:
-            counts[str(cp_id)] = counts.get(str(cp_id), 0) + 1
-        if (counts, bound_hash(kept)) != (record.get(BOUND_KEY), record.get(BOUND_HASH_KEY)):
+        recorded = (record.get(BOUND_KEY), record.get(BOUND_HASH_KEY))
+        if (bound_counts(kept), bound_hash(kept)) != recorded:
             return rows, (
                 f"archive batch {batch!r} recorded the checkpoint heads it moved out, but "
                 f"the {len(kept)} kept are not those: a moved head was altered, added or "

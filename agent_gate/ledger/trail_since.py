@@ -27,11 +27,12 @@ from agent_gate.evidence.checkpoint import TreeHead
 from agent_gate.evidence.merkle import Frontier
 from agent_gate.ledger.chain import GENESIS, HEADS_MOVED
 from agent_gate.ledger.checkpoints import Checkpoint, checkpoints
-from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_EVENTS, AUDIT_HEADS
+from agent_gate.ledger.models import AUDIT_CHECKPOINT_HEADS, AUDIT_EVENTS
 from agent_gate.ledger.pruned import archive_problem
 from agent_gate.ledger.subtrees import (
     Kept,
     batch_problem,
+    heads_of,
     hidden_heads,
     junction,
     leafwise,
@@ -89,7 +90,10 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
     if problem is None:
         problem = _newer_heads_problem(conn, base, newer, hidden_heads(found))
     if problem is None:
-        heads = _heads_of(conn, sorted(chains))
+        # The heads of the tasks the entries after the checkpoint moved, not every head:
+        # a ledger keeps the head of every task it ever had (an archived one's too, its
+        # chain may go on), and this verify costs what came after the checkpoint.
+        heads, _ = heads_of(conn, chains)
         for task, (seq, digest) in sorted(chains.items()):
             if heads.get(task) != (seq, digest):
                 problem = ChainProblem(
@@ -98,23 +102,6 @@ def verify_since(conn: Connection, trusted: TreeHead) -> ChainReport:
                     "it were deleted or the head was altered", task)
                 break
     return ChainReport(count, len(chains), newest, problem)
-
-
-_CHUNK = 500
-"""Task ids per ``IN (...)`` list: well under every backend's bound on parameters."""
-
-
-def _heads_of(conn: Connection, tasks: list[str]) -> dict[str, tuple[int, str]]:
-    """The heads of ``tasks`` only: the ones the entries after the checkpoint moved. Not
-    every head: a ledger keeps the head of every task it ever had (an archived one's
-    too, its chain may go on), and this verify costs what came after the checkpoint."""
-    heads = AUDIT_HEADS.c
-    found: dict[str, tuple[int, str]] = {}
-    for at in range(0, len(tasks), _CHUNK):
-        for task, seq, digest in conn.execute(select(heads.task_id, heads.seq, heads.hash)
-                                              .where(heads.task_id.in_(tasks[at:at + _CHUNK]))):
-            found[task] = (int(seq), digest)
-    return found
 
 
 def _base_problem(base: Checkpoint | None, stored: list[Checkpoint], trusted: TreeHead
