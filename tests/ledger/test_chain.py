@@ -55,6 +55,17 @@ def _head(url: str, task: str) -> str:
                               (task,)).fetchone()[0])
 
 
+def cut_back(url: str, task: str, keep: int) -> None:
+    """Delete ``task``'s entries after #``keep`` and move its head back to match, as an
+    attacker who hides the newest entries would."""
+    with raw(url) as db:
+        db.execute("DELETE FROM audit_events WHERE task_id = ? AND seq > ?", (task, keep))
+        (seq, digest), = db.execute("SELECT seq, hash FROM audit_events WHERE task_id = ? "
+                                    "AND seq = ?", (task, keep)).fetchall()
+        db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = ?",
+                   (seq, digest, task))
+
+
 def problem_of(url: str, anchor: tuple[int, str] | None = None) -> tuple[Any, ...]:
     problem = verify(url, anchor).problem
     assert problem is not None
@@ -166,12 +177,7 @@ def test_truncating_a_chain_below_its_checkpointed_head_is_caught(
     ledger_with_history: str,
 ) -> None:
     checkpoint(ledger_with_history)
-    with raw(ledger_with_history) as db:
-        db.execute("DELETE FROM audit_events WHERE task_id = 't0' AND seq = 5")
-        (seq, digest), = db.execute("SELECT seq, hash FROM audit_events WHERE task_id = 't0' "
-                                    "AND seq = 4").fetchall()
-        db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = 't0'",
-                   (seq, digest))
+    cut_back(ledger_with_history, "t0", 4)
     assert problem_of(ledger_with_history) == ("truncated", "t0", 5, None)
     # The checkpoint's last leaf (t0's #5, row 8) is gone: the writer refuses to go on.
     with pytest.raises(AuditCheckpointRefused, match="row 8, the last leaf of checkpoint #1"):
@@ -184,12 +190,7 @@ def test_a_chain_rewritten_at_its_checkpointed_head_is_refused(
     with Ledger(ledger_with_history) as ledger:  # t1 ends the tree, t0's #5 inside it
         ledger.record_terminal("t1", "completed")
     checkpoint(ledger_with_history)
-    with raw(ledger_with_history) as db:
-        db.execute("DELETE FROM audit_events WHERE task_id = 't0' AND seq = 5")
-        (seq, digest), = db.execute("SELECT seq, hash FROM audit_events WHERE task_id = 't0' "
-                                    "AND seq = 4").fetchall()
-        db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = 't0'",
-                   (seq, digest))
+    cut_back(ledger_with_history, "t0", 4)
     # A new entry takes #5 again, with another hash: the writer refuses to bind it.
     with Ledger(ledger_with_history) as ledger:
         ledger.record_terminal("t0", "completed")
@@ -203,12 +204,7 @@ def test_a_chain_cut_below_its_checkpointed_head_and_grown_again_is_refused(
     with Ledger(ledger_with_history) as ledger:  # t1 ends the tree, t0's #5 inside it
         ledger.record_terminal("t1", "completed")
     checkpoint(ledger_with_history)
-    with raw(ledger_with_history) as db:
-        db.execute("DELETE FROM audit_events WHERE task_id = 't0' AND seq >= 4")
-        (seq, digest), = db.execute("SELECT seq, hash FROM audit_events WHERE task_id = 't0' "
-                                    "AND seq = 3").fetchall()
-        db.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE task_id = 't0'",
-                   (seq, digest))
+    cut_back(ledger_with_history, "t0", 3)
     with Ledger(ledger_with_history) as ledger:
         ledger.record_terminal("t0", "completed")
     with pytest.raises(AuditCheckpointRefused, match="bound entry #5 of task 't0', which now "
